@@ -1,0 +1,68 @@
+"""Realistic generated data sets that need no download."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def make_onehot(
+    n_samples: int = 100_000,
+    n_fields: int = 20,
+    cardinality: int | list[int] = 1000,
+    *,
+    set_valued: int = 0,
+    set_size: int = 5,
+    task: str = "classification",
+    noise: float = 1.0,
+    dtype=np.float64,
+    random_state=None,
+):
+    """A one-hot encoded categorical design (Criteo-like), with a planted linear model.
+
+    Each of ``n_fields`` categorical variables takes one of ``cardinality`` values per
+    example, drawn from a Zipf-like law (a few frequent values, a long tail), and is
+    one-hot encoded: a *pure* block of features (one non-zero per row). ``set_valued``
+    extra fields hold up to ``set_size`` values each (tags, bag of words): *impure* blocks.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+        ±1 labels (``task="classification"``, logistic model) or real values.
+    blocks : list of ndarray
+        Feature indices of each field, in order (the variable groups).
+    """
+    rng = np.random.default_rng(random_state)
+    sizes = [cardinality] * n_fields if np.isscalar(cardinality) else list(cardinality)
+    sizes += [sizes[-1] if sizes else 100] * set_valued
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    cols, rows = [], []
+    for field, size in enumerate(sizes):
+        per_row = 1 if field < n_fields else set_size
+        # Zipf-like popularity: value k drawn with probability ∝ 1/(k+1).
+        weights = 1.0 / np.arange(1, size + 1)
+        values = rng.choice(size, size=(n_samples, per_row), p=weights / weights.sum())
+        if per_row > 1:  # a set: drop repeats within a row
+            values = np.sort(values, axis=1)
+            keep = np.ones_like(values, dtype=bool)
+            keep[:, 1:] = values[:, 1:] != values[:, :-1]
+        else:
+            keep = np.ones_like(values, dtype=bool)
+        r = np.broadcast_to(np.arange(n_samples)[:, None], values.shape)[keep]
+        rows.append(r)
+        cols.append(values[keep] + offsets[field])
+    rows, cols = np.concatenate(rows), np.concatenate(cols)
+    X = sp.csr_matrix(
+        (np.ones(len(rows), dtype=dtype), (rows, cols)), shape=(n_samples, int(offsets[-1]))
+    )
+    X.sum_duplicates()
+    truth = rng.normal(scale=1.0, size=X.shape[1])
+    score = X @ truth / np.sqrt(n_fields + set_valued) - 0.5
+    if task == "classification":
+        prob = 1.0 / (1.0 + np.exp(-score))
+        y = np.where(rng.random(n_samples) < prob, 1.0, -1.0)
+    else:
+        y = score + noise * rng.normal(size=n_samples)
+    blocks = [np.arange(offsets[k], offsets[k + 1]) for k in range(len(sizes))]
+    return X, y, blocks

@@ -1,0 +1,1 @@
+"""Per-chunk numerical kernels: numba CPU kernels and their plain-numpy reference."""

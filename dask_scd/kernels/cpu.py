@@ -1,0 +1,437 @@
+"""Numba kernels: one epoch of primal SCD over columns, of dual SDCA over rows.
+
+Pure numerical code: contiguous arrays and scalars in, arrays updated in place, no
+validation (the wrappers in :mod:`dask_scd.solvers.local` do that once).
+
+Every kernel takes a matrix as a *compressed major-axis* triple ``(data, indices, indptr)``
+plus a ``dense`` flag. For a sparse matrix this is CSC (primal: major axis = columns) or
+CSR (dual: major axis = rows). A dense matrix passes its values raveled along the major
+axis (Fortran order for columns, C order for rows, a view, no copy) with ``dense=True``;
+then ``indices``/``indptr`` are ignored and the minor index is the offset in the line.
+X may be float32 or float64; coefficients, margins and sums are always float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+SQUARED, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3
+
+# Armijo constant of the prox-Newton coordinate line search (Tseng & Yun 2009).
+_ARMIJO = 0.01
+_MAX_BACKTRACK = 40
+
+
+# ------------------------------------------------------------------ scalar helpers
+
+
+@njit(inline="always")
+def _line(dense, indptr, major, n_minor):
+    if dense:
+        return major * n_minor, (major + 1) * n_minor
+    return indptr[major], indptr[major + 1]
+
+
+@njit(inline="always")
+def _minor(dense, indices, idx, start):
+    if dense:
+        return idx - start
+    return indices[idx]
+
+
+@njit(inline="always")
+def _loss(loss, y, z):
+    if loss == SQUARED:
+        return 0.5 * (y - z) * (y - z)
+    t = 1.0 - y * z
+    if loss == HINGE:
+        return t if t > 0.0 else 0.0
+    if loss == SQUARED_HINGE:
+        return t * t if t > 0.0 else 0.0
+    u = -y * z  # logistic: log(1 + exp(u)) without overflow
+    if u > 0.0:
+        return u + math.log1p(math.exp(-u))
+    return math.log1p(math.exp(u))
+
+
+@njit(inline="always")
+def _loss_d1_d2(loss, y, z):
+    """First and second derivative of the loss in the margin z."""
+    if loss == SQUARED:
+        return z - y, 1.0
+    if loss == LOGISTIC:
+        u = y * z
+        if u >= 0.0:
+            e = math.exp(-u)
+            s = e / (1.0 + e)  # σ(−yz)
+        else:
+            s = 1.0 / (1.0 + math.exp(u))
+        return -y * s, s * (1.0 - s)
+    t = 1.0 - y * z
+    if loss == SQUARED_HINGE:
+        if t > 0.0:
+            return -2.0 * y * t, 2.0
+        return 0.0, 0.0
+    if t > 0.0:  # hinge: a subgradient
+        return -y, 0.0
+    return 0.0, 0.0
+
+
+@njit(inline="always")
+def _penalty(l1, l2, t):
+    return l1 * abs(t) + 0.5 * l2 * t * t
+
+
+@njit(inline="always")
+def _prox_newton(old, g, h, l1, l2):
+    """argmin_t g(t−old) + h/2 (t−old)² + l1|t| + l2/2 t²  (soft-thresholded Newton step)."""
+    z = h * old - g
+    denom = h + l2
+    if denom <= 0.0:
+        return old
+    if z > l1:
+        return (z - l1) / denom
+    if z < -l1:
+        return (z + l1) / denom
+    return 0.0
+
+
+# --------------------------------------------------------------------- primal SCD
+
+
+@njit(nogil=True, cache=True)
+def scd_epoch(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    loss, l1, l2, col_sq_norms,
+):
+    """One epoch of primal coordinate descent in the given coordinate ``order``.
+
+    Coordinate ``j < n_features`` is a column of X; coordinate ``n_features`` is the
+    intercept (an unpenalized all-ones column). ``margins`` (= Xθ + b), ``coef`` and
+    ``intercept`` (an array of length 1) are updated in place. Returns max |Δθ_j| and
+    max |θ_j| over the epoch, the cheap first-stage convergence test.
+    """
+    n_features = coef.shape[0]
+    inv_n = 1.0 / n_samples
+    max_delta = 0.0
+    max_coef = 0.0
+    for k in range(order.shape[0]):
+        j = order[k]
+        if j == n_features:
+            delta = _intercept_step(y, margins, intercept, loss, inv_n)
+        else:
+            delta = _column_step(
+                data, indices, indptr, dense, n_samples, y, margins, coef, j,
+                loss, l1, l2, col_sq_norms[j] * inv_n, inv_n,
+            )
+            max_coef = max(max_coef, abs(coef[j]))
+        max_delta = max(max_delta, abs(delta))
+    return max_delta, max_coef
+
+
+@njit(inline="always")
+def _column_step(
+    data, indices, indptr, dense, n_samples, y, margins, coef, j, loss, l1, l2, sq_norm, inv_n
+):
+    start, end = _line(dense, indptr, j, n_samples)
+    g = 0.0
+    h = 0.0
+    if loss == SQUARED:
+        for idx in range(start, end):
+            i = _minor(dense, indices, idx, start)
+            g += (margins[i] - y[i]) * data[idx]  # g = X[:, j]ᵀ(ŷ − y)
+        h = sq_norm
+    else:
+        for idx in range(start, end):
+            i = _minor(dense, indices, idx, start)
+            d1, d2 = _loss_d1_d2(loss, y[i], margins[i])
+            x = data[idx]
+            g += d1 * x
+            h += d2 * x * x
+        h *= inv_n
+    g *= inv_n
+    old = coef[j]
+    delta = _prox_newton(old, g, h, l1, l2) - old
+    if delta == 0.0:
+        return 0.0
+    if loss != SQUARED:
+        delta *= _column_line_search(
+            data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
+        )
+        if delta == 0.0:
+            return 0.0
+    for idx in range(start, end):
+        i = _minor(dense, indices, idx, start)
+        margins[i] += delta * data[idx]  # ŷ += Δθ_j X[:, j]
+    coef[j] = old + delta
+    return delta
+
+
+@njit(inline="always")
+def _column_line_search(
+    data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
+):
+    """Backtracking step size for a prox-Newton direction on one column (Armijo rule)."""
+    model = g * delta + _penalty(l1, l2, old + delta) - _penalty(l1, l2, old)
+    base = 0.0
+    for idx in range(start, end):
+        i = _minor(dense, indices, idx, start)
+        base += _loss(loss, y[i], margins[i])
+    base *= inv_n
+    # Below this, a change of objective is rounding noise: accept rather than stall.
+    noise = 1e-13 * (base + _penalty(l1, l2, old))
+    t = 1.0
+    for _ in range(_MAX_BACKTRACK):
+        trial = 0.0
+        step = t * delta
+        for idx in range(start, end):
+            i = _minor(dense, indices, idx, start)
+            trial += _loss(loss, y[i], margins[i] + step * data[idx])
+        change = trial * inv_n - base + _penalty(l1, l2, old + step) - _penalty(l1, l2, old)
+        if change <= _ARMIJO * t * model + noise:
+            return t
+        t *= 0.5
+    return 0.0
+
+
+@njit(inline="always")
+def _intercept_step(y, margins, intercept, loss, inv_n):
+    n = margins.shape[0]
+    g = 0.0
+    h = 0.0
+    for i in range(n):
+        d1, d2 = _loss_d1_d2(loss, y[i], margins[i])
+        g += d1
+        h += d2
+    if h <= 0.0:
+        return 0.0
+    delta = -g / h
+    if loss != SQUARED:
+        # A Newton step on b with backtracking on the exact loss (the 1-D problem is convex).
+        base = 0.0
+        for i in range(n):
+            base += _loss(loss, y[i], margins[i])
+        noise = 1e-13 * base
+        model = g * delta
+        t = 1.0
+        accepted = False
+        for _ in range(_MAX_BACKTRACK):
+            trial = 0.0
+            for i in range(n):
+                trial += _loss(loss, y[i], margins[i] + t * delta)
+            if (trial - base) * inv_n <= _ARMIJO * t * model * inv_n + noise * inv_n:
+                accepted = True
+                break
+            t *= 0.5
+        delta = t * delta if accepted else 0.0
+    if delta == 0.0:
+        return 0.0
+    for i in range(n):
+        margins[i] += delta
+    intercept[0] += delta
+    return delta
+
+
+# ----------------------------------------------------------------------- dual SDCA
+
+
+@njit(inline="always")
+def _dual_interval(loss, y, a):
+    """Range of t such that a + t stays in the domain of −ℓ*(−·) (β = a·y)."""
+    if loss == SQUARED:
+        return -np.inf, np.inf
+    if loss == SQUARED_HINGE:  # β ≥ 0
+        if y > 0:
+            return -a, np.inf
+        return -np.inf, -a
+    if y > 0:  # logistic and hinge: β ∈ [0, 1]
+        return -a, 1.0 - a
+    return -1.0 - a, -a
+
+
+@njit(inline="always")
+def _dual_d1_d2(loss, y, a):
+    """First and second derivative of −ℓ*(−a) in a."""
+    if loss == SQUARED:
+        return y - a, -1.0
+    if loss == HINGE:
+        return y, 0.0
+    beta = a * y
+    if loss == SQUARED_HINGE:
+        return y * (1.0 - 0.5 * beta), -0.5
+    if beta <= 0.0:
+        return y * np.inf, -np.inf
+    if beta >= 1.0:
+        return -y * np.inf, -np.inf
+    return y * math.log((1.0 - beta) / beta), -1.0 / (beta * (1.0 - beta))
+
+
+@njit(inline="always")
+def _dual_step(loss, y1, a1, m1, y2, a2, m2, paired, q):
+    """Maximize φ(t) = d(a1 + t) [+ d(a2 − t)] − t(m1 [− m2]) − q t²/2 over the domain.
+
+    ``d = −ℓ*(−·)``; ``q = ‖x1 [− x2]‖²/(αn)``. The pair form keeps Σ a_i constant, which
+    is the dual constraint of an unpenalized intercept. Quadratic duals (squared, hinge,
+    squared hinge) are solved by one clipped Newton step; the logistic dual by a Newton
+    iteration safeguarded by bisection on its bracket.
+    """
+    lo, hi = _dual_interval(loss, y1, a1)
+    if paired:
+        lo2, hi2 = _dual_interval(loss, y2, a2)
+        lo = max(lo, -hi2)
+        hi = min(hi, -lo2)
+        m = m1 - m2
+    else:
+        m = m1
+    if hi <= lo:
+        return 0.0
+    if loss != LOGISTIC:
+        d1, d2 = _dual_d1_d2(loss, y1, a1)
+        if paired:
+            e1, e2 = _dual_d1_d2(loss, y2, a2)
+            d1 -= e1
+            d2 += e2
+        slope = d1 - m
+        curvature = d2 - q
+        if curvature < 0.0:
+            t = -slope / curvature
+        elif slope > 0.0:
+            t = hi
+        elif slope < 0.0:
+            t = lo
+        else:
+            t = 0.0
+        t = min(max(t, lo), hi)
+        if not math.isfinite(t):
+            return 0.0
+        return t
+    t = 0.0
+    for _ in range(60):
+        d1, d2 = _dual_d1_d2(loss, y1, a1 + t)
+        if paired:
+            e1, e2 = _dual_d1_d2(loss, y2, a2 - t)
+            d1 -= e1
+            d2 += e2
+        slope = d1 - m - q * t
+        if slope > 0.0:
+            lo = t
+        else:
+            hi = t
+        step = t - slope / (d2 - q)
+        if not (lo < step < hi):
+            step = 0.5 * (lo + hi)
+        if abs(step - t) <= 1e-15 * (1.0 + abs(t)):
+            t = step
+            break
+        t = step
+    return t
+
+
+@njit(inline="always")
+def _row_dot(data, indices, dense, start, end, w):
+    s = 0.0
+    for idx in range(start, end):
+        s += data[idx] * w[_minor(dense, indices, idx, start)]
+    return s
+
+
+@njit(inline="always")
+def _row_axpy(data, indices, dense, start, end, scale, w):
+    for idx in range(start, end):
+        w[_minor(dense, indices, idx, start)] += scale * data[idx]
+
+
+@njit(inline="always")
+def _rows_dot(data, indices, dense, s1, e1, s2, e2):
+    """x_iᵀx_j for two rows (sorted indices in the sparse case)."""
+    if dense:
+        s = 0.0
+        for k in range(e1 - s1):
+            s += data[s1 + k] * data[s2 + k]
+        return s
+    s = 0.0
+    p, r = s1, s2
+    while p < e1 and r < e2:
+        if indices[p] == indices[r]:
+            s += data[p] * data[r]
+            p += 1
+            r += 1
+        elif indices[p] < indices[r]:
+            p += 1
+        else:
+            r += 1
+    return s
+
+
+@njit(nogil=True, cache=True)
+def sdca_epoch(
+    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
+    loss, alpha_n, row_sq_norms, paired,
+):
+    """One epoch of SDCA over rows; ``dual_coef`` (a) and ``coef`` (w = Xᵀa/(αn)) in place.
+
+    With ``paired`` the order is read two by two and each pair moves along e_i − e_j,
+    keeping Σ a_i = 0 (the intercept's dual constraint); an odd last row waits for the
+    next epoch's permutation. Returns the largest |Δa_i|.
+    """
+    max_delta = 0.0
+    step = 2 if paired else 1
+    stop = order.shape[0] - (order.shape[0] % 2 if paired else 0)
+    for k in range(0, stop, step):
+        i = order[k]
+        s1, e1 = _line(dense, indptr, i, n_features)
+        m1 = _row_dot(data, indices, dense, s1, e1, coef)
+        if paired:
+            j = order[k + 1]
+            s2, e2 = _line(dense, indptr, j, n_features)
+            m2 = _row_dot(data, indices, dense, s2, e2, coef)
+            cross = _rows_dot(data, indices, dense, s1, e1, s2, e2)
+            q = (row_sq_norms[i] + row_sq_norms[j] - 2.0 * cross) / alpha_n
+            t = _dual_step(loss, y[i], dual_coef[i], m1, y[j], dual_coef[j], m2, True, q)
+        else:
+            j = i
+            s2, e2 = s1, e1
+            q = row_sq_norms[i] / alpha_n
+            t = _dual_step(loss, y[i], dual_coef[i], m1, 0.0, 0.0, 0.0, False, q)
+        if t == 0.0:
+            continue
+        dual_coef[i] += t
+        _row_axpy(data, indices, dense, s1, e1, t / alpha_n, coef)  # w += t x_i/(αn)
+        if paired:
+            dual_coef[j] -= t
+            _row_axpy(data, indices, dense, s2, e2, -t / alpha_n, coef)
+        max_delta = max(max_delta, abs(t))
+    return max_delta
+
+
+# ------------------------------------------------------------------------ products
+
+
+@njit(nogil=True, cache=True)
+def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out):
+    """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v)."""
+    for r in range(n_major):
+        start, end = _line(dense, indptr, r, n_minor)
+        out[r] = _row_dot(data, indices, dense, start, end, v)
+
+
+@njit(nogil=True, cache=True)
+def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out):
+    """out[k] += Σ_r A[r, k] u[r] (CSR: Xᵀ u; CSC: X u)."""
+    for r in range(n_major):
+        start, end = _line(dense, indptr, r, n_minor)
+        _row_axpy(data, indices, dense, start, end, u[r], out)
+
+
+@njit(nogil=True, cache=True)
+def major_sq_norms(data, indptr, dense, n_major, n_minor, out):
+    """out[r] = ‖A[r, :]‖² along the major axis."""
+    for r in range(n_major):
+        start, end = _line(dense, indptr, r, n_minor)
+        s = 0.0
+        for idx in range(start, end):
+            s += data[idx] * data[idx]
+        out[r] = s

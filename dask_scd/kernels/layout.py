@@ -1,0 +1,75 @@
+"""The compressed major-axis view of a matrix that the CPU kernels consume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd.kernels import cpu
+
+_EMPTY_INDEX = np.zeros(0, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class MajorMatrix:
+    """X along one axis: columns for primal SCD, rows for dual SDCA.
+
+    ``data`` holds the values line after line (a view of a contiguous dense array, or the
+    CSC/CSR data). ``n_major`` lines of length ``n_minor``.
+    """
+
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray
+    dense: bool
+    n_major: int
+    n_minor: int
+
+    @classmethod
+    def from_array(cls, X, axis: str) -> "MajorMatrix":
+        """Wrap X (numpy or scipy.sparse) for kernels over ``axis`` ("columns" or "rows").
+
+        Copies only when the layout or dtype has to change; the caller's X is never
+        modified (a sparse matrix needing sorting or deduplication is copied first).
+        """
+        by_columns = axis == "columns"
+        n_samples, n_features = X.shape
+        n_major, n_minor = (n_features, n_samples) if by_columns else (n_samples, n_features)
+        if sp.issparse(X):
+            fmt = "csc" if by_columns else "csr"
+            M = X.asformat(fmt)
+            if M.dtype not in (np.float32, np.float64):
+                M = M.astype(np.float64)
+            if not M.has_canonical_format:
+                M = M.copy() if M is X else M
+                M.sum_duplicates()  # sorts indices too
+            return cls(M.data, M.indices, M.indptr, False, n_major, n_minor)
+        A = np.asarray(X)
+        if A.dtype not in (np.float32, np.float64):
+            A = A.astype(np.float64)
+        order = "F" if by_columns else "C"
+        A = np.asarray(A, order=order)
+        return cls(A.ravel(order=order), _EMPTY_INDEX, _EMPTY_INDEX, True, n_major, n_minor)
+
+    def _args(self):
+        return self.data, self.indices, self.indptr, self.dense, self.n_major, self.n_minor
+
+    def dot(self, v) -> np.ndarray:
+        """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns."""
+        out = np.empty(self.n_major, dtype=np.float64)
+        cpu.major_dot(*self._args(), np.ascontiguousarray(v, dtype=np.float64), out)
+        return out
+
+    def scatter(self, u) -> np.ndarray:
+        """Σ_r A[r, k] u[r] for every minor index k: Xᵀ u by rows, X u by columns."""
+        out = np.zeros(self.n_minor, dtype=np.float64)
+        cpu.major_scatter(*self._args(), np.ascontiguousarray(u, dtype=np.float64), out)
+        return out
+
+    def sq_norms(self) -> np.ndarray:
+        """‖line‖² for every line."""
+        out = np.empty(self.n_major, dtype=np.float64)
+        cpu.major_sq_norms(self.data, self.indptr, self.dense, self.n_major, self.n_minor, out)
+        return out

@@ -1,0 +1,356 @@
+"""Losses, penalties, their conjugates and the duality-gap certificate.
+
+One module shared by every engine. The primal problem is (scikit-learn's scaling)::
+
+    P(θ, b) = (1/n) Σ_i ℓ(y_i, x_iᵀθ + b) + α (ρ‖θ‖₁ + (1−ρ)/2 ‖θ‖²)
+
+and its Fenchel dual, with one dual variable ``a_i`` per example
+(``a_i = −ℓ'(y_i, ŷ_i)`` at the optimum, so for squared loss ``a`` is the residual)::
+
+    D(a) = (1/n) Σ_i −ℓ*(−a_i) − Σ_j g*_j(x_jᵀa / n),   subject to Σ_i a_i = 0 if b is fitted
+
+where ``g_j(t) = α(ρ|t| + (1−ρ)/2 t²)``. For the lasso (ρ = 1) ``g*`` is an indicator;
+the Lipschitzing trick of the DuHL paper bounds the support of ``g`` by
+``B ≥ P(θ)/α ≥ ‖θ*‖₁`` which turns ``g*`` into ``B·max(0, |s| − α)``.
+
+The gap splits per coordinate (DuHL eq. 4): for a feature ``j`` with ``s_j = x_jᵀa/n``,
+``gap_j = g_j(θ_j) + g*_j(s_j) − s_j θ_j ≥ 0``; the remainder
+``(1/n) Σ_i [ℓ_i(ŷ_i) + ℓ*_i(−a_i) + a_i ŷ_i] ≥ 0`` is zero when ``a = −ℓ'(ŷ)`` and is
+charged to the intercept, whose dual constraint ``Σ a_i = 0`` forces a projection.
+
+Everything here is plain array code on ``numpy`` arrays, so the same functions serve the
+in-memory engine on whole vectors and the dask engine on row chunks (partial sums).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import entr, expit
+
+LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
+PENALTIES = ("l2", "l1", "elasticnet")
+CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
+SMOOTH_LOSSES = ("squared", "logistic", "squared_hinge")
+
+# Integer codes used by the numba kernels (they cannot take strings cheaply).
+LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A regularized linear problem: loss, penalty and their weights.
+
+    ``l1_ratio`` is the effective ρ: 0 for ``"l2"``, 1 for ``"l1"``.
+    """
+
+    loss: str
+    alpha: float
+    l1_ratio: float
+    fit_intercept: bool
+
+    @property
+    def loss_code(self) -> int:
+        return LOSS_CODES[self.loss]
+
+    @property
+    def l1(self) -> float:
+        """Weight of ‖θ‖₁ in the objective: αρ."""
+        return self.alpha * self.l1_ratio
+
+    @property
+    def l2(self) -> float:
+        """Weight of ½‖θ‖² in the objective: α(1−ρ)."""
+        return self.alpha * (1.0 - self.l1_ratio)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def loss_value(loss: str, y, z):
+    """ℓ(y, z) elementwise."""
+    if loss == "squared":
+        return 0.5 * (y - z) ** 2
+    if loss == "logistic":
+        return np.logaddexp(0.0, -y * z)
+    if loss == "hinge":
+        return np.maximum(0.0, 1.0 - y * z)
+    if loss == "squared_hinge":
+        return np.maximum(0.0, 1.0 - y * z) ** 2
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+def loss_derivative(loss: str, y, z):
+    """∂ℓ/∂z elementwise (a subgradient for the hinge: 0 at the kink)."""
+    if loss == "squared":
+        return z - y
+    if loss == "logistic":
+        return -y * expit(-y * z)
+    if loss == "hinge":
+        return np.where(y * z < 1.0, -y, 0.0)
+    if loss == "squared_hinge":
+        return -2.0 * y * np.maximum(0.0, 1.0 - y * z)
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+def loss_second_derivative(loss: str, y, z):
+    """∂²ℓ/∂z² elementwise (generalized Hessian for the squared hinge, 0 for the hinge)."""
+    if loss == "squared":
+        return np.ones_like(z)
+    if loss == "logistic":
+        s = expit(y * z)
+        return s * (1.0 - s)
+    if loss == "hinge":
+        return np.zeros_like(z)
+    if loss == "squared_hinge":
+        return np.where(y * z < 1.0, 2.0, 0.0)
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+def dual_loss(loss: str, y, a):
+    """−ℓ*(−a) elementwise: the dual's per-example term; −inf outside its domain.
+
+    With ``β = a·y`` the domains are: squared, all of ℝ; logistic and hinge, β ∈ [0, 1];
+    squared hinge, β ≥ 0. A relative slack of 1e-12 absorbs rounding at the boundary.
+    """
+    if loss == "squared":
+        return a * y - 0.5 * a * a
+    beta = a * y
+    eps = 1e-12
+    if loss == "logistic":
+        inside = (beta >= -eps) & (beta <= 1.0 + eps)
+        b = np.clip(beta, 0.0, 1.0)
+        return np.where(inside, entr(b) + entr(1.0 - b), -np.inf)
+    if loss == "hinge":
+        inside = (beta >= -eps) & (beta <= 1.0 + eps)
+        return np.where(inside, np.clip(beta, 0.0, 1.0), -np.inf)
+    if loss == "squared_hinge":
+        b = np.maximum(beta, 0.0)
+        return np.where(beta >= -eps, b - 0.25 * b * b, -np.inf)
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+# ------------------------------------------------------------------------- penalties
+
+
+def penalty_value(problem: Problem, coef) -> float:
+    """α(ρ‖θ‖₁ + (1−ρ)/2 ‖θ‖²)."""
+    return float(problem.l1 * np.abs(coef).sum() + 0.5 * problem.l2 * np.dot(coef, coef))
+
+
+def penalty_conjugate(problem: Problem, s, bound: float):
+    """g*_j(s_j) elementwise; ``bound`` is the Lipschitzing support bound B (used when ρ = 1)."""
+    excess = np.maximum(np.abs(s) - problem.l1, 0.0)
+    if problem.l2 > 0.0:
+        return excess * excess / (2.0 * problem.l2)
+    return bound * excess
+
+
+def lipschitz_bound(problem: Problem, primal: float) -> float:
+    """B with ‖θ*‖₁ ≤ P*/α ≤ P(θ)/α (only the L1 part of the penalty bounds θ*)."""
+    if problem.l1 <= 0.0:
+        return np.inf
+    return primal / problem.l1
+
+
+# ------------------------------------------------------------------ dual from margins
+
+
+def margin_sums(problem: Problem, y, margins) -> dict:
+    """Partial sums over examples that the certificate needs (one pass over margins).
+
+    Returns ``loss`` = Σ ℓ(y_i, ŷ_i), and ``pos`` / ``neg`` = the sums of the positive and
+    negative entries of ``a = −ℓ'(ŷ)``; they decide the projection onto Σ a_i = 0.
+    Associative: partial dicts from row chunks are combined by :func:`add_sums`.
+    """
+    a = -loss_derivative(problem.loss, y, margins)
+    return {
+        "loss": float(loss_value(problem.loss, y, margins).sum()),
+        "pos": float(a[a > 0].sum()),
+        "neg": float(a[a < 0].sum()),
+    }
+
+
+def add_sums(left: dict, right: dict) -> dict:
+    """Combine two partial-sum dicts (the combine step of a tree reduction)."""
+    return {key: left[key] + right[key] for key in left}
+
+
+def dual_scales(problem: Problem, sums: dict) -> tuple[float, float]:
+    """Factors for the positive and negative parts of ``a`` so that Σ a_i = 0.
+
+    Shrinking one sign's entries towards zero keeps every ``a_i`` in its domain for all four
+    losses (each domain contains the segment from 0 to a_i). Without an intercept the dual
+    has no constraint and ``a = −ℓ'(ŷ)`` is used as it is.
+    """
+    if not problem.fit_intercept:
+        return 1.0, 1.0
+    total = sums["pos"] + sums["neg"]
+    if total > 0.0:
+        return 1.0 - total / sums["pos"], 1.0
+    if total < 0.0:
+        return 1.0, 1.0 - total / sums["neg"]
+    return 1.0, 1.0
+
+
+def dual_point(problem: Problem, y, margins, scales: tuple[float, float]):
+    """The feasible dual vector ``a`` built from the margins (a = −ℓ'(ŷ), projected)."""
+    a = -loss_derivative(problem.loss, y, margins)
+    return np.where(a > 0, a * scales[0], a * scales[1])
+
+
+# ---------------------------------------------------------------------- certificate
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Primal and dual objectives, the duality gap and its split over coordinates.
+
+    ``coordinate_gaps`` has one entry per feature (or per example for a dual certificate);
+    ``intercept_gap`` is the rest, so ``coordinate_gaps.sum() + intercept_gap == gap``.
+    """
+
+    primal: float
+    dual: float
+    coordinate_gaps: np.ndarray
+    intercept_gap: float
+
+    @property
+    def gap(self) -> float:
+        return self.primal - self.dual
+
+    @property
+    def relative_gap(self) -> float:
+        return relative_gap(self.primal, self.dual)
+
+
+def relative_gap(primal: float, dual: float) -> float:
+    """``(P − D) / |P|``, the stopping criterion (0/0 is taken as 0)."""
+    gap = max(primal - dual, 0.0)
+    if gap == 0.0:
+        return 0.0
+    return gap / abs(primal) if primal != 0.0 else np.inf
+
+
+def primal_certificate(
+    problem: Problem,
+    n_samples: int,
+    coef,
+    loss_sum: float,
+    dual_loss_sum: float,
+    correlation,
+    margin_dot_dual: float,
+) -> Certificate:
+    """Certificate for (θ, b) from reduced statistics of the dual point ``a``.
+
+    Parameters
+    ----------
+    loss_sum : Σ_i ℓ(y_i, ŷ_i).
+    dual_loss_sum : Σ_i −ℓ*(−a_i).
+    correlation : array of shape (n_features,), ``Xᵀa / n``.
+    margin_dot_dual : Σ_i a_i ŷ_i.
+    """
+    n = float(n_samples)
+    coef = np.asarray(coef, dtype=np.float64)
+    primal = loss_sum / n + penalty_value(problem, coef)
+    bound = lipschitz_bound(problem, primal)
+    g = problem.l1 * np.abs(coef) + 0.5 * problem.l2 * coef * coef
+    g_star = penalty_conjugate(problem, correlation, bound)
+    with np.errstate(invalid="ignore"):
+        coordinate_gaps = g + g_star - correlation * coef
+    dual = dual_loss_sum / n - float(g_star.sum())
+    # Fenchel–Young remainder of the loss; zero when a = −ℓ'(ŷ) exactly.
+    intercept_gap = (loss_sum - dual_loss_sum + margin_dot_dual) / n
+    return Certificate(primal, dual, coordinate_gaps, intercept_gap)
+
+
+def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) -> Certificate:
+    """Duality-gap certificate of (θ, b) for in-memory X (numpy or scipy.sparse).
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features)
+    y : array of shape (n_samples,), labels (±1 for classification losses)
+    coef : array of shape (n_features,)
+    intercept : float
+    margins : array of shape (n_samples,), optional; ``X @ coef + intercept`` if given.
+    """
+    if margins is None:
+        margins = np.asarray(X @ coef).ravel() + intercept
+    sums = margin_sums(problem, y, margins)
+    a = dual_point(problem, y, margins, dual_scales(problem, sums))
+    correlation = np.asarray(X.T @ a).ravel() / len(y)
+    return primal_certificate(
+        problem,
+        len(y),
+        coef,
+        sums["loss"],
+        float(dual_loss(problem.loss, y, a).sum()),
+        correlation,
+        float(np.dot(a, margins)),
+    )
+
+
+def sdca_certificate(problem: Problem, y, dual_coef, coef, margins) -> Certificate:
+    """Certificate from an SDCA dual iterate ``a`` with ``w = Xᵀa/(αn)`` (L2 problems).
+
+    ``margins`` are ``X w + b`` with any b (Σ a_i = 0 makes b drop out of the dual). The gap
+    splits per example: ``gap_i = (ℓ_i(ŷ_i) + ℓ*_i(−a_i) + a_i ŷ_i)/n`` (DuHL eq. 4).
+    """
+    n = len(y)
+    losses = loss_value(problem.loss, y, margins)
+    duals = dual_loss(problem.loss, y, dual_coef)
+    half_sq = 0.5 * problem.alpha * float(np.dot(coef, coef))
+    primal = float(losses.sum()) / n + half_sq
+    dual = float(duals.sum()) / n - half_sq
+    # Σ a_i ŷ_i / n = α‖w‖² + b Σ a_i / n, so the per-example terms add up to P − D.
+    coordinate_gaps = (losses - duals + dual_coef * margins) / n
+    return Certificate(primal, dual, coordinate_gaps, 0.0)
+
+
+# ------------------------------------------------------------------ intercept alone
+
+
+def optimal_intercept(loss: str, y, margins, start: float = 0.0) -> float:
+    """argmin_b (1/n) Σ ℓ(y_i, m_i + b) for fixed margins ``m`` (1-D convex problem)."""
+    if loss == "squared":
+        return float(np.mean(y - margins))
+    if loss == "hinge":
+        return _hinge_intercept(y, margins)
+    # Newton on the derivative, safeguarded by a bracket (the derivative is monotone).
+    b, lo, hi = float(start), -np.inf, np.inf
+    for _ in range(100):
+        z = margins + b
+        grad = float(loss_derivative(loss, y, z).sum())
+        hess = float(loss_second_derivative(loss, y, z).sum())
+        if grad > 0:
+            hi = b
+        else:
+            lo = b
+        step = b - grad / hess if hess > 0 else np.nan
+        if not (lo < step < hi):
+            if np.isfinite(lo) and np.isfinite(hi):
+                step = 0.5 * (lo + hi)
+            else:
+                step = b - np.sign(grad) * max(1.0, abs(b))
+        if abs(step - b) <= 1e-15 * max(1.0, abs(b)):
+            return step
+        b = step
+    return b
+
+
+def _hinge_intercept(y, margins) -> float:
+    """Exact minimizer of the piecewise-linear (1/n) Σ max(0, 1 − y_i(m_i + b))."""
+    pos = np.sort(1.0 - margins[y > 0])  # a positive example is active for b < 1 − m_i
+    neg = np.sort(-1.0 - margins[y < 0])  # a negative example is active for b > −1 − m_i
+    candidates = np.concatenate([pos, neg])
+    if candidates.size == 0:
+        return 0.0
+    candidates.sort()
+    # Right derivative at c: (#neg with −1−m ≤ c) − (#pos with 1−m > c); nondecreasing.
+    slope = np.searchsorted(neg, candidates, side="right") - (
+        len(pos) - np.searchsorted(pos, candidates, side="right")
+    )
+    first = int(np.searchsorted(slope, 0, side="left"))
+    return float(candidates[min(first, len(candidates) - 1)])

@@ -1,0 +1,1 @@
+"""Engines: one file per way of running the same problem."""

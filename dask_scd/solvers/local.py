@@ -1,0 +1,172 @@
+"""In-memory engine: primal SCD over columns, dual SDCA over rows.
+
+Each solver is one loop that reads top to bottom — permute, run an epoch kernel, certify,
+check — with every numerical step in :mod:`dask_scd.kernels.cpu` and every objective in
+:mod:`dask_scd.objectives`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from dask_scd import objectives as obj
+from dask_scd.kernels import cpu
+from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.result import History
+
+
+@dataclass
+class LocalFit:
+    """What an in-memory solver hands back to :func:`dask_scd.fit`."""
+
+    coef: np.ndarray
+    intercept: float
+    certificate: obj.Certificate
+    n_iter: int
+    history: History
+    converged: bool
+
+
+def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, coef_init=None,
+            intercept_init=0.0, verbose=False) -> LocalFit:
+    """Primal stochastic coordinate descent with prox-Newton coordinate steps.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,), ±1 for classification losses
+    """
+    matrix = MajorMatrix.from_array(X, "columns")
+    n_samples, n_features = X.shape
+    coef = np.zeros(n_features) if coef_init is None else np.array(coef_init, dtype=np.float64)
+    intercept = np.array([float(intercept_init)])
+    if problem.fit_intercept and coef_init is None:
+        intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
+    margins = matrix.scatter(coef) + intercept[0]
+    col_sq_norms = matrix.sq_norms()
+    n_coordinates = n_features + int(problem.fit_intercept)
+
+    history = History()
+    start = time.perf_counter()
+    converged = False
+    epoch = 0
+    for epoch in range(1, max_iter + 1):
+        order = rng.permutation(n_coordinates)
+        cpu.scd_epoch(
+            matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_samples, y, margins,
+            coef, intercept, order, problem.loss_code, problem.l1, problem.l2, col_sq_norms,
+        )
+        cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
+        history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
+        _report(verbose, "scd", epoch, cert)
+        if cert.relative_gap <= tol:
+            converged = True
+            break
+    # Certify on margins recomputed from scratch, free of accumulated rounding.
+    margins = matrix.scatter(coef) + intercept[0]
+    cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
+    return _finish(coef, intercept[0], cert, epoch, history, converged, tol)
+
+
+def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -> LocalFit:
+    """Stochastic dual coordinate ascent (L2 penalty); pairs of rows with an intercept.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,), ±1 for classification losses
+    """
+    matrix = MajorMatrix.from_array(X, "rows")
+    n_samples, n_features = X.shape
+    alpha_n = problem.alpha * n_samples
+    # Start from the dual point of θ = 0 (with its best intercept): feasible, Σ a_i = 0.
+    b0 = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples)) if problem.fit_intercept else 0.0
+    margins0 = np.full(n_samples, b0)
+    scales = obj.dual_scales(problem, obj.margin_sums(problem, y, margins0))
+    dual_coef = obj.dual_point(problem, y, margins0, scales)
+    if problem.loss == "logistic":
+        # The logistic dual is open at β ∈ {0, 1}; keep the start strictly inside.
+        dual_coef = np.clip(dual_coef * y, 1e-3, 1 - 1e-3) * y
+        if problem.fit_intercept:
+            dual_coef = _balance(dual_coef, y)
+    coef = matrix.scatter(dual_coef) / alpha_n
+    row_sq_norms = matrix.sq_norms()
+
+    history = History()
+    start = time.perf_counter()
+    converged = False
+    epoch = 0
+    intercept = b0
+    for epoch in range(1, max_iter + 1):
+        order = rng.permutation(n_samples)
+        cpu.sdca_epoch(
+            matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_features, y,
+            dual_coef, coef, order, problem.loss_code, alpha_n, row_sq_norms,
+            problem.fit_intercept,
+        )
+        cert, intercept = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
+        history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
+        _report(verbose, "sdca", epoch, cert)
+        if cert.relative_gap <= tol:
+            converged = True
+            break
+    # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
+    coef = matrix.scatter(dual_coef) / alpha_n
+    cert, intercept = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
+    margins = matrix.dot(coef) + intercept
+    primal_cert = _primal_certificate(problem, matrix.scatter, y, coef, margins)
+    if primal_cert.gap < cert.gap:
+        cert = primal_cert
+    return _finish(coef, intercept, cert, epoch, history, converged, tol)
+
+
+def _primal_certificate(problem, transpose_dot, y, coef, margins) -> obj.Certificate:
+    """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``."""
+    n_samples = len(y)
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    xta = transpose_dot(a)
+    return obj.primal_certificate(
+        problem, n_samples, coef, sums["loss"],
+        float(obj.dual_loss(problem.loss, y, a).sum()), xta / n_samples, float(a @ margins),
+    )
+
+
+def _dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
+    margins = matrix.dot(coef)
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
+    return obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept), intercept
+
+
+def _balance(dual_coef, y):
+    """Rescale one class's dual variables so that Σ a_i = 0 (both stay inside (0,1)·y)."""
+    pos, neg = dual_coef[y > 0].sum(), -dual_coef[y < 0].sum()
+    out = dual_coef.copy()
+    if pos > neg:
+        out[y > 0] *= neg / pos
+    else:
+        out[y < 0] *= pos / neg
+    return out
+
+
+def _report(verbose, name, epoch, cert):
+    if verbose:
+        print(f"[{name}] epoch {epoch:4d}  relative gap {cert.relative_gap:.3e}  "
+              f"primal {cert.primal:.10g}")
+
+
+def _finish(coef, intercept, cert, epoch, history, converged, tol) -> LocalFit:
+    if not converged and cert.relative_gap > tol:
+        warnings.warn(
+            f"Did not converge after {epoch} epochs: relative duality gap "
+            f"{cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
+            ConvergenceWarning, stacklevel=3,
+        )
+    return LocalFit(coef, float(intercept), cert, epoch, history, cert.relative_gap <= tol)
