@@ -1,0 +1,36 @@
+"""Grid store: a design matrix stored as zarr v3 cells (row chunk x column block).
+
+See ``docs/grid.md`` for the layout.  ``Grid.X`` has its columns reordered so
+that every block is contiguous: ``Grid.X[:, k]`` is original feature
+``Grid.feature_order[k]``.
+"""
+
+from .partition import (
+    block_purity,
+    blocks_from_names,
+    contiguous_blocks,
+    detect_pure_blocks,
+    validate_blocks,
+)
+from .store import (
+    FORMAT,
+    FORMAT_VERSION,
+    Grid,
+    GridCorruptionError,
+    open_grid,
+    to_grid,
+)
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Grid",
+    "GridCorruptionError",
+    "block_purity",
+    "blocks_from_names",
+    "contiguous_blocks",
+    "detect_pure_blocks",
+    "open_grid",
+    "to_grid",
+    "validate_blocks",
+]

@@ -1,0 +1,370 @@
+"""Input readers: turn every supported X into a stream of row chunks.
+
+Every input (numpy, scipy.sparse, pydata ``sparse``, dask array, xarray
+DataArray/Dataset, libsvm file) becomes a :class:`Source`, which knows the
+shape, dtype and layout (dense or sparse) up front and yields the data one
+row chunk at a time, so that :func:`dask_scd.grid.to_grid` never needs the
+whole matrix in memory for out-of-core inputs.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Source", "make_source", "iter_libsvm_batches", "scan_libsvm"]
+
+
+@dataclass
+class Source:
+    """A design matrix (and labels) readable one row chunk at a time.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        (n_samples, n_features).
+    dtype : numpy.dtype
+        float32 or float64: the dtype the cells are stored with.
+    is_sparse : bool
+        Whether cells are stored sparse (CSC) or dense.
+    in_memory : bool
+        True when X and y are already in memory (numpy / scipy), so they can
+        be validated and partitioned whole before anything is written.
+    feature_names : list of str or None
+    default_blocks : list of ndarray or None
+        Blocks implied by the input (one per xarray Dataset variable).
+    """
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+    is_sparse: bool
+    in_memory: bool
+    chunk_fn: object = field(repr=False)  # (start, stop) -> (X chunk, y chunk)
+    feature_names: list[str] | None = None
+    default_blocks: list[np.ndarray] | None = None
+    stream_fn: object = field(default=None, repr=False)  # row_chunk -> iterator
+
+    def iter_chunks(self, row_chunk: int) -> Iterator[tuple[object, np.ndarray]]:
+        """Yield ``(X_chunk, y_chunk)`` for consecutive row chunks.
+
+        ``X_chunk`` is a numpy array (dense sources) or a scipy CSR matrix
+        (sparse sources) of shape (rows, n_features) with the source dtype;
+        ``y_chunk`` is a float64 array (possibly non-finite: validated by the
+        writer).
+        """
+        if self.stream_fn is not None:
+            yield from self.stream_fn(row_chunk)
+            return
+        n = self.shape[0]
+        for start in range(0, n, row_chunk):
+            stop = min(start + row_chunk, n)
+            yield self.chunk_fn(start, stop)
+
+
+def _is_float_or_int(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    return dtype.kind in "fiub"
+
+
+def storage_dtype(dtype) -> np.dtype:
+    """float32/float64 are kept; integer and bool data are stored as float64."""
+    dtype = np.dtype(dtype)
+    if not _is_float_or_int(dtype):
+        raise ValueError(f"X must have a real numeric dtype, got {dtype}")
+    if dtype in (np.float32, np.float64):
+        return dtype
+    return np.dtype(np.float64)
+
+
+def _to_scipy(chunk) -> sp.csr_matrix:
+    """Convert a scipy / pydata-sparse chunk to a fresh-or-shared CSR matrix."""
+    if sp.issparse(chunk):
+        return sp.csr_matrix(chunk)
+    if hasattr(chunk, "tocsr"):  # pydata sparse COO / GCXS
+        return sp.csr_matrix(chunk.tocsr())
+    if hasattr(chunk, "to_scipy_sparse"):
+        return sp.csr_matrix(chunk.to_scipy_sparse())
+    return sp.csr_matrix(np.asarray(chunk))
+
+
+def _is_pydata_sparse(obj) -> bool:
+    return type(obj).__module__.startswith("sparse")
+
+
+def _as_labels(y, n: int):
+    """Return y as an object supporting ``y[start:stop]`` (numpy or dask)."""
+    if y is None:
+        raise ValueError("y is required (only libsvm files carry their own labels)")
+    if hasattr(y, "dims") and hasattr(y, "data"):  # xarray DataArray
+        y = y.data
+    if _is_dask(y):
+        if y.ndim != 1:
+            raise ValueError(f"y must be 1-D, got shape {y.shape}")
+        if any(math.isnan(c) for c in y.chunks[0]):
+            raise ValueError(
+                "y has unknown chunk sizes; call y.compute_chunk_sizes() first"
+            )
+    else:
+        y = np.asarray(y)
+        if y.ndim != 1:
+            raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    if not _is_float_or_int(y.dtype):
+        raise ValueError(f"y must have a real numeric dtype, got {y.dtype}")
+    if y.shape[0] != n:
+        raise ValueError(f"X has {n} rows but y has length {y.shape[0]}")
+    return y
+
+
+def _is_dask(obj) -> bool:
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask is a dependency
+        return False
+    return isinstance(obj, da.Array)
+
+
+def _memory_source(X, y, feature_names=None, default_blocks=None) -> Source:
+    if _is_pydata_sparse(X):
+        X = _to_scipy(X)
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        dtype = storage_dtype(X.dtype)
+        # CSR so that row slices are cheap; csr_matrix() shares the caller's
+        # buffers when already CSR, which is fine: nothing here writes to them.
+        csr = sp.csr_matrix(X)
+        is_sparse = True
+    else:
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        dtype = storage_dtype(X.dtype)
+        csr = X
+        is_sparse = False
+    y = _as_labels(y, X.shape[0])
+
+    def chunk_fn(start, stop):
+        Xc = csr[start:stop]
+        Xc = Xc.astype(dtype, copy=False)
+        yc = y[start:stop]
+        if _is_dask(yc):
+            yc = yc.compute()
+        return Xc, np.asarray(yc, dtype=np.float64)
+
+    return Source(
+        shape=tuple(int(s) for s in X.shape),
+        dtype=dtype,
+        is_sparse=is_sparse,
+        in_memory=not _is_dask(y),
+        chunk_fn=chunk_fn,
+        feature_names=feature_names,
+        default_blocks=default_blocks,
+    )
+
+
+def _dask_source(X, y, feature_names=None, default_blocks=None) -> Source:
+    import dask
+
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    if any(math.isnan(c) for axis in X.chunks for c in axis):
+        raise ValueError(
+            "X has unknown chunk sizes (nan in X.chunks); call X.compute_chunk_sizes() "
+            "before to_grid"
+        )
+    dtype = storage_dtype(X.dtype)
+    meta = X._meta
+    is_sparse = sp.issparse(meta) or _is_pydata_sparse(meta)
+    y = _as_labels(y, X.shape[0])
+
+    def chunk_fn(start, stop):
+        # One compute per row chunk: only the dask chunks overlapping these
+        # rows are materialised, never the whole array.
+        yc = y[start:stop]
+        Xc, yc = dask.compute(X[start:stop], yc)
+        if is_sparse:
+            Xc = _to_scipy(Xc).astype(dtype, copy=False)
+        elif sp.issparse(Xc) or _is_pydata_sparse(Xc):
+            # meta claimed dense but the chunks are sparse: honour the meta.
+            Xc = _to_scipy(Xc).toarray().astype(dtype, copy=False)
+        else:
+            Xc = np.asarray(Xc).astype(dtype, copy=False)
+        return Xc, np.asarray(yc, dtype=np.float64)
+
+    return Source(
+        shape=tuple(int(s) for s in X.shape),
+        dtype=dtype,
+        is_sparse=is_sparse,
+        in_memory=False,
+        chunk_fn=chunk_fn,
+        feature_names=feature_names,
+        default_blocks=default_blocks,
+    )
+
+
+def _array_source(X, y, feature_names=None, default_blocks=None) -> Source:
+    if _is_dask(X):
+        return _dask_source(X, y, feature_names, default_blocks)
+    return _memory_source(X, y, feature_names, default_blocks)
+
+
+# --------------------------------------------------------------------- xarray
+
+
+def _dataarray_source(X, y) -> Source:
+    if X.ndim != 2:
+        raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
+    feature_dim = X.dims[1]
+    names = None
+    if feature_dim in X.coords:
+        names = [str(v) for v in np.asarray(X.coords[feature_dim].values)]
+    return _array_source(X.data, y, feature_names=names)
+
+
+def _dataset_source(ds, y) -> Source:
+    """One block per data variable; 1-D variables are single columns."""
+    import dask.array as da
+
+    if isinstance(y, str):
+        if y not in ds.data_vars:
+            raise ValueError(f"y={y!r} is not a data variable of the Dataset")
+        y_name, y = y, ds[y]
+        ds = ds.drop_vars(y_name)
+    if not ds.data_vars:
+        raise ValueError("the Dataset has no data variables to use as features")
+    sample_dim = None
+    columns, names, blocks = [], [], []
+    offset = 0
+    for var_name, var in ds.data_vars.items():
+        if var.ndim not in (1, 2):
+            raise ValueError(f"data variable {var_name!r} must be 1-D or 2-D, got dims {var.dims}")
+        if sample_dim is None:
+            sample_dim = var.dims[0]
+        elif var.dims[0] != sample_dim:
+            raise ValueError(
+                f"data variable {var_name!r} has first dim {var.dims[0]!r}, "
+                f"expected the sample dim {sample_dim!r}"
+            )
+        data = var.data
+        if var.ndim == 1:
+            data = data.reshape(-1, 1)
+            var_names = [str(var_name)]
+        else:
+            dim = var.dims[1]
+            if dim in var.coords:
+                values = [str(v) for v in np.asarray(var.coords[dim].values)]
+            else:
+                values = [str(i) for i in range(var.shape[1])]
+            var_names = [f"{var_name}={v}" for v in values]
+        columns.append(data)
+        names.extend(var_names)
+        blocks.append(np.arange(offset, offset + len(var_names), dtype=np.int64))
+        offset += len(var_names)
+    if any(_is_dask(c) for c in columns):
+        X = da.concatenate([da.asarray(c) for c in columns], axis=1)
+    elif any(sp.issparse(c) or _is_pydata_sparse(c) for c in columns):
+        X = sp.hstack([_to_scipy(c) for c in columns], format="csr")
+    else:
+        X = np.hstack([np.asarray(c) for c in columns])
+    return _array_source(X, y, feature_names=names, default_blocks=blocks)
+
+
+# --------------------------------------------------------------------- libsvm
+
+
+def _is_data_line(line: bytes) -> bool:
+    stripped = line.split(b"#", 1)[0].strip()
+    return bool(stripped)
+
+
+def iter_libsvm_batches(path, batch_lines: int) -> Iterator[bytes]:
+    """Yield buffers of up to ``batch_lines`` data lines of a libsvm file.
+
+    Blank and comment-only lines are skipped so that every yielded line is
+    one example.
+    """
+    buf: list[bytes] = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not _is_data_line(line):
+                continue
+            buf.append(line if line.endswith(b"\n") else line + b"\n")
+            if len(buf) == batch_lines:
+                yield b"".join(buf)
+                buf = []
+    if buf:
+        yield b"".join(buf)
+
+
+def _parse_libsvm(buffer: bytes, n_features: int | None, dtype):
+    from sklearn.datasets import load_svmlight_file
+
+    kwargs = {} if n_features is None else {"n_features": n_features}
+    try:
+        X, y = load_svmlight_file(
+            io.BytesIO(buffer), zero_based=False, dtype=dtype, **kwargs
+        )
+    except ValueError as exc:
+        raise ValueError(f"cannot parse libsvm data: {exc}") from exc
+    return X, y
+
+
+def scan_libsvm(path, batch_lines: int = 65536) -> tuple[int, int]:
+    """First pass over a libsvm file: (number of examples, number of features).
+
+    Features are 1-based in libsvm, so n_features is the largest index seen.
+    """
+    n_rows = 0
+    n_features = 0
+    for buffer in iter_libsvm_batches(path, batch_lines):
+        X, _ = _parse_libsvm(buffer, None, np.float64)
+        n_rows += X.shape[0]
+        n_features = max(n_features, X.shape[1])
+    return n_rows, n_features
+
+
+def _libsvm_source(path, y) -> Source:
+    if y is not None:
+        raise ValueError("y must be None for a libsvm file: labels are read from the file")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"libsvm file not found: {path}")
+    n_rows, n_features = scan_libsvm(path)
+    if n_rows == 0 or n_features == 0:
+        raise ValueError(f"libsvm file {path} holds no data")
+
+    def stream_fn(row_chunk):
+        for buffer in iter_libsvm_batches(path, row_chunk):
+            X, yc = _parse_libsvm(buffer, n_features, np.float64)
+            yield sp.csr_matrix(X), np.asarray(yc, dtype=np.float64)
+
+    return Source(
+        shape=(n_rows, n_features),
+        dtype=np.dtype(np.float64),
+        is_sparse=True,
+        in_memory=False,
+        chunk_fn=None,
+        stream_fn=stream_fn,
+    )
+
+
+def make_source(X, y) -> Source:
+    """Build a :class:`Source` for any supported input (see ``to_grid``)."""
+    if isinstance(X, (str, os.PathLike)):
+        return _libsvm_source(Path(X), y)
+    module = type(X).__module__
+    if module.startswith("xarray"):
+        if type(X).__name__ == "Dataset":
+            return _dataset_source(X, y)
+        if type(X).__name__ == "DataArray":
+            return _dataarray_source(X, y)
+    if isinstance(y, str):
+        raise ValueError("y may be a variable name only when X is an xarray Dataset")
+    return _array_source(X, y)

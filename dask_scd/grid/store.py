@@ -1,0 +1,735 @@
+"""The zarr v3 "grid" store: a design matrix cut into cells.
+
+Rows are cut into row chunks of ``row_chunk`` examples (the last one may be
+smaller); columns are cut into blocks (a partition of the features).  One
+cell = (row chunk r, block b) = one dask chunk of :attr:`Grid.X`.
+
+Column order
+------------
+:attr:`Grid.X` has its columns **reordered** so that each block is
+contiguous: ``Grid.X[:, k]`` is original feature ``Grid.feature_order[k]``,
+where ``feature_order = np.concatenate(blocks)`` and ``blocks[b]`` holds the
+original indices of block ``b``.  ``Grid.block_slices[b]`` is the slice of
+``Grid.X``'s columns holding block ``b``.
+
+On-disk layout (zarr v3 group at ``path``)::
+
+    zarr.json                     root attributes (metadata, see docs/grid.md)
+    y                             float64 (n_samples,), chunks (row_chunk,)
+    cell_nnz                      int64 (n_row_chunks, n_blocks), one chunk
+    X/block_{b}                   dense:  (n_samples, size_b), chunks (row_chunk, size_b)
+    X/block_{b}/chunk_{r}/data    sparse: CSC triplet of cell (r, b), each array
+    X/block_{b}/chunk_{r}/indices         a single zstd-compressed chunk;
+    X/block_{b}/chunk_{r}/indptr          indices are rows within the row chunk
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from zarr.codecs import ZstdCodec
+
+from .partition import (
+    blocks_from_names,
+    contiguous_blocks,
+    detect_pure_blocks,
+    validate_blocks,
+)
+from .readers import Source, make_source
+
+__all__ = ["Grid", "GridCorruptionError", "to_grid", "open_grid", "FORMAT", "FORMAT_VERSION"]
+
+FORMAT = "dask_scd.grid"
+FORMAT_VERSION = 1
+
+#: Rows used to detect pure blocks for streamed inputs (dask arrays, libsvm
+#: files).  Purity is still measured on *all* rows while writing.
+DETECT_ROWS = 100_000
+
+_ZSTD_LEVEL = 3
+
+
+class GridCorruptionError(ValueError):
+    """A cell of a grid store is missing, unreadable or inconsistent."""
+
+
+def _compressors():
+    # checksum=True: a garbled chunk fails loudly instead of decoding to junk.
+    return ZstdCodec(level=_ZSTD_LEVEL, checksum=True)
+
+
+# ======================================================================= Grid
+
+
+@dataclass(repr=False)
+class Grid:
+    """A grid store opened for reading (see :func:`open_grid`).
+
+    Attributes
+    ----------
+    path : str
+        Absolute path of the store.
+    X : dask.array.Array, shape (n_samples, n_features)
+        Lazily read design matrix with **reordered columns**: column ``k`` is
+        original feature ``feature_order[k]``.  Chunks are the cells:
+        ``(row_chunks, block_sizes)``.  Chunks are numpy arrays (dense
+        grids) or ``scipy.sparse.csc_matrix`` (sparse grids).
+    y : dask.array.Array, shape (n_samples,)
+        float64 labels, chunks ``(row_chunks,)``.
+    blocks : list of ndarray of int64
+        Original feature indices of each block, in ``X`` column order.
+    block_slices : list of slice
+        ``X[:, block_slices[b]]`` is block ``b``.
+    feature_order : ndarray of int64, shape (n_features,)
+        ``np.concatenate(blocks)``; ``coef_original[feature_order] = coef_grid``.
+    purity : list of bool
+        Whether each block has at most one non-zero per example.
+    max_nnz_per_row : list of int
+        Maximum number of non-zeros of one example within each block.
+    shape : tuple of int
+        (n_samples, n_features).
+    row_chunk : int
+        Nominal number of examples per row chunk.
+    row_chunks : tuple of int
+        Sizes of the row chunks.
+    row_bounds : ndarray of int64, shape (n_row_chunks + 1,)
+        Row chunk ``r`` holds examples ``row_bounds[r]:row_bounds[r + 1]``.
+    is_sparse : bool
+        Whether cells are stored (and served) as CSC sparse matrices.
+    dtype : numpy.dtype
+        float32 or float64.
+    feature_names : list of str or None
+        Names in *original* feature order.
+    nnz : int
+        Number of non-zero entries of X.
+    block_nnz : list of int
+        Non-zeros per block.
+    cell_nnz : ndarray of int64, shape (n_row_chunks, n_blocks)
+        Non-zeros per cell.
+    grid_id : str
+        Random id of this write (changes on every overwrite).
+    """
+
+    path: str
+    X: object
+    y: object
+    blocks: list
+    block_slices: list
+    feature_order: np.ndarray
+    purity: list
+    max_nnz_per_row: list
+    shape: tuple
+    row_chunk: int
+    row_chunks: tuple
+    row_bounds: np.ndarray
+    is_sparse: bool
+    dtype: np.dtype
+    feature_names: list | None
+    nnz: int
+    block_nnz: list
+    cell_nnz: np.ndarray
+    grid_id: str
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def n_row_chunks(self) -> int:
+        """Number of row chunks."""
+        return len(self.row_chunks)
+
+    @property
+    def n_blocks(self) -> int:
+        """Number of column blocks."""
+        return len(self.blocks)
+
+    def read_cell(self, r: int, b: int):
+        """Read cell (row chunk ``r``, block ``b``) into memory.
+
+        Returns
+        -------
+        ndarray or scipy.sparse.csc_matrix, shape (row_chunks[r], len(blocks[b]))
+            Columns in block order (original features ``blocks[b]``).
+
+        Raises
+        ------
+        GridCorruptionError
+            If the cell's bytes are missing or corrupt.
+        """
+        return _read_cell(self.path, self.grid_id, int(r), int(b))
+
+    def read_labels(self, r: int) -> np.ndarray:
+        """Read the float64 labels of row chunk ``r``, shape (row_chunks[r],)."""
+        return _read_labels(self.path, self.grid_id, int(r))
+
+    def __repr__(self) -> str:
+        kind = "sparse" if self.is_sparse else "dense"
+        return (
+            f"<Grid {self.path!r} shape={self.shape} {kind} {self.dtype} "
+            f"cells={self.n_row_chunks}x{self.n_blocks} "
+            f"pure_blocks={sum(self.purity)}/{self.n_blocks}>"
+        )
+
+
+# ==================================================================== writing
+
+
+def _check_row_chunk(row_chunk) -> int:
+    if isinstance(row_chunk, bool) or not isinstance(row_chunk, int | np.integer):
+        raise ValueError(f"row_chunk must be a positive int, got {row_chunk!r}")
+    if row_chunk < 1 or row_chunk >= 2**31:
+        raise ValueError(f"row_chunk must be a positive int below 2**31, got {row_chunk}")
+    return int(row_chunk)
+
+
+def _row_bounds(n: int, row_chunk: int) -> np.ndarray:
+    return np.append(np.arange(0, n, row_chunk, dtype=np.int64), np.int64(n))
+
+
+def _check_finite(values, name: str, r: int, start: int, stop: int) -> None:
+    data = values.data if sp.issparse(values) else np.asarray(values)
+    if not np.isfinite(data).all():
+        raise ValueError(
+            f"{name} contains NaN or infinite values in row chunk {r} "
+            f"(rows {start}:{stop})"
+        )
+
+
+def _detection_sample(source: Source, row_chunk: int):
+    """All rows for in-memory inputs, else the first DETECT_ROWS rows."""
+    n = source.shape[0]
+    if source.in_memory and source.chunk_fn is not None:
+        return source.chunk_fn(0, n)[0]
+    parts, rows = [], 0
+    for Xc, _ in source.iter_chunks(row_chunk):
+        parts.append(sp.csr_matrix(Xc) if source.is_sparse else Xc)
+        rows += Xc.shape[0]
+        if rows >= DETECT_ROWS:
+            break
+    sample = sp.vstack(parts, format="csr") if source.is_sparse else np.vstack(parts)
+    return sample[:DETECT_ROWS]
+
+
+def _resolve_blocks(blocks, source: Source, names, row_chunk: int) -> list[np.ndarray]:
+    p = source.shape[1]
+    if blocks is None:
+        if source.default_blocks is not None:
+            return [np.asarray(b, dtype=np.int64) for b in source.default_blocks]
+        return detect_pure_blocks(_detection_sample(source, row_chunk))
+    if isinstance(blocks, str):
+        if blocks != "names":
+            raise ValueError(f"unknown blocks={blocks!r}; use None, 'names', an int or a list")
+        if names is None:
+            raise ValueError("blocks='names' needs feature_names")
+        return blocks_from_names(names)
+    if isinstance(blocks, int | np.integer) and not isinstance(blocks, bool):
+        return contiguous_blocks(p, int(blocks))
+    return validate_blocks(list(blocks), p)
+
+
+def _resolve_names(feature_names, source: Source):
+    if feature_names is None:
+        return source.feature_names
+    names = [str(v) for v in feature_names]
+    if len(names) != source.shape[1]:
+        raise ValueError(
+            f"feature_names has {len(names)} entries but X has {source.shape[1]} features"
+        )
+    return names
+
+
+class _GridWriter:
+    """Writes the arrays of one grid into a (temporary) directory."""
+
+    def __init__(self, root: str, source: Source, blocks, row_chunk: int):
+        self.group = zarr.open_group(root, mode="w-")
+        self.group.attrs.update(
+            {"format": FORMAT, "format_version": FORMAT_VERSION, "complete": False}
+        )
+        self.source = source
+        self.blocks = blocks
+        self.row_chunk = row_chunk
+        self.bounds = _row_bounds(source.shape[0], row_chunk)
+        n = source.shape[0]
+        self.y = self._create("y", (n,), (row_chunk,), np.float64)
+        self.dense = {}
+        if not source.is_sparse:
+            for b, block in enumerate(blocks):
+                self.dense[b] = self._create(
+                    f"X/block_{b}", (n, len(block)), (row_chunk, len(block)), source.dtype
+                )
+
+    def _create(self, name, shape, chunks, dtype):
+        dtype = np.dtype(dtype)
+        # A NaN / -1 fill value makes a missing chunk decode to values that
+        # can never be valid (finiteness is enforced on write).
+        fill = np.nan if dtype.kind == "f" else -1
+        return self.group.create_array(
+            name,
+            shape=shape,
+            chunks=tuple(max(int(c), 1) for c in chunks),
+            dtype=dtype,
+            compressors=_compressors(),
+            fill_value=fill,
+            config={"write_empty_chunks": True},
+        )
+
+    def write_cell(self, r: int, b: int, cell) -> None:
+        """Store cell (r, b): an ndarray or a csc_matrix with block-ordered columns."""
+        if not self.source.is_sparse:
+            self.dense[b][self.bounds[r] : self.bounds[r + 1]] = cell
+            return
+        indptr_dtype = np.int32 if cell.nnz < 2**31 else np.int64
+        parts = {
+            "data": cell.data.astype(self.source.dtype, copy=False),
+            "indices": cell.indices.astype(np.int32, copy=False),
+            "indptr": cell.indptr.astype(indptr_dtype, copy=False),
+        }
+        for name, values in parts.items():
+            arr = self._create(
+                f"X/block_{b}/chunk_{r}/{name}", values.shape, values.shape, values.dtype
+            )
+            if values.size:
+                arr[:] = values
+
+    def write_labels(self, r: int, y_chunk: np.ndarray) -> None:
+        self.y[self.bounds[r] : self.bounds[r + 1]] = y_chunk
+
+    def write_attrs(self, attrs: dict, cell_nnz: np.ndarray) -> None:
+        arr = self._create("cell_nnz", cell_nnz.shape, cell_nnz.shape, np.int64)
+        arr[:] = cell_nnz
+        self.group.attrs.update(attrs)
+        # Written last: open_grid refuses any store without it.
+        self.group.attrs["complete"] = True
+
+
+def _extract_cell(Xc, cols: np.ndarray, dtype, is_sparse: bool):
+    """Cell columns ``cols`` of a row chunk, as a fresh array we may modify."""
+    if is_sparse:
+        cell = sp.csc_matrix(Xc[:, cols], dtype=dtype, copy=True)
+        cell.eliminate_zeros()  # explicit zeros would distort purity and nnz
+        cell.sort_indices()
+        return cell
+    return np.take(Xc, cols, axis=1).astype(dtype, copy=False)
+
+
+def _cell_stats(cell, is_sparse: bool) -> tuple[int, int]:
+    """(nnz, max non-zeros in one row) of a cell."""
+    if cell.shape[0] == 0 or cell.shape[1] == 0:
+        return 0, 0
+    if is_sparse:
+        per_row = np.bincount(cell.indices, minlength=cell.shape[0])
+    else:
+        per_row = np.count_nonzero(cell, axis=1)
+    return int(per_row.sum()), int(per_row.max())
+
+
+def _write_grid(root: str, source: Source, blocks, row_chunk: int, names) -> None:
+    n, p = source.shape
+    writer = _GridWriter(root, source, blocks, row_chunk)
+    bounds = writer.bounds
+    n_rc = len(bounds) - 1
+    cell_nnz = np.zeros((n_rc, len(blocks)), dtype=np.int64)
+    max_nnz = np.zeros(len(blocks), dtype=np.int64)
+    r = -1
+    for r, (Xc, yc) in enumerate(source.iter_chunks(row_chunk)):
+        if r >= n_rc:
+            raise ValueError(f"input changed while writing: more than {n_rc} row chunks")
+        start, stop = int(bounds[r]), int(bounds[r + 1])
+        if Xc.shape != (stop - start, p) or yc.shape != (stop - start,):
+            raise ValueError(f"input changed while writing: row chunk {r} has the wrong shape")
+        _check_finite(Xc, "X", r, start, stop)
+        _check_finite(yc, "y", r, start, stop)
+        if source.is_sparse:
+            Xc = sp.csc_matrix(Xc)  # column slicing per block is cheap on CSC
+        for b, cols in enumerate(blocks):
+            cell = _extract_cell(Xc, cols, source.dtype, source.is_sparse)
+            cell_nnz[r, b], row_max = _cell_stats(cell, source.is_sparse)
+            max_nnz[b] = max(max_nnz[b], row_max)
+            writer.write_cell(r, b, cell)
+        writer.write_labels(r, yc)
+    if r != n_rc - 1:
+        raise ValueError(f"input changed while writing: got {r + 1} of {n_rc} row chunks")
+    attrs = {
+        "shape": [n, p],
+        "dtype": source.dtype.name,
+        "layout": "sparse" if source.is_sparse else "dense",
+        "row_chunk": row_chunk,
+        "row_bounds": [int(v) for v in bounds],
+        "blocks": [[int(j) for j in block] for block in blocks],
+        "purity": [bool(m <= 1) for m in max_nnz],
+        "max_nnz_per_row": [int(m) for m in max_nnz],
+        "block_nnz": [int(v) for v in cell_nnz.sum(axis=0)],
+        "nnz": int(cell_nnz.sum()),
+        "feature_names": names,
+        "grid_id": uuid.uuid4().hex,
+    }
+    writer.write_attrs(attrs, cell_nnz)
+
+
+def _validate_in_memory(source: Source, row_chunk: int) -> None:
+    """Check finiteness before anything is written (in-memory inputs only)."""
+    bounds = _row_bounds(source.shape[0], row_chunk)
+    for r, (Xc, yc) in enumerate(source.iter_chunks(row_chunk)):
+        _check_finite(Xc, "X", r, int(bounds[r]), int(bounds[r + 1]))
+        _check_finite(yc, "y", r, int(bounds[r]), int(bounds[r + 1]))
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _commit(tmp: str, path: str, overwrite: bool) -> None:
+    """Move the finished temporary store into place."""
+    if os.path.lexists(path):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
+        # A directory cannot be os.replace'd onto a non-empty one: move the old
+        # store aside first, then delete it once the new one is in place.
+        old = f"{path}.old-{uuid.uuid4().hex[:12]}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        _remove(old)
+    else:
+        os.replace(tmp, path)
+
+
+def to_grid(
+    X,
+    y,
+    path,
+    *,
+    row_chunk: int,
+    blocks=None,
+    feature_names=None,
+    overwrite: bool = False,
+) -> Grid:
+    """Write a design matrix and labels as a zarr v3 grid store.
+
+    Parameters
+    ----------
+    X : array-like, shape (n_samples, n_features), or path
+        One of: numpy array; scipy.sparse matrix/array (any format); pydata
+        ``sparse`` array; dask array with numpy, scipy.sparse or pydata
+        ``sparse`` chunks (processed one row chunk at a time, never computed
+        whole); xarray DataArray with dims (sample, feature) (the feature
+        coordinate gives ``feature_names``); xarray Dataset (each data
+        variable, 1-D or 2-D with the sample dim first, is one block; 2-D
+        variables give names ``"var=value"``); or a path (str / Path) to a
+        libsvm / svmlight text file (1-based features, streamed in row
+        chunks after a first pass counting rows and features).
+    y : array-like, shape (n_samples,), or None
+        Labels (numpy, dask or xarray).  Must be None for a libsvm file.
+        For a Dataset, may be the name of a data variable (excluded from X).
+    path : str or Path
+        Directory of the store to create.
+    row_chunk : int
+        Examples per row chunk (the last one may be smaller).
+    blocks : None, "names", int or list of array-like of int, optional
+        Column partition.  None: the Dataset's variables, else pure blocks
+        detected by greedy colouring (:func:`detect_pure_blocks`) on all rows
+        of in-memory inputs or on the first ``DETECT_ROWS`` rows of streamed
+        ones.  "names": group ``"var=value"`` feature names by ``var``
+        (:func:`blocks_from_names`).  int k: consecutive blocks of k
+        features (sensible for dense data).  A list must partition
+        ``range(n_features)``.
+    feature_names : sequence of str, optional
+        Names of the features in original order (overrides xarray names).
+    overwrite : bool, default False
+        Replace an existing store at ``path``.
+
+    Returns
+    -------
+    Grid
+        The written store, opened with :func:`open_grid`.
+
+    Raises
+    ------
+    FileExistsError
+        If ``path`` exists and ``overwrite`` is False.
+    ValueError
+        On invalid input: wrong dimensions or dtype, mismatched lengths,
+        NaN/inf values (naming the array and row chunk), bad blocks, unknown
+        dask chunk sizes.  Nothing is left at ``path`` in any error case.
+
+    Notes
+    -----
+    The store is written to a temporary sibling ``path + ".tmp-<random>"``
+    whose root attribute ``complete`` is set to true last, then renamed to
+    ``path``; the temporary directory is removed on failure.  Purity and
+    maximum non-zeros per row of every block are measured on all rows while
+    writing.  The caller's arrays are never modified.
+    """
+    row_chunk = _check_row_chunk(row_chunk)
+    path = os.path.abspath(os.fspath(path))
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
+    source = make_source(X, y)
+    n, p = source.shape
+    if n == 0 or p == 0:
+        raise ValueError(f"X must have at least one row and one column, got shape {(n, p)}")
+    names = _resolve_names(feature_names, source)
+    block_list = _resolve_blocks(blocks, source, names, row_chunk)
+    if source.in_memory:
+        _validate_in_memory(source, row_chunk)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        _write_grid(tmp, source, block_list, row_chunk, names)
+        _commit(tmp, path, overwrite)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return open_grid(path)
+
+
+# ==================================================================== reading
+
+
+class _Reader:
+    """Per-process handle on one store version, shared by all cell reads."""
+
+    def __init__(self, path: str, grid_id: str):
+        self.path = path
+        self.group = zarr.open_group(path, mode="r")
+        attrs = dict(self.group.attrs)
+        if attrs.get("grid_id") != grid_id:
+            raise GridCorruptionError(
+                f"grid store {path} changed since it was opened (overwritten?)"
+            )
+        self.attrs = attrs
+        self.bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
+        self.sizes = [len(b) for b in attrs["blocks"]]
+        self.is_sparse = attrs["layout"] == "sparse"
+        self.dtype = np.dtype(attrs["dtype"])
+        self._arrays: dict[str, object] = {}
+        self._cell_nnz = None
+
+    def _array(self, name: str, cache: bool = True):
+        arr = self._arrays.get(name)
+        if arr is None:
+            arr = self.group[name]
+            if cache:
+                self._arrays[name] = arr
+        return arr
+
+    def _require_chunk_file(self, name: str, key: str, where: str) -> None:
+        # Zarr silently serves the fill value for a missing chunk: check.
+        chunk = os.path.join(self.path, *name.split("/"), *key.split("/"))
+        if not os.path.isfile(chunk):
+            raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
+
+    def cell_nnz(self) -> np.ndarray:
+        if self._cell_nnz is None:
+            self._cell_nnz = np.asarray(self._array("cell_nnz")[:], dtype=np.int64)
+        return self._cell_nnz
+
+    def where(self, r: int, b: int) -> str:
+        return f"cell (row chunk {r}, block {b}) of grid {self.path}"
+
+    def read_cell(self, r: int, b: int):
+        n_rc = len(self.bounds) - 1
+        if not (0 <= r < n_rc and 0 <= b < len(self.sizes)):
+            raise IndexError(f"no cell ({r}, {b}) in a {n_rc} x {len(self.sizes)} grid")
+        where = self.where(r, b)
+        try:
+            if self.is_sparse:
+                return self._read_sparse(r, b, where)
+            return self._read_dense(r, b, where)
+        except GridCorruptionError:
+            raise
+        except Exception as exc:  # decompression, missing node, bad metadata...
+            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
+
+    def _read_dense(self, r: int, b: int, where: str) -> np.ndarray:
+        name = f"X/block_{b}"
+        arr = self._array(name)
+        n, size = int(self.bounds[-1]), self.sizes[b]
+        row_chunk = int(self.attrs["row_chunk"])
+        if arr.shape != (n, size) or arr.chunks != (row_chunk, size):
+            raise GridCorruptionError(
+                f"{where}: array {name} has shape {arr.shape} / chunks {arr.chunks}, "
+                f"expected {(n, size)} / {(row_chunk, size)}"
+            )
+        self._require_chunk_file(name, f"c/{r}/0", where)
+        cell = np.asarray(arr[self.bounds[r] : self.bounds[r + 1]])
+        if not np.isfinite(cell).all():
+            raise GridCorruptionError(f"{where}: cell holds missing or non-finite values")
+        return cell
+
+    def _read_sparse(self, r: int, b: int, where: str) -> sp.csc_matrix:
+        rows, size = int(self.bounds[r + 1] - self.bounds[r]), self.sizes[b]
+        nnz = int(self.cell_nnz()[r, b])
+        parts = {}
+        for name in ("data", "indices", "indptr"):
+            full = f"X/block_{b}/chunk_{r}/{name}"
+            arr = self._array(full, cache=False)
+            expected = size + 1 if name == "indptr" else nnz
+            if arr.shape != (expected,):
+                raise GridCorruptionError(
+                    f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
+                )
+            if expected:
+                self._require_chunk_file(full, "c/0", where)
+            parts[name] = np.asarray(arr[:])
+        data, indices, indptr = parts["data"], parts["indices"], parts["indptr"]
+        if (
+            indptr[0] != 0
+            or indptr[-1] != nnz
+            or (np.diff(indptr) < 0).any()
+            or (nnz and (indices.min() < 0 or indices.max() >= rows))
+            or not np.isfinite(data).all()
+        ):
+            raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
+        return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
+
+    def read_labels(self, r: int) -> np.ndarray:
+        where = f"labels of row chunk {r} of grid {self.path}"
+        try:
+            self._require_chunk_file("y", f"c/{r}", where)
+            y = np.asarray(self._array("y")[self.bounds[r] : self.bounds[r + 1]])
+        except GridCorruptionError:
+            raise
+        except Exception as exc:
+            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
+        if not np.isfinite(y).all():
+            raise GridCorruptionError(f"{where}: missing or non-finite values")
+        return y
+
+
+@functools.lru_cache(maxsize=64)
+def _reader(path: str, grid_id: str) -> _Reader:
+    return _Reader(path, grid_id)
+
+
+def _read_cell(path: str, grid_id: str, r: int, b: int):
+    """Task function of Grid.X's graph (top-level so it pickles)."""
+    return _reader(path, grid_id).read_cell(r, b)
+
+
+def _read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
+    """Task function of Grid.y's graph."""
+    return _reader(path, grid_id).read_labels(r)
+
+
+def _check_header(path: str):
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no grid store at {path}")
+    try:
+        group = zarr.open_group(path, mode="r")
+        attrs = dict(group.attrs)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable zarr grid store: {exc}") from exc
+    if attrs.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} store (format={attrs.get('format')!r})")
+    if attrs.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"unsupported grid format version {attrs.get('format_version')!r} at {path} "
+            f"(this library reads version {FORMAT_VERSION})"
+        )
+    if attrs.get("complete") is not True:
+        raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
+    return attrs
+
+
+def _build_arrays(path: str, attrs: dict, row_chunks: tuple, sizes: tuple):
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    grid_id = attrs["grid_id"]
+    dtype = np.dtype(attrs["dtype"])
+    token = tokenize(path, grid_id)
+    x_name, y_name = f"grid-X-{token}", f"grid-y-{token}"
+    x_dsk = {
+        (x_name, r, b): (_read_cell, path, grid_id, r, b)
+        for r in range(len(row_chunks))
+        for b in range(len(sizes))
+    }
+    y_dsk = {(y_name, r): (_read_labels, path, grid_id, r) for r in range(len(row_chunks))}
+    if attrs["layout"] == "sparse":
+        meta = sp.csc_matrix((0, 0), dtype=dtype)
+    else:
+        meta = np.empty((0, 0), dtype=dtype)
+    X = da.Array(
+        HighLevelGraph.from_collections(x_name, x_dsk, dependencies=()),
+        x_name,
+        (row_chunks, sizes),
+        meta=meta,
+    )
+    y = da.Array(
+        HighLevelGraph.from_collections(y_name, y_dsk, dependencies=()),
+        y_name,
+        (row_chunks,),
+        meta=np.empty((0,), dtype=np.float64),
+    )
+    return X, y
+
+
+def open_grid(path) -> Grid:
+    """Open a grid store written by :func:`to_grid`.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    Grid
+        With lazy dask arrays ``X`` (one chunk per cell, columns reordered by
+        block: ``X[:, k]`` is original feature ``feature_order[k]``) and
+        ``y``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If nothing exists at ``path``.
+    ValueError
+        If the store is not a grid, is incomplete (no ``complete`` marker) or
+        has an unsupported format version.
+    GridCorruptionError
+        Later, when a missing or corrupt cell is read (directly or inside a
+        dask computation); the message names the cell and the path.
+    """
+    path = os.path.abspath(os.fspath(path))
+    attrs = _check_header(path)
+    bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
+    blocks = [np.asarray(b, dtype=np.int64) for b in attrs["blocks"]]
+    sizes = tuple(len(b) for b in blocks)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    row_chunks = tuple(int(v) for v in np.diff(bounds))
+    X, y = _build_arrays(path, attrs, row_chunks, sizes)
+    try:
+        cell_nnz = _reader(path, attrs["grid_id"]).cell_nnz()
+    except Exception as exc:
+        raise GridCorruptionError(f"cannot read cell_nnz of grid {path}: {exc}") from exc
+    return Grid(
+        path=path,
+        X=X,
+        y=y,
+        blocks=blocks,
+        block_slices=[slice(int(offsets[b]), int(offsets[b + 1])) for b in range(len(blocks))],
+        feature_order=np.concatenate(blocks),
+        purity=[bool(v) for v in attrs["purity"]],
+        max_nnz_per_row=[int(v) for v in attrs["max_nnz_per_row"]],
+        shape=tuple(int(v) for v in attrs["shape"]),
+        row_chunk=int(attrs["row_chunk"]),
+        row_chunks=row_chunks,
+        row_bounds=bounds,
+        is_sparse=attrs["layout"] == "sparse",
+        dtype=np.dtype(attrs["dtype"]),
+        feature_names=attrs.get("feature_names"),
+        nnz=int(attrs["nnz"]),
+        block_nnz=[int(v) for v in attrs["block_nnz"]],
+        cell_nnz=cell_nnz,
+        grid_id=attrs["grid_id"],
+        attrs=attrs,
+    )
