@@ -367,4 +367,6 @@ def make_source(X, y) -> Source:
             return _dataarray_source(X, y)
     if isinstance(y, str):
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
+    if module.startswith("pandas") and hasattr(X, "columns"):
+        return _memory_source(X.to_numpy(), y, feature_names=[str(c) for c in X.columns])
     return _array_source(X, y)
