@@ -82,7 +82,7 @@ def check_round_trip(grid, X, y):
 @pytest.mark.parametrize("kind", ["dense", "csr", "csc_array", "coo"])
 def test_round_trip_in_memory(tmp_path, kind, dtype):
     rng = np.random.default_rng(0)
-    n, p = 53, 12
+    n, p = 53, 8
     Xs = sp.random(n, p, density=0.3, format="csr", random_state=1, dtype=dtype)
     X = {
         "dense": Xs.toarray(),
@@ -129,6 +129,8 @@ def test_open_grid_matches_returned(tmp_path):
     assert g2.block_slices == [slice(0, 2), slice(2, 3), slice(3, 4)]
     np.testing.assert_array_equal(g2.X.compute(), X[:, [2, 0, 1, 3]])
     assert g1.grid_id == g2.grid_id
+    w_grid = np.array([20.0, 0.0, 1.0, 3.0])  # indexed like g2.X's columns
+    np.testing.assert_array_equal(g2.to_original_order(w_grid), [0.0, 1.0, 20.0, 3.0])
     assert g2.X.chunks == ((3, 3, 3, 1), (2, 1, 1))
     assert isinstance(g2.X._meta, np.ndarray)
 
@@ -556,3 +558,6 @@ def test_xarray_dataset(tmp_path):
     assert grid.purity == [True, True]
     X = np.column_stack([ds["age"].values, color])
     check_round_trip(grid, X, ds["target"].values)
+    detected = to_grid(ds, "target", tmp_path / "d", row_chunk=8, blocks="detect")
+    assert all(detected.purity)
+    check_round_trip(detected, X, ds["target"].values)

@@ -68,7 +68,7 @@ def _compressors():
 # ======================================================================= Grid
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, eq=False)
 class Grid:
     """A grid store opened for reading (see :func:`open_grid`).
 
@@ -163,6 +163,27 @@ class Grid:
         """
         return _read_cell(self.path, self.grid_id, int(r), int(b))
 
+    def to_original_order(self, values) -> np.ndarray:
+        """Map per-column values from grid order back to original feature order.
+
+        Parameters
+        ----------
+        values : array-like, shape (n_features,) or (n_features, k)
+            Indexed like the columns of ``X`` (e.g. coefficients fitted on
+            the grid).
+
+        Returns
+        -------
+        ndarray, same shape
+            ``out[feature_order[k]] = values[k]``.
+        """
+        values = np.asarray(values)
+        if values.shape[0] != self.shape[1]:
+            raise ValueError(f"expected {self.shape[1]} values, got {values.shape[0]}")
+        out = np.empty_like(values)
+        out[self.feature_order] = values
+        return out
+
     def read_labels(self, r: int) -> np.ndarray:
         """Read the float64 labels of row chunk ``r``, shape (row_chunks[r],)."""
         return _read_labels(self.path, self.grid_id, int(r))
@@ -217,13 +238,15 @@ def _detection_sample(source: Source, row_chunk: int):
 
 def _resolve_blocks(blocks, source: Source, names, row_chunk: int) -> list[np.ndarray]:
     p = source.shape[1]
-    if blocks is None:
-        if source.default_blocks is not None:
-            return [np.asarray(b, dtype=np.int64) for b in source.default_blocks]
+    if blocks is None and source.default_blocks is not None:
+        return [np.asarray(b, dtype=np.int64) for b in source.default_blocks]
+    if blocks is None or (isinstance(blocks, str) and blocks == "detect"):
         return detect_pure_blocks(_detection_sample(source, row_chunk))
     if isinstance(blocks, str):
         if blocks != "names":
-            raise ValueError(f"unknown blocks={blocks!r}; use None, 'names', an int or a list")
+            raise ValueError(
+                f"unknown blocks={blocks!r}; use None, 'detect', 'names', an int or a list"
+            )
         if names is None:
             raise ValueError("blocks='names' needs feature_names")
         return blocks_from_names(names)
@@ -433,11 +456,12 @@ def to_grid(
         Directory of the store to create.
     row_chunk : int
         Examples per row chunk (the last one may be smaller).
-    blocks : None, "names", int or list of array-like of int, optional
-        Column partition.  None: the Dataset's variables, else pure blocks
-        detected by greedy colouring (:func:`detect_pure_blocks`) on all rows
-        of in-memory inputs or on the first ``DETECT_ROWS`` rows of streamed
-        ones.  "names": group ``"var=value"`` feature names by ``var``
+    blocks : None, "detect", "names", int or list of array-like of int, optional
+        Column partition.  None: the Dataset's variables for an xarray
+        Dataset, else as "detect".  "detect": pure blocks found by greedy
+        colouring (:func:`detect_pure_blocks`) on all rows of in-memory
+        inputs or on the first ``DETECT_ROWS`` (100 000) rows of streamed
+        ones (dask arrays, libsvm files).  "names": group ``"var=value"`` feature names by ``var``
         (:func:`blocks_from_names`).  int k: consecutive blocks of k
         features (sensible for dense data).  A list must partition
         ``range(n_features)``.
