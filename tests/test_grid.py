@@ -236,7 +236,7 @@ def test_dask_unknown_chunks(tmp_path):
 
 def test_libsvm_round_trip(tmp_path):
     rng = np.random.default_rng(4)
-    n, p = 97, 15
+    n, p = 97, 8
     X = sp.random(n, p, density=0.2, format="csr", random_state=6)
     D = X.toarray() * (np.arange(p) < p - 1)  # last feature never set
     D[3, p - 2] = 2.5
@@ -457,7 +457,7 @@ def test_open_grid_refuses_incomplete_or_unknown(tmp_path):
 
 def _chunk_file(root: Path, grid, r, b):
     if grid.is_sparse:
-        return root / "X" / f"block_{b}" / f"chunk_{r}" / "data" / "c" / "0"
+        return root / "X" / f"block_{b}" / f"cell_{r}" / "c" / "0"
     return root / "X" / f"block_{b}" / "c" / str(r) / "0"
 
 

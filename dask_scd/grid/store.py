@@ -18,9 +18,8 @@ On-disk layout (zarr v3 group at ``path``)::
     y                             float64 (n_samples,), chunks (row_chunk,)
     cell_nnz                      int64 (n_row_chunks, n_blocks), one chunk
     X/block_{b}                   dense:  (n_samples, size_b), chunks (row_chunk, size_b)
-    X/block_{b}/chunk_{r}/data    sparse: CSC triplet of cell (r, b), each array
-    X/block_{b}/chunk_{r}/indices         a single zstd-compressed chunk;
-    X/block_{b}/chunk_{r}/indptr          indices are rows within the row chunk
+    X/block_{b}/cell_{r}          sparse: uint8 (n_bytes,), one chunk: the packed
+                                  CSC triplet of cell (r, b) (see pack_csc)
 """
 
 from __future__ import annotations
@@ -291,7 +290,7 @@ class _GridWriter:
         dtype = np.dtype(dtype)
         # A NaN / -1 fill value makes a missing chunk decode to values that
         # can never be valid (finiteness is enforced on write).
-        fill = np.nan if dtype.kind == "f" else -1
+        fill = {"f": np.nan, "i": -1}.get(dtype.kind, 0)
         return self.group.create_array(
             name,
             shape=shape,
@@ -307,18 +306,9 @@ class _GridWriter:
         if not self.source.is_sparse:
             self.dense[b][self.bounds[r] : self.bounds[r + 1]] = cell
             return
-        indptr_dtype = np.int32 if cell.nnz < 2**31 else np.int64
-        parts = {
-            "data": cell.data.astype(self.source.dtype, copy=False),
-            "indices": cell.indices.astype(np.int32, copy=False),
-            "indptr": cell.indptr.astype(indptr_dtype, copy=False),
-        }
-        for name, values in parts.items():
-            arr = self._create(
-                f"X/block_{b}/chunk_{r}/{name}", values.shape, values.shape, values.dtype
-            )
-            if values.size:
-                arr[:] = values
+        packed = pack_csc(cell, self.source.dtype)
+        arr = self._create(f"X/block_{b}/cell_{r}", packed.shape, packed.shape, np.uint8)
+        arr[:] = packed
 
     def write_labels(self, r: int, y_chunk: np.ndarray) -> None:
         self.y[self.bounds[r] : self.bounds[r + 1]] = y_chunk
@@ -329,6 +319,54 @@ class _GridWriter:
         self.group.attrs.update(attrs)
         # Written last: open_grid refuses any store without it.
         self.group.attrs["complete"] = True
+
+
+# A sparse cell is one uint8 zarr array (one chunk): MAGIC, then the bytes of
+# data (grid dtype, nnz), indptr (int32, or int64 from 2**31 non-zeros;
+# size_b + 1) and indices (int32 row within the row chunk, nnz).  One array
+# per cell keeps the number of files low and a cell read to one chunk.
+_MAGIC = b"CSCcell1"
+
+
+def _indptr_dtype(nnz: int) -> np.dtype:
+    return np.dtype(np.int32 if nnz < 2**31 else np.int64)
+
+
+def packed_size(nnz: int, size: int, dtype) -> int:
+    """Bytes of a packed sparse cell with ``nnz`` non-zeros and ``size`` columns."""
+    dtype = np.dtype(dtype)
+    return (
+        len(_MAGIC)
+        + nnz * dtype.itemsize
+        + (size + 1) * _indptr_dtype(nnz).itemsize
+        + nnz * 4
+    )
+
+
+def pack_csc(cell: sp.csc_matrix, dtype) -> np.ndarray:
+    """Serialise a CSC cell into one uint8 array (see ``_MAGIC``)."""
+    parts = (
+        np.frombuffer(_MAGIC, dtype=np.uint8),
+        cell.data.astype(dtype, copy=False),
+        cell.indptr.astype(_indptr_dtype(cell.nnz), copy=False),
+        cell.indices.astype(np.int32, copy=False),
+    )
+    return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts])
+
+
+def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell"):
+    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays."""
+    dtype = np.dtype(dtype)
+    if buf.size != packed_size(nnz, size, dtype) or buf[: len(_MAGIC)].tobytes() != _MAGIC:
+        raise GridCorruptionError(f"{where}: packed sparse cell has a bad header or length")
+    raw = buf.tobytes()
+    offset = len(_MAGIC)
+    out = []
+    for part_dtype, count in ((dtype, nnz), (_indptr_dtype(nnz), size + 1), (np.int32, nnz)):
+        out.append(np.frombuffer(raw, dtype=part_dtype, count=count, offset=offset).copy())
+        offset += count * np.dtype(part_dtype).itemsize
+    data, indptr, indices = out
+    return data, indices, indptr
 
 
 def _extract_cell(Xc, cols: np.ndarray, dtype, is_sparse: bool):
@@ -382,6 +420,7 @@ def _write_grid(root: str, source: Source, blocks, row_chunk: int, names) -> Non
         "shape": [n, p],
         "dtype": source.dtype.name,
         "layout": "sparse" if source.is_sparse else "dense",
+        "sparse_cell_encoding": "packed-csc-1" if source.is_sparse else None,
         "row_chunk": row_chunk,
         "row_bounds": [int(v) for v in bounds],
         "blocks": [[int(j) for j in block] for block in blocks],
@@ -592,19 +631,15 @@ class _Reader:
     def _read_sparse(self, r: int, b: int, where: str) -> sp.csc_matrix:
         rows, size = int(self.bounds[r + 1] - self.bounds[r]), self.sizes[b]
         nnz = int(self.cell_nnz()[r, b])
-        parts = {}
-        for name in ("data", "indices", "indptr"):
-            full = f"X/block_{b}/chunk_{r}/{name}"
-            arr = self._array(full, cache=False)
-            expected = size + 1 if name == "indptr" else nnz
-            if arr.shape != (expected,):
-                raise GridCorruptionError(
-                    f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
-                )
-            if expected:
-                self._require_chunk_file(full, "c/0", where)
-            parts[name] = np.asarray(arr[:])
-        data, indices, indptr = parts["data"], parts["indices"], parts["indptr"]
+        name = f"X/block_{b}/cell_{r}"
+        arr = self._array(name, cache=False)
+        expected = packed_size(nnz, size, self.dtype)
+        if arr.shape != (expected,):
+            raise GridCorruptionError(
+                f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
+            )
+        self._require_chunk_file(name, "c/0", where)
+        data, indices, indptr = unpack_csc(np.asarray(arr[:]), nnz, size, self.dtype, where)
         if (
             indptr[0] != 0
             or indptr[-1] != nnz
@@ -661,6 +696,10 @@ def _check_header(path: str):
         )
     if attrs.get("complete") is not True:
         raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
+    if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
+        raise ValueError(
+            f"unsupported sparse cell encoding {attrs.get('sparse_cell_encoding')!r} at {path}"
+        )
     return attrs
 
 
