@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from dask_scd.result import FitResult
 from dask_scd.solvers import local
@@ -82,7 +83,7 @@ def fit(
         raise TypeError(f"unexpected arguments for in-memory data: {sorted(engine_options)}")
     X = check_matrix(X)
     y, classes = check_labels(y, X.shape[0], loss)
-    solver = choose_solver(solver, problem, *X.shape)
+    solver = choose_solver(solver, problem, *X.shape, _mean_row_sq_norm(X))
     if solver == "block_scd":
         raise ValueError("solver='block_scd' needs a dask array or a Grid; got in-memory X")
     if solver == "scd":
@@ -104,6 +105,12 @@ def fit(
         primal_=run.certificate.primal,
         classes_=classes,
     )
+
+
+def _mean_row_sq_norm(X) -> float:
+    """mean ‖x_i‖², the scale of the dual's conditioning (cheap: one pass over values)."""
+    values = X.data if sp.issparse(X) else np.asarray(X)
+    return float(np.square(values, dtype=np.float64).sum()) / X.shape[0]
 
 
 def _is_distributed(X) -> bool:

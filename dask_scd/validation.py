@@ -96,8 +96,15 @@ def check_labels(y, n_samples: int, loss: str):
     return np.where(y == classes[1], 1.0, -1.0), classes
 
 
-def choose_solver(solver: str, problem: Problem, n_samples: int, n_features: int) -> str:
-    """Resolve ``solver="auto"`` and check that a forced solver fits the problem."""
+def choose_solver(solver: str, problem: Problem, n_samples: int, n_features: int,
+                  mean_row_sq_norm: float = 0.0) -> str:
+    """Resolve ``solver="auto"`` and check that a forced solver fits the problem.
+
+    L1 and elastic net need the primal (SCD). For L2 problems the dual (SDCA) converges at
+    a rate set by ``mean ‖x_i‖² / (αn)`` alone, blind to correlated or collinear features
+    (one-hot groups summing to the intercept) that slow primal coordinate descent down; it
+    is chosen unless that ratio is large, and always for the hinge and for p > n.
+    """
     if solver not in ("auto", "scd", "sdca", "block_scd"):
         raise ValueError(f"solver={solver!r} is not one of 'auto', 'scd', 'sdca', 'block_scd'")
     if solver == "sdca" and problem.l1_ratio > 0:
@@ -111,5 +118,7 @@ def choose_solver(solver: str, problem: Problem, n_samples: int, n_features: int
     if problem.l1_ratio > 0:
         return "scd"
     if problem.loss == "hinge" or n_features > n_samples:
+        return "sdca"
+    if mean_row_sq_norm / (problem.alpha * n_samples) <= 1000.0:
         return "sdca"
     return "scd"

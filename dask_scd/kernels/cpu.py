@@ -350,13 +350,13 @@ def _rows_dot(data, indices, dense, s1, e1, s2, e2):
     if dense:
         s = 0.0
         for k in range(e1 - s1):
-            s += data[s1 + k] * data[s2 + k]
+            s += np.float64(data[s1 + k]) * data[s2 + k]  # float32 products lose digits
         return s
     s = 0.0
     p, r = s1, s2
     while p < e1 and r < e2:
         if indices[p] == indices[r]:
-            s += data[p] * data[r]
+            s += np.float64(data[p]) * data[r]
             p += 1
             r += 1
         elif indices[p] < indices[r]:
@@ -433,5 +433,6 @@ def major_sq_norms(data, indptr, dense, n_major, n_minor, out):
         start, end = _line(dense, indptr, r, n_minor)
         s = 0.0
         for idx in range(start, end):
-            s += data[idx] * data[idx]
+            x = np.float64(data[idx])  # square in float64: float32 products lose digits
+            s += x * x
         out[r] = s

@@ -1,0 +1,136 @@
+"""Plain-numpy reference of every kernel update: the test oracle, slow and obvious.
+
+Written from the formulas in :mod:`dask_scd.objectives` (losses and their conjugates),
+column by column and row by row on a dense ``X``, with no shared code with the numba
+kernels beyond those formulas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import brentq
+
+from dask_scd import objectives as obj
+
+_ARMIJO = 0.01
+
+
+def _soft_threshold(z, t):
+    return np.sign(z) * max(abs(z) - t, 0.0)
+
+
+def _objective_along(problem, y, margins, column, old, step):
+    """Loss over the column's examples plus the penalty of θ_j = old + step."""
+    theta = old + step
+    loss = obj.loss_value(problem.loss, y, margins + step * column).sum() / len(y)
+    return loss + problem.l1 * abs(theta) + 0.5 * problem.l2 * theta**2
+
+
+def scd_epoch(problem: obj.Problem, X, y, margins, coef, intercept, order):
+    """One primal SCD epoch on dense X; updates ``margins``, ``coef``, ``intercept[0]``."""
+    n, p = X.shape
+    for j in order:
+        column = np.ones(n) if j == p else X[:, j].astype(np.float64)
+        d1 = obj.loss_derivative(problem.loss, y, margins)
+        d2 = obj.loss_second_derivative(problem.loss, y, margins)
+        g = d1 @ column / n
+        h = d2 @ (column * column) / n
+        if j == p:
+            if h <= 0:
+                continue
+            old, l1, l2 = intercept[0], 0.0, 0.0
+            new = old - g / h
+        else:
+            old, l1, l2 = coef[j], problem.l1, problem.l2
+            if h + l2 <= 0:
+                continue
+            new = _soft_threshold(h * old - g, l1) / (h + l2)
+        delta = new - old
+        if delta == 0.0:
+            continue
+        if problem.loss != "squared":
+            delta *= _line_search(problem, y, margins, column, old, delta, g, l1, l2)
+        if j == p:
+            intercept[0] += delta
+        else:
+            coef[j] += delta
+        margins += delta * column
+
+
+def _line_search(problem, y, margins, column, old, delta, g, l1, l2):
+    penalty = lambda t: l1 * abs(t) + 0.5 * l2 * t * t  # noqa: E731
+    rows = column != 0
+    yc, mc, cc = y[rows], margins[rows], column[rows]
+    n = len(y)
+    base = obj.loss_value(problem.loss, yc, mc).sum() / n
+    model = g * delta + penalty(old + delta) - penalty(old)
+    noise = 1e-13 * (base + penalty(old))
+    t = 1.0
+    for _ in range(40):
+        trial = obj.loss_value(problem.loss, yc, mc + t * delta * cc).sum() / n
+        if trial - base + penalty(old + t * delta) - penalty(old) <= _ARMIJO * t * model + noise:
+            return t
+        t *= 0.5
+    return 0.0
+
+
+def _dual_interval(loss, y, a):
+    if loss == "squared":
+        return -np.inf, np.inf
+    if loss == "squared_hinge":
+        return (-a, np.inf) if y > 0 else (-np.inf, -a)
+    return (-a, 1.0 - a) if y > 0 else (-1.0 - a, -a)
+
+
+def _dual_slope(loss, y, a):
+    """d/da of −ℓ*(−a)."""
+    beta = a * y
+    if loss == "squared":
+        return y - a
+    if loss == "hinge":
+        return y
+    if loss == "squared_hinge":
+        return y * (1.0 - beta / 2.0)
+    return y * (np.log1p(-beta) - np.log(beta))
+
+
+def dual_step(loss, terms, m, q):
+    """argmax_t Σ_k d(a_k + s_k t) − t m − q t²/2 with ``terms = [(y_k, a_k, s_k)]``."""
+    lo, hi = -np.inf, np.inf
+    for y, a, s in terms:
+        a_lo, a_hi = _dual_interval(loss, y, a)
+        lo, hi = (max(lo, a_lo), min(hi, a_hi)) if s > 0 else (max(lo, -a_hi), min(hi, -a_lo))
+    slope = lambda t: sum(s * _dual_slope(loss, y, a + s * t) for y, a, s in terms) - m - q * t  # noqa: E731
+    if loss == "logistic":
+        span = hi - lo
+        return brentq(slope, lo + 1e-15 * span, hi - 1e-15 * span, xtol=1e-16)
+    # A concave quadratic (or linear) in t: its maximizer over [lo, hi].
+    curvature = slope(1.0) - slope(0.0)
+    if curvature < 0:
+        t = -slope(0.0) / curvature
+    else:
+        t = hi if slope(0.0) > 0 else lo
+    return float(np.clip(t, lo, hi))
+
+
+def sdca_epoch(problem: obj.Problem, X, y, dual_coef, coef, order, paired):
+    """One SDCA epoch on dense X; updates ``dual_coef`` and ``coef`` = Xᵀa/(αn) in place."""
+    n = X.shape[0]
+    alpha_n = problem.alpha * n
+    step = 2 if paired else 1
+    stop = len(order) - (len(order) % 2 if paired else 0)
+    for k in range(0, stop, step):
+        i = order[k]
+        if paired:
+            j = order[k + 1]
+            direction = X[i].astype(np.float64) - X[j]
+            terms = [(y[i], dual_coef[i], 1.0), (y[j], dual_coef[j], -1.0)]
+        else:
+            j = None
+            direction = X[i].astype(np.float64)
+            terms = [(y[i], dual_coef[i], 1.0)]
+        t = dual_step(problem.loss, terms, direction @ coef, direction @ direction / alpha_n)
+        dual_coef[i] += t
+        if j is not None:
+            dual_coef[j] -= t
+        coef += t * direction / alpha_n

@@ -1,0 +1,22 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def shared_dataset(name: str):
+    """A LIBSVM data set from ../shared/data, or a clean skip where it is absent."""
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (only on the project's machines)")
+    from sklearn.datasets import load_svmlight_file
+
+    X, y = load_svmlight_file(str(path), n_features=123)
+    return X.tocsr(), y
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

@@ -1,0 +1,109 @@
+"""The certificate: exact splits, signs, conjugates, the 1-D intercept problem."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize_scalar
+
+from dask_scd import objectives as obj
+
+LOSS_PENALTY = [
+    (loss, rho)
+    for loss in obj.LOSSES
+    for rho in (0.0, 0.5, 1.0)
+    if not (loss == "hinge" and rho > 0)
+]
+
+
+def _problem(loss, rho, fit_intercept, alpha=0.1):
+    return obj.Problem(loss=loss, alpha=alpha, l1_ratio=rho, fit_intercept=fit_intercept)
+
+
+def _data(rng, n=60, p=8, sparse=False):
+    X = rng.normal(size=(n, p))
+    if sparse:
+        X[rng.random(X.shape) < 0.6] = 0.0
+        X = sp.csr_matrix(X)
+    y = np.sign(rng.normal(size=n))
+    return X, y
+
+
+@pytest.mark.parametrize("loss,rho", LOSS_PENALTY)
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_coordinate_gaps_sum_to_total_gap(rng, loss, rho, fit_intercept, sparse):
+    X, y = _data(rng, sparse=sparse)
+    problem = _problem(loss, rho, fit_intercept)
+    coef = rng.normal(scale=0.3, size=X.shape[1])
+    cert = obj.certificate(problem, X, y, coef, 0.2 if fit_intercept else 0.0)
+    assert np.all(cert.coordinate_gaps >= -1e-12)
+    assert cert.intercept_gap >= -1e-12
+    assert cert.coordinate_gaps.sum() + cert.intercept_gap == pytest.approx(cert.gap, rel=1e-10)
+    assert cert.gap > 0
+    # The primal value is the objective written out directly.
+    z = np.asarray(X @ coef).ravel() + (0.2 if fit_intercept else 0.0)
+    direct = obj.loss_value(loss, y, z).mean() + problem.alpha * (
+        rho * np.abs(coef).sum() + 0.5 * (1 - rho) * coef @ coef
+    )
+    assert cert.primal == pytest.approx(direct, rel=1e-12)
+
+
+@pytest.mark.parametrize("loss", obj.LOSSES)
+def test_dual_loss_is_the_conjugate(loss):
+    """−ℓ*(−a) = inf_z ℓ(z) + a z, checked by numerical minimization over z."""
+    for y in (1.0, -1.0):
+        z0 = np.linspace(-3, 3, 7)
+        a = -obj.loss_derivative(loss, y, z0)
+        for ai, zi in zip(a, z0):
+            inf = minimize_scalar(lambda z: obj.loss_value(loss, y, z) + ai * z,
+                                  bounds=(-50, 50), method="bounded", options={"xatol": 1e-12})
+            assert obj.dual_loss(loss, y, ai) == pytest.approx(inf.fun, abs=1e-7)
+            # Fenchel–Young equality at a = −ℓ'(z).
+            assert obj.loss_value(loss, y, zi) - obj.dual_loss(loss, y, ai) + ai * zi == \
+                pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("loss", obj.LOSSES)
+def test_dual_loss_outside_domain_is_minus_infinity(loss):
+    if loss == "squared":
+        return
+    assert obj.dual_loss(loss, 1.0, -0.5) == -np.inf
+    assert obj.dual_loss(loss, -1.0, 0.5) == -np.inf
+
+
+@pytest.mark.parametrize("loss", obj.LOSSES)
+def test_optimal_intercept_minimizes(rng, loss):
+    margins = rng.normal(size=200)
+    y = np.sign(rng.normal(size=200) + 0.3)
+    b = obj.optimal_intercept(loss, y, margins)
+    f = lambda c: obj.loss_value(loss, y, margins + c).mean()  # noqa: E731
+    ref = minimize_scalar(f, bounds=(-20, 20), method="bounded", options={"xatol": 1e-12})
+    assert f(b) <= ref.fun + 1e-12
+
+
+def test_projection_makes_dual_feasible(rng):
+    X, y = _data(rng)
+    for loss in obj.LOSSES:
+        problem = _problem(loss, 0.0, True)
+        margins = rng.normal(size=len(y)) + 1.0
+        sums = obj.margin_sums(problem, y, margins)
+        a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+        assert abs(a.sum()) < 1e-10
+        assert np.isfinite(obj.dual_loss(loss, y, a)).all()
+
+
+def test_sdca_certificate_splits_per_example(rng):
+    X, y = _data(rng)
+    problem = _problem("logistic", 0.0, True)
+    a = y * rng.uniform(0.1, 0.9, size=len(y))
+    pos, neg = a[a > 0].sum(), -a[a < 0].sum()
+    a[a > 0] *= min(1.0, neg / pos)
+    a[a < 0] *= min(1.0, pos / neg)  # now Σ a_i = 0: the intercept's dual constraint
+    assert abs(a.sum()) < 1e-12
+    coef = X.T @ a / (problem.alpha * len(y))
+    margins = X @ coef + 0.3
+    cert = obj.sdca_certificate(problem, y, a, coef, margins)
+    assert cert.gap > 0
+    assert cert.coordinate_gaps.sum() == pytest.approx(cert.gap, rel=1e-10)
+    # The same point certified from its primal side is no better than an exact split.
+    assert np.all(cert.coordinate_gaps >= -1e-15)
