@@ -109,8 +109,9 @@ def fit(
 
 def _mean_row_sq_norm(X) -> float:
     """mean ‖x_i‖², the scale of the dual's conditioning (cheap: one pass over values)."""
-    values = X.data if sp.issparse(X) else np.asarray(X)
-    return float(np.square(values, dtype=np.float64).sum()) / X.shape[0]
+    if sp.issparse(X):
+        return float(np.dot(X.data, X.data)) / X.shape[0]
+    return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary
 
 
 def _is_distributed(X) -> bool:

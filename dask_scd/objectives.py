@@ -200,6 +200,16 @@ def dual_scales(problem: Problem, sums: dict) -> tuple[float, float]:
     return 1.0, 1.0
 
 
+def project_sum_zero(a):
+    """Shrink the positive or the negative entries of ``a`` so that Σ a_i = 0.
+
+    Every dual domain contains the segment from 0 to a_i, so the result stays feasible.
+    """
+    sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
+    scales = dual_scales(Problem("squared", 1.0, 0.0, True), sums)
+    return np.where(a > 0, a * scales[0], a * scales[1])
+
+
 def dual_point(problem: Problem, y, margins, scales: tuple[float, float]):
     """The feasible dual vector ``a`` built from the margins (a = −ℓ'(ŷ), projected)."""
     a = -loss_derivative(problem.loss, y, margins)

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -14,7 +15,9 @@ def shared_dataset(name: str):
     from sklearn.datasets import load_svmlight_file
 
     X, y = load_svmlight_file(str(path), n_features=123)
-    return X.tocsr(), y
+    # The loader may hand out int64 indices, which some scikit-learn solvers refuse.
+    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
+    return X, y
 
 
 @pytest.fixture

@@ -270,30 +270,16 @@ def _dual_d1_d2(loss, y, a):
 
 
 @njit(inline="always")
-def _dual_step(loss, y1, a1, m1, y2, a2, m2, paired, q):
-    """Maximize φ(t) = d(a1 + t) [+ d(a2 − t)] − t(m1 [− m2]) − q t²/2 over the domain.
+def _dual_step(loss, y, a, m, q):
+    """Maximize φ(t) = d(a + t) − t m − q t²/2 over the domain of d = −ℓ*(−·).
 
-    ``d = −ℓ*(−·)``; ``q = ‖x1 [− x2]‖²/(αn)``. The pair form keeps Σ a_i constant, which
-    is the dual constraint of an unpenalized intercept. Quadratic duals (squared, hinge,
-    squared hinge) are solved by one clipped Newton step; the logistic dual by a Newton
-    iteration safeguarded by bisection on its bracket.
+    ``q = ‖x_i‖²/(αn)`` (+ρ). Quadratic duals (squared, hinge, squared hinge) are solved
+    by one clipped Newton step; the logistic dual by a Newton iteration safeguarded by
+    bisection on its bracket (its derivative is ±∞ at the ends).
     """
-    lo, hi = _dual_interval(loss, y1, a1)
-    if paired:
-        lo2, hi2 = _dual_interval(loss, y2, a2)
-        lo = max(lo, -hi2)
-        hi = min(hi, -lo2)
-        m = m1 - m2
-    else:
-        m = m1
-    if hi <= lo:
-        return 0.0
+    lo, hi = _dual_interval(loss, y, a)
     if loss != LOGISTIC:
-        d1, d2 = _dual_d1_d2(loss, y1, a1)
-        if paired:
-            e1, e2 = _dual_d1_d2(loss, y2, a2)
-            d1 -= e1
-            d2 += e2
+        d1, d2 = _dual_d1_d2(loss, y, a)
         slope = d1 - m
         curvature = d2 - q
         if curvature < 0.0:
@@ -310,11 +296,7 @@ def _dual_step(loss, y1, a1, m1, y2, a2, m2, paired, q):
         return t
     t = 0.0
     for _ in range(60):
-        d1, d2 = _dual_d1_d2(loss, y1, a1 + t)
-        if paired:
-            e1, e2 = _dual_d1_d2(loss, y2, a2 - t)
-            d1 -= e1
-            d2 += e2
+        d1, d2 = _dual_d1_d2(loss, y, a + t)
         slope = d1 - m - q * t
         if slope > 0.0:
             lo = t
@@ -324,8 +306,7 @@ def _dual_step(loss, y1, a1, m1, y2, a2, m2, paired, q):
         if not (lo < step < hi):
             step = 0.5 * (lo + hi)
         if abs(step - t) <= 1e-15 * (1.0 + abs(t)):
-            t = step
-            break
+            return step
         t = step
     return t
 
@@ -344,65 +325,31 @@ def _row_axpy(data, indices, dense, start, end, scale, w):
         w[_minor(dense, indices, idx, start)] += scale * data[idx]
 
 
-@njit(inline="always")
-def _rows_dot(data, indices, dense, s1, e1, s2, e2):
-    """x_iᵀx_j for two rows (sorted indices in the sparse case)."""
-    if dense:
-        s = 0.0
-        for k in range(e1 - s1):
-            s += np.float64(data[s1 + k]) * data[s2 + k]  # float32 products lose digits
-        return s
-    s = 0.0
-    p, r = s1, s2
-    while p < e1 and r < e2:
-        if indices[p] == indices[r]:
-            s += np.float64(data[p]) * data[r]
-            p += 1
-            r += 1
-        elif indices[p] < indices[r]:
-            p += 1
-        else:
-            r += 1
-    return s
-
-
 @njit(nogil=True, cache=True)
 def sdca_epoch(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, paired,
+    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
 ):
     """One epoch of SDCA over rows; ``dual_coef`` (a) and ``coef`` (w = Xᵀa/(αn)) in place.
 
-    With ``paired`` the order is read two by two and each pair moves along e_i − e_j,
-    keeping Σ a_i = 0 (the intercept's dual constraint); an odd last row waits for the
-    next epoch's permutation. Returns the largest |Δa_i|.
+    With ``rho > 0`` the steps are taken on the augmented Lagrangian of the intercept's
+    dual constraint Σ a_i = 0, ``D(a) − b Σa/n − ρ(Σa)²/(2n)`` (method of multipliers; the
+    caller then sets b ← b + ρ Σa). ``dual_sum`` (length 1) carries Σ a_i through the
+    epoch. With ``rho = 0`` and ``intercept = 0`` this is plain SDCA. Returns max |Δa_i|.
     """
     max_delta = 0.0
-    step = 2 if paired else 1
-    stop = order.shape[0] - (order.shape[0] % 2 if paired else 0)
-    for k in range(0, stop, step):
+    for k in range(order.shape[0]):
         i = order[k]
-        s1, e1 = _line(dense, indptr, i, n_features)
-        m1 = _row_dot(data, indices, dense, s1, e1, coef)
-        if paired:
-            j = order[k + 1]
-            s2, e2 = _line(dense, indptr, j, n_features)
-            m2 = _row_dot(data, indices, dense, s2, e2, coef)
-            cross = _rows_dot(data, indices, dense, s1, e1, s2, e2)
-            q = (row_sq_norms[i] + row_sq_norms[j] - 2.0 * cross) / alpha_n
-            t = _dual_step(loss, y[i], dual_coef[i], m1, y[j], dual_coef[j], m2, True, q)
-        else:
-            j = i
-            s2, e2 = s1, e1
-            q = row_sq_norms[i] / alpha_n
-            t = _dual_step(loss, y[i], dual_coef[i], m1, 0.0, 0.0, 0.0, False, q)
+        start, end = _line(dense, indptr, i, n_features)
+        margin = _row_dot(data, indices, dense, start, end, coef)
+        q = row_sq_norms[i] / alpha_n + rho
+        shifted = margin + intercept + rho * dual_sum[0]
+        t = _dual_step(loss, y[i], dual_coef[i], shifted, q)
         if t == 0.0:
             continue
         dual_coef[i] += t
-        _row_axpy(data, indices, dense, s1, e1, t / alpha_n, coef)  # w += t x_i/(αn)
-        if paired:
-            dual_coef[j] -= t
-            _row_axpy(data, indices, dense, s2, e2, -t / alpha_n, coef)
+        dual_sum[0] += t
+        _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
         max_delta = max(max_delta, abs(t))
     return max_delta
 

@@ -94,13 +94,10 @@ def _dual_slope(loss, y, a):
     return y * (np.log1p(-beta) - np.log(beta))
 
 
-def dual_step(loss, terms, m, q):
-    """argmax_t Σ_k d(a_k + s_k t) − t m − q t²/2 with ``terms = [(y_k, a_k, s_k)]``."""
-    lo, hi = -np.inf, np.inf
-    for y, a, s in terms:
-        a_lo, a_hi = _dual_interval(loss, y, a)
-        lo, hi = (max(lo, a_lo), min(hi, a_hi)) if s > 0 else (max(lo, -a_hi), min(hi, -a_lo))
-    slope = lambda t: sum(s * _dual_slope(loss, y, a + s * t) for y, a, s in terms) - m - q * t  # noqa: E731
+def dual_step(loss, y, a, m, q):
+    """argmax_t d(a + t) − t m − q t²/2 over the domain of d = −ℓ*(−·)."""
+    lo, hi = _dual_interval(loss, y, a)
+    slope = lambda t: _dual_slope(loss, y, a + t) - m - q * t  # noqa: E731
     if loss == "logistic":
         span = hi - lo
         return brentq(slope, lo + 1e-15 * span, hi - 1e-15 * span, xtol=1e-16)
@@ -113,24 +110,15 @@ def dual_step(loss, terms, m, q):
     return float(np.clip(t, lo, hi))
 
 
-def sdca_epoch(problem: obj.Problem, X, y, dual_coef, coef, order, paired):
-    """One SDCA epoch on dense X; updates ``dual_coef`` and ``coef`` = Xᵀa/(αn) in place."""
-    n = X.shape[0]
-    alpha_n = problem.alpha * n
-    step = 2 if paired else 1
-    stop = len(order) - (len(order) % 2 if paired else 0)
-    for k in range(0, stop, step):
-        i = order[k]
-        if paired:
-            j = order[k + 1]
-            direction = X[i].astype(np.float64) - X[j]
-            terms = [(y[i], dual_coef[i], 1.0), (y[j], dual_coef[j], -1.0)]
-        else:
-            j = None
-            direction = X[i].astype(np.float64)
-            terms = [(y[i], dual_coef[i], 1.0)]
-        t = dual_step(problem.loss, terms, direction @ coef, direction @ direction / alpha_n)
+def sdca_epoch(problem: obj.Problem, X, y, dual_coef, coef, order, intercept=0.0, rho=0.0):
+    """One SDCA epoch on dense X; updates ``dual_coef`` and ``coef`` = Xᵀa/(αn) in place.
+
+    ``rho > 0``: steps on the augmented Lagrangian D(a) − bΣa/n − ρ(Σa)²/(2n).
+    """
+    alpha_n = problem.alpha * X.shape[0]
+    for i in order:
+        x = X[i].astype(np.float64)
+        t = dual_step(problem.loss, y[i], dual_coef[i],
+                      x @ coef + intercept + rho * dual_coef.sum(), x @ x / alpha_n + rho)
         dual_coef[i] += t
-        if j is not None:
-            dual_coef[j] -= t
-        coef += t * direction / alpha_n
+        coef += t * x / alpha_n

@@ -77,7 +77,13 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, coef_init=None,
 
 
 def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -> LocalFit:
-    """Stochastic dual coordinate ascent (L2 penalty); pairs of rows with an intercept.
+    """Stochastic dual coordinate ascent (L2 penalty).
+
+    The intercept's dual constraint Σ a_i = 0 is handled by the method of multipliers:
+    SDCA epochs on the augmented Lagrangian, then b ← b + ρ Σ a_i, with ρ the mean
+    coordinate curvature ‖x_i‖²/(αn) (see :func:`dask_scd.kernels.cpu.sdca_epoch`). It
+    beats steps on random pairs of rows, which keep Σ a_i = 0 exactly but crawl on the
+    box-constrained hinge dual.
 
     Parameters
     ----------
@@ -87,40 +93,44 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     matrix = MajorMatrix.from_array(X, "rows")
     n_samples, n_features = X.shape
     alpha_n = problem.alpha * n_samples
+    row_sq_norms = matrix.sq_norms()
+    rho = float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
     # Start from the dual point of θ = 0 (with its best intercept): feasible, Σ a_i = 0.
-    b0 = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples)) if problem.fit_intercept else 0.0
-    margins0 = np.full(n_samples, b0)
-    scales = obj.dual_scales(problem, obj.margin_sums(problem, y, margins0))
-    dual_coef = obj.dual_point(problem, y, margins0, scales)
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
+    margins0 = np.full(n_samples, intercept)
+    dual_coef = obj.dual_point(
+        problem, y, margins0, obj.dual_scales(problem, obj.margin_sums(problem, y, margins0))
+    )
     if problem.loss == "logistic":
         # The logistic dual is open at β ∈ {0, 1}; keep the start strictly inside.
         dual_coef = np.clip(dual_coef * y, 1e-3, 1 - 1e-3) * y
         if problem.fit_intercept:
-            dual_coef = _balance(dual_coef, y)
+            dual_coef = obj.project_sum_zero(dual_coef)
     coef = matrix.scatter(dual_coef) / alpha_n
-    row_sq_norms = matrix.sq_norms()
 
     history = History()
     start = time.perf_counter()
     converged = False
     epoch = 0
-    intercept = b0
     for epoch in range(1, max_iter + 1):
         order = rng.permutation(n_samples)
+        dual_sum = np.array([dual_coef.sum()])
         cpu.sdca_epoch(
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_features, y,
             dual_coef, coef, order, problem.loss_code, alpha_n, row_sq_norms,
-            problem.fit_intercept,
+            intercept, rho, dual_sum,
         )
-        cert, intercept = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
+        intercept += rho * dual_sum[0]  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
+        cert, _, _ = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
         _report(verbose, "sdca", epoch, cert)
         if cert.relative_gap <= tol:
             converged = True
             break
     # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    coef = matrix.scatter(dual_coef) / alpha_n
-    cert, intercept = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
+    cert, intercept, coef = _dual_certificate(problem, matrix, y, dual_coef, None, intercept)
     margins = matrix.dot(coef) + intercept
     primal_cert = _primal_certificate(problem, matrix.scatter, y, coef, margins)
     if primal_cert.gap < cert.gap:
@@ -140,23 +150,27 @@ def _primal_certificate(problem, transpose_dot, y, coef, margins) -> obj.Certifi
     )
 
 
+
+
 def _dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
+    """SDCA certificate of (a, w); returns it, the best intercept for w, and w.
+
+    An ``a`` off the constraint Σ a_i = 0 (method of multipliers) is first projected onto
+    it and w recomputed from the projection, so that the certificate stays valid.
+    ``coef=None`` recomputes w = Xᵀa/(αn) exactly.
+    """
+    alpha_n = problem.alpha * len(y)
+    if problem.fit_intercept and dual_coef.sum() != 0.0:
+        dual_coef = obj.project_sum_zero(dual_coef)
+        coef = None
+    if coef is None:
+        coef = matrix.scatter(dual_coef) / alpha_n
     margins = matrix.dot(coef)
     intercept = 0.0
     if problem.fit_intercept:
         intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
-    return obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept), intercept
-
-
-def _balance(dual_coef, y):
-    """Rescale one class's dual variables so that Σ a_i = 0 (both stay inside (0,1)·y)."""
-    pos, neg = dual_coef[y > 0].sum(), -dual_coef[y < 0].sum()
-    out = dual_coef.copy()
-    if pos > neg:
-        out[y > 0] *= neg / pos
-    else:
-        out[y < 0] *= pos / neg
-    return out
+    cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept)
+    return cert, intercept, coef
 
 
 def _report(verbose, name, epoch, cert):

@@ -1,0 +1,118 @@
+"""Bad input gets a clear ValueError naming the argument; the caller's data is untouched."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dask_scd
+
+
+@pytest.fixture
+def data(rng):
+    X = rng.normal(size=(50, 4))
+    y = np.sign(rng.normal(size=50))
+    return X, y
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_X(data, bad):
+    X, y = data
+    X = X.copy()
+    X[7, 2] = bad
+    with pytest.raises(ValueError, match=r"X contains NaN or infinity \(first at row 7, column 2\)"):
+        dask_scd.fit(X, y)
+    with pytest.raises(ValueError, match="X contains NaN or infinity"):
+        dask_scd.fit(sp.csr_matrix(X), y)
+
+
+def test_non_finite_y(data):
+    X, y = data
+    y = y.copy()
+    y[3] = np.nan
+    with pytest.raises(ValueError, match=r"y contains NaN or infinity \(first at index 3\)"):
+        dask_scd.fit(X, y)
+    with pytest.raises(ValueError, match="y contains NaN"):
+        dask_scd.fit(X, y, loss="logistic")
+
+
+def test_shapes(data):
+    X, y = data
+    with pytest.raises(ValueError, match="y has 49 labels but X has 50 rows"):
+        dask_scd.fit(X, y[:-1])
+    with pytest.raises(ValueError, match="X must be 2-D"):
+        dask_scd.fit(X[:, 0], y)
+    with pytest.raises(ValueError, match="y must be 1-D"):
+        dask_scd.fit(X, np.stack([y, y], axis=1))
+    with pytest.raises(ValueError, match="X is empty"):
+        dask_scd.fit(np.zeros((0, 3)), np.zeros(0))
+    with pytest.raises(ValueError, match="X must be numeric"):
+        dask_scd.fit(X.astype(str), y)
+
+
+def test_labels(data):
+    X, y = data
+    with pytest.raises(ValueError, match="3 classes.*classifier estimators"):
+        dask_scd.fit(X, np.arange(50) % 3, loss="logistic")
+    with pytest.raises(ValueError, match="single class"):
+        dask_scd.fit(X, np.ones(50), loss="hinge")
+    # {0, 1}, {-1, 1} and any two labels give the same model.
+    pm = dask_scd.fit(X, y, loss="logistic", alpha=0.1, tol=1e-10, random_state=0)
+    zero_one = dask_scd.fit(X, (y > 0).astype(int), loss="logistic", alpha=0.1, tol=1e-10,
+                            random_state=0)
+    named = dask_scd.fit(X, np.where(y > 0, "spam", "ham"), loss="logistic", alpha=0.1,
+                         tol=1e-10, random_state=0)
+    np.testing.assert_array_equal(pm.coef_, zero_one.coef_)
+    np.testing.assert_array_equal(pm.coef_, named.coef_)
+    assert list(named.classes_) == ["ham", "spam"]
+    assert set(named.predict(X)) <= {"ham", "spam"}
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"alpha": 0.0}, "alpha=0.0 must be a finite number > 0"),
+        ({"alpha": -1.0}, "alpha=-1.0"),
+        ({"alpha": np.nan}, "alpha=nan"),
+        ({"penalty": "elasticnet", "l1_ratio": 1.5}, "l1_ratio=1.5 must be in"),
+        ({"penalty": "elasticnet", "l1_ratio": -0.1}, "l1_ratio=-0.1"),
+        ({"loss": "huber"}, "loss='huber' is not one of"),
+        ({"penalty": "l0"}, "penalty='l0' is not one of"),
+        ({"loss": "hinge", "penalty": "l1"}, "loss='hinge' needs penalty='l2'"),
+        ({"solver": "sdca", "penalty": "l1"}, "solver='sdca' solves L2 problems only"),
+        ({"solver": "newton"}, "solver='newton' is not one of"),
+        ({"tol": 0.0}, "tol=0.0 must be a number > 0"),
+        ({"max_iter": 0}, "max_iter=0 must be an integer"),
+    ],
+)
+def test_bad_arguments(data, kwargs, match):
+    X, y = data
+    with pytest.raises(ValueError, match=match):
+        dask_scd.fit(X, y, **kwargs)
+
+
+@pytest.mark.parametrize("fmt", ["dense", "dense_f32", "csr", "csc", "csc_unsorted"])
+@pytest.mark.parametrize("loss,penalty", [("squared", "l1"), ("logistic", "l2"), ("hinge", "l2")])
+def test_caller_data_never_modified(rng, fmt, loss, penalty):
+    X = rng.normal(size=(40, 5))
+    X[rng.random(X.shape) < 0.4] = 0
+    y = np.sign(rng.normal(size=40))
+    if fmt == "dense_f32":
+        X = X.astype(np.float32)
+    elif fmt in ("csr", "csc"):
+        X = sp.csr_matrix(X).asformat(fmt)
+    elif fmt == "csc_unsorted":
+        C = sp.csc_matrix(X)
+        order = np.concatenate([np.arange(s, e)[::-1] for s, e in zip(C.indptr[:-1], C.indptr[1:])])
+        X = sp.csc_matrix((C.data[order], C.indices[order], C.indptr), shape=C.shape)
+        assert not X.has_sorted_indices
+    before = X.copy()
+    parts = [X.data.copy(), X.indices.copy(), X.indptr.copy()] if sp.issparse(X) else None
+    y_before = y.copy()
+    dask_scd.fit(X, y, loss=loss, penalty=penalty, alpha=0.1, tol=1e-6, random_state=0)
+    np.testing.assert_array_equal(y, y_before)
+    if sp.issparse(X):
+        for old, new in zip(parts, (X.data, X.indices, X.indptr)):
+            np.testing.assert_array_equal(old, new)
+    else:
+        np.testing.assert_array_equal(X, before)
+        assert X.dtype == before.dtype
