@@ -358,19 +358,58 @@ def sdca_epoch(
 
 
 @njit(nogil=True, cache=True)
-def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out):
-    """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v)."""
+def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
+    """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v).
+
+    ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'').
+    """
     for r in range(n_major):
         start, end = _line(dense, indptr, r, n_minor)
-        out[r] = _row_dot(data, indices, dense, start, end, v)
+        if squared:
+            s = 0.0
+            for idx in range(start, end):
+                x = np.float64(data[idx])
+                s += x * x * v[_minor(dense, indices, idx, start)]
+            out[r] = s
+        else:
+            out[r] = _row_dot(data, indices, dense, start, end, v)
 
 
 @njit(nogil=True, cache=True)
-def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out):
-    """out[k] += Σ_r A[r, k] u[r] (CSR: Xᵀ u; CSC: X u)."""
+def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, squared):
+    """out[k] += Σ_r A[r, k] u[r] (CSR: Xᵀ u; CSC: X u); A² with ``squared``."""
     for r in range(n_major):
         start, end = _line(dense, indptr, r, n_minor)
-        _row_axpy(data, indices, dense, start, end, u[r], out)
+        if squared:
+            for idx in range(start, end):
+                x = np.float64(data[idx])
+                out[_minor(dense, indices, idx, start)] += x * x * u[r]
+        else:
+            _row_axpy(data, indices, dense, start, end, u[r], out)
+
+
+@njit(nogil=True, cache=True)
+def coordinate_trials(
+    data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins, direction,
+    steps, loss, out,
+):
+    """out[k, j] += Σ_i ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i) over the non-zeros of column j.
+
+    The per-coordinate line search of a *pure* block: its columns touch disjoint examples,
+    so the objective change of the block step splits over coordinates. ``by_columns``
+    says whether the major axis is the columns (CSC cell) or the rows (C-order cell).
+    """
+    for r in range(n_major):
+        start, end = _line(dense, indptr, r, n_minor)
+        for idx in range(start, end):
+            x = data[idx]
+            if x == 0.0:
+                continue
+            m = _minor(dense, indices, idx, start)
+            i, j = (m, r) if by_columns else (r, m)
+            base = _loss(loss, y[i], margins[i])
+            for k in range(steps.shape[0]):
+                out[k, j] += _loss(loss, y[i], margins[i] + steps[k] * direction[j] * x) - base
 
 
 @njit(nogil=True, cache=True)

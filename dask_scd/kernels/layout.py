@@ -56,16 +56,16 @@ class MajorMatrix:
     def _args(self):
         return self.data, self.indices, self.indptr, self.dense, self.n_major, self.n_minor
 
-    def dot(self, v) -> np.ndarray:
-        """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns."""
+    def dot(self, v, squared: bool = False) -> np.ndarray:
+        """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns (A² if squared)."""
         out = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_dot(*self._args(), np.ascontiguousarray(v, dtype=np.float64), out)
+        cpu.major_dot(*self._args(), np.ascontiguousarray(v, dtype=np.float64), out, squared)
         return out
 
-    def scatter(self, u) -> np.ndarray:
+    def scatter(self, u, squared: bool = False) -> np.ndarray:
         """Σ_r A[r, k] u[r] for every minor index k: Xᵀ u by rows, X u by columns."""
         out = np.zeros(self.n_minor, dtype=np.float64)
-        cpu.major_scatter(*self._args(), np.ascontiguousarray(u, dtype=np.float64), out)
+        cpu.major_scatter(*self._args(), np.ascontiguousarray(u, dtype=np.float64), out, squared)
         return out
 
     def sq_norms(self) -> np.ndarray:

@@ -1,0 +1,375 @@
+"""What one row chunk computes in the block-SCD engine: the engine's task functions.
+
+Every function here is pure (inputs are never modified, results are new arrays) and
+deterministic, so a task that dask re-runs after losing a worker gives the same bytes.
+A *cell* is the part of X in one row chunk and one column block; it arrives either as
+data (a chunk of a persisted dask array) or as a :class:`CellRef` read here from a grid
+store, through a per-process cache bounded in bytes. The intercept is the block ``None``
+whose cell is a column of ones.
+
+Partial results are plain dicts of float64 arrays, summed over row chunks in row-chunk
+order by the engine (never in arrival order), so the model does not depend on which
+worker computed what.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.kernels import cpu
+from dask_scd.kernels.layout import MajorMatrix
+
+# Step sizes tried by the line search, 1, 1/2, ..., 1/512, all in one reduction.
+LINE_SEARCH_STEPS = 0.5 ** np.arange(10)
+_ARMIJO = 0.01
+
+
+# ----------------------------------------------------------------------- cell access
+
+
+@dataclass(frozen=True)
+class CellRef:
+    """Cell (row chunk ``r``, block ``b``) of the grid store at ``path``."""
+
+    path: str
+    grid_id: str
+    r: int
+    b: int
+
+
+@dataclass(frozen=True)
+class LabelRef:
+    """Labels of row chunk ``r`` of a grid store, mapped to ±1 if ``classes`` is given."""
+
+    path: str
+    grid_id: str
+    r: int
+    classes: tuple | None = None
+
+
+class _CellCache:
+    """Least-recently-used cells of this process, bounded in bytes."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key, load):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+        value = load()
+        size = _nbytes(value)
+        with self._lock:
+            if key not in self._items and size <= self.max_bytes:
+                self._items[key] = (value, size)
+                self._bytes += size
+                while self._bytes > self.max_bytes:
+                    _, (_, dropped) = self._items.popitem(last=False)
+                    self._bytes -= dropped
+        return value
+
+    def clear(self):
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, CellView):
+        m = value.matrix
+        return m.data.nbytes + m.indices.nbytes + m.indptr.nbytes
+    return getattr(value, "nbytes", 0)
+
+
+def _default_cache_bytes() -> int:
+    """A third of this worker's memory limit, or 1 GiB outside a dask worker."""
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+        if limit:
+            return int(limit) // 3
+    except (ImportError, ValueError, AttributeError):
+        pass
+    return 1 << 30
+
+
+CACHE = _CellCache(_default_cache_bytes())
+
+
+class CellView:
+    """A cell wrapped for the kernels: X_cell d, X_cellᵀ v and friends."""
+
+    def __init__(self, cell):
+        if not sp.issparse(cell) and type(cell).__module__.startswith("sparse"):
+            cell = cell.tocsr() if hasattr(cell, "tocsr") else sp.csr_matrix(cell.todense())
+        self.n_rows, self.n_columns = cell.shape
+        self.by_columns = sp.issparse(cell)
+        self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
+
+    def rmatvec(self, v, squared=False) -> np.ndarray:
+        """X_cellᵀ v (or (X_cell∘X_cell)ᵀ v)."""
+        m = self.matrix
+        return m.dot(v, squared) if self.by_columns else m.scatter(v, squared)
+
+    def matvec(self, d) -> np.ndarray:
+        """X_cell d."""
+        m = self.matrix
+        return m.scatter(d) if self.by_columns else m.dot(d)
+
+    def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+        m = self.matrix
+        out = np.zeros((len(steps), self.n_columns))
+        cpu.coordinate_trials(
+            m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor, self.by_columns,
+            y, margins, np.ascontiguousarray(direction, dtype=np.float64), steps, loss_code, out,
+        )
+        return out
+
+
+def cell_view(cell) -> CellView | None:
+    """Resolve a cell argument of a task (None stays None: the intercept's ones)."""
+    if cell is None or isinstance(cell, CellView):
+        return cell
+    if isinstance(cell, CellRef):
+        from dask_scd.grid.store import _read_cell
+
+        key = (cell.grid_id, cell.r, cell.b)
+        return CACHE.get(key, lambda: CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b)))
+    return CellView(cell)
+
+
+def labels(y) -> np.ndarray:
+    """Resolve a labels argument (a LabelRef or an array) to float64 (±1 when classified)."""
+    if isinstance(y, LabelRef):
+        from dask_scd.grid.store import _read_labels
+
+        values = CACHE.get(("labels", y.grid_id, y.r),
+                           lambda: _read_labels(y.path, y.grid_id, y.r))
+        if y.classes is not None:
+            values = np.where(values == y.classes[1], 1.0, -1.0)
+        return values
+    return np.asarray(y, dtype=np.float64)
+
+
+# --------------------------------------------------------------------- preflight
+
+
+def inspect_cell(cell, where: str) -> dict:
+    """Check a cell once before fitting: finite values, purity, complete one-hot.
+
+    Returns ``{"max_per_row", "complete_binary"}``: the most non-zeros one example has in
+    the block, and whether every example has exactly one non-zero equal to 1.
+    """
+    view = cell_view(cell)
+    m = view.matrix
+    if not np.isfinite(m.data).all():
+        raise ValueError(f"X contains NaN or infinity in {where}")
+    nonzero = m.data[m.data != 0] if m.dense else m.data
+    counts = _nonzeros_per_row(view)
+    return {
+        "max_per_row": int(counts.max()) if counts.size else 0,
+        "complete_binary": bool(np.all(nonzero == 1.0)) and bool(np.all(counts == 1)),
+    }
+
+
+def _nonzeros_per_row(view: CellView) -> np.ndarray:
+    m = view.matrix
+    if m.dense:
+        return np.count_nonzero(m.data.reshape(view.n_rows, view.n_columns), axis=1)
+    return np.bincount(m.indices, minlength=view.n_rows)
+
+
+def check_labels_chunk(y, loss: str, where: str) -> np.ndarray:
+    """Distinct labels of a chunk (classification) after a finiteness check."""
+    values = np.asarray(y)
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        raise ValueError(f"y contains NaN or infinity in {where}")
+    if loss in obj.CLASSIFICATION_LOSSES:
+        return np.unique(values)
+    return np.empty(0)
+
+
+# --------------------------------------------------------------------- margins
+
+
+def refresh_margins(cells: list, coef_blocks: list, intercept: float, n_rows: int) -> np.ndarray:
+    """ŷ = Σ_b X_cell(b) θ_b + b for one row chunk, exactly (no accumulated rounding)."""
+    margins = np.full(n_rows, float(intercept))
+    for cell, coef in zip(cells, coef_blocks):
+        if np.any(coef):
+            margins += cell_view(cell).matvec(coef)
+    return margins
+
+
+def apply_step(margins, cell, step: dict) -> np.ndarray:
+    """ŷ + X_cell Δθ_B for the step of one block (a new array)."""
+    delta = step["delta"]
+    if not np.any(delta):
+        return margins
+    if cell is None:
+        return margins + delta[0]
+    return margins + cell_view(cell).matvec(delta)
+
+
+# ------------------------------------------------------------- one block iteration
+
+
+def block_stats(cell, y, margins, loss: str) -> dict:
+    """Partial sums of g = Xᵀℓ'(ŷ) and h = (X∘X)ᵀℓ''(ŷ) over one row chunk."""
+    y = labels(y)
+    d1 = obj.loss_derivative(loss, y, margins)
+    d2 = obj.loss_second_derivative(loss, y, margins)
+    view = cell_view(cell)
+    if view is None:
+        return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
+    return {"g": view.rmatvec(d1), "h": view.rmatvec(d2, squared=True)}
+
+
+def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block: bool,
+                    *partials) -> dict:
+    """Sum the partial statistics (in order) and take the prox-Newton coordinate step.
+
+    θ*_j = S(h_j θ_j − g_j, αρ)/(h_j + α(1−ρ)) (the SCD paper's θ* = T/(T'+λ)); for the
+    intercept, b* = b − g/h. Returns the direction and the model decrease of each
+    coordinate that the Armijo test compares with.
+    """
+    g = _ordered_sum(p["g"] for p in partials) / n_samples
+    h = _ordered_sum(p["h"] for p in partials) / n_samples
+    l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
+    denom = h + l2
+    z = h * theta - g
+    with np.errstate(divide="ignore", invalid="ignore"):
+        target = np.where(denom > 0, np.sign(z) * np.maximum(np.abs(z) - l1, 0.0) / denom, theta)
+    direction = target - theta
+    model = g * direction + _penalty(l1, l2, target) - _penalty(l1, l2, theta)
+    return {"theta": theta, "direction": direction, "model": model, "l1": l1, "l2": l2}
+
+
+def full_step(direction: dict) -> dict:
+    """The exact step of a pure block under squared loss: take the whole direction."""
+    return {"theta": direction["theta"] + direction["direction"], "delta": direction["direction"]}
+
+
+def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: bool) -> dict:
+    """Partial objective changes along the direction, for the line search.
+
+    Pure block: per coordinate and step size (its coordinates touch disjoint examples).
+    Impure block: for the whole block, per step size; under squared loss the exact
+    quadratic instead, from ⟨u, ŷ − y⟩ and ‖u‖² with u = X_cell d.
+    """
+    y = labels(y)
+    d = direction["direction"]
+    view = cell_view(cell)
+    if view is None or not pure:
+        u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
+        if problem.loss == "squared":
+            return {"linear": np.array([obj.vdot(u, margins - y)]), "quadratic": np.array([obj.vdot(u, u)])}
+        base = obj.loss_value(problem.loss, y, margins)
+        return {"trials": np.array([
+            (obj.loss_value(problem.loss, y, margins + a * u) - base).sum()
+            for a in LINE_SEARCH_STEPS
+        ])}
+    return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS)}
+
+
+def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> dict:
+    """Pick the step sizes from the summed trials (Armijo) or solve the squared-loss line.
+
+    ``slack`` is the rounding noise of an objective change (≈ 1e-13·P): a step whose
+    change is below it is accepted rather than stalling at the precision floor.
+    """
+    theta, d = direction["theta"], direction["direction"]
+    l1, l2 = direction["l1"], direction["l2"]
+    if "quadratic" in partials[0]:
+        linear = _ordered_sum(p["linear"] for p in partials)[0] / n_samples
+        quadratic = _ordered_sum(p["quadratic"] for p in partials)[0] / n_samples
+        step = _exact_line(theta, d, linear, quadratic, l1, l2)
+        return {"theta": theta + step * d, "delta": step * d}
+    trials = _ordered_sum(p["trials"] for p in partials) / n_samples  # (K,) or (K, |B|)
+    steps = LINE_SEARCH_STEPS[:, None] if trials.ndim == 2 else LINE_SEARCH_STEPS
+    if trials.ndim == 1:
+        change = trials + _penalty(l1, l2, theta + steps[:, None] * d).sum(axis=1) - \
+            _penalty(l1, l2, theta).sum()
+        model = direction["model"].sum()
+    else:
+        change = trials + _penalty(l1, l2, theta + steps * d) - _penalty(l1, l2, theta)
+        model = direction["model"]
+    accept = change <= _ARMIJO * steps * model + slack
+    first = np.argmax(accept, axis=0)  # the largest accepted step size
+    chosen = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
+    delta = chosen * d
+    return {"theta": theta + delta, "delta": delta}
+
+
+def _exact_line(theta, d, linear, quadratic, l1, l2) -> float:
+    """argmin_a a·linear + a²/2·quadratic + Σ_j pen(θ_j + a d_j) for a ≥ 0 (convex, 1-D)."""
+    from scipy.optimize import minimize_scalar
+
+    f = lambda a: a * linear + 0.5 * a * a * quadratic + _penalty(l1, l2, theta + a * d).sum()  # noqa: E731
+    if l1 == 0.0:
+        curvature = quadratic + l2 * obj.vdot(d, d)
+        slope = linear + l2 * obj.vdot(theta, d)
+        return max(0.0, -slope / curvature) if curvature > 0 else 0.0
+    result = minimize_scalar(f, bounds=(0.0, 2.0), method="bounded", options={"xatol": 1e-12})
+    return float(result.x) if f(result.x) < f(0.0) else 0.0
+
+
+def _penalty(l1, l2, t):
+    return l1 * np.abs(t) + 0.5 * l2 * t * t
+
+
+def _ordered_sum(parts) -> np.ndarray:
+    """Σ in the given (row-chunk) order: the same bits whatever worker made each part."""
+    parts = iter(parts)
+    total = np.array(next(parts), dtype=np.float64, copy=True)
+    for part in parts:
+        total += part
+    return total
+
+
+# ------------------------------------------------------------------ certificate
+
+
+def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
+    """One row chunk's share of the certificate, before the dual point's projection.
+
+    The projection scales the positive and negative parts of a = −ℓ'(ŷ) by factors known
+    only after the reduction, so the linear terms are kept apart by sign:
+    Xᵀa = s₊ Xᵀa₊ + s₋ Xᵀa₋ (all blocks concatenated in grid column order).
+    """
+    y = labels(y)
+    a = -obj.loss_derivative(problem.loss, y, margins)
+    pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
+    views = [cell_view(c) for c in cells]
+    return {
+        "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
+        "pos": np.array([pos.sum()]),
+        "neg": np.array([neg.sum()]),
+        "xt_pos": np.concatenate([v.rmatvec(pos) for v in views]),
+        "xt_neg": np.concatenate([v.rmatvec(neg) for v in views]),
+        "margin_pos": np.array([obj.vdot(pos, margins)]),
+        "margin_neg": np.array([obj.vdot(neg, margins)]),
+    }
+
+
+def dual_loss_sum(y, margins, problem: obj.Problem, scales) -> np.ndarray:
+    """Σ −ℓ*(−a_i) over one row chunk for the projected dual point."""
+    y = labels(y)
+    a = obj.dual_point(problem, y, margins, scales)
+    return np.array([obj.dual_loss(problem.loss, y, a).sum()])
+
+
+def sum_partials(*partials) -> dict:
+    """Key-wise ordered sum of partial dicts (the aggregate of a tree reduction)."""
+    return {key: _ordered_sum(p[key] for p in partials) for key in partials[0]}

@@ -1,0 +1,442 @@
+"""Block SCD over dask: the engine of the SCD paper ("robust large-scale ML in the cloud").
+
+The design matrix is a grid of cells (row chunks × column blocks). One iteration updates
+one block B:
+
+    select B → one task per row chunk: partial (g_B, h_B) from its cell, labels, margins
+             → one task sums them in row-chunk order and takes the coordinate step
+             → [line search: one task per row chunk tries step sizes, one task chooses]
+             → one task per row chunk applies Δθ_B to its margins
+
+Margins ŷ live on the workers as futures next to their row chunk; only block-sized
+vectors travel. The block update runs inside a task, so a whole epoch (one pass over all
+blocks and the intercept) is submitted without waiting; the client waits once per epoch,
+for the duality-gap certificate. On a *pure* block (≤ 1 non-zero per example) the block
+step equals sequential coordinate descent; impure blocks take a line-searched step.
+
+Each epoch starts from margins recomputed exactly from (θ, b), and every sum runs in a
+fixed order, so the model is independent of the number of workers, a worker lost
+mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpoint of
+(θ, b, epoch, RNG state) resumes to the same model bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+
+from dask_scd import objectives as obj
+from dask_scd.fault import load_checkpoint, save_checkpoint
+from dask_scd.groups import recenter
+from dask_scd.result import FitResult, History
+from dask_scd.solvers import block_ops as ops
+from dask_scd.validation import check_labels, choose_solver
+
+INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
+SELECTIONS = ("shuffle", "cyclic", "gap")
+
+
+# ------------------------------------------------------------------------- the data
+
+
+@dataclass
+class _Source:
+    """Where the cells and labels of the grid come from, and what is known of them."""
+
+    n_samples: int
+    n_features: int
+    row_bounds: np.ndarray
+    blocks: list  # original feature indices of each block, in grid column order
+    cell: object  # cell(r, b) -> CellRef or a future of the chunk
+    label: object  # label(r) -> LabelRef or a future / array of ±1 (or real) labels
+    nbytes: int
+    materialize: object  # () -> (X in original feature order, y) in memory
+    classes: np.ndarray | None = None
+    purity: list = field(default_factory=list)
+    complete: list = field(default_factory=list)
+
+    @property
+    def n_row_chunks(self) -> int:
+        return len(self.row_bounds) - 1
+
+    @property
+    def slices(self) -> list:
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in self.blocks])]).astype(int)
+        return [slice(offsets[b], offsets[b + 1]) for b in range(len(self.blocks))]
+
+    @property
+    def feature_order(self) -> np.ndarray:
+        return np.concatenate(self.blocks)
+
+
+def _grid_source(grid, y, loss, blocks) -> _Source:
+    from dask_scd.grid import Grid
+
+    assert isinstance(grid, Grid)
+    if y is not None:
+        raise ValueError("a Grid carries its own labels: call fit(grid) without y")
+    if blocks is not None:
+        raise ValueError("a Grid carries its own blocks; write it again with to_grid(blocks=...)")
+    classes = None
+    if loss in obj.CLASSIFICATION_LOSSES:
+        classes = _classes(np.unique(grid.y.compute()), loss)
+
+    def materialize():
+        X = grid.X.compute()
+        X = sp.csr_matrix(X) if grid.is_sparse else np.asarray(X)
+        inverse = np.empty_like(grid.feature_order)
+        inverse[grid.feature_order] = np.arange(len(grid.feature_order))
+        return X[:, inverse], grid.y.compute()
+
+    itemsize = np.dtype(grid.dtype).itemsize
+    nbytes = grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize
+    label_classes = tuple(classes.tolist()) if classes is not None else None
+    return _Source(
+        n_samples=grid.shape[0], n_features=grid.shape[1], row_bounds=np.asarray(grid.row_bounds),
+        blocks=list(grid.blocks),
+        cell=lambda r, b: ops.CellRef(grid.path, grid.grid_id, r, b),
+        label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes),
+        nbytes=int(nbytes), materialize=materialize, classes=classes,
+    )
+
+
+def _dask_source(X, y, loss, blocks) -> _Source:
+    import dask.array as da
+
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    if any(np.isnan(c) for chunks in X.chunks for c in chunks):
+        raise ValueError(
+            "X has unknown chunk sizes (NaN in X.chunks); call X.compute_chunk_sizes() first"
+        )
+    if y is None:
+        raise ValueError("y is required for a dask array X (only a Grid carries its labels)")
+    n, p = X.shape
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    if blocks is None:
+        bounds = np.concatenate([[0], np.cumsum(X.chunks[1])])
+        blocks = [np.arange(bounds[b], bounds[b + 1]) for b in range(len(X.chunks[1]))]
+    else:
+        from dask_scd.grid import validate_blocks
+
+        blocks = validate_blocks(blocks, p)
+        order = np.concatenate(blocks)
+        X = X[:, order].rechunk({1: tuple(len(b) for b in blocks)})
+    y_len = len(y)
+    if y_len != n:
+        raise ValueError(f"y has {y_len} labels but X has {n} rows")
+    row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
+    if isinstance(y, da.Array):
+        y = y.rechunk((X.chunks[0],))
+        values = y.compute()
+    else:
+        values = np.asarray(y)
+    y_checked, classes = check_labels(values, n, loss)
+    y_chunks = [y_checked[row_bounds[r]:row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
+    keys = X.__dask_keys__()
+
+    def materialize():
+        computed = X.compute()
+        inverse = np.empty(p, dtype=np.int64)
+        inverse[np.concatenate(blocks)] = np.arange(p)
+        if not isinstance(computed, np.ndarray):
+            computed = sp.csr_matrix(computed)
+        return computed[:, inverse], values
+
+    source = _Source(
+        n_samples=n, n_features=p, row_bounds=row_bounds, blocks=blocks,
+        cell=None, label=lambda r: y_chunks[r],
+        nbytes=int(n * p * X.dtype.itemsize), materialize=materialize, classes=classes,
+    )
+    source.dask_X, source.keys = X, keys  # persisted on the cluster once a client exists
+    return source
+
+
+def _classes(values, loss):
+    if len(values) > 2:
+        raise ValueError(
+            f"loss={loss!r} is a binary loss but y has {len(values)} classes; for more than two "
+            "classes use the classifier estimators (one-vs-rest)"
+        )
+    if len(values) < 2:
+        raise ValueError(f"y has a single class {list(values)}: a classifier needs two")
+    return values
+
+
+def make_source(X, y, loss, blocks) -> _Source:
+    """Validate dask/grid input and describe its cells."""
+    if type(X).__module__.startswith("dask_scd.grid"):
+        return _grid_source(X, y, loss, blocks)
+    return _dask_source(X, y, loss, blocks)
+
+
+# ------------------------------------------------------------------------- the engine
+
+
+def fit_block_scd(
+    X, y, problem: obj.Problem, *, penalty, tol, max_iter, rng, solver="auto", verbose=False,
+    client=None, blocks=None, selection="shuffle", checkpoint=None, checkpoint_every=1,
+    resume=False, in_memory_limit=256 * 2**20, callback=None,
+) -> FitResult:
+    """Fit on a dask array or a Grid; see :func:`dask_scd.fit` for the common arguments.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        Defaults to the current client, else an in-process threaded cluster for the fit.
+    blocks : list of int arrays, optional
+        Column blocks for a dask array (default: its column chunks).
+    selection : {"shuffle", "cyclic", "gap"}
+        Block order within an epoch: a fresh permutation, the grid order, or by decreasing
+        block duality gap (from the last certificate).
+    checkpoint : path, optional
+        File (.npz) written atomically every ``checkpoint_every`` epochs.
+    resume : bool
+        Continue from ``checkpoint`` if it exists.
+    in_memory_limit : int
+        With ``solver="auto"``, data smaller than this many bytes is fitted in memory,
+        where the local kernels beat any cluster's task overhead.
+    callback : callable, optional
+        Called after every epoch with a dict (epoch, coef, intercept, relative_gap);
+        returning True stops the fit.
+    """
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    if solver in ("scd", "block_scd") and problem.loss == "hinge":
+        choose_solver(solver, problem, 1, 1)  # raises the same error as in memory
+    if problem.loss == "hinge":
+        raise ValueError(
+            "the block-SCD engine needs a smooth loss; for the hinge use loss='squared_hinge', "
+            "or fit in memory with solver='sdca'"
+        )
+    source = make_source(X, y, problem.loss, blocks)
+    if solver in ("scd", "sdca") or (solver == "auto" and source.nbytes <= in_memory_limit):
+        return _fit_in_memory(source, problem, penalty, tol, max_iter, rng, solver, verbose)
+    with _client(client) as c:
+        engine = _BlockSCD(c, source, problem, rng, selection, verbose)
+        run = engine.run(tol, max_iter, checkpoint, checkpoint_every, resume, callback)
+    coef = np.empty(source.n_features)
+    coef[source.feature_order] = run["coef"]
+    cert = run["certificate"]
+    converged = cert.relative_gap <= tol
+    if not converged:
+        warnings.warn(
+            f"Did not converge after {run['epoch']} epochs: relative duality gap "
+            f"{cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
+            ConvergenceWarning, stacklevel=3,
+        )
+    return FitResult(
+        coef_=coef, intercept_=run["intercept"], dual_gap_=cert.relative_gap,
+        n_iter_=run["epoch"], history_=run["history"], converged_=converged,
+        solver_="block_scd", loss=problem.loss, penalty=penalty, alpha=problem.alpha,
+        l1_ratio=problem.l1_ratio, primal_=cert.primal, classes_=source.classes,
+    )
+
+
+def _fit_in_memory(source, problem, penalty, tol, max_iter, rng, solver, verbose):
+    from dask_scd.api import fit
+
+    X, y = source.materialize()
+    if source.classes is not None:
+        y = np.where(y == source.classes[1], 1.0, -1.0)
+    result = fit(
+        X, y, loss=problem.loss, penalty=penalty, alpha=problem.alpha,
+        l1_ratio=problem.l1_ratio, fit_intercept=problem.fit_intercept, tol=tol,
+        max_iter=max_iter, solver="auto" if solver == "auto" else solver, random_state=rng,
+        verbose=verbose,
+    )
+    if source.classes is not None:
+        result.classes_ = source.classes
+    return result
+
+
+@contextlib.contextmanager
+def _client(client):
+    """The given client, else the current one, else an in-process threaded cluster."""
+    if client is not None:
+        yield client
+        return
+    from distributed import Client, LocalCluster, default_client
+
+    try:
+        yield default_client()
+        return
+    except ValueError:
+        pass
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=os.cpu_count() or 1,
+                      dashboard_address=None) as cluster, Client(cluster) as local:
+        yield local
+
+
+class _BlockSCD:
+    """The solver loop: select → reduce → update → certify, one epoch at a time."""
+
+    def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, verbose):
+        self.client = client
+        self.source = source
+        self.problem = problem
+        self.rng = rng
+        self.selection = selection
+        self.verbose = verbose
+        self.slices = source.slices
+        self._connect_cells()
+        self._preflight()
+        self.groups = [np.arange(s.start, s.stop) for s, c in zip(self.slices, source.complete) if c]
+
+    # -- set-up ---------------------------------------------------------------------
+
+    def _connect_cells(self):
+        """Persist a dask array's chunks on the cluster; labels go there too."""
+        source = self.source
+        if source.cell is None:
+            persisted = self.client.persist(source.dask_X)
+            from distributed import futures_of
+
+            by_key = {f.key: f for f in futures_of(persisted)}
+            keys = persisted.__dask_keys__()
+            source.cell = lambda r, b: by_key[keys[r][b]]
+            labels = self.client.scatter(
+                [source.label(r) for r in range(source.n_row_chunks)], broadcast=False
+            )
+            source.label = lambda r: labels[r]
+        self.cells = [[source.cell(r, b) for b in range(len(self.slices))]
+                      for r in range(source.n_row_chunks)]
+        self.labels = [source.label(r) for r in range(source.n_row_chunks)]
+        self.rows = np.diff(source.row_bounds).astype(int)
+
+    def _preflight(self):
+        """One pass over every cell: finite values, purity, complete one-hot blocks."""
+        submit = self.client.submit
+        reports = [
+            [submit(ops.inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
+             for b in range(len(self.slices))]
+            for r in range(self.source.n_row_chunks)
+        ]
+        reports = self.client.gather(reports)
+        n_blocks = len(self.slices)
+        self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
+                              for b in range(n_blocks)]
+        self.source.complete = [all(reports[r][b]["complete_binary"] for r in range(len(reports)))
+                                for b in range(n_blocks)]
+
+    def signature(self) -> dict:
+        p = self.problem
+        return {
+            "loss": p.loss, "alpha": p.alpha, "l1_ratio": p.l1_ratio,
+            "fit_intercept": p.fit_intercept,
+            "shape": [self.source.n_samples, self.source.n_features],
+            "blocks": [int(len(b)) for b in self.source.blocks],
+            "row_bounds": [int(v) for v in self.source.row_bounds],
+            "selection": self.selection,
+        }
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self, tol, max_iter, checkpoint, checkpoint_every, resume, callback) -> dict:
+        coef = np.zeros(self.source.n_features)
+        intercept = 0.0
+        history = History()
+        epoch = 0
+        saved = load_checkpoint(checkpoint, self.signature(), self.rng) if (resume and checkpoint) else None
+        if saved is not None:
+            coef, intercept, epoch, history = saved["coef"], saved["intercept"], saved["epoch"], saved["history"]
+        elif self.problem.fit_intercept:
+            intercept = self._initial_intercept()
+        start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
+        margins, cert = self._certify(coef, intercept)
+        while cert.relative_gap > tol and epoch < max_iter:
+            epoch += 1
+            order = self._block_order(cert)
+            coef, intercept = self._epoch(margins, order, coef, intercept, cert.primal)
+            intercept = recenter(self.problem, coef, intercept, self.groups)
+            margins, cert = self._certify(coef, intercept)
+            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
+            if self.verbose:
+                print(f"[block_scd] epoch {epoch:4d}  relative gap {cert.relative_gap:.3e}  "
+                      f"primal {cert.primal:.10g}")
+            if checkpoint and (epoch % checkpoint_every == 0 or cert.relative_gap <= tol):
+                save_checkpoint(checkpoint, coef=coef, intercept=intercept, epoch=epoch,
+                                rng=self.rng, history=history, signature=self.signature())
+            if callback is not None and callback({
+                "epoch": epoch, "coef": coef, "intercept": intercept,
+                "relative_gap": cert.relative_gap,
+            }):
+                break
+        return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
+                "certificate": cert}
+
+    def _initial_intercept(self) -> float:
+        """The best intercept for θ = 0: a cheap exact start (labels only)."""
+        y = self.client.gather([self.client.submit(ops.labels, lab) for lab in self.labels])
+        return obj.optimal_intercept(self.problem.loss, np.concatenate(y), np.zeros(self.source.n_samples))
+
+    def _block_order(self, cert) -> list:
+        n_blocks = len(self.slices)
+        if self.selection == "cyclic":
+            order = list(range(n_blocks))
+        elif self.selection == "shuffle":
+            order = [int(b) for b in self.rng.permutation(n_blocks)]
+        else:
+            block_gaps = [cert.coordinate_gaps[s].sum() for s in self.slices]
+            order = [int(b) for b in np.argsort(block_gaps, kind="stable")[::-1]]
+        if self.problem.fit_intercept:
+            order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
+        return order
+
+    def _epoch(self, margins, order, coef, intercept, primal):
+        """Submit one pass over the blocks as a single graph; wait only for its end."""
+        submit, problem, n = self.client.submit, self.problem, self.source.n_samples
+        slack = 1e-13 * abs(primal)
+        steps = {}
+        for b in order:
+            pure = b == INTERCEPT or self.source.purity[b]
+            cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(len(margins))]
+            theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
+            stats = [submit(ops.block_stats, cells[r], self.labels[r], margins[r], problem.loss)
+                     for r in range(len(margins))]
+            direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT, *stats)
+            if pure and problem.loss == "squared":
+                step = submit(ops.full_step, direction)
+            else:
+                trials = [submit(ops.block_trials, cells[r], self.labels[r], margins[r], direction,
+                                 problem, pure) for r in range(len(margins))]
+                step = submit(ops.block_choose, direction, n, slack, *trials)
+            margins = [submit(ops.apply_step, margins[r], cells[r], step)
+                       for r in range(len(margins))]
+            steps[b] = step
+        results = self.client.gather(steps)
+        coef = coef.copy()
+        for b, step in results.items():
+            if b == INTERCEPT:
+                intercept = float(step["theta"][0])
+            else:
+                coef[self.slices[b]] = step["theta"]
+        return coef, intercept
+
+    def _certify(self, coef, intercept):
+        """Fresh margins from (θ, b) and the duality-gap certificate on them."""
+        submit, problem = self.client.submit, self.problem
+        coef_blocks = [coef[s] for s in self.slices]
+        margins = [submit(ops.refresh_margins, self.cells[r], coef_blocks, intercept, int(self.rows[r]))
+                   for r in range(len(self.rows))]
+        stats = [submit(ops.certificate_stats, self.cells[r], self.labels[r], margins[r], problem)
+                 for r in range(len(self.rows))]
+        total = self.client.submit(ops.sum_partials, *stats).result()
+        scales = obj.dual_scales(problem, {"pos": total["pos"][0], "neg": total["neg"][0]})
+        dual = [submit(ops.dual_loss_sum, self.labels[r], margins[r], problem, scales)
+                for r in range(len(self.rows))]
+        dual_sum = float(ops._ordered_sum(self.client.gather(dual))[0])
+        n = self.source.n_samples
+        correlation = (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n
+        margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
+        cert = obj.primal_certificate(problem, n, coef, float(total["loss"][0]), dual_sum,
+                                      correlation, float(margin_dot))
+        return margins, cert
