@@ -375,27 +375,32 @@ def _hinge_intercept(y, margins) -> float:
 # ------------------------------------------------------------- flat directions
 
 
-def best_shift(problem: Problem, values) -> float:
-    """argmin_c Σ_k g(values_k − c) with g(t) = αρ|t| + α(1−ρ)/2 t² (exact).
+def best_shift(problem: Problem, values, linear: float = 0.0, curvature: float = 0.0) -> float:
+    """argmin_c linear·c + curvature/2·c² + Σ_k g(c − values_k), g(t) = αρ|t| + α(1−ρ)/2 t².
 
     The one-dimensional problem behind a *flat direction*: on a complete one-hot group
     (every example has exactly one 1 among the group's columns), moving θ_G by −c and the
-    intercept by +c leaves every margin unchanged, so only the penalty decides c. The
-    derivative ``l1·Σ sign(c − v_k) + l2·Σ (c − v_k)`` is monotone and piecewise linear
-    between the sorted values; the root is found exactly.
+    intercept by +c leaves every margin unchanged, so only the penalty decides c
+    (``linear = curvature = 0``). With a loss model along the direction it is one
+    coordinate of the coarse Newton step of the block engine. The derivative
+    ``linear + curvature·c + l1·Σ sign(c − v_k) + l2·Σ (c − v_k)`` is monotone and
+    piecewise linear between the sorted values; the root is found exactly.
     """
     v = np.sort(np.asarray(values, dtype=np.float64))
     k = len(v)
-    if k == 0:
-        return 0.0
     l1, l2 = problem.l1, problem.l2
-    if l1 == 0.0:
-        return float(v.mean())
     total = float(v.sum())
-    below = np.arange(k)  # values strictly below v_m (distinct values)
-    right = l1 * (2 * (below + 1) - k) + l2 * (k * v - total)  # f'(v_m + 0)
+    slope = l2 * k + curvature  # of the derivative between breakpoints
+    if l1 == 0.0 or k == 0:
+        return float((l2 * total - linear) / slope) if slope > 0 else 0.0
+    # f'(v_m + 0), with m + 1 values at or below v_m (distinct values).
+    right = linear + curvature * v + l1 * (2 * np.arange(1, k + 1) - k) + l2 * (k * v - total)
     m = int(np.searchsorted(right, 0.0, side="left"))
-    if m < k and (l2 == 0.0 or l1 * (2 * m - k) + l2 * (k * v[m] - total) <= 0.0):
-        return float(v[m])  # 0 lies in the subdifferential at the kink v_m
+    if m < k:
+        left = linear + curvature * v[m] + l1 * (2 * m - k) + l2 * (k * v[m] - total)
+        if left <= 0.0 or slope <= 0.0:
+            return float(v[m])  # 0 lies in the subdifferential at the kink v_m
+    elif slope <= 0.0:
+        return float(v[-1])
     # The root is inside the open interval just below v_m (or above all values).
-    return float((l2 * total - l1 * (2 * m - k)) / (l2 * k))
+    return float((l2 * total - l1 * (2 * m - k) - linear) / slope)

@@ -127,6 +127,15 @@ class CellView:
         m = self.matrix
         return m.scatter(d) if self.by_columns else m.dot(d)
 
+    def gram(self, weights) -> np.ndarray:
+        """X_cellᵀ diag(weights) X_cell as a dense (n_columns, n_columns) array."""
+        m = self.matrix
+        if self.by_columns:
+            C = sp.csc_matrix((m.data, m.indices, m.indptr), shape=(self.n_rows, self.n_columns))
+            return np.asarray((C.T @ C.multiply(weights[:, None])).todense(), dtype=np.float64)
+        A = m.data.reshape(self.n_rows, self.n_columns).astype(np.float64)
+        return A.T @ (A * weights[:, None])
+
     def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
         m = self.matrix
         out = np.zeros((len(steps), self.n_columns))
@@ -225,15 +234,22 @@ def apply_step(margins, cell, step: dict) -> np.ndarray:
 # ------------------------------------------------------------- one block iteration
 
 
-def block_stats(cell, y, margins, loss: str) -> dict:
-    """Partial sums of g = Xᵀℓ'(ŷ) and h = (X∘X)ᵀℓ''(ŷ) over one row chunk."""
+def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
+    """Partial sums of g = Xᵀℓ'(ŷ) and h = (X∘X)ᵀℓ''(ŷ) over one row chunk.
+
+    With ``gram`` also the block's weighted Gram matrix X_Bᵀ diag(ℓ''(ŷ)) X_B, for an exact
+    Newton step on an impure block.
+    """
     y = labels(y)
     d1 = obj.loss_derivative(loss, y, margins)
     d2 = obj.loss_second_derivative(loss, y, margins)
     view = cell_view(cell)
     if view is None:
         return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
-    return {"g": view.rmatvec(d1), "h": view.rmatvec(d2, squared=True)}
+    stats = {"g": view.rmatvec(d1), "h": view.rmatvec(d2, squared=True)}
+    if gram:
+        stats["gram"] = view.gram(d2)
+    return stats
 
 
 def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block: bool,
@@ -247,18 +263,22 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     g = _ordered_sum(p["g"] for p in partials) / n_samples
     h = _ordered_sum(p["h"] for p in partials) / n_samples
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
-    denom = h + l2
-    z = h * theta - g
-    with np.errstate(divide="ignore", invalid="ignore"):
-        target = np.where(denom > 0, np.sign(z) * np.maximum(np.abs(z) - l1, 0.0) / denom, theta)
+    if "gram" in partials[0]:
+        hessian = _ordered_sum(p["gram"] for p in partials) / n_samples
+        target = cpu.block_newton_qp(hessian, g, np.asarray(theta, dtype=np.float64), l1, l2,
+                                     1000, 1e-15)
+    else:
+        denom = h + l2
+        z = h * theta - g
+        with np.errstate(divide="ignore", invalid="ignore"):
+            target = np.where(denom > 0, np.sign(z) * np.maximum(np.abs(z) - l1, 0.0) / denom,
+                              theta)
     direction = target - theta
     model = g * direction + _penalty(l1, l2, target) - _penalty(l1, l2, theta)
-    return {"theta": theta, "direction": direction, "model": model, "l1": l1, "l2": l2}
-
-
-def full_step(direction: dict) -> dict:
-    """The exact step of a pure block under squared loss: take the whole direction."""
-    return {"theta": direction["theta"] + direction["direction"], "delta": direction["direction"]}
+    # "theta"/"delta" are the full step, exact on a pure block under squared loss;
+    # otherwise block_choose scales it.
+    return {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
+            "theta": target, "delta": direction}
 
 
 def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: bool) -> dict:
@@ -289,7 +309,7 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     ``slack`` is the rounding noise of an objective change (≈ 1e-13·P): a step whose
     change is below it is accepted rather than stalling at the precision floor.
     """
-    theta, d = direction["theta"], direction["direction"]
+    theta, d = direction["start"], direction["direction"]
     l1, l2 = direction["l1"], direction["l2"]
     if "quadratic" in partials[0]:
         linear = _ordered_sum(p["linear"] for p in partials)[0] / n_samples
@@ -373,3 +393,37 @@ def dual_loss_sum(y, margins, problem: obj.Problem, scales) -> np.ndarray:
 def sum_partials(*partials) -> dict:
     """Key-wise ordered sum of partial dicts (the aggregate of a tree reduction)."""
     return {key: _ordered_sum(p[key] for p in partials) for key in partials[0]}
+
+
+# ------------------------------------------------------------------ coarse step
+
+
+def block_row_sums(cells: list, with_intercept: bool) -> np.ndarray:
+    """S_r = [X_cell(b) 1 for every block b] (+ a column of ones): shape (n_rows, k).
+
+    The directions "shift a whole block" (and the intercept) span the slow subspace of
+    coordinate descent on one-hot-like data: a complete one-hot block sums to the ones
+    vector, a set-valued block nearly so.
+    """
+    views = [cell_view(c) for c in cells]
+    columns = [v.matvec(np.ones(v.n_columns)) for v in views]
+    if with_intercept:
+        columns.append(np.ones(views[0].n_rows))
+    return np.column_stack(columns)
+
+
+def coarse_stats(row_sums, y, margins, loss: str) -> dict:
+    """Partial gradient Sᵀℓ'(ŷ) and curvature Sᵀ diag(ℓ''(ŷ)) S of the coarse problem."""
+    y = labels(y)
+    d1 = obj.loss_derivative(loss, y, margins)
+    d2 = obj.loss_second_derivative(loss, y, margins)
+    return {"g": row_sums.T @ d1, "h": row_sums.T @ (row_sums * d2[:, None])}
+
+
+def coarse_trials(row_sums, y, margins, shift, loss: str) -> dict:
+    """Partial Σ ℓ(ŷ + t·S c) − ℓ(ŷ) for the line search of the coarse step."""
+    y = labels(y)
+    u = row_sums @ shift
+    base = obj.loss_value(loss, y, margins)
+    return {"trials": np.array([(obj.loss_value(loss, y, margins + t * u) - base).sum()
+                                for t in LINE_SEARCH_STEPS])}

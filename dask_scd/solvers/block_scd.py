@@ -279,8 +279,11 @@ def _client(client):
 class _BlockSCD:
     """The solver loop: select → reduce → update → certify, one epoch at a time."""
 
-    def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, verbose):
+    def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, verbose,
+                 gram_max=1024, coarse=True):
         self.client = client
+        self.coarse = coarse
+        self.gram_max = gram_max
         self.source = source
         self.problem = problem
         self.rng = rng
@@ -326,6 +329,8 @@ class _BlockSCD:
                               for b in range(n_blocks)]
         self.source.complete = [all(reports[r][b]["complete_binary"] for r in range(len(reports)))
                                 for b in range(n_blocks)]
+        self.row_sums = [submit(ops.block_row_sums, self.cells[r], self.problem.fit_intercept)
+                         for r in range(self.source.n_row_chunks)]
 
     def signature(self) -> dict:
         p = self.problem
@@ -355,7 +360,9 @@ class _BlockSCD:
         while cert.relative_gap > tol and epoch < max_iter:
             epoch += 1
             order = self._block_order(cert)
-            coef, intercept = self._epoch(margins, order, coef, intercept, cert.primal)
+            coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
+            if self.coarse:
+                coef, intercept = self._coarse_step(margins, coef, intercept)
             intercept = recenter(self.problem, coef, intercept, self.groups)
             margins, cert = self._certify(coef, intercept)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
@@ -400,12 +407,12 @@ class _BlockSCD:
             pure = b == INTERCEPT or self.source.purity[b]
             cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(len(margins))]
             theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
-            stats = [submit(ops.block_stats, cells[r], self.labels[r], margins[r], problem.loss)
-                     for r in range(len(margins))]
-            direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT, *stats)
-            if pure and problem.loss == "squared":
-                step = submit(ops.full_step, direction)
-            else:
+            # An impure block small enough takes the exact Newton step of its Gram matrix.
+            gram = not pure and len(theta) <= self.gram_max
+            stats = [submit(ops.block_stats, cells[r], self.labels[r], margins[r], problem.loss,
+                            gram) for r in range(len(margins))]
+            step = direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT, *stats)
+            if not ((pure or gram) and problem.loss == "squared"):
                 trials = [submit(ops.block_trials, cells[r], self.labels[r], margins[r], direction,
                                  problem, pure) for r in range(len(margins))]
                 step = submit(ops.block_choose, direction, n, slack, *trials)
@@ -419,6 +426,38 @@ class _BlockSCD:
                 intercept = float(step["theta"][0])
             else:
                 coef[self.slices[b]] = step["theta"]
+        return coef, intercept, margins
+
+    def _coarse_step(self, margins, coef, intercept):
+        """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
+
+        Coordinate descent is slow along directions its coordinates only see together —
+        on one-hot data, shifting a whole field against the intercept or another field.
+        One reduction gives the k×k curvature of the loss on that subspace; the penalty
+        is added exactly, and the small problem is solved by cyclic 1-D minimization
+        (:func:`dask_scd.objectives.best_shift`). A line search keeps it a descent step
+        for non-quadratic losses. Margins are refreshed from θ right after.
+        """
+        submit, problem, n = self.client.submit, self.problem, self.source.n_samples
+        stats = [submit(ops.coarse_stats, self.row_sums[r], self.labels[r], margins[r], problem.loss)
+                 for r in range(len(margins))]
+        total = self.client.submit(ops.sum_partials, *stats).result()
+        g, h = total["g"] / n, total["h"] / n
+        blocks = [coef[s] for s in self.slices]
+        shift = _coarse_newton(problem, g, h, blocks)
+        if not np.any(shift):
+            return coef, intercept
+        step = 1.0
+        if problem.loss != "squared":
+            trials = [submit(ops.coarse_trials, self.row_sums[r], self.labels[r], margins[r],
+                             shift, problem.loss) for r in range(len(margins))]
+            change = self.client.submit(ops.sum_partials, *trials).result()["trials"] / n
+            step = _coarse_line_search(problem, change, g, shift, blocks)
+        coef = coef.copy()
+        for b, s in enumerate(self.slices):
+            coef[s] += step * shift[b]
+        if problem.fit_intercept:
+            intercept += step * shift[-1]
         return coef, intercept
 
     def _certify(self, coef, intercept):
@@ -440,3 +479,45 @@ class _BlockSCD:
         cert = obj.primal_certificate(problem, n, coef, float(total["loss"][0]), dual_sum,
                                       correlation, float(margin_dot))
         return margins, cert
+
+
+def _coarse_newton(problem, g, h, blocks, sweeps=100) -> np.ndarray:
+    """argmin_c gᵀc + ½cᵀhc + Σ_B Σ_{j∈B} pen(θ_j + c_B) by cyclic exact 1-D steps.
+
+    The last coordinate is the intercept (unpenalized) when there is one.
+    """
+    k = len(g)
+    c = np.zeros(k)
+    residual = g.copy()  # g + h c
+    for _ in range(sweeps):
+        biggest = 0.0
+        for b in range(k):
+            curvature = h[b, b]
+            linear = residual[b] - curvature * c[b]
+            if b < len(blocks):
+                new = obj.best_shift(problem, -blocks[b], linear, curvature)
+            else:
+                new = -linear / curvature if curvature > 0 else c[b]
+            delta = new - c[b]
+            if delta != 0.0:
+                residual += h[:, b] * delta
+                c[b] = new
+                biggest = max(biggest, abs(delta))
+        if biggest <= 1e-15 * max(1.0, np.abs(c).max()):
+            break
+    return c
+
+
+def _coarse_line_search(problem, change, g, shift, blocks) -> float:
+    """The largest step t ∈ {1, 1/2, …} with Armijo decrease (0 if none)."""
+    def penalty_change(t):
+        return sum(
+            float(np.sum(problem.l1 * np.abs(theta + t * shift[b]) + 0.5 * problem.l2 * (theta + t * shift[b]) ** 2)
+                  - np.sum(problem.l1 * np.abs(theta) + 0.5 * problem.l2 * theta ** 2))
+            for b, theta in enumerate(blocks)
+        )
+    model = float(g @ shift) + penalty_change(1.0)
+    for t, loss_change in zip(ops.LINE_SEARCH_STEPS, change):
+        if loss_change + penalty_change(t) <= 0.01 * t * model:
+            return float(t)
+    return 0.0
