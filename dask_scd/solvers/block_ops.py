@@ -22,12 +22,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.coarse import _ARMIJO, LINE_SEARCH_STEPS
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
-# Step sizes tried by the line search, 1, 1/2, ..., 1/512, all in one reduction.
-LINE_SEARCH_STEPS = 0.5 ** np.arange(10)
-_ARMIJO = 0.01
 
 
 # ----------------------------------------------------------------------- cell access
@@ -175,21 +173,15 @@ def labels(y) -> np.ndarray:
 
 
 def inspect_cell(cell, where: str) -> dict:
-    """Check a cell once before fitting: finite values, purity, complete one-hot.
+    """Check a cell once before fitting: finite values and purity.
 
-    Returns ``{"max_per_row", "complete_binary"}``: the most non-zeros one example has in
-    the block, and whether every example has exactly one non-zero equal to 1.
+    Returns ``{"max_per_row"}``: the most non-zeros one example has in the block.
     """
     view = cell_view(cell)
-    m = view.matrix
-    if not np.isfinite(m.data).all():
+    if not np.isfinite(view.matrix.data).all():
         raise ValueError(f"X contains NaN or infinity in {where}")
-    nonzero = m.data[m.data != 0] if m.dense else m.data
     counts = _nonzeros_per_row(view)
-    return {
-        "max_per_row": int(counts.max()) if counts.size else 0,
-        "complete_binary": bool(np.all(nonzero == 1.0)) and bool(np.all(counts == 1)),
-    }
+    return {"max_per_row": int(counts.max()) if counts.size else 0}
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:

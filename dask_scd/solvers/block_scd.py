@@ -34,7 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
 from dask_scd.fault import load_checkpoint, save_checkpoint
-from dask_scd.groups import recenter
+from dask_scd.coarse import coarse_line_search, coarse_newton
 from dask_scd.result import FitResult, History
 from dask_scd.solvers import block_ops as ops
 from dask_scd.validation import check_labels, choose_solver
@@ -60,7 +60,6 @@ class _Source:
     materialize: object  # () -> (X in original feature order, y) in memory
     classes: np.ndarray | None = None
     purity: list = field(default_factory=list)
-    complete: list = field(default_factory=list)
 
     @property
     def n_row_chunks(self) -> int:
@@ -272,7 +271,7 @@ def _client(client):
     except ValueError:
         pass
     with LocalCluster(processes=False, n_workers=1, threads_per_worker=os.cpu_count() or 1,
-                      dashboard_address=None) as cluster, Client(cluster) as local:
+                      dashboard_address=":0") as cluster, Client(cluster) as local:
         yield local
 
 
@@ -292,7 +291,6 @@ class _BlockSCD:
         self.slices = source.slices
         self._connect_cells()
         self._preflight()
-        self.groups = [np.arange(s.start, s.stop) for s, c in zip(self.slices, source.complete) if c]
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -316,7 +314,7 @@ class _BlockSCD:
         self.rows = np.diff(source.row_bounds).astype(int)
 
     def _preflight(self):
-        """One pass over every cell: finite values, purity, complete one-hot blocks."""
+        """One pass over every cell: finite values, purity, and the coarse space's S_r."""
         submit = self.client.submit
         reports = [
             [submit(ops.inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
@@ -327,8 +325,6 @@ class _BlockSCD:
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
                               for b in range(n_blocks)]
-        self.source.complete = [all(reports[r][b]["complete_binary"] for r in range(len(reports)))
-                                for b in range(n_blocks)]
         self.row_sums = [submit(ops.block_row_sums, self.cells[r], self.problem.fit_intercept)
                          for r in range(self.source.n_row_chunks)]
 
@@ -361,9 +357,8 @@ class _BlockSCD:
             epoch += 1
             order = self._block_order(cert)
             coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
-            if self.coarse:
+            if self.coarse and self.problem.l1 == 0.0:  # see dask_scd.coarse
                 coef, intercept = self._coarse_step(margins, coef, intercept)
-            intercept = recenter(self.problem, coef, intercept, self.groups)
             margins, cert = self._certify(coef, intercept)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             if self.verbose:
@@ -444,7 +439,7 @@ class _BlockSCD:
         total = self.client.submit(ops.sum_partials, *stats).result()
         g, h = total["g"] / n, total["h"] / n
         blocks = [coef[s] for s in self.slices]
-        shift = _coarse_newton(problem, g, h, blocks)
+        shift = coarse_newton(problem, g, h, blocks)
         if not np.any(shift):
             return coef, intercept
         step = 1.0
@@ -452,7 +447,7 @@ class _BlockSCD:
             trials = [submit(ops.coarse_trials, self.row_sums[r], self.labels[r], margins[r],
                              shift, problem.loss) for r in range(len(margins))]
             change = self.client.submit(ops.sum_partials, *trials).result()["trials"] / n
-            step = _coarse_line_search(problem, change, g, shift, blocks)
+            step = coarse_line_search(problem, change, g, shift, blocks)
         coef = coef.copy()
         for b, s in enumerate(self.slices):
             coef[s] += step * shift[b]
@@ -480,44 +475,3 @@ class _BlockSCD:
                                       correlation, float(margin_dot))
         return margins, cert
 
-
-def _coarse_newton(problem, g, h, blocks, sweeps=100) -> np.ndarray:
-    """argmin_c gᵀc + ½cᵀhc + Σ_B Σ_{j∈B} pen(θ_j + c_B) by cyclic exact 1-D steps.
-
-    The last coordinate is the intercept (unpenalized) when there is one.
-    """
-    k = len(g)
-    c = np.zeros(k)
-    residual = g.copy()  # g + h c
-    for _ in range(sweeps):
-        biggest = 0.0
-        for b in range(k):
-            curvature = h[b, b]
-            linear = residual[b] - curvature * c[b]
-            if b < len(blocks):
-                new = obj.best_shift(problem, -blocks[b], linear, curvature)
-            else:
-                new = -linear / curvature if curvature > 0 else c[b]
-            delta = new - c[b]
-            if delta != 0.0:
-                residual += h[:, b] * delta
-                c[b] = new
-                biggest = max(biggest, abs(delta))
-        if biggest <= 1e-15 * max(1.0, np.abs(c).max()):
-            break
-    return c
-
-
-def _coarse_line_search(problem, change, g, shift, blocks) -> float:
-    """The largest step t ∈ {1, 1/2, …} with Armijo decrease (0 if none)."""
-    def penalty_change(t):
-        return sum(
-            float(np.sum(problem.l1 * np.abs(theta + t * shift[b]) + 0.5 * problem.l2 * (theta + t * shift[b]) ** 2)
-                  - np.sum(problem.l1 * np.abs(theta) + 0.5 * problem.l2 * theta ** 2))
-            for b, theta in enumerate(blocks)
-        )
-    model = float(g @ shift) + penalty_change(1.0)
-    for t, loss_change in zip(ops.LINE_SEARCH_STEPS, change):
-        if loss_change + penalty_change(t) <= 0.01 * t * model:
-            return float(t)
-    return 0.0

@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
-from dask_scd.groups import complete_onehot_groups, recenter
+from dask_scd.coarse import LocalCoarse
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
@@ -51,7 +51,7 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, coef_init=None,
     margins = matrix.scatter(coef) + intercept[0]
     col_sq_norms = matrix.sq_norms()
     n_coordinates = n_features + int(problem.fit_intercept)
-    groups = complete_onehot_groups(X)
+    coarse = LocalCoarse.build(X, problem)
 
     history = History()
     start = time.perf_counter()
@@ -63,7 +63,8 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, coef_init=None,
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_samples, y, margins,
             coef, intercept, order, problem.loss_code, problem.l1, problem.l2, col_sq_norms,
         )
-        intercept[0] = recenter(problem, coef, intercept[0], groups)
+        if coarse is not None:
+            intercept[0] = coarse.step(problem, y, margins, coef, intercept[0])
         cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
         _report(verbose, "scd", epoch, cert)
