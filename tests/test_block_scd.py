@@ -1,0 +1,238 @@
+"""The block-SCD engine on dask: optimum, invariances, faults, checkpoints, bad input."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client, LocalCluster
+from sklearn.exceptions import ConvergenceWarning
+
+import dask_scd
+from dask_scd.datasets import make_onehot
+from dask_scd.grid import GridCorruptionError, open_grid, to_grid
+
+ALPHA = 0.03
+
+
+@pytest.fixture(scope="module")
+def onehot(tmp_path_factory):
+    """Criteo-like: 3 pure one-hot fields and one impure set-valued field, two chunkings."""
+    X, y, blocks = make_onehot(2400, 3, 8, set_valued=1, set_size=3, random_state=0)
+    base = tmp_path_factory.mktemp("grids")
+    to_grid(X, y, str(base / "a.zarr"), row_chunk=800, blocks=blocks)
+    to_grid(X, y, str(base / "b.zarr"), row_chunk=500, blocks=blocks)
+    return X, y, blocks, open_grid(base / "a.zarr"), open_grid(base / "b.zarr")
+
+
+@pytest.fixture(scope="module")
+def clients():
+    """Process-based LocalClusters with 1, 2 and 4 workers, started on first use."""
+    started = {}
+
+    def get(n_workers):
+        if n_workers not in started:
+            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", memory_limit="2GiB")
+            started[n_workers] = (cluster, Client(cluster, set_as_default=False))
+        return started[n_workers][1]
+
+    yield get
+    for cluster, client in started.values():
+        client.close()
+        cluster.close()
+
+
+def _fixed_epochs(grid, client, loss, epochs=3, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return dask_scd.fit(grid, loss=loss, alpha=ALPHA, tol=1e-15, max_iter=epochs,
+                            solver="block_scd", client=client, random_state=0, **kwargs)
+
+
+def test_grid_is_pure_but_one_block(onehot):
+    *_, grid, _ = onehot
+    assert grid.purity == [True, True, True, False]
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_reaches_the_optimum_on_two_workers(onehot, clients, loss):
+    X, y, _, grid, _ = onehot
+    result = dask_scd.fit(grid, loss=loss, alpha=ALPHA, tol=1e-9, solver="block_scd",
+                          client=clients(2), random_state=0, max_iter=200)
+    # An independent reference: the in-memory dual solver (SDCA), far more precise.
+    reference = dask_scd.fit(X, y, loss=loss, alpha=ALPHA, tol=1e-13, solver="sdca",
+                             random_state=0, max_iter=100_000)
+    assert result.solver_ == "block_scd"
+    assert result.converged_ and result.dual_gap_ <= 1e-9
+    assert abs(result.primal_ - reference.primal_) <= 1e-7 * abs(reference.primal_)
+    # Strong convexity bounds the distance to the optimum: ½α‖θ − θ*‖² ≤ gap.
+    gap = result.dual_gap_ * result.primal_ + reference.dual_gap_ * reference.primal_
+    assert np.linalg.norm(result.coef_ - reference.coef_) <= 2 * np.sqrt(2 * gap / ALPHA)
+    # The 1-worker fit is the same model.
+    single = dask_scd.fit(grid, loss=loss, alpha=ALPHA, tol=1e-9, solver="block_scd",
+                          client=clients(1), random_state=0, max_iter=200)
+    np.testing.assert_allclose(single.coef_, result.coef_, rtol=0, atol=1e-10)
+    assert single.intercept_ == pytest.approx(result.intercept_, abs=1e-10)
+    assert single.n_iter_ == result.n_iter_
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_model_does_not_depend_on_worker_count(onehot, clients, loss):
+    *_, grid, _ = onehot
+    fits = [_fixed_epochs(grid, clients(k), loss) for k in (1, 2, 4)]
+    for other in fits[1:]:
+        np.testing.assert_allclose(other.coef_, fits[0].coef_, rtol=0, atol=1e-10)
+        assert other.intercept_ == pytest.approx(fits[0].intercept_, abs=1e-10)
+
+
+def test_model_does_not_depend_on_row_chunking(onehot, clients):
+    *_, grid_a, grid_b = onehot
+    a = _fixed_epochs(grid_a, clients(2), "logistic")
+    b = _fixed_epochs(grid_b, clients(2), "logistic")
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=0, atol=1e-9)
+    assert a.intercept_ == pytest.approx(b.intercept_, abs=1e-9)
+
+
+def test_worker_killed_mid_fit(onehot, clients):
+    *_, grid, _ = onehot
+    client = clients(2)
+    undisturbed = _fixed_epochs(grid, client, "logistic", epochs=4)
+    killed = []
+
+    def kill_one_worker():
+        address = sorted(client.scheduler_info()["workers"])[0]
+        try:
+            client.run(os._exit, 1, workers=[address])
+        except Exception:  # the worker dies before it can answer
+            pass
+        killed.append(address)
+
+    def callback(state):
+        if state["epoch"] == 1:  # during epoch 2: its margins are lost with the worker
+            threading.Timer(0.05, kill_one_worker).start()
+
+    disturbed = _fixed_epochs(grid, client, "logistic", epochs=4, callback=callback)
+    assert killed
+    np.testing.assert_allclose(disturbed.coef_, undisturbed.coef_, rtol=0, atol=1e-12)
+    assert disturbed.intercept_ == pytest.approx(undisturbed.intercept_, abs=1e-12)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next tests
+
+
+def test_checkpoint_resume_after_driver_is_killed(onehot, tmp_path):
+    *_, grid, _ = onehot
+    checkpoint = tmp_path / "fit.npz"
+    script = textwrap.dedent(f"""
+        import os
+        import dask_scd
+        from dask_scd.grid import open_grid
+        grid = open_grid({str(grid.path)!r})
+        def die(state):
+            if state["epoch"] == 2:
+                os._exit(3)  # the driver dies right after epoch 2's checkpoint
+        dask_scd.fit(grid, loss="logistic", alpha={ALPHA}, tol=1e-15, max_iter=4,
+                     solver="block_scd", random_state=0, checkpoint={str(checkpoint)!r},
+                     callback=die)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+    assert done.returncode == 3, done.stderr.decode()[-2000:]
+    assert checkpoint.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        resumed = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4,
+                               solver="block_scd", random_state=0, checkpoint=checkpoint,
+                               resume=True)
+        straight = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4,
+                                solver="block_scd", random_state=0)
+    assert resumed.n_iter_ == straight.n_iter_ == 4
+    assert resumed.history_.iteration == [1, 2, 3, 4]
+    np.testing.assert_allclose(resumed.coef_, straight.coef_, rtol=0, atol=1e-12)
+    assert resumed.intercept_ == pytest.approx(straight.intercept_, abs=1e-12)
+    # A checkpoint of another problem is refused.
+    with pytest.raises(ValueError, match="belongs to another fit"):
+        dask_scd.fit(grid, loss="squared", alpha=ALPHA, max_iter=4, solver="block_scd",
+                     checkpoint=checkpoint, resume=True)
+
+
+def test_dask_array_input_matches_in_memory(rng):
+    X = rng.normal(size=(600, 12))
+    y = X @ rng.normal(size=12) + 0.3 * rng.normal(size=600) + 2.0
+    dX = da.from_array(X, chunks=(200, 4))
+    result = dask_scd.fit(dX, y, alpha=0.05, penalty="elasticnet", tol=1e-9,
+                          solver="block_scd", random_state=0)
+    reference = dask_scd.fit(X, y, alpha=0.05, penalty="elasticnet", tol=1e-12, random_state=0)
+    assert result.solver_ == "block_scd" and result.dual_gap_ <= 1e-9
+    assert abs(result.primal_ - reference.primal_) <= 1e-8 * reference.primal_
+    # User blocks reorder the columns; coefficients come back in the original order.
+    blocked = dask_scd.fit(dX, y, alpha=0.05, penalty="elasticnet", tol=1e-9,
+                           solver="block_scd", random_state=0,
+                           blocks=[np.array([0, 5, 7]), np.arange(1, 5), np.array([6, 8, 9, 10, 11])])
+    np.testing.assert_allclose(blocked.coef_, reference.coef_, atol=1e-3)
+    assert abs(blocked.primal_ - reference.primal_) <= 1e-8 * reference.primal_
+
+
+@pytest.mark.parametrize("selection", ["cyclic", "gap"])
+def test_block_selection_rules_converge(onehot, selection):
+    X, y, _, grid, _ = onehot
+    result = dask_scd.fit(grid, loss="squared", alpha=ALPHA, tol=1e-8, solver="block_scd",
+                          selection=selection, random_state=0, max_iter=200)
+    reference = dask_scd.fit(X, y, loss="squared", alpha=ALPHA, tol=1e-12, random_state=0)
+    assert result.dual_gap_ <= 1e-8
+    assert abs(result.primal_ - reference.primal_) <= 1e-7 * reference.primal_
+
+
+def test_auto_uses_memory_for_small_data(onehot):
+    X, y, _, grid, _ = onehot
+    result = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-9, random_state=0)
+    assert result.solver_ in ("scd", "sdca")
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-9, random_state=0)
+    np.testing.assert_allclose(result.coef_, reference.coef_, atol=1e-6)
+    forced = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-9, random_state=0,
+                          in_memory_limit=0)
+    assert forced.solver_ == "block_scd"
+
+
+def test_bad_inputs(onehot, tmp_path):
+    X, y, _, grid, _ = onehot
+    dX = da.from_array(X.toarray(), chunks=(800, 10))
+    with pytest.raises(ValueError, match="y has 10 labels but X has 2400 rows"):
+        dask_scd.fit(dX, y[:10], solver="block_scd")
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        dask_scd.fit(dX[dX[:, 0] >= 0], y, solver="block_scd")
+    with pytest.raises(ValueError, match="missing"):
+        dask_scd.fit(dX, y, solver="block_scd", blocks=[np.arange(5)])
+    with pytest.raises(ValueError, match="more than once|repeated|twice"):
+        dask_scd.fit(dX, y, solver="block_scd", blocks=[np.arange(20), np.arange(19, X.shape[1])])
+    with pytest.raises(ValueError, match="carries its own labels"):
+        dask_scd.fit(grid, y)
+    bad = X.toarray()
+    bad[1500, 3] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinity in cell \(row chunk 1, block 0\)"):
+        dask_scd.fit(da.from_array(bad, chunks=(800, 10)), y, solver="block_scd")
+    with pytest.raises(ValueError, match="hinge"):
+        dask_scd.fit(grid, loss="hinge", solver="block_scd")
+
+
+def test_corrupt_cell_is_named(onehot, tmp_path):
+    X, y, blocks, _, _ = onehot
+    grid = to_grid(X, y, str(tmp_path / "c.zarr"), row_chunk=800, blocks=blocks)
+    cell_files = sorted((tmp_path / "c.zarr" / "X" / "block_1").rglob("c/*"))
+    assert cell_files
+    os.remove(cell_files[0])
+    with pytest.raises(GridCorruptionError, match=r"block 1"):
+        dask_scd.fit(open_grid(grid.path), solver="block_scd", alpha=ALPHA, max_iter=2)
+
+
+def test_sparse_dask_chunks(onehot):
+    X, y, blocks, _, _ = onehot
+    dX = da.from_array(sp.csr_matrix(X), chunks=(1200, X.shape[1]), asarray=False)
+    result = dask_scd.fit(dX, y, loss="logistic", alpha=ALPHA, tol=1e-9, solver="block_scd",
+                          random_state=0, max_iter=300)
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-12, random_state=0)
+    assert abs(result.primal_ - reference.primal_) <= 1e-8 * reference.primal_
