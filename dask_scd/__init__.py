@@ -1,8 +1,20 @@
 """dask_scd: regularized linear models by coordinate descent, certified by duality gaps."""
 
 from dask_scd.api import fit
+from dask_scd.grid import Grid, GridCorruptionError, open_grid, to_grid
 from dask_scd.objectives import Certificate, Problem, certificate
 from dask_scd.result import FitResult, History
 
-__all__ = ["fit", "FitResult", "History", "Problem", "Certificate", "certificate"]
+__all__ = [
+    "fit",
+    "FitResult",
+    "History",
+    "Problem",
+    "Certificate",
+    "certificate",
+    "Grid",
+    "GridCorruptionError",
+    "open_grid",
+    "to_grid",
+]
 __version__ = "0.1.0"

@@ -42,7 +42,7 @@ def fit(
     ----------
     X : array of shape (n_samples, n_features)
         numpy array or scipy.sparse matrix (in-memory engines); a dask array or a
-        :class:`dask_scd.Grid` runs the block-SCD engine over dask.
+        :class:`dask_scd.grid.Grid` runs the block-SCD engine over dask.
     y : array of shape (n_samples,)
         Targets; for classification losses any two distinct labels (mapped to ±1).
         Omitted for a Grid, which carries its labels.
@@ -54,10 +54,12 @@ def fit(
     tol : float
         Target relative duality gap ``(P − D)/|P|``.
     max_iter : int
-        Epochs (in-memory) or block iterations (dask engine).
+        Epochs: passes over all coordinates (in memory) or over all blocks (dask engine).
     solver : {"auto", "scd", "sdca", "block_scd"}
-        "auto" picks primal SCD for L1/elastic net and n ≥ p, dual SDCA for the hinge and
-        p > n, and "block_scd" for dask arrays and grids.
+        In memory, "auto" picks primal SCD for L1/elastic net, and dual SDCA for the hinge,
+        for p > n and for L2 problems whose dual is well conditioned
+        (mean ‖x_i‖²/(alpha·n) ≤ 100), else SCD. For a dask array or a grid, "auto" fits
+        in memory below ``in_memory_limit`` bytes and runs "block_scd" above.
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every epoch.

@@ -11,8 +11,8 @@ import numpy as np
 class History:
     """Per-iteration record: relative duality gap, primal objective, elapsed seconds.
 
-    An iteration is an epoch for the in-memory engines and a block step for the dask
-    engine. ``bytes_moved`` is filled by engines that move data between memory tiers.
+    One entry per epoch (a pass over all coordinates, or over all blocks and the
+    intercept for the dask engine).
     """
 
     iteration: list = field(default_factory=list)
@@ -63,7 +63,7 @@ class FitResult:
     dual_gap_ : float
         Relative duality gap ``(P − D)/|P|`` certified at the end of the fit.
     n_iter_ : int
-        Epochs (in-memory engines) or block iterations (dask engine).
+        Epochs: passes over all coordinates (in memory) or all blocks (dask engine).
     history_ : History
     converged_ : bool
     solver_ : str

@@ -88,8 +88,8 @@ def check_labels(y, n_samples: int, loss: str):
     if len(classes) > 2:
         raise ValueError(
             f"loss={loss!r} is a binary loss but y has {len(classes)} classes "
-            f"({classes[:5].tolist()}...); for more than two classes use the classifier "
-            "estimators (dask_scd.LogisticRegression / dask_scd.LinearSVC, one-vs-rest)"
+            f"({classes[:5].tolist()}...); for more than two classes fit one binary model per "
+            "class (one-vs-rest: y == k against the rest)"
         )
     if len(classes) < 2:
         raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
@@ -119,6 +119,6 @@ def choose_solver(solver: str, problem: Problem, n_samples: int, n_features: int
         return "scd"
     if problem.loss == "hinge" or n_features > n_samples:
         return "sdca"
-    if mean_row_sq_norm / (problem.alpha * n_samples) <= 1000.0:
+    if mean_row_sq_norm / (problem.alpha * n_samples) <= 100.0:
         return "sdca"
     return "scd"

@@ -51,7 +51,7 @@ def test_shapes(data):
 
 def test_labels(data):
     X, y = data
-    with pytest.raises(ValueError, match="3 classes.*classifier estimators"):
+    with pytest.raises(ValueError, match="3 classes.*one-vs-rest"):
         dask_scd.fit(X, np.arange(50) % 3, loss="logistic")
     with pytest.raises(ValueError, match="single class"):
         dask_scd.fit(X, np.ones(50), loss="hinge")

@@ -163,7 +163,7 @@ def _classes(values, loss):
     if len(values) > 2:
         raise ValueError(
             f"loss={loss!r} is a binary loss but y has {len(values)} classes; for more than two "
-            "classes use the classifier estimators (one-vs-rest)"
+            "classes fit one binary model per class (one-vs-rest: y == k against the rest)"
         )
     if len(values) < 2:
         raise ValueError(f"y has a single class {list(values)}: a classifier needs two")
@@ -204,21 +204,25 @@ def fit_block_scd(
         With ``solver="auto"``, data smaller than this many bytes is fitted in memory,
         where the local kernels beat any cluster's task overhead.
     callback : callable, optional
-        Called after every epoch with a dict (epoch, coef, intercept, relative_gap);
-        returning True stops the fit.
+        Called after every epoch with a dict (epoch, coef in the original feature order,
+        intercept, relative_gap); returning True stops the fit.
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
     if solver in ("scd", "block_scd") and problem.loss == "hinge":
         choose_solver(solver, problem, 1, 1)  # raises the same error as in memory
+    source = make_source(X, y, problem.loss, blocks)
+    if solver in ("scd", "sdca") or (solver == "auto" and source.nbytes <= in_memory_limit):
+        if checkpoint is not None or callback is not None:
+            warnings.warn("checkpoint and callback apply to the block-SCD engine only; this "
+                          "fit runs in memory (pass solver='block_scd' to use them)",
+                          UserWarning, stacklevel=3)
+        return _fit_in_memory(source, problem, penalty, tol, max_iter, rng, solver, verbose)
     if problem.loss == "hinge":
         raise ValueError(
             "the block-SCD engine needs a smooth loss; for the hinge use loss='squared_hinge', "
             "or fit in memory with solver='sdca'"
         )
-    source = make_source(X, y, problem.loss, blocks)
-    if solver in ("scd", "sdca") or (solver == "auto" and source.nbytes <= in_memory_limit):
-        return _fit_in_memory(source, problem, penalty, tol, max_iter, rng, solver, verbose)
     with _client(client) as c:
         engine = _BlockSCD(c, source, problem, rng, selection, verbose)
         run = engine.run(tol, max_iter, checkpoint, checkpoint_every, resume, callback)
@@ -304,9 +308,9 @@ class _BlockSCD:
             by_key = {f.key: f for f in futures_of(persisted)}
             keys = persisted.__dask_keys__()
             source.cell = lambda r, b: by_key[keys[r][b]]
-            labels = self.client.scatter(
-                [source.label(r) for r in range(source.n_row_chunks)], broadcast=False
-            )
+            # Submitted as tasks, not scattered: a lost copy is recomputed from the task.
+            labels = [self.client.submit(ops.labels, source.label(r))
+                      for r in range(source.n_row_chunks)]
             source.label = lambda r: labels[r]
         self.cells = [[source.cell(r, b) for b in range(len(self.slices))]
                       for r in range(source.n_row_chunks)]
@@ -368,12 +372,17 @@ class _BlockSCD:
                 save_checkpoint(checkpoint, coef=coef, intercept=intercept, epoch=epoch,
                                 rng=self.rng, history=history, signature=self.signature())
             if callback is not None and callback({
-                "epoch": epoch, "coef": coef, "intercept": intercept,
+                "epoch": epoch, "coef": self._original_order(coef), "intercept": intercept,
                 "relative_gap": cert.relative_gap,
             }):
                 break
         return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
                 "certificate": cert}
+
+    def _original_order(self, coef) -> np.ndarray:
+        out = np.empty_like(coef)
+        out[self.source.feature_order] = coef
+        return out
 
     def _initial_intercept(self) -> float:
         """The best intercept for θ = 0: a cheap exact start (labels only)."""
