@@ -231,6 +231,7 @@ class Certificate:
     dual: float
     coordinate_gaps: np.ndarray
     intercept_gap: float
+    correlation: np.ndarray | None = None  # Xᵀa/n for a primal certificate
 
     @property
     def gap(self) -> float:
@@ -278,7 +279,7 @@ def primal_certificate(
     dual = dual_loss_sum / n - float(g_star.sum())
     # Fenchel–Young remainder of the loss; zero when a = −ℓ'(ŷ) exactly.
     intercept_gap = (loss_sum - dual_loss_sum + margin_dot_dual) / n
-    return Certificate(primal, dual, coordinate_gaps, intercept_gap)
+    return Certificate(primal, dual, coordinate_gaps, intercept_gap, correlation)
 
 
 def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) -> Certificate:

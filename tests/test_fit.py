@@ -103,24 +103,20 @@ def test_l1_logistic_breast_cancer():
     # liblinear penalizes its intercept, so compare the intercept-free problem.
     free = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=alpha, tol=TOL,
                         fit_intercept=False, random_state=0, max_iter=5000)
-    sk = linear_model.LogisticRegression(
-        l1_ratio=1.0, C=1 / (len(y) * alpha), solver="liblinear", fit_intercept=False, tol=1e-12,
-        max_iter=100_000,
-    ) if _has_l1_ratio() else linear_model.LogisticRegression(
-        penalty="l1", C=1 / (len(y) * alpha), solver="liblinear", fit_intercept=False, tol=1e-12,
-        max_iter=100_000,
-    )
-    sk.fit(X, y)
+    sk = _l1_logistic(C=1 / (len(y) * alpha), fit_intercept=False).fit(X, y)
     _assert_matches(free, X, y, "logistic", 1.0, alpha, sk.coef_, 0.0, fit_intercept=False)
     # With an intercept the objective can only be lower, and is certified.
     assert ours.dual_gap_ <= 1e-8 and ours.primal_ <= free.primal_
 
 
-def _has_l1_ratio():
+def _l1_logistic(**kwargs):
+    """L1 LogisticRegression (liblinear) under both the old and the new parameter names."""
     import inspect
 
-    sig = inspect.signature(linear_model.LogisticRegression)
-    return "l1_ratio" in sig.parameters and sig.parameters["penalty"].default != "l2"
+    penalty = inspect.signature(linear_model.LogisticRegression).parameters["penalty"].default
+    style = {"penalty": "l1"} if penalty == "l2" else {"l1_ratio": 1.0}
+    return linear_model.LogisticRegression(solver="liblinear", tol=1e-12, max_iter=100_000,
+                                           **style, **kwargs)
 
 
 @pytest.mark.parametrize("dataset", [_breast_cancer, _digits])
@@ -171,9 +167,7 @@ def _a9a_reference(kind, n, alpha):
         return linear_model.LogisticRegression(C=1 / (n * alpha), tol=1e-12, max_iter=100_000), True
     if kind == "logistic_l1":
         # liblinear penalizes an intercept: compare the intercept-free problem.
-        return linear_model.LogisticRegression(
-            penalty="l1", C=1 / (n * alpha), solver="liblinear", fit_intercept=False, tol=1e-12,
-            max_iter=100_000), False
+        return _l1_logistic(C=1 / (n * alpha), fit_intercept=False), False
     return svm.LinearSVC(loss="hinge", C=1 / (n * alpha), fit_intercept=False, tol=1e-12,
                          max_iter=1_000_000), False
 
@@ -221,7 +215,7 @@ def test_deterministic_given_random_state():
     a = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-3, random_state=7)
     b = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-3, random_state=7)
     np.testing.assert_array_equal(a.coef_, b.coef_)
-    assert a.n_iter_ == b.n_iter_ == len(a.history_)
+    assert a.n_iter_ == b.n_iter_ == a.history_.iteration[-1]
 
 
 def test_history_and_convergence_warning():
@@ -234,3 +228,7 @@ def test_history_and_convergence_warning():
     r = dask_scd.fit(X, y, alpha=1e-3, tol=1e-8, random_state=0, max_iter=10_000)
     gaps = np.array(r.history_.relative_gap)
     assert gaps[-1] <= 1e-8 < gaps[0]
+    # Certified epochs: the first ones, then at least every 5th, and the last.
+    assert r.history_.iteration[:3] == [1, 2, 3]
+    assert np.all(np.diff(r.history_.iteration) <= 5)
+    assert r.history_.iteration[-1] == r.n_iter_

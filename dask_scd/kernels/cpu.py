@@ -102,7 +102,12 @@ def _prox_newton(old, g, h, l1, l2):
 # --------------------------------------------------------------------- primal SCD
 
 
-@njit(nogil=True, cache=True)
+# Reassociation (and fused multiply-add) lets LLVM vectorize the reductions; results stay
+# deterministic for a given build. No other fast-math flag: infinities are meaningful here.
+_FAST = {"reassoc", "contract"}
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
 def scd_epoch(
     data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
     loss, l1, l2, col_sq_norms,
@@ -140,9 +145,12 @@ def _column_step(
     g = 0.0
     h = 0.0
     if loss == SQUARED:
-        for idx in range(start, end):
-            i = _minor(dense, indices, idx, start)
-            g += (margins[i] - y[i]) * data[idx]  # g = X[:, j]ᵀ(ŷ − y)
+        if dense:  # contiguous: a plain loop that LLVM vectorizes
+            for k in range(end - start):
+                g += (margins[k] - y[k]) * data[start + k]  # g = X[:, j]ᵀ(ŷ − y)
+        else:
+            for idx in range(start, end):
+                g += (margins[indices[idx]] - y[indices[idx]]) * data[idx]
         h = sq_norm
     else:
         for idx in range(start, end):
@@ -163,9 +171,12 @@ def _column_step(
         )
         if delta == 0.0:
             return 0.0
-    for idx in range(start, end):
-        i = _minor(dense, indices, idx, start)
-        margins[i] += delta * data[idx]  # ŷ += Δθ_j X[:, j]
+    if dense:
+        for k in range(end - start):
+            margins[k] += delta * data[start + k]  # ŷ += Δθ_j X[:, j]
+    else:
+        for idx in range(start, end):
+            margins[indices[idx]] += delta * data[idx]
     coef[j] = old + delta
     return delta
 
@@ -314,18 +325,26 @@ def _dual_step(loss, y, a, m, q):
 @njit(inline="always")
 def _row_dot(data, indices, dense, start, end, w):
     s = 0.0
-    for idx in range(start, end):
-        s += data[idx] * w[_minor(dense, indices, idx, start)]
+    if dense:
+        for k in range(end - start):
+            s += data[start + k] * w[k]
+    else:
+        for idx in range(start, end):
+            s += data[idx] * w[indices[idx]]
     return s
 
 
 @njit(inline="always")
 def _row_axpy(data, indices, dense, start, end, scale, w):
-    for idx in range(start, end):
-        w[_minor(dense, indices, idx, start)] += scale * data[idx]
+    if dense:
+        for k in range(end - start):
+            w[k] += scale * data[start + k]
+    else:
+        for idx in range(start, end):
+            w[indices[idx]] += scale * data[idx]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_epoch(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
     loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
@@ -357,7 +376,7 @@ def sdca_epoch(
 # ------------------------------------------------------------------------ products
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=_FAST)
 def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
     """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v).
 
@@ -375,7 +394,7 @@ def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
             out[r] = _row_dot(data, indices, dense, start, end, v)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=_FAST)
 def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, squared):
     """out[k] += Σ_r A[r, k] u[r] (CSR: Xᵀ u; CSC: X u); A² with ``squared``."""
     for r in range(n_major):
