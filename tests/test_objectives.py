@@ -107,3 +107,26 @@ def test_sdca_certificate_splits_per_example(rng):
     assert cert.coordinate_gaps.sum() == pytest.approx(cert.gap, rel=1e-10)
     # The same point certified from its primal side is no better than an exact split.
     assert np.all(cert.coordinate_gaps >= -1e-15)
+
+
+def test_rescaled_lasso_certificate_is_valid_and_tighter(rng):
+    X, _ = _data(rng, n=80, p=10)
+    y = X @ rng.normal(size=10) + rng.normal(size=80)
+    problem = _problem("squared", 1.0, True, alpha=0.2)
+    coef = rng.normal(scale=0.3, size=10)
+    cert = obj.certificate(problem, X, y, coef, 0.1)
+    margins = X @ coef + 0.1
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    lipschitz = obj.primal_certificate(problem, len(y), coef, sums["loss"],
+                                       float(obj.dual_loss("squared", y, a).sum()),
+                                       X.T @ a / len(y), float(a @ margins))
+    assert cert.gap <= lipschitz.gap
+    assert cert.coordinate_gaps.sum() + cert.intercept_gap == pytest.approx(cert.gap, rel=1e-10)
+    assert np.all(cert.coordinate_gaps >= -1e-12) and cert.intercept_gap >= -1e-12
+    # Weak duality: no dual value exceeds the optimum (sklearn's Lasso, solved tightly).
+    from sklearn.linear_model import Lasso
+
+    best = Lasso(alpha=0.2, tol=1e-14, max_iter=100_000).fit(X, y)
+    optimum = obj.certificate(problem, X, y, best.coef_, best.intercept_).primal
+    assert cert.dual <= optimum + 1e-12

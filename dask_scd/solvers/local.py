@@ -122,9 +122,8 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     start = time.perf_counter()
     converged = False
     epoch = 0
-    working_set = np.arange(n_samples)
     for epoch in range(1, max_iter + 1):
-        order = rng.permutation(working_set)
+        order = rng.permutation(n_samples)
         dual_sum = np.array([dual_coef.sum()])
         max_delta = cpu.sdca_epoch(
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_features, y,
@@ -140,8 +139,6 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
         if cert.relative_gap <= tol:
             converged = True
             break
-        if problem.loss in ("hinge", "squared_hinge"):
-            working_set = _shrink(cert)
     # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
     cert, intercept, coef = _dual_certificate(problem, matrix, y, dual_coef, None, intercept)
     margins = matrix.dot(coef) + intercept
@@ -149,18 +146,6 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     if primal_cert.gap < cert.gap:
         cert = primal_cert
     return _finish(coef, intercept, cert, epoch, history, converged, tol)
-
-
-def _shrink(cert) -> np.ndarray:
-    """Rows whose gap is not zero: the others sit at a bound of the (squared) hinge dual
-    that their margin confirms (β = 0 and y·ŷ ≥ 1, or β = 1 and y·ŷ ≤ 1).
-
-    Shrinking as in DuHL and liblinear: settled rows are skipped until the next
-    certificate, which re-admits any that starts to violate; the working set only
-    decides the order of work, never the answer.
-    """
-    threshold = 1e-12 * abs(cert.primal) / len(cert.coordinate_gaps)
-    return np.flatnonzero(cert.coordinate_gaps > threshold)
 
 
 class _CertificateSchedule:
@@ -202,10 +187,11 @@ def _primal_certificate(problem, transpose_dot, y, coef, margins) -> obj.Certifi
     sums = obj.margin_sums(problem, y, margins)
     a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
     xta = transpose_dot(a)
-    return obj.primal_certificate(
+    cert = obj.primal_certificate(
         problem, n_samples, coef, sums["loss"],
         float(obj.dual_loss(problem.loss, y, a).sum()), xta / n_samples, obj.vdot(a, margins),
     )
+    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
 
 
 
