@@ -231,7 +231,7 @@ class Certificate:
     dual: float
     coordinate_gaps: np.ndarray
     intercept_gap: float
-    correlation: np.ndarray | None = None  # Xᵀa/n for a primal certificate
+    correlation: np.ndarray | None = None  # Xᵀa/n, a = −ℓ'(ŷ) projected (primal certificates)
 
     @property
     def gap(self) -> float:
@@ -297,10 +297,10 @@ def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef) 
     dual = float(dual_loss(problem.loss, y, kappa * a).sum()) / n
     if not dual > cert.dual:
         return cert
-    correlation = kappa * cert.correlation
-    coordinate_gaps = problem.l1 * np.abs(coef) - correlation * coef  # g*(κ s_j) = 0
+    coordinate_gaps = problem.l1 * np.abs(coef) - kappa * cert.correlation * coef  # g*(κs) = 0
     intercept_gap = cert.primal - dual - float(coordinate_gaps.sum())
-    return Certificate(cert.primal, dual, coordinate_gaps, intercept_gap, correlation)
+    # ``correlation`` stays that of a = −ℓ'(ŷ): working sets read the true violations.
+    return Certificate(cert.primal, dual, coordinate_gaps, intercept_gap, cert.correlation)
 
 
 def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) -> Certificate:
