@@ -1031,6 +1031,13 @@ def run_ooc_fit(path, memory, epochs, loss, stall_after, timeout, cache_fix) -> 
             "elapsed": time.perf_counter() - t0}
 
 
+def _peaks(values) -> str:
+    values = sorted(values, reverse=True)
+    if len(values) <= 4:
+        return " / ".join(fmt_bytes(v) for v in values)
+    return f"max {fmt_bytes(values[0])} over {len(values)} processes (median {fmt_bytes(np.median(values))})"
+
+
 def section_out_of_core(report, sizes, workdir):
     path = workdir / "ooc.zarr"
     print(f"[bench_dask] out of core: writing {sizes['ooc_rows']:,} rows piece by piece", flush=True)
@@ -1063,7 +1070,7 @@ def section_out_of_core(report, sizes, workdir):
         paused = sum(1 for st in o["status"] if "paused" in st["status"])
         rows.append([
             memory, "memory_limit / 3 (plugin)" if cache_fix else "as is", f"{ratio:.2f}x", o["outcome"], len(o["epochs"]), wall, fmt_s(per_epoch),
-            " / ".join(fmt_bytes(v) for v in sorted(worker_peaks, reverse=True)),
+            _peaks(worker_peaks),
             max(0, len(worker_peaks) - 2), f"{paused} of {len(o['status'])}", ru, cache, spilled,
             client, f"{max(client_peak, res['client_vm_hwm'] if res else 0) / nbytes:.1%}", gaps,
         ])
