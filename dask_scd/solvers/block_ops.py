@@ -61,6 +61,10 @@ class _CellCache:
         self._lock = threading.Lock()
 
     def get(self, key, load):
+        if self.max_bytes is None:
+            # Sized at first use, inside a task: at import time (while a task is being
+            # unpacked) the worker and its memory limit are not reachable yet.
+            self.max_bytes = _default_cache_bytes()
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -102,7 +106,7 @@ def _default_cache_bytes() -> int:
     return 1 << 30
 
 
-CACHE = _CellCache(_default_cache_bytes())
+CACHE = _CellCache(None)
 
 
 class CellView:
