@@ -36,7 +36,6 @@ import datetime  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
-import platform  # noqa: E402
 import shlex  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -48,6 +47,7 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 import scipy.sparse as sp  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -135,15 +135,6 @@ class Report:
         return "\n\n".join(self.parts) + "\n"
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def cluster(n_workers=2, memory_limit="4GiB", local_directory=None):
@@ -1125,7 +1116,7 @@ def header(args, sizes, elapsed, git_start):
     git = git_start if git_start == _git_state() else f"{git_start} at the start, {_git_state()} at the end"
     cmd = " ".join(shlex.quote(a) for a in [".venv/bin/python", "benchmarks/bench_dask.py", *args.argv])
     return (
-        f"## {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {_cpu_model()}, "
+        f"## {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {cpu_model()}, "
         f"{os.cpu_count()} cores (nproc), {fmt_bytes(psutil.virtual_memory().total)} RAM; "
         f"dask {dask.__version__}, distributed {distributed.__version__}, numpy {np.__version__}, "
         f"zarr {zarr.__version__}, dask_scd {getattr(dask_scd, '__version__', '?')} ({git})\n\n"

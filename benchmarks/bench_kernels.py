@@ -38,6 +38,7 @@ from pathlib import Path  # noqa: E402
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
+from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 import scipy  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import sklearn  # noqa: E402
@@ -646,7 +647,7 @@ def main(argv=None):
 
     elapsed = time.perf_counter() - started
     cpu_share = (time.process_time() - cpu_started) / elapsed
-    cpu_name = platform.processor() or _cpu_model()
+    cpu_name = platform.processor() or cpu_model()
     header = (
         f"## {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — "
         f"{cpu_name}, {os.cpu_count()} cores (1 thread used); numpy {np.__version__}, "
@@ -706,15 +707,6 @@ def _load():
         return "?"
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 if __name__ == "__main__":

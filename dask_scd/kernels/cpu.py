@@ -126,7 +126,7 @@ def scd_epoch(
     for k in range(order.shape[0]):
         j = order[k]
         if j == n_features:
-            delta = _intercept_step(y, margins, intercept, loss, inv_n)
+            delta = _intercept_step(y, margins, intercept, loss)
         else:
             delta = _column_step(
                 data, indices, indptr, dense, n_samples, y, margins, coef, j,
@@ -209,7 +209,7 @@ def _column_line_search(
 
 
 @njit(inline="always")
-def _intercept_step(y, margins, intercept, loss, inv_n):
+def _intercept_step(y, margins, intercept, loss):
     n = margins.shape[0]
     g = 0.0
     h = 0.0
@@ -233,7 +233,7 @@ def _intercept_step(y, margins, intercept, loss, inv_n):
             trial = 0.0
             for i in range(n):
                 trial += _loss(loss, y[i], margins[i] + t * delta)
-            if (trial - base) * inv_n <= _ARMIJO * t * model * inv_n + noise * inv_n:
+            if trial - base <= _ARMIJO * t * model + noise:
                 accepted = True
                 break
             t *= 0.5

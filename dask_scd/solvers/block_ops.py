@@ -195,16 +195,6 @@ def _nonzeros_per_row(view: CellView) -> np.ndarray:
     return np.bincount(m.indices, minlength=view.n_rows)
 
 
-def check_labels_chunk(y, loss: str, where: str) -> np.ndarray:
-    """Distinct labels of a chunk (classification) after a finiteness check."""
-    values = np.asarray(y)
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
-        raise ValueError(f"y contains NaN or infinity in {where}")
-    if loss in obj.CLASSIFICATION_LOSSES:
-        return np.unique(values)
-    return np.empty(0)
-
-
 # --------------------------------------------------------------------- margins
 
 

@@ -140,7 +140,6 @@ def _dask_source(X, y, loss, blocks) -> _Source:
         values = np.asarray(y)
     y_checked, classes = check_labels(values, n, loss)
     y_chunks = [y_checked[row_bounds[r]:row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
-    keys = X.__dask_keys__()
 
     def materialize():
         computed = X.compute()
@@ -155,7 +154,7 @@ def _dask_source(X, y, loss, blocks) -> _Source:
         cell=None, label=lambda r: y_chunks[r],
         nbytes=int(n * p * X.dtype.itemsize), materialize=materialize, classes=classes,
     )
-    source.dask_X, source.keys = X, keys  # persisted on the cluster once a client exists
+    source.dask_X = X  # persisted on the cluster once a client exists
     return source
 
 

@@ -33,8 +33,7 @@ class LocalFit:
     converged: bool
 
 
-def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, coef_init=None,
-            intercept_init=0.0, verbose=False) -> LocalFit:
+def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -> LocalFit:
     """Primal stochastic coordinate descent with prox-Newton coordinate steps.
 
     Parameters
@@ -44,9 +43,9 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, coef_init=None,
     """
     matrix = MajorMatrix.from_array(X, "columns")
     n_samples, n_features = X.shape
-    coef = np.zeros(n_features) if coef_init is None else np.array(coef_init, dtype=np.float64)
-    intercept = np.array([float(intercept_init)])
-    if problem.fit_intercept and coef_init is None:
+    coef = np.zeros(n_features)
+    intercept = np.array([0.0])
+    if problem.fit_intercept:
         intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
     margins = matrix.scatter(coef) + intercept[0]
     col_sq_norms = matrix.sq_norms()
