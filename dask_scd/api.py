@@ -7,6 +7,7 @@ import scipy.sparse as sp
 
 from dask_scd.result import FitResult
 from dask_scd.solvers import local
+from dask_scd.solvers.gram import fit_gram
 from dask_scd.validation import (
     check_fit_args,
     check_labels,
@@ -55,9 +56,10 @@ def fit(
         Target relative duality gap ``(P − D)/|P|``.
     max_iter : int
         Epochs: passes over all coordinates (in memory) or over all blocks (dask engine).
-    solver : {"auto", "scd", "sdca", "block_scd"}
-        In memory, "auto" picks primal SCD for L1/elastic net, and dual SDCA for the hinge,
-        for p > n and for L2 problems whose dual is well conditioned
+    solver : {"auto", "gram", "scd", "sdca", "block_scd"}
+        In memory, "auto" picks "gram" (coordinate descent on XᵀX/n, for the squared loss
+        when n ≥ 4p and p ≤ 512), else primal SCD for L1/elastic net, and dual SDCA for the
+        hinge, for p > n and for L2 problems whose dual is well conditioned
         (mean ‖x_i‖²/(alpha·n) ≤ 100), else SCD. For a dask array or a grid, "auto" fits
         in memory below ``in_memory_limit`` bytes and runs "block_scd" above.
     random_state : int, numpy Generator or None
@@ -85,10 +87,12 @@ def fit(
         raise TypeError(f"unexpected arguments for in-memory data: {sorted(engine_options)}")
     X = check_matrix(X)
     y, classes = check_labels(y, X.shape[0], loss)
-    solver = choose_solver(solver, problem, *X.shape, _mean_row_sq_norm(X))
+    solver = choose_solver(solver, problem, *X.shape, lambda: _mean_row_sq_norm(X))
     if solver == "block_scd":
         raise ValueError("solver='block_scd' needs a dask array or a Grid; got in-memory X")
-    if solver == "scd":
+    if solver == "gram":
+        run = fit_gram(X, y, problem, tol=tol, max_iter=max_iter, rng=rng, verbose=verbose)
+    elif solver == "scd":
         run = local.fit_scd(X, y, problem, tol=tol, max_iter=max_iter, rng=rng, verbose=verbose)
     else:
         run = local.fit_sdca(X, y, problem, tol=tol, max_iter=max_iter, rng=rng, verbose=verbose)

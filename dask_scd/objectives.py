@@ -289,12 +289,19 @@ def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef) 
     tighter certificate while a few correlations still exceed α; the better of the two
     valid certificates is returned. Scaling keeps Σ a_i = 0 and every a_i in its domain.
     """
+    n = len(y)
+    return rescaled_lasso_from_dual(
+        problem, cert, coef, lambda kappa: float(dual_loss(problem.loss, y, kappa * a).sum()) / n
+    )
+
+
+def rescaled_lasso_from_dual(problem: Problem, cert: Certificate, coef, dual_loss_mean) -> Certificate:
+    """:func:`rescaled_lasso_certificate` given ``dual_loss_mean(κ) = Σ_i −ℓ*(−κa_i) / n``."""
     if problem.l1 <= 0.0 or problem.l2 > 0.0 or cert.correlation is None:
         return cert
     top = float(np.abs(cert.correlation).max(initial=0.0))
     kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
-    n = len(y)
-    dual = float(dual_loss(problem.loss, y, kappa * a).sum()) / n
+    dual = dual_loss_mean(kappa)
     if not dual > cert.dual:
         return cert
     coordinate_gaps = problem.l1 * np.abs(coef) - kappa * cert.correlation * coef  # g*(κs) = 0

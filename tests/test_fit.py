@@ -221,11 +221,11 @@ def test_deterministic_given_random_state():
 def test_history_and_convergence_warning():
     X, y = _diabetes()
     with pytest.warns(ConvergenceWarning, match="relative duality gap"):
-        r = dask_scd.fit(X, y, alpha=1e-3, tol=1e-12, max_iter=3, random_state=0)
+        r = dask_scd.fit(X, y, alpha=1e-3, tol=1e-12, max_iter=3, random_state=0, solver="scd")
     assert r.n_iter_ == 3 and not r.converged_
     assert len(r.history_) == 3
     assert r.history_.seconds == sorted(r.history_.seconds)
-    r = dask_scd.fit(X, y, alpha=1e-3, tol=1e-8, random_state=0, max_iter=10_000)
+    r = dask_scd.fit(X, y, alpha=1e-3, tol=1e-8, random_state=0, max_iter=10_000, solver="scd")
     gaps = np.array(r.history_.relative_gap)
     assert gaps[-1] <= 1e-8 < gaps[0]
     # Certified epochs: the first ones, then at least every 5th, and the last.

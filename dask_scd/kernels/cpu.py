@@ -403,7 +403,7 @@ def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, square
             for idx in range(start, end):
                 x = np.float64(data[idx])
                 out[_minor(dense, indices, idx, start)] += x * x * u[r]
-        else:
+        elif u[r] != 0.0:  # a sparse u (lasso coefficients) skips its zero lines
             _row_axpy(data, indices, dense, start, end, u[r], out)
 
 

@@ -122,3 +122,13 @@ def sdca_epoch(problem: obj.Problem, X, y, dual_coef, coef, order, intercept=0.0
                       x @ coef + intercept + rho * dual_coef.sum(), x @ x / alpha_n + rho)
         dual_coef[i] += t
         coef += t * x / alpha_n
+
+
+def gram_epoch(gram, gradient, coef, order, l1, l2):
+    """Coordinate minimization on ½θᵀHθ − cᵀθ + l1‖θ‖₁ + l2/2‖θ‖², with q = Hθ − c kept
+    up to date; updates ``gradient`` (q) and ``coef`` in place."""
+    for j in order:
+        h = gram[j, j]
+        new = _soft_threshold(h * coef[j] - gradient[j], l1) / (h + l2) if h + l2 > 0 else coef[j]
+        gradient += gram[:, j] * (new - coef[j])
+        coef[j] = new
