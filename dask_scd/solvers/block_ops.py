@@ -22,7 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.coarse import _ARMIJO, LINE_SEARCH_STEPS
+from dask_scd.coarse import _ARMIJO, LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
+from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -52,10 +53,20 @@ class LabelRef:
 
 
 class _CellCache:
-    """Least-recently-used cells of this process, bounded in bytes."""
+    """Least-recently-used cells of this process, bounded in bytes.
 
-    def __init__(self, max_bytes: int):
+    The cache is unmanaged memory: dask cannot spill it, and a worker whose process
+    memory passes the pause threshold (80 % of its memory limit) stops running tasks. So
+    the bound is taken from what the worker has left when the cache is first used —
+    half of (pause threshold − resident memory then), the other half being for the tasks'
+    own arrays — and before every insertion the resident memory is checked again: an
+    insertion that would take the process past ``resident at start + bound`` first drops
+    least-recently-used cells, and is skipped if that is not enough.
+    """
+
+    def __init__(self, max_bytes: int | None, ceiling: int | None = None):
         self.max_bytes = max_bytes
+        self.ceiling = ceiling  # resident bytes the process should stay under, or None
         self._items: OrderedDict = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -64,7 +75,7 @@ class _CellCache:
         if self.max_bytes is None:
             # Sized at first use, inside a task: at import time (while a task is being
             # unpacked) the worker and its memory limit are not reachable yet.
-            self.max_bytes = _default_cache_bytes()
+            self.max_bytes, self.ceiling = _cache_budget()
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -72,13 +83,25 @@ class _CellCache:
         value = load()
         size = _nbytes(value)
         with self._lock:
-            if key not in self._items and size <= self.max_bytes:
+            if key not in self._items and size <= self.max_bytes and self._make_room(size):
                 self._items[key] = (value, size)
                 self._bytes += size
-                while self._bytes > self.max_bytes:
-                    _, (_, dropped) = self._items.popitem(last=False)
-                    self._bytes -= dropped
         return value
+
+    def _make_room(self, size: int) -> bool:
+        """Drop old cells until ``size`` more bytes fit the bound and the process ceiling."""
+        excess = self._bytes + size - self.max_bytes
+        if self.ceiling is not None:
+            excess = max(excess, _resident_bytes() + size - self.ceiling)
+        while excess > 0 and self._items:
+            _, (_, dropped) = self._items.popitem(last=False)
+            self._bytes -= dropped
+            excess -= dropped
+        return excess <= 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
 
     def clear(self):
         with self._lock:
@@ -93,17 +116,32 @@ def _nbytes(value) -> int:
     return getattr(value, "nbytes", 0)
 
 
-def _default_cache_bytes() -> int:
-    """A third of this worker's memory limit, or 1 GiB outside a dask worker."""
+def _resident_bytes() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def _cache_budget() -> tuple[int, int | None]:
+    """(bound in bytes, resident-memory ceiling) for this process's cell cache.
+
+    In a dask worker with a memory limit: half of what is left below the pause threshold
+    (or the terminate threshold, or the limit) after the memory already resident, and the
+    ceiling ``resident + bound``. Outside a worker, or without a limit: 1 GiB, no ceiling.
+    """
     try:
         from distributed import get_worker
 
-        limit = get_worker().memory_manager.memory_limit
-        if limit:
-            return int(limit) // 3
+        manager = get_worker().memory_manager
+        limit = manager.memory_limit
     except (ImportError, ValueError, AttributeError):
-        pass
-    return 1 << 30
+        return 1 << 30, None
+    if not limit:
+        return 1 << 30, None
+    fraction = manager.memory_pause_fraction or manager.memory_terminate_fraction or 1.0
+    resident = _resident_bytes()
+    bound = max(0, int(0.5 * (fraction * limit - resident)))
+    return bound, resident + bound
 
 
 CACHE = _CellCache(None)
@@ -165,12 +203,44 @@ def labels(y) -> np.ndarray:
     if isinstance(y, LabelRef):
         from dask_scd.grid.store import _read_labels
 
-        values = CACHE.get(("labels", y.grid_id, y.r),
-                           lambda: _read_labels(y.path, y.grid_id, y.r))
-        if y.classes is not None:
-            values = np.where(values == y.classes[1], 1.0, -1.0)
-        return values
+        def load():
+            values = _read_labels(y.path, y.grid_id, y.r)
+            if y.classes is not None:
+                values = np.where(values == y.classes[1], 1.0, -1.0)
+            return np.asarray(values, dtype=np.float64)
+
+        # Cached after the ±1 mapping: every task of the row chunk reads them.
+        return CACHE.get(("labels", y.grid_id, y.r, y.classes), load)
     return np.asarray(y, dtype=np.float64)
+
+
+def label_stats(y) -> dict:
+    """One row chunk's label counts: {"n", "sum", "pos"} (Σ y, and #(y > 0))."""
+    y = labels(y)
+    return {"n": np.array([float(len(y))]), "sum": np.array([y.sum()]),
+            "pos": np.array([float(np.count_nonzero(y > 0))])}
+
+
+def intercept_at_zero(loss: str, n: float, total: float, pos: float) -> float:
+    """argmin_b (1/n) Σ ℓ(y_i, b): the best intercept for θ = 0, from label counts.
+
+    At θ = 0 every margin is b, so a ±1-labelled loss sees only the counts n₊ and n₋:
+    logistic b = log(n₊/n₋), squared hinge b = (n₊ − n₋)/n, hinge b = sign(n₊ − n₋) (any
+    b in [−1, 1] when n₊ = n₋; 0 is taken), squared loss b = mean(y). No label vector is
+    needed, whatever n.
+    """
+    neg = n - pos
+    if loss == "squared":
+        return total / n
+    if loss == "logistic":
+        if pos == 0 or neg == 0:
+            raise ValueError("y has a single class: a classifier needs two")
+        return float(np.log(pos / neg))
+    if loss == "squared_hinge":
+        return (pos - neg) / n
+    if loss == "hinge":
+        return float(np.sign(pos - neg))
+    raise ValueError(f"unknown loss {loss!r}")
 
 
 # --------------------------------------------------------------------- preflight
@@ -198,12 +268,18 @@ def _nonzeros_per_row(view: CellView) -> np.ndarray:
 # --------------------------------------------------------------------- margins
 
 
-def refresh_margins(cells: list, coef_blocks: list, intercept: float, n_rows: int) -> np.ndarray:
-    """ŷ = Σ_b X_cell(b) θ_b + b for one row chunk, exactly (no accumulated rounding)."""
-    margins = np.full(n_rows, float(intercept))
-    for cell, coef in zip(cells, coef_blocks):
-        if np.any(coef):
-            margins += cell_view(cell).matvec(coef)
+def refresh_margins(cells: list, state: dict, offsets, n_rows: int) -> np.ndarray:
+    """ŷ = Σ_b X_cell(b) θ_b + b for one row chunk, exactly (no accumulated rounding).
+
+    ``state`` is {"coef", "intercept"} with coef in grid column order; block b is
+    ``coef[offsets[b]:offsets[b + 1]]``.
+    """
+    coef = state["coef"]
+    margins = np.full(n_rows, float(state["intercept"]))
+    for b, cell in enumerate(cells):
+        theta = coef[offsets[b]:offsets[b + 1]]
+        if np.any(theta):
+            margins += cell_view(cell).matvec(theta)
     return margins
 
 
@@ -352,28 +428,54 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
 
     The projection scales the positive and negative parts of a = −ℓ'(ŷ) by factors known
     only after the reduction, so the linear terms are kept apart by sign:
-    Xᵀa = s₊ Xᵀa₊ + s₋ Xᵀa₋ (all blocks concatenated in grid column order).
+    Xᵀa = s₊ Xᵀa₊ + s₋ Xᵀa₋ (all blocks concatenated in grid column order). The cells are
+    read one at a time, so at most one of them is held beyond the cache.
     """
     y = labels(y)
     a = -obj.loss_derivative(problem.loss, y, margins)
     pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
-    views = [cell_view(c) for c in cells]
+    xt_pos, xt_neg = [], []
+    for cell in cells:
+        view = cell_view(cell)
+        xt_pos.append(view.rmatvec(pos))
+        xt_neg.append(view.rmatvec(neg))
+        del view
     return {
         "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
         "pos": np.array([pos.sum()]),
         "neg": np.array([neg.sum()]),
-        "xt_pos": np.concatenate([v.rmatvec(pos) for v in views]),
-        "xt_neg": np.concatenate([v.rmatvec(neg) for v in views]),
+        "xt_pos": np.concatenate(xt_pos),
+        "xt_neg": np.concatenate(xt_neg),
         "margin_pos": np.array([obj.vdot(pos, margins)]),
         "margin_neg": np.array([obj.vdot(neg, margins)]),
     }
 
 
-def dual_loss_sum(y, margins, problem: obj.Problem, scales) -> np.ndarray:
-    """Σ −ℓ*(−a_i) over one row chunk for the projected dual point."""
+def dual_loss_sum(y, margins, problem: obj.Problem, total: dict) -> np.ndarray:
+    """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums."""
     y = labels(y)
-    a = obj.dual_point(problem, y, margins, scales)
+    a = obj.dual_point(problem, y, margins, _scales(problem, total))
     return np.array([obj.dual_loss(problem.loss, y, a).sum()])
+
+
+def _scales(problem, total) -> tuple[float, float]:
+    return obj.dual_scales(problem, {"pos": total["pos"][0], "neg": total["neg"][0]})
+
+
+def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
+                *duals) -> dict:
+    """The duality-gap certificate of ``state`` from the reduced statistics.
+
+    Returns ``state`` with its certificate under "certificate": the client fetches both
+    in one round trip.
+    """
+    scales = _scales(problem, total)
+    dual_sum = float(_ordered_sum(duals)[0])
+    correlation = (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n_samples
+    margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
+    cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
+                                  dual_sum, correlation, float(margin_dot))
+    return {**state, "certificate": cert}
 
 
 def sum_partials(*partials) -> dict:
@@ -384,32 +486,127 @@ def sum_partials(*partials) -> dict:
 # ------------------------------------------------------------------ coarse step
 
 
-def block_row_sums(cells: list, with_intercept: bool) -> np.ndarray:
-    """S_r = [X_cell(b) 1 for every block b] (+ a column of ones): shape (n_rows, k).
+@dataclass(frozen=True)
+class RowSums:
+    """S_r of the coarse step, stored compactly: shape (n_rows, k) in full.
+
+    ``counts`` (n_rows, m) holds the columns that are not all ones, as uint8 or int16 when
+    they are small non-negative or signed integers (the counts of a one-hot or set-valued
+    block), else float64; ``column_of`` (k,) gives the stored column of each coarse
+    coordinate, −1 for the ones vector (a complete one-hot block and the intercept).
+    """
+
+    counts: np.ndarray
+    column_of: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.counts.nbytes + self.column_of.nbytes
+
+    def toarray(self) -> np.ndarray:
+        """The (n_rows, k) float64 array (for tests)."""
+        full = np.ones((self.counts.shape[0], len(self.column_of)))
+        for k, c in enumerate(self.column_of):
+            if c >= 0:
+                full[:, k] = self.counts[:, c]
+        return full
+
+
+def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
+    """S_r = [X_cell(b) 1 for every block b] (+ a column of ones), compactly.
 
     The directions "shift a whole block" (and the intercept) span the slow subspace of
     coordinate descent on one-hot-like data: a complete one-hot block sums to the ones
-    vector, a set-valued block nearly so.
+    vector, a set-valued block nearly so. On such data S_r takes 1 byte per row and
+    set-valued block instead of 8 per row and block.
     """
-    views = [cell_view(c) for c in cells]
-    columns = [v.matvec(np.ones(v.n_columns)) for v in views]
+    stored, column_of = [], []
+    for cell in cells:
+        view = cell_view(cell)
+        column = view.matvec(np.ones(view.n_columns))
+        del view
+        if np.all(column == 1.0):
+            column_of.append(-1)
+        else:
+            column_of.append(len(stored))
+            stored.append(column)
     if with_intercept:
-        columns.append(np.ones(views[0].n_rows))
-    return np.column_stack(columns)
+        column_of.append(-1)
+    n_rows = len(column) if cells else 0
+    dtype = _compact_dtype(stored)
+    counts = np.empty((n_rows, len(stored)), dtype=dtype)
+    for j, column in enumerate(stored):
+        counts[:, j] = column
+    return RowSums(counts, np.array(column_of, dtype=np.int64))
 
 
-def coarse_stats(row_sums, y, margins, loss: str) -> dict:
-    """Partial gradient Sᵀℓ'(ŷ) and curvature Sᵀ diag(ℓ''(ŷ)) S of the coarse problem."""
+def _compact_dtype(columns) -> np.dtype:
+    """The smallest of uint8, int16 holding every value exactly, else float64."""
+    if not columns:
+        return np.dtype(np.uint8)
+    lo = min(float(c.min()) for c in columns)
+    hi = max(float(c.max()) for c in columns)
+    if not all(np.array_equal(c, np.round(c)) for c in columns):
+        return np.dtype(np.float64)
+    for dtype in (np.uint8, np.int16):
+        info = np.iinfo(dtype)
+        if info.min <= lo and hi <= info.max:
+            return np.dtype(dtype)
+    return np.dtype(np.float64)
+
+
+def coarse_stats(row_sums: RowSums, y, margins, loss: str) -> dict:
+    """Partial gradient Sᵀℓ'(ŷ) and curvature Sᵀ diag(ℓ''(ŷ)) S of the coarse problem.
+
+    Summed in row order by a loop (never BLAS), so the same bits on every worker.
+    """
     y = labels(y)
     d1 = obj.loss_derivative(loss, y, margins)
     d2 = obj.loss_second_derivative(loss, y, margins)
-    return {"g": row_sums.T @ d1, "h": row_sums.T @ (row_sums * d2[:, None])}
+    g, h = block_kernels.coarse_stats(row_sums.counts, row_sums.column_of, d1, d2)
+    return {"g": g, "h": h}
 
 
-def coarse_trials(row_sums, y, margins, shift, loss: str) -> dict:
+def coarse_direction(problem: obj.Problem, n_samples: int, offsets, state: dict,
+                     *partials) -> dict:
+    """Sum the coarse statistics in order and solve the k-dimensional Newton problem."""
+    total = sum_partials(*partials)
+    g, h = total["g"] / n_samples, total["h"] / n_samples
+    blocks = _blocks(state["coef"], offsets)
+    return {"shift": coarse_newton(problem, g, h, blocks), "g": g}
+
+
+def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> dict:
     """Partial Σ ℓ(ŷ + t·S c) − ℓ(ŷ) for the line search of the coarse step."""
+    shift = direction["shift"]
+    if not np.any(shift):
+        return {"trials": np.zeros(len(LINE_SEARCH_STEPS))}
     y = labels(y)
-    u = row_sums @ shift
+    u = block_kernels.coarse_matvec(row_sums.counts, row_sums.column_of, shift)
     base = obj.loss_value(loss, y, margins)
     return {"trials": np.array([(obj.loss_value(loss, y, margins + t * u) - base).sum()
                                 for t in LINE_SEARCH_STEPS])}
+
+
+def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, direction: dict,
+                 *trials) -> dict:
+    """The state moved by the coarse step (line-searched when ``trials`` are given)."""
+    shift = direction["shift"]
+    if not np.any(shift):
+        return state
+    blocks = _blocks(state["coef"], offsets)
+    step = 1.0
+    if trials:
+        change = _ordered_sum(p["trials"] for p in trials) / n_samples
+        step = coarse_line_search(problem, change, direction["g"], shift, blocks)
+    coef = state["coef"].copy()
+    for b in range(len(offsets) - 1):
+        coef[offsets[b]:offsets[b + 1]] += step * shift[b]
+    intercept = state["intercept"]
+    if problem.fit_intercept:
+        intercept += step * shift[-1]
+    return {"coef": coef, "intercept": float(intercept)}
+
+
+def _blocks(coef, offsets) -> list:
+    return [coef[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]

@@ -34,7 +34,6 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
 from dask_scd.fault import load_checkpoint, save_checkpoint
-from dask_scd.coarse import coarse_line_search, coarse_newton
 from dask_scd.result import FitResult, History
 from dask_scd.solvers import block_ops as ops
 from dask_scd.validation import check_labels, choose_solver
@@ -85,7 +84,7 @@ def _grid_source(grid, y, loss, blocks) -> _Source:
         raise ValueError("a Grid carries its own blocks; write it again with to_grid(blocks=...)")
     classes = None
     if loss in obj.CLASSIFICATION_LOSSES:
-        classes = _classes(np.unique(grid.y.compute()), loss)
+        classes = _classes(_grid_classes(grid), loss)
 
     def materialize():
         X = grid.X.compute()
@@ -104,6 +103,16 @@ def _grid_source(grid, y, loss, blocks) -> _Source:
         label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes),
         nbytes=int(nbytes), materialize=materialize, classes=classes,
     )
+
+
+def _grid_classes(grid) -> np.ndarray:
+    """The distinct labels of a grid, read one row chunk at a time (never all of y)."""
+    seen = np.zeros(0)
+    for r in range(grid.n_row_chunks):
+        seen = np.union1d(seen, np.unique(grid.read_labels(r)))
+        if len(seen) > 2:
+            break  # already too many classes for a binary loss
+    return seen
 
 
 def _dask_source(X, y, loss, blocks) -> _Source:
@@ -285,6 +294,7 @@ class _BlockSCD:
                  gram_max=1024, coarse=True):
         self.client = client
         self.coarse = coarse
+        self.pin = source.cell is not None  # a grid (see _assign_homes)
         self.gram_max = gram_max
         self.source = source
         self.problem = problem
@@ -292,7 +302,9 @@ class _BlockSCD:
         self.selection = selection
         self.verbose = verbose
         self.slices = source.slices
+        self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         self._connect_cells()
+        self._assign_homes()
         self._preflight()
 
     # -- set-up ---------------------------------------------------------------------
@@ -316,11 +328,37 @@ class _BlockSCD:
         self.labels = [source.label(r) for r in range(source.n_row_chunks)]
         self.rows = np.diff(source.row_bounds).astype(int)
 
+    def _assign_homes(self):
+        """Row chunk r → one worker (its "home"), in contiguous runs weighted by threads.
+
+        Every task of row chunk r asks for its home (``allow_other_workers=True``: a lost
+        worker's row chunks go elsewhere until the next epoch reassigns them), so the
+        stages of a block iteration are balanced, the margins never move between workers
+        and each worker caches only its own cells. Placement never changes the model (every
+        task is deterministic). Only a grid's row chunks are placed: a dask array's chunks
+        already live where dask persisted them.
+        """
+        R = self.source.n_row_chunks
+        self.homes = [None] * R
+        if not self.pin:
+            return
+        workers = self.client.scheduler_info()["workers"]
+        slots = [address for address in sorted(workers)
+                 for _ in range(max(1, int(workers[address].get("nthreads", 1))))]
+        if len(slots) > 1:
+            self.homes = [slots[r * len(slots) // R] for r in range(R)]
+
+    def _submit_row(self, r, func, *args):
+        """Submit a task of row chunk r on its home worker."""
+        if self.homes[r] is None:
+            return self.client.submit(func, *args)
+        return self.client.submit(func, *args, workers=[self.homes[r]], allow_other_workers=True)
+
     def _preflight(self):
         """One pass over every cell: finite values, purity, and the coarse space's S_r."""
-        submit = self.client.submit
         reports = [
-            [submit(ops.inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
+            [self._submit_row(r, ops.inspect_cell, self.cells[r][b],
+                              f"cell (row chunk {r}, block {b})")
              for b in range(len(self.slices))]
             for r in range(self.source.n_row_chunks)
         ]
@@ -328,7 +366,8 @@ class _BlockSCD:
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
                               for b in range(n_blocks)]
-        self.row_sums = [submit(ops.block_row_sums, self.cells[r], self.problem.fit_intercept)
+        self.row_sums = [self._submit_row(r, ops.block_row_sums, self.cells[r],
+                                          self.problem.fit_intercept)
                          for r in range(self.source.n_row_chunks)]
 
     def signature(self) -> dict:
@@ -355,14 +394,16 @@ class _BlockSCD:
         elif self.problem.fit_intercept:
             intercept = self._initial_intercept()
         start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
-        margins, cert = self._certify(coef, intercept)
+        margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
         while cert.relative_gap > tol and epoch < max_iter:
             epoch += 1
+            self._assign_homes()  # a worker may have been lost or added
             order = self._block_order(cert)
             coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
+            state = {"coef": coef, "intercept": intercept}
             if self.coarse and self.problem.l1 == 0.0:  # see dask_scd.coarse
-                coef, intercept = self._coarse_step(margins, coef, intercept)
-            margins, cert = self._certify(coef, intercept)
+                state = self._coarse_step(margins, state)
+            margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             if self.verbose:
                 print(f"[block_scd] epoch {epoch:4d}  relative gap {cert.relative_gap:.3e}  "
@@ -384,9 +425,12 @@ class _BlockSCD:
         return out
 
     def _initial_intercept(self) -> float:
-        """The best intercept for θ = 0: a cheap exact start (labels only)."""
-        y = self.client.gather([self.client.submit(ops.labels, lab) for lab in self.labels])
-        return obj.optimal_intercept(self.problem.loss, np.concatenate(y), np.zeros(self.source.n_samples))
+        """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
+        stats = [self._submit_row(r, ops.label_stats, self.labels[r])
+                 for r in range(self.source.n_row_chunks)]
+        total = ops.sum_partials(*self.client.gather(stats))
+        return ops.intercept_at_zero(self.problem.loss, float(total["n"][0]),
+                                     float(total["sum"][0]), float(total["pos"][0]))
 
     def _block_order(self, cert) -> list:
         n_blocks = len(self.slices)
@@ -412,14 +456,15 @@ class _BlockSCD:
             theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
             # An impure block small enough takes the exact Newton step of its Gram matrix.
             gram = not pure and len(theta) <= self.gram_max
-            stats = [submit(ops.block_stats, cells[r], self.labels[r], margins[r], problem.loss,
-                            gram) for r in range(len(margins))]
+            stats = [self._submit_row(r, ops.block_stats, cells[r], self.labels[r], margins[r],
+                                      problem.loss, gram) for r in range(len(margins))]
             step = direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT, *stats)
             if not ((pure or gram) and problem.loss == "squared"):
-                trials = [submit(ops.block_trials, cells[r], self.labels[r], margins[r], direction,
-                                 problem, pure) for r in range(len(margins))]
+                trials = [self._submit_row(r, ops.block_trials, cells[r], self.labels[r],
+                                           margins[r], direction, problem, pure)
+                          for r in range(len(margins))]
                 step = submit(ops.block_choose, direction, n, slack, *trials)
-            margins = [submit(ops.apply_step, margins[r], cells[r], step)
+            margins = [self._submit_row(r, ops.apply_step, margins[r], cells[r], step)
                        for r in range(len(margins))]
             steps[b] = step
         results = self.client.gather(steps)
@@ -431,55 +476,42 @@ class _BlockSCD:
                 coef[self.slices[b]] = step["theta"]
         return coef, intercept, margins
 
-    def _coarse_step(self, margins, coef, intercept):
+    def _coarse_step(self, margins, state):
         """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
 
         Coordinate descent is slow along directions its coordinates only see together —
         on one-hot data, shifting a whole field against the intercept or another field.
         One reduction gives the k×k curvature of the loss on that subspace; the penalty
-        is added exactly, and the small problem is solved by cyclic 1-D minimization
-        (:func:`dask_scd.objectives.best_shift`). A line search keeps it a descent step
-        for non-quadratic losses. Margins are refreshed from θ right after.
+        is added exactly, and the small problem is solved in a task
+        (:func:`dask_scd.coarse.coarse_newton`). A line search keeps it a descent step
+        for non-quadratic losses. Returns a future of the new state, {"coef",
+        "intercept"}: nothing waits here, the certificate's gather fetches it.
         """
         submit, problem, n = self.client.submit, self.problem, self.source.n_samples
-        stats = [submit(ops.coarse_stats, self.row_sums[r], self.labels[r], margins[r], problem.loss)
-                 for r in range(len(margins))]
-        total = self.client.submit(ops.sum_partials, *stats).result()
-        g, h = total["g"] / n, total["h"] / n
-        blocks = [coef[s] for s in self.slices]
-        shift = coarse_newton(problem, g, h, blocks)
-        if not np.any(shift):
-            return coef, intercept
-        step = 1.0
+        R = len(margins)
+        stats = [self._submit_row(r, ops.coarse_stats, self.row_sums[r], self.labels[r],
+                                  margins[r], problem.loss) for r in range(R)]
+        direction = submit(ops.coarse_direction, problem, n, self.offsets, state, *stats)
+        trials = []
         if problem.loss != "squared":
-            trials = [submit(ops.coarse_trials, self.row_sums[r], self.labels[r], margins[r],
-                             shift, problem.loss) for r in range(len(margins))]
-            change = self.client.submit(ops.sum_partials, *trials).result()["trials"] / n
-            step = coarse_line_search(problem, change, g, shift, blocks)
-        coef = coef.copy()
-        for b, s in enumerate(self.slices):
-            coef[s] += step * shift[b]
-        if problem.fit_intercept:
-            intercept += step * shift[-1]
-        return coef, intercept
+            trials = [self._submit_row(r, ops.coarse_trials, self.row_sums[r], self.labels[r],
+                                       margins[r], direction, problem.loss) for r in range(R)]
+        return submit(ops.coarse_apply, problem, n, self.offsets, state, direction, *trials)
 
-    def _certify(self, coef, intercept):
-        """Fresh margins from (θ, b) and the duality-gap certificate on them."""
-        submit, problem = self.client.submit, self.problem
-        coef_blocks = [coef[s] for s in self.slices]
-        margins = [submit(ops.refresh_margins, self.cells[r], coef_blocks, intercept, int(self.rows[r]))
-                   for r in range(len(self.rows))]
-        stats = [submit(ops.certificate_stats, self.cells[r], self.labels[r], margins[r], problem)
-                 for r in range(len(self.rows))]
-        total = self.client.submit(ops.sum_partials, *stats).result()
-        scales = obj.dual_scales(problem, {"pos": total["pos"][0], "neg": total["neg"][0]})
-        dual = [submit(ops.dual_loss_sum, self.labels[r], margins[r], problem, scales)
-                for r in range(len(self.rows))]
-        dual_sum = float(ops._ordered_sum(self.client.gather(dual))[0])
-        n = self.source.n_samples
-        correlation = (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n
-        margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
-        cert = obj.primal_certificate(problem, n, coef, float(total["loss"][0]), dual_sum,
-                                      correlation, float(margin_dot))
-        return margins, cert
+    def _certify(self, state):
+        """Fresh margins from the state (θ, b) and the duality-gap certificate on them.
 
+        ``state`` may be a future (the coarse step's): the whole chain is submitted at
+        once and the client waits once, for (θ, b) and the certificate together.
+        """
+        submit, problem, n = self.client.submit, self.problem, self.source.n_samples
+        R = len(self.rows)
+        margins = [self._submit_row(r, ops.refresh_margins, self.cells[r], state, self.offsets,
+                                    int(self.rows[r])) for r in range(R)]
+        stats = [self._submit_row(r, ops.certificate_stats, self.cells[r], self.labels[r],
+                                  margins[r], problem) for r in range(R)]
+        total = submit(ops.sum_partials, *stats)
+        dual = [self._submit_row(r, ops.dual_loss_sum, self.labels[r], margins[r], problem, total)
+                for r in range(R)]
+        result = submit(ops.certificate, problem, n, state, total, *dual).result()
+        return margins, (result["coef"], float(result["intercept"]), result["certificate"])
