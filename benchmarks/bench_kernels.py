@@ -404,6 +404,7 @@ def primal_epoch_times(data: Dataset, loss_code, y, with_intercept=False, repeat
     m = MajorMatrix.from_array(data.by_columns, "columns")
     n, p = data.shape
     sq = m.sq_norms()
+    cubes = m.cube_sums()
     rng = np.random.default_rng(0)
     times = []
     for _ in range(repeats):
@@ -413,7 +414,7 @@ def primal_epoch_times(data: Dataset, loss_code, y, with_intercept=False, repeat
         order = rng.permutation(p + 1 if with_intercept else p)
         t0 = time.perf_counter()
         cpu.scd_epoch(m.data, m.indices, m.indptr, m.dense, n, y, margins, coef, intercept,
-                      order, loss_code, 0.0, l2, sq)
+                      order, loss_code, 0.0, l2, sq, cubes)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -422,6 +423,7 @@ def dual_epoch_time(data: Dataset, repeats=3, alpha=1e-3):
     m = MajorMatrix.from_array(data.by_rows, "rows")
     n, p = data.shape
     sq = m.sq_norms()
+    cubes = m.cube_sums()
     rng = np.random.default_rng(0)
     times = []
     for _ in range(repeats):

@@ -36,7 +36,8 @@ def test_scd_epoch_matches_reference(rng, dtype, sparse, loss, rho, fit_intercep
     margins = dense @ coef + 0.1
     for _ in range(3):
         cpu.scd_epoch(m.data, m.indices, m.indptr, m.dense, n, y, margins, coef, intercept,
-                      order, problem.loss_code, problem.l1, problem.l2, m.sq_norms())
+                      order, problem.loss_code, problem.l1, problem.l2, m.sq_norms(),
+                      m.cube_sums())
     ref_coef, ref_intercept = coef0.copy(), np.array([0.1])
     ref_margins = dense @ ref_coef + 0.1
     for _ in range(3):

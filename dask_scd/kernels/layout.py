@@ -68,6 +68,12 @@ class MajorMatrix:
         cpu.major_scatter(*self._args(), np.ascontiguousarray(u, dtype=np.float64), out, squared)
         return out
 
+    def cube_sums(self) -> np.ndarray:
+        """Σ |A[line, k]|³ for every line."""
+        out = np.empty(self.n_major, dtype=np.float64)
+        cpu.major_cube_sums(self.data, self.indptr, self.dense, self.n_major, self.n_minor, out)
+        return out
+
     def sq_norms(self) -> np.ndarray:
         """‖line‖² for every line."""
         out = np.empty(self.n_major, dtype=np.float64)

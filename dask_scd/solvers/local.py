@@ -49,6 +49,7 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
         intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
     margins = matrix.scatter(coef) + intercept[0]
     col_sq_norms = matrix.sq_norms()
+    col_cube_sums = matrix.cube_sums() if problem.loss == "logistic" else np.zeros(0)
     n_coordinates = n_features + int(problem.fit_intercept)
     coarse = LocalCoarse.build(X, problem)
 
@@ -63,6 +64,7 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
         max_delta, max_coef = cpu.scd_epoch(
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_samples, y, margins,
             coef, intercept, order, problem.loss_code, problem.l1, problem.l2, col_sq_norms,
+            col_cube_sums,
         )
         if coarse is not None:
             intercept[0] = coarse.step(problem, y, margins, coef, intercept[0])
