@@ -365,3 +365,37 @@ def test_row_chunks_stay_on_their_worker(onehot, clients):
     _fixed_epochs(grid, client, "logistic", epochs=2)
     per_worker = list(client.run(cached_row_chunks).values())
     assert sorted(r for rows in per_worker for r in rows) == list(range(grid.n_row_chunks))
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic", "squared_hinge"])
+def test_trial_kernels_match_the_loss_differences(loss, rng):
+    """The product form of the logistic trials equals ℓ(ŷ + a·d·x) − ℓ(ŷ) (numpy oracle)."""
+    from dask_scd import objectives as obj
+    from dask_scd.coarse import LINE_SEARCH_STEPS as steps
+    from dask_scd.kernels import block as kernels
+    from dask_scd.kernels.layout import MajorMatrix
+
+    n, p = 3000, 40
+    X = sp.csc_matrix((rng.uniform(0.5, 2.0, n), (np.arange(n), rng.integers(0, p, n))),
+                      shape=(n, p))
+    y, margins = np.sign(rng.normal(size=n)), 4.0 * rng.normal(size=n)
+    d = 3.0 * rng.normal(size=p)
+    d[:3] = [0.0, 30.0, -30.0]  # no change; beyond the product form's range
+    code = obj.LOSS_CODES[loss]
+    m = MajorMatrix.from_array(X, "columns")
+    got = kernels.coordinate_trials(m.data, m.indices, m.indptr, m.dense, m.n_major,
+                                    m.n_minor, True, y, margins, d, steps, True, code)
+    base = obj.loss_value(loss, y, margins)
+    dense = X.toarray()
+    expected = np.array([[(obj.loss_value(loss, y, margins + a * d[j] * dense[:, j]) - base).sum()
+                          for j in range(p)] for a in steps])
+    np.testing.assert_allclose(got, expected, rtol=1e-11, atol=1e-11)
+    u = X @ d
+    np.testing.assert_allclose(
+        kernels.line_trials(y, margins, u, steps, True, code),
+        [(obj.loss_value(loss, y, margins + a * u) - base).sum() for a in steps], rtol=1e-11)
+    d1, d2 = kernels.derivatives(code, y, margins)
+    np.testing.assert_allclose(d1, obj.loss_derivative(loss, y, margins), rtol=1e-14, atol=1e-300)
+    # numpy's σ(yz)(1 − σ(yz)) cancels where σ ≈ 1: compare in absolute terms (ℓ'' ≤ 2)
+    np.testing.assert_allclose(d2, obj.loss_second_derivative(loss, y, margins), rtol=0,
+                               atol=1e-15)

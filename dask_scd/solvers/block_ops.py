@@ -177,13 +177,13 @@ class CellView:
         return A.T @ (A * weights[:, None])
 
     def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+        """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
         m = self.matrix
-        out = np.zeros((len(steps), self.n_columns))
-        cpu.coordinate_trials(
+        return block_kernels.coordinate_trials(
             m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor, self.by_columns,
-            y, margins, np.ascontiguousarray(direction, dtype=np.float64), steps, loss_code, out,
+            y, margins, np.ascontiguousarray(direction, dtype=np.float64), steps,
+            block_kernels.are_quarters(steps), loss_code,
         )
-        return out
 
 
 def cell_view(cell) -> CellView | None:
@@ -303,8 +303,7 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     Newton step on an impure block.
     """
     y = labels(y)
-    d1 = obj.loss_derivative(loss, y, margins)
-    d2 = obj.loss_second_derivative(loss, y, margins)
+    d1, d2 = block_kernels.derivatives(obj.LOSS_CODES[loss], y, margins)
     view = cell_view(cell)
     if view is None:
         return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
@@ -357,11 +356,9 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
         if problem.loss == "squared":
             return {"linear": np.array([obj.vdot(u, margins - y)]), "quadratic": np.array([obj.vdot(u, u)])}
-        base = obj.loss_value(problem.loss, y, margins)
-        return {"trials": np.array([
-            (obj.loss_value(problem.loss, y, margins + a * u) - base).sum()
-            for a in LINE_SEARCH_STEPS
-        ])}
+        return {"trials": block_kernels.line_trials(
+            y, margins, u, LINE_SEARCH_STEPS, block_kernels.are_quarters(LINE_SEARCH_STEPS),
+            problem.loss_code)}
     return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS)}
 
 
