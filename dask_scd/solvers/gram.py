@@ -42,6 +42,10 @@ _CHUNK_BYTES = 4 << 20
 _ADMIT = 0.9
 # The restricted problem is solved to this fraction of tol before the exact certificate.
 _INNER = 0.1
+# Rounds without a new column nor a halved gap before the engine gives up (and warns).
+_STALL_ROUNDS = 2
+# Epochs without a new smallest p-space gap before the restricted solve stops.
+_FLOOR_EPOCHS = 200
 
 
 @dataclass
@@ -131,28 +135,36 @@ def fit_gram(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     epoch = 0
     intercept = float(y.mean()) if problem.fit_intercept else 0.0
     if problem.l1 > 0.0:
-        cert = exact(coef, intercept)
+        cert, intercept = exact(coef, intercept)
         history.append(0, cert.relative_gap, cert.primal, time.perf_counter() - start)
         working = _admit(problem, cert, np.zeros(0, dtype=np.intp), coef)
     else:
         cert, working = None, np.arange(n_features)
     target = _INNER * tol
+    system = None
+    stalled = 0
     while cert is None or cert.relative_gap > tol:
         if 2 * len(working) > n_features:
             working = np.arange(n_features)
-        system = GramSystem.from_array(X, y, problem.fit_intercept, working)
+        if system is None or not np.array_equal(system.columns, working):
+            system = GramSystem.from_array(X, y, problem.fit_intercept, working)
         sub, epoch = _solve(system, problem, coef[working], target, epoch, max_iter, rng)
         coef[:] = 0.0
         coef[working] = sub
-        intercept = system.intercept(sub)
-        cert = exact(coef, intercept)
+        previous = cert
+        cert, intercept = exact(coef, system.intercept(sub))
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
         _report(verbose, "gram", epoch, cert)
         if cert.relative_gap <= tol or epoch >= max_iter:
             break
         grown = _admit(problem, cert, working, coef)
         if len(grown) == len(working):  # W holds every violator: solve W more exactly
-            target *= 0.01
+            # Twice no better than half the last gap: the certificate from X has reached
+            # the rounding floor of this data (e.g. huge column means, a near-exact fit).
+            stalled = stalled + 1 if previous and cert.gap > 0.5 * previous.gap else 0
+            if stalled >= _STALL_ROUNDS:
+                break
+            target = max(0.01 * target, 1e-16)
         working = grown
     return _finish(coef, intercept, cert, epoch, history, cert.relative_gap <= tol, tol)
 
@@ -166,11 +178,14 @@ def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):
     gradient = system.gradient(coef)
     cert = system.certificate(problem, coef, gradient)
     order = np.arange(len(coef))
-    while cert.relative_gap > target and epoch < max_iter:
+    best, since_best = cert.gap, 0
+    # Stop at the target, or when the gap has stopped improving: its rounding floor.
+    while cert.relative_gap > target and epoch < max_iter and since_best < _FLOOR_EPOCHS:
         epoch += 1
         gram_epoch(system.gram, gradient, coef, rng.permutation(order), problem.l1, problem.l2)
         gradient = system.gradient(coef)  # exact again: no drift over many epochs
         cert = system.certificate(problem, coef, gradient)
+        best, since_best = (cert.gap, 0) if cert.gap < best else (best, since_best + 1)
     return coef, epoch
 
 
@@ -199,10 +214,22 @@ class _ExactCertificate:
         self.matrix = MajorMatrix.from_array(X, "rows" if by_rows else "columns")
         self.y, self.problem = y, problem
 
-    def __call__(self, coef, intercept) -> obj.Certificate:
+    def __call__(self, coef, intercept) -> tuple[obj.Certificate, float]:
+        """The certificate of (θ, b'), with b' = b + mean(y − Xθ − b), and b'.
+
+        b = ȳ − μᵀθ is exact in real arithmetic, but rounded it can be off by ε·|μᵀθ|,
+        and that error adds up over n residuals (Σ r_i = n·ε, which the dual point must
+        then project away). The residuals themselves are small numbers: their mean puts
+        the intercept back where Σ r_i = 0 to the rounding of small numbers.
+        """
         matrix = self.matrix
         if self.by_rows:
-            margins = matrix.dot(coef) + intercept
-            return _primal_certificate(self.problem, matrix.scatter, self.y, coef, margins)
-        margins = matrix.scatter(coef) + intercept  # skips the columns with θ_j = 0
-        return _primal_certificate(self.problem, matrix.dot, self.y, coef, margins)
+            margins, transpose_dot = matrix.dot(coef), matrix.scatter
+        else:
+            margins, transpose_dot = matrix.scatter(coef), matrix.dot  # skips θ_j = 0
+        margins += intercept
+        if self.problem.fit_intercept:
+            shift = float(np.mean(self.y - margins))
+            margins += shift
+            intercept += shift
+        return _primal_certificate(self.problem, transpose_dot, self.y, coef, margins), intercept
