@@ -218,6 +218,22 @@ def test_deterministic_given_random_state():
     assert a.n_iter_ == b.n_iter_ == a.history_.iteration[-1]
 
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_shrinking_sdca_deterministic_and_float32(loss, fit_intercept):
+    # Shrinking draws its visiting order from the generator inside the kernel: the same
+    # random_state gives the same model; float32 data (float64 arithmetic) is certified.
+    X, y = _breast_cancer()
+    kwargs = dict(loss=loss, alpha=1e-2, tol=1e-9, fit_intercept=fit_intercept,
+                  solver="sdca", max_iter=20_000)
+    a = dask_scd.fit(X, y, random_state=4, **kwargs)
+    b = dask_scd.fit(X, y, random_state=4, **kwargs)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.n_iter_ == b.n_iter_ and a.dual_gap_ <= 1e-9
+    single = dask_scd.fit(X.astype(np.float32), y, random_state=4, **kwargs)
+    assert single.converged_ and single.dual_gap_ <= 1e-9
+    assert single.primal_ == pytest.approx(a.primal_, rel=1e-6)
+
 def test_history_and_convergence_warning():
     X, y = _diabetes()
     with pytest.warns(ConvergenceWarning, match="relative duality gap"):

@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.kernels import cpu, reference
+from dask_scd.kernels import cpu, reference, sdca
 from dask_scd.kernels.layout import MajorMatrix
 
 
@@ -70,6 +70,59 @@ def test_sdca_epoch_matches_reference(rng, dtype, sparse, loss, rho):
     np.testing.assert_allclose(a, ref_a, rtol=1e-8, atol=1e-11)
     np.testing.assert_allclose(w, ref_w, rtol=1e-8, atol=1e-11)
 
+
+@pytest.mark.parametrize("k,block", [(1, 4), (37, 4), (40, 8), (100, 32), (5, 32)])
+def test_block_order_matches_reference(k, block):
+    rows = np.sort(np.random.default_rng(1).choice(1000, size=k, replace=False))
+    out = np.empty(k, dtype=np.int64)
+    sdca.block_order(rows, block, np.random.default_rng(3), out)
+    np.testing.assert_array_equal(out, reference.block_order(rows, block, np.random.default_rng(3)))
+    np.testing.assert_array_equal(np.sort(out), rows)
+    # The rows of each input block come out as one run.
+    block_of = np.searchsorted(rows, out) // block
+    assert np.count_nonzero(np.diff(block_of)) == -(-k // block) - 1
+
+
+@pytest.mark.parametrize("dtype,sparse", LAYOUTS)
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+@pytest.mark.parametrize("rho", [0.0, 0.7])
+def test_sdca_shrinking_epoch_matches_reference(rng, dtype, sparse, loss, rho):
+    X, dense, _ = _data(rng, dtype, sparse, n=60)
+    y = np.where(dense @ rng.normal(size=dense.shape[1]) > 0, 1.0, -1.0)  # separable-ish:
+    y[:3] *= -1  # most rows end at β = 0, the flipped ones at the hinge's β = 1
+    problem = obj.Problem(loss=loss, alpha=0.02, l1_ratio=0.0, fit_intercept=rho > 0)
+    n, p = dense.shape
+    a0 = np.where(rng.random(n) < 0.3, 0.0, rng.random(n)) * y  # some rows at β = 0
+    a0[:5] = y[:5]  # and, for the hinge, some at β = 1
+    intercept = 0.2 if rho else 0.0
+    block, relative_eps = 8, 0.1
+    m = MajorMatrix.from_array(X, "rows")
+    a, w = a0.copy(), dense.T @ a0 / (problem.alpha * n)
+    active, n_active = np.arange(n), np.array([n])
+    bounds = np.array([np.inf, -np.inf, np.inf])
+    order, keep = np.empty(n, dtype=np.int64), np.ones(n, dtype=bool)
+    ref_a, ref_w = a0.copy(), w.copy()
+    state = {"active": np.arange(n), "bounds": bounds.copy()}
+    rng_kernel, rng_ref = np.random.default_rng(5), np.random.default_rng(5)
+    smallest = n
+    for _ in range(6):
+        total = np.array([a.sum()])
+        _, settled = sdca.sdca_shrinking_epoch(
+            m.data, m.indices, m.indptr, m.dense, p, y, a, w, problem.loss_code,
+            problem.alpha * n, m.sq_norms(), intercept, rho, total, active, n_active, bounds,
+            block, rng_kernel, order, keep, relative_eps)
+        ref_settled = reference.sdca_shrinking_epoch(
+            problem, dense, y, ref_a, ref_w, state, rng_ref, block, relative_eps, intercept, rho)
+        assert settled == ref_settled
+        assert total[0] == pytest.approx(a.sum(), abs=1e-12)
+        np.testing.assert_array_equal(active[:n_active[0]], state["active"])
+        np.testing.assert_allclose(bounds, state["bounds"], rtol=1e-9)
+        np.testing.assert_allclose(a, ref_a, rtol=1e-8, atol=1e-11)
+        np.testing.assert_allclose(w, ref_w, rtol=1e-8, atol=1e-11)
+        smallest = min(smallest, n_active[0])
+        beta = a * y
+        assert np.all(beta >= 0) and (loss != "hinge" or np.all(beta <= 1))
+    assert smallest < n  # the epochs did shrink
 
 @pytest.mark.parametrize("dtype,sparse", LAYOUTS)
 @pytest.mark.parametrize("axis", ["rows", "columns"])
