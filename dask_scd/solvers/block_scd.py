@@ -10,9 +10,11 @@ one block B:
 
 Margins ŷ live on the workers as futures next to their row chunk; only block-sized
 vectors travel. The block update runs inside a task, so a whole epoch (one pass over all
-blocks and the intercept) is submitted without waiting; the client waits once per epoch,
-for the duality-gap certificate. On a *pure* block (≤ 1 non-zero per example) the block
-step equals sequential coordinate descent; impure blocks take a line-searched step.
+blocks and the intercept) is submitted without waiting; the client waits for the
+epoch's steps, then once for the coarse step and the duality-gap certificate, chained.
+Every task of a row chunk runs on that row chunk's home worker. On a *pure* block (≤ 1
+non-zero per example) the block step equals sequential coordinate descent; impure blocks
+take a line-searched step.
 
 Each epoch starts from margins recomputed exactly from (θ, b), and every sum runs in a
 fixed order, so the model is independent of the number of workers, a worker lost
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field
 
@@ -295,6 +298,7 @@ class _BlockSCD:
         self.client = client
         self.coarse = coarse
         self.pin = source.cell is not None  # a grid (see _assign_homes)
+        self._fit_token, self._n_submitted = uuid.uuid4().hex, 0
         self.gram_max = gram_max
         self.source = source
         self.problem = problem
@@ -348,11 +352,21 @@ class _BlockSCD:
         if len(slots) > 1:
             self.homes = [slots[r * len(slots) // R] for r in range(R)]
 
+    def _submit(self, func, *args, **kwargs):
+        """Submit a task under a cheap unique key.
+
+        ``client.submit`` would otherwise tokenize every argument (problem, θ, cell
+        references) to name the task: ~600 times per epoch, on the cores the scheduler needs.
+        """
+        self._n_submitted += 1
+        key = f"{func.__name__}-{self._fit_token}-{self._n_submitted}"
+        return self.client.submit(func, *args, key=key, **kwargs)
+
     def _submit_row(self, r, func, *args):
         """Submit a task of row chunk r on its home worker."""
         if self.homes[r] is None:
-            return self.client.submit(func, *args)
-        return self.client.submit(func, *args, workers=[self.homes[r]], allow_other_workers=True)
+            return self._submit(func, *args)
+        return self._submit(func, *args, workers=[self.homes[r]], allow_other_workers=True)
 
     def _preflight(self):
         """One pass over every cell: finite values, purity, and the coarse space's S_r."""
@@ -447,7 +461,7 @@ class _BlockSCD:
 
     def _epoch(self, margins, order, coef, intercept, primal):
         """Submit one pass over the blocks as a single graph; wait only for its end."""
-        submit, problem, n = self.client.submit, self.problem, self.source.n_samples
+        submit, problem, n = self._submit, self.problem, self.source.n_samples
         slack = 1e-13 * abs(primal)
         steps = {}
         for b in order:
@@ -487,7 +501,7 @@ class _BlockSCD:
         for non-quadratic losses. Returns a future of the new state, {"coef",
         "intercept"}: nothing waits here, the certificate's gather fetches it.
         """
-        submit, problem, n = self.client.submit, self.problem, self.source.n_samples
+        submit, problem, n = self._submit, self.problem, self.source.n_samples
         R = len(margins)
         stats = [self._submit_row(r, ops.coarse_stats, self.row_sums[r], self.labels[r],
                                   margins[r], problem.loss) for r in range(R)]
@@ -504,7 +518,7 @@ class _BlockSCD:
         ``state`` may be a future (the coarse step's): the whole chain is submitted at
         once and the client waits once, for (θ, b) and the certificate together.
         """
-        submit, problem, n = self.client.submit, self.problem, self.source.n_samples
+        submit, problem, n = self._submit, self.problem, self.source.n_samples
         R = len(self.rows)
         margins = [self._submit_row(r, ops.refresh_margins, self.cells[r], state, self.offsets,
                                     int(self.rows[r])) for r in range(R)]
