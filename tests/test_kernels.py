@@ -95,11 +95,11 @@ def test_sdca_shrinking_epoch_matches_reference(rng, dtype, sparse, loss, rho):
     a0 = np.where(rng.random(n) < 0.3, 0.0, rng.random(n)) * y  # some rows at β = 0
     a0[:5] = y[:5]  # and, for the hinge, some at β = 1
     intercept = 0.2 if rho else 0.0
-    block, relative_eps = 8, 0.1
+    block, relative_eps, shrunk_work = 8, 0.1, 1.5
     m = MajorMatrix.from_array(X, "rows")
     a, w = a0.copy(), dense.T @ a0 / (problem.alpha * n)
     active, n_active = np.arange(n), np.array([n])
-    bounds = np.array([np.inf, -np.inf, np.inf])
+    bounds = np.array([np.inf, -np.inf, np.inf, 0.0])
     order, keep = np.empty(n, dtype=np.int64), np.ones(n, dtype=bool)
     ref_a, ref_w = a0.copy(), w.copy()
     state = {"active": np.arange(n), "bounds": bounds.copy()}
@@ -110,9 +110,10 @@ def test_sdca_shrinking_epoch_matches_reference(rng, dtype, sparse, loss, rho):
         _, settled = sdca.sdca_shrinking_epoch(
             m.data, m.indices, m.indptr, m.dense, p, y, a, w, problem.loss_code,
             problem.alpha * n, m.sq_norms(), intercept, rho, total, active, n_active, bounds,
-            block, rng_kernel, order, keep, relative_eps)
+            block, rng_kernel, order, keep, relative_eps, shrunk_work)
         ref_settled = reference.sdca_shrinking_epoch(
-            problem, dense, y, ref_a, ref_w, state, rng_ref, block, relative_eps, intercept, rho)
+            problem, dense, y, ref_a, ref_w, state, rng_ref, block, relative_eps, shrunk_work,
+            intercept, rho)
         assert settled == ref_settled
         assert total[0] == pytest.approx(a.sum(), abs=1e-12)
         np.testing.assert_array_equal(active[:n_active[0]], state["active"])

@@ -181,12 +181,14 @@ def sdca_shrinking_pass(problem: obj.Problem, X, y, dual_coef, coef, order, boun
 
 
 def sdca_shrinking_epoch(problem: obj.Problem, X, y, dual_coef, coef, state, rng, block,
-                         relative_eps, intercept=0.0, rho=0.0):
+                         relative_eps, shrunk_work, intercept=0.0, rho=0.0):
     """Passes over the active rows until n row visits, or until all rows are solved to ε.
 
-    ``state``: dict with ``active`` (sorted array) and ``bounds`` = [M̄, m̄, ε], updated.
-    After a pass with M − m ≤ ε every row comes back, or, if none was shrunk, the epoch
-    ends settled; a pass over all rows sets ε = min(ε, max(relative_eps·(M − m), 1e-11)).
+    ``state``: dict with ``active`` (sorted array) and ``bounds`` = [M̄, m̄, ε, visits of
+    shrunk passes], updated. After a pass with M − m ≤ ε every row comes back, or, if
+    none was shrunk, the epoch ends settled; a pass over all rows sets
+    ε = min(ε, max(relative_eps·(M − m), 1e-11)). Every row also comes back once the
+    shrunk passes since the last full one made ``shrunk_work·n`` visits.
     Returns whether the epoch ended settled.
     """
     n = X.shape[0]
@@ -201,14 +203,19 @@ def sdca_shrinking_epoch(problem: obj.Problem, X, y, dual_coef, coef, state, rng
         kept = np.array([i for i in active if i not in shrunk], dtype=np.int64)
         state["active"] = kept
         solved = pg_max - pg_min <= bounds[2]
-        if len(active) == n and len(kept) > 0:
-            bounds[2] = min(bounds[2], max(relative_eps * (pg_max - pg_min), 1e-11))
-        if solved:
+        if len(active) == n:
+            bounds[3] = 0.0
+            if len(kept) > 0:
+                bounds[2] = min(bounds[2], max(relative_eps * (pg_max - pg_min), 1e-11))
+        else:
+            bounds[3] += len(active)
+        if solved or bounds[3] >= shrunk_work * n:
             if len(kept) < n:
                 state["active"] = np.arange(n)
                 bounds[0], bounds[1] = np.inf, -np.inf
                 continue
-            return True
+            if solved:
+                return True
         bounds[0] = pg_max if pg_max > 0 else np.inf
         bounds[1] = pg_min if pg_min < 0 else -np.inf
     return False

@@ -118,19 +118,21 @@ def sdca_shrinking_pass(
 def sdca_shrinking_epoch(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
     row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
-    keep, relative_eps,
+    keep, relative_eps, shrunk_work,
 ):
     """Passes over the active rows until they add up to ``len(y)`` row visits (one epoch
     of work), or until every row is active and solved to the threshold ε.
 
     State carried between calls: ``active[:n_active[0]]``, the active rows, sorted;
-    ``bounds`` = (M̄, m̄, ε). After a pass with M − m ≤ ε (the active rows are solved):
-    if rows were shrunk, all come back with (M̄, m̄) = (inf, −inf); if not, the epoch
-    ends *settled*. Unlike liblinear, whose ε is the user's tolerance, ε follows the
-    violation of the whole problem: each pass over all rows sets
-    ``ε = min(ε, relative_eps·(M − m))``, so the shrunk problem is solved a fixed factor
-    beyond where the full one stands, and no further (its rows may be the wrong ones).
-    ``order`` and ``keep`` are scratch arrays of length n.
+    ``bounds`` = (M̄, m̄, ε, row visits since the last pass over all rows). After a pass
+    with M − m ≤ ε (the active rows are solved): if rows were shrunk, all come back with
+    (M̄, m̄) = (inf, −inf); if not, the epoch ends *settled*. Unlike liblinear, whose ε
+    is the user's tolerance, ε follows the violation of the whole problem: each pass
+    over all rows sets ``ε = min(ε, relative_eps·(M − m))``, so the shrunk problem is
+    solved a fixed factor beyond where the full one stands and no further: its rows may
+    be the wrong ones. For the same reason all rows also come back after
+    ``shrunk_work·n`` visits of shrunk passes (a few ill-conditioned free rows can take
+    thousands of passes to reach ε). ``order`` and ``keep`` are scratch arrays of length n.
 
     Returns max |Δa_i| and whether the epoch ended settled.
     """
@@ -154,16 +156,21 @@ def sdca_shrinking_epoch(
         n_active[0] = kept
         violation = pg_max - pg_min
         solved = violation <= bounds[2]
-        if size == n_samples and kept > 0:
-            bounds[2] = min(bounds[2], max(relative_eps * violation, _EPS_FLOOR))
-        if solved:
+        if size == n_samples:
+            bounds[3] = 0.0
+            if kept > 0:
+                bounds[2] = min(bounds[2], max(relative_eps * violation, _EPS_FLOOR))
+        else:
+            bounds[3] += size
+        if solved or bounds[3] >= shrunk_work * n_samples:
             if kept < n_samples:
                 for r in range(n_samples):
                     active[r] = r
                 n_active[0] = n_samples
                 bounds[0], bounds[1] = np.inf, -np.inf
                 continue
-            return max_delta, True
+            if solved:
+                return max_delta, True
         bounds[0] = pg_max if pg_max > 0.0 else np.inf
         bounds[1] = pg_min if pg_min < 0.0 else -np.inf
     return max_delta, False

@@ -174,8 +174,10 @@ _BOX_DUALS = ("hinge", "squared_hinge")
 # Rows per block of the visiting order. Larger blocks read X faster but slow the
 # convergence of some problems (256 took 2.7x the epochs on the dense squared hinge).
 _ROW_BLOCK = 32
-# The shrunk problem is solved to this fraction of the whole problem's violation.
+# The shrunk problem is solved to this fraction of the whole problem's violation, or for
+# at most this many epochs of work between two passes over all rows.
 _RELATIVE_EPS = 1e-3
+_SHRUNK_WORK = 2.0
 
 
 def _block_order(rows, rng) -> np.ndarray:
@@ -189,8 +191,8 @@ def _block_order(rows, rng) -> np.ndarray:
 class _Shrinking:
     """liblinear's shrinking state, carried from epoch to epoch (see
     :func:`dask_scd.kernels.sdca.sdca_shrinking_epoch`): the active rows
-    ``active[:n_active[0]]`` and ``bounds`` = (M̄, m̄, ε); ``order`` and ``keep`` are
-    the kernel's scratch arrays."""
+    ``active[:n_active[0]]`` and ``bounds`` = (M̄, m̄, ε, row visits since the last pass
+    over all rows); ``order`` and ``keep`` are the kernel's scratch arrays."""
 
     active: np.ndarray
     n_active: np.ndarray
@@ -201,7 +203,7 @@ class _Shrinking:
     @classmethod
     def start(cls, n_samples):
         return cls(np.arange(n_samples), np.array([n_samples]),
-                   np.array([np.inf, -np.inf, np.inf]), np.empty(n_samples, dtype=np.int64),
+                   np.array([np.inf, -np.inf, np.inf, 0.0]), np.empty(n_samples, dtype=np.int64),
                    np.ones(n_samples, dtype=bool))
 
     def epoch(self, matrix, y, dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept,
@@ -211,7 +213,7 @@ class _Shrinking:
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, matrix.n_minor, y,
             dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept, rho, dual_sum,
             self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep,
-            _RELATIVE_EPS,
+            _RELATIVE_EPS, _SHRUNK_WORK,
         )
 
 
