@@ -472,6 +472,8 @@ class _BlockSCD:
             gram = not pure and len(theta) <= self.gram_max
             stats = [self._submit_row(r, ops.block_stats, cells[r], self.labels[r], margins[r],
                                       problem.loss, gram) for r in range(len(margins))]
+            if gram:
+                stats = self._tree_sum(stats)
             step = direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT, *stats)
             if not ((pure or gram) and problem.loss == "squared"):
                 trials = [self._submit_row(r, ops.block_trials, cells[r], self.labels[r],
@@ -489,6 +491,22 @@ class _BlockSCD:
             else:
                 coef[self.slices[b]] = step["theta"]
         return coef, intercept, margins
+
+    def _tree_sum(self, partials, split_every=4):
+        """Sum partials (each with a |B|×|B| Gram matrix) in groups of consecutive row chunks.
+
+        One task receiving all R Gram matrices at once would hold R·8·|B|² bytes (192 MiB
+        for 24 row chunks and |B| = 1000): more than a small worker has. The groups depend
+        on R only, so the sums keep the same bits whatever the workers; each group is summed
+        on the home of its first row chunk, where most of its parts already are.
+        """
+        first = list(range(len(partials)))
+        while len(partials) > split_every:
+            groups = range(0, len(partials), split_every)
+            partials = [self._submit_row(first[i], ops.sum_partials, *partials[i:i + split_every])
+                        for i in groups]
+            first = [first[i] for i in groups]
+        return partials
 
     def _coarse_step(self, margins, state):
         """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
