@@ -88,8 +88,8 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     """Stochastic dual coordinate ascent (L2 penalty).
 
     The intercept's dual constraint Σ a_i = 0 is handled by the method of multipliers:
-    SDCA epochs on the augmented Lagrangian, then b ← b + ρ Σ a_i, with ρ the mean
-    coordinate curvature ‖x_i‖²/(αn) (see :func:`dask_scd.kernels.cpu.sdca_epoch`). It
+    SDCA epochs on the augmented Lagrangian, then b ← b + ρ Σ a_i, with ρ a fifth of the
+    mean coordinate curvature ‖x_i‖²/(αn) (see :func:`dask_scd.kernels.cpu.sdca_epoch`). It
     beats steps on random pairs of rows, which keep Σ a_i = 0 exactly but crawl on the
     box-constrained hinge dual.
 
@@ -102,7 +102,7 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     n_samples, n_features = X.shape
     alpha_n = problem.alpha * n_samples
     row_sq_norms = matrix.sq_norms()
-    rho = float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
+    rho = _PENALTY_SCALE * float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
     schedule = _CertificateSchedule()
     intercept = 0.0
     if problem.fit_intercept:
@@ -168,6 +168,12 @@ def _dual_start(problem, y, intercept) -> np.ndarray:
             dual_coef = obj.project_sum_zero(dual_coef)
     return dual_coef
 
+
+# ρ of the method of multipliers, in units of the mean coordinate curvature. Against 1,
+# 0.2 took 2–3x fewer epochs to a gap of 1e-9 on breast cancer, digits, diabetes and the
+# 300k-row benchmark data (all losses), and on Adult (a9a) too except the hinge (25
+# epochs instead of 17); 0.05 and below made the hinge on Adult crawl (b moves slowly).
+_PENALTY_SCALE = 0.2
 
 # Duals with a box constraint on β = a·y (rows sit at its bounds): SDCA with shrinking.
 _BOX_DUALS = ("hinge", "squared_hinge")
