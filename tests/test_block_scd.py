@@ -1,5 +1,6 @@
 """The block-SCD engine on dask: optimum, invariances, faults, checkpoints, bad input."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -342,7 +343,11 @@ def test_no_vector_of_examples_reaches_the_client(onehot, clients, monkeypatch):
     gather, result = Client.gather, Future.result
     monkeypatch.setattr(Client, "gather", lambda self, *a, **k: sizes(gather(self, *a, **k)))
     monkeypatch.setattr(Future, "result", lambda self, *a, **k: sizes(result(self, *a, **k)))
-    monkeypatch.setattr(grid, "_y", None, raising=False)
+    class Tripwire:
+        def __getattr__(self, name):
+            raise AssertionError(f"the engine used the whole of X or y (.{name})")
+
+    grid = dataclasses.replace(grid, X=Tripwire(), y=Tripwire())
     for loss in ("squared", "logistic"):
         _fixed_epochs(grid, clients(2), loss, epochs=2)
     assert largest and max(largest) <= grid.shape[1] < min(np.diff(grid.row_bounds))
