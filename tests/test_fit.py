@@ -234,6 +234,17 @@ def test_shrinking_sdca_deterministic_and_float32(loss, fit_intercept):
     assert single.converged_ and single.dual_gap_ <= 1e-9
     assert single.primal_ == pytest.approx(a.primal_, rel=1e-6)
 
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
+def test_sdca_empty_row(rng, loss):
+    # An all-zero row has zero curvature in the hinge dual without intercept.
+    X = rng.normal(size=(40, 5))
+    X[0] = 0.0
+    y = np.where(X @ rng.normal(size=5) > 0, 1.0, -1.0)
+    for data in (X, sp.csr_matrix(X)):
+        r = dask_scd.fit(data, y, loss=loss, alpha=0.1, fit_intercept=False, tol=1e-9,
+                         solver="sdca", random_state=0, max_iter=5000)
+        assert r.converged_ and r.dual_gap_ <= 1e-9
+
 def test_history_and_convergence_warning():
     X, y = _diabetes()
     with pytest.warns(ConvergenceWarning, match="relative duality gap"):

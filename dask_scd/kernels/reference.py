@@ -174,7 +174,8 @@ def sdca_shrinking_pass(problem: obj.Problem, X, y, dual_coef, coef, order, boun
         pgs.append(pg)
         if abs(pg) <= 1e-12:
             continue
-        new = min(max(beta - g / (x @ x / alpha_n + rho + half), 0.0), upper)
+        curvature = x @ x / alpha_n + rho + half
+        new = min(max(beta - g / curvature, 0.0), upper) if curvature > 0 else float(g < 0)
         dual_coef[i] = new * y[i]
         coef += (new - beta) * y[i] * x / alpha_n
     return shrunk, max(pgs, default=-np.inf), min(pgs, default=np.inf)

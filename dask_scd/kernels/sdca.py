@@ -103,7 +103,10 @@ def sdca_shrinking_pass(
         if abs(pg) <= _PG_ZERO:
             continue
         curvature = row_sq_norms[i] / alpha_n + rho + half
-        new = min(max(beta - g / curvature, 0.0), upper)
+        if curvature > 0.0:
+            new = min(max(beta - g / curvature, 0.0), upper)
+        else:  # an empty row of the hinge (no intercept): its dual is linear in β
+            new = upper if g < 0.0 else 0.0
         t = (new - beta) * yi
         if t == 0.0:
             continue
