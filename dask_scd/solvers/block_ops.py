@@ -156,6 +156,13 @@ class CellView:
         self.n_rows, self.n_columns = cell.shape
         self.by_columns = sp.issparse(cell)
         self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
+        self._squared_sums = None
+
+    def squared_sums(self) -> np.ndarray:
+        """(X_cell∘X_cell)ᵀ 1, the squared loss's curvature: computed once per cached cell."""
+        if self._squared_sums is None:
+            self._squared_sums = self.rmatvec(np.ones(self.n_rows), squared=True)
+        return self._squared_sums
 
     def rmatvec(self, v, squared=False) -> np.ndarray:
         """X_cellᵀ v (or (X_cell∘X_cell)ᵀ v)."""
@@ -307,7 +314,9 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     view = cell_view(cell)
     if view is None:
         return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
-    stats = {"g": view.rmatvec(d1), "h": view.rmatvec(d2, squared=True)}
+    # Under the squared loss ℓ'' = 1: h is the same in every epoch (and the same bits).
+    h = view.squared_sums() if loss == "squared" else view.rmatvec(d2, squared=True)
+    stats = {"g": view.rmatvec(d1), "h": h}
     if gram:
         stats["gram"] = view.gram(d2)
     return stats
