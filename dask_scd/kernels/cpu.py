@@ -18,6 +18,8 @@ import math
 import numpy as np
 from numba import njit
 
+from dask_scd.kernels.prefetch import AHEAD, prefetch_line
+
 SQUARED, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3
 
 # Armijo constant of the prox-Newton coordinate line search (Tseng & Yun 2009).
@@ -384,19 +386,24 @@ def sdca_epoch(
     epoch. With ``rho = 0`` and ``intercept = 0`` this is plain SDCA. Returns max |Δa_i|.
     """
     max_delta = 0.0
-    for k in range(order.shape[0]):
+    total = dual_sum[0]  # Σ a_i in a register; written back at the end
+    n_visits = order.shape[0]
+    for k in range(n_visits):
+        if k + AHEAD < n_visits:
+            prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
         start, end = _line(dense, indptr, i, n_features)
         margin = _row_dot(data, indices, dense, start, end, coef)
         q = row_sq_norms[i] / alpha_n + rho
-        shifted = margin + intercept + rho * dual_sum[0]
+        shifted = margin + intercept + rho * total
         t = _dual_step(loss, y[i], dual_coef[i], shifted, q)
         if t == 0.0:
             continue
         dual_coef[i] += t
-        dual_sum[0] += t
+        total += t
         _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
         max_delta = max(max_delta, abs(t))
+    dual_sum[0] = total
     return max_delta
 
 

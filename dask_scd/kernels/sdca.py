@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels.cpu import _FAST, HINGE, SQUARED_HINGE, _line, _row_axpy, _row_dot
+from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # liblinear does not step on a row whose projected gradient is below this (its 1.0e-12);
 # so the violation M − m of the active rows may stall near it, and ε stays above.
@@ -78,13 +79,17 @@ def sdca_shrinking_pass(
     pg_max = -np.inf
     pg_min = np.inf
     max_delta = 0.0
-    for k in range(order.shape[0]):
+    total = dual_sum[0]  # Σ a_i in a register; written back at the end
+    n_visits = order.shape[0]
+    for k in range(n_visits):
+        if k + AHEAD < n_visits:
+            prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
         start, end = _line(dense, indptr, i, n_features)
         margin = _row_dot(data, indices, dense, start, end, coef)
         yi = y[i]
         beta = dual_coef[i] * yi
-        g = yi * (margin + intercept + rho * dual_sum[0]) - 1.0 + half * beta
+        g = yi * (margin + intercept + rho * total) - 1.0 + half * beta
         if beta == 0.0:
             if g > pg_max_old:
                 keep[i] = False
@@ -111,9 +116,10 @@ def sdca_shrinking_pass(
         if t == 0.0:
             continue
         dual_coef[i] = new * yi  # exactly 0 or ±1 at a bound: the tests above rely on it
-        dual_sum[0] += t
+        total += t
         _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
         max_delta = max(max_delta, abs(t))
+    dual_sum[0] = total
     return max_delta, pg_max, pg_min
 
 
