@@ -93,6 +93,12 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     beats steps on random pairs of rows, which keep Σ a_i = 0 exactly but crawl on the
     box-constrained hinge dual.
 
+    Rows are visited in block-shuffled order (:func:`dask_scd.kernels.sdca.block_order`).
+    The hinge and the squared hinge start at a = 0 and shrink as liblinear does
+    (:func:`dask_scd.kernels.sdca.sdca_shrinking_epoch`); an epoch is then n row visits,
+    spread over passes on the active rows. The certificate over all rows decides when
+    to stop, whatever the active set.
+
     Parameters
     ----------
     X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
