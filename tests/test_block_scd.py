@@ -404,3 +404,28 @@ def test_trial_kernels_match_the_loss_differences(loss, rng):
     # numpy's σ(yz)(1 − σ(yz)) cancels where σ ≈ 1: compare in absolute terms (ℓ'' ≤ 2)
     np.testing.assert_allclose(d2, obj.loss_second_derivative(loss, y, margins), rtol=0,
                                atol=1e-15)
+
+
+def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
+    """Logistic, pure block: the cubic bound only skips trials whose answer it knows."""
+    from dask_scd import objectives as obj
+    from dask_scd.solvers import block_ops as ops
+
+    n, p = 4000, 30
+    weights = np.r_[np.ones(p - 10), np.full(10, 1e-3)]  # rare columns take long steps
+    cells = [sp.csc_matrix((np.ones(n // 2), (np.arange(n // 2),
+                                              rng.choice(p, n // 2, p=weights / weights.sum()))),
+                           shape=(n // 2, p)) for _ in range(2)]
+    y = [np.sign(rng.normal(size=n // 2)) for _ in range(2)]
+    margins = [3.0 * rng.normal(size=n // 2) for _ in range(2)]
+    problem = obj.Problem("logistic", 1e-8, 0.0, True)
+    theta = 0.3 * rng.normal(size=p)
+    stats = [ops.block_stats(c, yr, m, "logistic") for c, yr, m in zip(cells, y, margins)]
+    direction = ops.block_direction(problem, n, theta, False, *stats)
+    assert 0 < direction["proven"].sum() < p  # some proven, some not
+    unproven = {k: v for k, v in direction.items() if k != "proven"}
+    steps = []
+    for d in (direction, unproven):
+        trials = [ops.block_trials(c, yr, m, d, problem, True) for c, yr, m in zip(cells, y, margins)]
+        steps.append(ops.block_choose(d, n, 1e-13, *trials))
+    np.testing.assert_array_equal(steps[0]["delta"], steps[1]["delta"])

@@ -157,6 +157,19 @@ class CellView:
         self.by_columns = sp.issparse(cell)
         self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
         self._squared_sums = None
+        self._cube_sums = None
+
+    def cube_sums(self) -> np.ndarray:
+        """Σ_i |x_ij|³ per column (the cubic term of the logistic bound), once per cell."""
+        if self._cube_sums is None:
+            m = self.matrix
+            cubes = np.abs(m.data.astype(np.float64)) ** 3
+            if m.dense:
+                self._cube_sums = cubes.reshape(self.n_rows, self.n_columns).sum(axis=0)
+            else:  # CSC: the columns are the major lines
+                column = np.repeat(np.arange(self.n_columns), np.diff(m.indptr))
+                self._cube_sums = np.bincount(column, weights=cubes, minlength=self.n_columns)
+        return self._cube_sums
 
     def squared_sums(self) -> np.ndarray:
         """(X_cell∘X_cell)ᵀ 1, the squared loss's curvature: computed once per cached cell."""
@@ -319,6 +332,8 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     stats = {"g": view.rmatvec(d1), "h": h}
     if gram:
         stats["gram"] = view.gram(d2)
+    elif loss == "logistic":
+        stats["cube"] = view.cube_sums()
     return stats
 
 
@@ -347,8 +362,28 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     model = g * direction + _penalty(l1, l2, target) - _penalty(l1, l2, theta)
     # "theta"/"delta" are the full step, exact on a pure block under squared loss;
     # otherwise block_choose scales it.
-    return {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
-            "theta": target, "delta": direction}
+    out = {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
+           "theta": target, "delta": direction}
+    if "cube" in partials[0]:
+        cube = _ordered_sum(p["cube"] for p in partials) / n_samples
+        out["proven"] = _cubic_accepts(model, h, direction, cube)
+    return out
+
+
+# sup |ℓ‴(z)| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3).
+_LOGISTIC_D3 = 1.0 / (6.0 * np.sqrt(3.0))
+
+
+def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
+    """Per coordinate: does the Armijo test surely pass at the full step?
+
+    Taylor with remainder, per coordinate of a pure block (its coordinates touch disjoint
+    examples): f(θ + Δ) − f(θ) ≤ model + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6, so a bound
+    below the Armijo line proves what the trials would find; those coordinates are left
+    out of the trials (the same test as the in-memory engine's).
+    """
+    bound = model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * np.abs(delta) ** 3
+    return (bound <= _ARMIJO * model) & (delta != 0.0)
 
 
 def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: bool) -> dict:
@@ -358,8 +393,12 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
     Impure block: for the whole block, per step size; under squared loss the exact
     quadratic instead, from ⟨u, ŷ − y⟩ and ‖u‖² with u = X_cell d.
     """
-    y = labels(y)
     d = direction["direction"]
+    if pure and "proven" in direction:  # coordinates proven to pass at the full step: not tried
+        d = np.where(direction["proven"], 0.0, d)
+        if not np.any(d):
+            return {"trials": np.zeros((len(LINE_SEARCH_STEPS), len(d)))}
+    y = labels(y)
     view = cell_view(cell)
     if view is None or not pure:
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
@@ -396,6 +435,8 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     accept = change <= _ARMIJO * steps * model + slack
     first = np.argmax(accept, axis=0)  # the largest accepted step size
     chosen = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
+    if trials.ndim == 2 and "proven" in direction:
+        chosen = np.where(direction["proven"], 1.0, chosen)
     delta = chosen * d
     return {"theta": theta + delta, "delta": delta}
 
