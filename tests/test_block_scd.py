@@ -426,6 +426,7 @@ def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
     unproven = {k: v for k, v in direction.items() if k != "proven"}
     steps = []
     for d in (direction, unproven):
-        trials = [ops.block_trials(c, yr, m, d, problem, True) for c, yr, m in zip(cells, y, margins)]
+        trials = [ops.block_trials(c, yr, m, d, problem, True)
+                  for c, yr, m in zip(cells, y, margins)]
         steps.append(ops.block_choose(d, n, 1e-13, *trials))
     np.testing.assert_array_equal(steps[0]["delta"], steps[1]["delta"])
