@@ -17,6 +17,7 @@ import math
 import numpy as np
 from numba import njit
 
+from dask_scd.kernels.cpu import _loss  # the same losses as the in-memory kernels
 from dask_scd.objectives import LOSS_CODES
 
 SQUARED = LOSS_CODES["squared"]
@@ -29,21 +30,6 @@ _PRODUCT_FORM_MAX = 8.0
 
 
 # ----------------------------------------------------------------- loss derivatives
-
-
-@njit(inline="always")
-def _loss(loss, y, z):
-    if loss == SQUARED:
-        return 0.5 * (y - z) * (y - z)
-    t = 1.0 - y * z
-    if loss == HINGE:
-        return t if t > 0.0 else 0.0
-    if loss == SQUARED_HINGE:
-        return t * t if t > 0.0 else 0.0
-    u = -y * z  # logistic: log(1 + exp(u)) without overflow
-    if u > 0.0:
-        return u + math.log1p(math.exp(-u))
-    return math.log1p(math.exp(u))
 
 
 @njit(inline="always")

@@ -466,26 +466,15 @@ def coordinate_trials(
 
 
 @njit(nogil=True, cache=True)
-def major_sq_norms(data, indptr, dense, n_major, n_minor, out):
-    """out[r] = ‖A[r, :]‖² along the major axis."""
-    for r in range(n_major):
-        start, end = _line(dense, indptr, r, n_minor)
-        s = 0.0
-        for idx in range(start, end):
-            x = np.float64(data[idx])  # square in float64: float32 products lose digits
-            s += x * x
-        out[r] = s
-
-
-@njit(nogil=True, cache=True)
-def major_cube_sums(data, indptr, dense, n_major, n_minor, out):
-    """out[r] = Σ_k |A[r, k]|³ along the major axis (the third-order bound of the logistic)."""
+def major_power_sums(data, indptr, dense, n_major, n_minor, power, out):
+    """out[r] = Σ_k |A[r, k]|^power along the major axis, power 2 (‖line‖²) or 3 (the
+    third-order bound of the logistic); in float64: float32 products lose digits."""
     for r in range(n_major):
         start, end = _line(dense, indptr, r, n_minor)
         s = 0.0
         for idx in range(start, end):
             x = abs(np.float64(data[idx]))
-            s += x * x * x
+            s += x * x * x if power == 3 else x * x
         out[r] = s
 
 

@@ -71,11 +71,11 @@ class MajorMatrix:
     def cube_sums(self) -> np.ndarray:
         """Σ |A[line, k]|³ for every line."""
         out = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_cube_sums(self.data, self.indptr, self.dense, self.n_major, self.n_minor, out)
+        cpu.major_power_sums(self.data, self.indptr, self.dense, self.n_major, self.n_minor, 3, out)
         return out
 
     def sq_norms(self) -> np.ndarray:
         """‖line‖² for every line."""
         out = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_sq_norms(self.data, self.indptr, self.dense, self.n_major, self.n_minor, out)
+        cpu.major_power_sums(self.data, self.indptr, self.dense, self.n_major, self.n_minor, 2, out)
         return out
