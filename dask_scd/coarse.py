@@ -23,12 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.kernels.cpu import _ARMIJO  # one Armijo constant for every line search
 
 # Step sizes tried by the line searches, all in one reduction: 1, 1/4, 1/16, 1/64. Each
 # costs a loss evaluation per non-zero, so few; a coordinate that accepts none keeps its
 # value this epoch and gets a fresh Newton direction in the next.
 LINE_SEARCH_STEPS = 0.25 ** np.arange(4)
-_ARMIJO = 0.01
 # The in-memory coarse space is skipped when it has more dimensions than this.
 MAX_DIMENSIONS = 256
 _DETECTION_ROWS = 20_000

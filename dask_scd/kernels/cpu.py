@@ -193,6 +193,14 @@ _LOGISTIC_D3 = 1.0 / (6.0 * math.sqrt(3.0))
 
 
 @njit(inline="always")
+def logistic_taylor_bound(model, h, delta, cube_mean):
+    """Upper bound of f(θ + Δ) − f(θ) + penalty change, per coordinate (scalars or arrays):
+    ``model + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6`` (Taylor with remainder, logistic loss),
+    with ``model = gΔ`` + the penalty change."""
+    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * np.abs(delta) ** 3
+
+
+@njit(inline="always")
 def _cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
     """Does the Armijo test surely pass at t = 1, without evaluating the loss?
 
@@ -204,8 +212,7 @@ def _cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
     if cube_mean < 0.0:
         return False
     model = g * delta + _penalty(l1, l2, old + delta) - _penalty(l1, l2, old)
-    bound = model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * abs(delta) ** 3
-    return bound <= _ARMIJO * model
+    return logistic_taylor_bound(model, h, delta, cube_mean) <= _ARMIJO * model
 
 
 @njit(inline="always")

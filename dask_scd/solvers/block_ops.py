@@ -370,19 +370,15 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     return out
 
 
-# sup |ℓ‴(z)| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3).
-_LOGISTIC_D3 = 1.0 / (6.0 * np.sqrt(3.0))
-
-
 def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
     """Per coordinate: does the Armijo test surely pass at the full step?
 
     Taylor with remainder, per coordinate of a pure block (its coordinates touch disjoint
-    examples): f(θ + Δ) − f(θ) ≤ model + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6, so a bound
+    examples): f(θ + Δ) − f(θ) ≤ :func:`cpu.logistic_taylor_bound`, so a bound
     below the Armijo line proves what the trials would find; those coordinates are left
     out of the trials (the same test as the in-memory engine's).
     """
-    bound = model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * np.abs(delta) ** 3
+    bound = cpu.logistic_taylor_bound(model, h, delta, cube_mean)
     return (bound <= _ARMIJO * model) & (delta != 0.0)
 
 
