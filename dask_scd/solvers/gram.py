@@ -77,18 +77,22 @@ class GramSystem:
             xty = np.asarray(Xw.T @ yc).ravel()  # Xcᵀ yc = Xᵀ yc, since Σ yc = 0
         else:
             k = len(columns)
+            step = max(256, _CHUNK_BYTES // (8 * k))
+            chunks = [slice(start, start + step) for start in range(0, n, step)]
+
+            def chunk_of(rows):  # float64 rows of X_W, never a copy of all of X_W
+                return (X[rows] if every else X[rows, columns]).astype(np.float64)
+
             x_mean = np.zeros(k)
             if fit_intercept:
                 x_mean = (X.mean(axis=0, dtype=np.float64) if every
-                          else X[:, columns].mean(axis=0, dtype=np.float64))
+                          else sum(chunk_of(rows).sum(axis=0) for rows in chunks) / n)
             gram = np.zeros((k, k))
             xty = np.zeros(k)
-            step = max(256, _CHUNK_BYTES // (8 * k))
-            for start in range(0, n, step):
-                chunk = X[start:start + step] if every else X[start:start + step, columns]
-                chunk = chunk.astype(np.float64) - x_mean
+            for rows in chunks:
+                chunk = chunk_of(rows) - x_mean
                 gram += chunk.T @ chunk  # symmetric rank-k update (BLAS syrk)
-                xty += chunk.T @ yc[start:start + step]
+                xty += chunk.T @ yc[rows]
         scale = 1.0 / n
         gram = np.ascontiguousarray((gram + gram.T) * (0.5 * scale))  # exactly symmetric
         return cls(columns, gram, xty * scale, float(yc @ yc) * scale, x_mean, y_mean, n)
@@ -125,8 +129,6 @@ def fit_gram(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
     y : ndarray of shape (n_samples,)
     """
-    if problem.loss != "squared":
-        raise ValueError(f"solver='gram' solves loss='squared' only, got loss={problem.loss!r}")
     start = time.perf_counter()  # building H is part of the solve: it is timed
     n_features = X.shape[1]
     exact = _ExactCertificate(X, y, problem)
@@ -161,7 +163,7 @@ def fit_gram(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
         if len(grown) == len(working):  # W holds every violator: solve W more exactly
             # Twice no better than half the last gap: the certificate from X has reached
             # the rounding floor of this data (e.g. huge column means, a near-exact fit).
-            stalled = stalled + 1 if previous and cert.gap > 0.5 * previous.gap else 0
+            stalled = stalled + 1 if previous is not None and cert.gap > 0.5 * previous.gap else 0
             if stalled >= _STALL_ROUNDS:
                 break
             target = max(0.01 * target, 1e-16)

@@ -57,7 +57,6 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
     start = time.perf_counter()
     converged = False
     epoch = 0
-    schedule = _CertificateSchedule()
     working_set = np.arange(n_coordinates)
     if problem.l1 > 0:
         # Start where a step from θ = 0 can move: the columns near their L1 threshold (one
@@ -65,7 +64,7 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
         # a single certified epoch is enough before the cheap gate takes over.
         cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
         working_set = _working_set(problem, coef, cert, problem.fit_intercept)
-        schedule.first = 1
+    schedule = _CertificateSchedule(first=1 if problem.l1 > 0 else 3)
     for epoch in range(1, max_iter + 1):
         order = rng.permutation(working_set)
         max_delta, max_coef = cpu.scd_epoch(
