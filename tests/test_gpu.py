@@ -8,6 +8,7 @@ update. On a GPU the blocks run concurrently (asynchronous SCD) and only the con
 answers agree, which is what the fit tests check.
 """
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -296,3 +297,56 @@ def test_without_a_gpu(tmp_path):
                          text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "device='gpu' needs a CUDA GPU" in out.stdout
+
+
+# Compiled for sm_80 as numba.cuda compiles for a real GPU: the simulator runs the scalar
+# functions as CPU code, so a NumPy function or builtin that numba.cuda cannot lower (np.abs,
+# min/max of floats) passes there and fails only on hardware. numba compiles device
+# functions for the current device's compute capability, so the script names one.
+_COMPILE = """
+import numba.cuda.dispatcher
+from numba import cuda, types
+
+class Device:
+    compute_capability = (8, 0)
+
+numba.cuda.dispatcher.get_current_device = Device
+from dask_scd.kernels import cuda as kernels
+
+f64, i64, flag = types.float64, types.int64, types.boolean
+vec = f64[::1]
+for dtype in (types.float32, f64):
+    for index in (types.int32, i64):
+        matrix = (dtype[::1], index[::1], index[::1], flag, i64)
+        primal = (*matrix, vec, vec, vec, vec, i64[::1], i64, f64, f64, vec, vec, flag, vec)
+        dual = (*matrix, vec, vec, vec, i64[::1], i64, f64, vec, f64, f64, vec, vec)
+        for kernel, signature in ((kernels._scd_kernel, primal), (kernels._sdca_kernel, dual)):
+            ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(8, 0))
+            assert "bar.sync" in ptx and "atom.global.add.f64" in ptx
+print("compiled")
+"""
+
+
+def _nvvm_home():
+    """CUDA_HOME, or the pip wheel nvidia-cuda-nvcc-cu12 (libNVVM and libdevice)."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations if spec else []):
+        home = os.path.join(root, "cuda_nvcc")
+        if os.path.exists(os.path.join(home, "nvvm", "lib64", "libnvvm.so")):
+            return home
+    return None
+
+
+def test_kernels_compile_for_the_gpu(tmp_path):
+    """Both kernels, every dtype and index type, compile to PTX with barriers and atomic
+    adds (needs libNVVM only, no GPU: ``pip install nvidia-cuda-nvcc-cu12``)."""
+    home = _nvvm_home()
+    if home is None:
+        pytest.skip("no libNVVM: pip install nvidia-cuda-nvcc-cu12 (or set CUDA_HOME)")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", CUDA_HOME=home)
+    out = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "compiled" in out.stdout
