@@ -223,7 +223,7 @@ FITS = [  # (loss, penalty, solver): the primal and the dual kernels
 @pytest.mark.parametrize("loss,penalty,solver", FITS)
 def test_fit_on_gpu_equals_cpu(rng, sparse, loss, penalty, solver):
     X, y = _problem_data(rng, sparse, loss != "squared")
-    kwargs = dict(loss=loss, penalty=penalty, alpha=0.05, tol=1e-8, solver=solver,
+    kwargs = dict(loss=loss, penalty=penalty, alpha=0.1, tol=1e-8, solver=solver,
                   random_state=0)
     on_cpu = dask_scd.fit(X, y, device="cpu", **kwargs)
     on_gpu = dask_scd.fit(X, y, device="gpu", **kwargs)
