@@ -190,7 +190,8 @@ def scd_epoch(
 ):
     """One asynchronous epoch of primal SCD on the GPU; see :func:`cpu.scd_epoch`.
 
-    Returns max |Δθ_j| and max |θ_j| over the epoch.
+    ``order`` holds distinct coordinates (a block owns its θ_j for the launch). Returns
+    max |Δθ_j| and max |θ_j| over the epoch.
     """
     n_coordinates = len(order)
     if n_coordinates == 0:
@@ -256,7 +257,8 @@ def sdca_epoch(
 ):
     """One asynchronous epoch of SDCA on the GPU; see :func:`cpu.sdca_epoch`.
 
-    ``dual_coef``, ``coef`` and ``dual_sum`` are updated in place. Returns max |Δa_i|.
+    ``order`` holds distinct rows (a block owns its a_i for the launch). ``dual_coef``,
+    ``coef`` and ``dual_sum`` are updated in place. Returns max |Δa_i|.
     """
     n_rows = len(order)
     if n_rows == 0:
