@@ -252,6 +252,13 @@ def test_gpu_auto_solver_takes_an_engine_with_gpu_kernels(rng):
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4, solver="gram", device="auto").converged_
 
 
+def test_dask_engines_refuse_the_gpu(rng):
+    da = pytest.importorskip("dask.array")
+    X, y = _problem_data(rng, False, False)
+    with pytest.raises(ValueError, match="solver='block_scd' runs on the CPU only"):
+        dask_scd.fit(da.from_array(X, chunks=(10, 8)), y, solver="block_scd", device="gpu")
+
+
 def test_device_auto_takes_the_gpu_when_there_is_one(rng, monkeypatch):
     X, y = _problem_data(rng, False, True)
     launches = []
