@@ -40,7 +40,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
 
@@ -54,7 +54,6 @@ from dask_scd.objectives import loss_derivative, optimal_intercept  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "peers.md"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGET = 1e-6  # relative objective error, and our certified relative gap
-INTERCEPT_SCALING = 100.0  # liblinear / Snap ML penalize the intercept: make that negligible
 DIRECT = None  # the ladder setting of a method without a tolerance (a direct solve)
 
 
@@ -70,6 +69,9 @@ class Spec:
     alpha: float
     l1_ratio: float = 0.0  # used by penalty="elasticnet"
     fit_intercept: bool = True
+    # liblinear and Snap ML fit the intercept as the weight of a constant column of this
+    # value, penalized with the others: see intercept_scaling_for.
+    intercept_scaling: float = 100.0
 
     @property
     def rho(self) -> float:
@@ -91,6 +93,17 @@ def evaluate(spec: Spec, X, y, coef, intercept=0.0) -> dask_scd.Certificate:
     coef = np.asarray(coef, dtype=np.float64).ravel()
     b = float(np.ravel(intercept)[0]) if np.size(intercept) else 0.0
     return dask_scd.certificate(spec.problem(), X, y, coef, b if spec.fit_intercept else 0.0)
+
+
+def intercept_scaling_for(spec: Spec, intercept: float, primal: float, slack=1e-7) -> float:
+    """The smallest power of 10 (≥ 1) that makes a penalized intercept harmless.
+
+    A constant column of value s carries the intercept b as the weight b/s, which the
+    L2 term charges α(1−ρ)/2·(b/s)²; s is chosen so that this is ≤ slack·|P| at our
+    optimum (b, P). A larger s would condition those solvers' problems worse.
+    """
+    need = math.sqrt(max(spec.alpha, 1e-300) * intercept * intercept / (2 * slack * abs(primal)))
+    return float(10.0 ** math.ceil(math.log10(max(need, 1.0))))
 
 
 # The peers' parameters for a Spec on n examples. Each is checked by tests/test_bench_peers.py.
@@ -153,6 +166,12 @@ def _tols(first=-2, last=-12):
     return tuple(10.0 ** k for k in range(first, last - 1, -1))
 
 
+def _penalized_note(spec):
+    if not spec.fit_intercept:
+        return ""
+    return f"intercept penalized (intercept_scaling={spec.intercept_scaling:g})"
+
+
 def sklearn_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
     from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression, Ridge
     from sklearn.svm import LinearSVC
@@ -179,13 +198,13 @@ def sklearn_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
                 out.append(Skipped(f"sklearn LogisticRegression({solver})",
                                    f"forms a dense {p} x {p} Hessian"))
                 continue
-            kw = {"intercept_scaling": INTERCEPT_SCALING} if solver == "liblinear" else {}
+            kw = {"intercept_scaling": spec.intercept_scaling} if solver == "liblinear" else {}
             out.append(Method(
                 f"sklearn LogisticRegression({solver})", logreg(solver, **kw), _tols(),
                 "rows", max_iter=100_000 if solver in ("sag", "saga") else 10_000,
                 reference=(solver == ("liblinear" if l1 else
                                       "newton-cholesky" if small_p else "lbfgs")),
-                note="intercept penalized (intercept_scaling=100)" if kw else ""))
+                note=_penalized_note(spec) if kw else ""))
     elif spec.loss in ("hinge", "squared_hinge"):
         C = sklearn_C(spec, n)
         duals = (True,) if spec.loss == "hinge" else (True, False)
@@ -194,9 +213,9 @@ def sklearn_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
                 f"sklearn LinearSVC(dual={dual})",
                 lambda tol, it, dual=dual: LinearSVC(
                     C=C, loss=spec.loss, dual=dual, tol=tol, max_iter=it, fit_intercept=fi,
-                    intercept_scaling=INTERCEPT_SCALING),
+                    intercept_scaling=spec.intercept_scaling),
                 _tols(), "rows", max_iter=1_000_000, reference=dual is (spec.loss == "hinge"),
-                note="intercept penalized (intercept_scaling=100)"))
+                note=_penalized_note(spec)))
     elif spec.penalty in ("l1", "elasticnet"):
         cls = Lasso if spec.penalty == "l1" else ElasticNet
         kw = {} if spec.penalty == "l1" else {"l1_ratio": spec.l1_ratio}
@@ -209,7 +228,7 @@ def sklearn_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
                 _tols(), "columns", max_iter=100_000, reference=not pre))
     else:
         a_sk = sklearn_ridge_alpha(spec, n)
-        for solver in ("cholesky", "sparse_cg", "lsqr", "sag", "saga", "lbfgs"):
+        for solver in ("cholesky", "sparse_cg", "lsqr", "sag", "saga"):
             name = f"sklearn Ridge({solver})"
             if solver == "cholesky":
                 if min(n, p) > 5000:
@@ -238,6 +257,8 @@ def skglm_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
                            alpha=spec.alpha, l1_ratio=spec.rho, tol=tol, max_iter=it,
                            fit_intercept=fi),
                        _tols(), "columns", max_iter=1000)]
+    if spec.loss == "hinge" and fi:
+        return [Skipped("skglm LinearSVC", "fits no intercept (fit_intercept is ignored)")]
     if spec.loss == "hinge":
         return [Method("skglm LinearSVC (dual CD)",
                        lambda tol, it: skglm.LinearSVC(C=sklearn_C(spec, n), tol=tol,
@@ -308,7 +329,7 @@ def snapml_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         return [Skipped("snapml", "its L1 (primal) solver fits no intercept")]
     lam = snapml_regularizer(spec, n)
     common = {"regularizer": lam, "n_jobs": 1, "fit_intercept": spec.fit_intercept,
-              "intercept_scaling": INTERCEPT_SCALING}
+              "intercept_scaling": spec.intercept_scaling}
     cls = {"logistic": snapml.LogisticRegression, "squared": snapml.LinearRegression}
     if spec.loss in cls:
         extra = {"dual": True} if spec.rho == 0 else {"dual": False, "penalty": "l1"}
@@ -320,8 +341,8 @@ def snapml_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         name = "snapml SupportVectorMachine"
     # Snap ML's intercept_ is the weight of its constant column, not times its scaling.
     return [Method(name, build, _tols(), "rows", max_iter=1_000_000,
-                   intercept_factor=INTERCEPT_SCALING if spec.fit_intercept else 1.0,
-                   note="intercept penalized (intercept_scaling=100)"
+                   intercept_factor=spec.intercept_scaling if spec.fit_intercept else 1.0,
+                   note=_penalized_note(spec)
                    if spec.fit_intercept else "")]
 
 
@@ -759,36 +780,36 @@ def run_ours(spec, data, solver, p_work, budget, cap) -> Outcome:
     return out
 
 
-def reference(spec, data, methods, cap):
-    """The tight fits behind P*: ours at tol=1e-11, scikit-learn's reference solver at
-    its tightest setting. Returns their Runs (either may be missing) and notes."""
-    runs, notes = [], []
+def our_reference(spec, data, cap):
+    """Our tight fit (tol=1e-11) behind P*: its Run, its intercept, and a note."""
     info, reason = probe_ours(spec, data, "auto", cap)
+    if info is None:
+        return None, 0.0, f"ours: {reason}"
     y, _ = _targets(spec, data)
-    if info is not None:
-        status, value = isolated(lambda: _our_fit(spec, data.X(info[1]), y, "auto", 1e-11),
-                                 cap)
-        if status == "ok":
-            runs.append(score(spec, data, value, 1e-11))
-            notes.append(f"ours tol=1e-11 ({value['solver']}, {value['n_iter']} epochs, "
-                         f"gap {value['own_gap']:.0e}, {value['seconds']:.1f} s)")
-        else:
-            notes.append(f"ours tol=1e-11: {status} {value or ''}".strip())
+    status, value = isolated(lambda: _our_fit(spec, data.X(info[1]), y, "auto", 1e-11), cap)
+    if status != "ok":
+        return None, 0.0, f"ours tol=1e-11: {status} {value or ''}".strip()
+    note = (f"ours tol=1e-11 ({value['solver']}, {value['n_iter']} epochs, "
+            f"gap {value['own_gap']:.0e}, {value['seconds']:.1f} s)")
+    return score(spec, data, value, 1e-11), value["intercept"], note
+
+
+def sklearn_reference(spec, data, methods, cap):
+    """scikit-learn's reference solver at its tightest setting: its Run (or None), a note."""
     ref = next((m for m in methods if isinstance(m, Method) and m.reference), None)
-    if ref is not None:
-        setting = ref.ladder[-1]
-        X = data.X(ref.layout)
-        _, y_fit = _targets(spec, data, ref.labels01)
-        status, value = isolated(lambda: _peer_fit(ref, setting, X, y_fit), cap)
-        if status == "ok":
-            runs.append(score(spec, data, value, setting))
-            notes.append(f"{ref.name} {_setting(setting)} ({value['seconds']:.1f} s)")
-        else:
-            notes.append(f"{ref.name} {_setting(setting)}: {status} {value or ''}".strip())
-    return runs, notes
+    if ref is None:
+        return None, "no scikit-learn reference solver"
+    setting = ref.ladder[-1]
+    X = data.X(ref.layout)
+    _, y_fit = _targets(spec, data, ref.labels01)
+    status, value = isolated(lambda: _peer_fit(ref, setting, X, y_fit), cap)
+    if status != "ok":
+        return None, f"{ref.name} {_setting(setting)}: {status} {value or ''}".strip()
+    return score(spec, data, value, setting), (f"{ref.name} {_setting(setting)} "
+                                               f"({value['seconds']:.1f} s)")
 
 
-def warm_up(spec, data, methods):
+def warm_up(spec, data, methods, ours=True):
     """Compile / first-call costs (numba, lazy imports) on a slice, in this process so
     that every forked run inherits them."""
     n = data.shape[0]
@@ -798,7 +819,7 @@ def warm_up(spec, data, methods):
                  columns.tocsc() if sp.issparse(columns) else np.asfortranarray(columns),
                  data.y_reg[take], data.y_cls[take])
     y, _ = _targets(spec, small)
-    for solver in our_solvers():
+    for solver in our_solvers() if ours else ():
         for X in (small.rows, small.columns):
             try:
                 fit_ours(spec, X, y, solver, 1e-3, 3)
@@ -830,9 +851,16 @@ def run_row(row: Row, data: Data, sizes: Sizes, large: bool) -> RowResult:
     spec = Spec(row.loss, row.penalty, row.alpha(data), row.l1_ratio, True)
     n, p = data.shape
     budget = sizes.budget_large if large else sizes.budget_small
+    warm_up(spec, data, [])
+    mine, intercept, note = our_reference(spec, data, sizes.reference_cap)
+    if mine is not None:
+        spec = replace(spec, intercept_scaling=intercept_scaling_for(spec, intercept,
+                                                                     mine.primal))
     methods = [m for make in PEERS for m in make(spec, n, p, data.dense)]
-    warm_up(spec, data, methods)
-    refs, notes = reference(spec, data, methods, sizes.reference_cap)
+    warm_up(spec, data, methods, ours=False)
+    theirs, their_note = sklearn_reference(spec, data, methods, sizes.reference_cap)
+    refs = [r for r in (mine, theirs) if r is not None]
+    notes = [note, their_note]
     p_work = min((r.primal for r in refs), default=-math.inf)
     log(f"  reference P = {p_work:.12g}: {'; '.join(notes)}")
     ours = [run_ours(spec, data, s, p_work, budget, sizes.run_cap) for s in our_solvers()]
