@@ -330,15 +330,18 @@ def snapml_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
     lam = snapml_regularizer(spec, n)
     common = {"regularizer": lam, "n_jobs": 1, "fit_intercept": spec.fit_intercept,
               "intercept_scaling": spec.intercept_scaling}
-    cls = {"logistic": snapml.LogisticRegression, "squared": snapml.LinearRegression}
-    if spec.loss in cls:
+    classes = {"logistic": snapml.LogisticRegression, "squared": snapml.LinearRegression}
+    if spec.loss in classes:
+        cls = classes[spec.loss]
         extra = {"dual": True} if spec.rho == 0 else {"dual": False, "penalty": "l1"}
-        build = (lambda tol, it: cls[spec.loss](tol=tol, max_iter=it, **common, **extra))
-        name = f"snapml {cls[spec.loss].__name__}({'dual' if extra['dual'] else 'primal'})"
+        name = f"snapml {cls.__name__}({'dual' if extra['dual'] else 'primal'})"
     else:
-        build = (lambda tol, it: snapml.SupportVectorMachine(
-            loss=spec.loss, tol=tol, max_iter=it, **common))
+        cls, extra = snapml.SupportVectorMachine, {"loss": spec.loss}
         name = "snapml SupportVectorMachine"
+
+    def build(tol, it):
+        return cls(tol=tol, max_iter=it, **common, **extra)
+
     # Snap ML's intercept_ is the weight of its constant column, not times its scaling.
     return [Method(name, build, _tols(), "rows", max_iter=1_000_000,
                    intercept_factor=spec.intercept_scaling if spec.fit_intercept else 1.0,
@@ -487,9 +490,17 @@ def alpha_for_support(data: Data, loss, fraction, rho=1.0):
     return float(np.quantile(corr, 1.0 - fraction)) / rho
 
 
+def inv_n(scale):
+    """alpha = scale / n, n the rows of the row's data."""
+    return lambda data: scale / data.shape[0]
+
+
+def support(loss, fraction, rho=1.0):
+    """alpha letting in about ``fraction`` of the features (:func:`alpha_for_support`)."""
+    return lambda data: alpha_for_support(data, loss, fraction, rho)
+
+
 def all_rows() -> list:
-    inv_n = lambda scale: (lambda d: scale / d.shape[0])  # noqa: E731
-    support = lambda loss, f, rho=1.0: (lambda d: alpha_for_support(d, loss, f, rho))  # noqa: E731
     rows = []
     for k, s in (("1/n", 1.0), ("0.1/n", 0.1), ("0.01/n", 0.01)):
         rows.append(Row(f"adult logistic L2 alpha={k}", "adult", "logistic", "l2", inv_n(s)))
@@ -528,7 +539,7 @@ class Sizes:
     reference_cap: float  # the same for each of the two reference fits
 
 
-FULL = Sizes(1_000_000, 5000, 20_000, 6.0, 25.0, 25.0, 40.0)
+FULL = Sizes(1_000_000, 5000, 20_000, 5.0, 15.0, 15.0, 30.0)
 QUICK = Sizes(50_000, 500, 4_000, 3.0, 6.0, 6.0, 10.0)
 
 
@@ -568,6 +579,8 @@ class Outcome:
 
 
 def rel_error(primal, p_star):
+    if not math.isfinite(p_star):  # no reference: nothing counts as reached
+        return math.inf
     return max(primal - p_star, 0.0) / abs(p_star)
 
 
@@ -600,14 +613,15 @@ def isolated(fit, timeout):
         else:
             status, value = "timeout", None
     except EOFError:
-        status, value = "error", "the run died"
+        status, value = "died", None
     finally:
+        proc.join(timeout=5.0)  # the child exits once its result is sent
         if proc.is_alive():
             proc.kill()
-        proc.join()
+            proc.join()
         receive.close()
-    if status == "error" and proc.exitcode not in (0, None):
-        value = f"{value} (exit code {proc.exitcode})"
+    if status == "died":
+        status, value = "error", f"the run died (exit code {proc.exitcode})"
     return status, value
 
 
@@ -939,6 +953,7 @@ def summary_table(results):
         t_peer, peer = fastest(res.peers, res.p_star)
         ratio = t_peer / t_auto if t_peer and t_auto else None
         flag = ("**ours > 2x slower**" if ratio is not None and ratio < 0.5 else
+                "**ours (auto) not reached**" if t_auto is None and t_peer is not None else
                 "no peer reached" if t_peer is None else "")
         lines.append([res.row.name, res.data_name, f"{res.spec.alpha:.3g}",
                       f"{res.nnz}/{res.p}",
@@ -1031,6 +1046,8 @@ def parse_args(argv=None):
     p.add_argument("--rows", default=None,
                    help="regular expression: run the rows whose name it matches")
     p.add_argument("--list", action="store_true", help="list the row names and exit")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every time budget and cap (a busy machine needs more)")
     p.add_argument("--output", type=Path, default=RESULTS, help="markdown file to append to")
     p.add_argument("--no-save", action="store_true", help="print only, append nothing")
     return p.parse_args(argv)
@@ -1068,6 +1085,9 @@ def main(argv=None):
 
     limits = threadpool_limits(limits=1)  # noqa: F841  (held for the whole run)
     sizes = QUICK if args.quick else FULL
+    if args.scale != 1.0:
+        sizes = replace(sizes, **{k: getattr(sizes, k) * args.scale for k in (
+            "budget_small", "budget_large", "run_cap", "reference_cap")})
     rows = select_rows(args)
     command = " ".join([os.path.relpath(sys.executable)] + sys.argv)
     started = time.perf_counter()
@@ -1098,6 +1118,10 @@ def main(argv=None):
         f"Command: `{command}` (run took {elapsed / 60:.1f} min); library at {commit}; "
         f"load average {load_start} at the start, {load_average()} at the end.\n"
         f"Versions: {versions()}. Our solvers: {', '.join(our_solvers())}.\n"
+        f"Sizes: generated data {_count(sizes.n)} rows (p > n one-hot: "
+        f"{_count(sizes.wide_n)} rows); per method and row at most {sizes.budget_small:g} s "
+        f"of runs on Adult, {sizes.budget_large:g} s on generated data; one run stopped "
+        f"after {sizes.run_cap:g} s, each reference fit after {sizes.reference_cap:g} s.\n"
     )
     parts = [header]
     if skipped_rows:

@@ -65,8 +65,8 @@ def test_every_peer_solves_our_problem(bench, data, loss, penalty, alpha, l1_rat
     spec = bench.Spec(loss, penalty, alpha, l1_ratio, fit_intercept)
     y = data.y_reg if loss == "squared" else data.y_cls
     ours = dask_scd.fit(data.columns, y, loss=loss, penalty=penalty, alpha=alpha,
-                        l1_ratio=l1_ratio or 0.5, fit_intercept=fit_intercept, tol=1e-12, max_iter=100_000,
-                        random_state=0)
+                        l1_ratio=l1_ratio or 0.5, fit_intercept=fit_intercept, tol=1e-12,
+                        max_iter=100_000, random_state=0)
     assert ours.dual_gap_ <= 1e-10
     p_star = bench.evaluate(spec, data.rows, y, ours.coef_, ours.intercept_).primal
     assert p_star == pytest.approx(ours.primal_, rel=1e-12)
@@ -76,8 +76,8 @@ def test_every_peer_solves_our_problem(bench, data, loss, penalty, alpha, l1_rat
     assert any(m.name.startswith("sklearn") for m in fitted)
     for m in fitted:
         # The tightest setting of the ladder, and plenty of iterations.
-        value = bench._peer_fit(m, m.ladder[-1], data.X(m.layout),
-                                bench._targets(spec, data, m.labels01)[1])
+        y_fit = bench._targets(spec, data, m.labels01)[1]
+        value = bench._peer_fit(m, m.ladder[-1], data.X(m.layout), y_fit)
         run = bench.score(spec, data, value, m.ladder[-1])
         # An intercept penalized through intercept_scaling=100 costs ~alpha·b²/10⁴.
         tol = 1e-5 if "intercept penalized" in m.note else 1e-7
