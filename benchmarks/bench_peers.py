@@ -372,12 +372,12 @@ def n_iterations(est):
 
 def our_solvers() -> tuple:
     """Every solver name dask_scd accepts, looked up at run time (new engines appear)."""
-    for module, attr in (("dask_scd.validation", "SOLVERS"), ("dask_scd.solvers", "SOLVERS"),
-                         ("dask_scd.solvers", "REGISTRY")):
-        names = getattr(_optional(module), attr, None)
+    names = None
+    for module in ("dask_scd.solvers.registry", "dask_scd.validation"):
+        names = getattr(_optional(module), "SOLVERS", None)
         if names:
-            return ("auto",) + tuple(s for s in names if s != "auto")
-    return ("auto",)
+            break
+    return ("auto",) + tuple(s for s in names or () if s != "auto")
 
 
 # --------------------------------------------------------------------------- data
