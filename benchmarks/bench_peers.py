@@ -480,14 +480,31 @@ def alpha_for_support(data: Data, loss, fraction, rho=1.0):
     """alpha whose L1 term lets about ``fraction`` of the features in.
 
     At θ = 0 (intercept fitted) feature j enters the model when |x_jᵀa|/n > αρ, with
-    a = −ℓ'(y, b₀); the quantile of those correlations lands near the wanted support
-    (the table reports the support actually reached).
+    a = −ℓ'(y, b₀): the quantile of those correlations is the first guess. With few
+    features (Adult) it is refined by bisection on log alpha with loose fits of ours,
+    as correlated features make that guess land far off; the table reports the support
+    reached at P*.
     """
     y = data.y_reg if loss == "squared" else data.y_cls
     b0 = optimal_intercept(loss, y, np.zeros_like(y))
     a = -loss_derivative(loss, y, np.full_like(y, b0))
     corr = np.abs(np.asarray(data.columns.T @ a).ravel()) / len(y)
-    return float(np.quantile(corr, 1.0 - fraction)) / rho
+    alpha = float(np.quantile(corr, 1.0 - fraction)) / rho
+    p = data.shape[1]
+    if p > 1000:
+        return alpha
+    want = fraction * p
+    penalty = "l1" if rho == 1.0 else "elasticnet"
+    lo, hi = np.log(alpha) - 5.0, np.log(alpha) + 2.0  # more support below, less above
+    for _ in range(12):
+        r = dask_scd.fit(data.columns, y, loss=loss, penalty=penalty, alpha=alpha,
+                         l1_ratio=rho, tol=1e-5, max_iter=2000, random_state=0)
+        nnz = np.count_nonzero(r.coef_)
+        if abs(nnz - want) <= max(1.0, 0.2 * want):
+            break
+        lo, hi = (lo, np.log(alpha)) if nnz < want else (np.log(alpha), hi)
+        alpha = float(np.exp(0.5 * (lo + hi)))
+    return alpha
 
 
 def inv_n(scale):
@@ -794,18 +811,22 @@ def run_ours(spec, data, solver, p_work, budget, cap) -> Outcome:
     return out
 
 
+REFERENCE_TOL = 1e-9  # certified: P_ref is within 1e-9·|P*| of the optimum, 1000x the target
+
+
 def our_reference(spec, data, cap):
-    """Our tight fit (tol=1e-11) behind P*: its Run, its intercept, and a note."""
+    """Our tight fit (tol=REFERENCE_TOL) behind P*: its Run, its intercept, and a note."""
     info, reason = probe_ours(spec, data, "auto", cap)
     if info is None:
         return None, 0.0, f"ours: {reason}"
     y, _ = _targets(spec, data)
-    status, value = isolated(lambda: _our_fit(spec, data.X(info[1]), y, "auto", 1e-11), cap)
+    status, value = isolated(
+        lambda: _our_fit(spec, data.X(info[1]), y, "auto", REFERENCE_TOL), cap)
     if status != "ok":
-        return None, 0.0, f"ours tol=1e-11: {status} {value or ''}".strip()
-    note = (f"ours tol=1e-11 ({value['solver']}, {value['n_iter']} epochs, "
+        return None, 0.0, f"ours tol={REFERENCE_TOL:.0e}: {status} {value or ''}".strip()
+    note = (f"ours tol={REFERENCE_TOL:.0e} ({value['solver']}, {value['n_iter']} epochs, "
             f"gap {value['own_gap']:.0e}, {value['seconds']:.1f} s)")
-    return score(spec, data, value, 1e-11), value["intercept"], note
+    return score(spec, data, value, REFERENCE_TOL), value["intercept"], note
 
 
 def sklearn_reference(spec, data, methods, cap):
@@ -878,6 +899,11 @@ def run_row(row: Row, data: Data, sizes: Sizes, large: bool) -> RowResult:
     p_work = min((r.primal for r in refs), default=-math.inf)
     log(f"  reference P = {p_work:.12g}: {'; '.join(notes)}")
     ours = [run_ours(spec, data, s, p_work, budget, sizes.run_cap) for s in our_solvers()]
+    if not refs:
+        # Both tight fits ran out of time: our certified (tol ≤ 1e-6) fits stand in; the
+        # errors are recomputed against the final P* at the end.
+        p_work = min((r.primal for o in ours for r in o.runs), default=-math.inf)
+        log(f"  no reference fit finished: P = {p_work:.12g} from our fits")
     for o in ours:
         log("  " + _summary_line(o, p_work))
     peers = []
@@ -1133,8 +1159,8 @@ def main(argv=None):
     parts += [
         "Time to a relative objective error (P − P*)/|P*| ≤ 1e-6, each run from scratch "
         "and timed alone (best of 3 when under 1 s), all objectives by dask_scd.certificate "
-        "on the same X, y. P* = min over our tol=1e-11 fit and every run of the row; "
-        "'certified to' = (P* − D)/|P*| with D our reference fit's dual. Ratio = fastest "
+        "on the same X, y. P* = min over our tol=1e-9 fit (certified), scikit-learn's reference solver at tol=1e-12 and every run of the row; "
+        "'certified to' = (P* − D)/|P*| with D the best dual value of the row's runs. Ratio = fastest "
         "peer's time / ours (solver='auto'): > 1 means we are faster. All rows fit an "
         "intercept.\n",
         summary_table(results), "",
