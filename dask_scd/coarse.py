@@ -202,10 +202,10 @@ class LocalCoarse:
         )
         row_sums = sp.csr_matrix(X @ indicator, dtype=np.float64)
         if problem.l1 > 0.0:
-            candidates = [b for k, b in enumerate(blocks)
-                          if _is_complete_indicator(row_sums, k)]
-            by_columns = X.tocsc() if candidates else None
-            complete = [b for b in candidates if np.all(by_columns[:, b].data == 1.0)]
+            ones = np.bincount(row_sums.indices[row_sums.data == 1.0], minlength=len(blocks))
+            binary = _column_counts(X, X.data != 1.0) == 0
+            complete = [b for k, b in enumerate(blocks)
+                        if ones[k] == n_samples and np.all(binary[b])]
             if not complete or (not fit_intercept and len(complete) < 2):
                 return None
             return cls(None, complete, fit_intercept, flat=True)
@@ -314,16 +314,15 @@ def _row_counts(X) -> np.ndarray:
     return np.bincount(rows, minlength=X.shape[0]).astype(np.int64)
 
 
-def _column_counts(X) -> np.ndarray:
-    """Stored entries of every column of sparse X."""
+def _column_counts(X, where=None) -> np.ndarray:
+    """Stored entries of every column of sparse X (only those ``where`` is true)."""
     if X.format == "csc":
-        return np.diff(X.indptr)
-    if X.format == "csr":
-        return np.bincount(X.indices, minlength=X.shape[1])
-    return np.bincount(X.tocoo().col, minlength=X.shape[1])
-
-
-def _is_complete_indicator(row_sums, k) -> bool:
-    """Whether column k of the (sparse, CSR) block sums is 1 in every row."""
-    column = row_sums.getcol(k)
-    return column.nnz == row_sums.shape[0] and bool(np.all(column.data == 1.0))
+        columns = np.repeat(np.arange(X.shape[1]), np.diff(X.indptr))
+    elif X.format == "csr":
+        columns = X.indices
+    else:
+        X = X.tocsr()
+        columns = X.indices
+    if where is not None:
+        columns = columns[where]
+    return np.bincount(columns, minlength=X.shape[1])
