@@ -93,10 +93,9 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
     return primal.finish(problem, epoch, history, extrapolated)
 
 
-# Working sets (celer, skglm): the first holds at least this many features (as theirs), each next
-# one twice the non-zeros and up to twice the previous one (never more than the support
-# and the coordinates violating their threshold). The subproblem is solved until its
-# largest violation is this fraction of the whole problem's at the last certificate.
+# Working sets (celer, skglm): at least this many zeros beside the support (their first
+# set holds 10 features). The subproblem is solved until its largest violation is this
+# fraction of the whole problem's at the last certificate.
 _MIN_WORKING_SET = 10
 _INNER_FRACTION = 0.1
 # Anderson extrapolation from the last K + 1 iterates (skglm: K = 5), with a ridge of
@@ -323,8 +322,8 @@ class _MarginMemory:
     point a = −ℓ'(ŷ) is certified beside the plain one (:func:`_extrapolated_certificate`);
     it tracks the optimal dual point much more closely late in a fit. A copy of the
     margins is recorded only when it costs at most ``_AUX_BUDGET`` of the epochs since
-    the previous one, and the extrapolation only when it costs at most that of the work
-    its certificate serves (the epochs since the last certificate and the pass itself).
+    the previous one, and the extrapolation only when it costs at most the plain
+    certificate (so a certificate costs at most twice its pass; the pass is shared).
     """
 
     def __init__(self, primal, problem):
@@ -333,14 +332,13 @@ class _MarginMemory:
         self.enabled = (_ANDERSON_K + 1) * n <= max(self.n_entries, 1.0)  # memory ≤ X's
         self.snapshots = np.empty((_ANDERSON_K + 1, n)) if self.enabled else None
         self.certificate_cost = self.n_entries + 3 * primal.loss_cost * n
-        self.count, self.since_copy, self.since_certificate = 0, 0.0, 0.0
+        self.count, self.since_copy = 0, 0.0
 
     def push(self, primal) -> None:
         if not self.enabled:
             return
         n = len(primal.y)
         self.since_copy += primal.epoch_work
-        self.since_certificate += primal.epoch_work
         if _VECTOR_COST * n > _AUX_BUDGET * self.since_copy:
             return
         self.since_copy = 0.0
@@ -352,8 +350,6 @@ class _MarginMemory:
 
     def extrapolate(self, primal) -> np.ndarray | None:
         """Extrapolated margins, or None (too few recorded, or over budget)."""
-        served = self.since_certificate + self.certificate_cost
-        self.since_certificate = 0.0
         if not self.enabled or self.count < _ANDERSON_K + 1:
             return None
         # The K x K system of differences and the combination stream K²/2 + K + 1
@@ -362,7 +358,7 @@ class _MarginMemory:
         n = len(primal.y)
         vectors = _ANDERSON_K ** 2 / 2 + _ANDERSON_K + 1 + 3 * primal.loss_cost
         cost = _VECTOR_COST * vectors * n + 0.5 * self.n_entries
-        if cost > _AUX_BUDGET * served:
+        if cost > self.certificate_cost:
             return None
         oldest = self.count % (_ANDERSON_K + 1)
         ordered = np.roll(self.snapshots, -oldest, axis=0)
