@@ -13,8 +13,9 @@ is cheap (k = number of blocks + 1), is solved exactly by cyclic 1-D steps
 (:func:`dask_scd.objectives.best_shift` handles the L1 kinks), and a line search keeps it
 a descent step for non-quadratic losses. One such step per epoch takes the one-hot
 problems of the tests from ~150 epochs to ~6 (L2 penalties; with an L1 part the kinks at
-zero make whole-block shifts counterproductive, and it is not used). Both engines use it: the dask engine
-reduces g and H over row chunks, the in-memory engine computes them directly.
+zero make whole-block shifts counterproductive, and it is not used). Both engines use
+it: the dask engine reduces g and H over row chunks, the in-memory engine computes them
+directly, as often as its cost model allows (:class:`CoarseCost`).
 """
 
 from __future__ import annotations

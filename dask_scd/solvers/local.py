@@ -81,7 +81,8 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
                                               primal.intercept[0])
         violation = _violations(problem, primal.coef, cert.correlation)
         working_set, size = _grow_working_set(problem, primal, cert.correlation, violation, size)
-        target = _INNER_FRACTION * max(violation.max(initial=0.0), primal.intercept_violation(problem))
+        target = _INNER_FRACTION * max(violation.max(initial=0.0),
+                                       primal.intercept_violation(problem))
         epoch = _solve_working_set(primal, problem, working_set, target, epoch, max_iter, rng,
                                    memory)
         extrapolated = memory.extrapolate(primal)
