@@ -14,7 +14,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.coarse import LocalCoarse
-from dask_scd.kernels import cpu, sdca
+from dask_scd.kernels import cpu, device, sdca
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.solvers.base import CertificateSchedule, InMemory, Options, Run
@@ -28,7 +28,7 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     matrix of shape (n_samples, n_features); ``data.y``: ndarray of shape (n_samples,),
     ±1 for classification losses.
     """
-    primal = _Primal.start(data.X, data.y, problem)
+    primal = _Primal.start(data.X, data.y, problem, options.device)
     coarse = LocalCoarse.build(data.X, problem)
     if problem.l1 > 0:
         return _working_set_scd(primal, problem, options, coarse)
@@ -185,10 +185,13 @@ class _Primal:
     loss_cost: float
     epoch_work: float = 0.0  # operations of the current epochs (see ``cost``)
     kept: tuple | None = None  # the best dual point seen and its correlations Xᵀa/n
+    epoch_matrix: MajorMatrix | None = None  # ``matrix``, or its copy in GPU memory
+    kernels: object = cpu  # the epoch kernels for ``epoch_matrix`` (dask_scd.kernels.device)
 
     @classmethod
-    def start(cls, X, y, problem):
+    def start(cls, X, y, problem, where="cpu"):
         matrix = MajorMatrix.from_array(X, "columns")
+        epoch_matrix = device.place(matrix, where)  # what the epochs read: host or GPU
         n_samples, n_features = X.shape
         coef = np.zeros(n_features)
         intercept = np.array([0.0])
@@ -197,7 +200,8 @@ class _Primal:
         margins = matrix.scatter(coef) + intercept[0]
         cubes = matrix.cube_sums() if problem.loss == "logistic" else np.zeros(0)
         return cls(matrix, y, coef, intercept, margins, matrix.sq_norms(), cubes,
-                   matrix.line_nnz(), problem.fit_intercept, _LOSS_COST[problem.loss])
+                   matrix.line_nnz(), problem.fit_intercept, _LOSS_COST[problem.loss],
+                   epoch_matrix=epoch_matrix, kernels=device.kernels_for(epoch_matrix.data))
 
     @property
     def n_coordinates(self) -> int:
@@ -213,12 +217,17 @@ class _Primal:
 
     def epoch(self, problem, order):
         """One kernel epoch; (max |Δθ_j|, max |θ_j|, largest violation met)."""
-        m = self.matrix
-        return cpu.scd_epoch_violation(
-            m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
-            self.coef, self.intercept, order, problem.loss_code, problem.l1, problem.l2,
-            self.col_sq_norms, self.col_cube_sums,
-        )
+        m = self.epoch_matrix
+        args = (m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
+                self.coef, self.intercept, order, problem.loss_code, problem.l1, problem.l2,
+                self.col_sq_norms, self.col_cube_sums)
+        if self.kernels is cpu:
+            return cpu.scd_epoch_violation(*args)
+        # The GPU epoch returns no violation: the cheap movement test stands in for it
+        # (an epoch that nearly stopped moving ends the subproblem; certificates decide).
+        max_delta, max_coef = self.kernels.scd_epoch(*args)
+        moving = max_delta > CertificateSchedule().gate * max_coef
+        return max_delta, max_coef, np.inf if moving else 0.0
 
     def objective(self, problem, margins, coef) -> float:
         return (float(obj.loss_value(problem.loss, self.y, margins).sum()) / len(self.y)
@@ -388,6 +397,8 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y = data.X, data.y
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     matrix = MajorMatrix.from_array(X, "rows")
+    epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
+    kernels = device.kernels_for(epoch_matrix.data)
     n_samples, n_features = X.shape
     alpha_n = problem.alpha * n_samples
     row_sq_norms = matrix.sq_norms()
@@ -402,13 +413,16 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     history = History()
     start = time.perf_counter()
     epoch = 0
-    shrinking = _Shrinking.start(n_samples) if problem.loss in _BOX_DUALS else None
+    # Shrinking is a sequential strategy: GPU epochs visit every row.
+    shrinking = (_Shrinking.start(n_samples) if problem.loss in _BOX_DUALS and kernels is cpu
+                 else None)
     all_rows = np.arange(n_samples)
     for epoch in range(1, max_iter + 1):
         dual_sum = np.array([dual_coef.sum()])
         if shrinking is None:
-            max_delta = cpu.sdca_epoch(
-                matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_features, y,
+            max_delta = kernels.sdca_epoch(
+                epoch_matrix.data, epoch_matrix.indices, epoch_matrix.indptr,
+                epoch_matrix.dense, n_features, y,
                 dual_coef, coef, _block_order(all_rows, rng), problem.loss_code, alpha_n,
                 row_sq_norms, intercept, rho, dual_sum,
             )
