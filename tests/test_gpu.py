@@ -223,11 +223,14 @@ FITS = [  # (loss, penalty, solver): the primal and the dual kernels
 @pytest.mark.parametrize("loss,penalty,solver", FITS)
 def test_fit_on_gpu_equals_cpu(rng, sparse, loss, penalty, solver):
     X, y = _problem_data(rng, sparse, loss != "squared")
-    kwargs = {"loss": loss, "penalty": penalty, "alpha": 0.1, "tol": 1e-8, "solver": solver,
+    # The lasso's objective is flat along its support's weakest direction here: a gap of
+    # 1e-8 pins its coefficients to ~1e-5 only, so both devices go to 1e-10 for 1e-6.
+    tol = 1e-10 if penalty == "l1" else 1e-8
+    kwargs = {"loss": loss, "penalty": penalty, "alpha": 0.1, "tol": tol, "solver": solver,
               "random_state": 0}
     on_cpu = dask_scd.fit(X, y, device="cpu", **kwargs)
     on_gpu = dask_scd.fit(X, y, device="gpu", **kwargs)
-    assert on_gpu.converged_ and on_gpu.dual_gap_ <= 1e-8
+    assert on_gpu.converged_ and on_gpu.dual_gap_ <= tol
     assert on_gpu.solver_ == solver
     np.testing.assert_allclose(on_gpu.coef_, on_cpu.coef_, atol=1e-6)
     assert on_gpu.intercept_ == pytest.approx(on_cpu.intercept_, abs=1e-6)
