@@ -33,6 +33,7 @@ from sklearn.svm import LinearSVC  # noqa: E402
 
 import dask_scd  # noqa: E402
 from dask_scd import objectives as obj  # noqa: E402
+from dask_scd.datasets import make_onehot  # noqa: E402
 from dask_scd.solvers import newton  # noqa: E402
 from dask_scd.solvers.base import InMemory, Options  # noqa: E402
 
@@ -45,7 +46,7 @@ COORDINATE_EPOCHS = 1000
 def load(name):
     if name.startswith("onehot"):
         rows = int(name.split(":")[1]) if ":" in name else 200_000
-        X, y, _ = dask_scd.datasets.make_onehot(rows, random_state=0)
+        X, y, _ = make_onehot(rows, random_state=0)
         return X, y
     X, y = load_svmlight_file(str(DATA / name), n_features=123)
     return sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)),
@@ -55,7 +56,7 @@ def load(name):
 def problems(n):
     """(data, loss, l1_ratio, alpha, fit_intercept, label) of every row."""
     rows = []
-    for data in ("a9a", "a8a"):
+    for data in ("a9a.t", "a8a"):
         for scale in (1.0, 0.1, 0.01):
             rows.append((data, "logistic", 0.0, scale / n[data], True, f"α = {scale:g}/n"))
         for alpha in (1e-4, 1e-5):
@@ -147,7 +148,7 @@ def main():
     parser.add_argument("--onehot-rows", type=int, default=200_000)
     parser.add_argument("--only", default="", help="comma-separated data names")
     args = parser.parse_args()
-    data = {"a9a": load("a9a"), "a8a": load("a8a"),
+    data = {"a9a.t": load("a9a.t"), "a8a": load("a8a"),
             "onehot": load(f"onehot:{args.onehot_rows}")}
     n = {name: X.shape[0] for name, (X, _) in data.items()}
     # compile every kernel once

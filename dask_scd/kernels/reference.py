@@ -295,3 +295,9 @@ def newton_column_cd_epoch(X, order, grad, curv, coef, delta, direction, l1, l2,
             delta[j] += step
         direction += step * column
     return worst
+
+
+def newton_signed_scatter(X, u):
+    """(Xᵀ min(u, 0), Xᵀ max(u, 0))."""
+    X = X.astype(np.float64)
+    return X.T @ np.minimum(u, 0.0), X.T @ np.maximum(u, 0.0)

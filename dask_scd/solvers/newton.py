@@ -106,6 +106,14 @@ class Design:
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
         return cls(X, rows, column_nnz, gram_flops)
 
+    def signed_scatter(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows."""
+        rows = self.rows
+        out = np.empty(rows.n_minor), np.empty(rows.n_minor)
+        kernels.signed_scatter(rows.data, rows.indices, rows.indptr, rows.dense, rows.n_major,
+                               rows.n_minor, np.ascontiguousarray(u, dtype=np.float64), *out)
+        return out
+
     @property
     def nnz(self) -> float:
         return float(self.column_nnz.sum())
@@ -163,10 +171,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     while True:
         tick = time.perf_counter()
         loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
-        grad = design.rows.scatter(grad_rows) / n  # Xᵀg/n
+        parts = design.signed_scatter(grad_rows)
+        grad = (parts[0] + parts[1]) / n  # Xᵀg/n
         meter.add("gradient", 1.0, tick)
         tick = time.perf_counter()
-        cert, passes = duals.certify(design, coef, margins, grad_rows, grad, loss_sum)
+        cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
         meter.add("certificate", passes, tick)
         history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
         options.progress.update(step, cert.relative_gap, cert.primal)
@@ -210,7 +219,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     margins = design.rows.dot(coef) + intercept
     final = duals.tighten(_primal_certificate(problem, design.rows.scatter, y, coef, margins))
     meter.add("certificate", 2.0, tick)
-    return Run(coef, float(intercept), final, step, history, meter.as_dict())
+    extras = meter.as_dict()
+    extras["extrapolation_wins"] = duals.extrapolation_wins
+    return Run(coef, float(intercept), final, step, history, extras)
 
 
 @dataclass
@@ -439,21 +450,21 @@ class DualMemory:
         self.problem, self.y = problem, y
         self.best = -np.inf
         self.points = deque(maxlen=_EXTRAPOLATE + 1)
+        self.extrapolation_wins = 0
 
-    def certify(self, design, coef, margins, grad_rows, grad, loss_sum):
-        """The certificate at (θ, z) given g = ℓ'(z) and Xᵀg/n; returns it and its passes."""
+    def certify(self, design, coef, margins, grad_rows, parts, loss_sum):
+        """The certificate at (θ, z) given g = ℓ'(z) and ``parts`` = Xᵀ of its negative
+        and positive entries; returns it and the passes over X it took."""
         problem, y = self.problem, self.y
         n = len(y)
         a = -grad_rows
         sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
         scales = obj.dual_scales(problem, sums)
         passes = 0.0
-        if scales == (1.0, 1.0):
-            correlation = -grad
-        else:
-            a = np.where(a > 0, a * scales[0], a * scales[1])
-            correlation = design.rows.scatter(a) / n
-            passes += 1.0
+        # a = −g projected: its positive entries (g < 0) scaled by scales[0], the others
+        # by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊) with no pass.
+        correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
+        a = np.where(a > 0, a * scales[0], a * scales[1])
         cert = obj.primal_certificate(problem, n, coef, loss_sum,
                                       float(obj.dual_loss(problem.loss, y, a).sum()),
                                       correlation, obj.vdot(a, margins))
@@ -463,7 +474,9 @@ class DualMemory:
             if len(self.points) == self.points.maxlen:
                 extrapolated = self._extrapolate()
                 if extrapolated is not None:
-                    self.best = max(self.best, self._dual_value(design, extrapolated))
+                    value = self._dual_value(design, extrapolated)
+                    self.extrapolation_wins += int(value > max(self.best, cert.dual))
+                    self.best = max(self.best, value)
                     passes += 1.0
         return self.tighten(cert), passes
 
