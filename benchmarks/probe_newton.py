@@ -40,7 +40,7 @@ from dask_scd.solvers.base import InMemory, Options  # noqa: E402
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGETS = (1e-6, 1e-9)
 SK_TOLS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-10, 1e-12)
-COORDINATE_EPOCHS = 1000
+COORDINATE_EPOCHS = 300
 
 
 def load(name):
@@ -147,6 +147,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--onehot-rows", type=int, default=200_000)
     parser.add_argument("--only", default="", help="comma-separated data names")
+    parser.add_argument("--costs", action="store_true",
+                        help="print the passes and seconds of each kind of work instead")
     args = parser.parse_args()
     data = {"a9a.t": load("a9a.t"), "a8a": load("a8a"),
             "onehot": load(f"onehot:{args.onehot_rows}")}
@@ -156,10 +158,12 @@ def main():
     for rho in (0.0, 1.0):
         for loss in ("logistic", "squared_hinge"):
             ours_newton(X0, y0, obj.Problem(loss, 1e-3, rho, True), 1e-6, 1)
+    only = set(filter(None, args.only.split(",")))
+    if args.costs:
+        return costs(data, n, only, args.repeat)
     print("| data | problem | newton 1e-6 | newton 1e-9 | coordinate 1e-6 | coordinate 1e-9 "
           "| scikit-learn 1e-6 | scikit-learn 1e-9 |")
     print("|---|---|---|---|---|---|---|---|")
-    only = set(filter(None, args.only.split(",")))
     for name, loss, rho, alpha, fit_intercept, label in problems(n):
         if only and name not in only:
             continue
@@ -170,8 +174,7 @@ def main():
             cells.append(fmt(*ours_newton(X, y, problem, target, args.repeat)))
         coordinate = "scd" if rho > 0 else "sdca"
         for target in TARGETS:
-            seconds, passes, epochs = ours_coordinate(X, y, problem, coordinate, target,
-                                                      args.repeat)
+            seconds, passes, epochs = ours_coordinate(X, y, problem, coordinate, target, 1)
             cells.append(f"{coordinate} " + fmt(seconds, passes, epochs))
         ladders = {s: scikit_learn(X, y, problem, s, args.repeat)
                    for s in sk_solvers(problem, X.shape[1])}
@@ -184,6 +187,31 @@ def main():
             else:
                 cells.append("—")
         print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def costs(data, n, only, repeat):
+    """Passes and seconds of each kind of work of a fit to 1e-9: the cost guard."""
+    print("| data | problem | steps | passes: solve / gradient+certificate / other "
+          "| seconds: solve / certificate / line search / working set / gradient |")
+    print("|---|---|---|---|---|")
+    for name, loss, rho, alpha, fit_intercept, label in problems(n):
+        if only and name not in only:
+            continue
+        X, y = data[name]
+        problem = obj.Problem(loss, alpha, rho, fit_intercept)
+        _, run = best_time(lambda: newton.fit_newton(
+            InMemory(X, y), problem, Options(1e-9, 1000, np.random.default_rng(0))), repeat)
+        passes, seconds = run.extras["passes"], run.extras["seconds"]
+        solve = sum(v for k, v in passes.items() if k.startswith("solve"))
+        solve_s = sum(v for k, v in seconds.items() if k.startswith("solve"))
+        kinds = "/".join(sorted(k.split(":")[1] for k in passes if k.startswith("solve")))
+        other = run.extras["total_passes"] - solve - passes["gradient"] - passes["certificate"]
+        share = [seconds.get(k, 0.0) for k in ("certificate", "line_search", "working_set",
+                                                 "gradient")]
+        print(f"| {name} | {loss} {label} | {run.n_iter} ({kinds}) | {solve:.0f} / "
+              f"{passes['gradient'] + passes['certificate']:.0f} / {other:.0f} | "
+              + f"{solve_s * 1e3:.0f} / " + " / ".join(f"{v * 1e3:.0f}" for v in share)
+              + " ms |", flush=True)
 
 
 if __name__ == "__main__":
