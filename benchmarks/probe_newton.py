@@ -19,23 +19,23 @@ import os
 for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import time
+import warnings
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
-from sklearn.datasets import load_svmlight_file  # noqa: E402
-from sklearn.exceptions import ConvergenceWarning  # noqa: E402
-from sklearn.linear_model import LogisticRegression  # noqa: E402
-from sklearn.svm import LinearSVC  # noqa: E402
+import numpy as np
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.svm import LinearSVC
 
-import dask_scd  # noqa: E402
-from dask_scd import objectives as obj  # noqa: E402
-from dask_scd.datasets import make_onehot  # noqa: E402
-from dask_scd.solvers import newton  # noqa: E402
-from dask_scd.solvers.base import InMemory, Options  # noqa: E402
+import dask_scd
+from dask_scd import objectives as obj
+from dask_scd.datasets import make_onehot
+from dask_scd.solvers import newton
+from dask_scd.solvers.base import InMemory, Options
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TARGETS = (1e-6, 1e-9)
@@ -199,7 +199,7 @@ def costs(data, n, only, repeat):
             continue
         X, y = data[name]
         problem = obj.Problem(loss, alpha, rho, fit_intercept)
-        _, run = best_time(lambda: newton.fit_newton(
+        _, run = best_time(lambda X=X, y=y, problem=problem: newton.fit_newton(
             InMemory(X, y), problem, Options(1e-9, 1000, np.random.default_rng(0))), repeat)
         passes, seconds = run.extras["passes"], run.extras["seconds"]
         solve = sum(v for k, v in passes.items() if k.startswith("solve"))

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import shared_dataset
 from sklearn import linear_model, svm
 from sklearn.exceptions import ConvergenceWarning
 
@@ -21,8 +22,6 @@ from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import reference
 from dask_scd.solvers import newton
 from dask_scd.solvers.base import InMemory, Options
-
-from conftest import shared_dataset
 
 TOL = 1e-9
 LOSSES = ("logistic", "squared_hinge", "squared")
@@ -128,7 +127,8 @@ def test_with_intercept_matches_coordinate_descent(rng, loss, penalty, rho):
     X, labels, target = _ill_conditioned(rng, n=300, p=8)
     X = X[:, :8] / np.logspace(-3, 3, 30)[:8] + 1.0  # non-centred columns
     y = target if loss == "squared" else labels
-    kwargs = dict(loss=loss, penalty=penalty, alpha=1e-2, l1_ratio=rho, random_state=0)
+    kwargs = {"loss": loss, "penalty": penalty, "alpha": 1e-2, "l1_ratio": rho,
+              "random_state": 0}
     ours = dask_scd.fit(X, y, tol=TOL, solver="newton", **kwargs)
     scd = dask_scd.fit(X, y, tol=1e-11, solver="scd", max_iter=100_000, **kwargs)
     assert ours.converged_ and scd.converged_
@@ -188,8 +188,8 @@ def test_certificate_never_below_the_true_error():
     """Every certified gap bounds P(θ_t) − P* from above (P* from a far tighter fit), and
     the last one is within 10x of it (dual extrapolation and the best dual value)."""
     X, y, _ = _adult()
-    kwargs = dict(loss="logistic", penalty="l1", alpha=1e-5, fit_intercept=False,
-                  solver="newton")
+    kwargs = {"loss": "logistic", "penalty": "l1", "alpha": 1e-5, "fit_intercept": False,
+              "solver": "newton"}
     optimum = dask_scd.fit(X, y, tol=1e-13, **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -286,7 +286,7 @@ def test_hessian_vector_and_gram_match_reference(rng, layout):
 
 @pytest.mark.parametrize("intercept", [True, False])
 def test_coordinate_descent_epochs_match_reference(rng, intercept):
-    dense, X = _sparse(rng)
+    dense, _ = _sparse(rng)
     n, p = dense.shape
     problem = obj.Problem("logistic", 0.05, 0.7, intercept)
     y = np.where(rng.random(n) < 0.5, 1.0, -1.0)

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.kernels import newton as kernels
@@ -95,7 +94,7 @@ class Design:
     _columns: MajorMatrix | None = None
 
     @classmethod
-    def from_array(cls, X) -> "Design":
+    def from_array(cls, X) -> Design:
         rows = MajorMatrix.from_array(X, "rows")
         n, p = X.shape
         if rows.dense:
@@ -193,7 +192,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         tick = time.perf_counter()
         model = Model(problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv)
         violation = model.violation()
-        first_violation = first_violation or violation
+        first_violation = first_violation or max(violation, np.finfo(float).tiny)
         model.forcing = min(_INNER, np.sqrt(violation / first_violation))
         if problem.l1 > 0.0:
             working = _working_set(problem, coef, grad, size)
@@ -270,7 +269,7 @@ class Model:
 
 def _l2_direction(design: Design, model: Model):
     """The Newton direction of an L2 problem (Δ, Δb, XΔ + Δb, passes over X)."""
-    n, p = design.rows.n_major, design.rows.n_minor
+    p = design.rows.n_minor
     problem = model.problem
     fit_b = problem.fit_intercept
     rhs = -(model.grad + problem.l2 * model.coef)
