@@ -231,6 +231,15 @@ def test_deterministic(rng):
     assert first.intercept_ == second.intercept_
 
 
+def test_max_iter_counts_newton_steps(rng):
+    X, y, _ = _ill_conditioned(rng, n=200, p=10)
+    with pytest.warns(ConvergenceWarning, match="after 2 iterations of solver='newton'"):
+        fit = dask_scd.fit(X, y, loss="logistic", alpha=1e-6, tol=1e-12, max_iter=2,
+                           solver="newton")
+    assert fit.n_iter_ == 2
+    assert fit.history_.iteration == [0, 1, 2]
+
+
 def test_refuses_the_hinge():
     with pytest.raises(ValueError, match="needs a smooth loss"):
         dask_scd.fit(np.eye(3), [1, -1, 1], loss="hinge", solver="newton")
