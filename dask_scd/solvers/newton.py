@@ -474,7 +474,9 @@ class DualMemory:
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
             if len(self.points) == self.points.maxlen:
+                # Once per K + 1 steps: a pass each time would cost half a Gram step.
                 extrapolated = self._extrapolate()
+                self.points.clear()
                 if extrapolated is not None:
                     value = self._dual_value(design, extrapolated)
                     self.extrapolation_wins += int(value > max(self.best, cert.dual))
