@@ -218,3 +218,86 @@ def sdca_shrinking_epoch(problem: obj.Problem, X, y, dual_coef, coef, state, rng
         bounds[0] = pg_max if pg_max > 0 else np.inf
         bounds[1] = pg_min if pg_min < 0 else -np.inf
     return False
+
+
+# ----------------------------------------------------------------- proximal Newton
+
+
+def newton_derivatives(problem: obj.Problem, y, margins):
+    """(ℓ'(z), ℓ''(z), Σ ℓ(z)) from the formulas of :mod:`dask_scd.objectives`."""
+    return (obj.loss_derivative(problem.loss, y, margins),
+            obj.loss_second_derivative(problem.loss, y, margins),
+            float(obj.loss_value(problem.loss, y, margins).sum()))
+
+
+def newton_hessian_vector(X, weights, v, v0=0.0):
+    """(Xᵀ(w ∘ (Xv + v0)), Σ w ∘ (Xv + v0)), unscaled."""
+    s = weights * (X.astype(np.float64) @ v + v0)
+    return X.T.astype(np.float64) @ s, float(s.sum())
+
+
+def newton_weighted_gram(X, weights, working, intercept):
+    """A_Wᵀ diag(w) A_W with A_W = [X[:, W], 1] (the column of ones with an intercept)."""
+    A = X[:, working].astype(np.float64)
+    if intercept:
+        A = np.hstack([A, np.ones((len(A), 1))])
+    return A.T @ (weights[:, None] * A)
+
+
+def _model_violation(q, w, l1, l2):
+    """Distance from 0 to q + l2·w + l1·∂|w|."""
+    if w != 0.0:
+        return abs(q + l2 * w + l1 * np.sign(w))
+    return max(abs(q) - l1, 0.0)
+
+
+def newton_gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept):
+    """Coordinate minimization of cᵀΔ + ½ΔᵀHΔ + Σ_j penalty(θ_j + Δ_j) (the last coordinate
+    unpenalized with ``intercept``), q = c + HΔ kept; returns the largest violation."""
+    last = len(q) - 1 if intercept else len(q)
+    worst = 0.0
+    for j in order:
+        h = hessian[j, j]
+        old = coef[j] + delta[j]
+        if j == last:
+            if h <= 0:
+                continue
+            worst = max(worst, abs(q[j]))
+            step = -q[j] / h
+        else:
+            worst = max(worst, _model_violation(q[j], old, l1, l2))
+            step = prox_newton(old, q[j], h, l1, l2) - old
+        delta[j] += step
+        q += hessian[:, j] * step
+    return worst
+
+
+def newton_column_cd_epoch(X, order, grad, curv, coef, delta, direction, l1, l2, delta_b):
+    """Coordinate minimization of the model gᵀu/n + ½uᵀDu/n + penalty(θ + Δ), u = XΔ + Δb
+    kept in ``direction``; column −1 in ``order`` is the intercept. Returns the largest
+    violation."""
+    n = X.shape[0]
+    worst = 0.0
+    for j in order:
+        column = np.ones(n) if j < 0 else X[:, j].astype(np.float64)
+        q = column @ (grad + curv * direction) / n
+        h = column * column @ curv / n
+        if j < 0:
+            if h <= 0:
+                continue
+            worst = max(worst, abs(q))
+            step = -q / h
+            delta_b[0] += step
+        else:
+            old = coef[j] + delta[j]
+            worst = max(worst, _model_violation(q, old, l1, l2))
+            step = prox_newton(old, q, h, l1, l2) - old
+            delta[j] += step
+        direction += step * column
+    return worst
+
+
+def newton_signed_scatter(X, u):
+    """(Xᵀ min(u, 0), Xᵀ max(u, 0))."""
+    X = X.astype(np.float64)
+    return X.T @ np.minimum(u, 0.0), X.T @ np.maximum(u, 0.0)

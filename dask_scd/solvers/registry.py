@@ -67,6 +67,7 @@ def register(engine: Engine) -> Engine:
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.local:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.local:fit_sdca", "memory", l1=False))
+register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory", losses=SMOOTH))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=_CLUSTER_OPTIONS))

@@ -1,0 +1,221 @@
+"""Numba kernels of the proximal Newton engine (:mod:`dask_scd.solvers.newton`).
+
+The outer step needs, at the margins z: the loss derivatives g = ℓ'(z) and d = ℓ''(z)
+(:func:`derivatives`), the loss along a direction for the line search
+(:func:`loss_along`, no pass over X), and one of three inner solvers of the quadratic
+model q(Δ) = gᵀXΔ/n + ½ΔᵀXᵀDXΔ/n + penalty(θ + Δ):
+
+- :func:`hessian_vector`: (XᵀDX/n)v in one pass over the rows of X (conjugate gradients);
+- :func:`weighted_gram`: XᵀDX/n on a set of columns, in one pass over the rows of sparse X
+  (Cholesky, or coordinate descent on it by :func:`gram_cd_epoch`);
+- :func:`column_cd_epoch`: coordinate descent over columns keeping XΔ as a vector.
+
+The intercept, where fitted, is one more coordinate: a column of ones, never penalized.
+Matrices are the compressed major-axis triples of :mod:`dask_scd.kernels.cpu` (rows for
+the first two, columns for the last); X may be float32, every sum is float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from dask_scd.kernels.cpu import _line, _minor
+from dask_scd.kernels.scalar import loss as _loss
+from dask_scd.kernels.scalar import loss_d1_d2 as _loss_d1_d2
+from dask_scd.kernels.scalar import prox_newton as _prox_newton
+
+# Reassociation lets LLVM vectorize the reductions (as in kernels.cpu).
+_FAST = {"reassoc", "contract"}
+
+
+@njit(nogil=True, cache=True)
+def derivatives(loss, y, margins, grad, curv):
+    """grad[i] = ℓ'(y_i, z_i), curv[i] = ℓ''(y_i, z_i) (generalized for the squared hinge);
+    returns Σ ℓ(y_i, z_i)."""
+    total = 0.0
+    for i in range(len(y)):
+        grad[i], curv[i] = _loss_d1_d2(loss, y[i], margins[i])
+        total += _loss(loss, y[i], margins[i])
+    return total
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def signed_scatter(data, indices, indptr, dense, n_rows, n_cols, u, out_neg, out_pos):
+    """out_neg = Xᵀ(u ∘ [u < 0]), out_pos = Xᵀ(u ∘ [u > 0]) in one pass over the rows.
+
+    Their sum is the gradient Xᵀg; their combination with the two scales of the dual
+    projection is Xᵀa, so the certificate costs no pass of its own.
+    """
+    out_neg[:] = 0.0
+    out_pos[:] = 0.0
+    for r in range(n_rows):
+        value = u[r]
+        if value == 0.0:
+            continue
+        out = out_neg if value < 0.0 else out_pos
+        start, end = _line(dense, indptr, r, n_cols)
+        for idx in range(start, end):
+            out[_minor(dense, indices, idx, start)] += value * data[idx]
+
+
+@njit(nogil=True, cache=True)
+def loss_along(loss, y, margins, direction, step):
+    """Σ ℓ(y_i, z_i + t·u_i): the loss at θ + tΔ given u = XΔ (+ Δb)."""
+    total = 0.0
+    for i in range(len(y)):
+        total += _loss(loss, y[i], margins[i] + step * direction[i])
+    return total
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def hessian_vector(data, indices, indptr, dense, n_rows, n_cols, weights, v, v0, out):
+    """out = Xᵀ(w ∘ (Xv + v0)) by rows, one pass over X; returns Σ w ∘ (Xv + v0).
+
+    ``out`` (n_cols,) is overwritten. With the intercept, v0 is its entry of the vector
+    and the returned sum its entry of the product (unscaled: divide both by n).
+    """
+    out[:] = 0.0
+    total = 0.0
+    for r in range(n_rows):
+        if weights[r] == 0.0:  # squared hinge: rows beyond the margin have no curvature
+            continue
+        start, end = _line(dense, indptr, r, n_cols)
+        s = v0
+        for idx in range(start, end):
+            s += data[idx] * v[_minor(dense, indices, idx, start)]
+        s *= weights[r]
+        total += s
+        for idx in range(start, end):
+            out[_minor(dense, indices, idx, start)] += s * data[idx]
+    return total
+
+
+@njit(nogil=True, cache=True)
+def weighted_gram(data, indices, indptr, n_rows, position, weights, intercept, out):
+    """out[a, b] += Σ_i w_i x_ia x_ib over sparse rows (CSR), upper triangle a ≤ b.
+
+    ``position[j]`` is column j's index in the working set (−1: not in it), increasing
+    in j, so that the sorted indices of a row give increasing slots; with ``intercept`` the
+    column of ones is the last index of ``out`` (k, k).
+    """
+    k = out.shape[0] - 1 if intercept else out.shape[0]
+    slots = np.empty(out.shape[0], dtype=np.int64)
+    values = np.empty(out.shape[0], dtype=np.float64)
+    for r in range(n_rows):
+        w = weights[r]
+        if w == 0.0:
+            continue
+        m = 0
+        for idx in range(indptr[r], indptr[r + 1]):
+            a = position[indices[idx]]
+            if a >= 0:
+                slots[m] = a
+                values[m] = data[idx]
+                m += 1
+        if intercept:
+            slots[m] = k
+            values[m] = 1.0
+            m += 1
+        for s in range(m):
+            a = slots[s]
+            va = w * values[s]
+            for t in range(s, m):
+                out[a, slots[t]] += va * values[t]
+
+
+@njit(inline="always")
+def _violation(q, w, l1, l2):
+    """Distance from 0 to the subdifferential of the model in one coordinate at w."""
+    slope = q + l2 * w
+    if w > 0.0:
+        return abs(slope + l1)
+    if w < 0.0:
+        return abs(slope - l1)
+    return max(abs(slope) - l1, 0.0)
+
+
+@njit(nogil=True, cache=True)
+def gram_cd(hessian, q, coef, delta, l1, l2, intercept, target, max_epochs):
+    """Cyclic :func:`gram_cd_epoch` until the violation of an epoch is ≤ ``target``, or
+    ``max_epochs``; returns the epochs run."""
+    order = np.arange(len(q))
+    for epoch in range(1, max_epochs + 1):
+        if gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept) <= target:
+            return epoch
+    return max_epochs
+
+
+@njit(nogil=True, cache=True)
+def gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept):
+    """One coordinate-descent epoch on q(Δ) = cᵀΔ + ½ΔᵀHΔ + Σ penalty(θ_j + Δ_j).
+
+    ``q = c + HΔ`` is kept up to date; ``coef`` is θ on the working set and ``delta`` Δ.
+    With ``intercept`` the last coordinate is the unpenalized intercept. Returns the
+    largest violation met before each step (the model's optimality measure).
+    """
+    k = len(q) - 1 if intercept else len(q)
+    worst = 0.0
+    for j in order:
+        h = hessian[j, j]
+        old = coef[j] + delta[j]
+        if j == k:
+            if h <= 0.0:
+                continue
+            worst = max(worst, abs(q[j]))
+            step = -q[j] / h
+        else:
+            worst = max(worst, _violation(q[j], old, l1, l2))
+            step = _prox_newton(old, q[j], h, l1, l2) - old
+        if step == 0.0:
+            continue
+        delta[j] += step
+        for i in range(len(q)):
+            q[i] += hessian[j, i] * step  # row j: H is symmetric, rows are contiguous
+    return worst
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def column_cd_epoch(data, indices, indptr, dense, n_rows, order, grad, curv, col_curv, coef,
+                    delta, direction, l1, l2, intercept, delta_b):
+    """One coordinate-descent epoch of the quadratic model over columns (CSC or Fortran X).
+
+    ``direction`` = XΔ + Δb is kept up to date; ``col_curv[j] = Σ_i d_i x_ij² / n``;
+    ``order`` holds column indices, and ``-1`` for the intercept (``delta_b[0]``).
+    Returns the largest violation met before each step.
+    """
+    n = float(n_rows)
+    worst = 0.0
+    for j in order:
+        if j < 0:
+            s = 0.0
+            h = 0.0
+            for i in range(n_rows):
+                s += grad[i] + curv[i] * direction[i]
+                h += curv[i]
+            if h <= 0.0:
+                continue
+            worst = max(worst, abs(s) / n)
+            step = -s / h
+            delta_b[0] += step
+            for i in range(n_rows):
+                direction[i] += step
+            continue
+        h = col_curv[j]
+        start, end = _line(dense, indptr, j, n_rows)
+        s = 0.0
+        for idx in range(start, end):
+            i = _minor(dense, indices, idx, start)
+            s += data[idx] * (grad[i] + curv[i] * direction[i])
+        q = s / n
+        old = coef[j] + delta[j]
+        worst = max(worst, _violation(q, old, l1, l2))
+        if h + l2 <= 0.0:
+            continue
+        step = _prox_newton(old, q, h, l1, l2) - old
+        if step == 0.0:
+            continue
+        delta[j] += step
+        for idx in range(start, end):
+            direction[_minor(dense, indices, idx, start)] += step * data[idx]
+    return worst

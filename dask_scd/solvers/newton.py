@@ -1,0 +1,528 @@
+"""In-memory engine: proximal Newton outer steps, an inner solver for each penalty.
+
+Every outer step reads the loss derivatives g = ℓ'(z) and d = ℓ''(z) at the margins z,
+solves the local quadratic model
+
+    q(Δ) = gᵀXΔ/n + ½ΔᵀXᵀDXΔ/n + penalty(θ + Δ)        (Δb: the intercept, unpenalized)
+
+to an inner tolerance that tightens with the outer optimality violation, and takes the
+longest step t ∈ {1, ½, ¼, ...} along Δ that passes the Armijo test on the true objective
+(Tseng & Yun 2009; Lee, Sun & Saunders 2014). The quadratic model is exact for the
+squared loss (t = 1), and the generalized Hessian serves the squared hinge.
+
+Inner solvers (``docs/engines/newton.md`` says which runs when):
+
+- L2: Cholesky of XᵀDX/n + αI when that costs less than ~20 conjugate-gradient
+  iterations (sklearn's newton-cholesky), else preconditioned conjugate gradients on
+  Hessian-vector products, one pass over X each, XᵀDX never formed (liblinear's TRON);
+- L1 / elastic net: coordinate descent on the model over a working set (the non-zero
+  coefficients and the worst violators, at most as many again: glmnet's IRLS-CD with
+  celer's and skglm's growing working sets), on the weighted Gram of the working set
+  when it is small, else over its columns with XΔ kept as a vector (newGLMNET).
+
+Every outer step is certified by the duality gap of the dual point a = −ℓ'(z) from X
+itself; for an L1 term the best dual value seen and celer's dual extrapolation (a
+combination of the last dual points, kept when its dual value is higher) tighten it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from dask_scd import objectives as obj
+from dask_scd.kernels import newton as kernels
+from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
+from dask_scd.result import History
+from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.local import _primal_certificate
+
+# The inner model is solved until its violation is below this fraction of the outer one.
+_INNER = 0.1
+# Conjugate-gradient iterations the L2 cost model expects per Newton step.
+_CG_EXPECTED = 20
+_CG_MAX = 500
+# Above this many coordinates a Gram matrix (k² float64) is not formed.
+_GRAM_MAX = 2000
+# A BLAS Gram of dense rows runs this many times faster per flop than a pass of the kernels.
+_BLAS_SPEEDUP = 8.0
+# Inner coordinate-descent epochs: expected (cost model) and at most.
+_CD_EXPECTED = 20
+_CD_MAX_GRAM = 5000
+_CD_MAX_COLUMNS = 50
+# Smallest working set; it grows to twice the support at each outer step.
+_WS_MIN = 10
+# Dual points kept for extrapolation (celer's K).
+_EXTRAPOLATE = 5
+# Below this relative model decrease the Armijo test reads the rounding of F.
+_ROUNDING = 1e-11
+# Outer steps without a smaller certified gap before the engine stops.
+_STALLS = 3
+# Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
+_CHUNK_BYTES = 4 << 20
+
+
+@dataclass
+class Meter:
+    """Passes over X and seconds, per kind of work (extras of the Run)."""
+
+    passes: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+
+    def add(self, kind: str, passes: float, since: float) -> None:
+        self.passes[kind] = self.passes.get(kind, 0.0) + passes
+        self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - since
+
+    def as_dict(self) -> dict:
+        return {"passes": dict(self.passes), "seconds": dict(self.seconds),
+                "total_passes": float(sum(self.passes.values()))}
+
+
+@dataclass
+class Design:
+    """X by rows (margins, gradients, Hessian products, Gram), by columns on demand."""
+
+    X: object
+    rows: MajorMatrix
+    column_nnz: np.ndarray  # non-zeros per column
+    gram_flops: float  # Σ_i nnz_i²: a weighted Gram of all columns
+    _columns: MajorMatrix | None = None
+
+    @classmethod
+    def from_array(cls, X) -> Design:
+        rows = MajorMatrix.from_array(X, "rows")
+        n, p = X.shape
+        if rows.dense:
+            column_nnz = np.full(p, n, dtype=np.int64)
+            gram_flops = n * float(p) ** 2 / _BLAS_SPEEDUP
+        else:
+            column_nnz = np.bincount(rows.indices, minlength=p)
+            gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
+        return cls(X, rows, column_nnz, gram_flops)
+
+    def signed_scatter(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows."""
+        rows = self.rows
+        out = np.empty(rows.n_minor), np.empty(rows.n_minor)
+        kernels.signed_scatter(rows.data, rows.indices, rows.indptr, rows.dense, rows.n_major,
+                               rows.n_minor, np.ascontiguousarray(u, dtype=np.float64), *out)
+        return out
+
+    @property
+    def nnz(self) -> float:
+        return float(self.column_nnz.sum())
+
+    @property
+    def columns(self) -> MajorMatrix:
+        if self._columns is None:
+            self._columns = MajorMatrix.from_array(self.X, "columns")
+        return self._columns
+
+    def gram(self, working, weights, intercept) -> np.ndarray:
+        """XᵀDX/n on the columns ``working`` (+ the column of ones), float64."""
+        n = self.rows.n_major
+        k = len(working) + int(intercept)
+        out = np.zeros((k, k))
+        if self.rows.dense:
+            A = np.asarray(self.X)
+            step = max(256, _CHUNK_BYTES // (8 * max(k, 1)))
+            for start in range(0, n, step):
+                chunk = A[start:start + step][:, working].astype(np.float64)
+                if intercept:
+                    chunk = np.hstack([chunk, np.ones((len(chunk), 1))])
+                out += (chunk * weights[start:start + step, None]).T @ chunk
+        else:
+            position = np.full(self.rows.n_minor, -1, dtype=np.int64)
+            position[working] = np.arange(len(working))
+            kernels.weighted_gram(self.rows.data, self.rows.indices, self.rows.indptr, n,
+                                  position, weights, intercept, out)
+            out = np.triu(out) + np.triu(out, 1).T
+        return out / n
+
+
+def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
+    """Proximal Newton for the smooth losses, any penalty, with or without intercept.
+
+    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
+    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
+    ``options.max_iter`` counts Newton steps.
+    """
+    X, y = data.X, data.y
+    n, p = X.shape
+    meter = Meter()
+    start = time.perf_counter()
+    design = Design.from_array(X)
+    meter.add("setup", 0.0, start)
+    coef = np.zeros(p)
+    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n)) if problem.fit_intercept \
+        else 0.0
+    margins = np.full(n, intercept)
+    grad_rows, curv = np.empty(n), np.empty(n)
+    duals = DualMemory(problem, y)
+    history = History()
+    best = Best()
+    step, fresh, size, first_violation, stalls = 0, True, _WS_MIN, None, 0
+    while True:
+        tick = time.perf_counter()
+        loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
+        parts = design.signed_scatter(grad_rows)
+        grad = (parts[0] + parts[1]) / n  # Xᵀg/n
+        meter.add("gradient", 1.0, tick)
+        tick = time.perf_counter()
+        cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
+        meter.add("certificate", passes, tick)
+        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
+        options.progress.update(step, cert.relative_gap, cert.primal)
+        if cert.relative_gap <= options.tol and not fresh:
+            # Certify on margins recomputed from scratch, free of accumulated rounding.
+            tick = time.perf_counter()
+            margins = design.rows.dot(coef) + intercept
+            meter.add("margins", 1.0, tick)
+            fresh = True
+            continue
+        stalls = 0 if best.offer(cert, coef, intercept) else stalls + 1
+        if cert.relative_gap <= options.tol or step >= options.max_iter or stalls >= _STALLS:
+            break
+        step += 1
+        tick = time.perf_counter()
+        model = Model(problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv)
+        violation = model.violation()
+        first_violation = first_violation or max(violation, np.finfo(float).tiny)
+        model.forcing = min(_INNER, np.sqrt(violation / first_violation))
+        if problem.l1 > 0.0:
+            working = _working_set(problem, coef, grad, size)
+            size = min(p, max(_WS_MIN, 2 * len(working)))
+            meter.add("working_set", 0.0, tick)
+            tick = time.perf_counter()
+            delta, delta_b, direction, passes, inner = _l1_direction(design, model, working)
+        else:
+            delta, delta_b, direction, passes, inner = _l2_direction(design, model)
+        meter.add(f"solve:{inner}", passes, tick)
+        tick = time.perf_counter()
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b)
+        meter.add("line_search", 0.0, tick)
+        if t == 0.0:
+            break
+        coef += t * delta
+        intercept += t * delta_b
+        margins += t * direction
+        fresh = False
+    if best.gap < cert.gap:  # a step taken below the rounding of F made the gap worse
+        coef, intercept, fresh = best.coef, best.intercept, False
+    final = cert
+    if not fresh:  # certify on margins recomputed from scratch
+        tick = time.perf_counter()
+        margins = design.rows.dot(coef) + intercept
+        final = duals.tighten(_primal_certificate(problem, design.rows.scatter, y, coef,
+                                                  margins))
+        meter.add("certificate", 2.0, tick)
+    extras = meter.as_dict()
+    extras["extrapolation_wins"] = duals.extrapolation_wins
+    return Run(coef, float(intercept), final, step, history, extras)
+
+
+@dataclass
+class Best:
+    """The iterate of the smallest certified gap so far."""
+
+    gap: float = np.inf
+    coef: np.ndarray | None = None
+    intercept: float = 0.0
+
+    def offer(self, cert, coef, intercept) -> bool:
+        """Keep (θ, b) if its gap is the smallest so far; returns whether it was."""
+        if not cert.gap < self.gap:
+            return False
+        self.gap, self.coef, self.intercept = cert.gap, coef.copy(), intercept
+        return True
+
+
+@dataclass
+class Model:
+    """The quadratic model of one outer step at (θ, b)."""
+
+    problem: obj.Problem
+    coef: np.ndarray
+    intercept: float
+    grad: np.ndarray  # Xᵀg/n
+    grad_b: float  # Σ g_i / n
+    grad_rows: np.ndarray  # g = ℓ'(z)
+    curv: np.ndarray  # d = ℓ''(z)
+    forcing: float = _INNER  # the inner solve stops at this fraction of the violation
+
+    def violation(self) -> float:
+        """Largest distance to optimality over the coordinates, at Δ = 0."""
+        problem, coef = self.problem, self.coef
+        slope = self.grad + problem.l2 * coef
+        v = np.where(coef != 0.0, np.abs(slope + problem.l1 * np.sign(coef)),
+                     np.maximum(np.abs(slope) - problem.l1, 0.0))
+        worst = float(v.max(initial=0.0))
+        if problem.fit_intercept:
+            worst = max(worst, abs(self.grad_b))
+        return worst
+
+
+# ----------------------------------------------------------------------- L2 penalty
+
+
+def _l2_direction(design: Design, model: Model):
+    """The Newton direction of an L2 problem (Δ, Δb, XΔ + Δb, passes over X)."""
+    p = design.rows.n_minor
+    problem = model.problem
+    fit_b = problem.fit_intercept
+    rhs = -(model.grad + problem.l2 * model.coef)
+    if fit_b:
+        rhs = np.append(rhs, -model.grad_b)
+    k = p + int(fit_b)
+    gram_cost = design.gram_flops + k**3 / 3.0
+    if k <= _GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz:
+        hessian = design.gram(np.arange(p), model.curv, fit_b)
+        hessian[np.arange(p), np.arange(p)] += problem.l2
+        solution = _cholesky_solve(hessian, rhs)
+        passes, inner = 1.0, "cholesky"
+    else:
+        solution, iterations = _conjugate_gradients(design, model, rhs)
+        passes, inner = 1.0 + iterations, "cg"  # the preconditioner, one pass per product
+    delta = solution[:p]
+    delta_b = float(solution[p]) if fit_b else 0.0
+    direction = design.rows.dot(delta) + delta_b
+    return delta, delta_b, direction, passes + 1.0, inner
+
+
+def _cholesky_solve(hessian, rhs) -> np.ndarray:
+    """(H)⁻¹ rhs; a singular H (no curvature on the intercept) gets a relative jitter."""
+    try:
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(hessian), rhs)
+    except np.linalg.LinAlgError:
+        jitter = 1e-12 * max(float(np.trace(hessian)), 1e-300) + 1e-300
+        return np.linalg.lstsq(hessian + jitter * np.eye(len(rhs)), rhs, rcond=None)[0]
+
+
+def _conjugate_gradients(design: Design, model: Model, rhs):
+    """Truncated Newton: preconditioned CG on (XᵀDX/n + αI)Δ = rhs, products by rows.
+
+    Stops at ‖residual‖ ≤ η‖rhs‖ with η the model's forcing term. Returns the solution and the number of products.
+    """
+    rows = design.rows
+    n, p = rows.n_major, rows.n_minor
+    problem = model.problem
+    fit_b = problem.fit_intercept
+    curv = model.curv
+    out = np.empty(p)
+
+    def apply(v):
+        total = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,
+                                       curv, v[:p], v[p] if fit_b else 0.0, out)
+        product = out / n + problem.l2 * v[:p]
+        return np.append(product, total / n) if fit_b else product
+
+    diagonal = rows.scatter(curv, squared=True) / n + problem.l2
+    if fit_b:
+        diagonal = np.append(diagonal, curv.sum() / n)
+    diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
+    norm = float(np.linalg.norm(rhs))
+    target = model.forcing * norm
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    z = r / diagonal
+    direction = z.copy()
+    rz = float(r @ z)
+    iterations = 0
+    while iterations < _CG_MAX and float(np.linalg.norm(r)) > target:
+        product = apply(direction)
+        iterations += 1
+        curvature = float(direction @ product)
+        if curvature <= 0.0:
+            break
+        step = rz / curvature
+        x += step * direction
+        r -= step * product
+        z = r / diagonal
+        rz, previous = float(r @ z), rz
+        direction = z + (rz / previous) * direction
+    return x, iterations
+
+
+# ------------------------------------------------------------------ L1 / elastic net
+
+
+def _working_set(problem, coef, grad, size) -> np.ndarray:
+    """The non-zero coefficients and the worst violators (|Xᵀg/n| above α·l1_ratio), at
+    most ``size`` in all, sorted."""
+    support = np.flatnonzero(coef)
+    excess = np.abs(grad) - problem.l1
+    excess[support] = -np.inf
+    room = max(size - len(support), 0)
+    violators = np.flatnonzero(excess > 0.0)
+    if len(violators) > room:
+        violators = violators[np.argpartition(-excess[violators], room - 1)[:room]] \
+            if room > 0 else violators[:0]
+    return np.union1d(support, violators)
+
+
+def _l1_direction(design: Design, model: Model, working):
+    """Coordinate descent on the model restricted to W (Δ = 0 outside W)."""
+    n, p = design.rows.n_major, design.rows.n_minor
+    problem = model.problem
+    fit_b = problem.fit_intercept
+    k = len(working) + int(fit_b)
+    nnz_w = float(design.column_nnz[working].sum())
+    # Σ_i nnz_i(W)², scaled from the whole matrix by the share of W's non-zeros.
+    form = design.gram_flops * (nnz_w / max(design.nnz, 1.0)) ** 2
+    target = model.forcing * model.violation()
+    delta = np.zeros(p)
+    if k <= _GRAM_MAX and form + _CD_EXPECTED * k * k <= _CD_EXPECTED * (nnz_w + n):
+        hessian = design.gram(working, model.curv, fit_b)
+        q = model.grad[working]
+        coef_w = model.coef[working]
+        if fit_b:
+            q = np.append(q, model.grad_b)
+            coef_w = np.append(coef_w, 0.0)
+        delta_w = np.zeros(k)
+        kernels.gram_cd(hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b, target,
+                        _CD_MAX_GRAM)
+        delta[working] = delta_w[:len(working)]
+        delta_b = float(delta_w[-1]) if fit_b else 0.0
+        direction = design.rows.dot(delta) + delta_b
+        return delta, delta_b, direction, 2.0, "gram_cd"
+    columns = design.columns
+    col_curv = columns.dot(model.curv, squared=True) / n  # Σ_i d_i x_ij² / n
+    order = np.append(working, -1) if fit_b else working.copy()
+    direction = np.zeros(n)
+    delta_b = np.zeros(1)
+    epochs = 0
+    for epochs in range(1, _CD_MAX_COLUMNS + 1):
+        if kernels.column_cd_epoch(columns.data, columns.indices, columns.indptr, columns.dense,
+                                   n, order, model.grad_rows, model.curv, col_curv, model.coef,
+                                   delta, direction, problem.l1, problem.l2, fit_b,
+                                   delta_b) <= target:
+            break
+    share = nnz_w / max(design.nnz, 1.0)
+    return delta, float(delta_b[0]), direction, 1.0 + epochs * share, "column_cd"
+
+
+# ---------------------------------------------------------------------- line search
+
+
+def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b) -> float:
+    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·(∇fᵀΔ + penalty change)
+    (0 if none, or Δ = 0). O(n) per trial, no pass over X."""
+    n = len(y)
+    coef = model.coef
+    base = loss_sum / n + obj.penalty_value(problem, coef)
+    slope = float(model.grad @ delta) + model.grad_b * delta_b
+    decrease = slope + obj.penalty_value(problem, coef + delta) - obj.penalty_value(problem, coef)
+    noise = 1e-15 * abs(base)
+    if not (np.any(delta) or delta_b) or not np.isfinite(decrease):
+        return 0.0
+    if decrease > -_ROUNDING * abs(base):
+        # F cannot tell the step from rounding, but the gap, first order in the gradient,
+        # still can: take the unit step of the local model (the caller keeps the best
+        # certified iterate, and stops after _STALLS steps without a better gap).
+        return 1.0
+    t = 1.0
+    for _ in range(MAX_BACKTRACK):
+        trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
+        trial += obj.penalty_value(problem, coef + t * delta)
+        if trial - base <= ARMIJO * t * decrease + noise:
+            return t
+        t *= BACKTRACK
+    return 0.0
+
+
+# ---------------------------------------------------------------------- certificate
+
+
+class DualMemory:
+    """The certificate of each outer step, with the best dual value seen so far.
+
+    Any feasible dual point bounds P* from below, so the gap of θ_t may use the highest
+    dual value of every step. With an L1 term, celer's dual extrapolation (Massias,
+    Gramfort & Salmon 2018) also tries Σ c_k a_k over the last K dual points a_k = −ℓ'(z_k),
+    with c the Anderson weights of their differences, made feasible (clipped into the
+    loss's dual domain, projected onto Σ a_i = 0, rescaled for the pure L1 penalty).
+    """
+
+    def __init__(self, problem, y):
+        self.problem, self.y = problem, y
+        self.best = -np.inf
+        self.points = deque(maxlen=_EXTRAPOLATE + 1)
+        self.extrapolation_wins = 0
+
+    def certify(self, design, coef, margins, grad_rows, parts, loss_sum):
+        """The certificate at (θ, z) given g = ℓ'(z) and ``parts`` = Xᵀ of its negative
+        and positive entries; returns it and the passes over X it took."""
+        problem, y = self.problem, self.y
+        n = len(y)
+        a = -grad_rows
+        sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
+        scales = obj.dual_scales(problem, sums)
+        passes = 0.0
+        # a = −g projected: its positive entries (g < 0) scaled by scales[0], the others
+        # by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊) with no pass.
+        correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
+        a = np.where(a > 0, a * scales[0], a * scales[1])
+        cert = obj.primal_certificate(problem, n, coef, loss_sum,
+                                      float(obj.dual_loss(problem.loss, y, a).sum()),
+                                      correlation, obj.vdot(a, margins))
+        cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
+        if problem.l1 > 0.0:
+            self.points.append(-grad_rows)
+            if len(self.points) == self.points.maxlen:
+                # Once per K + 1 steps: a pass each time would cost half a Gram step.
+                extrapolated = self._extrapolate()
+                self.points.clear()
+                if extrapolated is not None:
+                    value = self._dual_value(design, extrapolated)
+                    self.extrapolation_wins += int(value > max(self.best, cert.dual))
+                    self.best = max(self.best, value)
+                    passes += 1.0
+        return self.tighten(cert), passes
+
+    def tighten(self, cert: obj.Certificate) -> obj.Certificate:
+        """``cert`` with the best dual value seen (its own included)."""
+        self.best = max(self.best, cert.dual)
+        if not self.best > cert.dual:
+            return cert
+        intercept_gap = cert.primal - self.best - float(cert.coordinate_gaps.sum())
+        return obj.Certificate(cert.primal, self.best, cert.coordinate_gaps, intercept_gap,
+                               cert.correlation)
+
+    def _extrapolate(self):
+        points = np.array(self.points)
+        differences = np.diff(points, axis=0)
+        gram = differences @ differences.T
+        try:
+            weights = np.linalg.solve(gram + 1e-14 * np.trace(gram) * np.eye(len(gram)),
+                                      np.ones(len(gram)))
+        except np.linalg.LinAlgError:
+            return None
+        if not np.all(np.isfinite(weights)) or weights.sum() == 0.0:
+            return None
+        weights /= weights.sum()
+        return weights @ points[1:]
+
+    def _dual_value(self, design, a) -> float:
+        """D(a) of a candidate made feasible (−inf if it cannot be)."""
+        problem, y = self.problem, self.y
+        n = len(y)
+        beta = a * y
+        if problem.loss in ("logistic", "hinge"):
+            beta = np.clip(beta, 0.0, 1.0)
+        elif problem.loss == "squared_hinge":
+            beta = np.maximum(beta, 0.0)
+        a = beta * y if problem.loss != "squared" else a
+        if problem.fit_intercept:
+            a = obj.project_sum_zero(a)
+        correlation = design.rows.scatter(a) / n
+        if problem.l2 == 0.0:
+            top = float(np.abs(correlation).max(initial=0.0))
+            kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
+            return float(obj.dual_loss(problem.loss, y, kappa * a).sum()) / n
+        conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
+        return float(obj.dual_loss(problem.loss, y, a).sum()) / n - float(conjugate.sum())
