@@ -56,13 +56,16 @@ def fit(
     max_iter : int
         Iterations of the engine that runs: epochs (passes over all coordinates, or over
         all blocks for the dask engine).
-    solver : {"auto", "gram", "scd", "sdca", "block_scd"}
-        The engine (see :mod:`dask_scd.solvers.registry`). In memory, "auto" picks "gram"
-        (coordinate descent on XᵀX/n, for the squared loss when n ≥ 4p and p ≤ 512), else
-        primal SCD for L1/elastic net, and dual SDCA for the hinge, for p > n and for L2
-        problems whose dual is well conditioned (mean ‖x_i‖²/(alpha·n) ≤ 100), else SCD.
-        For a dask array or a grid, "auto" fits in memory below ``in_memory_limit`` bytes
-        and runs "block_scd" above.
+    solver : {"auto", "gram", "scd", "sdca", "newton", "block_scd", "block_newton", ...}
+        The engine (:mod:`dask_scd.solvers.registry` lists them all). In memory, "auto"
+        takes the applicable engine with the fewest predicted passes over X
+        (:func:`dask_scd.solvers.registry.predicted_passes`): "gram" for the squared loss
+        with n ≥ 4p and p ≤ 512; "sdca" for the hinge; for other L2 problems "sdca" when its
+        dual is well conditioned (≈ 10·mean‖x_i‖²/(alpha·n) epochs), else proximal Newton
+        ("newton"); for L1/elastic net "newton" when p ≤ 2000 and the loss is not squared,
+        else "scd" (working sets, extrapolation). For a dask array or a grid, "auto" fits in
+        memory below ``in_memory_limit`` bytes; above, "block_newton" when p ≤ 2048 and the
+        rows are cheap, else "block_scd".
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every certified iteration.
@@ -110,9 +113,10 @@ def _engine_and_device(solver, problem, data, requested, available):
         return engine, available
     if requested == "auto":
         return engine, "cpu"
-    if solver == "auto" and engine.name == "gram":
-        # The Gram engine's regime, n ≥ 4p, is the primal's: p coordinates, not n.
-        return registry.resolve("scd", problem, data), "gpu"
+    if solver == "auto":
+        # Among the engines with GPU kernels (the Gram engine's regime, n ≥ 4p, is then
+        # the primal's: p coordinates, not n).
+        return registry.resolve("auto", problem, data, among=kernel_device.GPU_ENGINES), "gpu"
     raise ValueError(f"device='gpu' runs the engines {list(kernel_device.GPU_ENGINES)}; "
                      f"solver={engine.name!r} runs on the CPU only")
 

@@ -43,6 +43,15 @@ class InMemory:
         return int(self.X.nnz) if sp.issparse(self.X) else int(np.prod(self.X.shape))
 
     @cached_property
+    def gram_flops(self) -> float:
+        """Multiply-adds of XᵀDX: Σ_i nnz(x_i)² (n·p² when dense)."""
+        X = self.X
+        if sp.issparse(X):
+            per_row = np.diff(X.indptr) if X.format == "csr" else X.getnnz(axis=1)
+            return float(np.dot(per_row.astype(np.float64), per_row))
+        return float(X.shape[0]) * X.shape[1] ** 2
+
+    @cached_property
     def mean_row_sq_norm(self) -> float:
         """mean ‖x_i‖², the scale of the dual's conditioning (one pass over the values)."""
         X = self.X

@@ -99,17 +99,18 @@ def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LI
     return get(solver).data == "memory"
 
 
-def resolve(solver: str, problem: Problem, data) -> Engine:
+def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
     ``data`` is :class:`~dask_scd.solvers.base.InMemory`, or a dask source (which goes to
     the dask engine: :func:`runs_in_memory` has already said it stays distributed).
+    ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
     """
     from dask_scd.solvers.base import InMemory
 
     in_memory = isinstance(data, InMemory)
     if solver == "auto":
-        solver = _auto_in_memory(problem, *data.shape, data) if in_memory else _auto_dask(data)
+        solver = _auto_in_memory(problem, data, among) if in_memory else _auto_dask(data)
         if not in_memory and problem.loss == "hinge":
             raise ValueError(
                 "the block-SCD engine needs a smooth loss; for the hinge use "
@@ -139,21 +140,63 @@ def _auto_dask(source) -> str:
     return "block_scd"
 
 
-def _auto_in_memory(problem: Problem, n_samples: int, n_features: int, data) -> str:
-    """L1 and elastic net need the primal (SCD). For L2 problems the dual (SDCA) converges
-    at a rate set by ``mean ‖x_i‖² / (αn)`` alone, blind to correlated or collinear features
-    (one-hot groups summing to the intercept) that slow primal coordinate descent down; it
-    is chosen unless that ratio is large, and always for the hinge and for p > n. For the
-    squared loss with n ≫ p, coordinate descent on the Gram matrix XᵀX/n ("gram") beats
-    both: one pass over X, then O(p) per coordinate step and per certificate.
+# The cost model of ``auto`` in memory, in passes over the stored values of X. The
+# constants are the engines' measured pass counts (docs/engines/newton.md, local.md,
+# benchmarks/results/peers.md): SDCA needs about 10·κ epochs on a smooth L2 problem whose
+# dual conditioning is κ = mean‖x_i‖²/(αn) (and at least a few); a Newton step costs its
+# curvature plus ~3 passes (gradient with certificate, line search, extrapolation), and
+# 6–8 steps reach 1e-9 at any α (L2); without XᵀDX a step costs ~9 passes of
+# conjugate-gradient products (one-hot 100k × 20k: 5 steps, 45 passes). A dense BLAS Gram runs ~8× faster per flop than a kernel's pass.
+_SDCA_EPOCHS_PER_KAPPA = 10.0
+_SDCA_MIN_EPOCHS = 5.0
+_NEWTON_STEPS = 7.0
+_NEWTON_CG_PASSES = 9.0
+_NEWTON_GRAM_MAX = 2000  # above this many columns the Newton engine never forms XᵀDX
+_BLAS_SPEEDUP = 8.0
+# Primal SCD on an L2 problem: epochs grow with the primal conditioning, which the data's
+# statistics do not give cheaply; it is the fallback where the others do not apply.
+_SCD_EPOCHS = 1000.0
+
+
+def predicted_passes(problem: Problem, data) -> dict[str, float]:
+    """Predicted passes over X to a tight gap for each in-memory engine that applies.
+
+    - squared loss with n ≥ 4p and p ≤ 512: "gram" (one pass builds XᵀX/n; after it every
+      step and certificate is O(p)) — cheapest whenever it applies;
+    - the hinge: "sdca" only (the others need a smooth loss);
+    - L2 with a smooth loss: "sdca" at ≈ 10·κ epochs against "newton" at ≈ 10 steps of
+      its curvature (Cholesky of XᵀDX when p ≤ 2000 and cheaper than conjugate gradients),
+      ≈ 7 steps (one for the squared loss);
+    - L1 / elastic net: "newton" when its working set's Gram fits (p ≤ 2000) and the loss
+      is not squared; else "scd" (working sets with extrapolation, the Gram engine's
+      method for the squared loss).
     """
-    if (problem.loss == "squared" and n_features <= GRAM_MAX_FEATURES
-            and n_samples >= 4 * n_features):
-        return "gram"
+    n, p = data.shape
+    costs = {}
+    if problem.loss == "squared" and p <= GRAM_MAX_FEATURES and n >= 4 * p:
+        costs["gram"] = 1.0
+    if problem.loss == "hinge":
+        return {"sdca": 1.0}
     if problem.l1_ratio > 0:
-        return "scd"
-    if problem.loss == "hinge" or n_features > n_samples:
-        return "sdca"
-    if data.mean_row_sq_norm / (problem.alpha * n_samples) <= 100.0:
-        return "sdca"
-    return "scd"
+        if problem.loss != "squared" and p <= _NEWTON_GRAM_MAX:
+            costs["newton"] = 2.0
+        costs["scd"] = 3.0
+        return costs
+    kappa = data.mean_row_sq_norm / (problem.alpha * n)
+    costs["sdca"] = max(_SDCA_MIN_EPOCHS, _SDCA_EPOCHS_PER_KAPPA * kappa)
+    step = _NEWTON_CG_PASSES
+    if p <= _NEWTON_GRAM_MAX:
+        step = min(step, 3.0 + (data.gram_flops + p**3 / 3.0) / (_BLAS_SPEEDUP * max(data.nnz, 1)))
+    costs["newton"] = (1.0 if problem.loss == "squared" else _NEWTON_STEPS) * step
+    costs["scd"] = _SCD_EPOCHS
+    return costs
+
+
+def _auto_in_memory(problem: Problem, data, among=None) -> str:
+    """The applicable engine (of ``among``, if given) with the fewest predicted passes."""
+    costs = predicted_passes(problem, data)
+    if among is not None:
+        costs = {name: cost for name, cost in costs.items() if name in among}
+        if not costs:  # e.g. only "gram" applied: the primal runs its regime
+            costs = {"scd": 1.0}
+    return min(costs, key=costs.get)
