@@ -26,6 +26,7 @@ from dask_scd.coarse import _ARMIJO, LINE_SEARCH_STEPS, coarse_line_search, coar
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.validation import check_label_values
 
 
 
@@ -147,12 +148,24 @@ def _cache_budget() -> tuple[int, int | None]:
 CACHE = _CellCache(None)
 
 
+def to_scipy(chunk):
+    """A scipy.sparse CSR matrix of a scipy.sparse or pydata ``sparse`` chunk (not copied
+    when it already is one)."""
+    if sp.issparse(chunk):
+        return sp.csr_matrix(chunk)
+    if hasattr(chunk, "to_coo"):  # pydata sparse DOK
+        chunk = chunk.to_coo()
+    if hasattr(chunk, "to_scipy_sparse"):  # pydata sparse COO, GCXS
+        return sp.csr_matrix(chunk.to_scipy_sparse())
+    return sp.csr_matrix(np.asarray(chunk))
+
+
 class CellView:
     """A cell wrapped for the kernels: X_cell d, X_cellᵀ v and friends."""
 
     def __init__(self, cell):
         if not sp.issparse(cell) and type(cell).__module__.startswith("sparse"):
-            cell = cell.tocsr() if hasattr(cell, "tocsr") else sp.csr_matrix(cell.todense())
+            cell = to_scipy(cell)
         self.n_rows, self.n_columns = cell.shape
         self.by_columns = sp.issparse(cell)
         self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
@@ -226,8 +239,10 @@ def labels(y) -> np.ndarray:
         def load():
             values = _read_labels(y.path, y.grid_id, y.r)
             if y.classes is not None:
-                values = np.where(values == y.classes[1], 1.0, -1.0)
-            return np.asarray(values, dtype=np.float64)
+                return np.where(values == y.classes[1], 1.0, -1.0)
+            values = np.asarray(values, dtype=np.float64)
+            check_label_values(values)  # the client never reads a grid's real labels
+            return values
 
         # Cached after the ±1 mapping: every task of the row chunk reads them.
         return CACHE.get(("labels", y.grid_id, y.r, y.classes), load)
