@@ -85,7 +85,7 @@ def _engine_matrix(X):
 
         return to_scipy(X)
     if module.startswith("pandas") and hasattr(X, "dtypes"):
-        return _numeric_frame(X)
+        return numeric_frame(X)
     if module.startswith("xarray") and getattr(X, "ndim", 0) == 2:
         from dask_scd.grid.readers import sample_axis
 
@@ -97,11 +97,17 @@ def _engine_matrix(X):
     return X
 
 
-def _numeric_frame(frame):
-    """A DataFrame of numeric columns (nullable ones too) as float64, NA → NaN."""
+def numeric_frame(frame):
+    """A DataFrame of numeric columns with nullable ones as float64, NA → NaN.
+
+    numpy turns nullable columns (Float64, Int64) into an object array; plain numpy
+    columns are left to ``np.asarray``, which keeps float32 as it is.
+    """
     import pandas as pd
 
-    if all(pd.api.types.is_numeric_dtype(d) for d in frame.dtypes):
+    dtypes = list(frame.dtypes)
+    if (all(pd.api.types.is_numeric_dtype(d) for d in dtypes)
+            and not all(isinstance(d, np.dtype) for d in dtypes)):
         return frame.to_numpy(dtype=np.float64, na_value=np.nan)
     return frame
 
@@ -123,7 +129,7 @@ def check_labels(y, n_samples: int, loss: str):
     classes : array of shape (2,) or None; ``classes[0]`` ↦ −1, ``classes[1]`` ↦ +1.
     """
     if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
-        y = _numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else _pandas_labels(y)
+        y = numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -173,7 +179,7 @@ def check_label_values(y) -> None:
         )
 
 
-def _pandas_labels(series):
+def pandas_labels(series):
     """A Series of numeric (also nullable) labels as float64, NA → NaN; others as they are."""
     import pandas as pd
 

@@ -35,12 +35,22 @@ from dask_scd.validation import check_label_values
 
 @dataclass(frozen=True)
 class CellRef:
-    """Cell (row chunk ``r``, block ``b``) of the grid store at ``path``."""
+    """Cell (row chunk ``r``, block ``b``) of the grid store at ``path``.
+
+    ``version`` is the store's :attr:`~dask_scd.grid.Grid.store_version`: with the path it
+    keys the cache, so a copy of a store (same ``grid_id``) is never served the cells of
+    the original, nor a store replaced at the same path those of the one it replaced.
+    """
 
     path: str
     grid_id: str
     r: int
     b: int
+    version: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return ("cell", self.path, self.grid_id, self.version, self.r, self.b)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,11 @@ class LabelRef:
     grid_id: str
     r: int
     classes: tuple | None = None
+    version: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return ("labels", self.path, self.grid_id, self.version, self.r, self.classes)
 
 
 class _CellCache:
@@ -226,8 +241,7 @@ def cell_view(cell) -> CellView | None:
     if isinstance(cell, CellRef):
         from dask_scd.grid.store import _read_cell
 
-        key = (cell.grid_id, cell.r, cell.b)
-        return CACHE.get(key, lambda: CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b)))
+        return CACHE.get(cell.key, lambda: CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b)))
     return CellView(cell)
 
 
@@ -245,7 +259,7 @@ def labels(y) -> np.ndarray:
             return values
 
         # Cached after the ±1 mapping: every task of the row chunk reads them.
-        return CACHE.get(("labels", y.grid_id, y.r, y.classes), load)
+        return CACHE.get(y.key, load)
     return np.asarray(y, dtype=np.float64)
 
 

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
+from dask_scd._user_warning import warn_user
 from dask_scd.fault import load_checkpoint, save_checkpoint
 from dask_scd.result import FitResult, History
 from dask_scd.solvers import block_ops as ops
@@ -102,8 +103,9 @@ def _grid_source(grid, y, loss, blocks) -> _Source:
     return _Source(
         n_samples=grid.shape[0], n_features=grid.shape[1], row_bounds=np.asarray(grid.row_bounds),
         blocks=list(grid.blocks),
-        cell=lambda r, b: ops.CellRef(grid.path, grid.grid_id, r, b),
-        label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes),
+        cell=lambda r, b: ops.CellRef(grid.path, grid.grid_id, r, b, grid.store_version),
+        label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes,
+                                     grid.store_version),
         nbytes=int(nbytes), materialize=materialize, classes=classes,
     )
 
@@ -242,10 +244,10 @@ def fit_block_scd(
     cert = run["certificate"]
     converged = cert.relative_gap <= tol
     if not converged:
-        warnings.warn(
+        warn_user(
             f"Did not converge after {run['epoch']} epochs: relative duality gap "
             f"{cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-            ConvergenceWarning, stacklevel=3,
+            ConvergenceWarning,
         )
     return FitResult(
         coef_=coef, intercept_=run["intercept"], dual_gap_=cert.relative_gap,

@@ -8,13 +8,13 @@ check — with every numerical step in :mod:`dask_scd.kernels.cpu` and every obj
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
+from dask_scd._user_warning import warn_user
 from dask_scd.coarse import LocalCoarse
 from dask_scd.kernels import cpu, sdca
 from dask_scd.kernels.layout import MajorMatrix
@@ -321,9 +321,9 @@ def _report(verbose, name, epoch, cert):
 
 def _finish(coef, intercept, cert, epoch, history, converged, tol) -> LocalFit:
     if not converged and cert.relative_gap > tol:
-        warnings.warn(
+        warn_user(
             f"Did not converge after {epoch} epochs: relative duality gap "
             f"{cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-            ConvergenceWarning, stacklevel=3,
+            ConvergenceWarning,
         )
     return LocalFit(coef, float(intercept), cert, epoch, history, cert.relative_gap <= tol)
