@@ -54,8 +54,9 @@ def check_matrix(X):
 
     Returns X itself when the engines read it as it is (numpy, CSR, CSC), else a new
     object: other scipy.sparse formats (COO, LIL, DOK, BSR, DIA) and pydata ``sparse``
-    arrays become CSR, a pandas DataFrame of numeric (also nullable) columns a float64
-    array with NaN for its missing values. The caller's object is never modified.
+    arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
+    with NaN for its missing values, an xarray DataArray whose dim names say
+    (feature, sample) its transpose. The caller's object is never modified.
     """
     X = _engine_matrix(X)
     if sp.issparse(X):
@@ -89,11 +90,8 @@ def _engine_matrix(X):
     if module.startswith("xarray") and getattr(X, "ndim", 0) == 2:
         from dask_scd.grid.readers import sample_axis
 
-        if sample_axis(X.dims, None, None) != 0:
-            raise ValueError(
-                f"X has dims {X.dims}: its samples are along {X.dims[1]!r}; pass "
-                f"X.transpose({X.dims[1]!r}, {X.dims[0]!r})"
-            )
+        if sample_axis(X.dims, None, None) == 1:  # the names say (feature, sample)
+            return X.transpose(X.dims[1], X.dims[0])
     return X
 
 

@@ -510,6 +510,18 @@ def _check_target(path: str, overwrite: bool) -> None:
         )
 
 
+def _make_parent(path: str) -> None:
+    parent = os.path.dirname(path)
+    existing = parent
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing and not os.path.isdir(existing):
+        raise NotADirectoryError(
+            f"cannot write a grid at {path}: {existing} is a file, not a directory"
+        )
+    os.makedirs(parent, exist_ok=True)
+
+
 def _commit(tmp: str, path: str, overwrite: bool) -> None:
     """Move the finished temporary store into place."""
     if os.path.lexists(path):
@@ -591,6 +603,8 @@ def to_grid(
     FileExistsError
         If ``path`` exists and ``overwrite`` is False, or it is not a grid
         store (nor an empty directory).
+    NotADirectoryError
+        If a parent of ``path`` is a file.
     ValueError
         On invalid input: wrong dimensions or dtype, mismatched lengths,
         NaN/inf values (naming the array and row chunk), bad blocks, unknown
@@ -617,7 +631,7 @@ def to_grid(
     block_list = _resolve_blocks(blocks, source, names, row_chunk)
     if source.in_memory:
         _validate_in_memory(source, row_chunk)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _make_parent(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         _write_grid(tmp, source, block_list, row_chunk, names)
@@ -642,6 +656,7 @@ class _Reader:
             raise GridCorruptionError(
                 f"grid store {path} changed since it was opened (overwritten?)"
             )
+        _check_attrs(path, attrs)
         self.attrs = attrs
         self.bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
         self.sizes = [len(b) for b in attrs["blocks"]]
@@ -665,9 +680,22 @@ class _Reader:
         if not os.path.isfile(chunk):
             raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
 
+    def _table(self, name: str, shape: tuple) -> np.ndarray:
+        """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
+        values = np.asarray(self._array(name)[:])
+        if values.shape != shape or values.dtype != np.int64:
+            raise GridCorruptionError(
+                f"grid store {self.path}: {name} has shape {values.shape} and dtype "
+                f"{values.dtype}, expected {shape} and int64"
+            )
+        return values
+
     def cell_nnz(self) -> np.ndarray:
         if self._cell_nnz is None:
-            self._cell_nnz = np.asarray(self._array("cell_nnz")[:], dtype=np.int64)
+            shape = (len(self.bounds) - 1, len(self.sizes))
+            self._cell_nnz = self._table("cell_nnz", shape)
+            if (self._cell_nnz < 0).any():
+                raise GridCorruptionError(f"grid store {self.path}: cell_nnz holds negatives")
         return self._cell_nnz
 
     def checksums(self):
@@ -676,8 +704,9 @@ class _Reader:
             if self.attrs.get("format_version", 1) < 2:
                 self._checksums = ()
             else:
-                self._checksums = tuple(np.asarray(self._array(name)[:], dtype=np.int64)
-                                        for name in ("cell_checksum", "label_checksum"))
+                n_rc = len(self.bounds) - 1
+                self._checksums = (self._table("cell_checksum", (n_rc, len(self.sizes))),
+                                   self._table("label_checksum", (n_rc,)))
         return self._checksums or None
 
     def _verify(self, values, expected_at, where: str) -> None:
@@ -777,6 +806,8 @@ def _read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
 
 
 def _check_header(path: str):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path} is a file, not a grid store (a directory)")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no grid store at {path}")
     try:
@@ -793,11 +824,66 @@ def _check_header(path: str):
         )
     if attrs.get("complete") is not True:
         raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
+    _check_attrs(path, attrs)
     if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
-        raise ValueError(
-            f"unsupported sparse cell encoding {attrs.get('sparse_cell_encoding')!r} at {path}"
+        raise GridCorruptionError(
+            f"grid store {path}: unsupported sparse cell encoding "
+            f"{attrs.get('sparse_cell_encoding')!r}"
         )
     return attrs
+
+
+def _is_int(value, low=0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_attrs(path: str, attrs: dict) -> None:
+    """Check the metadata every reader relies on, once: a damaged zarr.json is reported
+    as such (naming the key), never as a KeyError or TypeError deep in a read."""
+
+    def bad(key, why):
+        shown = repr(attrs.get(key))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return GridCorruptionError(f"grid store {path} has invalid metadata: {key}={shown} {why}")
+
+    def int_list(key, length=None, low=0):
+        value = attrs.get(key)
+        if (not isinstance(value, list) or not all(_is_int(v, low) for v in value)
+                or (length is not None and len(value) != length)):
+            count = "" if length is None else f"{length} "
+            raise bad(key, f"is not a list of {count}integers >= {low}")
+        return value
+
+    n, p = int_list("shape", 2, low=1)
+    if not _is_int(attrs.get("row_chunk"), 1):
+        raise bad("row_chunk", "is not a positive integer")
+    if int_list("row_bounds") != _row_bounds(n, attrs["row_chunk"]).tolist():
+        raise bad("row_bounds", f"do not cut {n} rows in row chunks of {attrs['row_chunk']}")
+    blocks = attrs.get("blocks")
+    try:
+        if not isinstance(blocks, list) or not all(isinstance(b, list) for b in blocks):
+            raise ValueError("blocks must be a list of lists")
+        validate_blocks(blocks, p)
+    except ValueError as exc:
+        raise bad("blocks", f"is not a partition of the {p} features ({exc})") from None
+    if attrs.get("dtype") not in ("float32", "float64"):
+        raise bad("dtype", "is not 'float32' or 'float64'")
+    if attrs.get("layout") not in ("dense", "sparse"):
+        raise bad("layout", "is not 'dense' or 'sparse'")
+    purity = attrs.get("purity")
+    if not isinstance(purity, list) or len(purity) != len(blocks) or not all(
+            isinstance(v, bool) for v in purity):
+        raise bad("purity", f"is not a list of {len(blocks)} booleans")
+    int_list("max_nnz_per_row", len(blocks))
+    int_list("block_nnz", len(blocks))
+    if not _is_int(attrs.get("nnz")):
+        raise bad("nnz", "is not an integer >= 0")
+    if not isinstance(attrs.get("grid_id"), str) or not attrs["grid_id"]:
+        raise bad("grid_id", "is not a non-empty string")
+    names = attrs.get("feature_names")
+    if names is not None and (not isinstance(names, list) or len(names) != p
+                              or not all(isinstance(v, str) for v in names)):
+        raise bad("feature_names", f"is neither null nor a list of {p} strings")
 
 
 def _build_arrays(path: str, attrs: dict, row_chunks: tuple, sizes: tuple):
@@ -852,6 +938,8 @@ def open_grid(path) -> Grid:
     ------
     FileNotFoundError
         If nothing exists at ``path``.
+    NotADirectoryError
+        If ``path`` is a file.
     ValueError
         If the store is not a grid, is incomplete (no ``complete`` marker) or
         has an unsupported format version.

@@ -40,7 +40,7 @@ from dask_scd._user_warning import warn_user
 from dask_scd.fault import load_checkpoint, save_checkpoint
 from dask_scd.result import FitResult, History
 from dask_scd.solvers import block_ops as ops
-from dask_scd.validation import check_labels, choose_solver
+from dask_scd.validation import SOLVERS, check_labels, choose_solver
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 SELECTIONS = ("shuffle", "cyclic", "gap")
@@ -222,6 +222,8 @@ def fit_block_scd(
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver={solver!r} is not one of {', '.join(map(repr, SOLVERS))}")
     if solver in ("scd", "block_scd") and problem.loss == "hinge":
         choose_solver(solver, problem, 1, 1)  # raises the same error as in memory
     source = make_source(X, y, problem.loss, blocks)
