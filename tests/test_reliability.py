@@ -345,3 +345,16 @@ def test_convergence_warning_points_at_the_caller(rng, threaded_client):
         found = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
         assert found, case
         assert all(w.filename == __file__ for w in found), (case, [w.filename for w in found])
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04 truncated"])
+def test_unreadable_checkpoint_is_named(tmp_path, content):
+    from dask_scd.fault import load_checkpoint
+
+    path = tmp_path / "fit.npz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"checkpoint .*fit\.npz is unreadable.*resume=False"):
+        load_checkpoint(path, {"shape": [3, 2]}, np.random.default_rng(0))
+    np.savez(path, coef=np.zeros(2), meta=np.array('{"version": 1, "signature": {}}'))
+    with pytest.raises(ValueError, match=r"belongs to another fit"):
+        load_checkpoint(path, {"shape": [3, 2]}, np.random.default_rng(0))
