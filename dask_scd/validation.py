@@ -113,7 +113,7 @@ def numeric_frame(frame):
 def _missing_labels(y) -> np.ndarray:
     """Where an object array of labels holds None, NaN or pandas' NA."""
     def missing(v):
-        return v is None or (isinstance(v, float) and v != v) or type(v).__name__ == "NAType"
+        return v is None or (isinstance(v, float) and np.isnan(v)) or type(v).__name__ == "NAType"
 
     return np.fromiter((missing(v) for v in y), dtype=bool, count=len(y))
 
@@ -146,7 +146,9 @@ def check_labels(y, n_samples: int, loss: str):
         check_label_values(y)
         return y, None
     if y.dtype.kind == "f" and not np.isfinite(y).all():
-        raise ValueError(f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})")
+        raise ValueError(
+            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
+        )
     try:
         classes = np.unique(y)
     except TypeError as exc:  # labels of types that do not compare (1 and "a")

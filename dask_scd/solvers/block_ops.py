@@ -30,7 +30,6 @@ from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.validation import check_label_values
 
 
-
 # ----------------------------------------------------------------------- cell access
 
 
@@ -242,7 +241,10 @@ def cell_view(cell) -> CellView | None:
     if isinstance(cell, CellRef):
         from dask_scd.grid.store import _read_cell
 
-        return CACHE.get(cell.key, lambda: CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b)))
+        def load():
+            return CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b))
+
+        return CACHE.get(cell.key, load)
     return CellView(cell)
 
 
