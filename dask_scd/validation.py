@@ -180,10 +180,12 @@ def check_label_values(y) -> None:
 
 
 def pandas_labels(series):
-    """A Series of numeric (also nullable) labels as float64, NA → NaN; others as they are."""
+    """A Series of labels as numpy: nullable numbers (Float64, Int64) as float64 with NaN
+    for NA, anything else as ``to_numpy`` gives it (int labels stay ints)."""
     import pandas as pd
 
-    if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
-            series.dtype):
+    dtype = series.dtype
+    if (not isinstance(dtype, np.dtype) and pd.api.types.is_numeric_dtype(dtype)
+            and not pd.api.types.is_bool_dtype(dtype)):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     return series.to_numpy()

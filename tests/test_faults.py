@@ -45,6 +45,15 @@ def started(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def close_later():
+    """The README's pattern leaves the LocalCluster to the garbage collector: close it."""
+    clusters = []
+    yield clusters.append
+    for cluster in clusters:
+        cluster.close()
+
+
 def _fixed_epochs(grid, epochs, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -56,7 +65,8 @@ def _copy(grid_dir, tmp_path, name):
     return tmp_path / name
 
 
-def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path, started):
+def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path, started,
+                                                              close_later):
     garbled = _copy(grid_dir, tmp_path, "garbled.zarr")
     chunk = garbled / "X" / "block_2" / "cell_1" / "c" / "0"
     raw = bytearray(chunk.read_bytes())
@@ -70,6 +80,7 @@ def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path
     X[50, 1] = np.inf
     with Client(LocalCluster(n_workers=2, processes=False, threads_per_worker=1,
                              dashboard_address=":0")) as client:
+        close_later(client.cluster)
         started.clear()
         with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 1, block 2\)"):
             dask_scd.fit(open_grid(garbled), max_iter=2, **FIT)
@@ -89,10 +100,11 @@ def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path
     assert started == []
 
 
-def test_worker_killed_mid_fit_gives_the_same_model(grid_dir, started):
+def test_worker_killed_mid_fit_gives_the_same_model(grid_dir, started, close_later):
     grid = open_grid(grid_dir)
     with Client(LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
                              dashboard_address=":0", memory_limit="1GiB")) as client:
+        close_later(client.cluster)
         started.clear()
         undisturbed = _fixed_epochs(grid, 3)
         killed = []
@@ -116,7 +128,7 @@ def test_worker_killed_mid_fit_gives_the_same_model(grid_dir, started):
     assert started == []
 
 
-def test_interrupted_fit_resumes_to_the_same_model(grid_dir, tmp_path, started):
+def test_interrupted_fit_resumes_to_the_same_model(grid_dir, tmp_path, started, close_later):
     grid = open_grid(grid_dir)
     checkpoint = tmp_path / "fit.npz"
 
@@ -126,6 +138,7 @@ def test_interrupted_fit_resumes_to_the_same_model(grid_dir, tmp_path, started):
 
     with Client(LocalCluster(n_workers=2, processes=False, threads_per_worker=1,
                              dashboard_address=":0")) as client:
+        close_later(client.cluster)
         started.clear()
         with pytest.raises(KeyboardInterrupt):
             _fixed_epochs(grid, 4, checkpoint=checkpoint, callback=interrupt)
