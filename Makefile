@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench-kernels bench-dask clean
+.PHONY: demo test bench-kernels bench-dask bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ bench-kernels: $(STAMP)
 
 bench-dask: $(STAMP)
 	$(PY) benchmarks/bench_dask.py
+
+# The peers (skglm, celer, glum, Snap ML) come from the `bench` extra, never from `make test`.
+$(VENV)/.bench: $(STAMP) pyproject.toml
+	$(PY) -m pip install -e ".[test,bench]"
+	touch $(VENV)/.bench
+
+bench-peers: $(VENV)/.bench
+	$(PY) benchmarks/bench_peers.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
