@@ -53,9 +53,17 @@ def load_checkpoint(path, signature: dict, rng) -> dict | None:
     path = os.fspath(path)
     if not os.path.exists(path):
         return None
-    with np.load(path, allow_pickle=False) as saved:
-        coef = saved["coef"].copy()
-        meta = json.loads(str(saved["meta"]))
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            coef = np.asarray(saved["coef"], dtype=np.float64).copy()
+            meta = json.loads(str(saved["meta"]))
+        if not isinstance(meta, dict) or not isinstance(meta.get("signature"), dict):
+            raise ValueError("no signature")
+    except Exception as exc:  # not an .npz, truncated, another program's file...
+        raise ValueError(
+            f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc}); "
+            "remove it or pass resume=False"
+        ) from exc
     if meta.get("version") != _VERSION:
         raise ValueError(f"checkpoint {path} has unsupported version {meta.get('version')!r}")
     if meta["signature"] != signature:
@@ -64,10 +72,17 @@ def load_checkpoint(path, signature: dict, rng) -> dict | None:
             f"checkpoint {path} belongs to another fit (differs in {changed}); "
             "remove it or pass resume=False"
         )
-    rng.bit_generator.state = meta["rng_state"]
-    return {
-        "coef": coef,
-        "intercept": meta["intercept"],
-        "epoch": meta["epoch"],
-        "history": History.from_dict(meta["history"]),
-    }
+    if coef.shape != (signature["shape"][1],):
+        raise ValueError(f"checkpoint {path} holds {coef.shape} coefficients for "
+                         f"{signature['shape'][1]} features; remove it or pass resume=False")
+    try:
+        rng.bit_generator.state = meta["rng_state"]
+        return {
+            "coef": coef,
+            "intercept": float(meta["intercept"]),
+            "epoch": int(meta["epoch"]),
+            "history": History.from_dict(meta["history"]),
+        }
+    except Exception as exc:
+        raise ValueError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); "
+                         "remove it or pass resume=False") from exc

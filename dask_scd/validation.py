@@ -29,6 +29,9 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
             "smooth, so it is solved in the dual, which exists for the L2 penalty only; "
             "use loss='squared_hinge' for an L1 or elastic-net SVM"
         )
+    if not isinstance(fit_intercept, bool | np.bool_):
+        # bool("no") is True: anything but a real bool is refused rather than guessed at.
+        raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
     rho = {"l2": 0.0, "l1": 1.0, "elasticnet": float(l1_ratio)}[penalty]
     return Problem(loss=loss, alpha=float(alpha), l1_ratio=rho, fit_intercept=bool(fit_intercept))
 
@@ -40,8 +43,22 @@ def check_fit_args(tol, max_iter) -> None:
         raise ValueError(f"max_iter={max_iter!r} must be an integer ≥ 1")
 
 
+# The sparse formats the in-memory engines read directly; any other is converted to CSR.
+ENGINE_SPARSE_FORMATS = ("csr", "csc")
+# Labels beyond this make (y − ŷ)² and the sums of the duality gap overflow float64.
+MAX_LABEL = 1e100
+
+
 def check_matrix(X):
-    """Check an in-memory design matrix; returns it unchanged (never copied or modified)."""
+    """Check an in-memory design matrix.
+
+    Returns X itself when the engines read it as it is (numpy, CSR, CSC), else a new
+    object: other scipy.sparse formats (COO, LIL, DOK, BSR, DIA) and pydata ``sparse``
+    arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
+    with NaN for its missing values, an xarray DataArray whose dim names say
+    (feature, sample) its transpose. The caller's object is never modified.
+    """
+    X = _engine_matrix(X)
     if sp.issparse(X):
         values = X.data
     else:
@@ -60,6 +77,47 @@ def check_matrix(X):
     return X
 
 
+def _engine_matrix(X):
+    if sp.issparse(X):
+        return X if X.format in ENGINE_SPARSE_FORMATS else X.tocsr()  # tocsr: a new object
+    module = type(X).__module__
+    if module.startswith("sparse"):  # pydata sparse: numpy refuses to densify it
+        from dask_scd.solvers.block_ops import to_scipy
+
+        return to_scipy(X)
+    if module.startswith("pandas") and hasattr(X, "dtypes"):
+        return numeric_frame(X)
+    if module.startswith("xarray") and getattr(X, "ndim", 0) == 2:
+        from dask_scd.grid.readers import sample_axis
+
+        if sample_axis(X.dims, None, None) == 1:  # the names say (feature, sample)
+            return X.transpose(X.dims[1], X.dims[0])
+    return X
+
+
+def numeric_frame(frame):
+    """A DataFrame of numeric columns with nullable ones as float64, NA → NaN.
+
+    numpy turns nullable columns (Float64, Int64) into an object array; plain numpy
+    columns are left to ``np.asarray``, which keeps float32 as it is.
+    """
+    import pandas as pd
+
+    dtypes = list(frame.dtypes)
+    if (all(pd.api.types.is_numeric_dtype(d) for d in dtypes)
+            and not all(isinstance(d, np.dtype) for d in dtypes)):
+        return frame.to_numpy(dtype=np.float64, na_value=np.nan)
+    return frame
+
+
+def _missing_labels(y) -> np.ndarray:
+    """Where an object array of labels holds None, NaN or pandas' NA."""
+    def missing(v):
+        return v is None or (isinstance(v, float) and np.isnan(v)) or type(v).__name__ == "NAType"
+
+    return np.fromiter((missing(v) for v in y), dtype=bool, count=len(y))
+
+
 def check_labels(y, n_samples: int, loss: str):
     """Check y; map classification labels to ±1.
 
@@ -68,6 +126,8 @@ def check_labels(y, n_samples: int, loss: str):
     y : array of shape (n_samples,), float64 (a new array: the caller's is untouched)
     classes : array of shape (2,) or None; ``classes[0]`` ↦ −1, ``classes[1]`` ↦ +1.
     """
+    if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
+        y = numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -75,16 +135,24 @@ def check_labels(y, n_samples: int, loss: str):
         raise ValueError(f"y must be 1-D of shape (n_samples,), got shape {y.shape}")
     if y.shape[0] != n_samples:
         raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} rows")
+    if y.dtype.kind == "O" and _missing_labels(y).any():
+        raise ValueError(
+            f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})"
+        )
     if loss not in CLASSIFICATION_LOSSES:
         if y.dtype.kind not in "biuf":
             raise ValueError(f"y must be numeric for loss={loss!r}, got dtype {y.dtype}")
         y = y.astype(np.float64)  # always a copy
-        if not np.isfinite(y).all():
-            raise ValueError(f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})")
+        check_label_values(y)
         return y, None
     if y.dtype.kind == "f" and not np.isfinite(y).all():
-        raise ValueError(f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})")
-    classes = np.unique(y)
+        raise ValueError(
+            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
+        )
+    try:
+        classes = np.unique(y)
+    except TypeError as exc:  # labels of types that do not compare (1 and "a")
+        raise ValueError(f"y mixes labels that cannot be compared: {exc}") from None
     if len(classes) > 2:
         raise ValueError(
             f"loss={loss!r} is a binary loss but y has {len(classes)} classes "
@@ -94,3 +162,30 @@ def check_labels(y, n_samples: int, loss: str):
     if len(classes) < 2:
         raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
     return np.where(y == classes[1], 1.0, -1.0), classes
+
+
+def check_label_values(y) -> None:
+    """Refuse float64 regression targets whose duality gap cannot be computed."""
+    if not np.isfinite(y).all():
+        raise ValueError(
+            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
+        )
+    largest = float(np.max(np.abs(y))) if len(y) else 0.0
+    if largest > MAX_LABEL:
+        raise ValueError(
+            f"y is too large: max |y| = {largest:.3e} > {MAX_LABEL:.0e}, where the squares of "
+            "the residuals and the sums of the duality gap overflow float64; rescale y "
+            "(e.g. y / y.std())"
+        )
+
+
+def pandas_labels(series):
+    """A Series of labels as numpy: nullable numbers (Float64, Int64) as float64 with NaN
+    for NA, anything else as ``to_numpy`` gives it (int labels stay ints)."""
+    import pandas as pd
+
+    dtype = series.dtype
+    if (not isinstance(dtype, np.dtype) and pd.api.types.is_numeric_dtype(dtype)
+            and not pd.api.types.is_bool_dtype(dtype)):
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    return series.to_numpy()

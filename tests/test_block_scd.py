@@ -363,7 +363,7 @@ def test_row_chunks_stay_on_their_worker(onehot, clients):
     client = clients(2)
 
     def cached_row_chunks():
-        return sorted({key[1] for key in ops.CACHE._items if key[0] != "labels"})
+        return sorted({key[4] for key in ops.CACHE._items if key[0] == "cell"})  # CellRef.key
 
     def clear():
         ops.CACHE.clear()

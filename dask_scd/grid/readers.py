@@ -104,6 +104,10 @@ def _as_labels(y, n: int):
         raise ValueError("y is required (only libsvm files carry their own labels)")
     if hasattr(y, "dims") and hasattr(y, "data"):  # xarray DataArray
         y = y.data
+    if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
+        from dask_scd.validation import pandas_labels
+
+        y = pandas_labels(y)
     if _is_dask(y):
         if y.ndim != 1:
             raise ValueError(f"y must be 1-D, got shape {y.shape}")
@@ -218,9 +222,41 @@ def _array_source(X, y, feature_names=None, default_blocks=None) -> Source:
 # --------------------------------------------------------------------- xarray
 
 
-def _dataarray_source(X, y) -> Source:
+# Dim names that say "one example per index" or "one feature per index".
+SAMPLE_DIM_NAMES = frozenset({
+    "sample", "samples", "n_samples", "example", "examples", "obs", "observation",
+    "observations", "instance", "instances", "record", "records", "row", "rows",
+})
+FEATURE_DIM_NAMES = frozenset({
+    "feature", "features", "n_features", "variable", "variables", "predictor", "predictors",
+    "column", "columns",
+})
+
+
+def sample_axis(dims, y_dims, sample_dim) -> int:
+    """The axis of a 2-D xarray X that runs over the examples.
+
+    ``sample_dim`` if given; else the dim of a 1-D labels DataArray if X has it; else the
+    dim whose name says so ("sample", "obs", ... or the other one of "feature",
+    "variable", ...); the first dim only when the names say nothing.
+    """
+    dims = tuple(dims)
+    if sample_dim is not None:
+        if sample_dim not in dims:
+            raise ValueError(f"sample_dim={sample_dim!r} is not a dim of X (dims {dims})")
+        return dims.index(sample_dim)
+    if y_dims is not None and len(y_dims) == 1 and y_dims[0] in dims:
+        return dims.index(y_dims[0])
+    said = [d in SAMPLE_DIM_NAMES or (d not in FEATURE_DIM_NAMES and other in FEATURE_DIM_NAMES)
+            for d, other in ((dims[0], dims[1]), (dims[1], dims[0]))]
+    return 1 if said == [False, True] else 0
+
+
+def _dataarray_source(X, y, sample_dim=None) -> Source:
     if X.ndim != 2:
         raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
+    if sample_axis(X.dims, getattr(y, "dims", None), sample_dim) == 1:
+        X = X.transpose(X.dims[1], X.dims[0])  # a lazy view: nothing is copied here
     feature_dim = X.dims[1]
     names = None
     if feature_dim in X.coords:
@@ -228,7 +264,27 @@ def _dataarray_source(X, y) -> Source:
     return _array_source(X.data, y, feature_names=names)
 
 
-def _dataset_source(ds, y) -> Source:
+def _dataset_sample_dim(ds, y, sample_dim):
+    """The Dataset's sample dim: given, else the labels', else a 1-D variable's, else by name."""
+    if sample_dim is not None:
+        if sample_dim not in ds.dims:
+            raise ValueError(
+                f"sample_dim={sample_dim!r} is not a dim of the Dataset (dims {tuple(ds.dims)})"
+            )
+        return sample_dim
+    y_dims = getattr(y, "dims", None)
+    if y_dims is not None and len(y_dims) == 1:
+        return y_dims[0]
+    for var in ds.data_vars.values():
+        if var.ndim == 1:
+            return var.dims[0]
+    first = next(iter(ds.data_vars.values()))
+    if first.ndim != 2:
+        raise ValueError(f"data variables must be 1-D or 2-D, got dims {first.dims}")
+    return first.dims[sample_axis(first.dims, None, None)]
+
+
+def _dataset_source(ds, y, sample_dim=None) -> Source:
     """One block per data variable; 1-D variables are single columns."""
     import dask.array as da
 
@@ -239,19 +295,18 @@ def _dataset_source(ds, y) -> Source:
         ds = ds.drop_vars(y_name)
     if not ds.data_vars:
         raise ValueError("the Dataset has no data variables to use as features")
-    sample_dim = None
+    sample_dim = _dataset_sample_dim(ds, y, sample_dim)
     columns, names, blocks = [], [], []
     offset = 0
     for var_name, var in ds.data_vars.items():
         if var.ndim not in (1, 2):
             raise ValueError(f"data variable {var_name!r} must be 1-D or 2-D, got dims {var.dims}")
-        if sample_dim is None:
-            sample_dim = var.dims[0]
-        elif var.dims[0] != sample_dim:
+        if sample_dim not in var.dims:
             raise ValueError(
-                f"data variable {var_name!r} has first dim {var.dims[0]!r}, "
-                f"expected the sample dim {sample_dim!r}"
+                f"data variable {var_name!r} has dims {var.dims}, without the sample dim "
+                f"{sample_dim!r} (pass sample_dim= to name it)"
             )
+        var = var.transpose(sample_dim, ...)
         data = var.data
         if var.ndim == 1:
             data = data.reshape(-1, 1)
@@ -303,46 +358,61 @@ def iter_libsvm_batches(path, batch_lines: int) -> Iterator[bytes]:
         yield b"".join(buf)
 
 
-def _parse_libsvm(buffer: bytes, n_features: int | None, dtype):
+def _is_auto(value) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def _parse_libsvm(buffer: bytes, n_features: int | None, dtype, zero_based: bool = False):
     from sklearn.datasets import load_svmlight_file
 
     kwargs = {} if n_features is None else {"n_features": n_features}
     try:
         X, y = load_svmlight_file(
-            io.BytesIO(buffer), zero_based=False, dtype=dtype, **kwargs
+            io.BytesIO(buffer), zero_based=zero_based, dtype=dtype, **kwargs
         )
     except ValueError as exc:
         raise ValueError(f"cannot parse libsvm data: {exc}") from exc
     return X, y
 
 
-def scan_libsvm(path, batch_lines: int = 65536) -> tuple[int, int]:
-    """First pass over a libsvm file: (number of examples, number of features).
+def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int, int, bool]:
+    """First pass over a libsvm file: (examples, features, whether indices start at 0).
 
-    Features are 1-based in libsvm, so n_features is the largest index seen.
+    With ``zero_based="auto"`` (scikit-learn's rule) the file is zero-based if any feature
+    index is 0, else one-based (libsvm's convention); n_features is then the largest
+    index (+ 1 when zero-based).
     """
-    n_rows = 0
-    n_features = 0
+    n_rows, smallest, largest = 0, None, -1
     for buffer in iter_libsvm_batches(path, batch_lines):
-        X, _ = _parse_libsvm(buffer, None, np.float64)
+        X, _ = _parse_libsvm(buffer, None, np.float64, zero_based=True)  # indices as written
         n_rows += X.shape[0]
-        n_features = max(n_features, X.shape[1])
-    return n_rows, n_features
+        if X.nnz:
+            low, high = int(X.indices.min()), int(X.indices.max())
+            smallest = low if smallest is None else min(smallest, low)
+            largest = max(largest, high)
+    if _is_auto(zero_based):
+        zero_based = smallest == 0
+    if not zero_based and smallest == 0:
+        raise ValueError(
+            f"libsvm file {path} has feature index 0 but zero_based=False was given"
+        )
+    n_features = largest + 1 if zero_based else max(largest, 0)
+    return n_rows, n_features, bool(zero_based)
 
 
-def _libsvm_source(path, y) -> Source:
+def _libsvm_source(path, y, zero_based="auto") -> Source:
     if y is not None:
         raise ValueError("y must be None for a libsvm file: labels are read from the file")
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"libsvm file not found: {path}")
-    n_rows, n_features = scan_libsvm(path)
+    n_rows, n_features, zero_based = scan_libsvm(path, zero_based=zero_based)
     if n_rows == 0 or n_features == 0:
         raise ValueError(f"libsvm file {path} holds no data")
 
     def stream_fn(row_chunk):
         for buffer in iter_libsvm_batches(path, row_chunk):
-            X, yc = _parse_libsvm(buffer, n_features, np.float64)
+            X, yc = _parse_libsvm(buffer, n_features, np.float64, zero_based)
             yield sp.csr_matrix(X), np.asarray(yc, dtype=np.float64)
 
     return Source(
@@ -355,18 +425,25 @@ def _libsvm_source(path, y) -> Source:
     )
 
 
-def make_source(X, y) -> Source:
+def make_source(X, y, *, sample_dim=None, zero_based="auto") -> Source:
     """Build a :class:`Source` for any supported input (see ``to_grid``)."""
-    if isinstance(X, (str, os.PathLike)):
-        return _libsvm_source(Path(X), y)
+    if not (isinstance(zero_based, bool | np.bool_) or _is_auto(zero_based)):
+        raise ValueError(f"zero_based={zero_based!r} must be True, False or 'auto'")
     module = type(X).__module__
-    if module.startswith("xarray"):
+    is_xarray = module.startswith("xarray") and type(X).__name__ in ("Dataset", "DataArray")
+    if sample_dim is not None and not is_xarray:
+        raise ValueError(f"sample_dim={sample_dim!r} applies to xarray input only")
+    if isinstance(X, (str, os.PathLike)):
+        return _libsvm_source(Path(X), y, zero_based)
+    if is_xarray:
         if type(X).__name__ == "Dataset":
-            return _dataset_source(X, y)
-        if type(X).__name__ == "DataArray":
-            return _dataarray_source(X, y)
+            return _dataset_source(X, y, sample_dim)
+        return _dataarray_source(X, y, sample_dim)
     if isinstance(y, str):
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
     if module.startswith("pandas") and hasattr(X, "columns"):
-        return _memory_source(X.to_numpy(), y, feature_names=[str(c) for c in X.columns])
+        from dask_scd.validation import numeric_frame
+
+        values = np.asarray(numeric_frame(X))
+        return _memory_source(values, y, feature_names=[str(c) for c in X.columns])
     return _array_source(X, y)

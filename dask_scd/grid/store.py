@@ -17,6 +17,8 @@ On-disk layout (zarr v3 group at ``path``)::
     zarr.json                     root attributes (metadata, see docs/grid.md)
     y                             float64 (n_samples,), chunks (row_chunk,)
     cell_nnz                      int64 (n_row_chunks, n_blocks), one chunk
+    cell_checksum                 int64 (n_row_chunks, n_blocks): CRC-32 of each cell
+    label_checksum                int64 (n_row_chunks,): CRC-32 of each row chunk's labels
     X/block_{b}                   dense:  (n_samples, size_b), chunks (row_chunk, size_b)
     X/block_{b}/cell_{r}          sparse: uint8 (n_bytes,), one chunk: the packed
                                   CSC triplet of cell (r, b) (see pack_csc)
@@ -25,9 +27,11 @@ On-disk layout (zarr v3 group at ``path``)::
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import uuid
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +50,9 @@ from .readers import Source, make_source
 __all__ = ["Grid", "GridCorruptionError", "to_grid", "open_grid", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "dask_scd.grid"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions open_grid reads: version 1 stores have no checksums (nothing to verify).
+READABLE_VERSIONS = (1, 2)
 
 #: Rows used to detect pure blocks for streamed inputs (dask arrays, libsvm
 #: files).  Purity is still measured on *all* rows while writing.
@@ -113,7 +119,12 @@ class Grid:
     cell_nnz : ndarray of int64, shape (n_row_chunks, n_blocks)
         Non-zeros per cell.
     grid_id : str
-        Random id of this write (changes on every overwrite).
+        Random id of this write (changes on every overwrite; a copy of the store keeps
+        it).
+    store_version : str
+        The store's identity on disk (device and inode of its directory) and its
+        ``grid_id``: what the workers' cell cache is keyed by, with the path, so that a
+        copy or a replacement of a store is never served another store's cells.
     """
 
     path: str
@@ -136,6 +147,7 @@ class Grid:
     cell_nnz: np.ndarray
     grid_id: str
     attrs: dict = field(default_factory=dict)
+    store_version: str = ""
 
     @property
     def n_row_chunks(self) -> int:
@@ -277,6 +289,8 @@ class _GridWriter:
         self.blocks = blocks
         self.row_chunk = row_chunk
         self.bounds = _row_bounds(source.shape[0], row_chunk)
+        self.cell_checksum = np.zeros((len(self.bounds) - 1, len(blocks)), dtype=np.int64)
+        self.label_checksum = np.zeros(len(self.bounds) - 1, dtype=np.int64)
         n = source.shape[0]
         self.y = self._create("y", (n,), (row_chunk,), np.float64)
         self.dense = {}
@@ -302,20 +316,27 @@ class _GridWriter:
         )
 
     def write_cell(self, r: int, b: int, cell) -> None:
-        """Store cell (r, b): an ndarray or a csc_matrix with block-ordered columns."""
+        """Store cell (r, b): an ndarray or a csc_matrix with block-ordered columns,
+        and the CRC-32 of the bytes a reader gets back (see :func:`checksum`)."""
         if not self.source.is_sparse:
-            self.dense[b][self.bounds[r] : self.bounds[r + 1]] = cell
-            return
-        packed = pack_csc(cell, self.source.dtype)
-        arr = self._create(f"X/block_{b}/cell_{r}", packed.shape, packed.shape, np.uint8)
-        arr[:] = packed
+            values = np.ascontiguousarray(cell, dtype=self.source.dtype)
+            self.dense[b][self.bounds[r] : self.bounds[r + 1]] = values
+        else:
+            values = pack_csc(cell, self.source.dtype)
+            arr = self._create(f"X/block_{b}/cell_{r}", values.shape, values.shape, np.uint8)
+            arr[:] = values
+        self.cell_checksum[r, b] = checksum(values)
 
     def write_labels(self, r: int, y_chunk: np.ndarray) -> None:
-        self.y[self.bounds[r] : self.bounds[r + 1]] = y_chunk
+        values = np.ascontiguousarray(y_chunk, dtype=np.float64)
+        self.y[self.bounds[r] : self.bounds[r + 1]] = values
+        self.label_checksum[r] = checksum(values)
 
     def write_attrs(self, attrs: dict, cell_nnz: np.ndarray) -> None:
-        arr = self._create("cell_nnz", cell_nnz.shape, cell_nnz.shape, np.int64)
-        arr[:] = cell_nnz
+        for name, values in (("cell_nnz", cell_nnz), ("cell_checksum", self.cell_checksum),
+                             ("label_checksum", self.label_checksum)):
+            arr = self._create(name, values.shape, values.shape, np.int64)
+            arr[:] = values
         self.group.attrs.update(attrs)
         # Written last: open_grid refuses any store without it.
         self.group.attrs["complete"] = True
@@ -326,6 +347,16 @@ class _GridWriter:
 # size_b + 1) and indices (int32 row within the row chunk, nnz).  One array
 # per cell keeps the number of files low and a cell read to one chunk.
 _MAGIC = b"CSCcell1"
+
+
+def checksum(values: np.ndarray) -> int:
+    """CRC-32 of a C-contiguous array's bytes.
+
+    zarr's own checksum (in the zstd frame) proves a chunk file is intact, not that it is
+    the file of this cell: two cells or label chunks swapped on disk decode fine. The
+    CRC of each cell's contents, kept apart from the cells, tells them apart.
+    """
+    return zlib.crc32(np.ascontiguousarray(values))
 
 
 def _indptr_dtype(nnz: int) -> np.dtype:
@@ -449,11 +480,52 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
+def _is_replaceable(path: str) -> bool:
+    """Whether overwrite=True may delete ``path``: a grid store (even an incomplete one)
+    or an empty directory, never a file or anything else."""
+    if not os.path.isdir(path):
+        return False
+    entries = os.listdir(path)
+    if not entries:
+        return True
+    try:
+        with open(os.path.join(path, "zarr.json"), encoding="utf-8") as f:
+            header = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(header, dict) and header.get("attributes", {}).get("format") == FORMAT
+
+
+def _check_target(path: str, overwrite: bool) -> None:
+    if not os.path.lexists(path):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
+    if not _is_replaceable(path):
+        kind = "directory" if os.path.isdir(path) else "file"
+        raise FileExistsError(
+            f"{path} exists and is not a dask_scd grid store but a {kind}: overwrite=True "
+            "replaces only a grid written by to_grid (or an empty directory); remove it "
+            "yourself or choose another path"
+        )
+
+
+def _make_parent(path: str) -> None:
+    parent = os.path.dirname(path)
+    existing = parent
+    while existing and not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if existing and not os.path.isdir(existing):
+        raise NotADirectoryError(
+            f"cannot write a grid at {path}: {existing} is a file, not a directory"
+        )
+    os.makedirs(parent, exist_ok=True)
+
+
 def _commit(tmp: str, path: str, overwrite: bool) -> None:
     """Move the finished temporary store into place."""
     if os.path.lexists(path):
-        if not overwrite:
-            raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
+        _check_target(path, overwrite)  # again: it may have changed while writing
         # A directory cannot be os.replace'd onto a non-empty one: move the old
         # store aside first, then delete it once the new one is in place.
         old = f"{path}.old-{uuid.uuid4().hex[:12]}"
@@ -473,6 +545,8 @@ def to_grid(
     blocks=None,
     feature_names=None,
     overwrite: bool = False,
+    sample_dim=None,
+    zero_based="auto",
 ) -> Grid:
     """Write a design matrix and labels as a zarr v3 grid store.
 
@@ -486,15 +560,16 @@ def to_grid(
         coordinate gives ``feature_names``); xarray Dataset (each data
         variable, 1-D or 2-D with the sample dim first, is one block; 2-D
         variables give names ``"var=value"``); or a path (str / Path) to a
-        libsvm / svmlight text file (1-based features, streamed in row
-        chunks after a first pass counting rows and features).
+        libsvm / svmlight text file (streamed in row chunks after a first
+        pass counting rows and features; see ``zero_based``).
     y : array-like, shape (n_samples,), or None
         Labels (numpy, dask or xarray).  Must be None for a libsvm file.
         For a Dataset, may be the name of a data variable (excluded from X).
     path : str or Path
         Directory of the store to create.
     row_chunk : int
-        Examples per row chunk (the last one may be smaller).
+        Examples per row chunk (the last one may be smaller); capped to the
+        number of examples.
     blocks : None, "detect", "names", int or list of array-like of int, optional
         Column partition.  None: the Dataset's variables for an xarray
         Dataset, else as "detect".  "detect": pure blocks found by greedy
@@ -507,7 +582,16 @@ def to_grid(
     feature_names : sequence of str, optional
         Names of the features in original order (overrides xarray names).
     overwrite : bool, default False
-        Replace an existing store at ``path``.
+        Replace an existing grid store (or empty directory) at ``path``.
+        Anything else at ``path`` is never deleted: FileExistsError.
+    sample_dim : str, optional
+        For xarray input, the dim that runs over the examples. By default
+        the dim of a 1-D labels DataArray, else the dim named like one
+        ("sample", "obs", "example", ... or the other one of "feature",
+        "variable", ...), else the first dim.
+    zero_based : bool or "auto", default "auto"
+        For a libsvm file: whether feature indices start at 0. "auto"
+        (scikit-learn's rule): zero-based if any index is 0, else one-based.
 
     Returns
     -------
@@ -517,7 +601,10 @@ def to_grid(
     Raises
     ------
     FileExistsError
-        If ``path`` exists and ``overwrite`` is False.
+        If ``path`` exists and ``overwrite`` is False, or it is not a grid
+        store (nor an empty directory).
+    NotADirectoryError
+        If a parent of ``path`` is a file.
     ValueError
         On invalid input: wrong dimensions or dtype, mismatched lengths,
         NaN/inf values (naming the array and row chunk), bad blocks, unknown
@@ -533,17 +620,18 @@ def to_grid(
     """
     row_chunk = _check_row_chunk(row_chunk)
     path = os.path.abspath(os.fspath(path))
-    if os.path.lexists(path) and not overwrite:
-        raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
-    source = make_source(X, y)
+    _check_target(path, overwrite)
+    source = make_source(X, y, sample_dim=sample_dim, zero_based=zero_based)
     n, p = source.shape
     if n == 0 or p == 0:
         raise ValueError(f"X must have at least one row and one column, got shape {(n, p)}")
+    # zarr allocates whole chunks: a row chunk beyond n would cost row_chunk rows of memory.
+    row_chunk = min(row_chunk, n)
     names = _resolve_names(feature_names, source)
     block_list = _resolve_blocks(blocks, source, names, row_chunk)
     if source.in_memory:
         _validate_in_memory(source, row_chunk)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _make_parent(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     try:
         _write_grid(tmp, source, block_list, row_chunk, names)
@@ -568,6 +656,7 @@ class _Reader:
             raise GridCorruptionError(
                 f"grid store {path} changed since it was opened (overwritten?)"
             )
+        _check_attrs(path, attrs)
         self.attrs = attrs
         self.bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
         self.sizes = [len(b) for b in attrs["blocks"]]
@@ -575,6 +664,7 @@ class _Reader:
         self.dtype = np.dtype(attrs["dtype"])
         self._arrays: dict[str, object] = {}
         self._cell_nnz = None
+        self._checksums = None
 
     def _array(self, name: str, cache: bool = True):
         arr = self._arrays.get(name)
@@ -590,10 +680,42 @@ class _Reader:
         if not os.path.isfile(chunk):
             raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
 
+    def _table(self, name: str, shape: tuple) -> np.ndarray:
+        """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
+        values = np.asarray(self._array(name)[:])
+        if values.shape != shape or values.dtype != np.int64:
+            raise GridCorruptionError(
+                f"grid store {self.path}: {name} has shape {values.shape} and dtype "
+                f"{values.dtype}, expected {shape} and int64"
+            )
+        return values
+
     def cell_nnz(self) -> np.ndarray:
         if self._cell_nnz is None:
-            self._cell_nnz = np.asarray(self._array("cell_nnz")[:], dtype=np.int64)
+            shape = (len(self.bounds) - 1, len(self.sizes))
+            self._cell_nnz = self._table("cell_nnz", shape)
+            if (self._cell_nnz < 0).any():
+                raise GridCorruptionError(f"grid store {self.path}: cell_nnz holds negatives")
         return self._cell_nnz
+
+    def checksums(self):
+        """(cell_checksum, label_checksum) arrays, or None for a version-1 store."""
+        if self._checksums is None:
+            if self.attrs.get("format_version", 1) < 2:
+                self._checksums = ()
+            else:
+                n_rc = len(self.bounds) - 1
+                self._checksums = (self._table("cell_checksum", (n_rc, len(self.sizes))),
+                                   self._table("label_checksum", (n_rc,)))
+        return self._checksums or None
+
+    def _verify(self, values, expected_at, where: str) -> None:
+        sums = self.checksums()
+        if sums is not None and checksum(values) != int(sums[expected_at[0]][expected_at[1:]]):
+            raise GridCorruptionError(
+                f"{where}: checksum mismatch (the bytes on disk are not the ones written "
+                "there: a chunk file moved, swapped or modified)"
+            )
 
     def where(self, r: int, b: int) -> str:
         return f"cell (row chunk {r}, block {b}) of grid {self.path}"
@@ -626,6 +748,7 @@ class _Reader:
         cell = np.asarray(arr[self.bounds[r] : self.bounds[r + 1]])
         if not np.isfinite(cell).all():
             raise GridCorruptionError(f"{where}: cell holds missing or non-finite values")
+        self._verify(cell, (0, r, b), where)
         return cell
 
     def _read_sparse(self, r: int, b: int, where: str) -> sp.csc_matrix:
@@ -639,7 +762,9 @@ class _Reader:
                 f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
             )
         self._require_chunk_file(name, "c/0", where)
-        data, indices, indptr = unpack_csc(np.asarray(arr[:]), nnz, size, self.dtype, where)
+        packed = np.asarray(arr[:])
+        self._verify(packed, (0, r, b), where)
+        data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where)
         if (
             indptr[0] != 0
             or indptr[-1] != nnz
@@ -661,6 +786,7 @@ class _Reader:
             raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
         if not np.isfinite(y).all():
             raise GridCorruptionError(f"{where}: missing or non-finite values")
+        self._verify(y, (1, r), where)
         return y
 
 
@@ -680,6 +806,8 @@ def _read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
 
 
 def _check_header(path: str):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path} is a file, not a grid store (a directory)")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no grid store at {path}")
     try:
@@ -689,18 +817,73 @@ def _check_header(path: str):
         raise ValueError(f"{path} is not a readable zarr grid store: {exc}") from exc
     if attrs.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} store (format={attrs.get('format')!r})")
-    if attrs.get("format_version") != FORMAT_VERSION:
+    if attrs.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(
             f"unsupported grid format version {attrs.get('format_version')!r} at {path} "
-            f"(this library reads version {FORMAT_VERSION})"
+            f"(this library reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
     if attrs.get("complete") is not True:
         raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
+    _check_attrs(path, attrs)
     if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
-        raise ValueError(
-            f"unsupported sparse cell encoding {attrs.get('sparse_cell_encoding')!r} at {path}"
+        raise GridCorruptionError(
+            f"grid store {path}: unsupported sparse cell encoding "
+            f"{attrs.get('sparse_cell_encoding')!r}"
         )
     return attrs
+
+
+def _is_int(value, low=0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_attrs(path: str, attrs: dict) -> None:
+    """Check the metadata every reader relies on, once: a damaged zarr.json is reported
+    as such (naming the key), never as a KeyError or TypeError deep in a read."""
+
+    def bad(key, why):
+        shown = repr(attrs.get(key))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return GridCorruptionError(f"grid store {path} has invalid metadata: {key}={shown} {why}")
+
+    def int_list(key, length=None, low=0):
+        value = attrs.get(key)
+        if (not isinstance(value, list) or not all(_is_int(v, low) for v in value)
+                or (length is not None and len(value) != length)):
+            count = "" if length is None else f"{length} "
+            raise bad(key, f"is not a list of {count}integers >= {low}")
+        return value
+
+    n, p = int_list("shape", 2, low=1)
+    if not _is_int(attrs.get("row_chunk"), 1):
+        raise bad("row_chunk", "is not a positive integer")
+    if int_list("row_bounds") != _row_bounds(n, attrs["row_chunk"]).tolist():
+        raise bad("row_bounds", f"do not cut {n} rows in row chunks of {attrs['row_chunk']}")
+    blocks = attrs.get("blocks")
+    try:
+        if not isinstance(blocks, list) or not all(isinstance(b, list) for b in blocks):
+            raise ValueError("blocks must be a list of lists")
+        validate_blocks(blocks, p)
+    except ValueError as exc:
+        raise bad("blocks", f"is not a partition of the {p} features ({exc})") from None
+    if attrs.get("dtype") not in ("float32", "float64"):
+        raise bad("dtype", "is not 'float32' or 'float64'")
+    if attrs.get("layout") not in ("dense", "sparse"):
+        raise bad("layout", "is not 'dense' or 'sparse'")
+    purity = attrs.get("purity")
+    if not isinstance(purity, list) or len(purity) != len(blocks) or not all(
+            isinstance(v, bool) for v in purity):
+        raise bad("purity", f"is not a list of {len(blocks)} booleans")
+    int_list("max_nnz_per_row", len(blocks))
+    int_list("block_nnz", len(blocks))
+    if not _is_int(attrs.get("nnz")):
+        raise bad("nnz", "is not an integer >= 0")
+    if not isinstance(attrs.get("grid_id"), str) or not attrs["grid_id"]:
+        raise bad("grid_id", "is not a non-empty string")
+    names = attrs.get("feature_names")
+    if names is not None and (not isinstance(names, list) or len(names) != p
+                              or not all(isinstance(v, str) for v in names)):
+        raise bad("feature_names", f"is neither null nor a list of {p} strings")
 
 
 def _build_arrays(path: str, attrs: dict, row_chunks: tuple, sizes: tuple):
@@ -755,6 +938,8 @@ def open_grid(path) -> Grid:
     ------
     FileNotFoundError
         If nothing exists at ``path``.
+    NotADirectoryError
+        If ``path`` is a file.
     ValueError
         If the store is not a grid, is incomplete (no ``complete`` marker) or
         has an unsupported format version.
@@ -795,4 +980,11 @@ def open_grid(path) -> Grid:
         cell_nnz=cell_nnz,
         grid_id=attrs["grid_id"],
         attrs=attrs,
+        store_version=_store_version(path, attrs["grid_id"]),
     )
+
+
+def _store_version(path: str, grid_id: str) -> str:
+    """The store's directory (device, inode) and its write's id, as one string."""
+    stat = os.stat(path)
+    return f"{stat.st_dev}:{stat.st_ino}:{grid_id}"

@@ -27,7 +27,7 @@ from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
-
+from dask_scd.validation import check_label_values
 
 
 # ----------------------------------------------------------------------- cell access
@@ -35,12 +35,22 @@ from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 
 @dataclass(frozen=True)
 class CellRef:
-    """Cell (row chunk ``r``, block ``b``) of the grid store at ``path``."""
+    """Cell (row chunk ``r``, block ``b``) of the grid store at ``path``.
+
+    ``version`` is the store's :attr:`~dask_scd.grid.Grid.store_version`: with the path it
+    keys the cache, so a copy of a store (same ``grid_id``) is never served the cells of
+    the original, nor a store replaced at the same path those of the one it replaced.
+    """
 
     path: str
     grid_id: str
     r: int
     b: int
+    version: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return ("cell", self.path, self.grid_id, self.version, self.r, self.b)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,11 @@ class LabelRef:
     grid_id: str
     r: int
     classes: tuple | None = None
+    version: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return ("labels", self.path, self.grid_id, self.version, self.r, self.classes)
 
 
 class _CellCache:
@@ -148,12 +163,24 @@ def _cache_budget() -> tuple[int, int | None]:
 CACHE = _CellCache(None)
 
 
+def to_scipy(chunk):
+    """A scipy.sparse CSR matrix of a scipy.sparse or pydata ``sparse`` chunk (not copied
+    when it already is one)."""
+    if sp.issparse(chunk):
+        return sp.csr_matrix(chunk)
+    if hasattr(chunk, "to_coo"):  # pydata sparse DOK
+        chunk = chunk.to_coo()
+    if hasattr(chunk, "to_scipy_sparse"):  # pydata sparse COO, GCXS
+        return sp.csr_matrix(chunk.to_scipy_sparse())
+    return sp.csr_matrix(np.asarray(chunk))
+
+
 class CellView:
     """A cell wrapped for the kernels: X_cell d, X_cellᵀ v and friends."""
 
     def __init__(self, cell):
         if not sp.issparse(cell) and type(cell).__module__.startswith("sparse"):
-            cell = cell.tocsr() if hasattr(cell, "tocsr") else sp.csr_matrix(cell.todense())
+            cell = to_scipy(cell)
         self.n_rows, self.n_columns = cell.shape
         self.by_columns = sp.issparse(cell)
         self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
@@ -214,8 +241,10 @@ def cell_view(cell) -> CellView | None:
     if isinstance(cell, CellRef):
         from dask_scd.grid.store import _read_cell
 
-        key = (cell.grid_id, cell.r, cell.b)
-        return CACHE.get(key, lambda: CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b)))
+        def load():
+            return CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b))
+
+        return CACHE.get(cell.key, load)
     return CellView(cell)
 
 
@@ -227,11 +256,13 @@ def labels(y) -> np.ndarray:
         def load():
             values = _read_labels(y.path, y.grid_id, y.r)
             if y.classes is not None:
-                values = np.where(values == y.classes[1], 1.0, -1.0)
-            return np.asarray(values, dtype=np.float64)
+                return np.where(values == y.classes[1], 1.0, -1.0)
+            values = np.asarray(values, dtype=np.float64)
+            check_label_values(values)  # the client never reads a grid's real labels
+            return values
 
         # Cached after the ±1 mapping: every task of the row chunk reads them.
-        return CACHE.get(("labels", y.grid_id, y.r, y.classes), load)
+        return CACHE.get(y.key, load)
     return np.asarray(y, dtype=np.float64)
 
 

@@ -101,8 +101,9 @@ def _grid_source(grid, y, loss, blocks) -> _Source:
     return _Source(
         n_samples=grid.shape[0], n_features=grid.shape[1], row_bounds=np.asarray(grid.row_bounds),
         blocks=list(grid.blocks),
-        cell=lambda r, b: ops.CellRef(grid.path, grid.grid_id, r, b),
-        label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes),
+        cell=lambda r, b: ops.CellRef(grid.path, grid.grid_id, r, b, grid.store_version),
+        label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes,
+                                     grid.store_version),
         nbytes=int(nbytes), materialize=materialize, classes=classes,
     )
 
@@ -129,6 +130,8 @@ def _dask_source(X, y, loss, blocks) -> _Source:
     if y is None:
         raise ValueError("y is required for a dask array X (only a Grid carries its labels)")
     n, p = X.shape
+    if n == 0 or p == 0:
+        raise ValueError(f"X is empty: shape {X.shape}")
     if X.dtype.kind not in "biuf":
         raise ValueError(f"X must be numeric, got dtype {X.dtype}")
     if blocks is None:
@@ -140,15 +143,13 @@ def _dask_source(X, y, loss, blocks) -> _Source:
         blocks = validate_blocks(blocks, p)
         order = np.concatenate(blocks)
         X = X[:, order].rechunk({1: tuple(len(b) for b in blocks)})
-    y_len = len(y)
-    if y_len != n:
-        raise ValueError(f"y has {y_len} labels but X has {n} rows")
     row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
     if isinstance(y, da.Array):
-        y = y.rechunk((X.chunks[0],))
-        values = y.compute()
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y has shape {y.shape} but X has {n} rows: y must be (n_samples,)")
+        values = y.rechunk((X.chunks[0],)).compute()
     else:
-        values = np.asarray(y)
+        values = y  # check_labels reads lists, pandas and numpy alike
     y_checked, classes = check_labels(values, n, loss)
     y_chunks = [y_checked[row_bounds[r]:row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
 
@@ -157,7 +158,7 @@ def _dask_source(X, y, loss, blocks) -> _Source:
         inverse = np.empty(p, dtype=np.int64)
         inverse[np.concatenate(blocks)] = np.arange(p)
         if not isinstance(computed, np.ndarray):
-            computed = sp.csr_matrix(computed)
+            computed = ops.to_scipy(computed)
         return computed[:, inverse], values
 
     source = _Source(
@@ -231,11 +232,15 @@ def _client(client):
         return
     from distributed import Client, LocalCluster, default_client
 
+    # Found before the yield: an error of the fit (a ValueError too) must reach the caller
+    # as it is, not be taken for "no current client" and start a cluster of its own.
     try:
-        yield default_client()
-        return
+        current = default_client()
     except ValueError:
-        pass
+        current = None
+    if current is not None:
+        yield current
+        return
     with LocalCluster(processes=False, n_workers=1, threads_per_worker=os.cpu_count() or 1,
                       dashboard_address=":0") as cluster, Client(cluster) as local:
         yield local
