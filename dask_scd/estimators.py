@@ -359,7 +359,7 @@ _COMMON_ATTRIBUTES = """
         The engine that ran.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of the features seen during fit (DataFrame columns, the feature coordinate
         of an xarray object, a grid's feature names); absent when X has none.
 """
