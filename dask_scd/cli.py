@@ -124,6 +124,8 @@ def _convert(args) -> int:
 
     if not os.path.isfile(args.input):
         raise FileNotFoundError(f"input file not found: {args.input}")
+    if os.path.exists(args.output) and not args.overwrite:
+        raise FileExistsError(f"{args.output} exists (pass --overwrite to replace it)")
     start = time.perf_counter()
     grid = to_grid(args.input, None, args.output, row_chunk=args.row_chunk,
                    blocks=args.column_block, overwrite=args.overwrite)
