@@ -61,7 +61,7 @@ class History:
         return {key: list(getattr(self, key)) for key in self.__dataclass_fields__}
 
     @classmethod
-    def from_dict(cls, record: dict) -> "History":
+    def from_dict(cls, record: dict) -> History:
         """Inverse of :meth:`as_dict`; keys missing from older records start empty."""
         return cls(**{key: list(record.get(key, [])) for key in cls.__dataclass_fields__})
 

@@ -33,26 +33,32 @@ def _stop(processes):
 @pytest.fixture
 def scheduler_file(tmp_path):
     path = tmp_path / "scheduler.json"
-    log = open(tmp_path / "cluster.log", "w")
+    with open(tmp_path / "cluster.log", "w") as log:
+        processes = []
+        try:
+            yield _start(path, log, processes, tmp_path)
+        finally:
+            _stop(processes)
+
+
+def _start(path, log, processes, tmp_path):
+    """Start the scheduler, wait for its file, then start two workers."""
     common = {"stdout": log, "stderr": subprocess.STDOUT, "cwd": tmp_path}
-    processes = [subprocess.Popen(
+    processes.append(subprocess.Popen(
         _dask_command("scheduler", "--scheduler-file", str(path), "--port", "0",
-                      "--no-dashboard"), **common)]
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not path.exists():
-            if time.monotonic() > deadline or processes[0].poll() is not None:
-                pytest.fail(f"the scheduler did not start: {(tmp_path / 'cluster.log').read_text()}")
-            time.sleep(0.2)
-        for _ in range(2):
-            processes.append(subprocess.Popen(
-                _dask_command("worker", "--scheduler-file", str(path), "--nthreads", "1",
-                              "--memory-limit", "1GiB", "--no-dashboard",
-                              "--local-directory", str(tmp_path)), **common))
-        yield path
-    finally:
-        _stop(processes)
-        log.close()
+                      "--no-dashboard"), **common))
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not path.exists():
+        if time.monotonic() > deadline or processes[0].poll() is not None:
+            log.flush()
+            pytest.fail(f"the scheduler did not start: {(tmp_path / 'cluster.log').read_text()}")
+        time.sleep(0.2)
+    for _ in range(2):
+        processes.append(subprocess.Popen(
+            _dask_command("worker", "--scheduler-file", str(path), "--nthreads", "1",
+                          "--memory-limit", "1GiB", "--no-dashboard",
+                          "--local-directory", str(tmp_path)), **common))
+    return path
 
 
 def test_fit_through_a_scheduler_file(scheduler_file, tmp_path):

@@ -286,7 +286,7 @@ def test_predict_checks_the_number_of_features(problem_data):
 def test_regularization_path_with_warm_start(problem_data):
     """Refitting along a path gives the models of fresh fits (warm start never changes
     the answer, only the work)."""
-    X, labels = problem_data
+    X, _ = problem_data
     y = X @ np.arange(12.0) / 10
     model = Lasso(warm_start=True, tol=1e-9, random_state=0)
     for alpha in (1.0, 0.1, 0.01):
