@@ -1,20 +1,17 @@
-"""``dask_scd.fit``: one entry point, one result object, for every engine."""
+"""``dask_scd.fit``: validate once, pick the engine, run it, build the one result object."""
 
 from __future__ import annotations
 
-import numpy as np
-import scipy.sparse as sp
+import warnings
 
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from dask_scd.progress import Progress
 from dask_scd.result import FitResult
-from dask_scd.solvers import local
-from dask_scd.solvers.gram import fit_gram
-from dask_scd.validation import (
-    check_fit_args,
-    check_labels,
-    check_matrix,
-    check_problem,
-    choose_solver,
-)
+from dask_scd.solvers import registry
+from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.validation import check_fit_args, check_labels, check_matrix, check_problem
 
 
 def fit(
@@ -55,18 +52,23 @@ def fit(
     tol : float
         Target relative duality gap ``(P − D)/|P|``.
     max_iter : int
-        Epochs: passes over all coordinates (in memory) or over all blocks (dask engine).
+        Iterations of the engine that runs: epochs (passes over all coordinates, or over
+        all blocks for the dask engine).
     solver : {"auto", "gram", "scd", "sdca", "block_scd"}
-        In memory, "auto" picks "gram" (coordinate descent on XᵀX/n, for the squared loss
-        when n ≥ 4p and p ≤ 512), else primal SCD for L1/elastic net, and dual SDCA for the
-        hinge, for p > n and for L2 problems whose dual is well conditioned
-        (mean ‖x_i‖²/(alpha·n) ≤ 100), else SCD. For a dask array or a grid, "auto" fits
-        in memory below ``in_memory_limit`` bytes and runs "block_scd" above.
+        The engine (see :mod:`dask_scd.solvers.registry`). In memory, "auto" picks "gram"
+        (coordinate descent on XᵀX/n, for the squared loss when n ≥ 4p and p ≤ 512), else
+        primal SCD for L1/elastic net, and dual SDCA for the hinge, for p > n and for L2
+        problems whose dual is well conditioned (mean ‖x_i‖²/(alpha·n) ≤ 100), else SCD.
+        For a dask array or a grid, "auto" fits in memory below ``in_memory_limit`` bytes
+        and runs "block_scd" above.
     random_state : int, numpy Generator or None
     verbose : bool
-        Print the relative gap after every epoch.
+        Print the relative gap after every certified iteration.
     **engine_options
-        Options of the dask engine (``client``, ``blocks``, ``checkpoint``...).
+        For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
+        (bytes, default 256 MiB); the options of the engine that runs (block_scd:
+        ``client``, ``selection``, ``checkpoint``, ``checkpoint_every``, ``resume``,
+        ``callback``).
 
     Returns
     -------
@@ -75,52 +77,79 @@ def fit(
     """
     problem = check_problem(loss, penalty, alpha, l1_ratio, fit_intercept)
     check_fit_args(tol, max_iter)
+    if solver not in registry.SOLVERS:
+        registry.get(solver)  # raises the list of solvers
     rng = np.random.default_rng(random_state)
-    if _is_distributed(X):
-        from dask_scd.solvers.block_scd import fit_block_scd
+    data, classes, engine_options = _data(X, y, problem, solver, engine_options)
+    engine = registry.resolve(solver, problem, data)
+    unknown = sorted(set(engine_options) - set(engine.options))
+    if unknown:
+        raise TypeError(f"unexpected arguments for solver={engine.name!r}: {unknown} "
+                        f"(it accepts {list(engine.options)})")
+    with Progress(engine.name, tol, max_iter, verbose) as progress:
+        run = engine.load()(data, problem, Options(tol, max_iter, rng, progress, engine_options))
+    if classes is None:
+        classes = getattr(data, "classes", None)
+    return _result(run, engine.name, problem, penalty, tol, classes)
 
-        return fit_block_scd(
-            X, y, problem, penalty=penalty, tol=tol, max_iter=max_iter, rng=rng,
-            solver=solver, verbose=verbose, **engine_options,
-        )
-    if engine_options:
-        raise TypeError(f"unexpected arguments for in-memory data: {sorted(engine_options)}")
+
+def _data(X, y, problem, solver, options):
+    """(data for the engine, classes, the options left for the engine)."""
+    if not _is_distributed(X):
+        if any(name in options for name in registry.DATA_OPTIONS):
+            names = sorted(set(options) & set(registry.DATA_OPTIONS))
+            raise TypeError(f"unexpected arguments for in-memory data: {names}")
+        X = check_matrix(X)
+        y, classes = check_labels(y, X.shape[0], problem.loss)
+        return InMemory(X, y), classes, options
+    from dask_scd.solvers.block_scd import make_source
+
+    options = dict(options)
+    blocks = options.pop("blocks", None)
+    limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
+    source = make_source(X, y, problem.loss, blocks)
+    if not registry.runs_in_memory(solver, source.nbytes, limit):
+        return source, source.classes, options
+    for name in ("checkpoint", "callback"):
+        if options.pop(name, None) is not None:
+            warnings.warn(f"{name} applies to the block-SCD engine only; this fit runs in "
+                          "memory (pass solver='block_scd' to use it)", UserWarning, stacklevel=4)
+    for name in ("client", "selection", "checkpoint_every", "resume"):
+        options.pop(name, None)
+    X, y = source.materialize()
     X = check_matrix(X)
-    y, classes = check_labels(y, X.shape[0], loss)
-    solver = choose_solver(solver, problem, *X.shape, lambda: _mean_row_sq_norm(X))
-    if solver == "block_scd":
-        raise ValueError("solver='block_scd' needs a dask array or a Grid; got in-memory X")
-    if solver == "gram":
-        run = fit_gram(X, y, problem, tol=tol, max_iter=max_iter, rng=rng, verbose=verbose)
-    elif solver == "scd":
-        run = local.fit_scd(X, y, problem, tol=tol, max_iter=max_iter, rng=rng, verbose=verbose)
-    else:
-        run = local.fit_sdca(X, y, problem, tol=tol, max_iter=max_iter, rng=rng, verbose=verbose)
+    y, classes = check_labels(y, X.shape[0], problem.loss)
+    return InMemory(X, y), classes, options
+
+
+def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
+    cert = run.certificate
+    converged = run.converged(tol)
+    if not converged:
+        # stacklevel 3: the caller of dask_scd.fit, not this module.
+        warnings.warn(
+            f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
+            f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
+            ConvergenceWarning, stacklevel=3,
+        )
     return FitResult(
         coef_=run.coef,
-        intercept_=run.intercept if fit_intercept else 0.0,
-        dual_gap_=run.certificate.relative_gap,
+        intercept_=float(run.intercept) if problem.fit_intercept else 0.0,
+        dual_gap_=cert.relative_gap,
         n_iter_=run.n_iter,
         history_=run.history,
-        converged_=run.converged,
+        converged_=converged,
         solver_=solver,
-        loss=loss,
+        loss=problem.loss,
         penalty=penalty,
         alpha=problem.alpha,
         l1_ratio=problem.l1_ratio,
-        primal_=run.certificate.primal,
+        primal_=cert.primal,
         classes_=classes,
     )
 
 
-def _mean_row_sq_norm(X) -> float:
-    """mean ‖x_i‖², the scale of the dual's conditioning (cheap: one pass over values)."""
-    if sp.issparse(X):
-        return float(np.dot(X.data, X.data)) / X.shape[0]
-    return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary
-
-
 def _is_distributed(X) -> bool:
-    """A dask array or a Grid goes to the dask engine (imports nothing when not)."""
+    """A dask array or a Grid goes to the dask path (imports nothing when not)."""
     module = type(X).__module__
     return module.startswith("dask.") or module.startswith("dask_scd.grid")

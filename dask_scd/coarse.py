@@ -23,12 +23,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.kernels.cpu import _ARMIJO  # one Armijo constant for every line search
+from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
+from dask_scd.kernels.scalar import TRIAL_STEPS
+from dask_scd.kernels.scalar import penalty as _scalar_penalty
+
+_penalty = _scalar_penalty.py_func  # elementwise on arrays too
 
 # Step sizes tried by the line searches, all in one reduction: 1, 1/4, 1/16, 1/64. Each
 # costs a loss evaluation per non-zero, so few; a coordinate that accepts none keeps its
 # value this epoch and gets a fresh Newton direction in the next.
-LINE_SEARCH_STEPS = 0.25 ** np.arange(4)
+LINE_SEARCH_STEPS = TRIAL_STEPS
 # The in-memory coarse space is skipped when it has more dimensions than this.
 MAX_DIMENSIONS = 256
 _DETECTION_ROWS = 20_000
@@ -76,8 +80,8 @@ def coarse_line_search(problem, change, g, shift, blocks) -> float:
     """The largest step t ∈ {1, 1/2, …} with Armijo decrease (0 if none)."""
     def penalty_change(t):
         return sum(
-            float(np.sum(problem.l1 * np.abs(theta + t * shift[b]) + 0.5 * problem.l2 * (theta + t * shift[b]) ** 2)
-                  - np.sum(problem.l1 * np.abs(theta) + 0.5 * problem.l2 * theta ** 2))
+            float(np.sum(_penalty(problem.l1, problem.l2, theta + t * shift[b]))
+                  - np.sum(_penalty(problem.l1, problem.l2, theta)))
             for b, theta in enumerate(blocks)
         )
     model = float(g @ shift) + penalty_change(1.0)

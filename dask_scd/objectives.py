@@ -32,7 +32,6 @@ from scipy.special import entr, expit
 LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
 PENALTIES = ("l2", "l1", "elasticnet")
 CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
-SMOOTH_LOSSES = ("squared", "logistic", "squared_hinge")
 
 # Integer codes used by the numba kernels (they cannot take strings cheaply).
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}
@@ -140,6 +139,12 @@ def vdot(u, v) -> float:
     return float(np.multiply(u, v).sum())
 
 
+def penalty_terms(problem: Problem, coef):
+    """g_j(θ_j) = α(ρ|θ_j| + (1−ρ)/2 θ_j²) elementwise (the independent numpy formula that
+    the tests hold :func:`dask_scd.kernels.scalar.penalty` to)."""
+    return problem.l1 * np.abs(coef) + 0.5 * problem.l2 * coef * coef
+
+
 def penalty_value(problem: Problem, coef) -> float:
     """α(ρ‖θ‖₁ + (1−ρ)/2 ‖θ‖²)."""
     return float(problem.l1 * np.abs(coef).sum() + 0.5 * problem.l2 * vdot(coef, coef))
@@ -168,7 +173,7 @@ def margin_sums(problem: Problem, y, margins) -> dict:
 
     Returns ``loss`` = Σ ℓ(y_i, ŷ_i), and ``pos`` / ``neg`` = the sums of the positive and
     negative entries of ``a = −ℓ'(ŷ)``; they decide the projection onto Σ a_i = 0.
-    Associative: partial dicts from row chunks are combined by :func:`add_sums`.
+    Associative: partial dicts from row chunks are added key by key.
     """
     a = -loss_derivative(problem.loss, y, margins)
     return {
@@ -176,11 +181,6 @@ def margin_sums(problem: Problem, y, margins) -> dict:
         "pos": float(a[a > 0].sum()),
         "neg": float(a[a < 0].sum()),
     }
-
-
-def add_sums(left: dict, right: dict) -> dict:
-    """Combine two partial-sum dicts (the combine step of a tree reduction)."""
-    return {key: left[key] + right[key] for key in left}
 
 
 def dual_scales(problem: Problem, sums: dict) -> tuple[float, float]:
@@ -272,7 +272,7 @@ def primal_certificate(
     coef = np.asarray(coef, dtype=np.float64)
     primal = loss_sum / n + penalty_value(problem, coef)
     bound = lipschitz_bound(problem, primal)
-    g = problem.l1 * np.abs(coef) + 0.5 * problem.l2 * coef * coef
+    g = penalty_terms(problem, coef)
     g_star = penalty_conjugate(problem, correlation, bound)
     with np.errstate(invalid="ignore"):
         coordinate_gaps = g + g_star - correlation * coef

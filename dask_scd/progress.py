@@ -60,7 +60,7 @@ class Progress:
         The target relative duality gap (shown next to the live gap).
     max_iter : int
         The bar's total: the fit runs at most this many epochs.
-    verbose : bool, int or "auto"
+    verbose : bool, int or "auto", default False
         ``False``/``0``: silent. ``True``/``1``: a tqdm bar (:mod:`tqdm.auto`) when
         stderr is a terminal or in a notebook, else one printed line per certified
         iteration. ``2``: always one printed line per iteration. ``"auto"``: a bar when
@@ -73,7 +73,7 @@ class Progress:
     which closes the bar on exit.
     """
 
-    def __init__(self, solver: str, tol: float, max_iter: int, verbose) -> None:
+    def __init__(self, solver: str, tol: float, max_iter: int, verbose=False) -> None:
         self.solver = solver
         self.tol = tol
         self.max_iter = max_iter

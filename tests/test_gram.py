@@ -14,7 +14,8 @@ from dask_scd import objectives as obj
 from dask_scd.kernels import reference
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.solvers.gram import GramSystem
-from dask_scd.validation import GRAM_MAX_FEATURES, choose_solver
+from dask_scd.solvers.base import InMemory
+from dask_scd.solvers.registry import GRAM_MAX_FEATURES, resolve
 
 from conftest import shared_dataset
 from test_fit import TOL, _assert_matches, _diabetes
@@ -133,12 +134,16 @@ def test_zero_is_optimal_for_a_large_alpha(rng):
 def test_choice_of_gram():
     squared = obj.Problem("squared", 0.1, 1.0, True)
     logistic = obj.Problem("logistic", 0.1, 0.0, True)
-    assert choose_solver("auto", squared, 10_000, 100) == "gram"
-    assert choose_solver("auto", squared, 10_000, GRAM_MAX_FEATURES + 1) == "scd"
-    assert choose_solver("auto", squared, 300, 100) == "scd"  # n < 4p
-    assert choose_solver("auto", logistic, 10_000, 100, 1.0) != "gram"
+
+    def auto(problem, n, p):
+        return resolve("auto", problem, InMemory(np.ones((n, p)), np.ones(n))).name
+
+    assert auto(squared, 10_000, 100) == "gram"
+    assert auto(squared, 4 * GRAM_MAX_FEATURES + 4, GRAM_MAX_FEATURES + 1) != "gram"
+    assert auto(squared, 300, 100) != "gram"  # n < 4p
+    assert auto(logistic, 10_000, 100) != "gram"
     with pytest.raises(ValueError, match="solver='gram'"):
-        choose_solver("gram", logistic, 10_000, 100)
+        resolve("gram", logistic, InMemory(np.ones((10, 2)), np.ones(10)))
 
 
 @pytest.mark.parametrize("penalty,rho", [("l1", 1.0), ("elasticnet", 0.5)])

@@ -17,28 +17,15 @@ import math
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.cpu import _loss  # the same losses as the in-memory kernels
-from dask_scd.objectives import LOSS_CODES
-
-SQUARED = LOSS_CODES["squared"]
-LOGISTIC = LOSS_CODES["logistic"]
-HINGE = LOSS_CODES["hinge"]
-SQUARED_HINGE = LOSS_CODES["squared_hinge"]
+from dask_scd.kernels.scalar import LOGISTIC, SQUARED, SQUARED_HINGE, TRIAL_STEPS
+from dask_scd.kernels.scalar import loss as _loss
+from dask_scd.kernels.scalar import sigmoid as _sigmoid
 # The logistic trials use the product form below while |step·d·x| stays under this: there
 # 1 + p·expm1(v) ≥ e^{-8} keeps ~13 correct digits even when p rounds to 1.
 _PRODUCT_FORM_MAX = 8.0
 
 
 # ----------------------------------------------------------------- loss derivatives
-
-
-@njit(inline="always")
-def _sigmoid(u):
-    """σ(u) = 1/(1 + e^{-u}) without overflow."""
-    if u >= 0.0:
-        return 1.0 / (1.0 + math.exp(-u))
-    e = math.exp(u)
-    return e / (1.0 + e)
 
 
 @njit(nogil=True, cache=True)
@@ -135,7 +122,7 @@ def line_trials(y, margins, u, steps, quarters, loss):
 
 def are_quarters(steps) -> bool:
     """Whether the step sizes are 1, 1/4, 1/16, … (the doubling trick applies)."""
-    return bool(np.array_equal(steps, 0.25 ** np.arange(len(steps))))
+    return bool(np.array_equal(steps, TRIAL_STEPS[: len(steps)]))
 
 
 # ----------------------------------------------------------------- the coarse step

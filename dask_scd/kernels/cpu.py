@@ -13,18 +13,25 @@ X may be float32 or float64; coefficients, margins and sums are always float64.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
 
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
+from dask_scd.kernels.scalar import (
+    ARMIJO as _ARMIJO,
+    BACKTRACK as _BACKTRACK,
+    LOGISTIC,
+    MAX_BACKTRACK as _MAX_BACKTRACK,
+    SQUARED,
+    cubic_accepts as _cubic_accepts,
+    dual_step as _dual_step,
+    loss as _loss,
+    loss_d1_d2 as _loss_d1_d2,
+    penalty as _penalty,
+    prox_newton as _prox_newton,
+)
 
-SQUARED, LOGISTIC, HINGE, SQUARED_HINGE = 0, 1, 2, 3
 
-# Armijo constant of the prox-Newton coordinate line search (Tseng & Yun 2009).
-_ARMIJO = 0.01
-_MAX_BACKTRACK = 40
 
 
 # ------------------------------------------------------------------ scalar helpers
@@ -42,63 +49,6 @@ def _minor(dense, indices, idx, start):
     if dense:
         return idx - start
     return indices[idx]
-
-
-@njit(inline="always")
-def _loss(loss, y, z):
-    if loss == SQUARED:
-        return 0.5 * (y - z) * (y - z)
-    t = 1.0 - y * z
-    if loss == HINGE:
-        return t if t > 0.0 else 0.0
-    if loss == SQUARED_HINGE:
-        return t * t if t > 0.0 else 0.0
-    u = -y * z  # logistic: log(1 + exp(u)) without overflow
-    if u > 0.0:
-        return u + math.log1p(math.exp(-u))
-    return math.log1p(math.exp(u))
-
-
-@njit(inline="always")
-def _loss_d1_d2(loss, y, z):
-    """First and second derivative of the loss in the margin z."""
-    if loss == SQUARED:
-        return z - y, 1.0
-    if loss == LOGISTIC:
-        u = y * z
-        if u >= 0.0:
-            e = math.exp(-u)
-            s = e / (1.0 + e)  # σ(−yz)
-        else:
-            s = 1.0 / (1.0 + math.exp(u))
-        return -y * s, s * (1.0 - s)
-    t = 1.0 - y * z
-    if loss == SQUARED_HINGE:
-        if t > 0.0:
-            return -2.0 * y * t, 2.0
-        return 0.0, 0.0
-    if t > 0.0:  # hinge: a subgradient
-        return -y, 0.0
-    return 0.0, 0.0
-
-
-@njit(inline="always")
-def _penalty(l1, l2, t):
-    return l1 * abs(t) + 0.5 * l2 * t * t
-
-
-@njit(inline="always")
-def _prox_newton(old, g, h, l1, l2):
-    """argmin_t g(t−old) + h/2 (t−old)² + l1|t| + l2/2 t²  (soft-thresholded Newton step)."""
-    z = h * old - g
-    denom = h + l2
-    if denom <= 0.0:
-        return old
-    if z > l1:
-        return (z - l1) / denom
-    if z < -l1:
-        return (z + l1) / denom
-    return 0.0
 
 
 # --------------------------------------------------------------------- primal SCD
@@ -188,33 +138,6 @@ def _column_step(
     return delta
 
 
-# sup |ℓ‴(z)| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3).
-_LOGISTIC_D3 = 1.0 / (6.0 * math.sqrt(3.0))
-
-
-@njit(inline="always")
-def logistic_taylor_bound(model, h, delta, cube_mean):
-    """Upper bound of f(θ + Δ) − f(θ) + penalty change, per coordinate (scalars or arrays):
-    ``model + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6`` (Taylor with remainder, logistic loss),
-    with ``model = gΔ`` + the penalty change."""
-    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * np.abs(delta) ** 3
-
-
-@njit(inline="always")
-def _cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
-    """Does the Armijo test surely pass at t = 1, without evaluating the loss?
-
-    Taylor with remainder: f(θ + Δ) − f(θ) ≤ gΔ + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6,
-    exact in g and h, so a bound below the Armijo line proves what the line search would
-    find (the two passes of loss evaluations it costs are skipped). ``cube_mean < 0``:
-    no bound for this loss.
-    """
-    if cube_mean < 0.0:
-        return False
-    model = g * delta + _penalty(l1, l2, old + delta) - _penalty(l1, l2, old)
-    return logistic_taylor_bound(model, h, delta, cube_mean) <= _ARMIJO * model
-
-
 @njit(inline="always")
 def _column_line_search(
     data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
@@ -238,7 +161,7 @@ def _column_line_search(
         change = trial * inv_n - base + _penalty(l1, l2, old + step) - _penalty(l1, l2, old)
         if change <= _ARMIJO * t * model + noise:
             return t
-        t *= 0.5
+        t *= _BACKTRACK
     return 0.0
 
 
@@ -272,7 +195,7 @@ def _intercept_step(y, margins, intercept, loss, cubic):
             if trial - base <= _ARMIJO * t * model + noise:
                 accepted = True
                 break
-            t *= 0.5
+            t *= _BACKTRACK
         delta = t * delta if accepted else 0.0
     if delta == 0.0:
         return 0.0
@@ -283,79 +206,6 @@ def _intercept_step(y, margins, intercept, loss, cubic):
 
 
 # ----------------------------------------------------------------------- dual SDCA
-
-
-@njit(inline="always")
-def _dual_interval(loss, y, a):
-    """Range of t such that a + t stays in the domain of −ℓ*(−·) (β = a·y)."""
-    if loss == SQUARED:
-        return -np.inf, np.inf
-    if loss == SQUARED_HINGE:  # β ≥ 0
-        if y > 0:
-            return -a, np.inf
-        return -np.inf, -a
-    if y > 0:  # logistic and hinge: β ∈ [0, 1]
-        return -a, 1.0 - a
-    return -1.0 - a, -a
-
-
-@njit(inline="always")
-def _dual_d1_d2(loss, y, a):
-    """First and second derivative of −ℓ*(−a) in a."""
-    if loss == SQUARED:
-        return y - a, -1.0
-    if loss == HINGE:
-        return y, 0.0
-    beta = a * y
-    if loss == SQUARED_HINGE:
-        return y * (1.0 - 0.5 * beta), -0.5
-    if beta <= 0.0:
-        return y * np.inf, -np.inf
-    if beta >= 1.0:
-        return -y * np.inf, -np.inf
-    return y * math.log((1.0 - beta) / beta), -1.0 / (beta * (1.0 - beta))
-
-
-@njit(inline="always")
-def _dual_step(loss, y, a, m, q):
-    """Maximize φ(t) = d(a + t) − t m − q t²/2 over the domain of d = −ℓ*(−·).
-
-    ``q = ‖x_i‖²/(αn)`` (+ρ). Quadratic duals (squared, hinge, squared hinge) are solved
-    by one clipped Newton step; the logistic dual by a Newton iteration safeguarded by
-    bisection on its bracket (its derivative is ±∞ at the ends).
-    """
-    lo, hi = _dual_interval(loss, y, a)
-    if loss != LOGISTIC:
-        d1, d2 = _dual_d1_d2(loss, y, a)
-        slope = d1 - m
-        curvature = d2 - q
-        if curvature < 0.0:
-            t = -slope / curvature
-        elif slope > 0.0:
-            t = hi
-        elif slope < 0.0:
-            t = lo
-        else:
-            t = 0.0
-        t = min(max(t, lo), hi)
-        if not math.isfinite(t):
-            return 0.0
-        return t
-    t = 0.0
-    for _ in range(60):
-        d1, d2 = _dual_d1_d2(loss, y, a + t)
-        slope = d1 - m - q * t
-        if slope > 0.0:
-            lo = t
-        else:
-            hi = t
-        step = t - slope / (d2 - q)
-        if not (lo < step < hi):
-            step = 0.5 * (lo + hi)
-        if abs(step - t) <= 1e-15 * (1.0 + abs(t)):
-            return step
-        t = step
-    return t
 
 
 @njit(inline="always")
@@ -446,30 +296,6 @@ def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, square
                 out[_minor(dense, indices, idx, start)] += x * x * u[r]
         elif u[r] != 0.0:  # a sparse u (lasso coefficients) skips its zero lines
             _row_axpy(data, indices, dense, start, end, u[r], out)
-
-
-@njit(nogil=True, cache=True)
-def coordinate_trials(
-    data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins, direction,
-    steps, loss, out,
-):
-    """out[k, j] += Σ_i ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i) over the non-zeros of column j.
-
-    The per-coordinate line search of a *pure* block: its columns touch disjoint examples,
-    so the objective change of the block step splits over coordinates. ``by_columns``
-    says whether the major axis is the columns (CSC cell) or the rows (C-order cell).
-    """
-    for r in range(n_major):
-        start, end = _line(dense, indptr, r, n_minor)
-        for idx in range(start, end):
-            x = data[idx]
-            if x == 0.0:
-                continue
-            m = _minor(dense, indices, idx, start)
-            i, j = (m, r) if by_columns else (r, m)
-            base = _loss(loss, y[i], margins[i])
-            for k in range(steps.shape[0]):
-                out[k, j] += _loss(loss, y[i], margins[i] + steps[k] * direction[j] * x) - base
 
 
 @njit(nogil=True, cache=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from numba import njit
 
-from dask_scd.kernels.cpu import _FAST, _prox_newton
+from dask_scd.kernels.cpu import _FAST
+from dask_scd.kernels.scalar import prox_newton as _prox_newton
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)

@@ -1,8 +1,11 @@
 """Plain-numpy reference of every kernel update: the test oracle, slow and obvious.
 
 Written from the formulas in :mod:`dask_scd.objectives` (losses and their conjugates),
-column by column and row by row on a dense ``X``, with no shared code with the numba
-kernels beyond those formulas.
+column by column and row by row on a dense ``X``. It shares with the numba kernels only
+the scalar update rules of :mod:`dask_scd.kernels.scalar` that define the method (the
+penalty, its prox-Newton step, the Armijo schedule); losses, derivatives and the dual
+steps are computed here independently (vectorized formulas, root finding), so the tests
+check the kernels' arithmetic against them.
 """
 
 from __future__ import annotations
@@ -11,19 +14,14 @@ import numpy as np
 from scipy.optimize import brentq
 
 from dask_scd import objectives as obj
-
-_ARMIJO = 0.01
-
-
-def _soft_threshold(z, t):
-    return np.sign(z) * max(abs(z) - t, 0.0)
+from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK, penalty, prox_newton
 
 
 def _objective_along(problem, y, margins, column, old, step):
     """Loss over the column's examples plus the penalty of θ_j = old + step."""
     theta = old + step
     loss = obj.loss_value(problem.loss, y, margins + step * column).sum() / len(y)
-    return loss + problem.l1 * abs(theta) + 0.5 * problem.l2 * theta**2
+    return loss + penalty(problem.l1, problem.l2, theta)
 
 
 def scd_epoch(problem: obj.Problem, X, y, margins, coef, intercept, order):
@@ -44,7 +42,7 @@ def scd_epoch(problem: obj.Problem, X, y, margins, coef, intercept, order):
             old, l1, l2 = coef[j], problem.l1, problem.l2
             if h + l2 <= 0:
                 continue
-            new = _soft_threshold(h * old - g, l1) / (h + l2)
+            new = prox_newton(old, g, h, l1, l2)
         delta = new - old
         if delta == 0.0:
             continue
@@ -58,19 +56,19 @@ def scd_epoch(problem: obj.Problem, X, y, margins, coef, intercept, order):
 
 
 def _line_search(problem, y, margins, column, old, delta, g, l1, l2):
-    penalty = lambda t: l1 * abs(t) + 0.5 * l2 * t * t  # noqa: E731
     rows = column != 0
     yc, mc, cc = y[rows], margins[rows], column[rows]
     n = len(y)
     base = obj.loss_value(problem.loss, yc, mc).sum() / n
-    model = g * delta + penalty(old + delta) - penalty(old)
-    noise = 1e-13 * (base + penalty(old))
+    change = lambda step: penalty(l1, l2, old + step) - penalty(l1, l2, old)  # noqa: E731
+    model = g * delta + change(delta)
+    noise = 1e-13 * (base + penalty(l1, l2, old))
     t = 1.0
-    for _ in range(40):
+    for _ in range(MAX_BACKTRACK):
         trial = obj.loss_value(problem.loss, yc, mc + t * delta * cc).sum() / n
-        if trial - base + penalty(old + t * delta) - penalty(old) <= _ARMIJO * t * model + noise:
+        if trial - base + change(t * delta) <= ARMIJO * t * model + noise:
             return t
-        t *= 0.5
+        t *= BACKTRACK
     return 0.0
 
 
@@ -129,7 +127,7 @@ def gram_epoch(gram, gradient, coef, order, l1, l2):
     up to date; updates ``gradient`` (q) and ``coef`` in place."""
     for j in order:
         h = gram[j, j]
-        new = _soft_threshold(h * coef[j] - gradient[j], l1) / (h + l2) if h + l2 > 0 else coef[j]
+        new = prox_newton(coef[j], gradient[j], h, l1, l2)
         gradient += gram[:, j] * (new - coef[j])
         coef[j] = new
 

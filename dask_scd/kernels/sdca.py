@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.cpu import _FAST, HINGE, SQUARED_HINGE, _line, _row_axpy, _row_dot
+from dask_scd.kernels.cpu import _FAST, _line, _row_axpy, _row_dot
+from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # liblinear does not step on a row whose projected gradient is below this (its 1.0e-12);

@@ -22,10 +22,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.coarse import _ARMIJO, LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
+from dask_scd.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 from dask_scd.kernels import block as block_kernels
-from dask_scd.kernels import cpu
+from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 
 
 
@@ -374,11 +375,11 @@ def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
     """Per coordinate: does the Armijo test surely pass at the full step?
 
     Taylor with remainder, per coordinate of a pure block (its coordinates touch disjoint
-    examples): f(θ + Δ) − f(θ) ≤ :func:`cpu.logistic_taylor_bound`, so a bound
+    examples): f(θ + Δ) − f(θ) ≤ :func:`scalar.logistic_taylor_bound`, so a bound
     below the Armijo line proves what the trials would find; those coordinates are left
     out of the trials (the same test as the in-memory engine's).
     """
-    bound = cpu.logistic_taylor_bound(model, h, delta, cube_mean)
+    bound = scalar.logistic_taylor_bound(model, h, delta, cube_mean)
     return (bound <= _ARMIJO * model) & (delta != 0.0)
 
 
@@ -450,8 +451,7 @@ def _exact_line(theta, d, linear, quadratic, l1, l2) -> float:
     return float(result.x) if f(result.x) < f(0.0) else 0.0
 
 
-def _penalty(l1, l2, t):
-    return l1 * np.abs(t) + 0.5 * l2 * t * t
+_penalty = scalar.penalty.py_func  # elementwise on arrays too
 
 
 def _ordered_sum(parts) -> np.ndarray:

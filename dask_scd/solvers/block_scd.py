@@ -28,18 +28,17 @@ import contextlib
 import os
 import time
 import uuid
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
 from dask_scd.fault import load_checkpoint, save_checkpoint
-from dask_scd.result import FitResult, History
+from dask_scd.result import History
 from dask_scd.solvers import block_ops as ops
-from dask_scd.validation import check_labels, choose_solver
+from dask_scd.solvers.base import Options, Run
+from dask_scd.validation import check_labels
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 SELECTIONS = ("shuffle", "cyclic", "gap")
@@ -191,19 +190,13 @@ def make_source(X, y, loss, blocks) -> _Source:
 # ------------------------------------------------------------------------- the engine
 
 
-def fit_block_scd(
-    X, y, problem: obj.Problem, *, penalty, tol, max_iter, rng, solver="auto", verbose=False,
-    client=None, blocks=None, selection="shuffle", checkpoint=None, checkpoint_every=1,
-    resume=False, in_memory_limit=256 * 2**20, callback=None,
-) -> FitResult:
-    """Fit on a dask array or a Grid; see :func:`dask_scd.fit` for the common arguments.
+def fit_block_scd(source: _Source, problem: obj.Problem, options: Options) -> Run:
+    """Block SCD on a dask array or a Grid (see :func:`make_source`).
 
-    Parameters
-    ----------
+    Engine options (``options.engine``)
+    -----------------------------------
     client : distributed.Client, optional
         Defaults to the current client, else an in-process threaded cluster for the fit.
-    blocks : list of int arrays, optional
-        Column blocks for a dask array (default: its column chunks).
     selection : {"shuffle", "cyclic", "gap"}
         Block order within an epoch: a fresh permutation, the grid order, or by decreasing
         block duality gap (from the last certificate).
@@ -211,65 +204,23 @@ def fit_block_scd(
         File (.npz) written atomically every ``checkpoint_every`` epochs.
     resume : bool
         Continue from ``checkpoint`` if it exists.
-    in_memory_limit : int
-        With ``solver="auto"``, data smaller than this many bytes is fitted in memory,
-        where the local kernels beat any cluster's task overhead.
     callback : callable, optional
         Called after every epoch with a dict (epoch, coef in the original feature order,
         intercept, relative_gap); returning True stops the fit.
     """
+    engine_options = dict(options.engine)
+    selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
-    if solver in ("scd", "block_scd") and problem.loss == "hinge":
-        choose_solver(solver, problem, 1, 1)  # raises the same error as in memory
-    source = make_source(X, y, problem.loss, blocks)
-    if solver in ("scd", "sdca") or (solver == "auto" and source.nbytes <= in_memory_limit):
-        if checkpoint is not None or callback is not None:
-            warnings.warn("checkpoint and callback apply to the block-SCD engine only; this "
-                          "fit runs in memory (pass solver='block_scd' to use them)",
-                          UserWarning, stacklevel=3)
-        return _fit_in_memory(source, problem, penalty, tol, max_iter, rng, solver, verbose)
-    if problem.loss == "hinge":
-        raise ValueError(
-            "the block-SCD engine needs a smooth loss; for the hinge use loss='squared_hinge', "
-            "or fit in memory with solver='sdca'"
-        )
+    client = engine_options.pop("client", None)
     with _client(client) as c:
-        engine = _BlockSCD(c, source, problem, rng, selection, verbose)
-        run = engine.run(tol, max_iter, checkpoint, checkpoint_every, resume, callback)
+        engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress)
+        run = engine.run(options.tol, options.max_iter, engine_options.get("checkpoint"),
+                         engine_options.get("checkpoint_every", 1),
+                         engine_options.get("resume", False), engine_options.get("callback"))
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
-    cert = run["certificate"]
-    converged = cert.relative_gap <= tol
-    if not converged:
-        warnings.warn(
-            f"Did not converge after {run['epoch']} epochs: relative duality gap "
-            f"{cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-            ConvergenceWarning, stacklevel=3,
-        )
-    return FitResult(
-        coef_=coef, intercept_=run["intercept"], dual_gap_=cert.relative_gap,
-        n_iter_=run["epoch"], history_=run["history"], converged_=converged,
-        solver_="block_scd", loss=problem.loss, penalty=penalty, alpha=problem.alpha,
-        l1_ratio=problem.l1_ratio, primal_=cert.primal, classes_=source.classes,
-    )
-
-
-def _fit_in_memory(source, problem, penalty, tol, max_iter, rng, solver, verbose):
-    from dask_scd.api import fit
-
-    X, y = source.materialize()
-    if source.classes is not None:
-        y = np.where(y == source.classes[1], 1.0, -1.0)
-    result = fit(
-        X, y, loss=problem.loss, penalty=penalty, alpha=problem.alpha,
-        l1_ratio=problem.l1_ratio, fit_intercept=problem.fit_intercept, tol=tol,
-        max_iter=max_iter, solver="auto" if solver == "auto" else solver, random_state=rng,
-        verbose=verbose,
-    )
-    if source.classes is not None:
-        result.classes_ = source.classes
-    return result
+    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"])
 
 
 @contextlib.contextmanager
@@ -293,7 +244,7 @@ def _client(client):
 class _BlockSCD:
     """The solver loop: select → reduce → update → certify, one epoch at a time."""
 
-    def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, verbose,
+    def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, progress,
                  gram_max=1024, coarse=True):
         self.client = client
         self.coarse = coarse
@@ -304,7 +255,7 @@ class _BlockSCD:
         self.problem = problem
         self.rng = rng
         self.selection = selection
-        self.verbose = verbose
+        self.progress = progress
         self.slices = source.slices
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         self._connect_cells()
@@ -419,9 +370,7 @@ class _BlockSCD:
                 state = self._coarse_step(margins, state)
             margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            if self.verbose:
-                print(f"[block_scd] epoch {epoch:4d}  relative gap {cert.relative_gap:.3e}  "
-                      f"primal {cert.primal:.10g}")
+            self.progress.update(epoch, cert.relative_gap, cert.primal)
             if checkpoint and (epoch % checkpoint_every == 0 or cert.relative_gap <= tol):
                 save_checkpoint(checkpoint, coef=coef, intercept=intercept, epoch=epoch,
                                 rng=self.rng, history=history, signature=self.signature())

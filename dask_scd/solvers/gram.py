@@ -34,7 +34,8 @@ from dask_scd import objectives as obj
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
-from dask_scd.solvers.local import LocalFit, _finish, _primal_certificate, _report
+from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.local import _primal_certificate
 
 # Rows per chunk when building the centred Gram matrix of dense X: ~4 MiB float64 temporaries.
 _CHUNK_BYTES = 4 << 20
@@ -121,14 +122,14 @@ class GramSystem:
         )
 
 
-def fit_gram(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -> LocalFit:
+def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """Squared loss, any penalty: coordinate descent on the Gram matrix of a working set.
 
-    Parameters
-    ----------
-    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
-    y : ndarray of shape (n_samples,)
+    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
+    ``data.y``: ndarray of shape (n_samples,).
     """
+    X, y = data.X, data.y
+    tol, max_iter, rng = options.tol, options.max_iter, options.rng
     start = time.perf_counter()  # building H is part of the solve: it is timed
     n_features = X.shape[1]
     exact = _ExactCertificate(X, y, problem)
@@ -156,7 +157,7 @@ def fit_gram(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
         previous = cert
         cert, intercept = exact(coef, system.intercept(sub))
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        _report(verbose, "gram", epoch, cert)
+        options.progress.update(epoch, cert.relative_gap, cert.primal)
         if cert.relative_gap <= tol or epoch >= max_iter:
             break
         grown = _admit(problem, cert, working, coef)
@@ -168,7 +169,7 @@ def fit_gram(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
                 break
             target = max(0.01 * target, 1e-16)
         working = grown
-    return _finish(coef, intercept, cert, epoch, history, cert.relative_gap <= tol, tol)
+    return Run(coef, float(intercept), cert, epoch, history)
 
 
 def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):

@@ -8,39 +8,26 @@ check — with every numerical step in :mod:`dask_scd.kernels.cpu` and every obj
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
 from dask_scd.coarse import LocalCoarse
 from dask_scd.kernels import cpu, sdca
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
+from dask_scd.solvers.base import CertificateSchedule, InMemory, Options, Run
 
 
-@dataclass
-class LocalFit:
-    """What an in-memory solver hands back to :func:`dask_scd.fit`."""
-
-    coef: np.ndarray
-    intercept: float
-    certificate: obj.Certificate
-    n_iter: int
-    history: History
-    converged: bool
-
-
-def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -> LocalFit:
+def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """Primal stochastic coordinate descent with prox-Newton coordinate steps.
 
-    Parameters
-    ----------
-    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
-    y : ndarray of shape (n_samples,), ±1 for classification losses
+    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
+    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
     """
+    X, y = data.X, data.y
+    tol, max_iter, rng = options.tol, options.max_iter, options.rng
     matrix = MajorMatrix.from_array(X, "columns")
     n_samples, n_features = X.shape
     coef = np.zeros(n_features)
@@ -55,7 +42,6 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
 
     history = History()
     start = time.perf_counter()
-    converged = False
     epoch = 0
     working_set = np.arange(n_coordinates)
     if problem.l1 > 0:
@@ -64,7 +50,7 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
         # a single certified epoch is enough before the cheap gate takes over.
         cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
         working_set = _working_set(problem, coef, cert, problem.fit_intercept)
-    schedule = _CertificateSchedule(first=1 if problem.l1 > 0 else 3)
+    schedule = CertificateSchedule(first=1 if problem.l1 > 0 else 3)
     for epoch in range(1, max_iter + 1):
         order = rng.permutation(working_set)
         max_delta, max_coef = cpu.scd_epoch(
@@ -79,19 +65,18 @@ def fit_scd(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) ->
             continue
         cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        _report(verbose, "scd", epoch, cert)
+        options.progress.update(epoch, cert.relative_gap, cert.primal)
         if cert.relative_gap <= tol:
-            converged = True
             break
         if problem.l1 > 0:
             working_set = _working_set(problem, coef, cert, problem.fit_intercept)
     # Certify on margins recomputed from scratch, free of accumulated rounding.
     margins = matrix.scatter(coef) + intercept[0]
     cert = _primal_certificate(problem, matrix.dot, y, coef, margins)
-    return _finish(coef, intercept[0], cert, epoch, history, converged, tol)
+    return Run(coef, float(intercept[0]), cert, epoch, history)
 
 
-def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -> LocalFit:
+def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """Stochastic dual coordinate ascent (L2 penalty).
 
     The intercept's dual constraint Σ a_i = 0 is handled by the method of multipliers:
@@ -106,17 +91,17 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     spread over passes on the active rows. The certificate over all rows decides when
     to stop, whatever the active set.
 
-    Parameters
-    ----------
-    X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
-    y : ndarray of shape (n_samples,), ±1 for classification losses
+    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
+    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
     """
+    X, y = data.X, data.y
+    tol, max_iter, rng = options.tol, options.max_iter, options.rng
     matrix = MajorMatrix.from_array(X, "rows")
     n_samples, n_features = X.shape
     alpha_n = problem.alpha * n_samples
     row_sq_norms = matrix.sq_norms()
     rho = _PENALTY_SCALE * float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
-    schedule = _CertificateSchedule()
+    schedule = CertificateSchedule()
     intercept = 0.0
     if problem.fit_intercept:
         intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
@@ -125,7 +110,6 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
 
     history = History()
     start = time.perf_counter()
-    converged = False
     epoch = 0
     shrinking = _Shrinking.start(n_samples) if problem.loss in _BOX_DUALS else None
     all_rows = np.arange(n_samples)
@@ -149,9 +133,8 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
             continue
         cert, _, _ = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
         history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        _report(verbose, "sdca", epoch, cert)
+        options.progress.update(epoch, cert.relative_gap, cert.primal)
         if cert.relative_gap <= tol:
-            converged = True
             break
     # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
     cert, intercept, coef = _dual_certificate(problem, matrix, y, dual_coef, None, intercept)
@@ -159,7 +142,7 @@ def fit_sdca(X, y, problem: obj.Problem, *, tol, max_iter, rng, verbose=False) -
     primal_cert = _primal_certificate(problem, matrix.scatter, y, coef, margins)
     if primal_cert.gap < cert.gap:
         cert = primal_cert
-    return _finish(coef, intercept, cert, epoch, history, converged, tol)
+    return Run(coef, float(intercept), cert, epoch, history)
 
 
 def _dual_start(problem, y, intercept) -> np.ndarray:
@@ -243,26 +226,6 @@ def _spacing(n_working, n_coordinates) -> int:
     return 3 if 4 * n_working <= n_coordinates else 1
 
 
-class _CertificateSchedule:
-    """When to pay for a certificate (a full pass over X): the two-stage test.
-
-    Every epoch at first; then when the cheap test says the iterate has nearly stopped
-    moving (max |Δθ| ≤ 1e-3·max |θ|) and ``spacing`` epochs have passed since the last
-    certificate, and at least every ``every`` epochs.
-    """
-
-    def __init__(self, first=3, every=5, gate=1e-3):
-        self.first, self.every, self.gate = first, every, gate
-        self.last = 0
-
-    def due(self, epoch, max_delta, max_coef, final, spacing=1) -> bool:
-        due = (final or epoch <= self.first or epoch - self.last >= self.every
-               or (max_delta <= self.gate * max_coef and epoch - self.last >= spacing))
-        if due:
-            self.last = epoch
-        return due
-
-
 def _working_set(problem, coef, cert, fit_intercept) -> np.ndarray:
     """Coordinates worth visiting: non-zero, or zero but near their L1 threshold.
 
@@ -312,18 +275,3 @@ def _dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
     cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept)
     return cert, intercept, coef
 
-
-def _report(verbose, name, epoch, cert):
-    if verbose:
-        print(f"[{name}] epoch {epoch:4d}  relative gap {cert.relative_gap:.3e}  "
-              f"primal {cert.primal:.10g}")
-
-
-def _finish(coef, intercept, cert, epoch, history, converged, tol) -> LocalFit:
-    if not converged and cert.relative_gap > tol:
-        warnings.warn(
-            f"Did not converge after {epoch} epochs: relative duality gap "
-            f"{cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-            ConvergenceWarning, stacklevel=3,
-        )
-    return LocalFit(coef, float(intercept), cert, epoch, history, cert.relative_gap <= tol)

@@ -1,0 +1,211 @@
+"""The scalar update math: one copy, compiled for every device.
+
+Losses and their derivatives, the penalty and its prox-Newton coordinate step, the
+logistic's third-order Taylor bound, the dual coordinate step of SDCA, and the constants
+of every line search. Each function is a numba ``njit(inline="always")`` function of
+scalars: the CPU kernels (:mod:`dask_scd.kernels.cpu`, :mod:`~dask_scd.kernels.block`,
+:mod:`~dask_scd.kernels.sdca`, :mod:`~dask_scd.kernels.gram`) inline them, the CUDA
+kernels (:mod:`dask_scd.kernels.cuda`) call them as device functions, and the numpy
+reference (:mod:`dask_scd.kernels.reference`) calls them on scalars or through
+``.py_func`` on arrays. The vectorized formulas of :mod:`dask_scd.objectives` stay
+independent of this module: they are the oracle the tests hold it to.
+
+Loss codes are :data:`dask_scd.objectives.LOSS_CODES` (numba cannot take strings cheaply).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from dask_scd.objectives import LOSS_CODES
+
+SQUARED = LOSS_CODES["squared"]
+LOGISTIC = LOSS_CODES["logistic"]
+HINGE = LOSS_CODES["hinge"]
+SQUARED_HINGE = LOSS_CODES["squared_hinge"]
+
+# Armijo constant of every line search (Tseng & Yun 2009): accept a step t of a
+# prox-Newton direction Δ when F(θ + tΔ) − F(θ) ≤ ARMIJO · t · (gᵀΔ + penalty change).
+ARMIJO = 0.01
+# Two schedules of trial steps, for two costs of a trial. A sequential search (one
+# coordinate in memory, where a trial is a pass over one column) halves t up to
+# MAX_BACKTRACK times. A batched search (the block engine and the coarse step, where every
+# trial costs a round trip over row chunks) evaluates TRIAL_STEPS in one pass.
+BACKTRACK = 0.5
+MAX_BACKTRACK = 40
+TRIAL_STEPS = 0.25 ** np.arange(4)
+
+
+# ------------------------------------------------------------------------- primal
+
+
+@njit(inline="always")
+def loss(loss, y, z):
+    if loss == SQUARED:
+        return 0.5 * (y - z) * (y - z)
+    t = 1.0 - y * z
+    if loss == HINGE:
+        return t if t > 0.0 else 0.0
+    if loss == SQUARED_HINGE:
+        return t * t if t > 0.0 else 0.0
+    u = -y * z  # logistic: log(1 + exp(u)) without overflow
+    if u > 0.0:
+        return u + math.log1p(math.exp(-u))
+    return math.log1p(math.exp(u))
+
+
+@njit(inline="always")
+def loss_d1_d2(loss, y, z):
+    """First and second derivative of the loss in the margin z."""
+    if loss == SQUARED:
+        return z - y, 1.0
+    if loss == LOGISTIC:
+        u = y * z
+        if u >= 0.0:
+            e = math.exp(-u)
+            s = e / (1.0 + e)  # σ(−yz)
+        else:
+            s = 1.0 / (1.0 + math.exp(u))
+        return -y * s, s * (1.0 - s)
+    t = 1.0 - y * z
+    if loss == SQUARED_HINGE:
+        if t > 0.0:
+            return -2.0 * y * t, 2.0
+        return 0.0, 0.0
+    if t > 0.0:  # hinge: a subgradient
+        return -y, 0.0
+    return 0.0, 0.0
+
+
+@njit(inline="always")
+def penalty(l1, l2, t):
+    return l1 * abs(t) + 0.5 * l2 * t * t
+
+
+@njit(inline="always")
+def prox_newton(old, g, h, l1, l2):
+    """argmin_t g(t−old) + h/2 (t−old)² + l1|t| + l2/2 t²  (soft-thresholded Newton step)."""
+    z = h * old - g
+    denom = h + l2
+    if denom <= 0.0:
+        return old
+    if z > l1:
+        return (z - l1) / denom
+    if z < -l1:
+        return (z + l1) / denom
+    return 0.0
+
+
+@njit(inline="always")
+def sigmoid(u):
+    """σ(u) = 1/(1 + e^{-u}) without overflow."""
+    if u >= 0.0:
+        return 1.0 / (1.0 + math.exp(-u))
+    e = math.exp(u)
+    return e / (1.0 + e)
+
+
+# sup |ℓ‴(z)| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3).
+_LOGISTIC_D3 = 1.0 / (6.0 * math.sqrt(3.0))
+
+
+@njit(inline="always")
+def logistic_taylor_bound(model, h, delta, cube_mean):
+    """Upper bound of f(θ + Δ) − f(θ) + penalty change, per coordinate (scalars or arrays):
+    ``model + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6`` (Taylor with remainder, logistic loss),
+    with ``model = gΔ`` + the penalty change."""
+    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * np.abs(delta) ** 3
+
+
+@njit(inline="always")
+def cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
+    """Does the Armijo test surely pass at t = 1, without evaluating the loss?
+
+    Taylor with remainder: f(θ + Δ) − f(θ) ≤ gΔ + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6,
+    exact in g and h, so a bound below the Armijo line proves what the line search would
+    find (the two passes of loss evaluations it costs are skipped). ``cube_mean < 0``:
+    no bound for this loss.
+    """
+    if cube_mean < 0.0:
+        return False
+    model = g * delta + penalty(l1, l2, old + delta) - penalty(l1, l2, old)
+    return logistic_taylor_bound(model, h, delta, cube_mean) <= ARMIJO * model
+
+
+# --------------------------------------------------------------------------- dual
+
+
+@njit(inline="always")
+def dual_interval(loss, y, a):
+    """Range of t such that a + t stays in the domain of −ℓ*(−·) (β = a·y)."""
+    if loss == SQUARED:
+        return -np.inf, np.inf
+    if loss == SQUARED_HINGE:  # β ≥ 0
+        if y > 0:
+            return -a, np.inf
+        return -np.inf, -a
+    if y > 0:  # logistic and hinge: β ∈ [0, 1]
+        return -a, 1.0 - a
+    return -1.0 - a, -a
+
+
+@njit(inline="always")
+def dual_d1_d2(loss, y, a):
+    """First and second derivative of −ℓ*(−a) in a."""
+    if loss == SQUARED:
+        return y - a, -1.0
+    if loss == HINGE:
+        return y, 0.0
+    beta = a * y
+    if loss == SQUARED_HINGE:
+        return y * (1.0 - 0.5 * beta), -0.5
+    if beta <= 0.0:
+        return y * np.inf, -np.inf
+    if beta >= 1.0:
+        return -y * np.inf, -np.inf
+    return y * math.log((1.0 - beta) / beta), -1.0 / (beta * (1.0 - beta))
+
+
+@njit(inline="always")
+def dual_step(loss, y, a, m, q):
+    """Maximize φ(t) = d(a + t) − t m − q t²/2 over the domain of d = −ℓ*(−·).
+
+    ``q = ‖x_i‖²/(αn)`` (+ρ). Quadratic duals (squared, hinge, squared hinge) are solved
+    by one clipped Newton step; the logistic dual by a Newton iteration safeguarded by
+    bisection on its bracket (its derivative is ±∞ at the ends).
+    """
+    lo, hi = dual_interval(loss, y, a)
+    if loss != LOGISTIC:
+        d1, d2 = dual_d1_d2(loss, y, a)
+        slope = d1 - m
+        curvature = d2 - q
+        if curvature < 0.0:
+            t = -slope / curvature
+        elif slope > 0.0:
+            t = hi
+        elif slope < 0.0:
+            t = lo
+        else:
+            t = 0.0
+        t = min(max(t, lo), hi)
+        if not math.isfinite(t):
+            return 0.0
+        return t
+    t = 0.0
+    for _ in range(60):
+        d1, d2 = dual_d1_d2(loss, y, a + t)
+        slope = d1 - m - q * t
+        if slope > 0.0:
+            lo = t
+        else:
+            hi = t
+        step = t - slope / (d2 - q)
+        if not (lo < step < hi):
+            step = 0.5 * (lo + hi)
+        if abs(step - t) <= 1e-15 * (1.0 + abs(t)):
+            return step
+        t = step
+    return t

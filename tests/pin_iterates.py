@@ -1,0 +1,76 @@
+"""The fits whose iterates are pinned in tests/data/pinned_iterates.json (see test_seam.py).
+
+``python tests/pin_iterates.py`` rewrites the file; run it only when a change of the
+iterates is intended, and say so in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.exceptions import ConvergenceWarning
+
+import dask_scd
+from dask_scd.datasets import make_onehot
+
+PINNED = Path(__file__).resolve().parent / "data" / "pinned_iterates.json"
+
+
+def _data():
+    Xb, yb = load_breast_cancer(return_X_y=True)
+    Xb = (Xb - Xb.mean(0)) / Xb.std(0)
+    Xd, yd = load_diabetes(return_X_y=True)
+    Xo, yo, _ = make_onehot(3000, 4, 10, random_state=0)
+    return {"cancer": (Xb, yb), "diabetes": (Xd, yd), "onehot": (Xo, yo)}
+
+
+# (name, data, fit arguments): a few epochs of every engine, every loss and penalty.
+CASES = [
+    ("gram-lasso", "diabetes", dict(loss="squared", penalty="l1", alpha=0.1, solver="gram")),
+    ("scd-enet", "diabetes", dict(loss="squared", penalty="elasticnet", alpha=0.05, solver="scd")),
+    ("scd-logistic-l1", "cancer", dict(loss="logistic", penalty="l1", alpha=0.01, solver="scd")),
+    ("scd-logistic-l2", "onehot", dict(loss="logistic", alpha=1e-3, solver="scd")),
+    ("scd-sqhinge", "cancer", dict(loss="squared_hinge", alpha=0.01, solver="scd")),
+    ("sdca-logistic", "cancer", dict(loss="logistic", alpha=0.01, solver="sdca")),
+    ("sdca-hinge", "onehot", dict(loss="hinge", alpha=1e-3, solver="sdca")),
+    ("sdca-ridge", "diabetes", dict(loss="squared", alpha=0.01, solver="sdca")),
+    ("block-logistic", "onehot-dask", dict(loss="logistic", alpha=1e-3, solver="block_scd")),
+]
+
+
+def run_cases() -> dict:
+    data = _data()
+    out = {}
+    for name, source, kwargs in CASES:
+        if source == "onehot-dask":
+            X, y = data["onehot"]
+            X = da.from_array(X.toarray(), chunks=(1000, 10))
+        else:
+            X, y = data[source]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            if kwargs["solver"] == "block_scd":
+                from distributed import Client, LocalCluster
+
+                with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as c, \
+                        Client(c) as client:
+                    result = dask_scd.fit(X, y, tol=1e-14, max_iter=4, random_state=0,
+                                          client=client, **kwargs)
+            else:
+                result = dask_scd.fit(X, y, tol=1e-14, max_iter=6, random_state=0, **kwargs)
+        out[name] = {
+            "coef": [float(v).hex() for v in result.coef_],
+            "intercept": float(result.intercept_).hex(),
+            "n_iter": int(result.n_iter_),
+        }
+    return out
+
+
+if __name__ == "__main__":
+    PINNED.write_text(json.dumps(run_cases(), indent=1) + "\n")
+    print(f"wrote {PINNED}")
