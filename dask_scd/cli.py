@@ -19,7 +19,7 @@ import time
 import warnings
 
 from dask_scd.objectives import LOSSES, PENALTIES
-from dask_scd.validation import SOLVERS
+from dask_scd.solvers.registry import SOLVERS
 
 PROG = "dask-scd"
 USAGE_ERROR = 2  # argparse's status for a bad command line
