@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask clean
+.PHONY: demo test docs bench-kernels bench-dask bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ bench-kernels: $(STAMP)
 
 bench-dask: $(STAMP)
 	$(PY) benchmarks/bench_dask.py
+
+# The peers (skglm, celer, glum, Snap ML) come from the `bench` extra, never from `make test`.
+$(VENV)/.bench: $(STAMP) pyproject.toml
+	$(PY) -m pip install -e ".[test,bench]"
+	touch $(VENV)/.bench
+
+bench-peers: $(VENV)/.bench
+	$(PY) benchmarks/bench_peers.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build docs/generated

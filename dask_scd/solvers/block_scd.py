@@ -331,9 +331,10 @@ class _BlockSCD:
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
                               for b in range(n_blocks)]
-        self.row_sums = [self._submit_row(r, ops.block_row_sums, self.cells[r],
-                                          self.problem.fit_intercept)
-                         for r in range(self.source.n_row_chunks)]
+        if self.coarse:
+            self.row_sums = [self._submit_row(r, ops.block_row_sums, self.cells[r],
+                                              self.problem.fit_intercept)
+                             for r in range(self.source.n_row_chunks)]
 
     def signature(self) -> dict:
         p = self.problem
