@@ -3,19 +3,25 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench-kernels bench-dask bench-peers clean
+.PHONY: demo test docs bench-kernels bench-dask bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip >/dev/null
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[test,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# The suite includes the documentation build (tests/test_docs_examples.py) and the
+# examples at small size.
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests
+
+# Sphinx, warnings as errors.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 bench-kernels: $(STAMP)
 	$(PY) benchmarks/bench_kernels.py
@@ -32,4 +38,4 @@ bench-peers: $(VENV)/.bench
 	$(PY) benchmarks/bench_peers.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build docs/generated

@@ -1,8 +1,10 @@
 """dask_scd: regularized linear models by coordinate descent, certified by duality gaps."""
 
 from dask_scd.api import fit
+from dask_scd.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
 from dask_scd.grid import Grid, GridCorruptionError, open_grid, to_grid
 from dask_scd.objectives import Certificate, Problem, certificate
+from dask_scd.progress import Progress
 from dask_scd.result import FitResult, History
 
 __all__ = [
@@ -16,5 +18,11 @@ __all__ = [
     "GridCorruptionError",
     "open_grid",
     "to_grid",
+    "Ridge",
+    "Lasso",
+    "ElasticNet",
+    "LogisticRegression",
+    "LinearSVC",
+    "Progress",
 ]
 __version__ = "0.1.0"

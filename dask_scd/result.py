@@ -6,50 +6,122 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+PLOT_EXTRA = "pip install dask-scd[plot]"
+
 
 @dataclass
 class History:
     """Per-iteration record: relative duality gap, primal objective, elapsed seconds.
 
-    One entry per epoch (a pass over all coordinates, or over all blocks and the
-    intercept for the dask engine).
+    One entry per certified epoch (a pass over all coordinates, or over all blocks and
+    the intercept for the dask engine).
+
+    Attributes
+    ----------
+    iteration : list of int
+        The epoch's number, from 1.
+    relative_gap : list of float
+        Relative duality gap ``(P − D)/|P|`` after the epoch.
+    primal : list of float
+        Primal objective P after the epoch.
+    seconds : list of float
+        Elapsed seconds since the start of the epoch loop.
+    bytes_moved : list of float
+        Bytes sent between the client and the workers up to the epoch, when the engine
+        records them (else empty).
     """
 
     iteration: list = field(default_factory=list)
     relative_gap: list = field(default_factory=list)
     primal: list = field(default_factory=list)
     seconds: list = field(default_factory=list)
+    bytes_moved: list = field(default_factory=list)
 
-    def append(self, iteration: int, relative_gap: float, primal: float, seconds: float):
+    def append(self, iteration: int, relative_gap: float, primal: float, seconds: float,
+               bytes_moved: float | None = None) -> None:
+        """Record one certified epoch (``bytes_moved`` only if the engine counts them)."""
         self.iteration.append(int(iteration))
         self.relative_gap.append(float(relative_gap))
         self.primal.append(float(primal))
         self.seconds.append(float(seconds))
+        if bytes_moved is not None:
+            self.bytes_moved.append(float(bytes_moved))
 
     def __len__(self) -> int:
         return len(self.iteration)
 
+    def __repr__(self) -> str:
+        if not self.iteration:
+            return "History(0 epochs)"
+        return (f"History({len(self)} epochs, last: epoch {self.iteration[-1]}, "
+                f"relative gap {self.relative_gap[-1]:.3e}, {self.seconds[-1]:.3g}s)")
+
     def as_dict(self) -> dict:
-        return {
-            "iteration": list(self.iteration),
-            "relative_gap": list(self.relative_gap),
-            "primal": list(self.primal),
-            "seconds": list(self.seconds),
-        }
+        """The record as a dict of plain lists (JSON-friendly)."""
+        return {key: list(getattr(self, key)) for key in self.__dataclass_fields__}
 
     @classmethod
-    def from_dict(cls, record: dict) -> "History":
-        return cls(**{key: list(record[key]) for key in cls.__dataclass_fields__})
+    def from_dict(cls, record: dict) -> History:
+        """Inverse of :meth:`as_dict`; keys missing from older records start empty."""
+        return cls(**{key: list(record.get(key, [])) for key in cls.__dataclass_fields__})
+
+    def to_pandas(self):
+        """The record as a :class:`pandas.DataFrame`, one row per certified epoch.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``iteration``, ``relative_gap``, ``primal``, ``seconds`` and, when
+            recorded, ``bytes_moved``.
+        """
+        try:
+            import pandas as pd
+        except ImportError as error:
+            raise ImportError("History.to_pandas needs pandas: pip install pandas") from error
+        columns = {key: values for key, values in self.as_dict().items()
+                   if key != "bytes_moved" or self._has_bytes()}
+        return pd.DataFrame(columns)
+
+    def _has_bytes(self) -> bool:
+        return len(self.bytes_moved) == len(self.iteration) > 0
 
     def plot(self, ax=None):
-        """Relative gap against time on a log scale (needs the ``plot`` extra)."""
-        import matplotlib.pyplot as plt
+        """Draw the relative gap on a log scale against seconds, epochs and bytes moved.
 
-        ax = ax or plt.gca()
-        ax.semilogy(self.seconds, self.relative_gap, marker=".")
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("relative duality gap")
-        return ax
+        Needs matplotlib (``pip install dask-scd[plot]``). Bytes moved are drawn only
+        when the engine recorded them.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or sequence of Axes, optional
+            One Axes draws the gap against seconds only. A sequence draws one panel per
+            x quantity (seconds, epochs, bytes moved), as many as it holds. By default a
+            new figure with one panel per recorded quantity.
+
+        Returns
+        -------
+        numpy.ndarray of matplotlib Axes
+            The panels drawn on.
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as error:
+            raise ImportError(
+                f"History.plot needs matplotlib, the 'plot' extra: {PLOT_EXTRA}"
+            ) from error
+        panels = [("seconds", self.seconds), ("epoch", self.iteration)]
+        if self._has_bytes():
+            panels.append(("bytes moved", self.bytes_moved))
+        if ax is None:
+            _, ax = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.2),
+                                 squeeze=False, layout="constrained")
+        axes = np.atleast_1d(np.asarray(ax, dtype=object)).ravel()
+        for axis, (label, x) in zip(axes, panels):
+            axis.semilogy(x, self.relative_gap, marker=".")
+            axis.set_xlabel(label)
+            axis.set_ylabel("relative duality gap")
+            axis.grid(True, which="major", alpha=0.3)
+        return axes[: len(panels)]
 
 
 @dataclass
@@ -58,17 +130,31 @@ class FitResult:
 
     Attributes
     ----------
-    coef_ : array of shape (n_features,)
+    coef_ : ndarray of shape (n_features,)
+        θ, in the original feature order.
     intercept_ : float
+        b (0.0 when no intercept is fitted).
     dual_gap_ : float
         Relative duality gap ``(P − D)/|P|`` certified at the end of the fit.
     n_iter_ : int
         Epochs: passes over all coordinates (in memory) or all blocks (dask engine).
     history_ : History
+        The certified epochs.
     converged_ : bool
+        Whether ``dual_gap_ ≤ tol``.
     solver_ : str
-        The engine that ran ("scd", "sdca", "block_scd").
-    classes_ : array of shape (2,) or None
+        The engine that ran ("gram", "scd", "sdca", "block_scd").
+    loss : str
+        The loss, as given.
+    penalty : str
+        The penalty, as given.
+    alpha : float
+        The regularization strength.
+    l1_ratio : float
+        The effective ρ: 0 for "l2", 1 for "l1".
+    primal_ : float
+        P(θ, b), the objective of the returned model.
+    classes_ : ndarray of shape (2,) or None
         For classification losses, the labels mapped to −1 and +1.
     """
 
@@ -86,12 +172,40 @@ class FitResult:
     primal_: float = np.nan
     classes_: np.ndarray | None = None
 
+    def __repr__(self) -> str:
+        # The history is left out on purpose: it can hold thousands of entries.
+        ratio = f", l1_ratio={self.l1_ratio:g}" if self.penalty == "elasticnet" else ""
+        return (
+            f"FitResult(solver={self.solver_!r}, loss={self.loss!r}, "
+            f"penalty={self.penalty!r}, alpha={self.alpha:g}{ratio}, "
+            f"dual_gap={self.dual_gap_:.3e}, n_iter={self.n_iter_}, "
+            f"len(history)={len(self.history_)})"
+        )
+
     def decision_function(self, X) -> np.ndarray:
-        """``X @ coef_ + intercept_`` for X of shape (n_samples, n_features)."""
+        """``X @ coef_ + intercept_`` for X of shape (n_samples, n_features).
+
+        Parameters
+        ----------
+        X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
     def predict(self, X) -> np.ndarray:
-        """Regression values, or class labels (from ``classes_``) for classifiers."""
+        """Regression values, or class labels (from ``classes_``) for classifiers.
+
+        Parameters
+        ----------
+        X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
         scores = self.decision_function(X)
         if self.classes_ is None:
             return scores

@@ -1,0 +1,223 @@
+"""The ``dask-scd`` command: convert a libsvm file to a grid store, describe a grid, fit one.
+
+    dask-scd convert INPUT.svm OUT.zarr [--row-chunk N] [--column-block M] [--overwrite]
+    dask-scd info GRID
+    dask-scd fit GRID [--loss L] [--penalty P] [--alpha A] [--l1-ratio R] [--tol T]
+                      [--solver S] [--max-iter K] [--scheduler-address ADDR] [--out model.json]
+
+Every error is one line on stderr and a non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+
+from dask_scd.objectives import LOSSES, PENALTIES
+from dask_scd.solvers.registry import SOLVERS
+
+PROG = "dask-scd"
+USAGE_ERROR = 2  # argparse's status for a bad command line
+FAILURE = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (no usage block)."""
+
+    def error(self, message):
+        self.exit(USAGE_ERROR, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+# argparse names the type in its message: give the converters readable names.
+_positive_int.__name__ = "positive integer"
+_positive_float.__name__ = "positive number"
+_fraction.__name__ = "number in [0, 1]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dask-scd`` argument parser and its three subcommands."""
+    parser = _Parser(prog=PROG, description="Regularized linear models by coordinate "
+                     "descent, certified by their duality gap, on zarr grid stores.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    convert = commands.add_parser("convert", help="write a libsvm file as a grid store")
+    convert.add_argument("input", metavar="INPUT", help="libsvm / svmlight text file")
+    convert.add_argument("output", metavar="OUT", help="directory of the grid store to write")
+    convert.add_argument("--row-chunk", type=_positive_int, default=100_000,
+                         help="examples per row chunk (default 100000)")
+    convert.add_argument("--column-block", type=_positive_int, default=None, metavar="M",
+                         help="consecutive blocks of M features (default: pure blocks "
+                              "detected by greedy colouring)")
+    convert.add_argument("--overwrite", action="store_true", help="replace an existing store")
+
+    info = commands.add_parser("info", help="describe a grid store")
+    info.add_argument("grid", metavar="GRID", help="directory of a grid store")
+
+    fit = commands.add_parser("fit", help="fit a model on a grid store, printing its gap")
+    fit.add_argument("grid", metavar="GRID", help="directory of a grid store")
+    fit.add_argument("--loss", choices=LOSSES, default="squared")
+    fit.add_argument("--penalty", choices=PENALTIES, default="l2")
+    fit.add_argument("--alpha", type=_positive_float, default=1.0)
+    fit.add_argument("--l1-ratio", type=_fraction, default=0.5)
+    fit.add_argument("--tol", type=_positive_float, default=1e-6,
+                     help="target relative duality gap (default 1e-6)")
+    fit.add_argument("--solver", choices=SOLVERS, default="auto")
+    fit.add_argument("--max-iter", type=_positive_int, default=1000)
+    fit.add_argument("--no-intercept", action="store_true", help="fit no intercept")
+    fit.add_argument("--random-state", type=int, default=0)
+    fit.add_argument("--scheduler-address", metavar="ADDR", default=None,
+                     help="a running dask scheduler (tcp://host:port); default: a local one")
+    fit.add_argument("--out", metavar="MODEL.json", default=None,
+                     help="write the model (coefficients, certificate, history) as JSON")
+    fit.add_argument("--quiet", action="store_true", help="print only the summary line")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return {"convert": _convert, "info": _info, "fit": _fit}[args.command](args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, TypeError, ImportError) as error:
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return FAILURE
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, FileNotFoundError) and error.filename and error.strerror:
+        text = f"{error.strerror}: {error.filename}"
+    return text
+
+
+def _convert(args) -> int:
+    from dask_scd.grid import to_grid
+
+    if not os.path.isfile(args.input):
+        raise FileNotFoundError(f"input file not found: {args.input}")
+    if os.path.exists(args.output) and not args.overwrite:
+        raise FileExistsError(f"{args.output} exists (pass --overwrite to replace it)")
+    start = time.perf_counter()
+    grid = to_grid(args.input, None, args.output, row_chunk=args.row_chunk,
+                   blocks=args.column_block, overwrite=args.overwrite)
+    print(f"wrote {grid} in {time.perf_counter() - start:.2f}s")
+    return 0
+
+
+def _open(path: str):
+    from dask_scd.grid import open_grid
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"grid store not found: {path}")
+    if not os.path.isdir(path):
+        raise ValueError(f"{path} is a file, not a grid store (convert it first: "
+                         f"{PROG} convert {path} OUT.zarr)")
+    return open_grid(path)
+
+
+def _info(args) -> int:
+    grid = _open(args.grid)
+    kind = "sparse" if grid.is_sparse else "dense"
+    sizes = [len(block) for block in grid.blocks]
+    print(f"grid        {grid.path}")
+    print(f"shape       {grid.shape[0]} examples x {grid.shape[1]} features, {kind} "
+          f"{grid.dtype}, {grid.nnz} non-zeros")
+    print(f"row chunks  {grid.n_row_chunks} of {grid.row_chunk} examples")
+    print(f"blocks      {grid.n_blocks} (sizes {min(sizes)}-{max(sizes)}), "
+          f"{sum(grid.purity)} pure")
+    if grid.feature_names is not None:
+        names = ", ".join(grid.feature_names[:5])
+        print(f"features    {names}{', ...' if grid.shape[1] > 5 else ''}")
+    return 0
+
+
+def _fit(args) -> int:
+    import dask_scd
+
+    grid = _open(args.grid)
+    if args.scheduler_address is not None:
+        from distributed import Client
+
+        with Client(args.scheduler_address, timeout="10s") as client:
+            return _fit_and_report(dask_scd, grid, args, client=client)
+    # An in-process cluster's own logs (task errors, shutdown) would add lines to the
+    # one-line errors of this command.
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    return _fit_and_report(dask_scd, grid, args)
+
+
+def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = dask_scd.fit(
+            grid, loss=args.loss, penalty=args.penalty, alpha=args.alpha,
+            l1_ratio=args.l1_ratio, fit_intercept=not args.no_intercept, tol=args.tol,
+            max_iter=args.max_iter, solver=args.solver, random_state=args.random_state,
+            verbose=0 if args.quiet else 2, **engine_options,
+        )
+    seconds = time.perf_counter() - start
+    for warning in caught:
+        print(f"{PROG}: warning: {_one_line(warning.message)}", file=sys.stderr)
+    print(f"fitted {result.solver_}: {result.n_iter_} epochs, relative gap "
+          f"{result.dual_gap_:.3e}, objective {result.primal_:.10g}, {seconds:.2f}s")
+    if args.out is not None:
+        _write_model(args.out, result, grid)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _write_model(path: str, result, grid) -> None:
+    """The model as JSON, written to a temporary file first: never half a file."""
+    model = {
+        "loss": result.loss, "penalty": result.penalty, "alpha": result.alpha,
+        "l1_ratio": result.l1_ratio, "solver": result.solver_,
+        "coef": [float(value) for value in result.coef_],
+        "intercept": float(result.intercept_),
+        "classes": None if result.classes_ is None else [float(c) for c in result.classes_],
+        "dual_gap": float(result.dual_gap_), "primal": float(result.primal_),
+        "n_iter": int(result.n_iter_), "converged": bool(result.converged_),
+        "feature_names": grid.feature_names, "grid": grid.path,
+        "history": result.history_.as_dict(),
+    }
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w") as handle:
+            json.dump(model, handle, indent=1)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+if __name__ == "__main__":  # pragma: no cover - the console script calls main()
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Every kind of input a model accepts, reduced to one of four: native, memory, dask, grid.
+
+``native``: what scikit-learn validates itself (numpy, scipy.sparse, pandas, lists, and a
+libsvm file once read); ``memory``: a numpy or scipy.sparse matrix taken out of an xarray
+object, with its feature names; ``dask``: a dask array (numpy or scipy.sparse chunks, any
+chunking); ``grid``: a :class:`dask_scd.grid.Grid` (or the path of one).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class ModelInput:
+    """X (and y) ready for a model, with where they came from."""
+
+    X: object
+    y: object
+    kind: str  # "native", "memory", "dask" or "grid"
+    feature_names: np.ndarray | None = None
+
+
+def is_dask(obj) -> bool:
+    """A dask array (checked by module name: importing dask is not needed to say no)."""
+    return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
+
+
+def is_grid(obj) -> bool:
+    return type(obj).__name__ == "Grid" and type(obj).__module__.startswith("dask_scd.grid")
+
+
+def read_input(X, y=None, *, n_features: int | None = None) -> ModelInput:
+    """Reduce X (and y) to a :class:`ModelInput`.
+
+    Parameters
+    ----------
+    X : array-like, sparse matrix, DataFrame, dask array, xarray DataArray or Dataset, Grid,
+        or path
+        A path names a grid store (a directory) or a libsvm text file.
+    y : array-like, dask array, xarray DataArray, str or None
+        Targets; a str names a data variable of a Dataset X. Must be None for a grid or
+        a libsvm file, which carry their labels.
+    n_features : int, optional
+        The number of features a libsvm file is read with (at prediction time).
+
+    Returns
+    -------
+    ModelInput
+    """
+    if isinstance(X, (str, os.PathLike)):
+        return _read_path(os.fspath(X), y, n_features)
+    if is_grid(X):
+        if y is not None:
+            raise ValueError("a Grid carries its own labels: pass y=None with a grid")
+        names = X.feature_names
+        return ModelInput(X, None, "grid", _names(names) if names is not None else None)
+    module = type(X).__module__
+    if module.startswith("xarray"):
+        return _read_xarray(X, y)
+    if isinstance(y, str):
+        raise ValueError("y may be a variable name only when X is an xarray Dataset")
+    y = _unwrap(y)
+    if is_dask(X):
+        return ModelInput(X, y, "dask")
+    return ModelInput(X, y, "native")
+
+
+def _read_path(path: str, y, n_features):
+    if os.path.isdir(path):
+        from dask_scd.grid import open_grid
+
+        return read_input(open_grid(path), y)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no grid store or libsvm file at {path}")
+    if y is not None:
+        raise ValueError(f"y must be None for a libsvm file ({path}): its labels are used")
+    from sklearn.datasets import load_svmlight_file
+
+    X, labels = load_svmlight_file(path, n_features=n_features, dtype=np.float64)
+    return ModelInput(X, labels, "native")
+
+
+def _read_xarray(X, y) -> ModelInput:
+    if type(X).__name__ == "Dataset":
+        if isinstance(y, str):
+            if y not in X.data_vars:
+                raise ValueError(f"y={y!r} is not a data variable of the Dataset")
+            X, y = X.drop_vars(y), X[y]
+        matrix, names = _dataset_matrix(X)
+    elif type(X).__name__ == "DataArray":
+        if X.ndim != 2:
+            raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
+        matrix, names = X.data, None
+        if X.dims[1] in X.coords:
+            names = _names(X.coords[X.dims[1]].values)
+    else:
+        raise TypeError(f"unsupported xarray object {type(X).__name__}")
+    if isinstance(y, str):
+        raise ValueError("y may be a variable name only when X is an xarray Dataset")
+    y = _unwrap(y)
+    return ModelInput(matrix, y, "dask" if is_dask(matrix) else "memory", names)
+
+
+def _dataset_matrix(ds):
+    """Columns of every data variable, side by side: 1-D variables are single columns."""
+    if not ds.data_vars:
+        raise ValueError("the Dataset has no data variables to use as features")
+    columns, names = [], []
+    for name, var in ds.data_vars.items():
+        if var.ndim == 1:
+            columns.append(var.data.reshape(-1, 1))
+            names.append(str(name))
+        elif var.ndim == 2:
+            columns.append(var.data)
+            dim = var.dims[1]
+            values = var.coords[dim].values if dim in var.coords else range(var.shape[1])
+            names.extend(f"{name}={value}" for value in values)
+        else:
+            raise ValueError(f"data variable {name!r} must be 1-D or 2-D, got dims {var.dims}")
+    if any(is_dask(column) for column in columns):
+        import dask.array as da
+
+        matrix = da.concatenate([da.asarray(column) for column in columns], axis=1)
+    elif any(sp.issparse(column) for column in columns):
+        matrix = sp.hstack([sp.csr_matrix(column) for column in columns], format="csr")
+    else:
+        matrix = np.hstack([np.asarray(column) for column in columns])
+    return matrix, _names(names)
+
+
+def _unwrap(y):
+    """The array inside an xarray DataArray or a pandas Series."""
+    if y is None or is_dask(y):
+        return y
+    if type(y).__module__.startswith("xarray"):
+        return y.data
+    return y
+
+
+def _names(values) -> np.ndarray:
+    return np.asarray([str(value) for value in values], dtype=object)

@@ -1,0 +1,156 @@
+"""The dask-scd command: convert → info → fit on a small libsvm file, and bad invocations
+(one line on stderr, non-zero exit, no traceback)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+import dask_scd
+from dask_scd.cli import main
+
+
+@pytest.fixture(scope="module")
+def svm_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8))
+    X[rng.random(X.shape) < 0.4] = 0.0
+    y = np.where(X @ rng.normal(size=8) + 0.3 * rng.normal(size=300) > 0, 1.0, -1.0)
+    path = tmp_path_factory.mktemp("cli") / "data.svm"
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    return path, X, y
+
+
+def run(argv, capsys):
+    status = main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_round_trip_convert_info_fit(svm_file, tmp_path, capsys):
+    path, X, y = svm_file
+    grid_path = tmp_path / "data.zarr"
+    status, out, err = run(["convert", path, grid_path, "--row-chunk", 100,
+                            "--column-block", 3], capsys)
+    assert status == 0 and err == "" and "wrote <Grid" in out
+    grid = dask_scd.open_grid(grid_path)
+    assert grid.shape == (300, 8) and grid.n_row_chunks == 3 and grid.n_blocks == 3
+
+    status, out, err = run(["info", grid_path], capsys)
+    assert status == 0 and err == ""
+    assert "300 examples x 8 features" in out and "3 of 100 examples" in out
+
+    model_path = tmp_path / "model.json"
+    status, out, err = run(["fit", grid_path, "--loss", "logistic", "--alpha", "0.01",
+                            "--tol", "1e-9", "--out", model_path], capsys)
+    assert status == 0 and err == ""
+    epoch_lines = [line for line in out.splitlines() if "relative gap" in line
+                   and line.startswith("[")]
+    assert epoch_lines, out
+    summary = [line for line in out.splitlines() if line.startswith("fitted")]
+    assert len(summary) == 1 and summary[0].endswith("s")
+    model = json.loads(model_path.read_text())
+    expected = dask_scd.fit(X, y, loss="logistic", alpha=0.01, tol=1e-9, random_state=0)
+    assert model["dual_gap"] <= 1e-9 and model["converged"]
+    np.testing.assert_allclose(model["coef"], expected.coef_, atol=1e-4)
+    assert model["classes"] == [-1.0, 1.0]
+    assert len(model["history"]["relative_gap"]) >= 1
+    assert not any(name.startswith("model.json.tmp") for name in os.listdir(tmp_path))
+
+
+@pytest.fixture
+def grid_path(svm_file, tmp_path, capsys):
+    path = tmp_path / "grid.zarr"
+    assert main(["convert", str(svm_file[0]), str(path), "--row-chunk", "100"]) == 0
+    capsys.readouterr()
+    return path
+
+
+def corrupt(path: Path) -> Path:
+    """Remove one cell's bytes: the store is then incomplete."""
+    chunks = sorted(p for p in path.rglob("c/*") if p.is_file())
+    if not chunks:
+        chunks = sorted(p for p in path.rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunks[0].unlink()
+    return path
+
+
+def truncate_header(path: Path) -> Path:
+    (path / "zarr.json").write_text("{not json")
+    return path
+
+
+BAD = {
+    "no command": lambda tmp, grid: [],
+    "unknown command": lambda tmp, grid: ["train", grid],
+    "unknown option": lambda tmp, grid: ["fit", grid, "--learning-rate", "3"],
+    "bad loss": lambda tmp, grid: ["fit", grid, "--loss", "huber"],
+    "negative alpha": lambda tmp, grid: ["fit", grid, "--alpha", "-1"],
+    "alpha not a number": lambda tmp, grid: ["fit", grid, "--alpha", "lots"],
+    "l1-ratio out of range": lambda tmp, grid: ["fit", grid, "--l1-ratio", "2"],
+    "zero row chunk": lambda tmp, grid: ["convert", "in.svm", tmp / "o.zarr", "--row-chunk",
+                                         "0"],
+    "missing input file": lambda tmp, grid: ["convert", tmp / "absent.svm", tmp / "o.zarr"],
+    "missing grid (info)": lambda tmp, grid: ["info", tmp / "absent.zarr"],
+    "missing grid (fit)": lambda tmp, grid: ["fit", tmp / "absent.zarr"],
+    "a file is not a grid": lambda tmp, grid: ["info", _text_file(tmp)],
+    "not a grid directory": lambda tmp, grid: ["fit", _empty_dir(tmp)],
+    "corrupt header": lambda tmp, grid: ["info", truncate_header(grid)],
+    "missing cell": lambda tmp, grid: ["fit", corrupt(grid), "--solver", "scd"],
+    "output exists": lambda tmp, grid: ["convert", _svm(tmp), grid],
+    "hinge on block engine": lambda tmp, grid: ["fit", grid, "--loss", "hinge", "--solver",
+                                                "block_scd"],
+    "not a libsvm file": lambda tmp, grid: ["convert", _text_file(tmp), tmp / "o.zarr"],
+}
+
+
+def _text_file(tmp):
+    path = tmp / "notes.txt"
+    path.write_text("this is not libsvm: a b c\n")
+    return path
+
+
+def _empty_dir(tmp):
+    path = tmp / "empty.zarr"
+    path.mkdir()
+    return path
+
+
+def _svm(tmp):
+    path = tmp / "small.svm"
+    path.write_text("1 1:0.5 2:1.0\n-1 1:1.5\n")
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_invocations_print_one_line_and_exit_non_zero(case, grid_path, tmp_path, capsys):
+    argv = [str(arg) for arg in BAD[case](tmp_path, grid_path)]
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse exits for a bad command line
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status not in (0, None), (case, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dask-scd: error: "), (case, err)
+    assert "Traceback" not in err
+
+
+def test_console_script_in_a_subprocess(svm_file, tmp_path):
+    """The installed ``dask-scd`` entry point, as a user runs it."""
+    script = shutil.which("dask-scd", path=os.path.dirname(sys.executable))
+    command = [script] if script else [sys.executable, "-m", "dask_scd.cli"]
+    done = subprocess.run([*command, "info", str(tmp_path / "absent.zarr")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"dask-scd: error: grid store not found: {tmp_path / 'absent.zarr'}"]
+    done = subprocess.run([*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

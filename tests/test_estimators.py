@@ -1,0 +1,295 @@
+"""The scikit-learn estimators: the estimator checks, agreement with scikit-learn's own
+models on the same objective, and the same model from every kind of input."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn import linear_model, svm
+from sklearn.datasets import dump_svmlight_file, load_digits, make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import dask_scd
+from dask_scd import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
+from dask_scd.objectives import Problem
+
+
+@parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC()])
+def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        # LinearSVC's default alpha=1e-4 on the checks' unscaled toy data stops at
+        # max_iter in a few checks; the checks assert on predictions, not on the gap.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        check(estimator)
+
+
+def primal(loss, penalty, alpha, X, y_pm, coef, intercept, l1_ratio=0.0):
+    """P(θ, b) of a model, whoever fitted it."""
+    rho = {"l2": 0.0, "l1": 1.0, "elasticnet": l1_ratio}[penalty]
+    problem = Problem(loss=loss, alpha=alpha, l1_ratio=rho, fit_intercept=True)
+    return dask_scd.certificate(problem, X, y_pm, np.ravel(coef), float(intercept)).primal
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return X / 16.0, y
+
+
+def test_multiclass_digits_matches_sklearn_one_vs_rest_per_class(digits):
+    X, y = digits
+    n = X.shape[0]
+    alpha = 1e-3
+    model = LogisticRegression(alpha=alpha, tol=1e-10, random_state=0).fit(X, y)
+    assert model.coef_.shape == (10, 64) and model.intercept_.shape == (10,)
+    assert np.all(model.dual_gap_ <= 1e-10)
+    for k, label in enumerate(model.classes_):
+        y_pm = np.where(y == label, 1.0, -1.0)
+        reference = linear_model.LogisticRegression(C=1.0 / (alpha * n), tol=1e-12,
+                                                    max_iter=10_000).fit(X, y_pm)
+        ours = primal("logistic", "l2", alpha, X, y_pm, model.coef_[k], model.intercept_[k])
+        theirs = primal("logistic", "l2", alpha, X, y_pm, reference.coef_,
+                        reference.intercept_[0])
+        assert abs(ours - theirs) <= 1e-7 * abs(theirs), (label, ours, theirs)
+        np.testing.assert_allclose(model.coef_[k], reference.coef_[0], atol=2e-3)
+    probabilities = model.predict_proba(X)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
+    assert model.score(X, y) > 0.95
+
+
+def test_linear_svc_matches_liblinear_without_intercept(digits):
+    X, y = digits
+    y_pm = np.where(y == 3, 1.0, -1.0)
+    alpha = 1e-2
+    model = LinearSVC(alpha=alpha, fit_intercept=False, tol=1e-10, random_state=0).fit(X, y_pm)
+    reference = svm.LinearSVC(C=1.0 / (alpha * len(y)), fit_intercept=False, tol=1e-10,
+                              max_iter=100_000).fit(X, y_pm)
+    problem = Problem(loss="squared_hinge", alpha=alpha, l1_ratio=0.0, fit_intercept=False)
+    ours = dask_scd.certificate(problem, X, y_pm, model.coef_[0], 0.0).primal
+    theirs = dask_scd.certificate(problem, X, y_pm, reference.coef_[0], 0.0).primal
+    assert model.dual_gap_[0] <= 1e-10
+    assert abs(ours - theirs) <= 1e-7 * theirs
+
+
+@pytest.mark.parametrize("ours, theirs, scale", [
+    (Ridge(alpha=0.05), linear_model.Ridge, "n"),
+    (Lasso(alpha=0.05), linear_model.Lasso, None),
+    (ElasticNet(alpha=0.05, l1_ratio=0.3), linear_model.ElasticNet, None),
+])
+def test_regressors_match_sklearn_with_the_stated_alpha_mapping(ours, theirs, scale):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 15))
+    y = X @ rng.normal(size=15) + 0.3 * rng.normal(size=200)
+    ours.set_params(tol=1e-12, random_state=0).fit(X, y)
+    params = ours.get_params()
+    alpha = params["alpha"] * (len(y) if scale == "n" else 1)
+    extra = {"l1_ratio": params["l1_ratio"]} if "l1_ratio" in params else {}
+    kwargs = {"tol": 1e-12, "max_iter": 100_000} if theirs is not linear_model.Ridge else {}
+    reference = theirs(alpha=alpha, **extra, **kwargs).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, reference.coef_, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, reference.intercept_, atol=1e-6)
+    assert ours.dual_gap_ <= 1e-12 and isinstance(ours.n_iter_, int)
+
+
+def test_pipeline_in_grid_search():
+    X, y = make_classification(300, 10, n_informative=5, random_state=0)
+    pipeline = make_pipeline(StandardScaler(), LogisticRegression(tol=1e-8, random_state=0))
+    grid = {"logisticregression__alpha": [1e-3, 1e-2, 1e-1]}
+    search = GridSearchCV(pipeline, grid, cv=3).fit(X, y)
+    assert search.best_params_["logisticregression__alpha"] in grid["logisticregression__alpha"]
+    best = search.best_estimator_[-1]
+    assert best.dual_gap_[0] <= 1e-8
+    # The refitted pipeline is the model of the chosen alpha fitted on the scaled data.
+    alpha = search.best_params_["logisticregression__alpha"]
+    direct = LogisticRegression(alpha=alpha, tol=1e-8, random_state=0)
+    direct.fit(StandardScaler().fit_transform(X), y)
+    np.testing.assert_allclose(best.coef_, direct.coef_, atol=1e-4)
+    assert search.score(X, y) > 0.8
+
+
+# ------------------------------------------------------------------------ inputs
+
+ALPHA = 1e-2
+TOL = 1e-10
+BLOCK_TOL = 1e-7  # the cluster engine's epochs cost tasks: a looser, still certified, gap
+
+
+@pytest.fixture(scope="module")
+def problem_data():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 12))
+    X[rng.random(X.shape) < 0.5] = 0.0  # sparse enough to store sparse as well
+    labels = np.array([0, 1, 2])[np.argmax(X[:, :3] + 0.5 * rng.normal(size=(400, 3)), 1)]
+    return X, labels
+
+
+@pytest.fixture(scope="module")
+def reference(problem_data):
+    X, labels = problem_data
+    return LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(X, labels)
+
+
+def assert_same_model(model, reference, X, labels, tol=TOL):
+    assert np.all(model.dual_gap_ <= tol)
+    # both within TOL of the optimum: the objectives agree to the certified gaps
+    for k, label in enumerate(reference.classes_):
+        y_pm = np.where(labels == label, 1.0, -1.0)
+        ours = primal("logistic", "l2", ALPHA, X, y_pm, model.coef_[k], model.intercept_[k])
+        theirs = primal("logistic", "l2", ALPHA, X, y_pm, reference.coef_[k],
+                        reference.intercept_[k])
+        assert abs(ours - theirs) <= (tol + TOL) * abs(theirs)
+    # strong convexity: ‖θ − θ*‖² ≤ 2·gap/alpha
+    np.testing.assert_allclose(model.coef_, reference.coef_, atol=np.sqrt(4 * tol / ALPHA))
+    np.testing.assert_array_equal(model.classes_, reference.classes_)
+
+
+def test_dataframe_input_and_feature_names(problem_data, reference):
+    pd = pytest.importorskip("pandas")
+    X, labels = problem_data
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(frame, labels)
+    assert_same_model(model, reference, X, labels)
+    assert list(model.feature_names_in_) == list(frame.columns)
+    np.testing.assert_array_equal(model.predict(frame), reference.predict(X))
+
+
+def test_xarray_inputs(problem_data, reference):
+    xr = pytest.importorskip("xarray")
+    X, labels = problem_data
+    names = [f"f{j}" for j in range(X.shape[1])]
+    array = xr.DataArray(X, dims=("sample", "feature"), coords={"feature": names})
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(
+        array, xr.DataArray(labels, dims="sample"))
+    assert_same_model(model, reference, X, labels)
+    assert list(model.feature_names_in_) == names
+    np.testing.assert_array_equal(model.predict(array), reference.predict(X))
+
+    dataset = xr.Dataset({name: ("sample", X[:, j]) for j, name in enumerate(names)})
+    dataset["label"] = ("sample", labels)
+    from_dataset = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(dataset, "label")
+    assert_same_model(from_dataset, reference, X, labels)
+    np.testing.assert_allclose(from_dataset.decision_function(dataset.drop_vars("label")),
+                               reference.decision_function(X), atol=1e-3)
+
+
+@pytest.mark.parametrize("layout", ["dense", "sparse", "columns"])
+def test_dask_inputs_fit_in_memory_and_predict_lazily(problem_data, reference, layout):
+    X, labels = problem_data
+    chunks = (100, 5) if layout == "columns" else (150, -1)
+    dX = da.from_array(sp.csr_matrix(X) if layout == "sparse" else X, chunks=chunks)
+    if layout == "sparse":
+        dX = dX.map_blocks(sp.csr_matrix, dtype=X.dtype, meta=sp.csr_matrix((0, 0)))
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(
+        dX, da.from_array(labels, chunks=150))
+    assert_same_model(model, reference, X, labels)
+    predicted = model.predict(dX)
+    assert isinstance(predicted, da.Array)
+    np.testing.assert_array_equal(predicted.compute(), reference.predict(X))
+    proba = model.predict_proba(dX)
+    assert isinstance(proba, da.Array) and proba.shape == (400, 3)
+    np.testing.assert_allclose(proba.compute(), reference.predict_proba(X), atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as local:
+        yield local
+
+
+def test_grid_path_and_block_engine(problem_data, reference, tmp_path, client):
+    X, labels = problem_data
+    grid = dask_scd.to_grid(X, labels.astype(float), tmp_path / "data.zarr", row_chunk=128,
+                            blocks=4)
+    model = LogisticRegression(alpha=ALPHA, tol=BLOCK_TOL, solver="block_scd", random_state=0)
+    model.fit(str(tmp_path / "data.zarr"))
+    assert model.solver_ == "block_scd"
+    np.testing.assert_array_equal(model.classes_, [0.0, 1.0, 2.0])
+    assert_same_model(model, reference, X, labels, tol=BLOCK_TOL)
+    predicted = model.predict(grid)
+    assert isinstance(predicted, da.Array)
+    np.testing.assert_array_equal(predicted.compute(), reference.predict(X).astype(float))
+    assert model.score(grid) == pytest.approx(reference.score(X, labels))
+
+
+def test_binary_grid_and_column_chunked_dask_on_the_block_engine(problem_data, tmp_path,
+                                                                  client):
+    X, labels = problem_data
+    y = np.where(labels == 1, 1.0, 0.0)
+    expected = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(X, y)
+    grid = dask_scd.to_grid(X, y, tmp_path / "binary.zarr", row_chunk=100, blocks=3)
+    for data, target in ((grid, None), (da.from_array(X, chunks=(100, 4)), y)):
+        model = LogisticRegression(alpha=ALPHA, tol=BLOCK_TOL, solver="block_scd",
+                                   random_state=0).fit(data, target)
+        assert model.solver_ == "block_scd" and model.dual_gap_[0] <= BLOCK_TOL
+        atol = np.sqrt(4 * BLOCK_TOL / ALPHA)
+        np.testing.assert_allclose(model.coef_, expected.coef_, atol=atol)
+        np.testing.assert_allclose(model.intercept_, expected.intercept_, atol=atol)
+
+
+def test_libsvm_file(problem_data, tmp_path):
+    X, labels = problem_data
+    y = np.where(labels == 2, 1.0, -1.0)
+    path = tmp_path / "data.svm"
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    expected = Ridge(alpha=ALPHA, tol=TOL, random_state=0).fit(X, y)
+    model = Ridge(alpha=ALPHA, tol=TOL, random_state=0).fit(str(path))
+    np.testing.assert_allclose(model.coef_, expected.coef_, atol=1e-8)
+    np.testing.assert_allclose(model.predict(path), expected.predict(X), atol=1e-8)
+    assert model.score(path) == pytest.approx(expected.score(X, y))
+
+
+def test_one_vs_rest_fits_are_tasks_on_the_current_client(problem_data, reference, client):
+    from distributed import get_task_stream
+
+    X, labels = problem_data
+    with get_task_stream(client) as stream:
+        model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(X, labels)
+    fit_tasks = [task for task in stream.data if "_fit_task" in str(task["key"])]
+    assert len(fit_tasks) == 3
+    # the same seed gives the same models on the cluster as in this process
+    np.testing.assert_array_equal(model.coef_, reference.coef_)
+
+
+def test_warm_start_reuses_a_good_enough_solution(problem_data):
+    X, labels = problem_data
+    y = np.where(labels == 0, 1.0, -1.0)
+    model = LogisticRegression(alpha=ALPHA, tol=1e-10, warm_start=True, random_state=0)
+    model.fit(X, y)
+    coef = model.coef_.copy()
+    model.set_params(tol=1e-6).fit(X, y)  # the previous model is certified below 1e-6
+    assert model.n_iter_[0] == 0 and model.dual_gap_[0] <= 1e-6
+    np.testing.assert_array_equal(model.coef_, coef)
+    model.set_params(alpha=ALPHA / 2).fit(X, y)  # a new problem: fitted again
+    cold = LogisticRegression(alpha=ALPHA / 2, tol=1e-6, random_state=0).fit(X, y)
+    assert model.n_iter_[0] > 0
+    np.testing.assert_allclose(model.coef_, cold.coef_)
+
+
+def test_predict_checks_the_number_of_features(problem_data):
+    X, labels = problem_data
+    model = Ridge(alpha=ALPHA).fit(da.from_array(X, chunks=100), labels.astype(float))
+    with pytest.raises(ValueError, match="X has 11 features, but Ridge is expecting 12"):
+        model.predict(da.from_array(X[:, 1:], chunks=100))
+    with pytest.raises(ValueError, match="requires y"):
+        Ridge().fit(da.from_array(X, chunks=100))
+
+
+def test_regularization_path_with_warm_start(problem_data):
+    """Refitting along a path gives the models of fresh fits (warm start never changes
+    the answer, only the work)."""
+    X, _ = problem_data
+    y = X @ np.arange(12.0) / 10
+    model = Lasso(warm_start=True, tol=1e-9, random_state=0)
+    for alpha in (1.0, 0.1, 0.01):
+        model.set_params(alpha=alpha).fit(X, y)
+        fresh = Lasso(alpha=alpha, tol=1e-9, random_state=0).fit(X, y)
+        np.testing.assert_allclose(model.coef_, fresh.coef_, atol=1e-6)
