@@ -67,6 +67,8 @@ def register(engine: Engine) -> Engine:
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.local:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.local:fit_sdca", "memory", l1=False))
+register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
+    "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=("client", "selection", "checkpoint", "checkpoint_every", "resume",
                          "callback")))
