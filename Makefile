@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench-kernels bench-dask clean
+.PHONY: demo test bench-kernels bench-dask bench-duhl clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ bench-kernels: $(STAMP)
 
 bench-dask: $(STAMP)
 	$(PY) benchmarks/bench_dask.py
+
+bench-duhl: $(STAMP)
+	$(PY) benchmarks/bench_duhl.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -70,6 +70,27 @@ class _CellCache:
         self.ceiling = ceiling  # resident bytes the process should stay under, or None
         self._lru = None if max_bytes is None else ByteLRU(max_bytes, _nbytes)
         self._sizing = threading.Lock()
+        # Cells a residency policy holds (see hold): outside the LRU, never evicted by it.
+        self._pinned: dict = {}
+        self._groups: dict = {}
+        self._pinning = threading.local()
+        self.pin_loads = self.pin_bytes = 0
+
+    def hold(self, group, resolve) -> dict:
+        """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
+        the group's other pinned cells are released. Returns the loads and bytes this
+        took (a cell already pinned costs nothing)."""
+        loads, moved = self.pin_loads, self.pin_bytes
+        self._pinning.keys = set()
+        try:
+            resolve()
+            keep = self._pinning.keys
+        finally:
+            self._pinning.keys = None
+        for key in self._groups.get(group, set()) - keep:
+            self._pinned.pop(key, None)
+        self._groups[group] = keep
+        return {"loads": self.pin_loads - loads, "bytes": self.pin_bytes - moved}
 
     @property
     def max_bytes(self) -> int | None:
@@ -89,8 +110,20 @@ class _CellCache:
                 # unpacked) the worker and its memory limit are not reachable yet.
                 bound, self.ceiling = _cache_budget()
                 self._lru = ByteLRU(bound, _nbytes)
+        pinning = getattr(self._pinning, "keys", None)
+        if key in self._pinned:
+            if pinning is not None:
+                pinning.add(key)
+            return self._pinned[key]
         lru = self._lru
         value, hit = lru.lookup(key)
+        if pinning is not None:
+            value = value if hit else load()
+            self._pinned[key] = value
+            pinning.add(key)
+            self.pin_loads += 1
+            self.pin_bytes += _nbytes(value)
+            return value
         if hit:
             return value
         value = load()
@@ -132,6 +165,12 @@ class _CellCache:
     def clear(self):
         if self._lru is not None:
             self._lru.clear()
+
+
+def hold_cells(group, cells: list) -> dict:
+    """Make exactly ``cells`` resident for ``group`` in this process (a residency policy's
+    choice for one row chunk); returns {"loads", "bytes"} it took."""
+    return CACHE.hold(group, lambda: [cell_view(cell) for cell in cells])
 
 
 def _nbytes(value) -> int:
@@ -300,7 +339,7 @@ def inspect_cell(cell, where: str) -> dict:
     if not np.isfinite(view.matrix.data).all():
         raise ValueError(f"X contains NaN or infinity in {where}")
     counts = _nonzeros_per_row(view)
-    return {"max_per_row": int(counts.max()) if counts.size else 0}
+    return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": _nbytes(view)}
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:

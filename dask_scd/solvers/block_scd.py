@@ -207,22 +207,41 @@ def fit_block_scd(source: _Source, problem: obj.Problem, options: Options) -> Ru
     callback : callable, optional
         Called after every epoch with a dict (epoch, coef in the original feature order,
         intercept, relative_gap); returning True stops the fit.
+    residency : {"duhl", "sequential", "random", "importance"}, optional
+        A grid only: each epoch updates only the blocks this policy makes resident within
+        ``memory_budget`` (bytes of cells over the whole grid; each worker holds its row
+        chunks' share), chosen on the client from the last certificate's block gaps, so
+        the model stays independent of the workers. Default: every block, every epoch,
+        cells in each worker's LRU cache. The Run's extras count the cells' bytes moved
+        and swaps.
+    memory_budget : int, bytes
+        Default: a quarter of the grid.
     """
     engine_options = dict(options.engine)
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
     client = engine_options.pop("client", None)
+    residency = engine_options.pop("residency", None)
+    budget = engine_options.pop("memory_budget", None)
+    if residency is not None and source.cell is None:
+        raise ValueError("residency applies to a Grid (a dask array's chunks already live "
+                         "in the workers' memory)")
     with _client(client) as c:
-        engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress)
+        engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress,
+                           residency=residency, memory_budget=budget)
         hooks = EpochHooks(engine_options.get("checkpoint"),
                            engine_options.get("checkpoint_every", 1),
                            engine_options.get("resume", False), engine_options.get("callback"),
                            engine.signature())
-        run = engine.run(options.tol, options.max_iter, hooks)
+        try:
+            run = engine.run(options.tol, options.max_iter, hooks)
+        finally:
+            engine.release()
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
-    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"])
+    extras = engine.moved if residency is not None else {}
+    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras)
 
 
 @contextlib.contextmanager
@@ -252,7 +271,7 @@ class _BlockSCD:
     """
 
     def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, progress,
-                 gram_max=1024, coarse=True):
+                 gram_max=1024, coarse=True, residency=None, memory_budget=None):
         self.client = client
         self.coarse = coarse
         self.gram_max = gram_max
@@ -268,6 +287,15 @@ class _BlockSCD:
         self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.cell is not None)
         self._connect_cells()
         self._preflight()
+        self.residency = None
+        if residency is not None:
+            self.residency = strategies.residency(residency, self.block_bytes)
+            total = int(self.block_bytes.sum())
+            self.memory_budget = int(memory_budget if memory_budget is not None else total // 4)
+            if self.memory_budget < int(self.block_bytes.max()):
+                raise ValueError(f"memory_budget={self.memory_budget} bytes is smaller than one "
+                                 f"block's cells ({int(self.block_bytes.max())} bytes)")
+        self.moved = {"bytes_moved": 0, "swaps": 0, "rounds": {"blocks": [], "swaps": []}}
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -302,6 +330,8 @@ class _BlockSCD:
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
                               for b in range(n_blocks)]
+        self.block_bytes = np.array([sum(reports[r][b].get("nbytes", 0)
+                                         for r in range(len(reports))) for b in range(n_blocks)])
         self.row_sums = [submit_row(r, ops.block_row_sums, self.cells[r],
                                     self.problem.fit_intercept)
                          for r in range(self.source.n_row_chunks)]
@@ -364,9 +394,34 @@ class _BlockSCD:
 
     def _block_order(self, cert) -> list:
         order = self.order.order(len(self.slices), cert, self.rng)
+        if self.residency is not None:
+            chosen = self._make_resident(cert)
+            order = [b for b in order if b in chosen]
         if self.problem.fit_intercept:
             order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
         return order
+
+    def _make_resident(self, cert) -> set:
+        """The residency's choice of blocks from the block gaps, pinned on every row
+        chunk's home (cells of other blocks released); counts the bytes it moved."""
+        block_gaps = np.array([max(cert.coordinate_gaps[s].sum(), 0.0) for s in self.slices])
+        chosen = self.residency.choose(self.block_bytes, self.memory_budget, block_gaps,
+                                       self.rng)
+        held = self.runtime.gather([
+            self.runtime.submit_row(r, ops.hold_cells, r,
+                                    [self.cells[r][b] for b in chosen])
+            for r in range(self.source.n_row_chunks)])
+        loads = sum(h["loads"] for h in held)
+        self.moved["bytes_moved"] += sum(h["bytes"] for h in held)
+        self.moved["swaps"] += loads
+        self.moved["rounds"]["blocks"].append([int(b) for b in chosen])
+        self.moved["rounds"]["swaps"].append(int(loads))
+        return set(int(b) for b in chosen)
+
+    def release(self):
+        """Unpin the cells a residency policy held on the workers."""
+        if self.residency is not None:
+            self.runtime.run_on_rows(ops.hold_cells, [])
 
     def _epoch(self, margins, order, coef, intercept, primal):
         """Submit one pass over the blocks as a single graph; wait only for its end."""

@@ -71,7 +71,7 @@ register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=("client", "selection", "checkpoint", "checkpoint_every", "resume",
-                         "callback")))
+                         "callback", "residency", "memory_budget")))
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
