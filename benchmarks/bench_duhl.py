@@ -20,22 +20,22 @@ import os
 for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import platform  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import datetime
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-from _machine import cpu_model  # noqa: E402
+import numpy as np
+from _machine import cpu_model
 
-from dask_scd import objectives as obj  # noqa: E402
-from dask_scd.grid import open_grid, to_grid  # noqa: E402
-from dask_scd.solvers.base import InMemory, Options  # noqa: E402
-from dask_scd.solvers.duhl import fit_duhl, fit_grid  # noqa: E402
+from dask_scd import objectives as obj
+from dask_scd.grid import open_grid, to_grid
+from dask_scd.solvers.base import InMemory, Options
+from dask_scd.solvers.duhl import fit_duhl, fit_grid
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "duhl.md"
@@ -66,7 +66,7 @@ def cases(quick: bool) -> list:
     return [
         ("lasso", Xr, yr, obj.Problem("squared", 0.1, 1.0, True), 4, 300),
         ("elastic net", Xr, yr, obj.Problem("squared", 0.1, 0.5, True), 4, 300),
-        ("hinge SVM (dual)", Xc, yc, obj.Problem("hinge", 1e-2, 0.0, True), 16, 600),
+        ("hinge SVM (dual)", Xc, yc, obj.Problem("hinge", 1e-2, 0.0, True), 16, 1000),
     ]
 
 
@@ -139,8 +139,9 @@ def main():
             r, seconds = run(fit_duhl, InMemory(X, y), problem, policy, chunk, max_iter,
                              X.nbytes // 4)
             rows.append((policy, r, seconds))
-            print(f"{name:18s} {policy:11s} rounds {r.n_iter:4d} gap {r.certificate.relative_gap:.1e}"
-                  f" bytes {r.extras['bytes_moved'] / X.nbytes:7.2f} x  {seconds:6.2f} s",
+            print(f"{name:18s} {policy:11s} rounds {r.n_iter:4d} "
+                  f"gap {r.certificate.relative_gap:.1e} "
+                  f"bytes {r.extras['bytes_moved'] / X.nbytes:7.2f} x  {seconds:6.2f} s",
                   flush=True)
         out += table(name, X.nbytes, rows)
         curves.append((name, X.nbytes, rows))

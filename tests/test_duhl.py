@@ -106,8 +106,8 @@ def test_budget_below_one_chunk_is_an_error():
 def test_deterministic_and_stale_gaps_reach_the_same_optimum():
     X, y = _sparse_truth(600, 200, 10)
     problem = obj.Problem("squared", 0.1, 0.9, True)
-    kwargs = dict(memory_budget=X.nbytes // 4, chunk_size=4, certify_every=3,
-                  gap_refresh=0.2)
+    kwargs = {"memory_budget": X.nbytes // 4, "chunk_size": 4, "certify_every": 3,
+              "gap_refresh": 0.2}
     a = _run(X, y, problem, tol=1e-8, **kwargs)  # the slow side samples in a thread
     b = _run(X, y, problem, tol=1e-8, **kwargs)
     np.testing.assert_array_equal(a.coef, b.coef)
@@ -195,3 +195,17 @@ def test_grid_engine_residency(tmp_path):
     with pytest.raises(ValueError, match="smaller than one block"):
         dask_scd.fit(grid, penalty="l1", alpha=0.1, solver="block_scd", residency="duhl",
                      memory_budget=100)
+
+
+def test_dual_over_zarr_row_chunks(tmp_path):
+    X, y = _svm(1200, 20)
+    labels = np.where(y > 0, 7.0, 3.0)  # any two labels: mapped to ±1 in sorted order
+    to_grid(X, labels, str(tmp_path / "s.zarr"), row_chunk=100, blocks=10)
+    grid = open_grid(tmp_path / "s.zarr")
+    problem = obj.Problem("hinge", 1e-2, 0.0, True)
+    options = Options(TOL, 2000, np.random.default_rng(0),
+                      engine={"memory_budget": X.nbytes // 4, "residency": "duhl"})
+    run = fit_grid(grid, problem, options)
+    assert run.converged(TOL) and run.extras["peak_bytes"] <= X.nbytes // 4
+    reference = _reference(X, y, problem, "sdca")
+    assert abs(run.certificate.primal - reference.primal_) <= 2 * TOL * reference.primal_

@@ -292,7 +292,7 @@ class Tier:
 
         Returns the loads this took.
         """
-        wanted = set(int(c) for c in chunks)
+        wanted = {int(c) for c in chunks}
         need = int(self.slow.sizes[list(wanted)].sum()) if wanted else 0
         if need > self.budget:
             raise ValueError(f"chunks of {need} bytes do not fit the budget {self.budget}")

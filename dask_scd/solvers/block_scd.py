@@ -416,7 +416,7 @@ class _BlockSCD:
         self.moved["swaps"] += loads
         self.moved["rounds"]["blocks"].append([int(b) for b in chosen])
         self.moved["rounds"]["swaps"].append(int(loads))
-        return set(int(b) for b in chosen)
+        return {int(b) for b in chosen}
 
     def release(self):
         """Unpin the cells a residency policy held on the workers."""

@@ -77,7 +77,8 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
 def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     """DuHL with host RAM over a zarr grid on disk: a chunk is a column block of the grid
-    (primal) or a row chunk (dual); coefficients come back in the original feature order.
+    (primal) or a row chunk (dual), so ``chunk_size`` does not apply; coefficients come
+    back in the original feature order. Labels of a classifier map to ±1 in sorted order.
     Every read the slow side makes (gap refreshes, certificates) is counted in
     ``extras["slow_bytes_read"]``."""
     axis = _axis(problem)
@@ -86,7 +87,10 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     y = store.labels()
     if problem.loss in obj.CLASSIFICATION_LOSSES:
         values = np.unique(y)
-        y = np.where(y == values[-1], 1.0, -1.0)
+        if len(values) != 2:
+            raise ValueError(f"loss={problem.loss!r} needs two classes in the grid's labels, "
+                             f"got {len(values)}")
+        y = np.where(y == values[1], 1.0, -1.0)
     run = _run(store, y, problem, options, settings)
     run.coef = grid.to_original_order(run.coef)
     return run
@@ -122,8 +126,10 @@ def _run(store: SlowStore, y, problem, options: Options, settings) -> Run:
     if budget is None:
         budget = max(int(store.sizes.sum()) // 4, int(store.sizes.max()))
     tier = Tier(store, HostMemory(), int(budget))
-    weights = np.bincount(store.chunk_of_line, weights=store.sq_norms(),
-                          minlength=store.n_chunks)
+    weights = None
+    if settings["residency"] == "importance":  # a pass over X: only when it is needed
+        weights = np.bincount(store.chunk_of_line, weights=store.sq_norms(),
+                              minlength=store.n_chunks)
     policy = strategies.residency(settings["residency"], weights)
     solver = (_Primal if store.axis == "columns" else _Dual)(store, y, problem)
     return _Rounds(tier, solver, policy, options, settings).run()
@@ -145,7 +151,7 @@ class _Rounds:
         start = time.perf_counter()
         cert = solver.certificate()
         z = solver.certified_gaps(cert)
-        n_refresh = int(round(self.settings["gap_refresh"] * store.n_lines))
+        n_refresh = round(self.settings["gap_refresh"] * store.n_lines)
         chunk_of_line = store.chunk_of_line
         epoch = 0
         pool = ThreadPoolExecutor(1) if store.concurrent and n_refresh else None
