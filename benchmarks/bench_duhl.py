@@ -117,7 +117,7 @@ def plot(curves, path):
         ax.set_title(name)
         ax.set_xlabel("bytes moved into fast memory / bytes of X")
         ax.set_ylabel("relative duality gap")
-        ax.set_xscale("symlog", linthresh=0.25)
+        ax.set_xscale("log")
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
