@@ -332,9 +332,23 @@ class _BlockSCD:
                               for b in range(n_blocks)]
         self.block_bytes = np.array([sum(reports[r][b].get("nbytes", 0)
                                          for r in range(len(reports))) for b in range(n_blocks)])
-        self.row_sums = [submit_row(r, ops.block_row_sums, self.cells[r],
-                                    self.problem.fit_intercept)
-                         for r in range(self.source.n_row_chunks)]
+        if self.coarse:
+            self.row_sums = [submit_row(r, ops.block_row_sums, self.cells[r],
+                                        self.problem.fit_intercept)
+                             for r in range(self.source.n_row_chunks)]
+
+    # The runtime under the names the engines built on this class call it by.
+    def _submit(self, func, *args, **kwargs):
+        return self.runtime.submit(func, *args, **kwargs)
+
+    def _submit_row(self, r, func, *args):
+        return self.runtime.submit_row(r, func, *args)
+
+    def _tree_sum(self, partials, split_every=4):
+        return self.runtime.tree_sum(partials, split_every)
+
+    def _assign_homes(self):
+        self.runtime.assign_homes()
 
     def signature(self) -> dict:
         p = self.problem

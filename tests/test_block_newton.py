@@ -1,0 +1,92 @@
+"""Proximal Newton over dask (solver="block_newton"): optimum, invariances, resume, auto."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.exceptions import ConvergenceWarning
+
+import dask_scd
+from dask_scd.datasets import make_onehot
+from dask_scd.grid import open_grid, to_grid
+
+ALPHA = 1e-4
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """One-hot fields with an impure set-valued field, as a grid of 3 row chunks."""
+    X, y, blocks = make_onehot(3000, 3, 8, set_valued=1, set_size=3, random_state=1)
+    path = tmp_path_factory.mktemp("newton") / "g.zarr"
+    to_grid(X, y, str(path), row_chunk=1000, blocks=blocks)
+    return X, y, open_grid(path)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
+        yield c
+
+
+CASES = [
+    ("logistic", "l2", True), ("logistic", "l1", True), ("logistic", "elasticnet", False),
+    ("squared_hinge", "l2", True), ("squared", "l1", True), ("squared", "l2", False),
+]
+
+
+@pytest.mark.parametrize("loss,penalty,intercept", CASES)
+def test_reaches_the_in_memory_optimum(data, client, loss, penalty, intercept):
+    X, y, grid = data
+    kwargs = dict(loss=loss, penalty=penalty, alpha=ALPHA, l1_ratio=0.5, fit_intercept=intercept)
+    ours = dask_scd.fit(grid, tol=1e-10, solver="block_newton", client=client, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ref = dask_scd.fit(X, y, tol=1e-12, max_iter=20_000, **kwargs)
+    assert ours.solver_ == "block_newton" and ours.dual_gap_ <= 1e-10
+    assert ours.n_iter_ <= 30  # second order: a handful of steps at alpha = 1e-4
+    assert ours.primal_ == pytest.approx(ref.primal_, rel=1e-9)
+    np.testing.assert_allclose(ours.decision_function(X), ref.decision_function(X),
+                               atol=1e-4 * np.abs(ref.decision_function(X)).max())
+
+
+def test_same_model_for_any_worker_count_and_chunking(data, client):
+    X, y, grid = data
+    kwargs = dict(loss="logistic", alpha=ALPHA, tol=1e-9, solver="block_newton")
+    two = dask_scd.fit(grid, client=client, **kwargs)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as one_client:
+        one = dask_scd.fit(grid, client=one_client, **kwargs)
+    np.testing.assert_array_equal(one.coef_, two.coef_)
+    assert one.intercept_ == two.intercept_
+    # The same data as a dask array with other row chunks: the same optimum.
+    Xd = da.from_array(X.toarray(), chunks=(750, X.shape[1]))
+    other = dask_scd.fit(Xd, y, client=client, **kwargs)
+    assert other.primal_ == pytest.approx(two.primal_, rel=1e-9)
+
+
+def test_resume_reaches_the_same_model(data, client, tmp_path):
+    _, _, grid = data
+    kwargs = dict(loss="logistic", penalty="l1", alpha=ALPHA, tol=1e-10, solver="block_newton",
+                  client=client, random_state=0)
+    full = dask_scd.fit(grid, **kwargs)
+    checkpoint = tmp_path / "fit.npz"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dask_scd.fit(grid, checkpoint=str(checkpoint), callback=lambda s: s["epoch"] >= 2,
+                     **kwargs)
+    resumed = dask_scd.fit(grid, checkpoint=str(checkpoint), resume=True, **kwargs)
+    np.testing.assert_array_equal(resumed.coef_, full.coef_)
+    assert resumed.n_iter_ == full.n_iter_
+
+
+def test_auto_runs_newton_on_few_features_and_refuses_many(data, client, rng):
+    X, y, grid = data
+    auto = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, client=client, in_memory_limit=0)
+    assert auto.solver_ == "block_newton" and auto.dual_gap_ <= 1e-6
+    wide = da.from_array(rng.normal(size=(40, 2100)), chunks=(20, 700))
+    with pytest.raises(ValueError, match="p = 2100"):
+        dask_scd.fit(wide, np.sign(rng.normal(size=40)), loss="logistic", client=client,
+                     solver="block_newton")
