@@ -73,24 +73,23 @@ class _CellCache:
         # Cells a residency policy holds (see hold): outside the LRU, never evicted by it.
         self._pinned: dict = {}
         self._groups: dict = {}
-        self._pinning = threading.local()
-        self.pin_loads = self.pin_bytes = 0
+        self._pinning = threading.local()  # the hold running in this thread, if any
 
     def hold(self, group, resolve) -> dict:
         """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
         the group's other pinned cells are released. Returns the loads and bytes this
         took (a cell already pinned costs nothing)."""
-        loads, moved = self.pin_loads, self.pin_bytes
-        self._pinning.keys = set()
+        pinning = self._pinning
+        pinning.keys, pinning.loads, pinning.bytes = set(), 0, 0
         try:
             resolve()
-            keep = self._pinning.keys
+            keep = pinning.keys
         finally:
-            self._pinning.keys = None
+            pinning.keys = None
         for key in self._groups.get(group, set()) - keep:
             self._pinned.pop(key, None)
         self._groups[group] = keep
-        return {"loads": self.pin_loads - loads, "bytes": self.pin_bytes - moved}
+        return {"loads": pinning.loads, "bytes": pinning.bytes}
 
     @property
     def max_bytes(self) -> int | None:
@@ -121,8 +120,8 @@ class _CellCache:
             value = value if hit else load()
             self._pinned[key] = value
             pinning.add(key)
-            self.pin_loads += 1
-            self.pin_bytes += _nbytes(value)
+            self._pinning.loads += 1
+            self._pinning.bytes += _nbytes(value)
             return value
         if hit:
             return value
