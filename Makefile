@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench-kernels bench-dask bench-duhl clean
+.PHONY: demo test bench-kernels bench-dask bench-duhl bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ bench-dask: $(STAMP)
 
 bench-duhl: $(STAMP)
 	$(PY) benchmarks/bench_duhl.py
+
+# The peers (skglm, celer, glum, Snap ML) come from the `bench` extra, never from `make test`.
+$(VENV)/.bench: $(STAMP) pyproject.toml
+	$(PY) -m pip install -e ".[test,bench]"
+	touch $(VENV)/.bench
+
+bench-peers: $(VENV)/.bench
+	$(PY) benchmarks/bench_peers.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

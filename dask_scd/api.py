@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.solvers import registry
@@ -28,6 +29,7 @@ def fit(
     solver: str = "auto",
     random_state=None,
     verbose: bool = False,
+    device: str = "cpu",
     **engine_options,
 ) -> FitResult:
     """Fit a regularized linear model by coordinate descent, certified by its duality gap.
@@ -64,6 +66,12 @@ def fit(
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every certified iteration.
+    device : {"cpu", "gpu", "auto"}
+        Where the epochs of the "scd" and "sdca" engines run. "gpu" runs them as CUDA
+        kernels (TPA-SCD: one thread block per coordinate, asynchronous; see docs/gpu.md),
+        with X copied to the GPU once; it needs numba.cuda to find a GPU. With
+        ``solver="auto"`` it picks "sdca" or "scd" (never "gram"). "auto" takes the GPU when
+        there is one and the engine has GPU kernels, else the CPU.
     **engine_options
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
@@ -79,18 +87,34 @@ def fit(
     check_fit_args(tol, max_iter)
     if solver not in registry.SOLVERS:
         registry.get(solver)  # raises the list of solvers
+    available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
     rng = np.random.default_rng(random_state)
     data, classes, engine_options = _data(X, y, problem, solver, engine_options)
-    engine = registry.resolve(solver, problem, data)
+    engine, device = _engine_and_device(solver, problem, data, device, available)
     unknown = sorted(set(engine_options) - set(engine.options))
     if unknown:
         raise TypeError(f"unexpected arguments for solver={engine.name!r}: {unknown} "
                         f"(it accepts {list(engine.options)})")
     with Progress(engine.name, tol, max_iter, verbose) as progress:
-        run = engine.load()(data, problem, Options(tol, max_iter, rng, progress, engine_options))
+        options = Options(tol, max_iter, rng, progress, engine_options, device)
+        run = engine.load()(data, problem, options)
     if classes is None:
         classes = getattr(data, "classes", None)
     return _result(run, engine.name, problem, penalty, tol, classes)
+
+
+def _engine_and_device(solver, problem, data, requested, available):
+    """The engine that runs, and where its epochs run ("cpu" or "gpu")."""
+    engine = registry.resolve(solver, problem, data)
+    if available == "cpu" or engine.name in kernel_device.GPU_ENGINES:
+        return engine, available
+    if requested == "auto":
+        return engine, "cpu"
+    if solver == "auto" and engine.name == "gram":
+        # The Gram engine's regime, n ≥ 4p, is the primal's: p coordinates, not n.
+        return registry.resolve("scd", problem, data), "gpu"
+    raise ValueError(f"device='gpu' runs the engines {list(kernel_device.GPU_ENGINES)}; "
+                     f"solver={engine.name!r} runs on the CPU only")
 
 
 def _data(X, y, problem, solver, options):

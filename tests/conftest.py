@@ -1,8 +1,14 @@
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+
+# The tests marked gpu run the CUDA kernels under numba's simulator, unless told otherwise
+# (NUMBA_ENABLE_CUDASIM=0 on a machine with a GPU). numba reads it when numba.cuda is first
+# imported (nothing above imports numba); it changes nothing on the CPU.
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

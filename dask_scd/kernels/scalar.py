@@ -117,7 +117,10 @@ def logistic_taylor_bound(model, h, delta, cube_mean):
     """Upper bound of f(θ + Δ) − f(θ) + penalty change, per coordinate (scalars or arrays):
     ``model + hΔ²/2 + sup|ℓ‴|·(Σ|x_ij|³/n)·|Δ|³/6`` (Taylor with remainder, logistic loss),
     with ``model = gΔ`` + the penalty change."""
-    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * np.abs(delta) ** 3
+    # |Δ| as np.maximum(Δ, −Δ): exact, elementwise on arrays, and (unlike np.abs) a ufunc
+    # that numba.cuda lowers on scalars.
+    magnitude = np.maximum(delta, -delta)
+    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * magnitude ** 3
 
 
 @njit(inline="always")
@@ -190,7 +193,11 @@ def dual_step(loss, y, a, m, q):
             t = lo
         else:
             t = 0.0
-        t = min(max(t, lo), hi)
+        # Clipped by comparisons: numba.cuda does not compile min/max of floats.
+        if t < lo:
+            t = lo
+        elif t > hi:
+            t = hi
         if not math.isfinite(t):
             return 0.0
         return t

@@ -60,6 +60,7 @@ class Options:
     rng: np.random.Generator
     progress: Progress = field(default_factory=lambda: Progress("", 0.0, 0))
     engine: dict = field(default_factory=dict)  # the engine's own options
+    device: str = "cpu"  # where epochs run, "cpu" or "gpu" (see dask_scd.kernels.device)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.coarse import LocalCoarse
-from dask_scd.kernels import cpu, sdca
+from dask_scd.kernels import cpu, device, sdca
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.solvers.base import CertificateSchedule, InMemory, Options, Run
@@ -29,6 +29,8 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y = data.X, data.y
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     matrix = MajorMatrix.from_array(X, "columns")
+    epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
+    kernels = device.kernels_for(epoch_matrix.data)
     n_samples, n_features = X.shape
     coef = np.zeros(n_features)
     intercept = np.array([0.0])
@@ -53,8 +55,9 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     schedule = CertificateSchedule(first=1 if problem.l1 > 0 else 3)
     for epoch in range(1, max_iter + 1):
         order = rng.permutation(working_set)
-        max_delta, max_coef = cpu.scd_epoch(
-            matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_samples, y, margins,
+        max_delta, max_coef = kernels.scd_epoch(
+            epoch_matrix.data, epoch_matrix.indices, epoch_matrix.indptr, epoch_matrix.dense,
+            n_samples, y, margins,
             coef, intercept, order, problem.loss_code, problem.l1, problem.l2, col_sq_norms,
             col_cube_sums,
         )
@@ -97,6 +100,8 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y = data.X, data.y
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     matrix = MajorMatrix.from_array(X, "rows")
+    epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
+    kernels = device.kernels_for(epoch_matrix.data)
     n_samples, n_features = X.shape
     alpha_n = problem.alpha * n_samples
     row_sq_norms = matrix.sq_norms()
@@ -111,13 +116,16 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     history = History()
     start = time.perf_counter()
     epoch = 0
-    shrinking = _Shrinking.start(n_samples) if problem.loss in _BOX_DUALS else None
+    # Shrinking is a sequential strategy: GPU epochs visit every row.
+    shrinking = (_Shrinking.start(n_samples) if problem.loss in _BOX_DUALS and kernels is cpu
+                 else None)
     all_rows = np.arange(n_samples)
     for epoch in range(1, max_iter + 1):
         dual_sum = np.array([dual_coef.sum()])
         if shrinking is None:
-            max_delta = cpu.sdca_epoch(
-                matrix.data, matrix.indices, matrix.indptr, matrix.dense, n_features, y,
+            max_delta = kernels.sdca_epoch(
+                epoch_matrix.data, epoch_matrix.indices, epoch_matrix.indptr,
+                epoch_matrix.dense, n_features, y,
                 dual_coef, coef, _block_order(all_rows, rng), problem.loss_code, alpha_n,
                 row_sq_norms, intercept, rho, dual_sum,
             )

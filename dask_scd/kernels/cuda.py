@@ -1,0 +1,306 @@
+"""CUDA epoch kernels: TPA-SCD (twice parallel, asynchronous SCD; Algorithm 2 of the TPA-SCD
+paper) for primal SCD over columns and dual SDCA over rows.
+
+One thread block per coordinate of the epoch's ``order``, all launched at once: the blocks
+run concurrently on the streaming multiprocessors, so an epoch is *asynchronous* (a block
+may read margins, or w, that another block is updating). Inside a block the threads stride
+over the coordinate's non-zeros, sum their partial products in a shared-memory tree
+reduction, every thread derives the same step from the sums, and the threads write the
+step into the shared vector (margins Xθ + b, or w) with atomic adds. The update math is
+:mod:`dask_scd.kernels.scalar`, compiled here as device functions.
+
+The host wrappers :func:`scd_epoch` and :func:`sdca_epoch` take the arguments of their
+namesakes in :mod:`dask_scd.kernels.cpu`, in place as they are: the matrix triple lives on
+the device (see :func:`dask_scd.kernels.device.place`); any vector given as a numpy array
+is copied to the device and, when the kernel writes it, back into the same array.
+
+This module imports ``numba.cuda``: import it only through :mod:`dask_scd.kernels.device`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float64
+
+from dask_scd.kernels import scalar
+
+# Threads of a block's tree reduction in shared memory: the most a launch may use.
+_SHARED = 256
+# Launches use a power of two of threads per block between these two: at least a warp
+# (fewer would leave lanes of the warp idle), at most MAX_THREADS (≤ _SHARED).
+MIN_THREADS = 32
+MAX_THREADS = _SHARED
+
+
+def threads_per_block(mean_line_length: float) -> int:
+    """About one thread per non-zero of a mean line (column or row), a power of two between
+    MIN_THREADS and MAX_THREADS: long lines get a full block, short ones no idle warps."""
+    limit = min(MAX_THREADS, _SHARED)
+    threads = min(MIN_THREADS, limit)
+    while threads < limit and threads < mean_line_length:
+        threads *= 2
+    return threads
+
+
+# ------------------------------------------------------------------ block helpers
+
+
+@cuda.jit(device=True)
+def _block_sums(cache, a, b):
+    """Σ over the block's threads of a and of b (tree reduction in shared memory).
+
+    Every thread of the block must call it; every thread gets the same two sums.
+    """
+    tid = cuda.threadIdx.x
+    cache[0, tid] = a
+    cache[1, tid] = b
+    cuda.syncthreads()
+    stride = cuda.blockDim.x // 2
+    while stride > 0:
+        if tid < stride:
+            cache[0, tid] += cache[0, tid + stride]
+            cache[1, tid] += cache[1, tid + stride]
+        cuda.syncthreads()
+        stride //= 2
+    total_a = cache[0, 0]
+    total_b = cache[1, 0]
+    cuda.syncthreads()  # every thread has read the sums before the cache is reused
+    return total_a, total_b
+
+
+@cuda.jit(device=True)
+def _line(dense, indptr, major, n_minor):
+    if dense:
+        return major * n_minor, (major + 1) * n_minor
+    return indptr[major], indptr[major + 1]
+
+
+@cuda.jit(device=True)
+def _entry(data, indices, dense, ones, start, idx):
+    """(minor index, value) of the idx-th stored entry; ``ones``: the intercept's column."""
+    if ones:
+        return np.int64(idx), 1.0
+    if dense:
+        return np.int64(idx - start), np.float64(data[idx])
+    return np.int64(indices[idx]), np.float64(data[idx])
+
+
+# --------------------------------------------------------------------- primal SCD
+
+
+@cuda.jit
+def _scd_kernel(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    loss, l1, l2, col_sq_norms, col_cube_sums, cubic, stats,
+):
+    """Block b updates coordinate order[b]; stats[0], stats[1] ← max |Δθ_j|, max |θ_j|."""
+    cache = cuda.shared.array((2, _SHARED), float64)
+    tid = cuda.threadIdx.x
+    n_threads = cuda.blockDim.x
+    n_features = coef.shape[0]
+    inv_n = 1.0 / n_samples
+    j = order[cuda.blockIdx.x]
+    ones = j == n_features  # the intercept: an unpenalized all-ones column
+    if ones:
+        start, end = 0, n_samples
+        old = intercept[0]
+        pen_l1, pen_l2, cube_mean = 0.0, 0.0, 1.0 if cubic else -1.0
+    else:
+        start, end = _line(dense, indptr, j, n_samples)
+        old = coef[j]
+        pen_l1, pen_l2 = l1, l2
+        cube_mean = col_cube_sums[j] * inv_n if cubic else -1.0
+
+    g_part = 0.0
+    h_part = 0.0
+    for idx in range(start + tid, end, n_threads):
+        i, x = _entry(data, indices, dense, ones, start, idx)
+        d1, d2 = scalar.loss_d1_d2(loss, y[i], margins[i])
+        g_part += d1 * x
+        h_part += d2 * x * x
+    g, h = _block_sums(cache, g_part, h_part)
+    g *= inv_n
+    h *= inv_n
+    if loss == scalar.SQUARED and not ones:
+        h = col_sq_norms[j] * inv_n  # the exact curvature, as on the CPU
+    if ones:
+        delta = -g / h if h > 0.0 else 0.0
+    else:
+        delta = scalar.prox_newton(old, g, h, pen_l1, pen_l2) - old
+    # g, h and old are the same in every thread, so is delta: the branches below are
+    # taken by the whole block, as its reductions require.
+    if delta != 0.0 and loss != scalar.SQUARED and not scalar.cubic_accepts(
+        g, h, 0.0 if ones else old, delta, pen_l1, pen_l2, cube_mean
+    ):
+        delta *= _line_search(cache, data, indices, dense, ones, start, end, y, margins,
+                              loss, old, delta, g, pen_l1, pen_l2, inv_n)
+    if tid == 0:
+        cuda.atomic.max(stats, 0, abs(delta))
+        if not ones:
+            cuda.atomic.max(stats, 1, abs(old + delta))
+    if delta == 0.0:
+        return
+    for idx in range(start + tid, end, n_threads):
+        i, x = _entry(data, indices, dense, ones, start, idx)
+        cuda.atomic.add(margins, i, delta * x)  # ŷ += Δθ_j X[:, j], raced by other blocks
+    if tid == 0:  # every thread read old before the first reduction
+        if ones:
+            intercept[0] = old + delta
+        else:
+            coef[j] = old + delta
+
+
+@cuda.jit(device=True)
+def _line_search(cache, data, indices, dense, ones, start, end, y, margins, loss, old, delta,
+                 g, l1, l2, inv_n):
+    """The CPU kernel's Armijo backtracking, one block reduction per trial step.
+
+    A trial sums ℓ(ŷ_i + tΔx_i) − ℓ(ŷ_i) reading each margin once, so that a margin moved
+    by another block between two reductions shifts both terms alike.
+    """
+    tid = cuda.threadIdx.x
+    n_threads = cuda.blockDim.x
+    model = g * delta + scalar.penalty(l1, l2, old + delta) - scalar.penalty(l1, l2, old)
+    base_part = 0.0
+    for idx in range(start + tid, end, n_threads):
+        i, x = _entry(data, indices, dense, ones, start, idx)
+        base_part += scalar.loss(loss, y[i], margins[i])
+    base, _ = _block_sums(cache, base_part, 0.0)
+    # Below this, a change of objective is rounding noise: accept rather than stall.
+    noise = 1e-13 * (base * inv_n + scalar.penalty(l1, l2, old))
+    t = 1.0
+    for _ in range(scalar.MAX_BACKTRACK):
+        step = t * delta
+        part = 0.0
+        for idx in range(start + tid, end, n_threads):
+            i, x = _entry(data, indices, dense, ones, start, idx)
+            m = margins[i]
+            part += scalar.loss(loss, y[i], m + step * x) - scalar.loss(loss, y[i], m)
+        change, _ = _block_sums(cache, part, 0.0)
+        change = change * inv_n + scalar.penalty(l1, l2, old + step) - scalar.penalty(l1, l2, old)
+        if change <= scalar.ARMIJO * t * model + noise:
+            return t
+        t *= scalar.BACKTRACK
+    return 0.0
+
+
+def scd_epoch(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    loss, l1, l2, col_sq_norms, col_cube_sums,
+):
+    """One asynchronous epoch of primal SCD on the GPU; see :func:`cpu.scd_epoch`.
+
+    ``order`` holds distinct coordinates (a block owns its θ_j for the launch). Returns
+    max |Δθ_j| and max |θ_j| over the epoch.
+    """
+    n_coordinates = len(order)
+    if n_coordinates == 0:
+        return 0.0, 0.0
+    cubic = loss == scalar.LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
+    threads = threads_per_block(_mean_line(data, dense, n_samples, coef.shape[0]))
+    written = margins, coef, intercept
+    d_margins, d_coef, d_intercept = map(_device, written)
+    stats = cuda.to_device(np.zeros(2))
+    _scd_kernel[n_coordinates, threads](
+        data, indices, indptr, dense, n_samples, _device(y), d_margins, d_coef, d_intercept,
+        _device(order), loss, l1, l2, _device(col_sq_norms), _device(col_cube_sums), cubic,
+        stats,
+    )
+    _copy_back(written, (d_margins, d_coef, d_intercept))
+    max_delta, max_coef = stats.copy_to_host()
+    return float(max_delta), float(max_coef)
+
+
+# ----------------------------------------------------------------------- dual SDCA
+
+
+@cuda.jit
+def _sdca_kernel(
+    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
+    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, stats,
+):
+    """Block b takes the dual step of row order[b]; stats[0] ← max |Δa_i|."""
+    cache = cuda.shared.array((2, _SHARED), float64)
+    step = cuda.shared.array(1, float64)
+    tid = cuda.threadIdx.x
+    n_threads = cuda.blockDim.x
+    i = order[cuda.blockIdx.x]
+    start, end = _line(dense, indptr, i, n_features)
+    part = 0.0
+    for idx in range(start + tid, end, n_threads):
+        k, x = _entry(data, indices, dense, False, start, idx)
+        part += x * coef[k]
+    margin, _ = _block_sums(cache, part, 0.0)
+    if tid == 0:
+        # Σ a_i is raced by the other blocks: one thread reads it and decides the step.
+        q = row_sq_norms[i] / alpha_n + rho
+        shifted = margin + intercept + rho * dual_sum[0]
+        t = scalar.dual_step(loss, y[i], dual_coef[i], shifted, q)
+        step[0] = t
+        if t != 0.0:
+            dual_coef[i] += t
+            cuda.atomic.add(dual_sum, 0, t)
+            cuda.atomic.max(stats, 0, abs(t))
+    cuda.syncthreads()
+    t = step[0]
+    if t == 0.0:
+        return
+    scale = t / alpha_n
+    for idx in range(start + tid, end, n_threads):
+        k, x = _entry(data, indices, dense, False, start, idx)
+        cuda.atomic.add(coef, k, scale * x)  # w += t x_i/(αn), raced by other blocks
+
+
+def sdca_epoch(
+    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
+    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
+):
+    """One asynchronous epoch of SDCA on the GPU; see :func:`cpu.sdca_epoch`.
+
+    ``order`` holds distinct rows (a block owns its a_i for the launch). ``dual_coef``,
+    ``coef`` and ``dual_sum`` are updated in place. Returns max |Δa_i|.
+    """
+    n_rows = len(order)
+    if n_rows == 0:
+        return 0.0
+    threads = threads_per_block(_mean_line(data, dense, n_features, len(dual_coef)))
+    written = dual_coef, coef, dual_sum
+    d_dual_coef, d_coef, d_dual_sum = map(_device, written)
+    stats = cuda.to_device(np.zeros(1))
+    _sdca_kernel[n_rows, threads](
+        data, indices, indptr, dense, n_features, _device(y), d_dual_coef, d_coef,
+        _device(order), loss, alpha_n, _device(row_sq_norms), intercept, rho, d_dual_sum,
+        stats,
+    )
+    _copy_back(written, (d_dual_coef, d_coef, d_dual_sum))
+    return float(stats.copy_to_host()[0])
+
+
+# ------------------------------------------------------------------------ transfers
+
+
+def _mean_line(data, dense, n_minor, n_major):
+    return n_minor if dense else data.shape[0] / max(n_major, 1)
+
+
+def _device(array):
+    """The device copy of a host vector; a device array passes through."""
+    return cuda.to_device(array) if isinstance(array, np.ndarray) else array
+
+
+def _copy_back(hosts, devices):
+    """Write what a kernel changed back into the caller's host arrays (the CPU kernels
+    work in place: so do these, seen from the host)."""
+    for host, dev in zip(hosts, devices):
+        if dev is not host:
+            dev.copy_to_host(host)
+
+
+def to_device(array):
+    """A device copy of a host array (numpy), for the matrix triple read every epoch."""
+    return cuda.to_device(np.ascontiguousarray(array))
+
+
+def is_available() -> bool:
+    """Whether numba.cuda can run kernels here (a GPU and a driver, or the simulator)."""
+    return cuda.is_available()

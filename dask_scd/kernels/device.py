@@ -1,0 +1,76 @@
+"""Where an epoch runs: the CPU kernels or the CUDA kernels, chosen by where X lives.
+
+``device=`` of :func:`dask_scd.fit` is resolved here once (:func:`resolve`); the engine
+then places its matrix (:func:`place`) and takes the kernels that match the array type
+(:func:`kernels_for`): numpy arrays → :mod:`dask_scd.kernels.cpu`, device arrays (numba
+or cupy) → :mod:`dask_scd.kernels.cuda`. ``numba.cuda`` is imported only when a GPU is
+asked for, never by ``import dask_scd``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DEVICES = ("cpu", "gpu", "auto")
+# The engines whose epochs have CUDA kernels.
+GPU_ENGINES = ("scd", "sdca")
+
+
+def resolve(device: str) -> str:
+    """``"cpu"`` or ``"gpu"`` for the user's ``device=``.
+
+    ``"auto"`` is ``"gpu"`` when numba.cuda finds a usable GPU (or runs its simulator,
+    ``NUMBA_ENABLE_CUDASIM=1``), else ``"cpu"``; ``"gpu"`` without one is an error.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not one of {', '.join(map(repr, DEVICES))}")
+    if device == "cpu":
+        return "cpu"
+    if gpu_available():
+        return "gpu"
+    if device == "auto":
+        return "cpu"
+    raise RuntimeError(
+        "device='gpu' needs a CUDA GPU, and numba.cuda finds none here (no NVIDIA driver "
+        "or device); use device='cpu', or device='auto' to take a GPU when there is one"
+    )
+
+
+def gpu_available() -> bool:
+    """Whether numba.cuda can launch kernels: a GPU with its driver, or the simulator."""
+    try:
+        from numba import cuda
+    except ImportError:  # pragma: no cover - numba without its CUDA target
+        return False
+    return bool(cuda.is_available())
+
+
+def place(matrix, device: str):
+    """The copy of a :class:`~dask_scd.kernels.layout.MajorMatrix` that epochs read: itself
+    on the CPU; on the GPU its triple copied to device memory once, for the whole fit."""
+    if device != "gpu":
+        return matrix
+    from dask_scd.kernels import cuda
+
+    return dataclasses.replace(matrix, data=cuda.to_device(matrix.data),
+                               indices=cuda.to_device(matrix.indices),
+                               indptr=cuda.to_device(matrix.indptr))
+
+
+def is_device_array(array) -> bool:
+    """A numba device array or any array exporting ``__cuda_array_interface__`` (cupy)."""
+    return bool(getattr(array, "__cuda_ndarray__", False)) or hasattr(
+        array, "__cuda_array_interface__"
+    )
+
+
+def kernels_for(array):
+    """The kernel module for data held in ``array``: ``kernels.cuda`` for device arrays,
+    ``kernels.cpu`` for numpy (both expose ``scd_epoch`` and ``sdca_epoch``)."""
+    if is_device_array(array):
+        from dask_scd.kernels import cuda
+
+        return cuda
+    from dask_scd.kernels import cpu
+
+    return cpu
