@@ -73,24 +73,54 @@ def scd_epoch(
     search when a third-order bound already proves the full step acceptable. Returns
     max |Δθ_j| and max |θ_j| over the epoch, the cheap first-stage convergence test.
     """
+    max_delta, max_coef, _ = scd_epoch_violation(
+        data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+        loss, l1, l2, col_sq_norms, col_cube_sums,
+    )
+    return max_delta, max_coef
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def scd_epoch_violation(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    loss, l1, l2, col_sq_norms, col_cube_sums,
+):
+    """:func:`scd_epoch` that also returns the largest optimality violation it met.
+
+    The violation of coordinate j is the distance of its gradient to the penalty's
+    subdifferential, ``dist(−g_j, ∂g(θ_j))``, taken just before its step (free: the step
+    reduces g_j anyway). Over an epoch it is the working-set solver's cheap stopping test.
+    """
     cubic = loss == LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
     max_delta = 0.0
     max_coef = 0.0
+    max_violation = 0.0
     for k in range(order.shape[0]):
         j = order[k]
         if j == n_features:
-            delta = _intercept_step(y, margins, intercept, loss, cubic)
+            delta, violation = _intercept_step(y, margins, intercept, loss, cubic)
         else:
-            delta = _column_step(
+            delta, violation = _column_step(
                 data, indices, indptr, dense, n_samples, y, margins, coef, j,
                 loss, l1, l2, col_sq_norms[j] * inv_n, inv_n,
                 col_cube_sums[j] * inv_n if cubic else -1.0,
             )
             max_coef = max(max_coef, abs(coef[j]))
         max_delta = max(max_delta, abs(delta))
-    return max_delta, max_coef
+        max_violation = max(max_violation, violation)
+    return max_delta, max_coef, max_violation
+
+
+@njit(inline="always")
+def _violation(old, g, l1, l2):
+    """dist(−g, ∂(l1|t| + l2 t²/2) at t = old): zero exactly at a coordinate's optimum."""
+    if old > 0.0:
+        return abs(g + l2 * old + l1)
+    if old < 0.0:
+        return abs(g + l2 * old - l1)
+    return max(abs(g) - l1, 0.0)
 
 
 @njit(inline="always")
@@ -119,15 +149,16 @@ def _column_step(
         h *= inv_n
     g *= inv_n
     old = coef[j]
+    violation = _violation(old, g, l1, l2)
     delta = _prox_newton(old, g, h, l1, l2) - old
     if delta == 0.0:
-        return 0.0
+        return 0.0, violation
     if loss != SQUARED and not _cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
         delta *= _column_line_search(
             data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
         )
         if delta == 0.0:
-            return 0.0
+            return 0.0, violation
     if dense:
         for k in range(end - start):
             margins[k] += delta * data[start + k]  # ŷ += Δθ_j X[:, j]
@@ -135,7 +166,7 @@ def _column_step(
         for idx in range(start, end):
             margins[indices[idx]] += delta * data[idx]
     coef[j] = old + delta
-    return delta
+    return delta, violation
 
 
 @njit(inline="always")
@@ -174,10 +205,11 @@ def _intercept_step(y, margins, intercept, loss, cubic):
         d1, d2 = _loss_d1_d2(loss, y[i], margins[i])
         g += d1
         h += d2
-    if h <= 0.0:
-        return 0.0
-    delta = -g / h
     inv_n = 1.0 / n
+    violation = abs(g) * inv_n
+    if h <= 0.0:
+        return 0.0, violation
+    delta = -g / h
     if loss != SQUARED and not _cubic_accepts(g * inv_n, h * inv_n, 0.0, delta, 0.0, 0.0,
                                               1.0 if cubic else -1.0):
         # A Newton step on b with backtracking on the exact loss (the 1-D problem is convex).
@@ -198,11 +230,11 @@ def _intercept_step(y, margins, intercept, loss, cubic):
             t *= _BACKTRACK
         delta = t * delta if accepted else 0.0
     if delta == 0.0:
-        return 0.0
+        return 0.0, violation
     for i in range(n):
         margins[i] += delta
     intercept[0] += delta
-    return delta
+    return delta, violation
 
 
 # ----------------------------------------------------------------------- dual SDCA
@@ -296,6 +328,41 @@ def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, square
                 out[_minor(dense, indices, idx, start)] += x * x * u[r]
         elif u[r] != 0.0:  # a sparse u (lasso coefficients) skips its zero lines
             _row_axpy(data, indices, dense, start, end, u[r], out)
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, v, w, out_v, out_w):
+    """out_v = A v and out_w = A w over the major axis in one pass over A (CSC: Xᵀv, Xᵀw):
+    the certificate's plain and extrapolated dual points read X once."""
+    for r in range(n_major):
+        start, end = _line(dense, indptr, r, n_minor)
+        s = 0.0
+        t = 0.0
+        if dense:
+            for k in range(end - start):
+                x = data[start + k]
+                s += x * v[k]
+                t += x * w[k]
+        else:
+            for idx in range(start, end):
+                x = data[idx]
+                s += x * v[indices[idx]]
+                t += x * w[indices[idx]]
+        out_v[r] = s
+        out_w[r] = t
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def lines_scatter(data, indices, indptr, dense, n_minor, lines, values, offset, out):
+    """out[k] = offset + Σ_m values[m]·A[lines[m], k] (CSC: the margins X_W θ_W + b of the
+    columns W = ``lines``), reading only those lines."""
+    for k in range(n_minor):
+        out[k] = offset
+    for m in range(lines.shape[0]):
+        if values[m] == 0.0:
+            continue
+        start, end = _line(dense, indptr, lines[m], n_minor)
+        _row_axpy(data, indices, dense, start, end, values[m], out)
 
 
 @njit(nogil=True, cache=True)

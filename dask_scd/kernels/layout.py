@@ -68,6 +68,27 @@ class MajorMatrix:
         cpu.major_scatter(*self._args(), np.ascontiguousarray(u, dtype=np.float64), out, squared)
         return out
 
+    def dot_pair(self, v, w) -> tuple[np.ndarray, np.ndarray]:
+        """(A v, A w) over every line in one pass over A (by columns: Xᵀv, Xᵀw)."""
+        out_v = np.empty(self.n_major, dtype=np.float64)
+        out_w = np.empty(self.n_major, dtype=np.float64)
+        cpu.major_dot_pair(*self._args(), np.ascontiguousarray(v, dtype=np.float64),
+                           np.ascontiguousarray(w, dtype=np.float64), out_v, out_w)
+        return out_v, out_w
+
+    def lines_scatter(self, lines, values, offset: float, out: np.ndarray) -> np.ndarray:
+        """out = offset + Σ_m values[m]·(line lines[m]), reading only those lines (by
+        columns: the margins X_W θ_W + b of the columns W)."""
+        cpu.lines_scatter(self.data, self.indices, self.indptr, self.dense, self.n_minor,
+                          lines, np.ascontiguousarray(values, dtype=np.float64), offset, out)
+        return out
+
+    def line_nnz(self) -> np.ndarray:
+        """Stored entries of every line (the cost of a pass over it)."""
+        if self.dense:
+            return np.full(self.n_major, self.n_minor, dtype=np.int64)
+        return np.diff(self.indptr).astype(np.int64)
+
     def cube_sums(self) -> np.ndarray:
         """Σ |A[line, k]|³ for every line."""
         out = np.empty(self.n_major, dtype=np.float64)
