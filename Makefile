@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-peers clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ bench-kernels: $(STAMP)
 
 bench-dask: $(STAMP)
 	$(PY) benchmarks/bench_dask.py
+
+bench-duhl: $(STAMP)
+	$(PY) benchmarks/bench_duhl.py
 
 # The peers (skglm, celer, glum, Snap ML) come from the `bench` extra, never from `make test`.
 $(VENV)/.bench: $(STAMP) pyproject.toml

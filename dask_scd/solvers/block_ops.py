@@ -15,7 +15,6 @@ worker computed what.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +26,7 @@ from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
+from dask_scd.runtime.strategies import ByteLRU
 from dask_scd.validation import check_label_values
 
 
@@ -71,58 +71,120 @@ class LabelRef:
 class _CellCache:
     """Least-recently-used cells of this process, bounded in bytes.
 
-    The cache is unmanaged memory: dask cannot spill it, and a worker whose process
-    memory passes the pause threshold (80 % of its memory limit) stops running tasks. So
-    the bound is taken from what the worker has left when the cache is first used —
-    half of (pause threshold − resident memory then), the other half being for the tasks'
-    own arrays — and before every insertion the resident memory is checked again: an
-    insertion that would take the process past ``resident at start + bound`` first drops
-    least-recently-used cells, and is skipped if that is not enough.
+    A :class:`dask_scd.runtime.strategies.ByteLRU` (which counts the bytes it loads and
+    its evictions) with a second bound. The cache is unmanaged memory: dask cannot spill
+    it, and a worker whose process memory passes the pause threshold (80 % of its memory
+    limit) stops running tasks. So the bound is taken from what the worker has left when
+    the cache is first used — half of (pause threshold − resident memory then), the other
+    half being for the tasks' own arrays — and before every insertion the resident memory
+    is checked again: an insertion that would take the process past ``resident at start
+    + bound`` first drops least-recently-used cells, and is skipped if that is not enough.
     """
 
     def __init__(self, max_bytes: int | None, ceiling: int | None = None):
-        self.max_bytes = max_bytes
         self.ceiling = ceiling  # resident bytes the process should stay under, or None
-        self._items: OrderedDict = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._lru = None if max_bytes is None else ByteLRU(max_bytes, _nbytes)
+        self._sizing = threading.Lock()
+        # Cells a residency policy holds (see hold): outside the LRU, never evicted by it.
+        self._pinned: dict = {}
+        self._groups: dict = {}
+        self._pinning = threading.local()  # the hold running in this thread, if any
+
+    def hold(self, group, resolve) -> dict:
+        """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
+        the group's other pinned cells are released. Returns the loads and bytes this
+        took (a cell already pinned costs nothing)."""
+        pinning = self._pinning
+        pinning.keys, pinning.loads, pinning.bytes = set(), 0, 0
+        try:
+            resolve()
+            keep = pinning.keys
+        finally:
+            pinning.keys = None
+        for key in self._groups.get(group, set()) - keep:
+            self._pinned.pop(key, None)
+        self._groups[group] = keep
+        return {"loads": pinning.loads, "bytes": pinning.bytes}
+
+    @property
+    def max_bytes(self) -> int | None:
+        return None if self._lru is None else self._lru.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int):
+        if self._lru is None:
+            self._lru = ByteLRU(value, _nbytes)
+        else:
+            self._lru.max_bytes = value
 
     def get(self, key, load):
-        if self.max_bytes is None:
-            # Sized at first use, inside a task: at import time (while a task is being
-            # unpacked) the worker and its memory limit are not reachable yet.
-            self.max_bytes, self.ceiling = _cache_budget()
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key][0]
+        with self._sizing:
+            if self._lru is None:
+                # Sized at first use, inside a task: at import time (while a task is being
+                # unpacked) the worker and its memory limit are not reachable yet.
+                bound, self.ceiling = _cache_budget()
+                self._lru = ByteLRU(bound, _nbytes)
+        pinning = getattr(self._pinning, "keys", None)
+        if key in self._pinned:
+            if pinning is not None:
+                pinning.add(key)
+            return self._pinned[key]
+        lru = self._lru
+        value, hit = lru.lookup(key)
+        if pinning is not None:
+            value = value if hit else load()
+            self._pinned[key] = value
+            pinning.add(key)
+            self._pinning.loads += 1
+            self._pinning.bytes += _nbytes(value)
+            return value
+        if hit:
+            return value
         value = load()
         size = _nbytes(value)
-        with self._lock:
-            if key not in self._items and size <= self.max_bytes and self._make_room(size):
-                self._items[key] = (value, size)
-                self._bytes += size
+        with lru.lock:
+            if key not in lru.keys and size <= lru.max_bytes and self._make_room(size):
+                lru.insert(key, value, size)
         return value
 
     def _make_room(self, size: int) -> bool:
         """Drop old cells until ``size`` more bytes fit the bound and the process ceiling."""
-        excess = self._bytes + size - self.max_bytes
+        lru = self._lru
+        excess = lru.nbytes + size - lru.max_bytes
         if self.ceiling is not None:
             excess = max(excess, _resident_bytes() + size - self.ceiling)
-        while excess > 0 and self._items:
-            _, (_, dropped) = self._items.popitem(last=False)
-            self._bytes -= dropped
-            excess -= dropped
+        while excess > 0 and lru.nbytes:
+            excess -= lru.evict_oldest()
         return excess <= 0
 
     @property
+    def _items(self):
+        """The cached keys, least recently used first."""
+        return () if self._lru is None else self._lru.keys
+
+    @property
     def nbytes(self) -> int:
-        return self._bytes
+        return 0 if self._lru is None else self._lru.nbytes
+
+    _bytes = nbytes
+
+    @property
+    def counts(self) -> dict:
+        """Bytes loaded into the cache, loads and evictions since the process started."""
+        lru = self._lru
+        if lru is None:
+            return {"bytes_moved": 0, "loads": 0, "evictions": 0}
+        return {"bytes_moved": lru.bytes_moved, "loads": lru.loads, "evictions": lru.evictions}
 
     def clear(self):
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
+        if self._lru is not None:
+            self._lru.clear()
+
+
+def hold_cells(group, cells: list) -> dict:
+    """Make exactly ``cells`` resident for ``group`` in this process (a residency policy's
+    choice for one row chunk); returns {"loads", "bytes"} it took."""
+    return CACHE.hold(group, lambda: [cell_view(cell) for cell in cells])
 
 
 def _nbytes(value) -> int:
@@ -307,7 +369,7 @@ def inspect_cell(cell, where: str) -> dict:
     if not np.isfinite(view.matrix.data).all():
         raise ValueError(f"X contains NaN or infinity in {where}")
     counts = _nonzeros_per_row(view)
-    return {"max_per_row": int(counts.max()) if counts.size else 0}
+    return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": _nbytes(view)}
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:

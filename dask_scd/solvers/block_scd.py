@@ -27,15 +27,15 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.fault import load_checkpoint, save_checkpoint
 from dask_scd.result import History
+from dask_scd.runtime import strategies
+from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks
 from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers.base import Options, Run
 from dask_scd.validation import check_labels
@@ -208,20 +208,41 @@ def fit_block_scd(source: _Source, problem: obj.Problem, options: Options) -> Ru
     callback : callable, optional
         Called after every epoch with a dict (epoch, coef in the original feature order,
         intercept, relative_gap); returning True stops the fit.
+    residency : {"duhl", "sequential", "random", "importance"}, optional
+        A grid only: each epoch updates only the blocks this policy makes resident within
+        ``memory_budget`` (bytes of cells over the whole grid; each worker holds its row
+        chunks' share), chosen on the client from the last certificate's block gaps, so
+        the model stays independent of the workers. Default: every block, every epoch,
+        cells in each worker's LRU cache. The Run's extras count the cells' bytes moved
+        and swaps.
+    memory_budget : int, bytes
+        Default: a quarter of the grid.
     """
     engine_options = dict(options.engine)
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
     client = engine_options.pop("client", None)
+    residency = engine_options.pop("residency", None)
+    budget = engine_options.pop("memory_budget", None)
+    if residency is not None and source.cell is None:
+        raise ValueError("residency applies to a Grid (a dask array's chunks already live "
+                         "in the workers' memory)")
     with _client(client) as c:
-        engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress)
-        run = engine.run(options.tol, options.max_iter, engine_options.get("checkpoint"),
-                         engine_options.get("checkpoint_every", 1),
-                         engine_options.get("resume", False), engine_options.get("callback"))
+        engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress,
+                           residency=residency, memory_budget=budget)
+        hooks = EpochHooks(engine_options.get("checkpoint"),
+                           engine_options.get("checkpoint_every", 1),
+                           engine_options.get("resume", False), engine_options.get("callback"),
+                           engine.signature())
+        try:
+            run = engine.run(options.tol, options.max_iter, hooks)
+        finally:
+            engine.release()
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
-    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"])
+    extras = engine.moved if residency is not None else {}
+    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras)
 
 
 @contextlib.contextmanager
@@ -247,14 +268,17 @@ def _client(client):
 
 
 class _BlockSCD:
-    """The solver loop: select → reduce → update → certify, one epoch at a time."""
+    """The solver loop: select → reduce → update → certify, one epoch at a time.
+
+    The cluster plumbing (homes, keyed submits, ordered sums, the certificate) is the
+    :class:`~dask_scd.runtime.cluster.ClusterRuntime`; the block order within an epoch is
+    a :class:`~dask_scd.runtime.strategies.BlockOrder`.
+    """
 
     def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, progress,
-                 gram_max=1024, coarse=True):
+                 gram_max=1024, coarse=True, residency=None, memory_budget=None):
         self.client = client
         self.coarse = coarse
-        self.pin = source.cell is not None  # a grid (see _assign_homes)
-        self._fit_token, self._n_submitted = uuid.uuid4().hex, 0
         self.gram_max = gram_max
         self.source = source
         self.problem = problem
@@ -262,10 +286,21 @@ class _BlockSCD:
         self.selection = selection
         self.progress = progress
         self.slices = source.slices
+        self.order = strategies.block_order(selection, self.slices)
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
+        # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
+        self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.cell is not None)
         self._connect_cells()
-        self._assign_homes()
         self._preflight()
+        self.residency = None
+        if residency is not None:
+            self.residency = strategies.residency(residency, self.block_bytes)
+            total = int(self.block_bytes.sum())
+            self.memory_budget = int(memory_budget if memory_budget is not None else total // 4)
+            if self.memory_budget < int(self.block_bytes.max()):
+                raise ValueError(f"memory_budget={self.memory_budget} bytes is smaller than one "
+                                 f"block's cells ({int(self.block_bytes.max())} bytes)")
+        self.moved = {"bytes_moved": 0, "swaps": 0, "rounds": {"blocks": [], "swaps": []}}
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -288,58 +323,37 @@ class _BlockSCD:
         self.labels = [source.label(r) for r in range(source.n_row_chunks)]
         self.rows = np.diff(source.row_bounds).astype(int)
 
-    def _assign_homes(self):
-        """Row chunk r → one worker (its "home"), in contiguous runs weighted by threads.
-
-        Every task of row chunk r asks for its home (``allow_other_workers=True``: a lost
-        worker's row chunks go elsewhere until the next epoch reassigns them), so the
-        stages of a block iteration are balanced, the margins never move between workers
-        and each worker caches only its own cells. Placement never changes the model (every
-        task is deterministic). Only a grid's row chunks are placed: a dask array's chunks
-        already live where dask persisted them.
-        """
-        R = self.source.n_row_chunks
-        self.homes = [None] * R
-        if not self.pin:
-            return
-        workers = self.client.scheduler_info()["workers"]
-        slots = [address for address in sorted(workers)
-                 for _ in range(max(1, int(workers[address].get("nthreads", 1))))]
-        if len(slots) > 1:
-            self.homes = [slots[r * len(slots) // R] for r in range(R)]
-
-    def _submit(self, func, *args, **kwargs):
-        """Submit a task under a cheap unique key.
-
-        ``client.submit`` would otherwise tokenize every argument (problem, θ, cell
-        references) to name the task: ~600 times per epoch, on the cores the scheduler needs.
-        """
-        self._n_submitted += 1
-        key = f"{func.__name__}-{self._fit_token}-{self._n_submitted}"
-        return self.client.submit(func, *args, key=key, **kwargs)
-
-    def _submit_row(self, r, func, *args):
-        """Submit a task of row chunk r on its home worker."""
-        if self.homes[r] is None:
-            return self._submit(func, *args)
-        return self._submit(func, *args, workers=[self.homes[r]], allow_other_workers=True)
-
     def _preflight(self):
         """One pass over every cell: finite values, purity, and the coarse space's S_r."""
+        submit_row = self.runtime.submit_row
         reports = [
-            [self._submit_row(r, ops.inspect_cell, self.cells[r][b],
-                              f"cell (row chunk {r}, block {b})")
+            [submit_row(r, ops.inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
              for b in range(len(self.slices))]
             for r in range(self.source.n_row_chunks)
         ]
-        reports = self.client.gather(reports)
+        reports = self.runtime.gather(reports)
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
                               for b in range(n_blocks)]
+        self.block_bytes = np.array([sum(reports[r][b].get("nbytes", 0)
+                                         for r in range(len(reports))) for b in range(n_blocks)])
         if self.coarse:
-            self.row_sums = [self._submit_row(r, ops.block_row_sums, self.cells[r],
-                                              self.problem.fit_intercept)
+            self.row_sums = [submit_row(r, ops.block_row_sums, self.cells[r],
+                                        self.problem.fit_intercept)
                              for r in range(self.source.n_row_chunks)]
+
+    # The runtime under the names the engines built on this class call it by.
+    def _submit(self, func, *args, **kwargs):
+        return self.runtime.submit(func, *args, **kwargs)
+
+    def _submit_row(self, r, func, *args):
+        return self.runtime.submit_row(r, func, *args)
+
+    def _tree_sum(self, partials, split_every=4):
+        return self.runtime.tree_sum(partials, split_every)
+
+    def _assign_homes(self):
+        self.runtime.assign_homes()
 
     def signature(self) -> dict:
         p = self.problem
@@ -354,21 +368,22 @@ class _BlockSCD:
 
     # -- the loop -------------------------------------------------------------------
 
-    def run(self, tol, max_iter, checkpoint, checkpoint_every, resume, callback) -> dict:
+    def run(self, tol, max_iter, hooks: EpochHooks) -> dict:
         coef = np.zeros(self.source.n_features)
         intercept = 0.0
         history = History()
         epoch = 0
-        saved = load_checkpoint(checkpoint, self.signature(), self.rng) if (resume and checkpoint) else None
+        saved = hooks.load(self.rng)
         if saved is not None:
-            coef, intercept, epoch, history = saved["coef"], saved["intercept"], saved["epoch"], saved["history"]
+            coef, intercept, epoch, history = (saved["coef"], saved["intercept"], saved["epoch"],
+                                               saved["history"])
         elif self.problem.fit_intercept:
             intercept = self._initial_intercept()
         start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
         margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
         while cert.relative_gap > tol and epoch < max_iter:
             epoch += 1
-            self._assign_homes()  # a worker may have been lost or added
+            self.runtime.assign_homes()  # a worker may have been lost or added
             order = self._block_order(cert)
             coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
             state = {"coef": coef, "intercept": intercept}
@@ -377,13 +392,8 @@ class _BlockSCD:
             margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
-            if checkpoint and (epoch % checkpoint_every == 0 or cert.relative_gap <= tol):
-                save_checkpoint(checkpoint, coef=coef, intercept=intercept, epoch=epoch,
-                                rng=self.rng, history=history, signature=self.signature())
-            if callback is not None and callback({
-                "epoch": epoch, "coef": self._original_order(coef), "intercept": intercept,
-                "relative_gap": cert.relative_gap,
-            }):
+            if hooks.after_epoch(epoch, coef, intercept, cert, history, self.rng, tol,
+                                 self._original_order):
                 break
         return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
                 "certificate": cert}
@@ -395,28 +405,47 @@ class _BlockSCD:
 
     def _initial_intercept(self) -> float:
         """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
-        stats = [self._submit_row(r, ops.label_stats, self.labels[r])
+        stats = [self.runtime.submit_row(r, ops.label_stats, self.labels[r])
                  for r in range(self.source.n_row_chunks)]
-        total = ops.sum_partials(*self.client.gather(stats))
+        total = ops.sum_partials(*self.runtime.gather(stats))
         return ops.intercept_at_zero(self.problem.loss, float(total["n"][0]),
                                      float(total["sum"][0]), float(total["pos"][0]))
 
     def _block_order(self, cert) -> list:
-        n_blocks = len(self.slices)
-        if self.selection == "cyclic":
-            order = list(range(n_blocks))
-        elif self.selection == "shuffle":
-            order = [int(b) for b in self.rng.permutation(n_blocks)]
-        else:
-            block_gaps = [cert.coordinate_gaps[s].sum() for s in self.slices]
-            order = [int(b) for b in np.argsort(block_gaps, kind="stable")[::-1]]
+        order = self.order.order(len(self.slices), cert, self.rng)
+        if self.residency is not None:
+            chosen = self._make_resident(cert)
+            order = [b for b in order if b in chosen]
         if self.problem.fit_intercept:
             order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
         return order
 
+    def _make_resident(self, cert) -> set:
+        """The residency's choice of blocks from the block gaps, pinned on every row
+        chunk's home (cells of other blocks released); counts the bytes it moved."""
+        block_gaps = np.array([max(cert.coordinate_gaps[s].sum(), 0.0) for s in self.slices])
+        chosen = self.residency.choose(self.block_bytes, self.memory_budget, block_gaps,
+                                       self.rng)
+        held = self.runtime.gather([
+            self.runtime.submit_row(r, ops.hold_cells, r,
+                                    [self.cells[r][b] for b in chosen])
+            for r in range(self.source.n_row_chunks)])
+        loads = sum(h["loads"] for h in held)
+        self.moved["bytes_moved"] += sum(h["bytes"] for h in held)
+        self.moved["swaps"] += loads
+        self.moved["rounds"]["blocks"].append([int(b) for b in chosen])
+        self.moved["rounds"]["swaps"].append(int(loads))
+        return {int(b) for b in chosen}
+
+    def release(self):
+        """Unpin the cells a residency policy held on the workers."""
+        if self.residency is not None:
+            self.runtime.run_on_rows(ops.hold_cells, [])
+
     def _epoch(self, margins, order, coef, intercept, primal):
         """Submit one pass over the blocks as a single graph; wait only for its end."""
-        submit, problem, n = self._submit, self.problem, self.source.n_samples
+        submit, submit_row = self.runtime.submit, self.runtime.submit_row
+        problem, n = self.problem, self.source.n_samples
         slack = 1e-13 * abs(primal)
         steps = {}
         for b in order:
@@ -425,20 +454,21 @@ class _BlockSCD:
             theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
             # An impure block small enough takes the exact Newton step of its Gram matrix.
             gram = not pure and len(theta) <= self.gram_max
-            stats = [self._submit_row(r, ops.block_stats, cells[r], self.labels[r], margins[r],
-                                      problem.loss, gram) for r in range(len(margins))]
+            stats = [submit_row(r, ops.block_stats, cells[r], self.labels[r], margins[r],
+                                problem.loss, gram) for r in range(len(margins))]
             if gram:
-                stats = self._tree_sum(stats)
-            step = direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT, *stats)
+                stats = self.runtime.tree_sum(stats)
+            step = direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT,
+                                      *stats)
             if not ((pure or gram) and problem.loss == "squared"):
-                trials = [self._submit_row(r, ops.block_trials, cells[r], self.labels[r],
-                                           margins[r], direction, problem, pure)
+                trials = [submit_row(r, ops.block_trials, cells[r], self.labels[r],
+                                     margins[r], direction, problem, pure)
                           for r in range(len(margins))]
                 step = submit(ops.block_choose, direction, n, slack, *trials)
-            margins = [self._submit_row(r, ops.apply_step, margins[r], cells[r], step)
+            margins = [submit_row(r, ops.apply_step, margins[r], cells[r], step)
                        for r in range(len(margins))]
             steps[b] = step
-        results = self.client.gather(steps)
+        results = self.runtime.gather(steps)
         coef = coef.copy()
         for b, step in results.items():
             if b == INTERCEPT:
@@ -446,22 +476,6 @@ class _BlockSCD:
             else:
                 coef[self.slices[b]] = step["theta"]
         return coef, intercept, margins
-
-    def _tree_sum(self, partials, split_every=4):
-        """Sum partials (each with a |B|×|B| Gram matrix) in groups of consecutive row chunks.
-
-        One task receiving all R Gram matrices at once would hold R·8·|B|² bytes (192 MiB
-        for 24 row chunks and |B| = 1000): more than a small worker has. The groups depend
-        on R only, so the sums keep the same bits whatever the workers; each group is summed
-        on the home of its first row chunk, where most of its parts already are.
-        """
-        first = list(range(len(partials)))
-        while len(partials) > split_every:
-            groups = range(0, len(partials), split_every)
-            partials = [self._submit_row(first[i], ops.sum_partials, *partials[i:i + split_every])
-                        for i in groups]
-            first = [first[i] for i in groups]
-        return partials
 
     def _coarse_step(self, margins, state):
         """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
@@ -474,31 +488,20 @@ class _BlockSCD:
         for non-quadratic losses. Returns a future of the new state, {"coef",
         "intercept"}: nothing waits here, the certificate's gather fetches it.
         """
-        submit, problem, n = self._submit, self.problem, self.source.n_samples
+        submit, submit_row = self.runtime.submit, self.runtime.submit_row
+        problem, n = self.problem, self.source.n_samples
         R = len(margins)
-        stats = [self._submit_row(r, ops.coarse_stats, self.row_sums[r], self.labels[r],
-                                  margins[r], problem.loss) for r in range(R)]
+        stats = [submit_row(r, ops.coarse_stats, self.row_sums[r], self.labels[r],
+                            margins[r], problem.loss) for r in range(R)]
         direction = submit(ops.coarse_direction, problem, n, self.offsets, state, *stats)
         trials = []
         if problem.loss != "squared":
-            trials = [self._submit_row(r, ops.coarse_trials, self.row_sums[r], self.labels[r],
-                                       margins[r], direction, problem.loss) for r in range(R)]
+            trials = [submit_row(r, ops.coarse_trials, self.row_sums[r], self.labels[r],
+                                 margins[r], direction, problem.loss) for r in range(R)]
         return submit(ops.coarse_apply, problem, n, self.offsets, state, direction, *trials)
 
     def _certify(self, state):
-        """Fresh margins from the state (θ, b) and the duality-gap certificate on them.
-
-        ``state`` may be a future (the coarse step's): the whole chain is submitted at
-        once and the client waits once, for (θ, b) and the certificate together.
-        """
-        submit, problem, n = self._submit, self.problem, self.source.n_samples
-        R = len(self.rows)
-        margins = [self._submit_row(r, ops.refresh_margins, self.cells[r], state, self.offsets,
-                                    int(self.rows[r])) for r in range(R)]
-        stats = [self._submit_row(r, ops.certificate_stats, self.cells[r], self.labels[r],
-                                  margins[r], problem) for r in range(R)]
-        total = submit(ops.sum_partials, *stats)
-        dual = [self._submit_row(r, ops.dual_loss_sum, self.labels[r], margins[r], problem, total)
-                for r in range(R)]
-        result = submit(ops.certificate, problem, n, state, total, *dual).result()
-        return margins, (result["coef"], float(result["intercept"]), result["certificate"])
+        """Fresh margins from the state (θ, b) and the certificate on them (see
+        :meth:`ClusterRuntime.certify`)."""
+        return self.runtime.certify(self.problem, self.source.n_samples, self.cells,
+                                    self.labels, self.rows, self.offsets, state)

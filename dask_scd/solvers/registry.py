@@ -68,9 +68,11 @@ register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squ
 register(Engine("scd", "dask_scd.solvers.local:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.local:fit_sdca", "memory", l1=False))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory", losses=SMOOTH))
+register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
+    "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
-                options=_CLUSTER_OPTIONS))
+                options=(*_CLUSTER_OPTIONS, "residency", "memory_budget")))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
                 losses=SMOOTH, options=_CLUSTER_OPTIONS))
 

@@ -1,0 +1,115 @@
+"""The runtime's strategies and tiers: block orders, residency policies under a budget,
+the byte-bounded LRU, and the tiers' exact accounting of bytes moved."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.grid import open_grid, to_grid
+from dask_scd.runtime import strategies
+from dask_scd.runtime.tiers import GridStore, HostMemory, MatrixStore, Tier
+
+
+def test_block_orders():
+    rng = np.random.default_rng(0)
+    assert strategies.block_order("cyclic", None).order(4, None, rng) == [0, 1, 2, 3]
+    shuffled = strategies.block_order("shuffle", None).order(6, None, np.random.default_rng(1))
+    assert sorted(shuffled) == list(range(6))
+    assert shuffled == [int(b) for b in np.random.default_rng(1).permutation(6)]
+    slices = [slice(0, 2), slice(2, 3), slice(3, 5)]
+    cert = obj.Certificate(1.0, 0.0, np.array([0.1, 0.0, 0.5, 0.2, 0.2]), 0.0)
+    assert strategies.block_order("gap", slices).order(3, cert, rng) == [1, 2, 0]
+
+
+@pytest.mark.parametrize("name", strategies.RESIDENCIES)
+def test_residency_fits_the_budget(name):
+    rng = np.random.default_rng(0)
+    sizes = np.array([30, 10, 20, 40, 10, 25])
+    gaps = np.array([0.0, 5.0, 1.0, 2.0, 3.0, 0.5])
+    policy = strategies.residency(name, weights=sizes.astype(float))
+    seen = set()
+    for _ in range(20):
+        chosen = policy.choose(sizes, 60, gaps, rng)
+        assert sizes[chosen].sum() <= 60 and len(set(chosen)) == len(chosen)
+        seen.update(chosen.tolist())
+    if name == "duhl":  # the largest gaps, greedily: 1, 4, 3 (60 bytes), then nothing fits
+        assert policy.choose(sizes, 60, gaps, rng).tolist() == [1, 3, 4]
+        assert policy.choose(sizes, 50, gaps, rng).tolist() == [1, 2, 4]  # 3 no longer fits
+    else:  # over rounds, every chunk gets its turn
+        assert seen == set(range(6))
+
+
+def test_sequential_wraps_around():
+    policy = strategies.residency("sequential")
+    sizes = np.full(5, 10)
+    rounds = [policy.choose(sizes, 20, None, None).tolist() for _ in range(4)]
+    assert rounds == [[0, 1], [2, 3], [0, 4], [1, 2]]
+
+
+def test_unknown_residency():
+    with pytest.raises(ValueError, match="not one of"):
+        strategies.residency("lifo")
+
+
+def test_byte_lru_counts():
+    lru = strategies.ByteLRU(100, lambda v: v.nbytes)
+    for k in range(4):
+        lru.insert(k, np.zeros(5), 40)  # zict evicts beyond 100 bytes
+    assert list(lru.keys) == [2, 3] and lru.nbytes == 80
+    assert lru.loads == 4 and lru.bytes_moved == 160 and lru.evictions == 2
+    assert lru.lookup(2)[1] and list(lru.keys) == [3, 2]
+    assert lru.evict_oldest() == 40 and list(lru.keys) == [2]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_matrix_store_chunks_are_the_lines_of_x(sparse, rng):
+    X = rng.normal(size=(30, 11))
+    X[np.abs(X) < 0.8] = 0.0
+    data = sp.csr_matrix(X) if sparse else X
+    store = MatrixStore(data, "columns", 4)
+    assert store.bounds.tolist() == [0, 4, 8, 11]
+    piece = store.read(1)
+    np.testing.assert_allclose(piece.dot(np.ones(30)), X[:, 4:8].sum(axis=0))
+    v = rng.normal(size=30)
+    np.testing.assert_allclose(store.line_dots(np.array([1, 9]), v), X[:, [1, 9]].T @ v)
+    np.testing.assert_allclose(store.dot(v), X.T @ v)
+    rows = MatrixStore(data, "rows", 7)
+    w = rng.normal(size=11)
+    np.testing.assert_allclose(rows.dot(w), X @ w)
+    np.testing.assert_allclose(rows.scatter(v), X.T @ v)
+
+
+def test_tier_accounting_is_exact(rng):
+    X = rng.normal(size=(20, 10))
+    store = MatrixStore(X, "columns", 2)  # 5 chunks of 2 columns, 320 bytes each
+    tier = Tier(store, HostMemory(), 3 * 320)
+    assert tier.make_resident([0, 1]) == 2
+    assert tier.make_resident([1, 2, 3]) == 2  # 1 stays: no load
+    assert (tier.bytes_moved, tier.swaps, tier.evictions) == (4 * 320, 4, 1)
+    matrix, lines = tier.matrix()
+    assert lines.tolist() == [2, 3, 4, 5, 6, 7]
+    np.testing.assert_array_equal(matrix.data.reshape(6, 20), X[:, 2:8].T)
+    assert tier.peak_bytes == 3 * 320
+    with pytest.raises(ValueError, match="do not fit the budget"):
+        tier.make_resident([0, 1, 2, 3])
+    with pytest.raises(ValueError, match="smaller than one chunk"):
+        Tier(store, HostMemory(), 319)
+
+
+def test_grid_store_reads_the_cells(tmp_path, rng):
+    X = rng.normal(size=(50, 12))
+    y = rng.normal(size=50)
+    to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=20, blocks=5)
+    grid = open_grid(tmp_path / "g.zarr")
+    store = GridStore(grid, "columns")
+    assert store.bounds.tolist() == [0, 5, 10, 12]
+    order = grid.feature_order
+    np.testing.assert_allclose(store.read(1).data.reshape(5, 50), X[:, order[5:10]].T)
+    v = rng.normal(size=50)
+    np.testing.assert_allclose(store.dot(v), X[:, order].T @ v)
+    assert store.bytes_read == X.nbytes
+    np.testing.assert_allclose(store.labels(), y)
+    rows = GridStore(grid, "rows")
+    assert rows.bounds.tolist() == [0, 20, 40, 50]
+    np.testing.assert_allclose(rows.scatter(v), X[:, order].T @ v)
