@@ -174,6 +174,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
         classes_=classes,
+        extras_=dict(run.extras),
     )
 
 

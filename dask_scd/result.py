@@ -156,6 +156,11 @@ class FitResult:
         P(θ, b), the objective of the returned model.
     classes_ : ndarray of shape (2,) or None
         For classification losses, the labels mapped to −1 and +1.
+    extras_ : dict
+        The engine's own figures: ``total_passes`` (reads of X, Newton engines),
+        ``bytes_moved`` and ``swaps`` (DuHL residency), ...
+    bytes_moved_ : int
+        Bytes moved into fast memory during the fit (0 when the engine keeps all of X).
     """
 
     coef_: np.ndarray
@@ -171,6 +176,11 @@ class FitResult:
     l1_ratio: float
     primal_: float = np.nan
     classes_: np.ndarray | None = None
+    extras_: dict = field(default_factory=dict)
+
+    @property
+    def bytes_moved_(self) -> int:
+        return int(self.extras_.get("bytes_moved", 0))
 
     def __repr__(self) -> str:
         # The history is left out on purpose: it can hold thousands of entries.

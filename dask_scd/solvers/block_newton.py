@@ -299,7 +299,7 @@ def fit_block_newton(source: _Source, problem: obj.Problem, options: Options) ->
 
     Engine options are those of :func:`dask_scd.solvers.block_scd.fit_block_scd`
     (``client``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``callback``); an
-    iteration is one Newton step, and ``Run.extras["passes"]`` counts the reads of the grid.
+    iteration is one Newton step, and ``Run.extras["total_passes"]`` counts the reads of the grid.
     """
     engine_options = dict(options.engine)
     if source.n_features > MAX_FEATURES:
@@ -317,4 +317,4 @@ def fit_block_newton(source: _Source, problem: obj.Problem, options: Options) ->
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
     return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"],
-               extras={"passes": engine.passes, "steps": engine.steps})
+               extras={"total_passes": float(engine.passes), "steps": engine.steps})
