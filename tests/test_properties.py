@@ -48,7 +48,7 @@ ARG_DEFECTS = {
     "fit_intercept": ("fit_intercept", ["no", 1, None, "True"]),
     "loss": ("loss", ["ridge", "", None, 3]),
     "penalty": ("penalty", ["l3", None, "L1"]),
-    "solver": ("solver", ["newton", None, "block_scd"]),
+    "solver": ("solver", ["newtonian", None, "block_scd"]),
 }
 
 

@@ -47,7 +47,12 @@ class InMemory:
         """Multiply-adds of XᵀDX: Σ_i nnz(x_i)² (n·p² when dense)."""
         X = self.X
         if sp.issparse(X):
-            per_row = np.diff(X.indptr) if X.format == "csr" else X.getnnz(axis=1)
+            if X.format == "csr":
+                per_row = np.diff(X.indptr)
+            elif X.format == "csc":
+                per_row = np.bincount(X.indices, minlength=X.shape[0])
+            else:
+                per_row = np.diff(X.tocsr().indptr)
             return float(np.dot(per_row.astype(np.float64), per_row))
         return float(X.shape[0]) * X.shape[1] ** 2
 
