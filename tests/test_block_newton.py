@@ -90,3 +90,20 @@ def test_auto_runs_newton_on_few_features_and_refuses_many(data, client, rng):
     with pytest.raises(ValueError, match="p = 2100"):
         dask_scd.fit(wide, np.sign(rng.normal(size=40)), loss="logistic", client=client,
                      solver="block_newton")
+
+
+def test_adult_grid_needs_at_most_twice_the_passes_of_memory(client, tmp_path):
+    """Adult (a9a.t) logistic at C = 10 as a grid on a 2-worker cluster: gap 1e-6 in at
+    most twice the reads of X that the in-memory Newton engine needs."""
+    from conftest import shared_dataset
+
+    X, y = shared_dataset("a9a.t")
+    alpha = 1.0 / (10.0 * X.shape[0])  # scikit-learn's C = 10
+    memory = dask_scd.fit(X, y, loss="logistic", alpha=alpha, tol=1e-6, solver="newton")
+    to_grid(X, y, str(tmp_path / "adult.zarr"), row_chunk=4096)
+    grid = dask_scd.fit(open_grid(tmp_path / "adult.zarr"), loss="logistic", alpha=alpha,
+                        tol=1e-6, solver="block_newton", client=client)
+    assert memory.dual_gap_ <= 1e-6 and grid.dual_gap_ <= 1e-6
+    assert grid.extras_["total_passes"] <= 2 * memory.extras_["total_passes"], (
+        grid.extras_, memory.extras_)
+    assert abs(grid.primal_ - memory.primal_) <= 2e-6 * memory.primal_
