@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -40,9 +41,11 @@ def fit(
 
     Parameters
     ----------
-    X : array of shape (n_samples, n_features)
+    X : array of shape (n_samples, n_features), dask array, Grid, xarray object or path
         numpy array or scipy.sparse matrix (in-memory engines); a dask array or a
-        :class:`dask_scd.grid.Grid` runs the block-SCD engine over dask.
+        :class:`dask_scd.grid.Grid` runs the block engines over dask. An xarray DataArray
+        or Dataset is read by :func:`dask_scd.inputs.read_input`; a path names a grid store
+        (directory) or a libsvm file, which carry their labels (pass ``y=None``).
     y : array of shape (n_samples,)
         Targets; for classification losses any two distinct labels (mapped to ±1).
         Omitted for a Grid, which carries its labels.
@@ -55,8 +58,8 @@ def fit(
         Target relative duality gap ``(P − D)/|P|``.
     max_iter : int
         Iterations of the engine that runs: epochs (passes over all coordinates, or over
-        all blocks for the dask engine).
-    solver : {"auto", "gram", "scd", "sdca", "newton", "block_scd", "block_newton", ...}
+        all blocks for block SCD), Newton steps ("newton", "block_newton"), rounds ("duhl").
+    solver : {"auto", "gram", "scd", "sdca", "newton", "duhl", "block_scd", "block_newton"}
         The engine (:mod:`dask_scd.solvers.registry` lists them all). In memory, "auto"
         takes the applicable engine with the fewest predicted passes over X
         (:func:`dask_scd.solvers.registry.predicted_passes`): "gram" for the squared loss
@@ -92,8 +95,12 @@ def fit(
         registry.get(solver)  # raises the list of solvers
     available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
     rng = np.random.default_rng(random_state)
+    X, y = _read(X, y)
     data, classes, engine_options = _data(X, y, problem, solver, engine_options)
     engine, device = _engine_and_device(solver, problem, data, device, available)
+    if (solver == "auto" and engine.name == "block_newton"
+            and set(engine_options) & set(_RESIDENCY_OPTIONS)):
+        engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
     unknown = sorted(set(engine_options) - set(engine.options))
     if unknown:
         raise TypeError(f"unexpected arguments for solver={engine.name!r}: {unknown} "
@@ -104,6 +111,19 @@ def fit(
     if classes is None:
         classes = getattr(data, "classes", None)
     return _result(run, engine.name, problem, penalty, tol, classes)
+
+
+_RESIDENCY_OPTIONS = ("residency", "memory_budget")
+
+
+def _read(X, y):
+    """A path (grid store or libsvm file) or an xarray object, read into X and y."""
+    if isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray"):
+        from dask_scd.inputs import read_input
+
+        given = read_input(X, y)
+        return given.X, given.y
+    return X, y
 
 
 def _engine_and_device(solver, problem, data, requested, available):
@@ -142,7 +162,7 @@ def _data(X, y, problem, solver, options):
         if options.pop(name, None) is not None:
             warnings.warn(f"{name} applies to the block-SCD engine only; this fit runs in "
                           "memory (pass solver='block_scd' to use it)", UserWarning, stacklevel=4)
-    for name in ("client", "selection", "checkpoint_every", "resume"):
+    for name in ("client", "selection", "checkpoint_every", "resume", *_RESIDENCY_OPTIONS):
         options.pop(name, None)
     X, y = source.materialize()
     X = check_matrix(X)

@@ -358,3 +358,42 @@ def test_unreadable_checkpoint_is_named(tmp_path, content):
     np.savez(path, coef=np.zeros(2), meta=np.array('{"version": 1, "signature": {}}'))
     with pytest.raises(ValueError, match=r"belongs to another fit"):
         load_checkpoint(path, {"shape": [3, 2]}, np.random.default_rng(0))
+
+
+def test_fit_reads_paths_and_xarray_as_the_estimators_do(tmp_path):
+    """A grid store's path, a libsvm file and an xarray DataArray give numpy's model."""
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 6))
+    y = np.where(X @ rng.normal(size=6) > 0, 1.0, -1.0)
+    options = dict(loss="logistic", alpha=0.01, tol=1e-10, random_state=0)
+    reference = dask_scd.fit(X, y, **options)
+    to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=50)
+    dump_svmlight_file(X, y, str(tmp_path / "d.svm"))
+    fits = [dask_scd.fit(str(tmp_path / "g.zarr"), **options),
+            dask_scd.fit(tmp_path / "d.svm", **options)]
+    xr = pytest.importorskip("xarray")
+    fits.append(dask_scd.fit(xr.DataArray(X, dims=("sample", "feature")), y, **options))
+    for result in fits:
+        np.testing.assert_allclose(result.coef_, reference.coef_, atol=1e-7)
+        assert result.dual_gap_ <= 1e-10
+    with pytest.raises(ValueError, match="y must be None"):
+        dask_scd.fit(tmp_path / "d.svm", y, **options)
+
+
+def test_a_memory_budget_routes_auto_to_the_block_engine(tmp_path, threaded_client):
+    """"auto" would run block Newton on few features; a residency budget is the block
+    engine's, so it runs block SCD; below in_memory_limit the budget is moot and dropped."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(400, 8))
+    y = X @ rng.normal(size=8)
+    to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=100, blocks=2)
+    grid = open_grid(tmp_path / "g.zarr")
+    budgeted = dask_scd.fit(grid, alpha=0.1, tol=1e-8, in_memory_limit=0, residency="duhl",
+                            memory_budget=X.nbytes // 2, client=threaded_client,
+                            max_iter=500)
+    assert budgeted.solver_ == "block_scd" and budgeted.converged_
+    small = dask_scd.fit(grid, alpha=0.1, tol=1e-8, residency="duhl", memory_budget=10**6)
+    assert small.solver_ in ("gram", "scd", "sdca", "newton")
+    assert abs(budgeted.primal_ - small.primal_) <= 2e-8 * small.primal_
