@@ -70,10 +70,20 @@ def check_matrix(X):
         raise ValueError(f"X is empty: shape {X.shape}")
     if values.dtype.kind not in "biuf":
         raise ValueError(f"X must be numeric, got dtype {values.dtype}")
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
+    if values.size == 0 or values.dtype.kind != "f":
+        return X
+    # max and min: two passes without a temporary; NaN and ±inf show in them.
+    largest = max(float(values.max()), -float(values.min()))
+    if not np.isfinite(largest):
         bad = np.argwhere(~np.isfinite(values))[0]
         where = f"stored value #{bad[0]}" if sp.issparse(X) else f"row {bad[0]}, column {bad[1]}"
         raise ValueError(f"X contains NaN or infinity (first at {where})")
+    if largest > MAX_LABEL:
+        raise ValueError(
+            f"X is too large: max |X| = {largest:.3e} > {MAX_LABEL:.0e}, where ‖x_i‖², the "
+            "curvature and the sums of the duality gap overflow float64; rescale the features "
+            "(e.g. sklearn.preprocessing.StandardScaler or MaxAbsScaler)"
+        )
     return X
 
 

@@ -322,6 +322,23 @@ def test_labels_too_large_for_the_gap_are_refused(rng):
     assert np.isfinite(result.dual_gap_)
 
 
+def test_features_too_large_for_the_gap_are_refused(rng, threaded_client):
+    X, y = _regression(rng, n=40, p=3)
+    for solver in ("auto", "scd", "sdca", "newton", "gram"):
+        with pytest.raises(ValueError, match=r"X is too large.*rescale"):
+            dask_scd.fit(X * 1e150, y, solver=solver)
+    with pytest.raises(ValueError, match=r"X is too large in .*rescale"):
+        dask_scd.fit(da.from_array(X * 1e150, chunks=20), y, solver="block_scd",
+                     client=threaded_client)
+    # large but safe values fit: X·s with alpha·s² is the same problem, θ scaled by 1/s
+    for solver in ("gram", "scd", "newton"):
+        result = dask_scd.fit(X * 1e20, y, alpha=0.1 * 1e40, tol=1e-10, solver=solver)
+        reference = dask_scd.fit(X, y, alpha=0.1, tol=1e-10, solver=solver)
+        np.testing.assert_allclose(result.coef_ * 1e20, reference.coef_, atol=1e-5)
+        assert result.primal_ == pytest.approx(reference.primal_, rel=1e-9)
+        assert result.dual_gap_ <= 1e-10
+
+
 def test_labels_too_large_in_a_grid_are_refused(tmp_path, rng, threaded_client):
     X, y = _regression(rng, n=40, p=3)
     grid = to_grid(X, y * 1e200, tmp_path / "g", row_chunk=20)
