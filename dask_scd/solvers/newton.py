@@ -213,6 +213,10 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         violation = model.violation()
         first_violation = first_violation or max(violation, np.finfo(float).tiny)
         model.forcing = min(_INNER, np.sqrt(violation / first_violation))
+        if problem.loss == "squared" and problem.l1 == 0.0:
+            # Ridge: the model is the objective and its gap is ‖∇P‖²/(2·l2), so one CG
+            # solve to ‖r‖ ≤ √(l2·P·tol) ends the fit, with no restart of the Krylov space.
+            model.residual_target = np.sqrt(problem.l2 * max(cert.primal, 0.0) * options.tol)
         if problem.l1 > 0.0:
             working = _working_set(problem, coef, grad, size)
             size = min(p, max(_WS_MIN, 2 * len(working)))
@@ -273,6 +277,7 @@ class Model:
     grad_rows: np.ndarray  # g = ℓ'(z)
     curv: np.ndarray  # d = ℓ''(z)
     forcing: float = _INNER  # the inner solve stops at this fraction of the violation
+    residual_target: float = np.inf  # ... or at this residual norm, if larger
 
     def violation(self) -> float:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
@@ -346,6 +351,8 @@ def _conjugate_gradients(design: Design, model: Model, rhs):
     diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
     norm = float(np.linalg.norm(rhs))
     target = model.forcing * norm
+    if np.isfinite(model.residual_target):
+        target = model.residual_target
     x = np.zeros_like(rhs)
     r = rhs.copy()
     z = r / diagonal
