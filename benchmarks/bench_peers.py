@@ -748,7 +748,16 @@ def fit_ours(spec, X, y, solver, tol, max_iter):
 
 
 def passes(result):
-    """Passes over the data, when the result records them."""
+    """Passes over the data, when the result records them: the Newton engines count
+    theirs; an epoch of SCD/SDCA is one pass; the Gram engine reads X once."""
+    extras = getattr(result, "extras_", None) or {}
+    if "total_passes" in extras:
+        return f"{extras['total_passes']:.0f}"
+    solver = getattr(result, "solver_", None)
+    if solver in ("scd", "sdca"):
+        return f"{result.n_iter_} (epochs)"
+    if solver == "gram":
+        return "1"
     for attr in ("n_passes_", "passes_", "n_data_passes_"):
         value = getattr(result, attr, None)
         if value is not None:
