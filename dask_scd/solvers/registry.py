@@ -153,6 +153,7 @@ _SDCA_EPOCHS_PER_KAPPA = 10.0
 _SDCA_MIN_EPOCHS = 5.0
 _NEWTON_STEPS = 7.0
 _NEWTON_CG_PASSES = 9.0
+_RIDGE_CG_PASSES = 30.0  # one CG solve of ridge to 1e-6..1e-9 (one-hot 1M × 100k: 27–36)
 _NEWTON_GRAM_MAX = 2000  # above this many columns the Newton engine never forms XᵀDX
 _BLAS_SPEEDUP = 8.0
 # Primal SCD on an L2 problem: epochs grow with the primal conditioning, which the data's
@@ -189,7 +190,10 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     step = _NEWTON_CG_PASSES
     if p <= _NEWTON_GRAM_MAX:
         step = min(step, 3.0 + (data.gram_flops + p**3 / 3.0) / (_BLAS_SPEEDUP * max(data.nnz, 1)))
-    costs["newton"] = (1.0 if problem.loss == "squared" else _NEWTON_STEPS) * step
+    if problem.loss == "squared":  # one exact step: Cholesky, or one CG solve to tol
+        costs["newton"] = step if step < _NEWTON_CG_PASSES else _RIDGE_CG_PASSES
+    else:
+        costs["newton"] = _NEWTON_STEPS * step
     costs["scd"] = _SCD_EPOCHS
     return costs
 
