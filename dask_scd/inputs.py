@@ -95,6 +95,10 @@ def _read_xarray(X, y) -> ModelInput:
     elif type(X).__name__ == "DataArray":
         if X.ndim != 2:
             raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
+        from dask_scd.grid.readers import sample_axis
+
+        if sample_axis(X.dims, getattr(y, "dims", None), None) == 1:  # (feature, sample)
+            X = X.transpose(X.dims[1], X.dims[0])
         matrix, names = X.data, None
         if X.dims[1] in X.coords:
             names = _names(X.coords[X.dims[1]].values)

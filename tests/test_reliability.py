@@ -414,3 +414,14 @@ def test_a_memory_budget_routes_auto_to_the_block_engine(tmp_path, threaded_clie
     small = dask_scd.fit(grid, alpha=0.1, tol=1e-8, residency="duhl", memory_budget=10**6)
     assert small.solver_ in ("gram", "scd", "sdca", "newton")
     assert abs(budgeted.primal_ - small.primal_) <= 2e-8 * small.primal_
+
+
+def test_fit_takes_xarray_dims_by_name():
+    """A DataArray with dims ("feature", "sample") is the transpose of its values."""
+    xr = pytest.importorskip("xarray")
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 4))
+    y = X @ rng.normal(size=4)
+    reference = dask_scd.fit(X, y, alpha=0.1, tol=1e-10)
+    flipped = dask_scd.fit(xr.DataArray(X.T, dims=("feature", "sample")), y, alpha=0.1, tol=1e-10)
+    np.testing.assert_allclose(flipped.coef_, reference.coef_, atol=1e-8)
