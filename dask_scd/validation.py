@@ -45,8 +45,9 @@ def check_fit_args(tol, max_iter) -> None:
 
 # The sparse formats the in-memory engines read directly; any other is converted to CSR.
 ENGINE_SPARSE_FORMATS = ("csr", "csc")
-# Labels beyond this make (y − ŷ)² and the sums of the duality gap overflow float64.
-MAX_LABEL = 1e100
+# Labels or features beyond this make (y − ŷ)², ‖x_i‖², the curvature and the sums of the
+# duality gap overflow float64.
+MAX_VALUE = 1e100
 
 
 def check_matrix(X):
@@ -55,8 +56,8 @@ def check_matrix(X):
     Returns X itself when the engines read it as it is (numpy, CSR, CSC), else a new
     object: other scipy.sparse formats (COO, LIL, DOK, BSR, DIA) and pydata ``sparse``
     arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
-    with NaN for its missing values, an xarray DataArray whose dim names say
-    (feature, sample) its transpose. The caller's object is never modified.
+    with NaN for its missing values (xarray objects are read by
+    :func:`dask_scd.inputs.read_input` first). The caller's object is never modified.
     """
     X = _engine_matrix(X)
     if sp.issparse(X):
@@ -72,19 +73,30 @@ def check_matrix(X):
         raise ValueError(f"X must be numeric, got dtype {values.dtype}")
     if values.size == 0 or values.dtype.kind != "f":
         return X
-    # max and min: two passes without a temporary; NaN and ±inf show in them.
-    largest = max(float(values.max()), -float(values.min()))
+    largest = largest_magnitude(values)
     if not np.isfinite(largest):
         bad = np.argwhere(~np.isfinite(values))[0]
         where = f"stored value #{bad[0]}" if sp.issparse(X) else f"row {bad[0]}, column {bad[1]}"
         raise ValueError(f"X contains NaN or infinity (first at {where})")
-    if largest > MAX_LABEL:
-        raise ValueError(
-            f"X is too large: max |X| = {largest:.3e} > {MAX_LABEL:.0e}, where ‖x_i‖², the "
-            "curvature and the sums of the duality gap overflow float64; rescale the features "
-            "(e.g. sklearn.preprocessing.StandardScaler or MaxAbsScaler)"
-        )
+    check_feature_magnitude(largest)
     return X
+
+
+def largest_magnitude(values) -> float:
+    """max |v| from max and min (two passes, no temporary); NaN or inf where any value is."""
+    if values.size == 0:
+        return 0.0
+    return max(float(values.max()), -float(values.min()))
+
+
+def check_feature_magnitude(largest: float, where: str = "") -> None:
+    """Refuse feature values whose squares and sums overflow float64 (``where``: " in ...")."""
+    if largest > MAX_VALUE:
+        raise ValueError(
+            f"X is too large{where}: max |X| = {largest:.3e} > {MAX_VALUE:.0e}, where ‖x_i‖², "
+            "the curvature and the sums of the duality gap overflow float64; rescale the "
+            "features (e.g. sklearn.preprocessing.StandardScaler or MaxAbsScaler)"
+        )
 
 
 def _engine_matrix(X):
@@ -97,11 +109,6 @@ def _engine_matrix(X):
         return to_scipy(X)
     if module.startswith("pandas") and hasattr(X, "dtypes"):
         return numeric_frame(X)
-    if module.startswith("xarray") and getattr(X, "ndim", 0) == 2:
-        from dask_scd.grid.readers import sample_axis
-
-        if sample_axis(X.dims, None, None) == 1:  # the names say (feature, sample)
-            return X.transpose(X.dims[1], X.dims[0])
     return X
 
 
@@ -181,9 +188,9 @@ def check_label_values(y) -> None:
             f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
         )
     largest = float(np.max(np.abs(y))) if len(y) else 0.0
-    if largest > MAX_LABEL:
+    if largest > MAX_VALUE:
         raise ValueError(
-            f"y is too large: max |y| = {largest:.3e} > {MAX_LABEL:.0e}, where the squares of "
+            f"y is too large: max |y| = {largest:.3e} > {MAX_VALUE:.0e}, where the squares of "
             "the residuals and the sums of the duality gap overflow float64; rescale y "
             "(e.g. y / y.std())"
         )

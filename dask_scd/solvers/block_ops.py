@@ -27,7 +27,8 @@ from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.strategies import ByteLRU
-from dask_scd.validation import MAX_LABEL, check_label_values
+from dask_scd.validation import (check_feature_magnitude, check_label_values,
+                                  largest_magnitude)
 
 
 # ----------------------------------------------------------------------- cell access
@@ -366,12 +367,10 @@ def inspect_cell(cell, where: str) -> dict:
     Returns ``{"max_per_row"}``: the most non-zeros one example has in the block.
     """
     view = cell_view(cell)
-    data = view.matrix.data
-    if not np.isfinite(data).all():
+    largest = largest_magnitude(view.matrix.data)
+    if not np.isfinite(largest):
         raise ValueError(f"X contains NaN or infinity in {where}")
-    if data.size and max(float(data.max()), -float(data.min())) > MAX_LABEL:
-        raise ValueError(f"X is too large in {where}: values above {MAX_LABEL:.0e} overflow "
-                         "the curvature and the duality gap in float64; rescale the features")
+    check_feature_magnitude(largest, f" in {where}")
     counts = _nonzeros_per_row(view)
     return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": _nbytes(view)}
 
