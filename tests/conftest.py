@@ -29,3 +29,20 @@ def shared_dataset(name: str):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """Every LocalCluster started from now on (a test's own is started before it clears
+    this list): the library must start none."""
+    import distributed
+
+    calls = []
+    original = distributed.LocalCluster
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "LocalCluster", spy)
+    return calls

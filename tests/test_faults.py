@@ -30,22 +30,6 @@ def grid_dir(tmp_path_factory):
 
 
 @pytest.fixture
-def started(monkeypatch):
-    """Every LocalCluster started from now on (the test's own is started before)."""
-    import distributed
-
-    calls = []
-    original = distributed.LocalCluster
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(distributed, "LocalCluster", spy)
-    return calls
-
-
-@pytest.fixture
 def close_later():
     """The README's pattern leaves the LocalCluster to the garbage collector: close it."""
     clusters = []

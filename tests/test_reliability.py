@@ -26,22 +26,6 @@ def threaded_client():
         yield c
 
 
-@pytest.fixture
-def cluster_spy(monkeypatch):
-    """Counts the LocalClusters started from now on (the library must start none)."""
-    import distributed
-
-    started = []
-    original = distributed.LocalCluster
-
-    def spy(*args, **kwargs):
-        started.append(kwargs)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(distributed, "LocalCluster", spy)
-    return started
-
-
 def _regression(rng, n=120, p=6):
     X = rng.normal(size=(n, p))
     return X, X @ rng.normal(size=p) + 0.1 * rng.normal(size=n)
@@ -50,17 +34,17 @@ def _regression(rng, n=120, p=6):
 # ----------------------------------------------- 1. errors inside `with Client(...)`
 
 
-def test_error_inside_the_readme_cluster_pattern_reaches_the_user(rng, cluster_spy):
+def test_error_inside_the_readme_cluster_pattern_reaches_the_user(rng, started):
     from distributed import Client, LocalCluster
 
     X, y = _regression(rng)
     X[70, 2] = np.nan
     with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
-        cluster_spy.clear()
+        started.clear()
         with Client(cluster):
             with pytest.raises(ValueError, match=r"NaN or infinity in cell \(row chunk 1"):
                 dask_scd.fit(da.from_array(X, chunks=(60, 3)), y, solver="block_scd")
-    assert cluster_spy == []  # the user's cluster was used, no second one started
+    assert started == []  # the user's cluster was used, no second one started
 
 
 # ---------------------------------------------------- 2. pydata sparse dask chunks
