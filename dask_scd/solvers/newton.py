@@ -138,7 +138,6 @@ class Design:
             out = np.triu(out) + np.triu(out, 1).T
         return out / n
 
-
     def _dense_gram(self, working, weights, intercept, out) -> None:
         """Σ d_i x_i x_iᵀ as (√d·X)ᵀ(√d·X) over row chunks (numpy hands a product of a
         matrix with its own transpose to BLAS syrk: half the multiply-adds, no gather of X
@@ -147,7 +146,7 @@ class Design:
         p = A.shape[1]
         every = len(working) == p  # the whole matrix: no gather of columns
         m = len(working)
-        gram = np.zeros((m, m))
+        gram = out[:m, :m]  # a view: the chunks' sums land in out
         side = np.zeros(m)
         step = max(256, _CHUNK_BYTES // (8 * max(p, 1)))
         for start in range(0, A.shape[0], step):
@@ -157,7 +156,6 @@ class Design:
                 side += w @ chunk
             scaled = chunk * np.sqrt(w)[:, None]  # a float64 copy of one chunk
             gram += scaled.T @ scaled
-        out[:m, :m] = gram
         if intercept:
             out[m, :m] = side
             out[:m, m] = side
@@ -277,7 +275,7 @@ class Model:
     grad_rows: np.ndarray  # g = ℓ'(z)
     curv: np.ndarray  # d = ℓ''(z)
     forcing: float = _INNER  # the inner solve stops at this fraction of the violation
-    residual_target: float = np.inf  # ... or at this residual norm, if larger
+    residual_target: float = np.inf  # ridge: the CG residual norm certifying tol (not forcing)
 
     def violation(self) -> float:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
@@ -330,7 +328,8 @@ def _cholesky_solve(hessian, rhs) -> np.ndarray:
 def _conjugate_gradients(design: Design, model: Model, rhs):
     """Truncated Newton: preconditioned CG on (XᵀDX/n + αI)Δ = rhs, products by rows.
 
-    Stops at ‖residual‖ ≤ η‖rhs‖ with η the model's forcing term. Returns the solution and the number of products.
+    Stops at ‖residual‖ ≤ η‖rhs‖ with η the model's forcing term (for ridge at the model's
+    ``residual_target``). Returns the solution and the number of products.
     """
     rows = design.rows
     n, p = rows.n_major, rows.n_minor

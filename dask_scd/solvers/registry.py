@@ -148,7 +148,8 @@ def _auto_dask(source) -> str:
 # dual conditioning is κ = mean‖x_i‖²/(αn) (and at least a few); a Newton step costs its
 # curvature plus ~3 passes (gradient with certificate, line search, extrapolation), and
 # 6–8 steps reach 1e-9 at any α (L2); without XᵀDX a step costs ~9 passes of
-# conjugate-gradient products (one-hot 100k × 20k: 5 steps, 45 passes). A dense BLAS Gram runs ~8× faster per flop than a kernel's pass.
+# conjugate-gradient products (one-hot 100k × 20k: 5 steps, 45 passes). A dense BLAS Gram
+# runs ~8× faster per flop than a kernel's pass.
 _SDCA_EPOCHS_PER_KAPPA = 10.0
 _SDCA_MIN_EPOCHS = 5.0
 _NEWTON_STEPS = 7.0
