@@ -1,6 +1,8 @@
-"""Facts about the machine that the benchmark scripts record with their results."""
+"""Facts about the machine that the benchmark scripts record with their results, and the
+one way they print and keep those results."""
 
 import platform
+from pathlib import Path
 
 
 def cpu_model() -> str:
@@ -13,3 +15,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.machine()
+
+
+def print_and_append(text: str, output: Path, save: bool = True) -> None:
+    """Print ``text``; with ``save``, append it to the markdown file ``output``."""
+    print()
+    print(text)
+    if save:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+        print(f"appended to {output}", flush=True)

@@ -38,7 +38,7 @@ from pathlib import Path  # noqa: E402
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _machine import cpu_model, print_and_append  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 import scipy  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import sklearn  # noqa: E402
@@ -697,13 +697,7 @@ def main(argv=None):
         t3,
         "",
     ])
-    print()
-    print(text)
-    if not args.no_save:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
-        log(f"appended to {args.output}")
+    print_and_append(text, args.output, save=not args.no_save)
 
 
 def _library_version():

@@ -1204,13 +1204,9 @@ def main(argv=None):
         "### Every method\n", detail_table(results), "",
     ]
     text = "\n".join(parts)
-    print()
-    print(text)
-    if not args.no_save:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
-        log(f"appended to {args.output}")
+    from _machine import print_and_append  # benchmarks/ is on sys.path when run as a script
+
+    print_and_append(text, args.output, save=not args.no_save)
 
 
 def _machine_cpu():
