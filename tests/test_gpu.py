@@ -232,8 +232,15 @@ def test_fit_on_gpu_equals_cpu(rng, sparse, loss, penalty, solver):
     on_gpu = dask_scd.fit(X, y, device="gpu", **kwargs)
     assert on_gpu.converged_ and on_gpu.dual_gap_ <= tol
     assert on_gpu.solver_ == solver
-    np.testing.assert_allclose(on_gpu.coef_, on_cpu.coef_, atol=1e-6)
-    assert on_gpu.intercept_ == pytest.approx(on_cpu.intercept_, abs=1e-6)
+    # The devices may run different kernels (the CPU centers the squared loss's columns):
+    # each is within √(2G/α) of the optimum in θ, P being α-strongly convex in θ; the
+    # intercept moves with θ through the mean row, ‖x̄‖ ≤ 1 here.
+    atol = 1e-6
+    if penalty == "l2":
+        gaps = [f.dual_gap_ * abs(f.primal_) for f in (on_cpu, on_gpu)]
+        atol = max(atol, sum(np.sqrt(2 * g / kwargs["alpha"]) for g in gaps))
+    np.testing.assert_allclose(on_gpu.coef_, on_cpu.coef_, atol=atol)
+    assert on_gpu.intercept_ == pytest.approx(on_cpu.intercept_, abs=2 * atol)
 
 
 def test_fit_never_modifies_data_on_gpu(rng):

@@ -113,6 +113,85 @@ def scd_epoch_violation(
     return max_delta, max_coef, max_violation
 
 
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def scd_epoch_squared(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    l1, l2, col_sq_norms, col_xty, col_means,
+):
+    """:func:`scd_epoch_violation` for the squared loss; with an intercept, on centered
+    columns: the intercept is re-solved exactly after every coordinate step, for free.
+
+    A step reads one vector at the column's rows, the margins: the gradient
+    x_jᵀ(ŷ − y) is x_jᵀŷ − ``col_xty[j]`` (Xᵀy computed once), so y is not gathered
+    beside ŷ — on long sparse columns each gathered vector is a cache miss per entry.
+
+    With b at its optimum mean(y − Xθ) for θ, the objective is a function of θ alone,
+    whose columns are the centered x_j − mean(x_j)·1: a step Δ on θ_j moves b by
+    −Δ·mean(x_j). Every margin then moves by the same amount, which is kept as one
+    pending ``shift`` and applied once at the end of the epoch, so a step still reads
+    only the column's stored entries (implicit centering, as scikit-learn's and glmnet's
+    sparse coordinate descent do). With the intercept a coordinate of its own (the plain
+    kernel), a column correlated with the all-ones column (any frequent feature; in
+    one-hot data every field's columns sum to it) must wait for the intercept's step
+    and back again: epochs crawl along that valley. Entries of ``order`` equal to
+    ``n_features`` (the intercept) are skipped: it is always at its optimum. The first
+    statement sets b to it. Returns max |Δθ_j|, max |θ_j| and the largest violation
+    met, as :func:`scd_epoch_violation`. Without an intercept ``col_means`` is empty
+    and the columns are taken as they are.
+    """
+    n_features = coef.shape[0]
+    inv_n = 1.0 / n_samples
+    centered = col_means.shape[0] == n_features
+    shift = 0.0  # pending change of b and of every margin
+    if centered:
+        residual_sum = 0.0
+        for i in range(n_samples):
+            residual_sum += margins[i] - y[i]
+        shift = -residual_sum * inv_n
+    max_delta = 0.0
+    max_coef = 0.0
+    max_violation = 0.0
+    for k in range(order.shape[0]):
+        j = order[k]
+        if j == n_features:
+            continue
+        start, end = _line(dense, indptr, j, n_samples)
+        g = 0.0
+        if dense:
+            for r in range(end - start):
+                g += margins[r] * data[start + r]
+        else:
+            for idx in range(start, end):
+                g += margins[indices[idx]] * data[idx]
+        mean = col_means[j] if centered else 0.0
+        g = (g - col_xty[j]) * inv_n + shift * mean  # x_jᵀ(ŷ + shift − y)/n
+        h = col_sq_norms[j] * inv_n - mean * mean  # ‖x_j − mean·1‖²/n
+        old = coef[j]
+        violation = _violation(old, g, l1, l2)
+        max_violation = max(max_violation, violation)
+        if h > 1e-12 * col_sq_norms[j] * inv_n:
+            delta = _prox_newton(old, g, h, l1, l2) - old
+        else:  # a constant column: flat once centered, its penalty alone sets it to 0
+            delta = -old
+        max_coef = max(max_coef, abs(old + delta))
+        if delta == 0.0:
+            continue
+        if dense:
+            for r in range(end - start):
+                margins[r] += delta * data[start + r]
+        else:
+            for idx in range(start, end):
+                margins[indices[idx]] += delta * data[idx]
+        shift -= delta * mean
+        coef[j] = old + delta
+        max_delta = max(max_delta, abs(delta))
+    if centered:
+        for i in range(n_samples):
+            margins[i] += shift
+        intercept[0] += shift
+    return max_delta, max_coef, max_violation
+
+
 @njit(inline="always")
 def _violation(old, g, l1, l2):
     """dist(−g, ∂(l1|t| + l2 t²/2) at t = old): zero exactly at a coordinate's optimum."""
@@ -331,9 +410,10 @@ def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, square
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, v, w, out_v, out_w):
-    """out_v = A v and out_w = A w over the major axis in one pass over A (CSC: Xᵀv, Xᵀw):
-    the certificate's plain and extrapolated dual points read X once."""
+def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, vw, out_v, out_w):
+    """out_v = A v and out_w = A w over the major axis in one pass over A (CSC: Xᵀv, Xᵀw),
+    with ``vw`` the (n_minor, 2) array [v w]: the certificate's plain and extrapolated dual
+    points read X once, and a sparse entry gathers one cache line for both."""
     for r in range(n_major):
         start, end = _line(dense, indptr, r, n_minor)
         s = 0.0
@@ -341,13 +421,14 @@ def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, v, w, out_v, 
         if dense:
             for k in range(end - start):
                 x = data[start + k]
-                s += x * v[k]
-                t += x * w[k]
+                s += x * vw[k, 0]
+                t += x * vw[k, 1]
         else:
             for idx in range(start, end):
                 x = data[idx]
-                s += x * v[indices[idx]]
-                t += x * w[indices[idx]]
+                i = indices[idx]
+                s += x * vw[i, 0]
+                t += x * vw[i, 1]
         out_v[r] = s
         out_w[r] = t
 

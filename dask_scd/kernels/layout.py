@@ -72,8 +72,10 @@ class MajorMatrix:
         """(A v, A w) over every line in one pass over A (by columns: Xᵀv, Xᵀw)."""
         out_v = np.empty(self.n_major, dtype=np.float64)
         out_w = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_dot_pair(*self._args(), np.ascontiguousarray(v, dtype=np.float64),
-                           np.ascontiguousarray(w, dtype=np.float64), out_v, out_w)
+        vw = np.empty((self.n_minor, 2), dtype=np.float64)
+        vw[:, 0] = v
+        vw[:, 1] = w
+        cpu.major_dot_pair(*self._args(), vw, out_v, out_w)
         return out_v, out_w
 
     def lines_scatter(self, lines, values, offset: float, out: np.ndarray) -> np.ndarray:
