@@ -67,7 +67,8 @@ def register(engine: Engine) -> Engine:
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.local:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.local:fit_sdca", "memory", l1=False))
-register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory", losses=SMOOTH))
+register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
+                losses=(*SMOOTH, "hinge")))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
