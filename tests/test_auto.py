@@ -26,6 +26,7 @@ def _choice(loss, penalty, alpha, X):
     ("squared", "l2", 1e-3, "gram"),            # n ≥ 4p, p ≤ 512: one pass, then O(p)
     ("squared", "l1", 1e-3, "gram"),
     ("hinge", "l2", 1e-3, "newton"),            # smoothed Newton: p small, band Cholesky
+    ("hinge", "l2", 1.0, "sdca"),               # strongly regularized: a few SDCA epochs
     ("logistic", "l2", 1.0, "sdca"),            # well-conditioned dual: a few epochs
     ("logistic", "l2", 1e-6, "newton"),         # ill-conditioned: Newton steps
     ("logistic", "l1", 1e-4, "newton"),         # working-set Gram fits

@@ -168,8 +168,9 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
 
     - squared loss with n ≥ 4p and p ≤ 512: "gram" (one pass builds XᵀX/n; after it every
       step and certificate is O(p)) — cheapest whenever it applies;
-    - the hinge (L2): "newton" (a smoothed hinge, its width driven to zero) when its band
-      Cholesky applies (p ≤ 2000), against "sdca" (see :func:`_hinge_passes`);
+    - the hinge (L2): "sdca" at ≈ 120·κ^¾ epochs against "newton" (a smoothed hinge, its
+      width driven to zero) at ≈ 60 steps of about one pass when p + 1 ≤ 2000
+      (:func:`_hinge_passes`);
     - L2 with a smooth loss: "sdca" at ≈ 10·κ epochs against "newton" at ≈ 10 steps of
       its curvature (Cholesky of XᵀDX when p ≤ 2000 and cheaper than conjugate gradients),
       ≈ 7 steps (one for the squared loss);
@@ -201,13 +202,15 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     return costs
 
 
-# The hinge: SDCA's shrinking epochs are not predicted by κ (Adult, C = 0.1 / 1 / 10: 171 /
-# 318–974 / > 1000 epochs to 1e-9; dense 20000 × 50: 346 / 142 / > 1000); at least about
-# 100. The smoothed Newton method takes 45–90 steps at every C measured, each about one
-# pass (gradient and certificate, XΔ, the band's Gram; the exact line search is O(n)),
-# so one step costs about one SDCA epoch on Adult and a quarter of one on dense data.
-_HINGE_SDCA_MIN_EPOCHS = 100.0
-_HINGE_NEWTON_STEPS = 80.0
+# The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
+# 1.4 / 14 / 140 at C = 0.01 / 0.1 / 1 / 10: 26 / 171 / 974 / > 1000 epochs; dense
+# 20000 × 50 at C = 0.1: 346; one-hot 20000 × 10000 at C = 0.1: 111). The smoothed Newton
+# method takes 30–90 steps (Adult C = 0.01 to 10, dense), each about one pass and one
+# SDCA epoch in time (gradient with certificate, XΔ, the band's Gram; the exact line
+# search is O(n)), plus the (p + 1)³/3 flops of the band's Cholesky.
+_HINGE_SDCA_EPOCHS_PER_KAPPA = 120.0
+_HINGE_SDCA_EXPONENT = 0.75
+_HINGE_NEWTON_STEPS = 60.0
 
 
 def _hinge_passes(problem: Problem, data) -> dict[str, float]:
@@ -216,7 +219,8 @@ def _hinge_passes(problem: Problem, data) -> dict[str, float]:
     band: one-hot 20000 × 10000 took 40–280 steps of 60–200 passes each)."""
     n, p = data.shape
     kappa = data.mean_row_sq_norm / (problem.alpha * n)
-    costs = {"sdca": max(_HINGE_SDCA_MIN_EPOCHS, _SDCA_EPOCHS_PER_KAPPA * kappa)}
+    epochs = _HINGE_SDCA_EPOCHS_PER_KAPPA * kappa**_HINGE_SDCA_EXPONENT
+    costs = {"sdca": max(_SDCA_MIN_EPOCHS, epochs)}
     if p + 1 <= _NEWTON_GRAM_MAX:
         cholesky = (p + 1) ** 3 / 3.0 / (_BLAS_SPEEDUP * max(data.nnz, 1))
         costs["newton"] = _HINGE_NEWTON_STEPS * (1.0 + cholesky)
