@@ -4,11 +4,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import shared_dataset
 from sklearn import svm
 from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
-from conftest import shared_dataset
 
 
 def _objective(X, y, coef, intercept, alpha):
