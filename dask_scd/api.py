@@ -63,8 +63,9 @@ def fit(
         The engine (:mod:`dask_scd.solvers.registry` lists them all). In memory, "auto"
         takes the applicable engine with the fewest predicted passes over X
         (:func:`dask_scd.solvers.registry.predicted_passes`): "gram" for the squared loss
-        with n ≥ 4p and p ≤ 512; "sdca" for the hinge; for other L2 problems "sdca" when its
-        dual is well conditioned (≈ 10·mean‖x_i‖²/(alpha·n) epochs), else proximal Newton
+        with n ≥ 4p and p ≤ 512; for the hinge "newton" (smoothed) when p < 2000 unless
+        "sdca" is predicted to need fewer than ~60 epochs; for other L2 problems "sdca" when
+        its dual is well conditioned (≈ 10·mean‖x_i‖²/(alpha·n) epochs), else proximal Newton
         ("newton"); for L1/elastic net "newton" when p ≤ 2000 and the loss is not squared,
         else "scd" (working sets, extrapolation). For a dask array or a grid, "auto" fits in
         memory below ``in_memory_limit`` bytes; above, "block_newton" when p ≤ 2048 and the

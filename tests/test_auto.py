@@ -25,7 +25,8 @@ def _choice(loss, penalty, alpha, X):
 @pytest.mark.parametrize("loss,penalty,alpha,expected", [
     ("squared", "l2", 1e-3, "gram"),            # n ≥ 4p, p ≤ 512: one pass, then O(p)
     ("squared", "l1", 1e-3, "gram"),
-    ("hinge", "l2", 1e-3, "sdca"),              # the only engine for the hinge
+    ("hinge", "l2", 1e-3, "newton"),            # smoothed Newton: p small, band Cholesky
+    ("hinge", "l2", 1.0, "sdca"),               # strongly regularized: a few SDCA epochs
     ("logistic", "l2", 1.0, "sdca"),            # well-conditioned dual: a few epochs
     ("logistic", "l2", 1e-6, "newton"),         # ill-conditioned: Newton steps
     ("logistic", "l1", 1e-4, "newton"),         # working-set Gram fits
@@ -40,6 +41,7 @@ def test_sparse_one_hot_choices(rng):
     assert _choice("squared", "l2", 1.0 / 4000, X) == "newton"   # κ = 20/(αn) = 20: one CG solve
     assert _choice("squared", "l2", 1.0, X) == "sdca"            # κ tiny: a few epochs
     assert _choice("logistic", "l2", 1.0 / 4000, X) == "newton"
+    assert _choice("hinge", "l2", 1.0 / 4000, X) == "sdca"         # p + 1 > 2000: no band Cholesky
     assert _choice("squared", "l1", 1e-4, X) == "scd"            # working sets, extrapolation
     assert _choice("logistic", "l1", 1e-4, X) == "scd"
 

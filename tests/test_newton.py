@@ -240,9 +240,9 @@ def test_max_iter_counts_newton_steps(rng):
     assert fit.history_.iteration == [0, 1, 2]
 
 
-def test_refuses_the_hinge():
-    with pytest.raises(ValueError, match="needs a smooth loss"):
-        dask_scd.fit(np.eye(3), [1, -1, 1], loss="hinge", solver="newton")
+def test_refuses_the_hinge_with_an_l1_term():
+    with pytest.raises(ValueError, match="loss='hinge' needs penalty='l2'"):
+        dask_scd.fit(np.eye(3), [1, -1, 1], loss="hinge", penalty="l1", solver="newton")
 
 
 # ------------------------------------------------------------------------ kernels

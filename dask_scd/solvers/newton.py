@@ -167,8 +167,13 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
     ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
-    ``options.max_iter`` counts Newton steps.
+    ``options.max_iter`` counts Newton steps. The hinge (L2 only) runs Newton on a smoothed
+    hinge with the smoothing driven to zero (:mod:`dask_scd.solvers.hinge_newton`).
     """
+    if problem.loss == "hinge":
+        from dask_scd.solvers.hinge_newton import fit_hinge_newton
+
+        return fit_hinge_newton(data, problem, options)
     X, y = data.X, data.y
     n, p = X.shape
     meter = Meter()
