@@ -156,13 +156,7 @@ def scd_epoch_squared(
         if j == n_features:
             continue
         start, end = _line(dense, indptr, j, n_samples)
-        g = 0.0
-        if dense:
-            for r in range(end - start):
-                g += margins[r] * data[start + r]
-        else:
-            for idx in range(start, end):
-                g += margins[indices[idx]] * data[idx]
+        g = _row_dot(data, indices, dense, start, end, margins)
         mean = col_means[j] if centered else 0.0
         g = (g - col_xty[j]) * inv_n + shift * mean  # x_jᵀ(ŷ + shift − y)/n
         h = col_sq_norms[j] * inv_n - mean * mean  # ‖x_j − mean·1‖²/n
@@ -176,12 +170,7 @@ def scd_epoch_squared(
         max_coef = max(max_coef, abs(old + delta))
         if delta == 0.0:
             continue
-        if dense:
-            for r in range(end - start):
-                margins[r] += delta * data[start + r]
-        else:
-            for idx in range(start, end):
-                margins[indices[idx]] += delta * data[idx]
+        _row_axpy(data, indices, dense, start, end, delta, margins)
         shift -= delta * mean
         coef[j] = old + delta
         max_delta = max(max_delta, abs(delta))
