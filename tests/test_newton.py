@@ -203,6 +203,41 @@ def test_certificate_never_below_the_true_error():
         assert fit.primal_ - best <= fit.dual_gap_ * abs(fit.primal_) + 1e-15
 
 
+def _tightness(fit, p_star, target):
+    """(G/max(E, target/10) at the first iterate whose error E is ≤ target, iterates after)."""
+    history = fit.history_
+    errors = [(p - p_star) / abs(p_star) for p in history.primal]
+    first = next(k for k, e in enumerate(errors) if e <= target)
+    return (history.relative_gap[first] / max(errors[first], 0.1 * target),
+            len(errors) - 1 - first)
+
+
+@pytest.mark.parametrize("data", ["onehot", "ill_conditioned"])
+@pytest.mark.parametrize("penalty,rho,which", [("l2", 0.0, "gram"), ("l2", 0.0, "cg"),
+                                               ("l1", 1.0, "gram")])
+def test_certificate_is_tight_where_the_error_reaches_tol(rng, monkeypatch, data, penalty,
+                                                          rho, which):
+    """The model's dual point (offer_linearized) makes the gap of a Newton iterate of the
+    order of its true error: at the first iterate within tol of P*, the gap is within 10x
+    of the error (or of tol/10), so the fit stops there or one step later."""
+    if data == "onehot":
+        X, y, _ = make_onehot(3000, n_fields=5, cardinality=50, random_state=0)
+        alpha = 1.0 / 3000 if penalty == "l2" else 3e-3
+    else:
+        X, y, _ = _ill_conditioned(rng)
+        alpha = 1e-4 if penalty == "l2" else 1e-3
+    _inner_solvers(monkeypatch, which)
+    kwargs = {"loss": "logistic", "penalty": penalty, "alpha": alpha, "solver": "newton"}
+    optimum = dask_scd.fit(X, y, tol=1e-13, **kwargs)
+    fit = dask_scd.fit(X, y, tol=1e-6, **kwargs)
+    p_star = min(optimum.primal_, min(fit.history_.primal))
+    ratio, after = _tightness(fit, p_star, 1e-6)
+    assert ratio <= 10.0
+    assert after <= 2  # one more Newton step at most, then the fresh-margins certificate
+    if penalty == "l1":
+        assert 0 < np.count_nonzero(fit.coef_) < X.shape[1]
+
+
 # ------------------------------------------------------------------- invariances
 
 

@@ -55,7 +55,7 @@ _BLAS_SPEEDUP = 8.0
 _CD_EXPECTED = 20
 _CD_MAX_GRAM = 5000
 _CD_MAX_COLUMNS = 50
-# Smallest working set; it grows to twice the support at each outer step.
+# Smallest working set; it grows to twice the last one at each outer step.
 _WS_MIN = 10
 # Dual points kept for extrapolation (celer's K).
 _EXTRAPOLATE = 5
@@ -188,7 +188,10 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     duals = DualMemory(problem, y)
     history = History()
     best = Best()
-    step, fresh, size, first_violation, stalls = 0, True, _WS_MIN, None, 0
+    # Working sets of up to √nnz columns are free: a model epoch over their Gram costs at
+    # most a pass over X. Beyond that they grow geometrically from the support.
+    free = max(_WS_MIN, int(np.sqrt(design.nnz)))
+    step, fresh, size, first_violation, stalls = 0, True, free, None, 0
     while True:
         tick = time.perf_counter()
         loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
@@ -218,11 +221,25 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         model.forcing = min(_INNER, np.sqrt(violation / first_violation))
         if problem.loss == "squared" and problem.l1 == 0.0:
             # Ridge: the model is the objective and its gap is ‖∇P‖²/(2·l2), so one CG
-            # solve to ‖r‖ ≤ √(l2·P·tol) ends the fit, with no restart of the Krylov space.
-            model.residual_target = np.sqrt(problem.l2 * max(cert.primal, 0.0) * options.tol)
+            # solve to ‖r‖ ≤ √(l2·P·tol), P read along the way, ends the fit, with no
+            # restart of the Krylov space.
+            model.ridge = (cert.primal, options.tol)
+        elif problem.l1 == 0.0:
+            # A CG residual r leaves the model's dual point a' off by ‖r‖²/(2·l2) in the
+            # gap: ‖r‖ ≤ √(0.2·l2·P·tol) keeps that under tol/10. CG goes on to it once the
+            # model predicts a decrease below √tol·P (the step that should end the fit).
+            primal = max(cert.primal, 0.0)
+            model.dual_target = np.sqrt(0.2 * problem.l2 * primal * options.tol)
+            model.final_decrease = np.sqrt(options.tol) * primal
+        if problem.l1 > 0.0 and problem.l2 == 0.0:
+            # Solve the model to where its dual point a' (offered after the step) is
+            # feasible to first order (a Gram CD epoch is cheap; it also takes fewer outer
+            # steps): with pure L1, a violation v of |x_jᵀa'|/n ≤ α costs
+            # the rescaled point about (v/α)·D, so v ≤ 0.1·tol·α keeps it under tol/10.
+            model.dual_target = 0.1 * options.tol * problem.l1
         if problem.l1 > 0.0:
             working = _working_set(problem, coef, grad, size)
-            size = min(p, max(_WS_MIN, 2 * len(working)))
+            size = min(p, max(free, 2 * len(working)))
             meter.add("working_set", 0.0, tick)
             tick = time.perf_counter()
             delta, delta_b, direction, passes, inner = _l1_direction(design, model, working)
@@ -236,6 +253,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             break
         coef += t * delta
         intercept += t * delta_b
+        tick = time.perf_counter()
+        meter.add("certificate", duals.offer_linearized(design, grad_rows, curv, t * direction),
+                  tick)
         margins += t * direction
         fresh = False
     if best.gap < cert.gap:  # a step taken below the rounding of F made the gap worse
@@ -280,7 +300,13 @@ class Model:
     grad_rows: np.ndarray  # g = ℓ'(z)
     curv: np.ndarray  # d = ℓ''(z)
     forcing: float = _INNER  # the inner solve stops at this fraction of the violation
-    residual_target: float = np.inf  # ridge: the CG residual norm certifying tol (not forcing)
+    # Ridge: (P at Δ = 0, tol): CG stops where its residual certifies tol (not forcing).
+    ridge: tuple | None = None
+    # The inner accuracy at which the model's dual point certifies tol: for L1 the
+    # model's violation, for L2 by CG the residual norm.
+    dual_target: float = np.inf
+    # L2 by CG: dual_target applies once the model's decrease is below this.
+    final_decrease: float = 0.0
 
     def violation(self) -> float:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
@@ -314,7 +340,8 @@ def _l2_direction(design: Design, model: Model):
         passes, inner = 1.0, "cholesky"
     else:
         solution, iterations = _conjugate_gradients(design, model, rhs)
-        passes, inner = 1.0 + iterations, "cg"  # the preconditioner, one pass per product
+        # the preconditioner (and XᵀD1 with an intercept), one pass per product
+        passes, inner = 1.0 + fit_b + iterations, "cg"
     delta = solution[:p]
     delta_b = float(solution[p]) if fit_b else 0.0
     direction = design.rows.dot(delta) + delta_b
@@ -333,37 +360,63 @@ def _cholesky_solve(hessian, rhs) -> np.ndarray:
 def _conjugate_gradients(design: Design, model: Model, rhs):
     """Truncated Newton: preconditioned CG on (XᵀDX/n + αI)Δ = rhs, products by rows.
 
-    Stops at ‖residual‖ ≤ η‖rhs‖ with η the model's forcing term (for ridge at the model's
-    ``residual_target``). Returns the solution and the number of products.
+    With an intercept, CG runs on the Schur complement of its row (the intercept is
+    eliminated: Δb = (n·rhs_b − sᵀΔ)/Σd with s = XᵀD1, exact for every Δ), i.e. on the
+    columns centered in the weights d, as the squared loss's coordinate descent centers
+    them. That is better conditioned than the bordered system, and the CG residual is then
+    the whole model residual: the ridge certificate and the model's dual point
+    (:meth:`DualMemory.offer_linearized`, Σa' = 0) read it directly.
+
+    Stops at ‖residual‖ ≤ η‖rhs‖ with η the model's forcing term (ridge: at ‖r‖² ≤
+    l2·tol·P, P of the current iterate, which the quadratic gives for free); a step whose model decrease is below ``final_decrease`` goes on
+    to ``dual_target``. Returns the solution (Δ, and Δb with an intercept) and the number
+    of products.
     """
     rows = design.rows
     n, p = rows.n_major, rows.n_minor
     problem = model.problem
-    fit_b = problem.fit_intercept
     curv = model.curv
+    total = float(curv.sum())
+    schur = problem.fit_intercept and total > 0.0
     out = np.empty(p)
+    diagonal = rows.scatter(curv, squared=True) / n + problem.l2
+    if schur:
+        s = rows.scatter(curv)  # XᵀD1
+        rhs_b = float(rhs[p])
+        rhs = rhs[:p] - s * (rhs_b / total)
+        diagonal -= s * s / (n * total)
 
     def apply(v):
-        total = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,
-                                       curv, v[:p], v[p] if fit_b else 0.0, out)
-        product = out / n + problem.l2 * v[:p]
-        return np.append(product, total / n) if fit_b else product
+        side = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,
+                                      curv, v, 0.0, out)  # out = XᵀDXv, side = 1ᵀDXv
+        product = out / n + problem.l2 * v
+        if schur:
+            product -= s * (side / (n * total))
+        return product
 
-    diagonal = rows.scatter(curv, squared=True) / n + problem.l2
-    if fit_b:
-        diagonal = np.append(diagonal, curv.sum() / n)
     diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
     norm = float(np.linalg.norm(rhs))
     target = model.forcing * norm
-    if np.isfinite(model.residual_target):
-        target = model.residual_target
+    # The model at (Δ, Δb(Δ)) is q_S(Δ) − ½·rhs_b²/h_bb: the intercept's share of it.
+    intercept_gain = -0.5 * n * rhs_b * rhs_b / total if schur else 0.0
     x = np.zeros_like(rhs)
     r = rhs.copy()
     z = r / diagonal
     direction = z.copy()
     rz = float(r @ z)
     iterations = 0
-    while iterations < _CG_MAX and float(np.linalg.norm(r)) > target:
+    while iterations < _CG_MAX:
+        if model.ridge is not None:
+            primal = model.ridge[0] - 0.5 * float(x @ (rhs + r)) + intercept_gain
+            target = np.sqrt(problem.l2 * model.ridge[1] * max(primal, 0.0))
+        if float(np.linalg.norm(r)) <= target:
+            # q(x) = −½xᵀ(rhs + r): a step this small is the last one, so solve on to
+            # where the model's dual point certifies tol.
+            if target > model.dual_target and -0.5 * float(x @ (rhs + r)) \
+                    >= -model.final_decrease:
+                target = model.dual_target
+                continue
+            break
         product = apply(direction)
         iterations += 1
         curvature = float(direction @ product)
@@ -375,6 +428,10 @@ def _conjugate_gradients(design: Design, model: Model, rhs):
         z = r / diagonal
         rz, previous = float(r @ z), rz
         direction = z + (rz / previous) * direction
+    if schur:
+        x = np.append(x, (n * rhs_b - float(s @ x)) / total)
+    elif problem.fit_intercept:
+        x = np.append(x, 0.0)  # no curvature anywhere: the model leaves b alone
     return x, iterations
 
 
@@ -404,7 +461,7 @@ def _l1_direction(design: Design, model: Model, working):
     nnz_w = float(design.column_nnz[working].sum())
     # Σ_i nnz_i(W)², scaled from the whole matrix by the share of W's non-zeros.
     form = design.gram_flops * (nnz_w / max(design.nnz, 1.0)) ** 2
-    target = model.forcing * model.violation()
+    target = min(model.forcing * model.violation(), model.dual_target)
     delta = np.zeros(p)
     if k <= _GRAM_MAX and form + _CD_EXPECTED * k * k <= _CD_EXPECTED * (nnz_w + n):
         hessian = design.gram(working, model.curv, fit_b)
@@ -513,6 +570,19 @@ class DualMemory:
                     self.best = max(self.best, value)
                     passes += 1.0
         return self.tighten(cert), passes
+
+    def offer_linearized(self, design, grad_rows, curv, step) -> float:
+        """Offer the dual point the Newton step predicts at its end: a' = −(g + d∘Δz), the
+        first-order model of −ℓ'(z + Δz). At a Newton step of an L2 problem Xᵀa'/(n·α) is
+        the new θ itself, and Σa' = 0 with an intercept, so its gap at the next iterate is
+        of the order of that iterate's error, where the gap of a = −ℓ'(z) is ‖∇P‖²/(2α),
+        looser by up to the condition number. One pass over X; returns the passes.
+        (For the squared loss a' is the next residual: the next certificate's own point.)"""
+        if self.problem.loss == "squared":
+            return 0.0
+        value = self._dual_value(design, -(grad_rows + curv * step))
+        self.best = max(self.best, value)
+        return 1.0
 
     def tighten(self, cert: obj.Certificate) -> obj.Certificate:
         """``cert`` with the best dual value seen (its own included)."""
