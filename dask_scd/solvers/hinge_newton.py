@@ -36,11 +36,13 @@ from dask_scd.solvers.local import _dual_certificate
 from dask_scd.solvers.newton import (
     _CG_MAX,
     _GRAM_MAX,
-    Best,
+    REFRESH,
+    STOP,
     Design,
     DualMemory,
     Meter,
     Model,
+    Stopping,
     _cholesky_solve,
     _conjugate_gradients,
 )
@@ -83,8 +85,8 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     margins = np.full(n, intercept)
     duals = DualMemory(problem, y)
     history = History()
-    best = Best()
-    mu, step, stalls, fresh, levels = _MU_START, 0, 0, True, 1
+    stopping = Stopping(options.tol, options.max_iter, _STALLS)
+    mu, step, levels = _MU_START, 0, 1
     while True:
         tick = time.perf_counter()
         beta = _beta(y, margins, mu)
@@ -95,15 +97,13 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
         cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
         history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
         options.progress.update(step, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= options.tol and not fresh:
-            # Certify on margins recomputed from scratch, free of accumulated rounding.
+        action = stopping.check(cert, step, coef, intercept)
+        if action == REFRESH:
             tick = time.perf_counter()
             margins = design.rows.dot(coef) + intercept
             meter.add("margins", 1.0, tick)
-            fresh = True
             continue
-        stalls = 0 if best.offer(cert, coef, intercept) else stalls + 1
-        if cert.relative_gap <= options.tol or step >= options.max_iter or stalls >= _STALLS:
+        if action == STOP:
             break
         step += 1
         tick = time.perf_counter()
@@ -113,7 +113,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
             mu *= _SHRINK
             model.narrow(y, beta, mu)
             levels += 1
-            stalls = 0
+            stopping.stalls = 0
         delta, delta_b, passes, inner = model.direction()
         direction = design.rows.dot(delta) + delta_b
         meter.add(f"solve:{inner}", passes + 1.0, tick)
@@ -125,9 +125,8 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
         coef += t * delta
         intercept += t * delta_b
         margins += t * direction
-        fresh = False
-    if best.gap < cert.gap:
-        coef, intercept = best.coef, best.intercept
+        stopping.fresh = False
+    coef, intercept = stopping.returned(cert, coef, intercept)
     tick = time.perf_counter()
     final, coef, intercept, passes = _finish(design, problem, y, coef, intercept, mu, duals)
     meter.add("certificate", passes, tick)

@@ -187,11 +187,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y)
     history = History()
-    best = Best()
+    stopping = Stopping(options.tol, options.max_iter)
     # Working sets of up to √nnz columns are free: a model epoch over their Gram costs at
     # most a pass over X. Beyond that they grow geometrically from the support.
     free = max(_WS_MIN, int(np.sqrt(design.nnz)))
-    step, fresh, size, first_violation, stalls = 0, True, free, None, 0
+    step, size, first_violation = 0, free, None
     while True:
         tick = time.perf_counter()
         loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
@@ -203,15 +203,13 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         meter.add("certificate", passes, tick)
         history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
         options.progress.update(step, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= options.tol and not fresh:
-            # Certify on margins recomputed from scratch, free of accumulated rounding.
+        action = stopping.check(cert, step, coef, intercept)
+        if action == REFRESH:
             tick = time.perf_counter()
             margins = design.rows.dot(coef) + intercept
             meter.add("margins", 1.0, tick)
-            fresh = True
             continue
-        stalls = 0 if best.offer(cert, coef, intercept) else stalls + 1
-        if cert.relative_gap <= options.tol or step >= options.max_iter or stalls >= _STALLS:
+        if action == STOP:
             break
         step += 1
         tick = time.perf_counter()
@@ -257,11 +255,10 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         meter.add("certificate", duals.offer_linearized(design, grad_rows, curv, t * direction),
                   tick)
         margins += t * direction
-        fresh = False
-    if best.gap < cert.gap:  # a step taken below the rounding of F made the gap worse
-        coef, intercept, fresh = best.coef, best.intercept, False
+        stopping.fresh = False
+    coef, intercept = stopping.returned(cert, coef, intercept)
     final = cert
-    if not fresh:  # certify on margins recomputed from scratch
+    if not stopping.fresh:  # certify on margins recomputed from scratch
         tick = time.perf_counter()
         margins = design.rows.dot(coef) + intercept
         final = duals.tighten(_primal_certificate(problem, design.rows.scatter, y, coef,
@@ -286,6 +283,45 @@ class Best:
             return False
         self.gap, self.coef, self.intercept = cert.gap, coef.copy(), intercept
         return True
+
+
+REFRESH, STOP, GO = "refresh", "stop", "go"
+
+
+@dataclass
+class Stopping:
+    """When an outer loop of Newton steps stops, and which iterate it returns.
+
+    A gap at ``tol`` on margins accumulated step by step is checked once more on margins
+    recomputed from scratch (:meth:`check` says ``REFRESH``; the caller recomputes them
+    and certifies again); the loop stops at ``tol``, at ``max_iter`` steps, or after
+    ``patience`` steps without a smaller certified gap (steps below the rounding of
+    the objective). The caller sets ``fresh = False`` after each step.
+    """
+
+    tol: float
+    max_iter: int
+    patience: int = _STALLS
+    best: Best = field(default_factory=Best)
+    stalls: int = 0
+    fresh: bool = True
+
+    def check(self, cert, step, coef, intercept) -> str:
+        if cert.relative_gap <= self.tol and not self.fresh:
+            self.fresh = True
+            return REFRESH
+        self.stalls = 0 if self.best.offer(cert, coef, intercept) else self.stalls + 1
+        if cert.relative_gap <= self.tol or step >= self.max_iter or self.stalls >= self.patience:
+            return STOP
+        return GO
+
+    def returned(self, cert, coef, intercept):
+        """(θ, b) to return: the best certified iterate when the last one is worse (a
+        step taken below the rounding of F); it is then certified afresh."""
+        if self.best.gap < cert.gap:
+            self.fresh = False
+            return self.best.coef, self.best.intercept
+        return coef, intercept
 
 
 @dataclass
