@@ -201,6 +201,31 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         tick = time.perf_counter()
         cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
         meter.add("certificate", passes, tick)
+        solved = None
+        if cert.relative_gap > options.tol and step < options.max_iter:
+            # The next step's model first: its dual point a' (the model's own dual
+            # variable, a first-order model of −ℓ'(z + u)) is within the square of the
+            # step's error of the dual optimum, so it may certify (θ, b) as it is and
+            # spare the step.
+            tick = time.perf_counter()
+            model = Model(problem, coef, intercept, grad, float(grad_rows.sum()) / n,
+                          grad_rows, curv)
+            violation = model.violation()
+            first_violation = first_violation or max(violation, np.finfo(float).tiny)
+            _set_inner_targets(model, cert, options.tol, violation, first_violation)
+            if problem.l1 > 0.0:
+                working = _working_set(problem, coef, grad, size)
+                size = min(p, max(free, 2 * len(working)))
+                meter.add("working_set", 0.0, tick)
+                tick = time.perf_counter()
+                solved = _l1_direction(design, model, working)
+            else:
+                solved = _l2_direction(design, model)
+            meter.add(f"solve:{solved[4]}", solved[3], tick)
+            tick = time.perf_counter()
+            meter.add("certificate", duals.offer_linearized(design, grad_rows, curv, solved[2]),
+                      tick)
+            cert = duals.tighten(cert)
         history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
         options.progress.update(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
@@ -212,38 +237,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         if action == STOP:
             break
         step += 1
-        tick = time.perf_counter()
-        model = Model(problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv)
-        violation = model.violation()
-        first_violation = first_violation or max(violation, np.finfo(float).tiny)
-        model.forcing = min(_INNER, np.sqrt(violation / first_violation))
-        if problem.loss == "squared" and problem.l1 == 0.0:
-            # Ridge: the model is the objective and its gap is ‖∇P‖²/(2·l2), so one CG
-            # solve to ‖r‖ ≤ √(l2·P·tol), P read along the way, ends the fit, with no
-            # restart of the Krylov space.
-            model.ridge = (cert.primal, options.tol)
-        elif problem.l1 == 0.0:
-            # A CG residual r leaves the model's dual point a' off by ‖r‖²/(2·l2) in the
-            # gap: ‖r‖ ≤ √(0.2·l2·P·tol) keeps that under tol/10. CG goes on to it once the
-            # model predicts a decrease below √tol·P (the step that should end the fit).
-            primal = max(cert.primal, 0.0)
-            model.dual_target = np.sqrt(0.2 * problem.l2 * primal * options.tol)
-            model.final_decrease = np.sqrt(options.tol) * primal
-        if problem.l1 > 0.0 and problem.l2 == 0.0:
-            # Solve the model to where its dual point a' (offered after the step) is
-            # feasible to first order (a Gram CD epoch is cheap; it also takes fewer outer
-            # steps): with pure L1, a violation v of |x_jᵀa'|/n ≤ α costs
-            # the rescaled point about (v/α)·D, so v ≤ 0.1·tol·α keeps it under tol/10.
-            model.dual_target = 0.1 * options.tol * problem.l1
-        if problem.l1 > 0.0:
-            working = _working_set(problem, coef, grad, size)
-            size = min(p, max(free, 2 * len(working)))
-            meter.add("working_set", 0.0, tick)
-            tick = time.perf_counter()
-            delta, delta_b, direction, passes, inner = _l1_direction(design, model, working)
-        else:
-            delta, delta_b, direction, passes, inner = _l2_direction(design, model)
-        meter.add(f"solve:{inner}", passes, tick)
+        delta, delta_b, direction = solved[:3]
         tick = time.perf_counter()
         t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b)
         meter.add("line_search", 0.0, tick)
@@ -251,9 +245,6 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             break
         coef += t * delta
         intercept += t * delta_b
-        tick = time.perf_counter()
-        meter.add("certificate", duals.offer_linearized(design, grad_rows, curv, t * direction),
-                  tick)
         margins += t * direction
         stopping.fresh = False
     coef, intercept = stopping.returned(cert, coef, intercept)
@@ -354,6 +345,34 @@ class Model:
         if problem.fit_intercept:
             worst = max(worst, abs(self.grad_b))
         return worst
+
+
+def _set_inner_targets(model, cert, tol, violation, first_violation) -> None:
+    """The inner solve's stopping targets for the model at the iterate ``cert`` certifies.
+
+    A forcing term η = min(0.1, √(v/v₀)) on the outer violation v (superlinear inexact
+    Newton), and the accuracy at which the model's dual point a' certifies ``tol``
+    (:meth:`DualMemory.offer_linearized`).
+    """
+    problem = model.problem
+    model.forcing = min(_INNER, np.sqrt(violation / first_violation))
+    primal = max(cert.primal, 0.0)
+    if problem.loss == "squared" and problem.l1 == 0.0:
+        # Ridge: the model is the objective and its gap is ‖∇P‖²/(2·l2), so one CG solve
+        # to ‖r‖ ≤ √(l2·P·tol), P read along the way, ends the fit, with no restart of
+        # the Krylov space.
+        model.ridge = (cert.primal, tol)
+    elif problem.l1 == 0.0:
+        # A CG residual r leaves a' off by ‖r‖²/(2·l2) in the gap: ‖r‖ ≤ √(0.2·l2·P·tol)
+        # keeps that under tol/10. CG goes on to it once the model predicts a decrease
+        # below √tol·P (the step that should end the fit).
+        model.dual_target = np.sqrt(0.2 * problem.l2 * primal * tol)
+        model.final_decrease = np.sqrt(tol) * primal
+    elif problem.l2 == 0.0:
+        # Pure L1: a violation v of |x_jᵀa'|/n ≤ α costs the rescaled a' about (v/α)·D,
+        # first order, so the model is solved to v ≤ 0.1·tol·α (a Gram CD epoch is
+        # cheap, and the exact models also take fewer outer steps).
+        model.dual_target = 0.1 * tol * problem.l1
 
 
 # ----------------------------------------------------------------------- L2 penalty
@@ -608,12 +627,13 @@ class DualMemory:
         return self.tighten(cert), passes
 
     def offer_linearized(self, design, grad_rows, curv, step) -> float:
-        """Offer the dual point the Newton step predicts at its end: a' = −(g + d∘Δz), the
-        first-order model of −ℓ'(z + Δz). At a Newton step of an L2 problem Xᵀa'/(n·α) is
-        the new θ itself, and Σa' = 0 with an intercept, so its gap at the next iterate is
-        of the order of that iterate's error, where the gap of a = −ℓ'(z) is ‖∇P‖²/(2α),
-        looser by up to the condition number. One pass over X; returns the passes.
-        (For the squared loss a' is the next residual: the next certificate's own point.)"""
+        """Offer the dual point of the model solved at z: a' = −(g + d∘u), u = XΔ + Δb the
+        model's step, the first-order model of −ℓ'(z + u). At a Newton step of an L2
+        problem Xᵀa'/(n·α) is θ + Δ itself and Σa' = 0 with an intercept, so D* − D(a')
+        is of the order of the square of the step's error, and P(θ) − D(a') of the
+        order of P(θ) − P*; the gap of a = −ℓ'(z) is ‖∇P‖²/(2α), looser by up to the
+        condition number. One pass over X; returns the passes. (For the squared loss a'
+        is the next residual: the next certificate's own point.)"""
         if self.problem.loss == "squared":
             return 0.0
         value = self._dual_value(design, -(grad_rows + curv * step))
