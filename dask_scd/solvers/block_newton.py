@@ -107,12 +107,16 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
 
 
 def newton_trials(cells: list, y, margins, direction: dict, loss: str) -> dict:
-    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ."""
+    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ, and
+    Σ −ℓ*(−a'_i) for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)·u) (−inf if some a'_i
+    is outside the loss's dual domain): see :func:`model_dual_value`."""
     y = ops.labels(y)
     u = np.asarray(_row_matrix(cells) @ direction["d_coef"]).ravel() + direction["d_b"]
+    code = obj.LOSS_CODES[loss]
+    d1, d2 = block_kernels.derivatives(code, y, margins)
     return {"trials": block_kernels.line_trials(
-        y, margins, u, TRIAL_STEPS, block_kernels.are_quarters(TRIAL_STEPS),
-        obj.LOSS_CODES[loss])}
+        y, margins, u, TRIAL_STEPS, block_kernels.are_quarters(TRIAL_STEPS), code),
+        "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u)).sum()])}
 
 
 # ---------------------------------------------------------------- client-side steps
@@ -215,6 +219,43 @@ def newton_choose(problem: obj.Problem, n_samples: int, slack: float, direction:
 # ---------------------------------------------------------------- the engine
 
 
+def model_dual_value(problem: obj.Problem, n_samples: int, total: dict, direction: dict,
+                     cert: dict, *partials) -> float:
+    """D(a') for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)∘(XΔ + δ)), or −inf.
+
+    The model is solved exactly (Cholesky, or the active-set solve for an L1 term), so
+    Xᵀa'/n = −(∇f + HΔ + h_x·δ) comes from the reduced statistics with no pass over the
+    grid, and Σa' = −n(g₀ + h_xᵀΔ + h₀δ) = 0 with the intercept eliminated. D* − D(a') is
+    of the order of the square of the step's error: the certificate of the current state
+    with D(a') is of the order of its true error, where the gap of a = −ℓ'(ŷ) is up to the
+    condition number larger (``docs/engines/newton.md``). A pure L1 penalty is
+    Lipschitzed with the bound of the state's primal value, as the certificate is.
+    """
+    if problem.loss == "squared" or not partials:
+        return -np.inf  # ridge/lasso: a' is the next residual, the next certificate's own
+    h0 = total["h0"][0] / n_samples
+    if problem.fit_intercept and not h0 > 0.0:
+        return -np.inf  # δ is a gradient step: Σa' ≠ 0
+    psi = float(ops.sum_partials(*partials)["model_dual"][0])
+    if not np.isfinite(psi):
+        return -np.inf
+    gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples
+    d_coef, d_b = direction["d_coef"], direction["d_b"]
+    correlation = -(gradient + (total["h"] @ d_coef) / n_samples
+                    + (total["hx"] / n_samples) * d_b)
+    bound = obj.lipschitz_bound(problem, cert["certificate"].primal)
+    return psi / n_samples - float(obj.penalty_conjugate(problem, correlation, bound).sum())
+
+
+def _tightened(cert: obj.Certificate, dual: float) -> obj.Certificate:
+    """``cert`` with a higher dual value (any feasible dual point bounds P* from below)."""
+    if not dual > cert.dual:
+        return cert
+    intercept_gap = cert.primal - dual - float(cert.coordinate_gaps.sum())
+    return obj.Certificate(cert.primal, dual, cert.coordinate_gaps, intercept_gap,
+                           cert.correlation)
+
+
 def _first(pair):
     return pair[0]
 
@@ -263,7 +304,8 @@ class _BlockNewton(_BlockSCD):
                 "history": history, "certificate": cert}
 
     def _iteration(self, state: dict, final: bool):
-        """The certificate of ``state`` and, unless ``final``, the next state; one wait."""
+        """The certificate of ``state`` (with the dual value of the model solved at it) and,
+        unless ``final``, the next state; one wait."""
         submit, problem, n = self._submit, self.problem, self.source.n_samples
         R = self.source.n_row_chunks
         rows = [self._submit_row(r, newton_row, self.cells[r], self.labels[r], state,
@@ -286,8 +328,11 @@ class _BlockNewton(_BlockSCD):
         # Below ~1e-13·P a change of objective is rounding noise (as in block SCD).
         slack = submit(_slack, cert)
         chosen = submit(newton_choose, problem, n, slack, direction, *trials)
-        cert, chosen = self.client.gather([cert, chosen])
-        return cert["certificate"], chosen
+        # The model's dual point bounds P* for the current state too: a step whose model
+        # certifies tol is not taken.
+        model_dual = submit(model_dual_value, problem, n, total, direction, cert, *trials)
+        cert, chosen, model_dual = self.client.gather([cert, chosen, model_dual])
+        return _tightened(cert["certificate"], model_dual), chosen
 
 
 def _slack(cert: dict) -> float:
