@@ -107,3 +107,20 @@ def test_adult_grid_needs_at_most_twice_the_passes_of_memory(client, tmp_path):
     assert grid.extras_["total_passes"] <= 2 * memory.extras_["total_passes"], (
         grid.extras_, memory.extras_)
     assert abs(grid.primal_ - memory.primal_) <= 2e-6 * memory.primal_
+
+
+@pytest.mark.parametrize("loss,penalty", [("logistic", "l2"), ("logistic", "l1"),
+                                          ("squared_hinge", "l2")])
+def test_certificate_is_of_the_order_of_the_true_error(data, client, loss, penalty):
+    """The model's dual point certifies the state the fit returns: its gap at tol is
+    within 10x of its true error (floored at tol/10), never below it."""
+    X, y, grid = data
+    # Weak regularization: the gap of a = −ℓ'(ŷ) is ~‖∇P‖²/(2α), far above the error.
+    kwargs = dict(loss=loss, penalty=penalty, alpha=ALPHA / 100)
+    ours = dask_scd.fit(grid, tol=1e-6, solver="block_newton", client=client, **kwargs)
+    optimum = dask_scd.fit(X, y, tol=1e-13, solver="newton", **kwargs)
+    # P* lies in [P_opt·(1 − gap_opt), P_opt]: the error is known to ~1e-13.
+    error = (ours.primal_ - optimum.primal_) / ours.primal_
+    assert ours.dual_gap_ <= 1e-6
+    assert error <= ours.dual_gap_ + 1e-15  # honest
+    assert ours.dual_gap_ <= 10 * max(error + optimum.dual_gap_, 1e-7)  # and tight

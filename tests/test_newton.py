@@ -213,10 +213,11 @@ def _tightness(fit, p_star, target):
 
 
 @pytest.mark.parametrize("data", ["onehot", "ill_conditioned"])
-@pytest.mark.parametrize("penalty,rho,which", [("l2", 0.0, "gram"), ("l2", 0.0, "cg"),
-                                               ("l1", 1.0, "gram")])
-def test_certificate_is_tight_where_the_error_reaches_tol(rng, monkeypatch, data, penalty,
-                                                          rho, which):
+@pytest.mark.parametrize("loss,penalty,which", [
+    ("logistic", "l2", "gram"), ("logistic", "l2", "cg"), ("logistic", "l1", "gram"),
+    ("squared_hinge", "l2", "gram")])
+def test_certificate_is_tight_where_the_error_reaches_tol(rng, monkeypatch, data, loss,
+                                                          penalty, which):
     """The model's dual point (offer_linearized) makes the gap of a Newton iterate of the
     order of its true error: at the first iterate within tol of P*, the gap is within 10x
     of the error (or of tol/10), so the fit stops there or one step later."""
@@ -227,7 +228,7 @@ def test_certificate_is_tight_where_the_error_reaches_tol(rng, monkeypatch, data
         X, y, _ = _ill_conditioned(rng)
         alpha = 1e-4 if penalty == "l2" else 1e-3
     _inner_solvers(monkeypatch, which)
-    kwargs = {"loss": "logistic", "penalty": penalty, "alpha": alpha, "solver": "newton"}
+    kwargs = {"loss": loss, "penalty": penalty, "alpha": alpha, "solver": "newton"}
     optimum = dask_scd.fit(X, y, tol=1e-13, **kwargs)
     fit = dask_scd.fit(X, y, tol=1e-6, **kwargs)
     p_star = min(optimum.primal_, min(fit.history_.primal))

@@ -61,6 +61,8 @@ _WS_MIN = 10
 _EXTRAPOLATE = 5
 # Below this relative model decrease the Armijo test reads the rounding of F.
 _ROUNDING = 1e-11
+# Relative rounding allowance of the model's dual value (DualMemory.offer_linearized).
+_ROUNDING_D = 1e-14
 # Outer steps without a smaller certified gap before the engine stops.
 _STALLS = 3
 # Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
@@ -637,7 +639,9 @@ class DualMemory:
         if self.problem.loss == "squared":
             return 0.0
         value = self._dual_value(design, -(grad_rows + curv * step))
-        self.best = max(self.best, value)
+        # This point is tight enough for the gap to reach the rounding of P: a margin for
+        # the rounding of D keeps the bound below it.
+        self.best = max(self.best, value - _ROUNDING_D * abs(value))
         return 1.0
 
     def tighten(self, cert: obj.Certificate) -> obj.Certificate:
