@@ -1,0 +1,258 @@
+"""The block engines' cell statistics on cells in device memory against the same
+statistics on the host.
+
+Every task function of :mod:`dask_scd.solvers.block_ops` (and the row-chunk tasks of
+``block_newton``) is called twice with the same labels, margins and directions: once on
+a numpy / scipy.sparse cell (the CPU kernels) and once on the same cell in device memory
+(a numba device array, or a :class:`~dask_scd.kernels.device.DeviceCSC`: the CUDA
+kernels of :mod:`dask_scd.kernels.cuda_cells`). The results agree to 1e-12 relative.
+Without a GPU this runs under numba's CUDA simulator (tests/conftest.py), on 12 × 5 cells
+and 4 threads per block (a tree reduction over two levels, strided loops).
+"""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.kernels import device
+from dask_scd.solvers import block_newton
+from dask_scd.solvers import block_ops as ops
+
+pytestmark = pytest.mark.gpu
+
+if not device.gpu_available():
+    pytest.skip("numba.cuda finds no GPU and its simulator is off", allow_module_level=True)
+
+from numba import config as numba_config
+from numba import cuda as numba_cuda
+
+from dask_scd.kernels import cuda
+
+LOSSES = ["squared", "logistic", "squared_hinge", "hinge"]
+LAYOUTS = ["dense", "dense_fortran", "csr", "csc"]
+RTOL = 1e-12
+
+
+@pytest.fixture(autouse=True, scope="module")
+def simulator_speed():
+    """4 threads per block and a short GIL switch interval (see tests/test_gpu.py)."""
+    if not numba_config.ENABLE_CUDASIM:
+        yield
+        return
+    interval, max_threads = sys.getswitchinterval(), cuda.MAX_THREADS
+    sys.setswitchinterval(1e-4)
+    cuda.MAX_THREADS = 4
+    yield
+    sys.setswitchinterval(interval)
+    cuda.MAX_THREADS = max_threads
+
+
+def _dense(rng, n=12, p=5):
+    X = rng.normal(size=(n, p))
+    X[rng.random(X.shape) < 0.4] = 0.0
+    return X
+
+
+def _pair(X, layout):
+    """(host cell, device cell) holding the same X."""
+    if layout == "dense":
+        return X, numba_cuda.to_device(np.ascontiguousarray(X))
+    if layout == "dense_fortran":
+        return np.asfortranarray(X), numba_cuda.to_device(np.asfortranarray(X))
+    host = sp.csr_matrix(X) if layout == "csr" else sp.csc_matrix(X)
+    return host, device.DeviceCSC.from_scipy(host)
+
+
+def _labels(rng, loss, n=12):
+    if loss == "squared":
+        return rng.normal(size=n)
+    y = np.sign(rng.normal(size=n))
+    y[y == 0] = 1.0
+    return y
+
+
+def _margins(rng, X, fit_intercept):
+    """Xθ (+ b): about half the examples inside the hinge losses' margin."""
+    return X @ (0.5 * rng.normal(size=X.shape[1])) + (0.7 if fit_intercept else 0.0)
+
+
+def _assert_close(host, dev):
+    host, dev = np.asarray(host, dtype=np.float64), np.asarray(dev, dtype=np.float64)
+    assert host.shape == dev.shape
+    scale = max(np.abs(host).max(initial=0.0), 1e-300)
+    np.testing.assert_allclose(dev, host, rtol=RTOL, atol=RTOL * scale)
+
+
+def _assert_dicts_close(host: dict, dev: dict):
+    assert host.keys() == dev.keys()
+    for key in host:
+        _assert_close(host[key], dev[key])
+
+
+# ------------------------------------------------------------------------- dispatch
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_device_cell_takes_the_cuda_kernels_and_a_host_cell_the_cpu(layout, rng):
+    host, dev = _pair(_dense(rng), layout)
+    assert type(ops.cell_view(host)) is ops.CellView
+    view = ops.cell_view(dev)
+    assert type(view) is ops.DeviceCellView and ops.cell_view(view) is view
+    assert device.on_device(dev) and not device.on_device(host)
+    _assert_close(ops.cell_view(host).rmatvec(np.arange(12.0)), view.rmatvec(np.arange(12.0)))
+
+
+def test_the_cpu_path_imports_nothing_of_the_gpu():
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import scipy.sparse as sp
+        from dask_scd.solvers import block_ops as ops
+        X = np.eye(4)
+        for cell in (X, sp.csr_matrix(X)):
+            ops.block_stats(cell, np.ones(4), np.zeros(4), "logistic", gram=True)
+            ops.inspect_cell(cell, "cell")
+        loaded = [m for m in ("numba.cuda", "dask_scd.kernels.cuda_cells", "cupy")
+                  if m in sys.modules]
+        assert not loaded, loaded
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -------------------------------------------------------------- block iteration
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_block_stats(layout, loss, fit_intercept, rng):
+    X = _dense(rng)
+    host, dev = _pair(X, layout)
+    y, margins = _labels(rng, loss), _margins(rng, X, fit_intercept)
+    for gram in (False, True):
+        expected = ops.block_stats(host, y, margins, loss, gram)
+        _assert_dicts_close(expected, ops.block_stats(dev, y, margins, loss, gram))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_block_trials(layout, loss, fit_intercept, rng):
+    X = _dense(rng)
+    host, dev = _pair(X, layout)
+    y, margins = _labels(rng, loss), _margins(rng, X, fit_intercept)
+    problem = obj.Problem(loss, 0.1, 0.5, fit_intercept)
+    d = rng.normal(size=X.shape[1])
+    d[1] = 0.0  # a coordinate that does not move: its trials stay zero
+    for pure in (True, False):
+        direction = {"direction": d}
+        expected = ops.block_trials(host, y, margins, direction, problem, pure)
+        _assert_dicts_close(expected, ops.block_trials(dev, y, margins, direction, problem, pure))
+        assert np.any(next(iter(expected.values())))
+    # The logistic product form on large steps (|d·x| past its bound: the plain difference).
+    large = {"direction": 40.0 * d}
+    _assert_dicts_close(ops.block_trials(host, y, margins, large, problem, True),
+                        ops.block_trials(dev, y, margins, large, problem, True))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_apply_step_and_refresh_margins(layout, rng):
+    cells = [_pair(_dense(rng, p=p), layout) for p in (5, 3)]
+    delta = rng.normal(size=5)
+    margins = rng.normal(size=12)
+    _assert_close(ops.apply_step(margins, cells[0][0], {"delta": delta}),
+                  ops.apply_step(margins, cells[0][1], {"delta": delta}))
+    state = {"coef": rng.normal(size=8), "intercept": 0.3}
+    offsets = np.array([0, 5, 8])
+    _assert_close(ops.refresh_margins([c[0] for c in cells], state, offsets, 12),
+                  ops.refresh_margins([c[1] for c in cells], state, offsets, 12))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_certificate_stats(layout, loss, fit_intercept, rng):
+    blocks = [_dense(rng, p=p) for p in (5, 3)]
+    cells = [_pair(X, layout) for X in blocks]
+    y = _labels(rng, loss)
+    margins = _margins(rng, np.hstack(blocks), fit_intercept)
+    problem = obj.Problem(loss, 0.1, 0.5, fit_intercept)
+    expected = ops.certificate_stats([c[0] for c in cells], y, margins, problem)
+    _assert_dicts_close(expected, ops.certificate_stats([c[1] for c in cells], y, margins,
+                                                        problem))
+
+
+# ------------------------------------------------------------------ coarse step
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_block_row_sums_and_coarse_stats(layout, fit_intercept, rng):
+    onehot = np.zeros((12, 4))
+    onehot[np.arange(12), rng.integers(4, size=12)] = 1.0  # sums to the ones vector
+    counts = (rng.random((12, 3)) < 0.5).astype(np.float64)  # small integer sums
+    cells = [_pair(onehot, layout), _pair(counts, layout), _pair(_dense(rng), layout)]
+    host = ops.block_row_sums([c[0] for c in cells], fit_intercept)
+    dev = ops.block_row_sums([c[1] for c in cells], fit_intercept)
+    np.testing.assert_array_equal(host.column_of, dev.column_of)
+    assert host.counts.dtype == dev.counts.dtype == np.float64  # the real-valued block
+    _assert_close(host.counts, dev.counts)
+    y = _labels(rng, "logistic")
+    margins = rng.normal(size=12)
+    _assert_dicts_close(ops.coarse_stats(host, y, margins, "logistic"),
+                        ops.coarse_stats(dev, y, margins, "logistic"))
+    compact = ops.block_row_sums([c[1] for c in cells[:2]], fit_intercept)
+    assert compact.counts.dtype == np.uint8
+    np.testing.assert_array_equal(compact.toarray(),
+                                  ops.block_row_sums([c[0] for c in cells[:2]],
+                                                     fit_intercept).toarray())
+
+
+# ------------------------------------------------------------------- preflight
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_inspect_cell(layout, rng):
+    X = _dense(rng)
+    X[3] = 0.0  # an empty row
+    host, dev = _pair(X, layout)
+    expected = ops.inspect_cell(host, "cell")
+    assert ops.inspect_cell(dev, "cell") == expected
+    assert expected["max_per_row"] == int(np.count_nonzero(X, axis=1).max())
+    X[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinity in cell \(row chunk 0"):
+        ops.inspect_cell(_pair(X, layout)[1], "cell (row chunk 0, block 0)")
+    X[2, 1] = 1e300
+    with pytest.raises(ValueError, match="too large"):
+        ops.inspect_cell(_pair(X, layout)[1], "cell")
+
+
+# ------------------------------------------------------------------ block_newton
+
+
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_newton_row_and_trials(layout, loss, fit_intercept, rng):
+    blocks = [_dense(rng, p=p) for p in (3, 2)]
+    cells = [_pair(X, layout) for X in blocks]
+    y = _labels(rng, loss)
+    state = {"coef": 0.5 * rng.normal(size=5), "intercept": 0.7 if fit_intercept else 0.0}
+    problem = obj.Problem(loss, 0.1, 0.5, fit_intercept)
+    offsets = np.array([0, 3, 5])
+    host_stats, host_margins = block_newton.newton_row([c[0] for c in cells], y, state,
+                                                       offsets, problem)
+    dev_stats, dev_margins = block_newton.newton_row([c[1] for c in cells], y, state,
+                                                     offsets, problem)
+    _assert_close(host_margins, dev_margins)
+    _assert_dicts_close(host_stats, dev_stats)
+    direction = {"d_coef": rng.normal(size=5), "d_b": 0.2}
+    _assert_dicts_close(
+        block_newton.newton_trials([c[0] for c in cells], y, host_margins, direction, loss),
+        block_newton.newton_trials([c[1] for c in cells], y, host_margins, direction, loss))
