@@ -256,3 +256,48 @@ def test_newton_row_and_trials(layout, loss, fit_intercept, rng):
     _assert_dicts_close(
         block_newton.newton_trials([c[0] for c in cells], y, host_margins, direction, loss),
         block_newton.newton_trials([c[1] for c in cells], y, host_margins, direction, loss))
+
+
+# ------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def threaded_client():
+    """One worker thread in this process: the simulator's device arrays cannot be pickled,
+    so they stay in the process that made them (a GPU cluster moves cupy chunks with
+    distributed's cupy serializers instead)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client
+
+
+def _to_device(block):
+    return numba_cuda.to_device(np.ascontiguousarray(block))
+
+
+@pytest.mark.parametrize("solver, loss", [("block_scd", "squared"), ("block_newton", "logistic")])
+def test_block_engines_on_a_dask_array_of_device_chunks(solver, loss, threaded_client, rng):
+    import dask.array as da
+
+    import dask_scd
+
+    X = rng.normal(size=(16, 4))
+    y = _labels(rng, loss, n=16) + (X @ rng.normal(size=4) if loss == "squared" else 0.0)
+    host = da.from_array(X, chunks=(8, 2))
+    # meta: dask learns the chunk type without calling to_device on an empty array.
+    on_device = host.map_blocks(_to_device, dtype=np.float64,
+                                meta=numba_cuda.to_device(np.empty((0, 0))))
+    # Two epochs (iterations): the device changes the rounding of the sums, not the
+    # iterates, so the models agree at any iteration (the simulator is slow).
+    kwargs = dict(loss=loss, alpha=0.05, tol=1e-15, max_iter=2, solver=solver,
+                  random_state=0, client=threaded_client)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # not converged at 2 iterations
+        expected = dask_scd.fit(host, y, **kwargs)
+        result = dask_scd.fit(on_device, y, **kwargs)
+    assert result.n_iter_ == expected.n_iter_ == 2
+    np.testing.assert_allclose(result.coef_, expected.coef_, rtol=0, atol=1e-8)
+    assert abs(result.intercept_ - expected.intercept_) <= 1e-8
+    assert abs(result.dual_gap_ - expected.dual_gap_) <= 1e-8 * abs(expected.primal_)
