@@ -10,6 +10,8 @@ Without a GPU this runs under numba's CUDA simulator (tests/conftest.py), on 12 
 and 4 threads per block (a tree reduction over two levels, strided loops).
 """
 
+import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -301,3 +303,70 @@ def test_block_engines_on_a_dask_array_of_device_chunks(solver, loss, threaded_c
     np.testing.assert_allclose(result.coef_, expected.coef_, rtol=0, atol=1e-8)
     assert abs(result.intercept_ - expected.intercept_) <= 1e-8
     assert abs(result.dual_gap_ - expected.dual_gap_) <= 1e-8 * abs(expected.primal_)
+
+
+# ------------------------------------------------------------------- compilation
+
+
+# As in tests/test_gpu.py: the simulator runs device functions as Python, so only numba's
+# real compiler tells whether every kernel lowers (no GPU needed, libNVVM only).
+_COMPILE = """
+import numba.cuda.dispatcher
+from numba import cuda, types
+
+class Device:
+    compute_capability = (8, 0)
+
+numba.cuda.dispatcher.get_current_device = Device
+from dask_scd.kernels import cuda_cells as k
+
+f64, i64, flag = types.float64, types.int64, types.boolean
+vec, out2 = f64[::1], f64[:, ::1]
+compiled = 0
+for dtype in (types.float32, f64):
+    for index in (types.int32, i64):
+        dense = (dtype[:, :], f64[::1], types.int32[::1], types.int32[::1], flag)
+        sparse = (f64[:, ::1], dtype[::1], index[::1], index[::1], flag)
+        for cell in (dense, sparse):
+            for kernel, signature, needs in (
+                (k._column_sums_kernel, (*cell, i64, vec, vec, i64, i64, vec, vec), "bar.sync"),
+                (k._gram_kernel, (*cell, *cell, i64, i64, vec, flag, out2), "bar.sync"),
+                (k._gram_kernel, (*cell, *dense, i64, i64, vec, flag, out2), "bar.sync"),
+                (k._trials_kernel, (*cell, i64, vec, vec, vec, vec, flag, i64, out2), "bar.sync"),
+                (k._inspect_kernel, (*cell, i64, vec, i64[::1], i64[::1]), "atom"),
+            ):
+                ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(8, 0))
+                assert needs in ptx, kernel
+                compiled += 1
+        ptx, _ = cuda.compile_ptx(k._dense_matvec_kernel.py_func, (dtype[:, :], vec, vec), cc=(8, 0))
+        ptx, _ = cuda.compile_ptx(k._sparse_matvec_kernel.py_func,
+                                  (dtype[::1], index[::1], index[::1], vec, vec), cc=(8, 0))
+        assert "atom.global.add.f64" in ptx
+        compiled += 2
+print("compiled", compiled)
+"""
+
+
+def _nvvm_home():
+    """CUDA_HOME, or the pip wheel nvidia-cuda-nvcc-cu12 (libNVVM and libdevice)."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations if spec else []):
+        home = os.path.join(root, "cuda_nvcc")
+        if os.path.exists(os.path.join(home, "nvvm", "lib64", "libnvvm.so")):
+            return home
+    return None
+
+
+def test_cell_kernels_compile_for_the_gpu(tmp_path):
+    """Every cell kernel, dense (any strides) and CSC, float32 and float64 values, int32
+    and int64 indices, compiles to PTX for sm_80 with its barriers and atomics."""
+    home = _nvvm_home()
+    if home is None:
+        pytest.skip("no libNVVM: pip install nvidia-cuda-nvcc-cu12 (or set CUDA_HOME)")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", CUDA_HOME=home)
+    out = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
+                         text=True, cwd=tmp_path, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "compiled 48" in out.stdout

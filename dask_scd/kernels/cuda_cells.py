@@ -294,7 +294,8 @@ def _inspect_kernel(X, data, indices, indptr, dense, n_rows, largest, bad, row_c
     for idx in range(start + tid, end, n_threads):
         i, x = _entry(X, data, indices, dense, j, idx)
         if math.isfinite(x):
-            top = max(top, abs(x))
+            if abs(x) > top:  # not max(): numba.cuda does not lower max of floats
+                top = abs(x)
         else:
             n_bad += 1
         if not dense or x != 0.0:
