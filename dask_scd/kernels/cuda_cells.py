@@ -79,7 +79,7 @@ def columns(cell) -> Columns:
     or a sparse matrix whose triple is on the device (``cupyx.scipy.sparse`` in any
     format, converted to CSC there; :class:`dask_scd.kernels.device.DeviceCSC`)."""
     n_rows, n_columns = (int(s) for s in cell.shape)
-    if getattr(cell, "ndim", None) == 2 and not hasattr(cell, "indptr"):
+    if not (hasattr(cell, "indptr") or hasattr(cell, "tocsc")):  # a dense array
         return Columns(cell, _dummy(np.float64), _dummy(np.int32), _dummy(np.int32), True,
                        n_rows, n_columns)
     if getattr(cell, "format", "csc") != "csc":
