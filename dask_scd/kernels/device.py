@@ -64,6 +64,42 @@ def is_device_array(array) -> bool:
     )
 
 
+def on_device(cell) -> bool:
+    """Whether a cell's values live in device memory: a device array, or a sparse matrix
+    whose ``data`` is one (``cupyx.scipy.sparse``, :class:`DeviceCSC`)."""
+    return is_device_array(cell) or is_device_array(getattr(cell, "data", None))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceCSC:
+    """A sparse (n_rows, n_columns) matrix in CSC form whose triple is in device memory
+    (numba device arrays or cupy arrays), row indices sorted and distinct in each column:
+    a sparse cell on the GPU where ``cupyx.scipy.sparse`` is not installed."""
+
+    data: object
+    indices: object
+    indptr: object
+    shape: tuple
+
+    format = "csc"
+    has_canonical_format = True
+
+    @classmethod
+    def from_scipy(cls, matrix) -> "DeviceCSC":
+        """The device copy of a scipy.sparse matrix (any format, duplicates summed)."""
+        import scipy.sparse as sp
+        from numba import cuda
+
+        csc = sp.csc_matrix(matrix, copy=True)
+        csc.sum_duplicates()
+        return cls(cuda.to_device(csc.data), cuda.to_device(csc.indices),
+                   cuda.to_device(csc.indptr), tuple(int(s) for s in csc.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes)
+
+
 def kernels_for(array):
     """The kernel module for data held in ``array``: ``kernels.cuda`` for device arrays,
     ``kernels.cpu`` for numpy (both expose ``scd_epoch`` and ``sdca_epoch``)."""

@@ -61,8 +61,11 @@ _ROUNDING = 1e-14
 
 
 def _row_matrix(cells: list):
-    """The row chunk's cells side by side, in grid column order, in float64."""
+    """The row chunk's cells side by side, in grid column order, in float64 (a
+    :class:`_DeviceRow` when they are in device memory)."""
     views = [ops.cell_view(cell) for cell in cells]
+    if isinstance(views[0], ops.DeviceCellView):
+        return _DeviceRow(views)
     parts = []
     for view in views:
         m = view.matrix
@@ -74,6 +77,47 @@ def _row_matrix(cells: list):
     if views[0].by_columns:
         return sp.hstack(parts, format="csr", dtype=np.float64)
     return np.hstack(parts).astype(np.float64, copy=False)
+
+
+class _DeviceRow:
+    """A row chunk's device cells side by side: the products :func:`newton_row` and
+    :func:`newton_trials` take of the row matrix A (``A @ v``, ``A.T @ u``, and the
+    weighted Gram matrix block by block), by the CUDA kernels of the cells, on the host."""
+
+    def __init__(self, views: list):
+        self.views = views
+        self.offsets = np.cumsum([0] + [view.n_columns for view in views])
+
+    def __matmul__(self, v) -> np.ndarray:
+        """A v = Σ_b X_b v_b."""
+        out = np.zeros(self.views[0].n_rows)
+        for view, lo, hi in zip(self.views, self.offsets[:-1], self.offsets[1:]):
+            if np.any(v[lo:hi]):
+                out += view.matvec(v[lo:hi])
+        return out
+
+    @property
+    def T(self) -> "_DeviceRow._Transposed":
+        return self._Transposed(self)
+
+    class _Transposed:
+        def __init__(self, row):
+            self.row = row
+
+        def __matmul__(self, u) -> np.ndarray:
+            """Aᵀ u, the blocks' column sums concatenated."""
+            return np.concatenate([view.rmatvec(u) for view in self.row.views])
+
+    def weighted_gram(self, weights) -> np.ndarray:
+        """Aᵀ diag(weights) A, one kernel per pair of blocks b ≤ c."""
+        offsets, views = self.offsets, self.views
+        out = np.empty((offsets[-1], offsets[-1]))
+        for b, view in enumerate(views):
+            for c in range(b, len(views)):
+                block = view.gram(weights, None if c == b else views[c])
+                out[offsets[b]:offsets[b + 1], offsets[c]:offsets[c + 1]] = block
+                out[offsets[c]:offsets[c + 1], offsets[b]:offsets[b + 1]] = block.T
+        return out
 
 
 def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
@@ -92,7 +136,9 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
     margins = np.asarray(A @ state["coef"]).ravel() + float(state["intercept"])
     d1, d2 = block_kernels.derivatives(problem.loss_code, y, margins)
     pos, neg = np.where(d1 < 0, -d1, 0.0), np.where(d1 > 0, -d1, 0.0)  # a = −ℓ'(ŷ) by sign
-    if sp.issparse(A):
+    if isinstance(A, _DeviceRow):
+        hessian = A.weighted_gram(d2)
+    elif sp.issparse(A):
         hessian = np.asarray((A.T @ sp.diags(d2) @ A).todense())
     else:
         hessian = A.T @ (A * d2[:, None])

@@ -24,6 +24,7 @@ from dask_scd import objectives as obj
 from dask_scd.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
+from dask_scd.kernels.device import on_device
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.strategies import ByteLRU
@@ -297,9 +298,75 @@ class CellView:
         )
 
 
-def cell_view(cell) -> CellView | None:
-    """Resolve a cell argument of a task (None stays None: the intercept's ones)."""
-    if cell is None or isinstance(cell, CellView):
+class DeviceCellView:
+    """A cell in device memory wrapped for the CUDA kernels: :class:`CellView`'s methods.
+
+    The cell is a cupy array, a ``cupyx.scipy.sparse`` matrix, a numba device array or a
+    :class:`~dask_scd.kernels.device.DeviceCSC`; it stays on the device. Each method
+    copies its vectors there (O(n_rows) numbers: labels, margins, derivatives) and
+    returns host numpy arrays: per-column sums, or X_cell d. The kernels are those of
+    :mod:`dask_scd.kernels.cuda_cells`, imported with the first device cell.
+    """
+
+    by_columns = True
+
+    def __init__(self, cell):
+        from dask_scd.kernels import cuda_cells
+
+        self._kernels = cuda_cells
+        self.columns = cuda_cells.columns(cell)
+        self.n_rows, self.n_columns = self.columns.n_rows, self.columns.n_columns
+        self._squared_sums = None
+        self._cube_sums = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.columns.nbytes
+
+    def cube_sums(self) -> np.ndarray:
+        """Σ_i |x_ij|³ per column, once per cell."""
+        if self._cube_sums is None:
+            self._cube_sums = self._sums(np.ones(self.n_rows), 3)
+        return self._cube_sums
+
+    def squared_sums(self) -> np.ndarray:
+        """(X_cell∘X_cell)ᵀ 1, once per cell."""
+        if self._squared_sums is None:
+            self._squared_sums = self._sums(np.ones(self.n_rows), 2)
+        return self._squared_sums
+
+    def rmatvec(self, v, squared=False) -> np.ndarray:
+        """X_cellᵀ v (or (X_cell∘X_cell)ᵀ v)."""
+        return self._sums(v, 2 if squared else 1)
+
+    def _sums(self, v, power) -> np.ndarray:
+        return self._kernels.column_sums(self.columns, v, power)[0]
+
+    def matvec(self, d) -> np.ndarray:
+        """X_cell d."""
+        return self._kernels.matvec(self.columns, d)
+
+    def gram(self, weights, other: DeviceCellView | None = None) -> np.ndarray:
+        """X_cellᵀ diag(weights) X_cell (or X_other) as a dense host array."""
+        return self._kernels.gram(self.columns, weights,
+                                  None if other is None else other.columns)
+
+    def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+        """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
+        return self._kernels.trials(self.columns, loss_code, y, margins, direction, steps)
+
+    def inspect(self) -> tuple[float, np.ndarray]:
+        """(max |x|, NaN if any entry is not finite; entries per row)."""
+        return self._kernels.inspect(self.columns)
+
+
+def cell_view(cell) -> CellView | DeviceCellView | None:
+    """Resolve a cell argument of a task (None stays None: the intercept's ones).
+
+    A cell in device memory gets a :class:`DeviceCellView` (the CUDA kernels), any other
+    a :class:`CellView` (the CPU kernels).
+    """
+    if cell is None or isinstance(cell, (CellView, DeviceCellView)):
         return cell
     if isinstance(cell, CellRef):
         from dask_scd.grid.store import _read_cell
@@ -308,6 +375,8 @@ def cell_view(cell) -> CellView | None:
             return CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b))
 
         return CACHE.get(cell.key, load)
+    if on_device(cell):
+        return DeviceCellView(cell)
     return CellView(cell)
 
 
@@ -367,11 +436,15 @@ def inspect_cell(cell, where: str) -> dict:
     Returns ``{"max_per_row"}``: the most non-zeros one example has in the block.
     """
     view = cell_view(cell)
-    largest = largest_magnitude(view.matrix.data)
+    if isinstance(view, DeviceCellView):
+        largest, counts = view.inspect()
+    else:
+        largest, counts = largest_magnitude(view.matrix.data), None
     if not np.isfinite(largest):
         raise ValueError(f"X contains NaN or infinity in {where}")
     check_feature_magnitude(largest, f" in {where}")
-    counts = _nonzeros_per_row(view)
+    if counts is None:
+        counts = _nonzeros_per_row(view)
     return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": _nbytes(view)}
 
 
