@@ -78,7 +78,10 @@ def fit(
         kernels (TPA-SCD: one thread block per coordinate, asynchronous; see docs/gpu.md),
         with X copied to the GPU once; it needs numba.cuda to find a GPU. With
         ``solver="auto"`` it picks "sdca" or "scd" (never "gram"). "auto" takes the GPU when
-        there is one and the engine has GPU kernels, else the CPU.
+        there is one and the engine has GPU kernels, else the CPU. The Dask engines
+        ("block_scd", "block_newton") run where the chunks are: a dask array of cupy
+        arrays needs "gpu" or "auto" and runs their cells' CUDA kernels; host chunks and
+        grids need "cpu" or "auto".
     **engine_options
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
@@ -98,7 +101,8 @@ def fit(
     rng = np.random.default_rng(random_state)
     X, y = _read(X, y)
     data, classes, engine_options = _data(X, y, problem, solver, engine_options)
-    engine, device = _engine_and_device(solver, problem, data, device, available)
+    on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
+    engine, device = _engine_and_device(solver, problem, data, device, available, on_device)
     if (solver == "auto" and engine.name == "block_newton"
             and set(engine_options) & set(_RESIDENCY_OPTIONS)):
         engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
@@ -127,9 +131,24 @@ def _read(X, y):
     return X, y
 
 
-def _engine_and_device(solver, problem, data, requested, available):
-    """The engine that runs, and where its epochs run ("cpu" or "gpu")."""
+def _engine_and_device(solver, problem, data, requested, available, on_device=False):
+    """The engine that runs, and where its epochs run ("cpu" or "gpu").
+
+    The Dask engines run where the chunks are: chunks in device memory (a dask array of
+    cupy arrays) take the cells' CUDA kernels, which ``device="gpu"`` or ``"auto"`` must
+    allow; host chunks and grids (read from disk into host memory) run on the CPU.
+    """
     engine = registry.resolve(solver, problem, data)
+    if engine.name in kernel_device.DASK_ENGINES:
+        if on_device and requested == "cpu":
+            raise ValueError("the chunks of X are in device memory (cupy): pass device='gpu' "
+                             "(or 'auto') to run the block engines' CUDA kernels on them, or "
+                             "move them to the host (X.map_blocks(cupy.asnumpy))")
+        if not on_device and requested == "gpu":
+            raise ValueError("device='gpu' with dask input runs on chunks in device memory: "
+                             "make them cupy arrays (X.map_blocks(cupy.asarray)); a grid's "
+                             "cells are read into host memory")
+        return engine, "gpu" if on_device else "cpu"
     if available == "cpu" or engine.name in kernel_device.GPU_ENGINES:
         return engine, available
     if requested == "auto":

@@ -298,7 +298,14 @@ def test_block_engines_on_a_dask_array_of_device_chunks(solver, loss, threaded_c
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # not converged at 2 iterations
         expected = dask_scd.fit(host, y, **kwargs)
-        result = dask_scd.fit(on_device, y, **kwargs)
+        result = dask_scd.fit(on_device, y, device="gpu", **kwargs)
+        by_auto = dask_scd.fit(on_device, y, device="auto", **kwargs)
+    np.testing.assert_array_equal(by_auto.coef_, result.coef_)
+    # The device is where the chunks are: a mismatch is a clear error, not a silent move.
+    with pytest.raises(ValueError, match="chunks of X are in device memory"):
+        dask_scd.fit(on_device, y, device="cpu", **kwargs)
+    with pytest.raises(ValueError, match="chunks in device memory"):
+        dask_scd.fit(host, y, device="gpu", **kwargs)
     assert result.n_iter_ == expected.n_iter_ == 2
     np.testing.assert_allclose(result.coef_, expected.coef_, rtol=0, atol=1e-8)
     assert abs(result.intercept_ - expected.intercept_) <= 1e-8
