@@ -262,10 +262,12 @@ def test_gpu_auto_solver_takes_an_engine_with_gpu_kernels(rng):
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4, solver="gram", device="auto").converged_
 
 
-def test_dask_engines_refuse_the_gpu(rng):
+def test_dask_engines_on_host_chunks_refuse_the_gpu(rng):
+    """The Dask engines run where the chunks are: host chunks with device="gpu" is a clear
+    error (tests/test_gpu_cells.py runs them on device chunks)."""
     da = pytest.importorskip("dask.array")
     X, y = _problem_data(rng, False, False)
-    with pytest.raises(ValueError, match="solver='block_scd' runs on the CPU only"):
+    with pytest.raises(ValueError, match="runs on chunks in device memory"):
         dask_scd.fit(da.from_array(X, chunks=(10, 8)), y, solver="block_scd", device="gpu")
 
 
