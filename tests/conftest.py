@@ -1,3 +1,4 @@
+import importlib.util
 import os
 from pathlib import Path
 
@@ -46,3 +47,16 @@ def started(monkeypatch):
 
     monkeypatch.setattr(distributed, "LocalCluster", spy)
     return calls
+
+
+def nvvm_home():
+    """CUDA_HOME, or the pip wheel nvidia-cuda-nvcc-cu12 (libNVVM and libdevice): what
+    the PTX-compile tests of the GPU kernels need; None when neither is there."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations if spec else []):
+        home = os.path.join(root, "cuda_nvcc")
+        if os.path.exists(os.path.join(home, "nvvm", "lib64", "libnvvm.so")):
+            return home
+    return None

@@ -8,7 +8,6 @@ update. On a GPU the blocks run concurrently (asynchronous SCD) and only the con
 answers agree, which is what the fit tests check.
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import nvvm_home
 import scipy.sparse as sp
 
 import dask_scd
@@ -346,22 +346,10 @@ print("compiled")
 """
 
 
-def _nvvm_home():
-    """CUDA_HOME, or the pip wheel nvidia-cuda-nvcc-cu12 (libNVVM and libdevice)."""
-    if os.environ.get("CUDA_HOME"):
-        return os.environ["CUDA_HOME"]
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations if spec else []):
-        home = os.path.join(root, "cuda_nvcc")
-        if os.path.exists(os.path.join(home, "nvvm", "lib64", "libnvvm.so")):
-            return home
-    return None
-
-
 def test_kernels_compile_for_the_gpu(tmp_path):
     """Both kernels, every dtype and index type, compile to PTX with barriers and atomic
     adds (needs libNVVM only, no GPU: ``pip install nvidia-cuda-nvcc-cu12``)."""
-    home = _nvvm_home()
+    home = nvvm_home()
     if home is None:
         pytest.skip("no libNVVM: pip install nvidia-cuda-nvcc-cu12 (or set CUDA_HOME)")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", CUDA_HOME=home)

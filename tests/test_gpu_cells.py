@@ -10,7 +10,6 @@ Without a GPU this runs under numba's CUDA simulator (tests/conftest.py), on 12 
 and 4 threads per block (a tree reduction over two levels, strided loops).
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import nvvm_home
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
@@ -354,22 +354,10 @@ print("compiled", compiled)
 """
 
 
-def _nvvm_home():
-    """CUDA_HOME, or the pip wheel nvidia-cuda-nvcc-cu12 (libNVVM and libdevice)."""
-    if os.environ.get("CUDA_HOME"):
-        return os.environ["CUDA_HOME"]
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations if spec else []):
-        home = os.path.join(root, "cuda_nvcc")
-        if os.path.exists(os.path.join(home, "nvvm", "lib64", "libnvvm.so")):
-            return home
-    return None
-
-
 def test_cell_kernels_compile_for_the_gpu(tmp_path):
     """Every cell kernel, dense (any strides) and CSC, float32 and float64 values, int32
     and int64 indices, compiles to PTX for sm_80 with its barriers and atomics."""
-    home = _nvvm_home()
+    home = nvvm_home()
     if home is None:
         pytest.skip("no libNVVM: pip install nvidia-cuda-nvcc-cu12 (or set CUDA_HOME)")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", CUDA_HOME=home)
