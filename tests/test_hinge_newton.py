@@ -100,7 +100,8 @@ def test_without_intercept_matches_linear_svc(rng):
     fit = dask_scd.fit(X, y, loss="hinge", alpha=alpha, fit_intercept=False, tol=1e-10,
                        solver="newton")
     model = svm.LinearSVC(loss="hinge", C=1.0 / (alpha * len(y)), fit_intercept=False,
-                          dual=True, tol=1e-12, max_iter=1_000_000)
+                          dual=True, tol=1e-12, max_iter=1_000_000,
+                          random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(X, y)
