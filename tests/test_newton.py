@@ -239,6 +239,70 @@ def test_certificate_is_tight_where_the_error_reaches_tol(rng, monkeypatch, data
         assert 0 < np.count_nonzero(fit.coef_) < X.shape[1]
 
 
+def _many_rows(rng, n=40_000, p=40):
+    """n ≫ p dense rows (AR(1)-correlated columns), where the Newton step takes its Hessian
+    from a row sample."""
+    X = rng.normal(size=(n, p))
+    for j in range(1, p):
+        X[:, j] = 0.5 * X[:, j - 1] + np.sqrt(0.75) * X[:, j]
+    score = X @ rng.normal(size=p) / np.sqrt(p) + 0.3
+    return X, np.where(score + rng.normal(size=n) > 0, 1.0, -1.0)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
+def test_sampled_hessian_reaches_the_optimum_with_a_tight_certificate(rng, loss):
+    """Sampled-Hessian steps, then CG preconditioned by the sample for the step that ends
+    the fit: the optimum of the full Hessian (scikit-learn's for the logistic), a gap
+    never below the true error, and tight where the error reaches tol."""
+    X, y = _many_rows(rng)
+    n = X.shape[0]
+    alpha = 1.0 / n  # scikit-learn's C = 1
+    problem = obj.Problem(loss, alpha, 0.0, True)
+    run = newton.fit_newton(InMemory(X, y), problem,
+                            Options(TOL, 1000, np.random.default_rng(0)))
+    assert run.certificate.relative_gap <= TOL
+    assert {"solve:sampled", "solve:sampled_cg"} <= set(run.extras["passes"])
+    assert "solve:cholesky" not in run.extras["passes"]  # no Gram of all rows
+    kwargs = {"loss": loss, "alpha": alpha, "solver": "newton", "random_state": 0}
+    optimum = dask_scd.fit(X, y, tol=1e-13, **kwargs)
+    mine = _objective(problem, X, y, run.coef, run.intercept)
+    assert mine.primal - optimum.primal_ <= TOL * abs(optimum.primal_)
+    if loss == "logistic":
+        sk = linear_model.LogisticRegression(C=1.0, solver="newton-cholesky", tol=1e-12)
+        sk.fit(X, y)
+        theirs = _objective(problem, X, y, sk.coef_, sk.intercept_[0])
+        assert abs(mine.primal - theirs.primal) <= 1e-7 * abs(theirs.primal)
+    fit = dask_scd.fit(X, y, tol=1e-6, **kwargs)
+    p_star = min(optimum.primal_, min(fit.history_.primal))
+    lower = optimum.primal_ * (1 - optimum.dual_gap_)
+    for gap, primal in zip(fit.history_.relative_gap, fit.history_.primal):
+        assert primal - lower <= gap * abs(primal) + 1e-15
+    ratio, after = _tightness(fit, p_star, 1e-6)
+    assert ratio <= 10.0 and after <= 2
+
+
+def test_sampled_hessian_hands_back_where_the_sample_misses_a_column(rng):
+    """A column non-zero only in rows the sample does not hold: the sampled Hessian sees
+    no curvature along it (only α), the sampled steps overshoot there, and the engine
+    hands back to exact steps and still reaches the certified optimum."""
+    X, y = _many_rows(rng)
+    n, p = X.shape
+    sample = newton.HessianSample.build(newton.Design.from_array(X), p + 1,
+                                        np.random.default_rng(0))
+    outside = np.setdiff1d(np.arange(n), sample.rows)
+    X[:, 0] = 0.0
+    X[rng.choice(outside, 30, replace=False), 0] = 5.0
+    problem = obj.Problem("logistic", 1.0 / n, 0.0, True)
+    run = newton.fit_newton(InMemory(X, y), problem,
+                            Options(TOL, 1000, np.random.default_rng(0)))
+    assert run.certificate.relative_gap <= TOL
+    assert "solve:cholesky" in run.extras["passes"]  # exact steps took over
+    sk = linear_model.LogisticRegression(C=1.0, solver="newton-cholesky", tol=1e-12)
+    sk.fit(X, y)
+    theirs = _objective(problem, X, y, sk.coef_, sk.intercept_[0])
+    assert abs(run.certificate.primal - theirs.primal) <= 1e-7 * abs(theirs.primal)
+
+
 # ------------------------------------------------------------------- invariances
 
 
