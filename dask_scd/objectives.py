@@ -36,6 +36,12 @@ CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
 # Integer codes used by the numba kernels (they cannot take strings cheaply).
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}
 
+# Relative allowance for the rounding of a dual value computed from sums that a pass over
+# X did not give directly (a Newton model's dual point, its Xᵀa'/n read off the Hessian):
+# such a point is tight enough for the gap to reach the rounding of P, so the value it
+# certifies is lowered by this fraction to stay a bound (the Newton engines).
+DUAL_ROUNDING = 1e-14
+
 
 @dataclass(frozen=True)
 class Problem:

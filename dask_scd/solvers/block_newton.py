@@ -53,8 +53,6 @@ _INNER_ROUNDS = 30
 _INNER_SWEEPS = 50
 
 _penalty = _scalar_penalty.py_func  # elementwise on arrays
-# Relative rounding allowance of the model's dual value (model_dual_value).
-_ROUNDING = 1e-14
 
 
 # ---------------------------------------------------------------- row-chunk tasks
@@ -296,7 +294,7 @@ def model_dual_value(problem: obj.Problem, n_samples: int, total: dict, directio
     conjugate = float(obj.penalty_conjugate(problem, correlation, bound).sum())
     # Xᵀa' comes from sums of H, not from X: a margin for their rounding keeps the bound
     # below D(a') (this point is tight enough for the gap to reach the rounding of P).
-    return loss_part - conjugate - _ROUNDING * (abs(loss_part) + conjugate)
+    return loss_part - conjugate - obj.DUAL_ROUNDING * (abs(loss_part) + conjugate)
 
 
 def _tightened(cert: obj.Certificate, dual: float) -> obj.Certificate:

@@ -61,8 +61,6 @@ _WS_MIN = 10
 _EXTRAPOLATE = 5
 # Below this relative model decrease the Armijo test reads the rounding of F.
 _ROUNDING = 1e-11
-# Relative rounding allowance of the model's dual value (DualMemory.offer_linearized).
-_ROUNDING_D = 1e-14
 # Outer steps without a smaller certified gap before the engine stops.
 _STALLS = 3
 # Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
@@ -781,7 +779,7 @@ class DualMemory:
             value, passes = self._dual_value(design, a), 1.0
         # This point is tight enough for the gap to reach the rounding of P: a margin for
         # the rounding of D keeps the bound below it.
-        self.best = max(self.best, value - _ROUNDING_D * abs(value))
+        self.best = max(self.best, value - obj.DUAL_ROUNDING * abs(value))
         return passes
 
     def _feasible_value(self, a, correlation) -> float | None:
