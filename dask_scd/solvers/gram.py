@@ -71,11 +71,11 @@ class GramSystem:
         every = len(columns) == p
         y_mean = float(y.mean()) if fit_intercept else 0.0
         yc = y - y_mean
+        k = len(columns)
         if sp.issparse(X):
             # By rows, straight into a dense (k+1)²: Σ_i x_W,i x_W,iᵀ with the column sums
             # in the last row (scipy's sparse XᵀX and the format changes cost 3x more).
             rows = MajorMatrix.from_array(X, "rows")
-            k = len(columns)
             position = np.full(p, -1, dtype=np.int64)
             position[columns] = np.arange(k)
             out = np.zeros((k + 1, k + 1))
@@ -86,7 +86,6 @@ class GramSystem:
             gram = out[:k, :k] - n * np.outer(x_mean, x_mean)  # (X − 1μᵀ)ᵀ(X − 1μᵀ)
             xty = rows.scatter(yc)[columns]  # Xcᵀ yc = Xᵀ yc, since Σ yc = 0
         else:
-            k = len(columns)
             step = max(256, _CHUNK_BYTES // (8 * k))
             chunks = [slice(start, start + step) for start in range(0, n, step)]
 

@@ -182,8 +182,11 @@ class HessianSample:
     quadratic, convergence, but each step costs two passes instead of a Gram). The
     gradient, the line search and the certificate stay exact; the intercept's step is
     solved exactly given Δ (Δb = −(Σg + dᵀXΔ)/Σd), so the model's dual point keeps
-    Σa' = 0. A step the line search shortens, or one that does not divide the certified
-    gap by 1/:data:`_SAMPLE_CONTRACTION`, hands back to the full Hessian for good.
+    Σa' = 0. The step that should end the fit runs CG on the exact Hessian, preconditioned
+    by the sample's factor (:func:`_l2_direction`). A step the line search shortens, one
+    that does not divide the certified gap by 1/:data:`_SAMPLE_CONTRACTION`, or such a
+    CG solve taking over :data:`_SAMPLE_MAX_CG` products hands back to the full Hessian
+    for good.
     """
 
     def __init__(self, design: Design, rows: np.ndarray):
@@ -562,14 +565,18 @@ def _conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None)
     total = float(curv.sum())
     schur = problem.fit_intercept and total > 0.0
     out = np.empty(p)
-    if preconditioner is None:
-        diagonal = rows.scatter(curv, squared=True) / n + problem.l2
     if schur:
         s = rows.scatter(curv)  # XᵀD1
         rhs_b = float(rhs[p])
         rhs = rhs[:p] - s * (rhs_b / total)
-        if preconditioner is None:
+    if preconditioner is None:  # the diagonal of the (Schur-complement) system
+        diagonal = rows.scatter(curv, squared=True) / n + problem.l2
+        if schur:
             diagonal -= s * s / (n * total)
+        diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
+
+        def preconditioner(r):
+            return r / diagonal
 
     def apply(v):
         side = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,
@@ -578,12 +585,6 @@ def _conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None)
         if schur:
             product -= s * (side / (n * total))
         return product
-
-    if preconditioner is None:
-        diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
-
-        def preconditioner(r):
-            return r / diagonal
 
     norm = float(np.linalg.norm(rhs))
     target = model.forcing * norm
