@@ -7,6 +7,8 @@ iterates is intended, and say so in the commit.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -26,7 +28,10 @@ def _data():
     Xb = (Xb - Xb.mean(0)) / Xb.std(0)
     Xd, yd = load_diabetes(return_X_y=True)
     Xo, yo, _ = make_onehot(3000, 4, 10, random_state=0)
-    return {"cancer": (Xb, yb), "diabetes": (Xd, yd), "onehot": (Xo, yo)}
+    rng = np.random.default_rng(0)
+    Xt = rng.normal(size=(20_000, 8))
+    yt = np.where(Xt @ rng.normal(size=8) + rng.logistic(size=20_000) > 0, 1.0, -1.0)
+    return {"cancer": (Xb, yb), "diabetes": (Xd, yd), "onehot": (Xo, yo), "tall": (Xt, yt)}
 
 
 # (name, data, fit arguments): a few epochs of every engine, every loss and penalty.
@@ -40,21 +45,57 @@ CASES = [
     ("sdca-hinge", "onehot", dict(loss="hinge", alpha=1e-3, solver="sdca")),
     ("sdca-ridge", "diabetes", dict(loss="squared", alpha=0.01, solver="sdca")),
     ("block-logistic", "onehot-dask", dict(loss="logistic", alpha=1e-3, solver="block_scd")),
+    # Every other engine, pinned before the data layer moved below them.
+    ("newton-logistic-l2", "cancer", dict(loss="logistic", alpha=0.01, solver="newton")),
+    ("newton-logistic-l1", "cancer", dict(loss="logistic", penalty="l1", alpha=0.01,
+                                          solver="newton")),
+    ("newton-hinge", "cancer", dict(loss="hinge", alpha=0.01, solver="newton")),
+    ("newton-sqhinge-onehot", "onehot", dict(loss="squared_hinge", alpha=1e-3,
+                                             solver="newton")),
+    ("newton-logistic-sampled", "tall", dict(loss="logistic", alpha=1e-4, solver="newton")),
+    ("duhl-ridge", "onehot", dict(loss="squared", alpha=1e-3, solver="duhl")),
+    ("duhl-logistic", "cancer", dict(loss="logistic", alpha=0.01, solver="duhl")),
+    ("block-sqhinge-impure", "cancer-dask", dict(loss="squared_hinge", alpha=0.01,
+                                                 solver="block_scd")),
+    ("block-newton-logistic", "onehot-dask", dict(loss="logistic", alpha=1e-3,
+                                                  solver="block_newton")),
+    ("grid-block-l1", "onehot-grid", dict(loss="logistic", penalty="l1", alpha=1e-3,
+                                          solver="block_scd")),
+    ("grid-block-ridge", "onehot-grid", dict(loss="squared", alpha=1e-3, solver="block_scd")),
+    ("grid-block-residency", "onehot-grid", dict(loss="logistic", alpha=1e-3,
+                                                 solver="block_scd", residency="duhl",
+                                                 memory_budget=40_000)),
+    ("grid-block-newton", "onehot-grid", dict(loss="logistic", alpha=1e-3,
+                                              solver="block_newton")),
 ]
 
 
 def run_cases() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        return _run_cases(tmp)
+
+
+def _run_cases(tmp) -> dict:
     data = _data()
     out = {}
     for name, source, kwargs in CASES:
         if source == "onehot-dask":
             X, y = data["onehot"]
             X = da.from_array(X.toarray(), chunks=(1000, 10))
+        elif source == "cancer-dask":
+            X, y = data["cancer"]
+            X = da.from_array(X, chunks=(200, 10))
+        elif source == "onehot-grid":
+            X, y = data["onehot"]
+            path = os.path.join(tmp, "onehot.zarr")
+            if not os.path.exists(path):
+                dask_scd.to_grid(X, y, path, row_chunk=1000)
+            X, y = dask_scd.open_grid(path), None
         else:
             X, y = data[source]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            if kwargs["solver"] == "block_scd":
+            if kwargs["solver"] in ("block_scd", "block_newton"):
                 from distributed import Client, LocalCluster
 
                 with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as c, \
