@@ -18,6 +18,8 @@ from .store import (
     Grid,
     GridCorruptionError,
     open_grid,
+    read_cell,
+    read_labels,
     to_grid,
 )
 
@@ -31,6 +33,8 @@ __all__ = [
     "contiguous_blocks",
     "detect_pure_blocks",
     "open_grid",
+    "read_cell",
+    "read_labels",
     "to_grid",
     "validate_blocks",
 ]

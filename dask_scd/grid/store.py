@@ -172,7 +172,7 @@ class Grid:
         GridCorruptionError
             If the cell's bytes are missing or corrupt.
         """
-        return _read_cell(self.path, self.grid_id, int(r), int(b))
+        return read_cell(self.path, self.grid_id, int(r), int(b))
 
     def to_original_order(self, values) -> np.ndarray:
         """Map per-column values from grid order back to original feature order.
@@ -197,7 +197,7 @@ class Grid:
 
     def read_labels(self, r: int) -> np.ndarray:
         """Read the float64 labels of row chunk ``r``, shape (row_chunks[r],)."""
-        return _read_labels(self.path, self.grid_id, int(r))
+        return read_labels(self.path, self.grid_id, int(r))
 
     def __repr__(self) -> str:
         kind = "sparse" if self.is_sparse else "dense"
@@ -795,13 +795,14 @@ def _reader(path: str, grid_id: str) -> _Reader:
     return _Reader(path, grid_id)
 
 
-def _read_cell(path: str, grid_id: str, r: int, b: int):
-    """Task function of Grid.X's graph (top-level so it pickles)."""
+def read_cell(path: str, grid_id: str, r: int, b: int):
+    """Cell (row chunk r, block b) of the store at ``path``, checked against its checksum:
+    a task function of Grid.X's graph and of the data layer (top-level so it pickles)."""
     return _reader(path, grid_id).read_cell(r, b)
 
 
-def _read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
-    """Task function of Grid.y's graph."""
+def read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
+    """Labels of row chunk r: a task function of Grid.y's graph and of the data layer."""
     return _reader(path, grid_id).read_labels(r)
 
 
@@ -896,11 +897,11 @@ def _build_arrays(path: str, attrs: dict, row_chunks: tuple, sizes: tuple):
     token = tokenize(path, grid_id)
     x_name, y_name = f"grid-X-{token}", f"grid-y-{token}"
     x_dsk = {
-        (x_name, r, b): (_read_cell, path, grid_id, r, b)
+        (x_name, r, b): (read_cell, path, grid_id, r, b)
         for r in range(len(row_chunks))
         for b in range(len(sizes))
     }
-    y_dsk = {(y_name, r): (_read_labels, path, grid_id, r) for r in range(len(row_chunks))}
+    y_dsk = {(y_name, r): (read_labels, path, grid_id, r) for r in range(len(row_chunks))}
     if attrs["layout"] == "sparse":
         meta = sp.csc_matrix((0, 0), dtype=dtype)
     else:

@@ -369,10 +369,10 @@ def cell_view(cell) -> CellView | DeviceCellView | None:
     if cell is None or isinstance(cell, (CellView, DeviceCellView)):
         return cell
     if isinstance(cell, CellRef):
-        from dask_scd.grid.store import _read_cell
+        from dask_scd.grid import read_cell
 
         def load():
-            return CellView(_read_cell(cell.path, cell.grid_id, cell.r, cell.b))
+            return CellView(read_cell(cell.path, cell.grid_id, cell.r, cell.b))
 
         return CACHE.get(cell.key, load)
     if on_device(cell):
@@ -383,10 +383,10 @@ def cell_view(cell) -> CellView | DeviceCellView | None:
 def labels(y) -> np.ndarray:
     """Resolve a labels argument (a LabelRef or an array) to float64 (±1 when classified)."""
     if isinstance(y, LabelRef):
-        from dask_scd.grid.store import _read_labels
+        from dask_scd.grid import read_labels
 
         def load():
-            values = _read_labels(y.path, y.grid_id, y.r)
+            values = read_labels(y.path, y.grid_id, y.r)
             if y.classes is not None:
                 return np.where(values == y.classes[1], 1.0, -1.0)
             values = np.asarray(values, dtype=np.float64)
