@@ -707,7 +707,7 @@ def section_scaling(report, grid, sizes):
         "compute time per task grows with the second worker, the two workers are competing for "
         "the cores (the client and the scheduler need CPU too, and so does anything else running "
         "on the machine). Cell-cache hits are counted by wrapping the engine's per-process cache "
-        "(`block_ops.CACHE.get`) on each worker with `client.run`; a miss reads, decompresses "
+        "(`dask_scd.data.cache.CACHE.get`) on each worker with `client.run`; a miss reads, decompresses "
         "and converts the cell from the zarr store.\n\n"
         + md_table(["loss", "workers", "fit wall", "Σ task compute", "Σ compute / workers",
                     "busy share of wall", "Σ transfer", "tasks",
@@ -716,16 +716,16 @@ def section_scaling(report, grid, sizes):
 
 def _install_cache_counter():
     """(client.run) Count hits and misses of the engine's per-process cell cache."""
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data import cache as cell_cache
 
-    cache = ops.CACHE
+    cache = cell_cache.CACHE
     if getattr(cache, "_bench_counts", None) is not None:
         return
     cache._bench_counts = {"hit": 0, "miss": 0}
     get = cache.get
 
     def counted(key, load):
-        with cache._lock:
+        with cache._sizing:
             hit = key in cache._items
         cache._bench_counts["hit" if hit else "miss"] += 1
         return get(key, load)
@@ -734,10 +734,10 @@ def _install_cache_counter():
 
 
 def _read_cache_counter():
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data import cache as cell_cache
 
-    counts = getattr(ops.CACHE, "_bench_counts", None) or {"hit": 0, "miss": 0}
-    return {**counts, "bytes": ops.CACHE._bytes, "max_bytes": ops.CACHE.max_bytes}
+    counts = getattr(cell_cache.CACHE, "_bench_counts", None) or {"hit": 0, "miss": 0}
+    return {**counts, "bytes": cell_cache.CACHE._bytes, "max_bytes": cell_cache.CACHE.max_bytes}
 
 
 def cache_summary(client) -> str:
@@ -882,10 +882,10 @@ class RssPoller(threading.Thread):
 
 
 def _worker_stats(dask_worker=None):
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data import cache as cell_cache
 
     out = {"vm_hwm": vm_hwm(),
-           "cache_bytes": ops.CACHE._bytes, "cache_max": ops.CACHE.max_bytes,
+           "cache_bytes": cell_cache.CACHE._bytes, "cache_max": cell_cache.CACHE.max_bytes,
            "status": str(getattr(dask_worker, "status", "?"))}
     with contextlib.suppress(Exception):
         out["spilled_bytes"] = int(dask_worker.data.spilled_total.disk)
@@ -897,7 +897,7 @@ def _cache_bound_plugin():
 
     The library's earlier rule, kept for comparison (``:fix`` in ``--ooc-runs``): the
     library now sizes the cache itself from what the worker has left below its pause
-    threshold (``block_ops._cache_budget``). Runs on every (re)started worker.
+    threshold (``dask_scd.data.cache._cache_budget``). Runs on every (re)started worker.
     """
     from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -905,9 +905,9 @@ def _cache_bound_plugin():
         name = "bench-dask-cache-bound"
 
         def setup(self, worker):
-            from dask_scd.solvers import block_ops as ops
+            from dask_scd.data import cache as cell_cache
 
-            ops.CACHE.max_bytes = int(worker.memory_manager.memory_limit) // 3
+            cell_cache.CACHE.max_bytes = int(worker.memory_manager.memory_limit) // 3
 
     return CacheBound()
 

@@ -8,12 +8,13 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from dask_scd.data import in_memory, make_source, read_input
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.solvers import registry
-from dask_scd.solvers.base import InMemory, Options, Run
-from dask_scd.validation import check_fit_args, check_labels, check_matrix, check_problem
+from dask_scd.solvers.base import Options, Run
+from dask_scd.validation import check_fit_args, check_problem
 
 
 def fit(
@@ -44,7 +45,7 @@ def fit(
     X : array of shape (n_samples, n_features), dask array, Grid, xarray object or path
         numpy array or scipy.sparse matrix (in-memory engines); a dask array or a
         :class:`dask_scd.grid.Grid` runs the block engines over dask. An xarray DataArray
-        or Dataset is read by :func:`dask_scd.inputs.read_input`; a path names a grid store
+        or Dataset is read by :func:`dask_scd.data.read_input`; a path names a grid store
         (directory) or a libsvm file, which carry their labels (pass ``y=None``).
     y : array of shape (n_samples,)
         Targets; for classification losses any two distinct labels (mapped to ±1).
@@ -124,8 +125,6 @@ _RESIDENCY_OPTIONS = ("residency", "memory_budget")
 def _read(X, y):
     """A path (grid store or libsvm file) or an xarray object, read into X and y."""
     if isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray"):
-        from dask_scd.inputs import read_input
-
         given = read_input(X, y)
         return given.X, given.y
     return X, y
@@ -167,11 +166,8 @@ def _data(X, y, problem, solver, options):
         if any(name in options for name in registry.DATA_OPTIONS):
             names = sorted(set(options) & set(registry.DATA_OPTIONS))
             raise TypeError(f"unexpected arguments for in-memory data: {names}")
-        X = check_matrix(X)
-        y, classes = check_labels(y, X.shape[0], problem.loss)
-        return InMemory(X, y), classes, options
-    from dask_scd.solvers.block_scd import make_source
-
+        data, classes = in_memory(X, y, problem.loss)
+        return data, classes, options
     options = dict(options)
     blocks = options.pop("blocks", None)
     limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
@@ -184,10 +180,8 @@ def _data(X, y, problem, solver, options):
                           "memory (pass solver='block_scd' to use it)", UserWarning, stacklevel=4)
     for name in ("client", "selection", "checkpoint_every", "resume", *_RESIDENCY_OPTIONS):
         options.pop(name, None)
-    X, y = source.materialize()
-    X = check_matrix(X)
-    y, classes = check_labels(y, X.shape[0], problem.loss)
-    return InMemory(X, y), classes, options
+    data, classes = in_memory(*source.materialize(), problem.loss)
+    return data, classes, options
 
 
 def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:

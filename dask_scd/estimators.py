@@ -22,7 +22,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from dask_scd.api import fit
-from dask_scd.inputs import ModelInput, is_dask, read_input
+from dask_scd.data.inputs import ModelInput, is_dask, read_input
 from dask_scd.objectives import CLASSIFICATION_LOSSES, certificate
 from dask_scd.validation import check_problem
 
@@ -710,7 +710,7 @@ def _one_vs_rest(data: ModelInput, label):
 
 def _fit_one(X, y, options: dict, start=None):
     """One :func:`dask_scd.fit`; a grid with ±1 targets fits its cells as a dask array."""
-    from dask_scd.inputs import is_grid
+    from dask_scd.data.inputs import is_grid
 
     if is_grid(X):
         if y is None or options["loss"] not in CLASSIFICATION_LOSSES:

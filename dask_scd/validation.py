@@ -57,7 +57,7 @@ def check_matrix(X):
     object: other scipy.sparse formats (COO, LIL, DOK, BSR, DIA) and pydata ``sparse``
     arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
     with NaN for its missing values (xarray objects are read by
-    :func:`dask_scd.inputs.read_input` first). The caller's object is never modified.
+    :func:`dask_scd.data.read_input` first). The caller's object is never modified.
     """
     X = _engine_matrix(X)
     if sp.issparse(X):
@@ -104,12 +104,22 @@ def _engine_matrix(X):
         return X if X.format in ENGINE_SPARSE_FORMATS else X.tocsr()  # tocsr: a new object
     module = type(X).__module__
     if module.startswith("sparse"):  # pydata sparse: numpy refuses to densify it
-        from dask_scd.solvers.block_ops import to_scipy
-
         return to_scipy(X)
     if module.startswith("pandas") and hasattr(X, "dtypes"):
         return numeric_frame(X)
     return X
+
+
+def to_scipy(chunk):
+    """A scipy.sparse CSR matrix of a scipy.sparse or pydata ``sparse`` chunk (not copied
+    when it already is one)."""
+    if sp.issparse(chunk):
+        return sp.csr_matrix(chunk)
+    if hasattr(chunk, "to_coo"):  # pydata sparse DOK
+        chunk = chunk.to_coo()
+    if hasattr(chunk, "to_scipy_sparse"):  # pydata sparse COO, GCXS
+        return sp.csr_matrix(chunk.to_scipy_sparse())
+    return sp.csr_matrix(np.asarray(chunk))
 
 
 def numeric_frame(frame):

@@ -295,11 +295,11 @@ def test_intercept_at_zero_from_counts(loss):
 
 
 def test_cell_cache_stays_under_its_bound_and_the_memory_ceiling(monkeypatch):
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data import cache as cell_cache
 
     resident = [1000]
-    monkeypatch.setattr(ops, "_resident_bytes", lambda: resident[0])
-    cache = ops._CellCache(300, ceiling=1300)
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: resident[0])
+    cache = cell_cache.CellCache(300, ceiling=1300)
     for k in range(5):
         cache.get(k, lambda: np.zeros(10))  # 80 bytes each
     assert cache.nbytes == 240 and list(cache._items) == [2, 3, 4]  # bound: LRU dropped
@@ -312,13 +312,14 @@ def test_cell_cache_stays_under_its_bound_and_the_memory_ceiling(monkeypatch):
 
 
 def test_cache_is_sized_from_what_the_worker_has_left(clients):
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data import cache as cell_cache
 
     def budget():
         from distributed import get_worker
 
-        bound, ceiling = ops._cache_budget()
-        return bound, ceiling, ops._resident_bytes(), get_worker().memory_manager.memory_limit
+        bound, ceiling = cell_cache._cache_budget()
+        return (bound, ceiling, cell_cache._resident_bytes(),
+                get_worker().memory_manager.memory_limit)
 
     bound, ceiling, resident, limit = clients(1).submit(budget, pure=False).result()
     assert limit == 2 * 2**30
@@ -362,16 +363,16 @@ def test_no_vector_of_examples_reaches_the_client(onehot, clients, monkeypatch):
 
 def test_row_chunks_stay_on_their_worker(onehot, clients):
     """Each worker reads (and caches) only the cells of its own row chunks."""
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data import cache as cell_cache  # a module: pickled by reference
 
     *_, grid, _ = onehot
     client = clients(2)
 
     def cached_row_chunks():
-        return sorted({key[4] for key in ops.CACHE._items if key[0] == "cell"})  # CellRef.key
+        return sorted({key[4] for key in cell_cache.CACHE._items if key[0] == "cell"})  # CellRef.key
 
     def clear():
-        ops.CACHE.clear()
+        cell_cache.CACHE.clear()
 
     client.run(clear)
     _fixed_epochs(grid, client, "logistic", epochs=2)

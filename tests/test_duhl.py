@@ -176,7 +176,8 @@ def test_grid_engine_residency(tmp_path):
     X, y = _sparse_truth(600, 48, 4)
     to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=300, blocks=4)
     grid = open_grid(tmp_path / "g.zarr")
-    from dask_scd.solvers.block_scd import fit_block_scd, make_source
+    from dask_scd.data import make_source
+    from dask_scd.solvers.block_scd import fit_block_scd
 
     problem = obj.Problem("squared", 0.1, 1.0, True)
     fits = {}

@@ -23,6 +23,8 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.kernels import device
+from dask_scd.data import cells as data_cells
+from dask_scd.runtime import passes
 from dask_scd.solvers import block_newton
 from dask_scd.solvers import block_ops as ops
 
@@ -103,11 +105,11 @@ def _assert_dicts_close(host: dict, dev: dict):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_device_cell_takes_the_cuda_kernels_and_a_host_cell_the_cpu(layout, rng):
     host, dev = _pair(_dense(rng), layout)
-    assert type(ops.cell_view(host)) is ops.CellView
-    view = ops.cell_view(dev)
-    assert type(view) is ops.DeviceCellView and ops.cell_view(view) is view
+    assert type(data_cells.cell_view(host)) is data_cells.CellView
+    view = data_cells.cell_view(dev)
+    assert type(view) is data_cells.DeviceCellView and data_cells.cell_view(view) is view
     assert device.on_device(dev) and not device.on_device(host)
-    _assert_close(ops.cell_view(host).rmatvec(np.arange(12.0)), view.rmatvec(np.arange(12.0)))
+    _assert_close(data_cells.cell_view(host).rmatvec(np.arange(12.0)), view.rmatvec(np.arange(12.0)))
 
 
 def test_the_cpu_path_imports_nothing_of_the_gpu():
@@ -115,11 +117,12 @@ def test_the_cpu_path_imports_nothing_of_the_gpu():
         import sys
         import numpy as np
         import scipy.sparse as sp
+        from dask_scd.data import cells as data_cells
         from dask_scd.solvers import block_ops as ops
         X = np.eye(4)
         for cell in (X, sp.csr_matrix(X)):
             ops.block_stats(cell, np.ones(4), np.zeros(4), "logistic", gram=True)
-            ops.inspect_cell(cell, "cell")
+            data_cells.inspect_cell(cell, "cell")
         loaded = [m for m in ("numba.cuda", "dask_scd.kernels.cuda_cells", "cupy")
                   if m in sys.modules]
         assert not loaded, loaded
@@ -172,8 +175,8 @@ def test_apply_step_and_refresh_margins(layout, rng):
                   ops.apply_step(margins, cells[0][1], {"delta": delta}))
     state = {"coef": rng.normal(size=8), "intercept": 0.3}
     offsets = np.array([0, 5, 8])
-    _assert_close(ops.refresh_margins([c[0] for c in cells], state, offsets, 12),
-                  ops.refresh_margins([c[1] for c in cells], state, offsets, 12))
+    _assert_close(passes.refresh_margins([c[0] for c in cells], state, offsets, 12),
+                  passes.refresh_margins([c[1] for c in cells], state, offsets, 12))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -185,8 +188,8 @@ def test_certificate_stats(layout, loss, fit_intercept, rng):
     y = _labels(rng, loss)
     margins = _margins(rng, np.hstack(blocks), fit_intercept)
     problem = obj.Problem(loss, 0.1, 0.5, fit_intercept)
-    expected = ops.certificate_stats([c[0] for c in cells], y, margins, problem)
-    _assert_dicts_close(expected, ops.certificate_stats([c[1] for c in cells], y, margins,
+    expected = passes.certificate_stats([c[0] for c in cells], y, margins, problem)
+    _assert_dicts_close(expected, passes.certificate_stats([c[1] for c in cells], y, margins,
                                                         problem))
 
 
@@ -224,15 +227,15 @@ def test_inspect_cell(layout, rng):
     X = _dense(rng)
     X[3] = 0.0  # an empty row
     host, dev = _pair(X, layout)
-    expected = ops.inspect_cell(host, "cell")
-    assert ops.inspect_cell(dev, "cell") == expected
+    expected = data_cells.inspect_cell(host, "cell")
+    assert data_cells.inspect_cell(dev, "cell") == expected
     assert expected["max_per_row"] == int(np.count_nonzero(X, axis=1).max())
     X[2, 1] = np.nan
     with pytest.raises(ValueError, match=r"NaN or infinity in cell \(row chunk 0"):
-        ops.inspect_cell(_pair(X, layout)[1], "cell (row chunk 0, block 0)")
+        data_cells.inspect_cell(_pair(X, layout)[1], "cell (row chunk 0, block 0)")
     X[2, 1] = 1e300
     with pytest.raises(ValueError, match="too large"):
-        ops.inspect_cell(_pair(X, layout)[1], "cell")
+        data_cells.inspect_cell(_pair(X, layout)[1], "cell")
 
 
 # ------------------------------------------------------------------ block_newton

@@ -350,7 +350,7 @@ def test_convergence_warning_points_at_the_caller(rng, threaded_client):
 
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04 truncated"])
 def test_unreadable_checkpoint_is_named(tmp_path, content):
-    from dask_scd.fault import load_checkpoint
+    from dask_scd.runtime.checkpoint import load_checkpoint
 
     path = tmp_path / "fit.npz"
     path.write_bytes(content)

@@ -6,6 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.data.cache import ByteLRU
 from dask_scd.grid import open_grid, to_grid
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import GridStore, HostMemory, MatrixStore, Tier
@@ -53,7 +54,7 @@ def test_unknown_residency():
 
 
 def test_byte_lru_counts():
-    lru = strategies.ByteLRU(100, lambda v: v.nbytes)
+    lru = ByteLRU(100, lambda v: v.nbytes)
     for k in range(4):
         lru.insert(k, np.zeros(5), 40)  # zict evicts beyond 100 bytes
     assert list(lru.keys) == [2, 3] and lru.nbytes == 80

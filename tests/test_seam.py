@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 from pathlib import Path
 
@@ -126,36 +125,12 @@ def test_scalar_dual_step_matches_the_reference(loss, rng):
             reference.dual_step(loss, y, a, m, q), rel=1e-7, abs=1e-9)
 
 
-def _imports(path: Path) -> set[str]:
-    """The dask_scd modules a file imports at module level (not inside functions)."""
-    names = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dask_scd"):
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.startswith("dask_scd"))
-    return names
+def test_the_layers_and_no_import_circle():
+    """import-linter's contracts in pyproject.toml: every layer (public API, engines, cluster
+    runtime, data, grid store, math) imports only from the layers below it, and no two
+    modules of a package import each other, even through imports inside functions."""
+    from importlinter.cli import lint_imports
 
-
-def test_no_import_cycle():
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
-    graph = {name: {m for m in _imports(path) if m in modules and m != name}
-             for name, path in modules.items() if not path.name == "__init__.py"}
-    state = {}
-
-    def visit(node, stack):
-        state[node] = "open"
-        for nxt in graph.get(node, ()):
-            assert state.get(nxt) != "open", f"import cycle: {' -> '.join(stack + [nxt])}"
-            if nxt not in state:
-                visit(nxt, stack + [nxt])
-        state[node] = "done"
-
-    for name in graph:
-        if name not in state:
-            visit(name, [name])
+    config = PACKAGE.parent / "pyproject.toml"
+    assert lint_imports(config_filename=str(config), no_cache=True) == 0, (
+        "an import breaks the layers or closes a circle: run `.venv/bin/lint-imports`")

@@ -14,10 +14,34 @@ engines' three invariants:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
 
-from dask_scd.fault import load_checkpoint, save_checkpoint
-from dask_scd.solvers import block_ops as ops
+from dask_scd.runtime import passes
+from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
+
+
+@contextlib.contextmanager
+def fit_client(client):
+    """The given client, else the current one, else an in-process threaded cluster."""
+    if client is not None:
+        yield client
+        return
+    from distributed import Client, LocalCluster, default_client
+
+    # Found before the yield: an error of the fit (a ValueError too) must reach the caller
+    # as it is, not be taken for "no current client" and start a cluster of its own.
+    try:
+        current = default_client()
+    except ValueError:
+        current = None
+    if current is not None:
+        yield current
+        return
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=os.cpu_count() or 1,
+                      dashboard_address=":0") as cluster, Client(cluster) as local:
+        yield local
 
 
 class ClusterRuntime:
@@ -80,7 +104,7 @@ class ClusterRuntime:
         return self.client.gather(futures)
 
     def tree_sum(self, partials, split_every=4):
-        """Sum partials in groups of consecutive row chunks (:func:`ops.sum_partials`).
+        """Sum partials in groups of consecutive row chunks (:func:`passes.sum_partials`).
 
         One task receiving all R partials at once would hold all of them (R Gram
         matrices of |B|² can exceed a small worker). The groups depend on R only, so the
@@ -90,7 +114,7 @@ class ClusterRuntime:
         first = list(range(len(partials)))
         while len(partials) > split_every:
             groups = range(0, len(partials), split_every)
-            partials = [self.submit_row(first[i], ops.sum_partials, *partials[i:i + split_every])
+            partials = [self.submit_row(first[i], passes.sum_partials, *partials[i:i + split_every])
                         for i in groups]
             first = [first[i] for i in groups]
         return partials
@@ -104,14 +128,14 @@ class ClusterRuntime:
         futures, (coef, intercept, certificate)).
         """
         R = len(rows)
-        margins = [self.submit_row(r, ops.refresh_margins, cells[r], state, offsets,
+        margins = [self.submit_row(r, passes.refresh_margins, cells[r], state, offsets,
                                    int(rows[r])) for r in range(R)]
-        stats = [self.submit_row(r, ops.certificate_stats, cells[r], labels[r], margins[r],
+        stats = [self.submit_row(r, passes.certificate_stats, cells[r], labels[r], margins[r],
                                  problem) for r in range(R)]
-        total = self.submit(ops.sum_partials, *stats)
-        dual = [self.submit_row(r, ops.dual_loss_sum, labels[r], margins[r], problem, total)
+        total = self.submit(passes.sum_partials, *stats)
+        dual = [self.submit_row(r, passes.dual_loss_sum, labels[r], margins[r], problem, total)
                 for r in range(R)]
-        result = self.submit(ops.certificate, problem, n_samples, state, total, *dual).result()
+        result = self.submit(passes.certificate, problem, n_samples, state, total, *dual).result()
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
 
     def run_on_rows(self, func, *args) -> list:

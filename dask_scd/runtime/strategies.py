@@ -7,8 +7,9 @@ name and count what they cost the same way:
   block-SCD engine: a fresh permutation, the grid order, or by decreasing block gap;
 - *residency policies* (:class:`Residency`) choose the chunks that fast memory holds for
   the next round under a byte budget: DuHL's gap memory, sequential, random, importance
-  sampling. :class:`ByteLRU` is the other kind of residency, a least-recently-used cache
-  bounded in bytes, for engines that read whatever they need and keep what fits.
+  sampling. The other kind of residency, a least-recently-used cache bounded in bytes for
+  engines that read whatever they need and keep what fits, is the data layer's
+  (:class:`dask_scd.data.cache.ByteLRU`).
 
 Every residency counts the bytes it loads and the loads it makes ("swaps"), so policies
 compare on the same figures. Randomness comes only from the ``rng`` passed in.
@@ -16,10 +17,8 @@ compare on the same figures. Randomness comes only from the ``rng`` passed in.
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
-import zict
 
 # ------------------------------------------------------------------------ block orders
 
@@ -174,69 +173,3 @@ def residency(name: str, weights=None) -> Residency:
     if name == "importance":
         return ImportanceResidency(weights)
     raise ValueError(f"residency={name!r} is not one of {RESIDENCIES}")
-
-
-# ------------------------------------------------------------------ byte-bounded LRU
-
-
-class ByteLRU:
-    """Least-recently-used items bounded in bytes (``zict.LRU`` weighted by ``weight``).
-
-    Counts the bytes of every insertion (``bytes_moved``), insertions (``loads``) and
-    evictions. An item heavier than the bound is not kept. Thread-safe.
-    """
-
-    def __init__(self, max_bytes: float, weight):
-        self._weight = weight
-        self.loads = self.evictions = self.bytes_moved = 0
-        self._lru = zict.LRU(max_bytes, {}, weight=lambda k, v: weight(v),
-                             on_evict=self._evicted)
-        self.lock = threading.RLock()
-
-    def _evicted(self, key, value):
-        self.evictions += 1
-
-    @property
-    def max_bytes(self) -> float:
-        return self._lru.n
-
-    @max_bytes.setter
-    def max_bytes(self, value: float):
-        with self.lock:
-            self._lru.n = value
-            self._lru.evict_until_below_target()
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._lru.total_weight)
-
-    @property
-    def keys(self):
-        """The resident keys, least recently used first."""
-        return self._lru.order
-
-    def lookup(self, key):
-        """The value and True (marked most recently used), or (None, False)."""
-        with self.lock:
-            if key in self._lru:
-                return self._lru[key], True
-        return None, False
-
-    def evict_oldest(self) -> int:
-        """Drop the least recently used item; its bytes (0 if empty)."""
-        with self.lock:
-            if not len(self._lru):
-                return 0
-            _, _, weight = self._lru.evict()
-            return int(weight)
-
-    def insert(self, key, value, size: int):
-        """Keep ``value``; the caller has made room (older items go if it has not)."""
-        with self.lock:
-            self._lru[key] = value
-            self.loads += 1
-            self.bytes_moved += size
-
-    def clear(self):
-        with self.lock:
-            self._lru.clear()

@@ -2,8 +2,9 @@
 
 An engine is a function ``run(data, problem, options) -> Run``:
 
-- ``data`` is :class:`InMemory` (validated X and y) for the in-memory engines, or the
-  dask source of :func:`dask_scd.solvers.block_scd.make_source` for the dask engines;
+- ``data`` is a source of the data layer (:mod:`dask_scd.data`): an
+  :class:`~dask_scd.data.memory.InMemory` (validated X and y) for the in-memory engines,
+  a :class:`~dask_scd.data.sources.Source` of cells for the dask engines;
 - ``problem`` is the :class:`dask_scd.objectives.Problem`;
 - ``options`` is :class:`Options`: the common fit arguments, a :class:`Progress` reporter
   and the engine's own keyword options (already checked against the names it declares).
@@ -17,52 +18,12 @@ engines is :mod:`dask_scd.solvers.registry`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
-
 import numpy as np
-import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory  # noqa: F401  (the engines' type of in-memory data)
 from dask_scd.progress import Progress
 from dask_scd.result import History
-
-
-@dataclass
-class InMemory:
-    """Validated in-memory data: X (numpy or scipy.sparse CSR/CSC) and y (±1 for classifiers)."""
-
-    X: object
-    y: np.ndarray
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.X.shape
-
-    @cached_property
-    def nnz(self) -> int:
-        return int(self.X.nnz) if sp.issparse(self.X) else int(np.prod(self.X.shape))
-
-    @cached_property
-    def gram_flops(self) -> float:
-        """Multiply-adds of XᵀDX: Σ_i nnz(x_i)² (n·p² when dense)."""
-        X = self.X
-        if sp.issparse(X):
-            if X.format == "csr":
-                per_row = np.diff(X.indptr)
-            elif X.format == "csc":
-                per_row = np.bincount(X.indices, minlength=X.shape[0])
-            else:
-                per_row = np.diff(X.tocsr().indptr)
-            return float(np.dot(per_row.astype(np.float64), per_row))
-        return float(X.shape[0]) * X.shape[1] ** 2
-
-    @cached_property
-    def mean_row_sq_norm(self) -> float:
-        """mean ‖x_i‖², the scale of the dual's conditioning (one pass over the values)."""
-        X = self.X
-        if sp.issparse(X):
-            return float(np.dot(X.data, X.data)) / X.shape[0]
-        return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary
 
 
 @dataclass

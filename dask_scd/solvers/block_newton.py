@@ -38,11 +38,14 @@ from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
-from dask_scd.fault import load_checkpoint, save_checkpoint
+from dask_scd.data.cells import DeviceCellView, cell_view, labels
+from dask_scd.data.sources import Source
 from dask_scd.result import History
-from dask_scd.solvers import block_ops as ops
+from dask_scd.runtime import passes
+from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
+from dask_scd.runtime.cluster import fit_client
 from dask_scd.solvers.base import Options, Run
-from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD, _client, _Source
+from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD
 
 # Above this many features H (p² per row chunk, p³ to solve) costs more than the passes
 # it saves; block SCD runs instead.
@@ -61,8 +64,8 @@ _penalty = _scalar_penalty.py_func  # elementwise on arrays
 def _row_matrix(cells: list):
     """The row chunk's cells side by side, in grid column order, in float64 (a
     :class:`_DeviceRow` when they are in device memory)."""
-    views = [ops.cell_view(cell) for cell in cells]
-    if isinstance(views[0], ops.DeviceCellView):
+    views = [cell_view(cell) for cell in cells]
+    if isinstance(views[0], DeviceCellView):
         return _DeviceRow(views)
     parts = []
     for view in views:
@@ -124,12 +127,12 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
     Margins ŷ = Xθ + b are computed afresh from ``state`` (no rounding carried between
     iterations, so a resumed fit takes the same steps), then the shares of the gradient
     and the curvature (with the intercept's) and of the certificate of ``state``
-    (:func:`dask_scd.solvers.block_ops.certificate_stats`'s keys: the dual point
+    (:func:`dask_scd.runtime.passes.certificate_stats`'s keys: the dual point
     a = −ℓ'(ŷ) split by sign, whose scales are known only after the reduction).
 
     Returns (statistics, margins).
     """
-    y = ops.labels(y)
+    y = labels(y)
     A = _row_matrix(cells)
     margins = np.asarray(A @ state["coef"]).ravel() + float(state["intercept"])
     d1, d2 = block_kernels.derivatives(problem.loss_code, y, margins)
@@ -156,7 +159,7 @@ def newton_trials(cells: list, y, margins, direction: dict, loss: str) -> dict:
     """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ, and
     Σ −ℓ*(−a'_i) for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)·u) (−inf if some a'_i
     is outside the loss's dual domain): see :func:`model_dual_value`."""
-    y = ops.labels(y)
+    y = labels(y)
     u = np.asarray(_row_matrix(cells) @ direction["d_coef"]).ravel() + direction["d_b"]
     code = obj.LOSS_CODES[loss]
     d1, d2 = block_kernels.derivatives(code, y, margins)
@@ -252,7 +255,7 @@ def newton_choose(problem: obj.Problem, n_samples: int, slack: float, direction:
     theta, d = direction["coef"], direction["d_coef"]
     step = 1.0
     if partials:
-        trials = ops.sum_partials(*partials)["trials"] / n_samples
+        trials = passes.sum_partials(*partials)["trials"] / n_samples
         pen = lambda t: float(np.sum(_penalty(problem.l1, problem.l2, theta + t * d)))  # noqa: E731
         base = pen(0.0)
         accept = [trials[k] + pen(t) - base <= ARMIJO * t * direction["model"] + slack
@@ -282,7 +285,7 @@ def model_dual_value(problem: obj.Problem, n_samples: int, total: dict, directio
     h0 = total["h0"][0] / n_samples
     if problem.fit_intercept and not h0 > 0.0:
         return -np.inf  # δ is a gradient step: Σa' ≠ 0
-    psi = float(ops.sum_partials(*partials)["model_dual"][0])
+    psi = float(passes.sum_partials(*partials)["model_dual"][0])
     if not np.isfinite(psi):
         return -np.inf
     gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples
@@ -362,10 +365,10 @@ class _BlockNewton(_BlockSCD):
                                  self.offsets, problem) for r in range(R)]
         stats = [self._submit_row(r, _first, rows[r]) for r in range(R)]
         margins = [self._submit_row(r, _second, rows[r]) for r in range(R)]
-        total = submit(ops.sum_partials, *self._tree_sum(stats))
-        duals = [self._submit_row(r, ops.dual_loss_sum, self.labels[r], margins[r], problem,
+        total = submit(passes.sum_partials, *self._tree_sum(stats))
+        duals = [self._submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem,
                                   total) for r in range(R)]
-        cert = submit(ops.certificate, problem, n, state, total, *duals)
+        cert = submit(passes.certificate, problem, n, state, total, *duals)
         self.passes += 1
         if final:
             return cert.result()["certificate"], None
@@ -389,7 +392,7 @@ def _slack(cert: dict) -> float:
     return 1e-13 * abs(cert["certificate"].primal)
 
 
-def fit_block_newton(source: _Source, problem: obj.Problem, options: Options) -> Run:
+def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> Run:
     """Proximal Newton on a dask array or a Grid with at most :data:`MAX_FEATURES` features.
 
     Engine options are those of :func:`dask_scd.solvers.block_scd.fit_block_scd`
@@ -403,7 +406,7 @@ def fit_block_newton(source: _Source, problem: obj.Problem, options: Options) ->
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
-    with _client(engine_options.pop("client", None)) as c:
+    with fit_client(engine_options.pop("client", None)) as c:
         engine = _BlockNewton(c, source, problem, options.rng, selection, options.progress,
                               coarse=False)
         run = engine.run(options.tol, options.max_iter, engine_options.get("checkpoint"),

@@ -24,175 +24,28 @@ mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpo
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.data.cells import hold_cells, inspect_cell
+from dask_scd.data.sources import Source
 from dask_scd.result import History
-from dask_scd.runtime import strategies
-from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks
+from dask_scd.runtime import passes, strategies
+from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
 from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers.base import Options, Run
-from dask_scd.validation import check_labels
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 SELECTIONS = ("shuffle", "cyclic", "gap")
 
 
-# ------------------------------------------------------------------------- the data
-
-
-@dataclass
-class _Source:
-    """Where the cells and labels of the grid come from, and what is known of them."""
-
-    n_samples: int
-    n_features: int
-    row_bounds: np.ndarray
-    blocks: list  # original feature indices of each block, in grid column order
-    cell: object  # cell(r, b) -> CellRef or a future of the chunk
-    label: object  # label(r) -> LabelRef or a future / array of ±1 (or real) labels
-    nbytes: int
-    materialize: object  # () -> (X in original feature order, y) in memory
-    classes: np.ndarray | None = None
-    purity: list = field(default_factory=list)
-
-    @property
-    def n_row_chunks(self) -> int:
-        return len(self.row_bounds) - 1
-
-    @property
-    def slices(self) -> list:
-        offsets = np.concatenate([[0], np.cumsum([len(b) for b in self.blocks])]).astype(int)
-        return [slice(offsets[b], offsets[b + 1]) for b in range(len(self.blocks))]
-
-    @property
-    def feature_order(self) -> np.ndarray:
-        return np.concatenate(self.blocks)
-
-
-def _grid_source(grid, y, loss, blocks) -> _Source:
-    from dask_scd.grid import Grid
-
-    assert isinstance(grid, Grid)
-    if y is not None:
-        raise ValueError("a Grid carries its own labels: call fit(grid) without y")
-    if blocks is not None:
-        raise ValueError("a Grid carries its own blocks; write it again with to_grid(blocks=...)")
-    classes = None
-    if loss in obj.CLASSIFICATION_LOSSES:
-        classes = _classes(_grid_classes(grid), loss)
-
-    def materialize():
-        X = grid.X.compute()
-        X = sp.csr_matrix(X) if grid.is_sparse else np.asarray(X)
-        inverse = np.empty_like(grid.feature_order)
-        inverse[grid.feature_order] = np.arange(len(grid.feature_order))
-        return X[:, inverse], grid.y.compute()
-
-    itemsize = np.dtype(grid.dtype).itemsize
-    nbytes = grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize
-    label_classes = tuple(classes.tolist()) if classes is not None else None
-    return _Source(
-        n_samples=grid.shape[0], n_features=grid.shape[1], row_bounds=np.asarray(grid.row_bounds),
-        blocks=list(grid.blocks),
-        cell=lambda r, b: ops.CellRef(grid.path, grid.grid_id, r, b, grid.store_version),
-        label=lambda r: ops.LabelRef(grid.path, grid.grid_id, r, label_classes,
-                                     grid.store_version),
-        nbytes=int(nbytes), materialize=materialize, classes=classes,
-    )
-
-
-def _grid_classes(grid) -> np.ndarray:
-    """The distinct labels of a grid, read one row chunk at a time (never all of y)."""
-    seen = np.zeros(0)
-    for r in range(grid.n_row_chunks):
-        seen = np.union1d(seen, np.unique(grid.read_labels(r)))
-        if len(seen) > 2:
-            break  # already too many classes for a binary loss
-    return seen
-
-
-def _dask_source(X, y, loss, blocks) -> _Source:
-    import dask.array as da
-
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
-    if any(np.isnan(c) for chunks in X.chunks for c in chunks):
-        raise ValueError(
-            "X has unknown chunk sizes (NaN in X.chunks); call X.compute_chunk_sizes() first"
-        )
-    if y is None:
-        raise ValueError("y is required for a dask array X (only a Grid carries its labels)")
-    n, p = X.shape
-    if n == 0 or p == 0:
-        raise ValueError(f"X is empty: shape {X.shape}")
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-    if blocks is None:
-        bounds = np.concatenate([[0], np.cumsum(X.chunks[1])])
-        blocks = [np.arange(bounds[b], bounds[b + 1]) for b in range(len(X.chunks[1]))]
-    else:
-        from dask_scd.grid import validate_blocks
-
-        blocks = validate_blocks(blocks, p)
-        order = np.concatenate(blocks)
-        X = X[:, order].rechunk({1: tuple(len(b) for b in blocks)})
-    row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
-    if isinstance(y, da.Array):
-        if y.ndim != 1 or y.shape[0] != n:
-            raise ValueError(f"y has shape {y.shape} but X has {n} rows: y must be (n_samples,)")
-        values = y.rechunk((X.chunks[0],)).compute()
-    else:
-        values = y  # check_labels reads lists, pandas and numpy alike
-    y_checked, classes = check_labels(values, n, loss)
-    y_chunks = [y_checked[row_bounds[r]:row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
-
-    def materialize():
-        computed = X.compute()
-        inverse = np.empty(p, dtype=np.int64)
-        inverse[np.concatenate(blocks)] = np.arange(p)
-        if not isinstance(computed, np.ndarray):
-            computed = ops.to_scipy(computed)
-        return computed[:, inverse], values
-
-    source = _Source(
-        n_samples=n, n_features=p, row_bounds=row_bounds, blocks=blocks,
-        cell=None, label=lambda r: y_chunks[r],
-        nbytes=int(n * p * X.dtype.itemsize), materialize=materialize, classes=classes,
-    )
-    source.dask_X = X  # persisted on the cluster once a client exists
-    return source
-
-
-def _classes(values, loss):
-    if len(values) > 2:
-        raise ValueError(
-            f"loss={loss!r} is a binary loss but y has {len(values)} classes; for more than two "
-            "classes fit one binary model per class (one-vs-rest: y == k against the rest)"
-        )
-    if len(values) < 2:
-        raise ValueError(f"y has a single class {list(values)}: a classifier needs two")
-    return values
-
-
-def make_source(X, y, loss, blocks) -> _Source:
-    """Validate dask/grid input and describe its cells."""
-    if type(X).__module__.startswith("dask_scd.grid"):
-        return _grid_source(X, y, loss, blocks)
-    return _dask_source(X, y, loss, blocks)
-
-
 # ------------------------------------------------------------------------- the engine
 
 
-def fit_block_scd(source: _Source, problem: obj.Problem, options: Options) -> Run:
-    """Block SCD on a dask array or a Grid (see :func:`make_source`).
+def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run:
+    """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`).
 
     Engine options (``options.engine``)
     -----------------------------------
@@ -225,10 +78,10 @@ def fit_block_scd(source: _Source, problem: obj.Problem, options: Options) -> Ru
     client = engine_options.pop("client", None)
     residency = engine_options.pop("residency", None)
     budget = engine_options.pop("memory_budget", None)
-    if residency is not None and source.cell is None:
+    if residency is not None and not source.on_disk:
         raise ValueError("residency applies to a Grid (a dask array's chunks already live "
                          "in the workers' memory)")
-    with _client(client) as c:
+    with fit_client(client) as c:
         engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress,
                            residency=residency, memory_budget=budget)
         hooks = EpochHooks(engine_options.get("checkpoint"),
@@ -245,28 +98,6 @@ def fit_block_scd(source: _Source, problem: obj.Problem, options: Options) -> Ru
     return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras)
 
 
-@contextlib.contextmanager
-def _client(client):
-    """The given client, else the current one, else an in-process threaded cluster."""
-    if client is not None:
-        yield client
-        return
-    from distributed import Client, LocalCluster, default_client
-
-    # Found before the yield: an error of the fit (a ValueError too) must reach the caller
-    # as it is, not be taken for "no current client" and start a cluster of its own.
-    try:
-        current = default_client()
-    except ValueError:
-        current = None
-    if current is not None:
-        yield current
-        return
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=os.cpu_count() or 1,
-                      dashboard_address=":0") as cluster, Client(cluster) as local:
-        yield local
-
-
 class _BlockSCD:
     """The solver loop: select → reduce → update → certify, one epoch at a time.
 
@@ -275,7 +106,7 @@ class _BlockSCD:
     a :class:`~dask_scd.runtime.strategies.BlockOrder`.
     """
 
-    def __init__(self, client, source: _Source, problem: obj.Problem, rng, selection, progress,
+    def __init__(self, client, source: Source, problem: obj.Problem, rng, selection, progress,
                  gram_max=1024, coarse=True, residency=None, memory_budget=None):
         self.client = client
         self.coarse = coarse
@@ -289,8 +120,9 @@ class _BlockSCD:
         self.order = strategies.block_order(selection, self.slices)
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
-        self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.cell is not None)
-        self._connect_cells()
+        self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.on_disk)
+        self.cells, self.labels = source.connect(client)
+        self.rows = np.diff(source.row_bounds).astype(int)
         self._preflight()
         self.residency = None
         if residency is not None:
@@ -304,30 +136,11 @@ class _BlockSCD:
 
     # -- set-up ---------------------------------------------------------------------
 
-    def _connect_cells(self):
-        """Persist a dask array's chunks on the cluster; labels go there too."""
-        source = self.source
-        if source.cell is None:
-            persisted = self.client.persist(source.dask_X)
-            from distributed import futures_of
-
-            by_key = {f.key: f for f in futures_of(persisted)}
-            keys = persisted.__dask_keys__()
-            source.cell = lambda r, b: by_key[keys[r][b]]
-            # Submitted as tasks, not scattered: a lost copy is recomputed from the task.
-            labels = [self.client.submit(ops.labels, source.label(r))
-                      for r in range(source.n_row_chunks)]
-            source.label = lambda r: labels[r]
-        self.cells = [[source.cell(r, b) for b in range(len(self.slices))]
-                      for r in range(source.n_row_chunks)]
-        self.labels = [source.label(r) for r in range(source.n_row_chunks)]
-        self.rows = np.diff(source.row_bounds).astype(int)
-
     def _preflight(self):
         """One pass over every cell: finite values, purity, and the coarse space's S_r."""
         submit_row = self.runtime.submit_row
         reports = [
-            [submit_row(r, ops.inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
+            [submit_row(r, inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
              for b in range(len(self.slices))]
             for r in range(self.source.n_row_chunks)
         ]
@@ -407,7 +220,7 @@ class _BlockSCD:
         """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
         stats = [self.runtime.submit_row(r, ops.label_stats, self.labels[r])
                  for r in range(self.source.n_row_chunks)]
-        total = ops.sum_partials(*self.runtime.gather(stats))
+        total = passes.sum_partials(*self.runtime.gather(stats))
         return ops.intercept_at_zero(self.problem.loss, float(total["n"][0]),
                                      float(total["sum"][0]), float(total["pos"][0]))
 
@@ -427,7 +240,7 @@ class _BlockSCD:
         chosen = self.residency.choose(self.block_bytes, self.memory_budget, block_gaps,
                                        self.rng)
         held = self.runtime.gather([
-            self.runtime.submit_row(r, ops.hold_cells, r,
+            self.runtime.submit_row(r, hold_cells, r,
                                     [self.cells[r][b] for b in chosen])
             for r in range(self.source.n_row_chunks)])
         loads = sum(h["loads"] for h in held)
@@ -440,7 +253,7 @@ class _BlockSCD:
     def release(self):
         """Unpin the cells a residency policy held on the workers."""
         if self.residency is not None:
-            self.runtime.run_on_rows(ops.hold_cells, [])
+            self.runtime.run_on_rows(hold_cells, [])
 
     def _epoch(self, margins, order, coef, intercept, primal):
         """Submit one pass over the blocks as a single graph; wait only for its end."""

@@ -105,11 +105,11 @@ def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LI
 def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
-    ``data`` is :class:`~dask_scd.solvers.base.InMemory`, or a dask source (which goes to
+    ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
     the dask engine: :func:`runs_in_memory` has already said it stays distributed).
     ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
     """
-    from dask_scd.solvers.base import InMemory
+    from dask_scd.data.memory import InMemory
 
     in_memory = isinstance(data, InMemory)
     if solver == "auto":

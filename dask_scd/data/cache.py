@@ -1,0 +1,226 @@
+"""The worker cell cache: cells and labels read from a grid, kept per process.
+
+A dask worker reads a grid's cells once and keeps them in a least-recently-used cache
+bounded in bytes (:class:`ByteLRU`), sized from what the worker has left below its pause
+threshold (:class:`CellCache`); a residency policy may instead pin exactly the cells it
+chose (:meth:`CellCache.hold`). Nothing here knows what a cell is: an item weighs its
+``nbytes``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import zict
+
+
+class ByteLRU:
+    """Least-recently-used items bounded in bytes (``zict.LRU`` weighted by ``weight``).
+
+    Counts the bytes of every insertion (``bytes_moved``), insertions (``loads``) and
+    evictions. An item heavier than the bound is not kept. Thread-safe.
+    """
+
+    def __init__(self, max_bytes: float, weight):
+        self._weight = weight
+        self.loads = self.evictions = self.bytes_moved = 0
+        self._lru = zict.LRU(max_bytes, {}, weight=lambda k, v: weight(v),
+                             on_evict=self._evicted)
+        self.lock = threading.RLock()
+
+    def _evicted(self, key, value):
+        self.evictions += 1
+
+    @property
+    def max_bytes(self) -> float:
+        return self._lru.n
+
+    @max_bytes.setter
+    def max_bytes(self, value: float):
+        with self.lock:
+            self._lru.n = value
+            self._lru.evict_until_below_target()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._lru.total_weight)
+
+    @property
+    def keys(self):
+        """The resident keys, least recently used first."""
+        return self._lru.order
+
+    def lookup(self, key):
+        """The value and True (marked most recently used), or (None, False)."""
+        with self.lock:
+            if key in self._lru:
+                return self._lru[key], True
+        return None, False
+
+    def evict_oldest(self) -> int:
+        """Drop the least recently used item; its bytes (0 if empty)."""
+        with self.lock:
+            if not len(self._lru):
+                return 0
+            _, _, weight = self._lru.evict()
+            return int(weight)
+
+    def insert(self, key, value, size: int):
+        """Keep ``value``; the caller has made room (older items go if it has not)."""
+        with self.lock:
+            self._lru[key] = value
+            self.loads += 1
+            self.bytes_moved += size
+
+    def clear(self):
+        with self.lock:
+            self._lru.clear()
+
+
+class CellCache:
+    """Least-recently-used cells of this process, bounded in bytes.
+
+    A :class:`ByteLRU` (which counts the bytes it loads and
+    its evictions) with a second bound. The cache is unmanaged memory: dask cannot spill
+    it, and a worker whose process memory passes the pause threshold (80 % of its memory
+    limit) stops running tasks. So the bound is taken from what the worker has left when
+    the cache is first used — half of (pause threshold − resident memory then), the other
+    half being for the tasks' own arrays — and before every insertion the resident memory
+    is checked again: an insertion that would take the process past ``resident at start
+    + bound`` first drops least-recently-used cells, and is skipped if that is not enough.
+    """
+
+    def __init__(self, max_bytes: int | None, ceiling: int | None = None):
+        self.ceiling = ceiling  # resident bytes the process should stay under, or None
+        self._lru = None if max_bytes is None else ByteLRU(max_bytes, _nbytes)
+        self._sizing = threading.Lock()
+        # Cells a residency policy holds (see hold): outside the LRU, never evicted by it.
+        self._pinned: dict = {}
+        self._groups: dict = {}
+        self._pinning = threading.local()  # the hold running in this thread, if any
+
+    def hold(self, group, resolve) -> dict:
+        """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
+        the group's other pinned cells are released. Returns the loads and bytes this
+        took (a cell already pinned costs nothing)."""
+        pinning = self._pinning
+        pinning.keys, pinning.loads, pinning.bytes = set(), 0, 0
+        try:
+            resolve()
+            keep = pinning.keys
+        finally:
+            pinning.keys = None
+        for key in self._groups.get(group, set()) - keep:
+            self._pinned.pop(key, None)
+        self._groups[group] = keep
+        return {"loads": pinning.loads, "bytes": pinning.bytes}
+
+    @property
+    def max_bytes(self) -> int | None:
+        return None if self._lru is None else self._lru.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int):
+        if self._lru is None:
+            self._lru = ByteLRU(value, _nbytes)
+        else:
+            self._lru.max_bytes = value
+
+    def get(self, key, load):
+        with self._sizing:
+            if self._lru is None:
+                # Sized at first use, inside a task: at import time (while a task is being
+                # unpacked) the worker and its memory limit are not reachable yet.
+                bound, self.ceiling = _cache_budget()
+                self._lru = ByteLRU(bound, _nbytes)
+        pinning = getattr(self._pinning, "keys", None)
+        if key in self._pinned:
+            if pinning is not None:
+                pinning.add(key)
+            return self._pinned[key]
+        lru = self._lru
+        value, hit = lru.lookup(key)
+        if pinning is not None:
+            value = value if hit else load()
+            self._pinned[key] = value
+            pinning.add(key)
+            self._pinning.loads += 1
+            self._pinning.bytes += _nbytes(value)
+            return value
+        if hit:
+            return value
+        value = load()
+        size = _nbytes(value)
+        with lru.lock:
+            if key not in lru.keys and size <= lru.max_bytes and self._make_room(size):
+                lru.insert(key, value, size)
+        return value
+
+    def _make_room(self, size: int) -> bool:
+        """Drop old cells until ``size`` more bytes fit the bound and the process ceiling."""
+        lru = self._lru
+        excess = lru.nbytes + size - lru.max_bytes
+        if self.ceiling is not None:
+            excess = max(excess, _resident_bytes() + size - self.ceiling)
+        while excess > 0 and lru.nbytes:
+            excess -= lru.evict_oldest()
+        return excess <= 0
+
+    @property
+    def _items(self):
+        """The cached keys, least recently used first."""
+        return () if self._lru is None else self._lru.keys
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._lru is None else self._lru.nbytes
+
+    _bytes = nbytes
+
+    @property
+    def counts(self) -> dict:
+        """Bytes loaded into the cache, loads and evictions since the process started."""
+        lru = self._lru
+        if lru is None:
+            return {"bytes_moved": 0, "loads": 0, "evictions": 0}
+        return {"bytes_moved": lru.bytes_moved, "loads": lru.loads, "evictions": lru.evictions}
+
+    def clear(self):
+        if self._lru is not None:
+            self._lru.clear()
+
+
+
+def _nbytes(value) -> int:
+    return getattr(value, "nbytes", 0)
+
+
+def _resident_bytes() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def _cache_budget() -> tuple[int, int | None]:
+    """(bound in bytes, resident-memory ceiling) for this process's cell cache.
+
+    In a dask worker with a memory limit: half of what is left below the pause threshold
+    (or the terminate threshold, or the limit) after the memory already resident, and the
+    ceiling ``resident + bound``. Outside a worker, or without a limit: 1 GiB, no ceiling.
+    """
+    try:
+        from distributed import get_worker
+
+        manager = get_worker().memory_manager
+        limit = manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        return 1 << 30, None
+    if not limit:
+        return 1 << 30, None
+    fraction = manager.memory_pause_fraction or manager.memory_terminate_fraction or 1.0
+    resident = _resident_bytes()
+    bound = max(0, int(0.5 * (fraction * limit - resident)))
+    return bound, resident + bound
+
+
+CACHE = CellCache(None)

@@ -1,0 +1,259 @@
+"""Cells: the part of X in one row chunk and one column block, as the kernels read it.
+
+A task receives a cell either as data (a chunk of a persisted dask array: numpy,
+scipy.sparse, pydata ``sparse``, or a device array) or as a :class:`CellRef` to a grid
+store, read here through the worker cell cache (:mod:`dask_scd.data.cache`);
+:func:`cell_view` wraps any of them for the CPU kernels (:class:`CellView`) or the CUDA
+kernels (:class:`DeviceCellView`). Labels arrive the same way (:class:`LabelRef`,
+:func:`labels`). :func:`inspect_cell` is the one check a cell gets before a fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd.data.cache import CACHE
+from dask_scd.kernels import block as block_kernels
+from dask_scd.kernels.device import on_device
+from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.validation import (check_feature_magnitude, check_label_values,
+                                  largest_magnitude, to_scipy)
+
+
+@dataclass(frozen=True)
+class CellRef:
+    """Cell (row chunk ``r``, block ``b``) of the grid store at ``path``.
+
+    ``version`` is the store's :attr:`~dask_scd.grid.Grid.store_version`: with the path it
+    keys the cache, so a copy of a store (same ``grid_id``) is never served the cells of
+    the original, nor a store replaced at the same path those of the one it replaced.
+    """
+
+    path: str
+    grid_id: str
+    r: int
+    b: int
+    version: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return ("cell", self.path, self.grid_id, self.version, self.r, self.b)
+
+
+@dataclass(frozen=True)
+class LabelRef:
+    """Labels of row chunk ``r`` of a grid store, mapped to ±1 if ``classes`` is given."""
+
+    path: str
+    grid_id: str
+    r: int
+    classes: tuple | None = None
+    version: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return ("labels", self.path, self.grid_id, self.version, self.r, self.classes)
+
+
+
+class CellView:
+    """A cell wrapped for the kernels: X_cell d, X_cellᵀ v and friends."""
+
+    def __init__(self, cell):
+        if not sp.issparse(cell) and type(cell).__module__.startswith("sparse"):
+            cell = to_scipy(cell)
+        self.n_rows, self.n_columns = cell.shape
+        self.by_columns = sp.issparse(cell)
+        self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
+        self._squared_sums = None
+        self._cube_sums = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored values and indices (what the cell cache counts)."""
+        m = self.matrix
+        return m.data.nbytes + m.indices.nbytes + m.indptr.nbytes
+
+    def cube_sums(self) -> np.ndarray:
+        """Σ_i |x_ij|³ per column (the cubic term of the logistic bound), once per cell."""
+        if self._cube_sums is None:
+            m = self.matrix
+            cubes = np.abs(m.data.astype(np.float64)) ** 3
+            if m.dense:
+                self._cube_sums = cubes.reshape(self.n_rows, self.n_columns).sum(axis=0)
+            else:  # CSC: the columns are the major lines
+                column = np.repeat(np.arange(self.n_columns), np.diff(m.indptr))
+                self._cube_sums = np.bincount(column, weights=cubes, minlength=self.n_columns)
+        return self._cube_sums
+
+    def squared_sums(self) -> np.ndarray:
+        """(X_cell∘X_cell)ᵀ 1, the squared loss's curvature: computed once per cached cell."""
+        if self._squared_sums is None:
+            self._squared_sums = self.rmatvec(np.ones(self.n_rows), squared=True)
+        return self._squared_sums
+
+    def rmatvec(self, v, squared=False) -> np.ndarray:
+        """X_cellᵀ v (or (X_cell∘X_cell)ᵀ v)."""
+        m = self.matrix
+        return m.dot(v, squared) if self.by_columns else m.scatter(v, squared)
+
+    def matvec(self, d) -> np.ndarray:
+        """X_cell d."""
+        m = self.matrix
+        return m.scatter(d) if self.by_columns else m.dot(d)
+
+    def gram(self, weights) -> np.ndarray:
+        """X_cellᵀ diag(weights) X_cell as a dense (n_columns, n_columns) array."""
+        m = self.matrix
+        if self.by_columns:
+            C = sp.csc_matrix((m.data, m.indices, m.indptr), shape=(self.n_rows, self.n_columns))
+            return np.asarray((C.T @ C.multiply(weights[:, None])).todense(), dtype=np.float64)
+        A = m.data.reshape(self.n_rows, self.n_columns).astype(np.float64)
+        return A.T @ (A * weights[:, None])
+
+    def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+        """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
+        m = self.matrix
+        return block_kernels.coordinate_trials(
+            m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor, self.by_columns,
+            y, margins, np.ascontiguousarray(direction, dtype=np.float64), steps,
+            block_kernels.are_quarters(steps), loss_code,
+        )
+
+
+class DeviceCellView:
+    """A cell in device memory wrapped for the CUDA kernels: :class:`CellView`'s methods.
+
+    The cell is a cupy array, a ``cupyx.scipy.sparse`` matrix, a numba device array or a
+    :class:`~dask_scd.kernels.device.DeviceCSC`; it stays on the device. Each method
+    copies its vectors there (O(n_rows) numbers: labels, margins, derivatives) and
+    returns host numpy arrays: per-column sums, or X_cell d. The kernels are those of
+    :mod:`dask_scd.kernels.cuda_cells`, imported with the first device cell.
+    """
+
+    by_columns = True
+
+    def __init__(self, cell):
+        from dask_scd.kernels import cuda_cells
+
+        self._kernels = cuda_cells
+        self.columns = cuda_cells.columns(cell)
+        self.n_rows, self.n_columns = self.columns.n_rows, self.columns.n_columns
+        self._squared_sums = None
+        self._cube_sums = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.columns.nbytes
+
+    def cube_sums(self) -> np.ndarray:
+        """Σ_i |x_ij|³ per column, once per cell."""
+        if self._cube_sums is None:
+            self._cube_sums = self._sums(np.ones(self.n_rows), 3)
+        return self._cube_sums
+
+    def squared_sums(self) -> np.ndarray:
+        """(X_cell∘X_cell)ᵀ 1, once per cell."""
+        if self._squared_sums is None:
+            self._squared_sums = self._sums(np.ones(self.n_rows), 2)
+        return self._squared_sums
+
+    def rmatvec(self, v, squared=False) -> np.ndarray:
+        """X_cellᵀ v (or (X_cell∘X_cell)ᵀ v)."""
+        return self._sums(v, 2 if squared else 1)
+
+    def _sums(self, v, power) -> np.ndarray:
+        return self._kernels.column_sums(self.columns, v, power)[0]
+
+    def matvec(self, d) -> np.ndarray:
+        """X_cell d."""
+        return self._kernels.matvec(self.columns, d)
+
+    def gram(self, weights, other: DeviceCellView | None = None) -> np.ndarray:
+        """X_cellᵀ diag(weights) X_cell (or X_other) as a dense host array."""
+        return self._kernels.gram(self.columns, weights,
+                                  None if other is None else other.columns)
+
+    def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+        """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
+        return self._kernels.trials(self.columns, loss_code, y, margins, direction, steps)
+
+    def inspect(self) -> tuple[float, np.ndarray]:
+        """(max |x|, NaN if any entry is not finite; entries per row)."""
+        return self._kernels.inspect(self.columns)
+
+
+def cell_view(cell) -> CellView | DeviceCellView | None:
+    """Resolve a cell argument of a task (None stays None: the intercept's ones).
+
+    A cell in device memory gets a :class:`DeviceCellView` (the CUDA kernels), any other
+    a :class:`CellView` (the CPU kernels).
+    """
+    if cell is None or isinstance(cell, (CellView, DeviceCellView)):
+        return cell
+    if isinstance(cell, CellRef):
+        from dask_scd.grid import read_cell
+
+        def load():
+            return CellView(read_cell(cell.path, cell.grid_id, cell.r, cell.b))
+
+        return CACHE.get(cell.key, load)
+    if on_device(cell):
+        return DeviceCellView(cell)
+    return CellView(cell)
+
+
+
+def labels(y) -> np.ndarray:
+    """Resolve a labels argument (a LabelRef or an array) to float64 (±1 when classified)."""
+    if isinstance(y, LabelRef):
+        from dask_scd.grid import read_labels
+
+        def load():
+            values = read_labels(y.path, y.grid_id, y.r)
+            if y.classes is not None:
+                return np.where(values == y.classes[1], 1.0, -1.0)
+            values = np.asarray(values, dtype=np.float64)
+            check_label_values(values)  # the client never reads a grid's real labels
+            return values
+
+        # Cached after the ±1 mapping: every task of the row chunk reads them.
+        return CACHE.get(y.key, load)
+    return np.asarray(y, dtype=np.float64)
+
+
+
+def hold_cells(group, cells: list) -> dict:
+    """Make exactly ``cells`` resident for ``group`` in this process (a residency policy's
+    choice for one row chunk); returns {"loads", "bytes"} it took."""
+    return CACHE.hold(group, lambda: [cell_view(cell) for cell in cells])
+
+
+
+def inspect_cell(cell, where: str) -> dict:
+    """Check a cell once before fitting: finite values and purity.
+
+    Returns ``{"max_per_row"}``: the most non-zeros one example has in the block.
+    """
+    view = cell_view(cell)
+    if isinstance(view, DeviceCellView):
+        largest, counts = view.inspect()
+    else:
+        largest, counts = largest_magnitude(view.matrix.data), None
+    if not np.isfinite(largest):
+        raise ValueError(f"X contains NaN or infinity in {where}")
+    check_feature_magnitude(largest, f" in {where}")
+    if counts is None:
+        counts = _nonzeros_per_row(view)
+    return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": view.nbytes}
+
+
+def _nonzeros_per_row(view: CellView) -> np.ndarray:
+    m = view.matrix
+    if m.dense:
+        return np.count_nonzero(m.data.reshape(view.n_rows, view.n_columns), axis=1)
+    return np.bincount(m.indices, minlength=view.n_rows)
+

@@ -1,0 +1,77 @@
+"""In-memory data: a validated numpy or scipy.sparse X with its labels.
+
+What the in-memory engines receive, built by :func:`in_memory` (the checks run once,
+here); it carries the statistics the cost model of ``solver="auto"`` reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd.validation import check_labels, check_matrix
+
+
+def in_memory(X, y, loss: str):
+    """(:class:`InMemory`, classes): X checked (numpy, CSR or CSC; the caller's object is
+    never modified) and y checked, mapped to ±1 for a classification loss."""
+    X = check_matrix(X)
+    y, classes = check_labels(y, X.shape[0], loss)
+    return InMemory(X, y), classes
+
+
+@dataclass
+class InMemory:
+    """Validated in-memory data: X (numpy or scipy.sparse CSR/CSC) and y (±1 for classifiers)."""
+
+    X: object
+    y: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.X.shape
+
+    @property
+    def n_samples(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_features(self) -> int:
+        return self.X.shape[1]
+
+    @cached_property
+    def nbytes(self) -> int:
+        """Bytes of X as stored (values, and indices for a sparse matrix)."""
+        X = self.X
+        if sp.issparse(X):
+            return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+        return int(X.nbytes)
+
+    @cached_property
+    def nnz(self) -> int:
+        return int(self.X.nnz) if sp.issparse(self.X) else int(np.prod(self.X.shape))
+
+    @cached_property
+    def gram_flops(self) -> float:
+        """Multiply-adds of XᵀDX: Σ_i nnz(x_i)² (n·p² when dense)."""
+        X = self.X
+        if sp.issparse(X):
+            if X.format == "csr":
+                per_row = np.diff(X.indptr)
+            elif X.format == "csc":
+                per_row = np.bincount(X.indices, minlength=X.shape[0])
+            else:
+                per_row = np.diff(X.tocsr().indptr)
+            return float(np.dot(per_row.astype(np.float64), per_row))
+        return float(X.shape[0]) * X.shape[1] ** 2
+
+    @cached_property
+    def mean_row_sq_norm(self) -> float:
+        """mean ‖x_i‖², the scale of the dual's conditioning (one pass over the values)."""
+        X = self.X
+        if sp.issparse(X):
+            return float(np.dot(X.data, X.data)) / X.shape[0]
+        return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary

@@ -1,0 +1,249 @@
+"""Sources: a grid or a dask array seen by the dask engines as cells, labels and row bounds.
+
+A :class:`Source` is what a dask engine receives: the design matrix cut into cells (row
+chunks × column blocks, the blocks in grid column order), the labels of each row chunk
+(mapped to ±1 for a classification loss), what the cost model needs (stored bytes,
+non-zeros), and a way to bring everything into memory when ``auto`` decides the fit runs
+there. :func:`make_source` validates dask or grid input and builds one; engines never
+build a source, they :meth:`Source.connect` it to their client and read the cells that
+returns.
+
+Two implementations: :class:`GridSource` (cells are :class:`~dask_scd.data.cells.CellRef`
+references that each worker reads from the store through its cell cache) and
+:class:`DaskSource` (cells are the chunks of the array, persisted on the cluster). The
+in-memory counterpart is :class:`dask_scd.data.memory.InMemory`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import CellRef, LabelRef, labels
+from dask_scd.grid import Grid, validate_blocks
+from dask_scd.validation import check_labels, to_scipy
+
+
+@dataclass
+class Source:
+    """A design matrix as cells, with its labels and what is known of them.
+
+    Attributes
+    ----------
+    n_samples, n_features : int
+    row_bounds : ndarray of int64, shape (n_row_chunks + 1,)
+        Row chunk r holds rows ``row_bounds[r]:row_bounds[r + 1]``.
+    blocks : list of ndarray
+        The original feature indices of each column block, in grid column order.
+    nbytes : int
+        Bytes of X as stored (values, and indices for a sparse grid): the cost model's
+        measure of a pass.
+    nnz : int or None
+        Stored values (None where not known before the cells are read).
+    classes : ndarray of shape (2,) or None
+        The labels mapped to −1 and +1 for a classification loss.
+    purity : list of bool
+        Per block, at most one non-zero per example; filled by the engine's preflight.
+    """
+
+    n_samples: int
+    n_features: int
+    row_bounds: np.ndarray
+    blocks: list
+    nbytes: int
+    nnz: int | None = None
+    classes: np.ndarray | None = None
+    purity: list = field(default_factory=list)
+
+    #: Whether the cells are read from disk by the workers (a grid): the runtime then
+    #: places each row chunk on a home worker; a dask array's chunks live where dask
+    #: persisted them.
+    on_disk = False
+
+    @property
+    def n_row_chunks(self) -> int:
+        return len(self.row_bounds) - 1
+
+    @property
+    def slices(self) -> list:
+        offsets = np.concatenate([[0], np.cumsum([len(b) for b in self.blocks])]).astype(int)
+        return [slice(offsets[b], offsets[b + 1]) for b in range(len(self.blocks))]
+
+    @property
+    def feature_order(self) -> np.ndarray:
+        return np.concatenate(self.blocks)
+
+    def weights(self, r: int):
+        """Sample weights of row chunk r: None, every example weighs 1 (the only case the
+        engines solve)."""
+        return None
+
+    def connect(self, client) -> tuple[list, list]:
+        """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them."""
+        raise NotImplementedError
+
+    def materialize(self) -> tuple:
+        """(X in the original feature order, y) in memory."""
+        raise NotImplementedError
+
+
+@dataclass
+class GridSource(Source):
+    """A :class:`~dask_scd.grid.Grid`: cells and labels are references that each worker
+    reads from the store (and keeps in its cell cache)."""
+
+    grid: Grid | None = None
+    on_disk = True
+
+    def cell(self, r: int, b: int) -> CellRef:
+        grid = self.grid
+        return CellRef(grid.path, grid.grid_id, r, b, grid.store_version)
+
+    def label(self, r: int) -> LabelRef:
+        grid = self.grid
+        classes = tuple(self.classes.tolist()) if self.classes is not None else None
+        return LabelRef(grid.path, grid.grid_id, r, classes, grid.store_version)
+
+    def connect(self, client) -> tuple[list, list]:
+        cells = [[self.cell(r, b) for b in range(len(self.blocks))]
+                 for r in range(self.n_row_chunks)]
+        return cells, [self.label(r) for r in range(self.n_row_chunks)]
+
+    def materialize(self) -> tuple:
+        grid = self.grid
+        X = grid.X.compute()
+        X = sp.csr_matrix(X) if grid.is_sparse else np.asarray(X)
+        inverse = np.empty_like(grid.feature_order)
+        inverse[grid.feature_order] = np.arange(len(grid.feature_order))
+        return X[:, inverse], grid.y.compute()
+
+
+@dataclass
+class DaskSource(Source):
+    """A dask array with its columns in block order: cells are its chunks, persisted on
+    the cluster when the fit connects; labels are checked on the client."""
+
+    X: object = None  # dask array, columns in grid column order
+    y_chunks: list = field(default_factory=list)  # checked labels of each row chunk
+    y_given: object = None  # the labels as given (materialize returns them)
+
+    def label(self, r: int) -> np.ndarray:
+        return self.y_chunks[r]
+
+    def connect(self, client) -> tuple[list, list]:
+        """Persist the chunks on the cluster; the labels go there as tasks (not scattered:
+        a lost copy is recomputed from its task)."""
+        from distributed import futures_of
+
+        persisted = client.persist(self.X)
+        by_key = {f.key: f for f in futures_of(persisted)}
+        keys = persisted.__dask_keys__()
+        cells = [[by_key[keys[r][b]] for b in range(len(self.blocks))]
+                 for r in range(self.n_row_chunks)]
+        return cells, [client.submit(labels, self.label(r)) for r in range(self.n_row_chunks)]
+
+    def materialize(self) -> tuple:
+        computed = self.X.compute()
+        inverse = np.empty(self.n_features, dtype=np.int64)
+        inverse[self.feature_order] = np.arange(self.n_features)
+        if not isinstance(computed, np.ndarray):
+            computed = to_scipy(computed)
+        return computed[:, inverse], self.y_given
+
+
+def make_source(X, y, loss: str, blocks) -> Source:
+    """Validate dask or grid input and describe its cells.
+
+    Parameters
+    ----------
+    X : dask array of shape (n_samples, n_features), or Grid
+    y : array-like or dask array of shape (n_samples,), or None for a Grid
+    loss : str
+        Classification losses map the labels to ±1 (two classes, checked here).
+    blocks : list of array-like or None
+        Column blocks of a dask array (a grid carries its own).
+    """
+    if isinstance(X, Grid):
+        return _grid_source(X, y, loss, blocks)
+    return _dask_source(X, y, loss, blocks)
+
+
+def _grid_source(grid, y, loss, blocks) -> GridSource:
+    if y is not None:
+        raise ValueError("a Grid carries its own labels: call fit(grid) without y")
+    if blocks is not None:
+        raise ValueError("a Grid carries its own blocks; write it again with to_grid(blocks=...)")
+    classes = None
+    if loss in obj.CLASSIFICATION_LOSSES:
+        classes = _classes(_grid_classes(grid), loss)
+    itemsize = np.dtype(grid.dtype).itemsize
+    nbytes = grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize
+    return GridSource(
+        n_samples=grid.shape[0], n_features=grid.shape[1], row_bounds=np.asarray(grid.row_bounds),
+        blocks=list(grid.blocks), nbytes=int(nbytes), nnz=int(grid.nnz), classes=classes,
+        grid=grid,
+    )
+
+
+def _grid_classes(grid) -> np.ndarray:
+    """The distinct labels of a grid, read one row chunk at a time (never all of y)."""
+    seen = np.zeros(0)
+    for r in range(grid.n_row_chunks):
+        seen = np.union1d(seen, np.unique(grid.read_labels(r)))
+        if len(seen) > 2:
+            break  # already too many classes for a binary loss
+    return seen
+
+
+def _dask_source(X, y, loss, blocks) -> DaskSource:
+    import dask.array as da
+
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    if any(np.isnan(c) for chunks in X.chunks for c in chunks):
+        raise ValueError(
+            "X has unknown chunk sizes (NaN in X.chunks); call X.compute_chunk_sizes() first"
+        )
+    if y is None:
+        raise ValueError("y is required for a dask array X (only a Grid carries its labels)")
+    n, p = X.shape
+    if n == 0 or p == 0:
+        raise ValueError(f"X is empty: shape {X.shape}")
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    if blocks is None:
+        bounds = np.concatenate([[0], np.cumsum(X.chunks[1])])
+        blocks = [np.arange(bounds[b], bounds[b + 1]) for b in range(len(X.chunks[1]))]
+    else:
+        blocks = validate_blocks(blocks, p)
+        order = np.concatenate(blocks)
+        X = X[:, order].rechunk({1: tuple(len(b) for b in blocks)})
+    row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
+    if isinstance(y, da.Array):
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y has shape {y.shape} but X has {n} rows: y must be (n_samples,)")
+        values = y.rechunk((X.chunks[0],)).compute()
+    else:
+        values = y  # check_labels reads lists, pandas and numpy alike
+    y_checked, classes = check_labels(values, n, loss)
+    y_chunks = [y_checked[row_bounds[r]:row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
+    dense = isinstance(getattr(X, "_meta", None), np.ndarray)
+    return DaskSource(
+        n_samples=n, n_features=p, row_bounds=row_bounds, blocks=blocks,
+        nbytes=int(n * p * X.dtype.itemsize), nnz=n * p if dense else None, classes=classes,
+        X=X, y_chunks=y_chunks, y_given=values,
+    )
+
+
+def _classes(values, loss):
+    if len(values) > 2:
+        raise ValueError(
+            f"loss={loss!r} is a binary loss but y has {len(values)} classes; for more than two "
+            "classes fit one binary model per class (one-vs-rest: y == k against the rest)"
+        )
+    if len(values) < 2:
+        raise ValueError(f"y has a single class {list(values)}: a classifier needs two")
+    return values

@@ -1,0 +1,104 @@
+"""The passes every dask engine makes over a row chunk, and the ordered sums of their parts.
+
+Fresh margins ŷ = Xθ + b from the state, and one row chunk's share of the duality-gap
+certificate; their parts are plain dicts of float64 arrays that :func:`sum_partials` adds
+key by key in row-chunk order (never in arrival order), so the model does not depend on
+which worker computed what. Every function is pure and deterministic: a task dask re-runs
+after losing a worker gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import cell_view, labels
+
+
+def refresh_margins(cells: list, state: dict, offsets, n_rows: int) -> np.ndarray:
+    """ŷ = Σ_b X_cell(b) θ_b + b for one row chunk, exactly (no accumulated rounding).
+
+    ``state`` is {"coef", "intercept"} with coef in grid column order; block b is
+    ``coef[offsets[b]:offsets[b + 1]]``.
+    """
+    coef = state["coef"]
+    margins = np.full(n_rows, float(state["intercept"]))
+    for b, cell in enumerate(cells):
+        theta = coef[offsets[b]:offsets[b + 1]]
+        if np.any(theta):
+            margins += cell_view(cell).matvec(theta)
+    return margins
+
+
+
+def _ordered_sum(parts) -> np.ndarray:
+    """Σ in the given (row-chunk) order: the same bits whatever worker made each part."""
+    parts = iter(parts)
+    total = np.array(next(parts), dtype=np.float64, copy=True)
+    for part in parts:
+        total += part
+    return total
+
+
+# ------------------------------------------------------------------ certificate
+
+
+def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
+    """One row chunk's share of the certificate, before the dual point's projection.
+
+    The projection scales the positive and negative parts of a = −ℓ'(ŷ) by factors known
+    only after the reduction, so the linear terms are kept apart by sign:
+    Xᵀa = s₊ Xᵀa₊ + s₋ Xᵀa₋ (all blocks concatenated in grid column order). The cells are
+    read one at a time, so at most one of them is held beyond the cache.
+    """
+    y = labels(y)
+    a = -obj.loss_derivative(problem.loss, y, margins)
+    pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
+    xt_pos, xt_neg = [], []
+    for cell in cells:
+        view = cell_view(cell)
+        xt_pos.append(view.rmatvec(pos))
+        xt_neg.append(view.rmatvec(neg))
+        del view
+    return {
+        "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
+        "pos": np.array([pos.sum()]),
+        "neg": np.array([neg.sum()]),
+        "xt_pos": np.concatenate(xt_pos),
+        "xt_neg": np.concatenate(xt_neg),
+        "margin_pos": np.array([obj.vdot(pos, margins)]),
+        "margin_neg": np.array([obj.vdot(neg, margins)]),
+    }
+
+
+def dual_loss_sum(y, margins, problem: obj.Problem, total: dict) -> np.ndarray:
+    """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums."""
+    y = labels(y)
+    a = obj.dual_point(problem, y, margins, _scales(problem, total))
+    return np.array([obj.dual_loss(problem.loss, y, a).sum()])
+
+
+def _scales(problem, total) -> tuple[float, float]:
+    return obj.dual_scales(problem, {"pos": total["pos"][0], "neg": total["neg"][0]})
+
+
+def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
+                *duals) -> dict:
+    """The duality-gap certificate of ``state`` from the reduced statistics.
+
+    Returns ``state`` with its certificate under "certificate": the client fetches both
+    in one round trip.
+    """
+    scales = _scales(problem, total)
+    dual_sum = float(_ordered_sum(duals)[0])
+    correlation = (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n_samples
+    margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
+    cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
+                                  dual_sum, correlation, float(margin_dot))
+    return {**state, "certificate": cert}
+
+
+def sum_partials(*partials) -> dict:
+    """Key-wise ordered sum of partial dicts (the aggregate of a tree reduction)."""
+    return {key: _ordered_sum(p[key] for p in partials) for key in partials[0]}
+
