@@ -22,7 +22,7 @@ from dask_scd.grid import (
     to_grid,
     validate_blocks,
 )
-from dask_scd.grid import store as grid_store
+from dask_scd.grid import write as grid_write
 
 A9A_TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "a9a.t"
 
@@ -211,7 +211,7 @@ def test_dask_auto_blocks_detected_on_first_rows(tmp_path, monkeypatch):
     # An impurity that only appears after the detection window: row 300
     # takes two values of the first variable.
     Xnp[300, :3] = [1.0, 1.0, 0.0]
-    monkeypatch.setattr(grid_store, "DETECT_ROWS", 200)
+    monkeypatch.setattr(grid_write, "DETECT_ROWS", 200)
     X = da.from_array(sp.csr_matrix(Xnp), chunks=(50, 12), asarray=False)
     grid = to_grid(X, np.zeros(400), tmp_path / "g", row_chunk=64)
     check_round_trip(grid, Xnp, np.zeros(400))
@@ -405,7 +405,7 @@ def test_exists_and_overwrite(tmp_path):
 
 def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
     calls = []
-    original = grid_store._GridWriter.write_cell
+    original = grid_write._GridWriter.write_cell
 
     def failing(self, r, b, cell):
         if calls:
@@ -413,7 +413,7 @@ def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
         calls.append((r, b))
         original(self, r, b, cell)
 
-    monkeypatch.setattr(grid_store._GridWriter, "write_cell", failing)
+    monkeypatch.setattr(grid_write._GridWriter, "write_cell", failing)
     X = sp.random(30, 6, density=0.5, format="csr", random_state=0)
     with pytest.raises(RuntimeError, match="simulated crash"):
         to_grid(X, np.ones(30), tmp_path / "g", row_chunk=10, blocks=2)
@@ -429,7 +429,7 @@ def test_interrupted_overwrite_keeps_old_grid(tmp_path, monkeypatch):
     def failing(self, attrs, cell_nnz):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(grid_store._GridWriter, "write_attrs", failing)
+    monkeypatch.setattr(grid_write._GridWriter, "write_attrs", failing)
     with pytest.raises(KeyboardInterrupt):
         to_grid(np.zeros((6, 2)), np.ones(6), tmp_path / "g", row_chunk=4, overwrite=True)
     assert os.listdir(tmp_path) == ["g"]

@@ -5,6 +5,8 @@ that every block is contiguous: ``Grid.X[:, k]`` is original feature
 ``Grid.feature_order[k]``.
 """
 
+from .handle import Grid, open_grid
+from .layout import FORMAT, FORMAT_VERSION, GridCorruptionError
 from .partition import (
     block_purity,
     blocks_from_names,
@@ -12,16 +14,8 @@ from .partition import (
     detect_pure_blocks,
     validate_blocks,
 )
-from .store import (
-    FORMAT,
-    FORMAT_VERSION,
-    Grid,
-    GridCorruptionError,
-    open_grid,
-    read_cell,
-    read_labels,
-    to_grid,
-)
+from .read import read_cell, read_labels
+from .write import to_grid
 
 __all__ = [
     "FORMAT",

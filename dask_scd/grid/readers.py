@@ -1,7 +1,7 @@
 """Input readers: turn every supported X into a stream of row chunks.
 
 Every input (numpy, scipy.sparse, pydata ``sparse``, dask array, xarray
-DataArray/Dataset, libsvm file) becomes a :class:`Source`, which knows the
+DataArray/Dataset, libsvm file) becomes a :class:`RowReader`, which knows the
 shape, dtype and layout (dense or sparse) up front and yields the data one
 row chunk at a time, so that :func:`dask_scd.grid.to_grid` never needs the
 whole matrix in memory for out-of-core inputs.
@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Source", "make_source", "iter_libsvm_batches", "scan_libsvm"]
+__all__ = ["RowReader", "iter_libsvm_batches", "row_reader", "scan_libsvm"]
 
 
 @dataclass
-class Source:
+class RowReader:
     """A design matrix (and labels) readable one row chunk at a time.
 
     Attributes
@@ -134,7 +134,7 @@ def _is_dask(obj) -> bool:
     return isinstance(obj, da.Array)
 
 
-def _memory_source(X, y, feature_names=None, default_blocks=None) -> Source:
+def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
     if _is_pydata_sparse(X):
         X = _to_scipy(X)
     if sp.issparse(X):
@@ -162,7 +162,7 @@ def _memory_source(X, y, feature_names=None, default_blocks=None) -> Source:
             yc = yc.compute()
         return Xc, np.asarray(yc, dtype=np.float64)
 
-    return Source(
+    return RowReader(
         shape=tuple(int(s) for s in X.shape),
         dtype=dtype,
         is_sparse=is_sparse,
@@ -173,7 +173,7 @@ def _memory_source(X, y, feature_names=None, default_blocks=None) -> Source:
     )
 
 
-def _dask_source(X, y, feature_names=None, default_blocks=None) -> Source:
+def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
     import dask
 
     if X.ndim != 2:
@@ -202,7 +202,7 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> Source:
             Xc = np.asarray(Xc).astype(dtype, copy=False)
         return Xc, np.asarray(yc, dtype=np.float64)
 
-    return Source(
+    return RowReader(
         shape=tuple(int(s) for s in X.shape),
         dtype=dtype,
         is_sparse=is_sparse,
@@ -213,7 +213,7 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> Source:
     )
 
 
-def _array_source(X, y, feature_names=None, default_blocks=None) -> Source:
+def _array_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
     if _is_dask(X):
         return _dask_source(X, y, feature_names, default_blocks)
     return _memory_source(X, y, feature_names, default_blocks)
@@ -252,7 +252,7 @@ def sample_axis(dims, y_dims, sample_dim) -> int:
     return 1 if said == [False, True] else 0
 
 
-def _dataarray_source(X, y, sample_dim=None) -> Source:
+def _dataarray_source(X, y, sample_dim=None) -> RowReader:
     if X.ndim != 2:
         raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
     if sample_axis(X.dims, getattr(y, "dims", None), sample_dim) == 1:
@@ -284,7 +284,7 @@ def _dataset_sample_dim(ds, y, sample_dim):
     return first.dims[sample_axis(first.dims, None, None)]
 
 
-def _dataset_source(ds, y, sample_dim=None) -> Source:
+def _dataset_source(ds, y, sample_dim=None) -> RowReader:
     """One block per data variable; 1-D variables are single columns."""
     import dask.array as da
 
@@ -400,7 +400,7 @@ def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int,
     return n_rows, n_features, bool(zero_based)
 
 
-def _libsvm_source(path, y, zero_based="auto") -> Source:
+def _libsvm_source(path, y, zero_based="auto") -> RowReader:
     if y is not None:
         raise ValueError("y must be None for a libsvm file: labels are read from the file")
     path = os.fspath(path)
@@ -415,7 +415,7 @@ def _libsvm_source(path, y, zero_based="auto") -> Source:
             X, yc = _parse_libsvm(buffer, n_features, np.float64, zero_based)
             yield sp.csr_matrix(X), np.asarray(yc, dtype=np.float64)
 
-    return Source(
+    return RowReader(
         shape=(n_rows, n_features),
         dtype=np.dtype(np.float64),
         is_sparse=True,
@@ -425,8 +425,8 @@ def _libsvm_source(path, y, zero_based="auto") -> Source:
     )
 
 
-def make_source(X, y, *, sample_dim=None, zero_based="auto") -> Source:
-    """Build a :class:`Source` for any supported input (see ``to_grid``)."""
+def row_reader(X, y, *, sample_dim=None, zero_based="auto") -> RowReader:
+    """Build a :class:`RowReader` for any supported input (see ``to_grid``)."""
     if not (isinstance(zero_based, bool | np.bool_) or _is_auto(zero_based)):
         raise ValueError(f"zero_based={zero_based!r} must be True, False or 'auto'")
     module = type(X).__module__

@@ -1,0 +1,300 @@
+"""Reading a grid store: the header and metadata checks, the per-process cell and label
+reader (``read_cell`` / ``read_labels``, checked against the checksums), and the lazy
+dask arrays built on them."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from .codec import checksum, packed_size, unpack_csc
+from .layout import FORMAT, READABLE_VERSIONS, GridCorruptionError, _row_bounds
+from .partition import validate_blocks
+
+__all__ = ["read_cell", "read_labels"]
+
+
+class _Reader:
+    """Per-process handle on one store version, shared by all cell reads."""
+
+    def __init__(self, path: str, grid_id: str):
+        self.path = path
+        self.group = zarr.open_group(path, mode="r")
+        attrs = dict(self.group.attrs)
+        if attrs.get("grid_id") != grid_id:
+            raise GridCorruptionError(
+                f"grid store {path} changed since it was opened (overwritten?)"
+            )
+        _check_attrs(path, attrs)
+        self.attrs = attrs
+        self.bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
+        self.sizes = [len(b) for b in attrs["blocks"]]
+        self.is_sparse = attrs["layout"] == "sparse"
+        self.dtype = np.dtype(attrs["dtype"])
+        self._arrays: dict[str, object] = {}
+        self._cell_nnz = None
+        self._checksums = None
+
+    def _array(self, name: str, cache: bool = True):
+        arr = self._arrays.get(name)
+        if arr is None:
+            arr = self.group[name]
+            if cache:
+                self._arrays[name] = arr
+        return arr
+
+    def _require_chunk_file(self, name: str, key: str, where: str) -> None:
+        # Zarr silently serves the fill value for a missing chunk: check.
+        chunk = os.path.join(self.path, *name.split("/"), *key.split("/"))
+        if not os.path.isfile(chunk):
+            raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
+
+    def _table(self, name: str, shape: tuple) -> np.ndarray:
+        """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
+        values = np.asarray(self._array(name)[:])
+        if values.shape != shape or values.dtype != np.int64:
+            raise GridCorruptionError(
+                f"grid store {self.path}: {name} has shape {values.shape} and dtype "
+                f"{values.dtype}, expected {shape} and int64"
+            )
+        return values
+
+    def cell_nnz(self) -> np.ndarray:
+        if self._cell_nnz is None:
+            shape = (len(self.bounds) - 1, len(self.sizes))
+            self._cell_nnz = self._table("cell_nnz", shape)
+            if (self._cell_nnz < 0).any():
+                raise GridCorruptionError(f"grid store {self.path}: cell_nnz holds negatives")
+        return self._cell_nnz
+
+    def checksums(self):
+        """(cell_checksum, label_checksum) arrays, or None for a version-1 store."""
+        if self._checksums is None:
+            if self.attrs.get("format_version", 1) < 2:
+                self._checksums = ()
+            else:
+                n_rc = len(self.bounds) - 1
+                self._checksums = (self._table("cell_checksum", (n_rc, len(self.sizes))),
+                                   self._table("label_checksum", (n_rc,)))
+        return self._checksums or None
+
+    def _verify(self, values, expected_at, where: str) -> None:
+        sums = self.checksums()
+        if sums is not None and checksum(values) != int(sums[expected_at[0]][expected_at[1:]]):
+            raise GridCorruptionError(
+                f"{where}: checksum mismatch (the bytes on disk are not the ones written "
+                "there: a chunk file moved, swapped or modified)"
+            )
+
+    def where(self, r: int, b: int) -> str:
+        return f"cell (row chunk {r}, block {b}) of grid {self.path}"
+
+    def read_cell(self, r: int, b: int):
+        n_rc = len(self.bounds) - 1
+        if not (0 <= r < n_rc and 0 <= b < len(self.sizes)):
+            raise IndexError(f"no cell ({r}, {b}) in a {n_rc} x {len(self.sizes)} grid")
+        where = self.where(r, b)
+        try:
+            if self.is_sparse:
+                return self._read_sparse(r, b, where)
+            return self._read_dense(r, b, where)
+        except GridCorruptionError:
+            raise
+        except Exception as exc:  # decompression, missing node, bad metadata...
+            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
+
+    def _read_dense(self, r: int, b: int, where: str) -> np.ndarray:
+        name = f"X/block_{b}"
+        arr = self._array(name)
+        n, size = int(self.bounds[-1]), self.sizes[b]
+        row_chunk = int(self.attrs["row_chunk"])
+        if arr.shape != (n, size) or arr.chunks != (row_chunk, size):
+            raise GridCorruptionError(
+                f"{where}: array {name} has shape {arr.shape} / chunks {arr.chunks}, "
+                f"expected {(n, size)} / {(row_chunk, size)}"
+            )
+        self._require_chunk_file(name, f"c/{r}/0", where)
+        cell = np.asarray(arr[self.bounds[r] : self.bounds[r + 1]])
+        if not np.isfinite(cell).all():
+            raise GridCorruptionError(f"{where}: cell holds missing or non-finite values")
+        self._verify(cell, (0, r, b), where)
+        return cell
+
+    def _read_sparse(self, r: int, b: int, where: str) -> sp.csc_matrix:
+        rows, size = int(self.bounds[r + 1] - self.bounds[r]), self.sizes[b]
+        nnz = int(self.cell_nnz()[r, b])
+        name = f"X/block_{b}/cell_{r}"
+        arr = self._array(name, cache=False)
+        expected = packed_size(nnz, size, self.dtype)
+        if arr.shape != (expected,):
+            raise GridCorruptionError(
+                f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
+            )
+        self._require_chunk_file(name, "c/0", where)
+        packed = np.asarray(arr[:])
+        self._verify(packed, (0, r, b), where)
+        data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where)
+        if (
+            indptr[0] != 0
+            or indptr[-1] != nnz
+            or (np.diff(indptr) < 0).any()
+            or (nnz and (indices.min() < 0 or indices.max() >= rows))
+            or not np.isfinite(data).all()
+        ):
+            raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
+        return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
+
+    def read_labels(self, r: int) -> np.ndarray:
+        where = f"labels of row chunk {r} of grid {self.path}"
+        try:
+            self._require_chunk_file("y", f"c/{r}", where)
+            y = np.asarray(self._array("y")[self.bounds[r] : self.bounds[r + 1]])
+        except GridCorruptionError:
+            raise
+        except Exception as exc:
+            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
+        if not np.isfinite(y).all():
+            raise GridCorruptionError(f"{where}: missing or non-finite values")
+        self._verify(y, (1, r), where)
+        return y
+
+
+@functools.lru_cache(maxsize=64)
+def _reader(path: str, grid_id: str) -> _Reader:
+    return _Reader(path, grid_id)
+
+
+def read_cell(path: str, grid_id: str, r: int, b: int):
+    """Cell (row chunk r, block b) of the store at ``path``, checked against its checksum:
+    a task function of Grid.X's graph and of the data layer (top-level so it pickles)."""
+    return _reader(path, grid_id).read_cell(r, b)
+
+
+def read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
+    """Labels of row chunk r: a task function of Grid.y's graph and of the data layer."""
+    return _reader(path, grid_id).read_labels(r)
+
+
+def _check_header(path: str):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path} is a file, not a grid store (a directory)")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no grid store at {path}")
+    try:
+        group = zarr.open_group(path, mode="r")
+        attrs = dict(group.attrs)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable zarr grid store: {exc}") from exc
+    if attrs.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} store (format={attrs.get('format')!r})")
+    if attrs.get("format_version") not in READABLE_VERSIONS:
+        raise ValueError(
+            f"unsupported grid format version {attrs.get('format_version')!r} at {path} "
+            f"(this library reads versions {', '.join(map(str, READABLE_VERSIONS))})"
+        )
+    if attrs.get("complete") is not True:
+        raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
+    _check_attrs(path, attrs)
+    if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
+        raise GridCorruptionError(
+            f"grid store {path}: unsupported sparse cell encoding "
+            f"{attrs.get('sparse_cell_encoding')!r}"
+        )
+    return attrs
+
+
+def _is_int(value, low=0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_attrs(path: str, attrs: dict) -> None:
+    """Check the metadata every reader relies on, once: a damaged zarr.json is reported
+    as such (naming the key), never as a KeyError or TypeError deep in a read."""
+
+    def bad(key, why):
+        shown = repr(attrs.get(key))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return GridCorruptionError(f"grid store {path} has invalid metadata: {key}={shown} {why}")
+
+    def int_list(key, length=None, low=0):
+        value = attrs.get(key)
+        if (not isinstance(value, list) or not all(_is_int(v, low) for v in value)
+                or (length is not None and len(value) != length)):
+            count = "" if length is None else f"{length} "
+            raise bad(key, f"is not a list of {count}integers >= {low}")
+        return value
+
+    n, p = int_list("shape", 2, low=1)
+    if not _is_int(attrs.get("row_chunk"), 1):
+        raise bad("row_chunk", "is not a positive integer")
+    if int_list("row_bounds") != _row_bounds(n, attrs["row_chunk"]).tolist():
+        raise bad("row_bounds", f"do not cut {n} rows in row chunks of {attrs['row_chunk']}")
+    blocks = attrs.get("blocks")
+    try:
+        if not isinstance(blocks, list) or not all(isinstance(b, list) for b in blocks):
+            raise ValueError("blocks must be a list of lists")
+        validate_blocks(blocks, p)
+    except ValueError as exc:
+        raise bad("blocks", f"is not a partition of the {p} features ({exc})") from None
+    if attrs.get("dtype") not in ("float32", "float64"):
+        raise bad("dtype", "is not 'float32' or 'float64'")
+    if attrs.get("layout") not in ("dense", "sparse"):
+        raise bad("layout", "is not 'dense' or 'sparse'")
+    purity = attrs.get("purity")
+    if not isinstance(purity, list) or len(purity) != len(blocks) or not all(
+            isinstance(v, bool) for v in purity):
+        raise bad("purity", f"is not a list of {len(blocks)} booleans")
+    int_list("max_nnz_per_row", len(blocks))
+    int_list("block_nnz", len(blocks))
+    if not _is_int(attrs.get("nnz")):
+        raise bad("nnz", "is not an integer >= 0")
+    if not isinstance(attrs.get("grid_id"), str) or not attrs["grid_id"]:
+        raise bad("grid_id", "is not a non-empty string")
+    names = attrs.get("feature_names")
+    if names is not None and (not isinstance(names, list) or len(names) != p
+                              or not all(isinstance(v, str) for v in names)):
+        raise bad("feature_names", f"is neither null nor a list of {p} strings")
+
+
+def _build_arrays(path: str, attrs: dict, row_chunks: tuple, sizes: tuple):
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    grid_id = attrs["grid_id"]
+    dtype = np.dtype(attrs["dtype"])
+    token = tokenize(path, grid_id)
+    x_name, y_name = f"grid-X-{token}", f"grid-y-{token}"
+    x_dsk = {
+        (x_name, r, b): (read_cell, path, grid_id, r, b)
+        for r in range(len(row_chunks))
+        for b in range(len(sizes))
+    }
+    y_dsk = {(y_name, r): (read_labels, path, grid_id, r) for r in range(len(row_chunks))}
+    if attrs["layout"] == "sparse":
+        meta = sp.csc_matrix((0, 0), dtype=dtype)
+    else:
+        meta = np.empty((0, 0), dtype=dtype)
+    X = da.Array(
+        HighLevelGraph.from_collections(x_name, x_dsk, dependencies=()),
+        x_name,
+        (row_chunks, sizes),
+        meta=meta,
+    )
+    y = da.Array(
+        HighLevelGraph.from_collections(y_name, y_dsk, dependencies=()),
+        y_name,
+        (row_chunks,),
+        meta=np.empty((0,), dtype=np.float64),
+    )
+    return X, y
+
+
+def _store_version(path: str, grid_id: str) -> str:
+    """The store's directory (device, inode) and its write's id, as one string."""
+    stat = os.stat(path)
+    return f"{stat.st_dev}:{stat.st_ino}:{grid_id}"
