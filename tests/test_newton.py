@@ -20,7 +20,7 @@ from dask_scd import objectives as obj
 from dask_scd.datasets import make_onehot
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import reference
-from dask_scd.solvers import newton
+from dask_scd.solvers import newton, quadratic
 from dask_scd.solvers.base import InMemory, Options
 
 TOL = 1e-9
@@ -138,7 +138,7 @@ def test_with_intercept_matches_coordinate_descent(rng, loss, penalty, rho):
 def _inner_solvers(monkeypatch, which):
     """Force the inner solver without a Gram matrix (CG for L2, columns for L1)."""
     if which != "gram":
-        monkeypatch.setattr(newton, "_GRAM_MAX", 0)
+        monkeypatch.setattr(quadratic, "GRAM_MAX", 0)
 
 
 @pytest.mark.parametrize("which", ["gram", "cg"])
@@ -287,8 +287,8 @@ def test_sampled_hessian_hands_back_where_the_sample_misses_a_column(rng):
     hands back to exact steps and still reaches the certified optimum."""
     X, y = _many_rows(rng)
     n, p = X.shape
-    sample = newton.HessianSample.build(newton.Design.from_array(X), p + 1,
-                                        np.random.default_rng(0))
+    sample = quadratic.HessianSample.build(quadratic.Design.from_array(X), p + 1,
+                                           np.random.default_rng(0))
     outside = np.setdiff1d(np.arange(n), sample.rows)
     X[:, 0] = 0.0
     X[rng.choice(outside, 30, replace=False), 0] = 5.0
@@ -375,7 +375,7 @@ def test_hessian_vector_and_gram_match_reference(rng, layout):
     if layout == "dense":
         X = dense
     weights = rng.random(60) * (rng.random(60) < 0.8)
-    design = newton.Design.from_array(X)
+    design = quadratic.Design.from_array(X)
     rows = design.rows
     v, out = rng.normal(size=12), np.empty(12)
     total = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, 60, 12,
@@ -418,7 +418,7 @@ def test_coordinate_descent_epochs_match_reference(rng, intercept):
         np.testing.assert_allclose(q, ref_q, rtol=1e-10, atol=1e-13)
         assert worst == pytest.approx(ref_worst, rel=1e-10)
     # over the columns, XΔ kept
-    columns = newton.Design.from_array(sp.csc_matrix(dense)).columns
+    columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
     col_curv = (dense * dense).T @ curv / n
     order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
     delta, direction, delta_b = np.zeros(p), np.zeros(n), np.zeros(1)

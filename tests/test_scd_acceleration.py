@@ -14,7 +14,7 @@ from dask_scd import objectives as obj
 from dask_scd.datasets import make_onehot
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.solvers import local
+from dask_scd.solvers import scd
 
 
 def _onehot_regression(n=4000, fields=6, cardinality=30, seed=0):
@@ -44,8 +44,8 @@ def test_epoch_violation_matches_numpy_in_one_epoch(rng):
     ref_coef, expected = coef.copy(), 0.0
     for j in order:  # the exact coordinate minimizer, as the kernel's squared-loss step
         g = (X @ ref_coef - y) @ X[:, j] / n
-        expected = max(expected, float(local._violations(problem, ref_coef[j:j + 1],
-                                                         np.array([-g]))[0]))
+        expected = max(expected, float(scd._violations(problem, ref_coef[j:j + 1],
+                                                       np.array([-g]))[0]))
         h = X[:, j] @ X[:, j] / n
         z = h * ref_coef[j] - g
         ref_coef[j] = np.sign(z) * max(abs(z) - problem.l1, 0.0) / h
@@ -79,10 +79,10 @@ def test_anderson_weights_find_the_fixed_point_of_a_linear_map(rng):
     A *= 0.9 / np.abs(np.linalg.eigvals(A)).max()
     b = rng.normal(size=d)
     iterates = [rng.normal(size=d)]
-    for _ in range(local._ANDERSON_K):
+    for _ in range(scd._ANDERSON_K):
         iterates.append(A @ iterates[-1] + b)
     iterates = np.array(iterates)
-    weights = local._affine_weights(iterates)
+    weights = scd._affine_weights(iterates)
     fixed = np.linalg.solve(np.eye(d) - A, b)
     assert weights.sum() == pytest.approx(1.0)
     np.testing.assert_allclose(weights @ iterates[1:], fixed, rtol=1e-6, atol=1e-6)
@@ -100,17 +100,17 @@ def test_working_set_orders_the_work_never_the_answer(monkeypatch, penalty, l1_r
     kwargs = dict(penalty=penalty, l1_ratio=l1_ratio, alpha=2e-3, tol=1e-10, solver="scd",
                   random_state=0, max_iter=5000)
     sizes = []
-    grow = local._grow_working_set
+    grow = scd._grow_working_set
 
     def recording(*args):
         chosen, size = grow(*args)
         sizes.append(size)
         return chosen, size
 
-    monkeypatch.setattr(local, "_MIN_WORKING_SET", 1)
-    monkeypatch.setattr(local, "_grow_working_set", recording)
+    monkeypatch.setattr(scd, "_MIN_WORKING_SET", 1)
+    monkeypatch.setattr(scd, "_grow_working_set", recording)
     small = dask_scd.fit(X, y, **kwargs)
-    monkeypatch.setattr(local, "_MIN_WORKING_SET", X.shape[1])
+    monkeypatch.setattr(scd, "_MIN_WORKING_SET", X.shape[1])
     full = dask_scd.fit(X, y, **kwargs)
     assert small.converged_ and full.converged_
     assert len(set(sizes)) >= 3 and sizes[0] < 0.2 * X.shape[1]
@@ -139,7 +139,7 @@ def test_a_feature_outside_the_first_working_set_enters(monkeypatch):
     y = z + 0.05 * rng.normal(size=n)
     c0 = np.abs(X.T @ (y - y.mean())) / n
     assert np.argmin(c0) == 1 or c0[1] < 0.1 * c0[0]
-    monkeypatch.setattr(local, "_MIN_WORKING_SET", 1)
+    monkeypatch.setattr(scd, "_MIN_WORKING_SET", 1)
     ours = dask_scd.fit(X, y, penalty="l1", alpha=0.01, tol=1e-12, solver="scd",
                         random_state=0)
     from sklearn.linear_model import Lasso

@@ -1,7 +1,8 @@
 """Numba kernels: one epoch of primal SCD over columns, of dual SDCA over rows.
 
 Pure numerical code: contiguous arrays and scalars in, arrays updated in place, no
-validation (the wrappers in :mod:`dask_scd.solvers.local` do that once).
+validation (the wrappers in :mod:`dask_scd.solvers.scd` and :mod:`dask_scd.solvers.sdca`
+do that once).
 
 Every kernel takes a matrix as a *compressed major-axis* triple ``(data, indices, indptr)``
 plus a ``dense`` flag. For a sparse matrix this is CSC (primal: major axis = columns) or

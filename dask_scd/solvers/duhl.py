@@ -33,12 +33,8 @@ from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import GridStore, HostMemory, MatrixStore, SlowStore, Tier
 from dask_scd.solvers.base import InMemory, Options, Run
-from dask_scd.solvers.local import (
-    _PENALTY_SCALE,
-    _dual_certificate,
-    _dual_start,
-    _primal_certificate,
-)
+from dask_scd.solvers.certificates import dual_certificate, primal_certificate
+from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start
 
 OPTIONS = ("memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh",
            "certify_every")
@@ -217,8 +213,8 @@ class _Primal:
         self.margins = np.full(n, self.intercept[0])
 
     def certificate(self):
-        return _primal_certificate(self.problem, self.store.dot, self.y, self.coef,
-                                   self.margins)
+        return primal_certificate(self.problem, self.store.dot, self.y, self.coef,
+                                  self.margins)
 
     def certified_gaps(self, cert) -> np.ndarray:
         # The Lipschitzed gaps, not the rescaled lasso certificate's: at θ = 0 those are
@@ -280,24 +276,24 @@ class _Primal:
 class _Dual:
     """Lines are rows (examples); the shared vector is w = Xᵀa/(αn). The intercept's dual
     constraint Σa = 0 is kept by the method of multipliers, as in SDCA
-    (:func:`dask_scd.solvers.local.fit_sdca`)."""
+    (:func:`dask_scd.solvers.sdca.fit_sdca`)."""
 
     def __init__(self, store: SlowStore, y, problem):
         self.store, self.y, self.problem = store, np.asarray(y, dtype=np.float64), problem
         n = len(y)
         self.alpha_n = problem.alpha * n
         self.row_sq_norms = store.sq_norms()
-        self.rho = (_PENALTY_SCALE * float(self.row_sq_norms.mean()) / self.alpha_n
+        self.rho = (PENALTY_SCALE * float(self.row_sq_norms.mean()) / self.alpha_n
                     if problem.fit_intercept else 0.0)
         self.intercept = 0.0
         if problem.fit_intercept:
             self.intercept = obj.optimal_intercept(problem.loss, self.y, np.zeros(n))
-        self.dual_coef = _dual_start(problem, self.y, self.intercept)
+        self.dual_coef = dual_start(problem, self.y, self.intercept)
         self.coef = store.scatter(self.dual_coef) / self.alpha_n
 
     def certificate(self):
-        cert, _, _ = _dual_certificate(self.problem, self.store, self.y, self.dual_coef,
-                                       self.coef, self.intercept)
+        cert, _, _ = dual_certificate(self.problem, self.store, self.y, self.dual_coef,
+                                      self.coef, self.intercept)
         return cert
 
     def certified_gaps(self, cert) -> np.ndarray:
@@ -338,10 +334,10 @@ class _Dual:
 
     def final(self):
         # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-        cert, intercept, coef = _dual_certificate(self.problem, self.store, self.y,
-                                                  self.dual_coef, None, self.intercept)
+        cert, intercept, coef = dual_certificate(self.problem, self.store, self.y,
+                                                 self.dual_coef, None, self.intercept)
         margins = self.store.dot(coef) + intercept
-        primal = _primal_certificate(self.problem, self.store.scatter, self.y, coef, margins)
+        primal = primal_certificate(self.problem, self.store.scatter, self.y, coef, margins)
         if primal.gap < cert.gap:
             cert = primal
         return coef, float(intercept), cert

@@ -36,7 +36,7 @@ from dask_scd.kernels.gram import gram_epoch
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.solvers.base import InMemory, Options, Run
-from dask_scd.solvers.local import _primal_certificate
+from dask_scd.solvers.certificates import primal_certificate
 
 # Rows per chunk when building the centred Gram matrix of dense X: ~4 MiB float64 temporaries.
 _CHUNK_BYTES = 4 << 20
@@ -243,4 +243,4 @@ class _ExactCertificate:
             shift = float(np.mean(self.y - margins))
             margins += shift
             intercept += shift
-        return _primal_certificate(self.problem, transpose_dot, self.y, coef, margins), intercept
+        return primal_certificate(self.problem, transpose_dot, self.y, coef, margins), intercept

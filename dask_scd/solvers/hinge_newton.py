@@ -32,19 +32,15 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.result import History
 from dask_scd.solvers.base import InMemory, Options, Run
-from dask_scd.solvers.local import _dual_certificate
-from dask_scd.solvers.newton import (
-    _CG_MAX,
-    _GRAM_MAX,
-    REFRESH,
-    STOP,
+from dask_scd.solvers.certificates import DualMemory, dual_certificate
+from dask_scd.solvers.newton_loop import REFRESH, STOP, Meter, Stopping
+from dask_scd.solvers.quadratic import (
+    CG_MAX,
+    GRAM_MAX,
     Design,
-    DualMemory,
-    Meter,
     Model,
-    Stopping,
-    _cholesky_solve,
-    _conjugate_gradients,
+    cholesky_solve,
+    conjugate_gradients,
 )
 
 # The first smoothing width: the whole margin range [0, 1] is quadratic.
@@ -207,16 +203,16 @@ class _Model:
         k = p + int(fit_b)
         # CG ends in at most |B| + 2 iterations in exact arithmetic (H is αI plus a
         # matrix of rank ≤ |B| + 1); each reads the band twice.
-        cg_flops = min(len(self.band) + 2, _CG_MAX) * (2.0 * banded.nnz + k + _CG_OVERHEAD)
-        if k <= _GRAM_MAX and banded.gram_flops + k**3 / 3.0 <= cg_flops:
+        cg_flops = min(len(self.band) + 2, CG_MAX) * (2.0 * banded.nnz + k + _CG_OVERHEAD)
+        if k <= GRAM_MAX and banded.gram_flops + k**3 / 3.0 <= cg_flops:
             hessian = banded.gram(np.arange(p), weights, fit_b)
             hessian[np.arange(p), np.arange(p)] += problem.l2
-            solution, passes, inner = _cholesky_solve(hessian, rhs), share, "cholesky"
+            solution, passes, inner = cholesky_solve(hessian, rhs), share, "cholesky"
         else:
             # Solved tightly: a step with the right band is then exact.
             model = Model(problem, self.coef, 0.0, self.grad, 0.0, weights, weights,
                           forcing=_CG_FORCING)
-            solution, iterations = _conjugate_gradients(banded, model, rhs)
+            solution, iterations = conjugate_gradients(banded, model, rhs)
             passes, inner = share * (1 + iterations), "cg"
         return solution[:p], float(solution[p]) if fit_b else 0.0, passes, inner
 
@@ -274,8 +270,8 @@ def _finish(design, problem, y, coef, intercept, mu, duals):
     parts = design.signed_scatter(grad_rows)
     hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
     cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
-    dual_cert, dual_intercept, dual_coef = _dual_certificate(problem, rows, y, beta * y, None,
-                                                             intercept)
+    dual_cert, dual_intercept, dual_coef = dual_certificate(problem, rows, y, beta * y, None,
+                                                            intercept)
     dual_cert = duals.tighten(dual_cert)
     passes = 4.0
     if dual_cert.gap < cert.gap:

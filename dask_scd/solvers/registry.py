@@ -30,6 +30,8 @@ class Engine:
     losses : the losses it solves.
     l1 : whether it solves penalties with an L1 term.
     options : names of the keyword options it accepts.
+    per_loss : ``(loss, "module:function")`` pairs: the function that runs that loss in
+        place of ``entry`` (one ``solver=`` value, one function per loss).
     """
 
     name: str
@@ -38,10 +40,22 @@ class Engine:
     losses: tuple = ANY_LOSS
     l1: bool = True
     options: tuple = ()
+    per_loss: tuple = ()
+
+    def entry_for(self, loss: str) -> str:
+        """The ``"module:function"`` that runs ``loss``."""
+        return dict(self.per_loss).get(loss, self.entry)
 
     def load(self):
-        module, function = self.entry.split(":")
-        return getattr(importlib.import_module(module), function)
+        """Its ``run(data, problem, options)``; with ``per_loss`` entries, a ``run`` that
+        imports and runs the function of the problem's loss."""
+        if not self.per_loss:
+            return _function(self.entry)
+
+        def run(data, problem, options):
+            return _function(self.entry_for(problem.loss))(data, problem, options)
+
+        return run
 
     def refusal(self, problem: Problem) -> str | None:
         """Why this engine cannot solve ``problem`` (None if it can)."""
@@ -56,6 +70,11 @@ class Engine:
         return None
 
 
+def _function(entry: str):
+    module, function = entry.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
 ENGINES: dict[str, Engine] = {}
 
 
@@ -65,10 +84,11 @@ def register(engine: Engine) -> Engine:
 
 
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
-register(Engine("scd", "dask_scd.solvers.local:fit_scd", "memory", losses=SMOOTH))
-register(Engine("sdca", "dask_scd.solvers.local:fit_sdca", "memory", l1=False))
+register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
+register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
-                losses=(*SMOOTH, "hinge")))
+                losses=(*SMOOTH, "hinge"),
+                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),)))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")

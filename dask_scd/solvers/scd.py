@@ -1,8 +1,9 @@
-"""In-memory engine: primal SCD over columns, dual SDCA over rows.
+"""In-memory engine: primal SCD over columns (``solver="scd"``).
 
-Each solver is one loop that reads top to bottom — permute, run an epoch kernel, certify,
+The solver is one loop that reads top to bottom — permute, run an epoch kernel, certify,
 check — with every numerical step in :mod:`dask_scd.kernels.cpu` and every objective in
-:mod:`dask_scd.objectives`.
+:mod:`dask_scd.objectives`; problems with an L1 part run it over growing working sets,
+with Anderson extrapolation of the iterates and celer's dual extrapolation.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.coarse import LocalCoarse
-from dask_scd.kernels import cpu, device, sdca
+from dask_scd.kernels import cpu, device
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.solvers.base import CertificateSchedule, InMemory, Options, Run
+from dask_scd.solvers.certificates import best_certificate
 
 
 def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
@@ -308,10 +310,10 @@ class _Primal:
         return abs(float(obj.loss_derivative(problem.loss, self.y, self.margins).mean()))
 
     def certify(self, problem, extrapolated=None) -> obj.Certificate:
-        """The certificate of (θ, b) (:func:`_best_certificate`); the best dual point
+        """The certificate of (θ, b) (:func:`best_certificate`); the best dual point
         seen is kept for the next ones."""
-        cert, self.kept = _best_certificate(problem, self.matrix, self.y, self.coef,
-                                            self.margins, extrapolated, self.kept)
+        cert, self.kept = best_certificate(problem, self.matrix, self.y, self.coef,
+                                           self.margins, extrapolated, self.kept)
         return cert
 
     def finish(self, problem, epoch, history, extrapolated=None) -> Run:
@@ -442,224 +444,3 @@ class _MarginMemory:
         ordered = np.roll(self.snapshots, -oldest, axis=0)
         weights = _affine_weights(ordered)
         return None if weights is None else weights @ ordered[1:]
-
-
-def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
-    """Stochastic dual coordinate ascent (L2 penalty).
-
-    The intercept's dual constraint Σ a_i = 0 is handled by the method of multipliers:
-    SDCA epochs on the augmented Lagrangian, then b ← b + ρ Σ a_i, with ρ a fifth of the
-    mean coordinate curvature ‖x_i‖²/(αn) (see :func:`dask_scd.kernels.cpu.sdca_epoch`). It
-    beats steps on random pairs of rows, which keep Σ a_i = 0 exactly but crawl on the
-    box-constrained hinge dual.
-
-    Rows are visited in block-shuffled order (:func:`dask_scd.kernels.sdca.block_order`).
-    The hinge and the squared hinge start at a = 0 and shrink as liblinear does
-    (:func:`dask_scd.kernels.sdca.sdca_shrinking_epoch`); an epoch is then n row visits,
-    spread over passes on the active rows. The certificate over all rows decides when
-    to stop, whatever the active set.
-
-    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
-    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
-    """
-    X, y = data.X, data.y
-    tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    matrix = MajorMatrix.from_array(X, "rows")
-    epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
-    kernels = device.kernels_for(epoch_matrix.data)
-    n_samples, n_features = X.shape
-    alpha_n = problem.alpha * n_samples
-    row_sq_norms = matrix.sq_norms()
-    rho = _PENALTY_SCALE * float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
-    schedule = CertificateSchedule()
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
-    dual_coef = _dual_start(problem, y, intercept)
-    coef = matrix.scatter(dual_coef) / alpha_n
-
-    history = History()
-    start = time.perf_counter()
-    epoch = 0
-    # Shrinking is a sequential strategy: GPU epochs visit every row.
-    shrinking = (_Shrinking.start(n_samples) if problem.loss in _BOX_DUALS and kernels is cpu
-                 else None)
-    all_rows = np.arange(n_samples)
-    for epoch in range(1, max_iter + 1):
-        dual_sum = np.array([dual_coef.sum()])
-        if shrinking is None:
-            max_delta = kernels.sdca_epoch(
-                epoch_matrix.data, epoch_matrix.indices, epoch_matrix.indptr,
-                epoch_matrix.dense, n_features, y,
-                dual_coef, coef, _block_order(all_rows, rng), problem.loss_code, alpha_n,
-                row_sq_norms, intercept, rho, dual_sum,
-            )
-            settled = False
-        else:
-            max_delta, settled = shrinking.epoch(
-                matrix, y, dual_coef, coef, problem.loss_code, alpha_n, row_sq_norms,
-                intercept, rho, dual_sum, rng,
-            )
-        intercept += rho * dual_sum[0]  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
-        if not (settled or schedule.due(epoch, max_delta, np.abs(dual_coef).max(),
-                                        epoch == max_iter)):
-            continue
-        cert, _, _ = _dual_certificate(problem, matrix, y, dual_coef, coef, intercept)
-        history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol:
-            break
-    # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    cert, intercept, coef = _dual_certificate(problem, matrix, y, dual_coef, None, intercept)
-    margins = matrix.dot(coef) + intercept
-    primal_cert = _primal_certificate(problem, matrix.scatter, y, coef, margins)
-    if primal_cert.gap < cert.gap:
-        cert = primal_cert
-    return Run(coef, float(intercept), cert, epoch, history)
-
-
-def _dual_start(problem, y, intercept) -> np.ndarray:
-    """A feasible first dual point, with Σ a_i = 0 when the intercept is fitted."""
-    n_samples = len(y)
-    if problem.loss in _BOX_DUALS:
-        # liblinear's start a = 0 (w = 0). The dual point of θ = 0 would put every row at
-        # β = 1 (β = 2 for the squared hinge), far from the few support vectors.
-        return np.zeros(n_samples)
-    # The dual point of θ = 0 with its best intercept.
-    margins0 = np.full(n_samples, intercept)
-    dual_coef = obj.dual_point(
-        problem, y, margins0, obj.dual_scales(problem, obj.margin_sums(problem, y, margins0))
-    )
-    if problem.loss == "logistic":
-        # The logistic dual is open at β ∈ {0, 1}; keep the start strictly inside.
-        dual_coef = np.clip(dual_coef * y, 1e-3, 1 - 1e-3) * y
-        if problem.fit_intercept:
-            dual_coef = obj.project_sum_zero(dual_coef)
-    return dual_coef
-
-
-# ρ of the method of multipliers, in units of the mean coordinate curvature. Against 1,
-# 0.2 took 2–3x fewer epochs to a gap of 1e-9 on breast cancer, digits, diabetes and the
-# 300k-row benchmark data (all losses), and on Adult (a9a) too except the hinge (25
-# epochs instead of 17); 0.05 and below made the hinge on Adult crawl (b moves slowly).
-_PENALTY_SCALE = 0.2
-
-# Duals with a box constraint on β = a·y (rows sit at its bounds): SDCA with shrinking.
-_BOX_DUALS = ("hinge", "squared_hinge")
-# Rows per block of the visiting order. Larger blocks read X faster but slow the
-# convergence of some problems (256 took 2.7x the epochs on the dense squared hinge).
-_ROW_BLOCK = 32
-# The shrunk problem is solved to this fraction of the whole problem's violation, or for
-# at most this many epochs of work between two passes over all rows.
-_RELATIVE_EPS = 1e-3
-_SHRUNK_WORK = 2.0
-
-
-def _block_order(rows, rng) -> np.ndarray:
-    """``rows`` (sorted) in block-shuffled order (see :func:`sdca.block_order`)."""
-    out = np.empty_like(rows)
-    sdca.block_order(rows, _ROW_BLOCK, rng, out)
-    return out
-
-
-@dataclass
-class _Shrinking:
-    """liblinear's shrinking state, carried from epoch to epoch (see
-    :func:`dask_scd.kernels.sdca.sdca_shrinking_epoch`): the active rows
-    ``active[:n_active[0]]`` and ``bounds`` = (M̄, m̄, ε, row visits since the last pass
-    over all rows); ``order`` and ``keep`` are the kernel's scratch arrays."""
-
-    active: np.ndarray
-    n_active: np.ndarray
-    bounds: np.ndarray
-    order: np.ndarray
-    keep: np.ndarray
-
-    @classmethod
-    def start(cls, n_samples):
-        return cls(np.arange(n_samples), np.array([n_samples]),
-                   np.array([np.inf, -np.inf, np.inf, 0.0]), np.empty(n_samples, dtype=np.int64),
-                   np.ones(n_samples, dtype=bool))
-
-    def epoch(self, matrix, y, dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept,
-              rho, dual_sum, rng):
-        """One epoch of work; returns max |Δa_i| and whether all rows were solved to ε."""
-        return sdca.sdca_shrinking_epoch(
-            matrix.data, matrix.indices, matrix.indptr, matrix.dense, matrix.n_minor, y,
-            dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept, rho, dual_sum,
-            self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep,
-            _RELATIVE_EPS, _SHRUNK_WORK,
-        )
-
-
-def _primal_certificate(problem, transpose_dot, y, coef, margins) -> obj.Certificate:
-    """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``."""
-    n_samples = len(y)
-    sums = obj.margin_sums(problem, y, margins)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
-    xta = transpose_dot(a)
-    cert = obj.primal_certificate(
-        problem, n_samples, coef, sums["loss"],
-        float(obj.dual_loss(problem.loss, y, a).sum()), xta / n_samples, obj.vdot(a, margins),
-    )
-    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
-
-
-
-
-def _best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
-    """The best certificate of (θ, b) over three dual points, and the dual point to keep.
-
-    The candidates are the dual point of the margins, that of the ``extrapolated``
-    margins (celer's dual extrapolation; both from one pass over X) and ``kept``, the
-    best of earlier certificates: a dual point's objective does not depend on θ, so an
-    earlier one stays valid and is rescored in O(n + p). Any feasible dual point gives
-    a valid gap; the highest dual objective is kept. The returned correlations are those
-    of the plain dual point (its violations rank the working sets).
-    """
-    n = len(y)
-    sums = obj.margin_sums(problem, y, margins)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
-    if extrapolated is None:
-        candidates = [(a, matrix.dot(a) / n)]
-    else:
-        ext = obj.dual_point(problem, y, extrapolated,
-                             obj.dual_scales(problem, obj.margin_sums(problem, y, extrapolated)))
-        xta, xt_ext = matrix.dot_pair(a, ext)
-        candidates = [(a, xta / n), (ext, xt_ext / n)]
-    if kept is not None:
-        candidates.append(kept)
-    best, best_point = None, None
-    for dual, correlation in candidates:
-        cert = obj.primal_certificate(
-            problem, n, coef, sums["loss"], float(obj.dual_loss(problem.loss, y, dual).sum()),
-            correlation, obj.vdot(dual, margins),
-        )
-        cert = obj.rescaled_lasso_certificate(problem, cert, y, dual, coef)
-        if best is None or cert.dual > best.dual:
-            best, best_point = cert, (dual, correlation)
-    cert = obj.Certificate(best.primal, best.dual, best.coordinate_gaps, best.intercept_gap,
-                           candidates[0][1])
-    return cert, best_point
-
-
-def _dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
-    """SDCA certificate of (a, w); returns it, the best intercept for w, and w.
-
-    An ``a`` off the constraint Σ a_i = 0 (method of multipliers) is first projected onto
-    it and w recomputed from the projection, so that the certificate stays valid.
-    ``coef=None`` recomputes w = Xᵀa/(αn) exactly.
-    """
-    alpha_n = problem.alpha * len(y)
-    if problem.fit_intercept and dual_coef.sum() != 0.0:
-        dual_coef = obj.project_sum_zero(dual_coef)
-        coef = None
-    if coef is None:
-        coef = matrix.scatter(dual_coef) / alpha_n
-    margins = matrix.dot(coef)
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
-    cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept)
-    return cert, intercept, coef
-

@@ -1,0 +1,212 @@
+"""Duality-gap certificates of the in-memory engines.
+
+:func:`primal_certificate` certifies (θ, b) from the dual point of its margins,
+:func:`best_certificate` the best of several dual points (primal SCD),
+:func:`dual_certificate` a dual point a and w = Xᵀa/(αn) (SDCA), and :class:`DualMemory`
+the outer steps of the Newton engines with the best dual value seen so far.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from dask_scd import objectives as obj
+
+# Dual points kept for extrapolation (celer's K).
+_EXTRAPOLATE = 5
+
+
+def primal_certificate(problem, transpose_dot, y, coef, margins) -> obj.Certificate:
+    """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``."""
+    n_samples = len(y)
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    xta = transpose_dot(a)
+    cert = obj.primal_certificate(
+        problem, n_samples, coef, sums["loss"],
+        float(obj.dual_loss(problem.loss, y, a).sum()), xta / n_samples, obj.vdot(a, margins),
+    )
+    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
+
+
+def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
+    """The best certificate of (θ, b) over three dual points, and the dual point to keep.
+
+    The candidates are the dual point of the margins, that of the ``extrapolated``
+    margins (celer's dual extrapolation; both from one pass over X) and ``kept``, the
+    best of earlier certificates: a dual point's objective does not depend on θ, so an
+    earlier one stays valid and is rescored in O(n + p). Any feasible dual point gives
+    a valid gap; the highest dual objective is kept. The returned correlations are those
+    of the plain dual point (its violations rank the working sets).
+    """
+    n = len(y)
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    if extrapolated is None:
+        candidates = [(a, matrix.dot(a) / n)]
+    else:
+        ext = obj.dual_point(problem, y, extrapolated,
+                             obj.dual_scales(problem, obj.margin_sums(problem, y, extrapolated)))
+        xta, xt_ext = matrix.dot_pair(a, ext)
+        candidates = [(a, xta / n), (ext, xt_ext / n)]
+    if kept is not None:
+        candidates.append(kept)
+    best, best_point = None, None
+    for dual, correlation in candidates:
+        cert = obj.primal_certificate(
+            problem, n, coef, sums["loss"], float(obj.dual_loss(problem.loss, y, dual).sum()),
+            correlation, obj.vdot(dual, margins),
+        )
+        cert = obj.rescaled_lasso_certificate(problem, cert, y, dual, coef)
+        if best is None or cert.dual > best.dual:
+            best, best_point = cert, (dual, correlation)
+    cert = obj.Certificate(best.primal, best.dual, best.coordinate_gaps, best.intercept_gap,
+                           candidates[0][1])
+    return cert, best_point
+
+
+def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
+    """SDCA certificate of (a, w); returns it, the best intercept for w, and w.
+
+    An ``a`` off the constraint Σ a_i = 0 (method of multipliers) is first projected onto
+    it and w recomputed from the projection, so that the certificate stays valid.
+    ``coef=None`` recomputes w = Xᵀa/(αn) exactly.
+    """
+    alpha_n = problem.alpha * len(y)
+    if problem.fit_intercept and dual_coef.sum() != 0.0:
+        dual_coef = obj.project_sum_zero(dual_coef)
+        coef = None
+    if coef is None:
+        coef = matrix.scatter(dual_coef) / alpha_n
+    margins = matrix.dot(coef)
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
+    cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept)
+    return cert, intercept, coef
+
+
+class DualMemory:
+    """The certificate of each outer step, with the best dual value seen so far.
+
+    Any feasible dual point bounds P* from below, so the gap of θ_t may use the highest
+    dual value of every step. With an L1 term, celer's dual extrapolation (Massias,
+    Gramfort & Salmon 2018) also tries Σ c_k a_k over the last K dual points a_k = −ℓ'(z_k),
+    with c the Anderson weights of their differences, made feasible (clipped into the
+    loss's dual domain, projected onto Σ a_i = 0, rescaled for the pure L1 penalty).
+    """
+
+    def __init__(self, problem, y):
+        self.problem, self.y = problem, y
+        self.best = -np.inf
+        self.points = deque(maxlen=_EXTRAPOLATE + 1)
+        self.extrapolation_wins = 0
+
+    def certify(self, design, coef, margins, grad_rows, parts, loss_sum):
+        """The certificate at (θ, z) given g = ℓ'(z) and ``parts`` = Xᵀ of its negative
+        and positive entries; returns it and the passes over X it took."""
+        problem, y = self.problem, self.y
+        n = len(y)
+        a = -grad_rows
+        sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
+        scales = obj.dual_scales(problem, sums)
+        passes = 0.0
+        # a = −g projected: its positive entries (g < 0) scaled by scales[0], the others
+        # by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊) with no pass.
+        correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
+        a = np.where(a > 0, a * scales[0], a * scales[1])
+        cert = obj.primal_certificate(problem, n, coef, loss_sum,
+                                      float(obj.dual_loss(problem.loss, y, a).sum()),
+                                      correlation, obj.vdot(a, margins))
+        cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
+        if problem.l1 > 0.0:
+            self.points.append(-grad_rows)
+            if len(self.points) == self.points.maxlen:
+                # Once per K + 1 steps: a pass each time would cost half a Gram step.
+                extrapolated = self._extrapolate()
+                self.points.clear()
+                if extrapolated is not None:
+                    value = self._dual_value(design, extrapolated)
+                    self.extrapolation_wins += int(value > max(self.best, cert.dual))
+                    self.best = max(self.best, value)
+                    passes += 1.0
+        return self.tighten(cert), passes
+
+    def offer_linearized(self, design, grad_rows, curv, step, correlation=None) -> float:
+        """Offer the dual point of the model solved at z: a' = −(g + d∘u), u = XΔ + Δb the
+        model's step, the first-order model of −ℓ'(z + u). At a Newton step of an L2
+        problem Xᵀa'/(n·α) is θ + Δ itself and Σa' = 0 with an intercept, so D* − D(a')
+        is of the order of the square of the step's error, and P(θ) − D(a') of the
+        order of P(θ) − P*; the gap of a = −ℓ'(z) is ‖∇P‖²/(2α), looser by up to the
+        condition number. One pass over X, none when ``correlation`` = Xᵀa'/n is given and
+        a' is feasible as it is; returns the passes. (For the squared loss a' is the next
+        residual: the next certificate's own point.)"""
+        if self.problem.loss == "squared":
+            return 0.0
+        a = -(grad_rows + curv * step)
+        value = self._feasible_value(a, correlation) if correlation is not None else None
+        passes = 0.0
+        if value is None:
+            value, passes = self._dual_value(design, a), 1.0
+        # This point is tight enough for the gap to reach the rounding of P: a margin for
+        # the rounding of D keeps the bound below it.
+        self.best = max(self.best, value - obj.DUAL_ROUNDING * abs(value))
+        return passes
+
+    def _feasible_value(self, a, correlation) -> float | None:
+        """D(a) given Xᵀa/n, or None when a is outside the dual domain (it would be clipped
+        and projected, which changes Xᵀa)."""
+        problem, y = self.problem, self.y
+        n = len(y)
+        terms = obj.dual_loss(problem.loss, y, a)
+        if not np.all(np.isfinite(terms)):
+            return None
+        if problem.fit_intercept and abs(float(a.sum())) > 1e-12 * float(np.abs(a).sum()):
+            return None
+        conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
+        return float(terms.sum()) / n - float(conjugate.sum())
+
+    def tighten(self, cert: obj.Certificate) -> obj.Certificate:
+        """``cert`` with the best dual value seen (its own included)."""
+        self.best = max(self.best, cert.dual)
+        if not self.best > cert.dual:
+            return cert
+        intercept_gap = cert.primal - self.best - float(cert.coordinate_gaps.sum())
+        return obj.Certificate(cert.primal, self.best, cert.coordinate_gaps, intercept_gap,
+                               cert.correlation)
+
+    def _extrapolate(self):
+        points = np.array(self.points)
+        differences = np.diff(points, axis=0)
+        gram = differences @ differences.T
+        try:
+            weights = np.linalg.solve(gram + 1e-14 * np.trace(gram) * np.eye(len(gram)),
+                                      np.ones(len(gram)))
+        except np.linalg.LinAlgError:
+            return None
+        if not np.all(np.isfinite(weights)) or weights.sum() == 0.0:
+            return None
+        weights /= weights.sum()
+        return weights @ points[1:]
+
+    def _dual_value(self, design, a) -> float:
+        """D(a) of a candidate made feasible (−inf if it cannot be)."""
+        problem, y = self.problem, self.y
+        n = len(y)
+        beta = a * y
+        if problem.loss in ("logistic", "hinge"):
+            beta = np.clip(beta, 0.0, 1.0)
+        elif problem.loss == "squared_hinge":
+            beta = np.maximum(beta, 0.0)
+        a = beta * y if problem.loss != "squared" else a
+        if problem.fit_intercept:
+            a = obj.project_sum_zero(a)
+        correlation = design.rows.scatter(a) / n
+        if problem.l2 == 0.0:
+            top = float(np.abs(correlation).max(initial=0.0))
+            kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
+            return float(obj.dual_loss(problem.loss, y, kappa * a).sum()) / n
+        conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
+        return float(obj.dual_loss(problem.loss, y, a).sum()) / n - float(conjugate.sum())

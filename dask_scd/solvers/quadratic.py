@@ -1,0 +1,477 @@
+"""The quadratic model of a proximal Newton step, and its inner solvers.
+
+Both Newton engines, :mod:`dask_scd.solvers.newton` (the smooth losses) and
+:mod:`dask_scd.solvers.hinge_newton` (the smoothed hinge), solve models
+
+    q(Δ) = gᵀXΔ/n + ½ΔᵀXᵀDXΔ/n + penalty(θ + Δ)        (Δb: the intercept, unpenalized)
+
+on X held by rows (:class:`Design`). Inner solvers (``docs/engines/newton.md`` says which
+runs when):
+
+- L2: Cholesky of XᵀDX/n + αI when that costs less than ~20 conjugate-gradient
+  iterations (sklearn's newton-cholesky), else preconditioned conjugate gradients on
+  Hessian-vector products, one pass over X each, XᵀDX never formed (liblinear's TRON);
+  on n ≫ p data the Hessian of a row sample (:class:`HessianSample`);
+- L1 / elastic net: coordinate descent on the model over a working set (the non-zero
+  coefficients and the worst violators, at most as many again: glmnet's IRLS-CD with
+  celer's and skglm's growing working sets), on the weighted Gram of the working set
+  when it is small, else over its columns with XΔ kept as a vector (newGLMNET).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from dask_scd import objectives as obj
+from dask_scd.kernels import newton as kernels
+from dask_scd.kernels.layout import MajorMatrix
+
+# The inner model is solved until its violation is below this fraction of the outer one.
+_INNER = 0.1
+# Conjugate-gradient iterations the L2 cost model expects per Newton step.
+_CG_EXPECTED = 20
+CG_MAX = 500
+# Above this many coordinates a Gram matrix (k² float64) is not formed.
+GRAM_MAX = 2000
+# A BLAS Gram of dense rows runs this many times faster per flop than a pass of the kernels.
+_BLAS_SPEEDUP = 8.0
+# Inner coordinate-descent epochs: expected (cost model) and at most.
+_CD_EXPECTED = 20
+_CD_MAX_GRAM = 5000
+_CD_MAX_COLUMNS = 50
+# Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
+_CHUNK_BYTES = 4 << 20
+# Sub-sampled Hessian (:class:`HessianSample`): at least this many rows per coordinate,
+# a Gram costing at most this fraction of a pass over X, and only from this many times
+# fewer rows than X has.
+_SAMPLE_PER_COORDINATE = 200
+_SAMPLE_GRAM_PASSES = 0.25
+_SAMPLE_MIN_SAVING = 4
+# A CG solve preconditioned by the sample taking more products than this ends sampling.
+_SAMPLE_MAX_CG = 10
+# A sampled step must divide the certified gap by this much, or the full Hessian returns.
+_SAMPLE_CONTRACTION = 0.1
+
+
+@dataclass
+class Design:
+    """X by rows (margins, gradients, Hessian products, Gram), by columns on demand."""
+
+    X: object
+    rows: MajorMatrix
+    column_nnz: np.ndarray  # non-zeros per column
+    gram_flops: float  # Σ_i nnz_i²: a weighted Gram of all columns
+    _columns: MajorMatrix | None = None
+
+    @classmethod
+    def from_array(cls, X) -> Design:
+        rows = MajorMatrix.from_array(X, "rows")
+        n, p = X.shape
+        if rows.dense:
+            column_nnz = np.full(p, n, dtype=np.int64)
+            gram_flops = n * float(p) ** 2 / _BLAS_SPEEDUP
+        else:
+            column_nnz = np.bincount(rows.indices, minlength=p)
+            gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
+        return cls(X, rows, column_nnz, gram_flops)
+
+    def signed_scatter(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows."""
+        rows = self.rows
+        out = np.empty(rows.n_minor), np.empty(rows.n_minor)
+        kernels.signed_scatter(rows.data, rows.indices, rows.indptr, rows.dense, rows.n_major,
+                               rows.n_minor, np.ascontiguousarray(u, dtype=np.float64), *out)
+        return out
+
+    @property
+    def nnz(self) -> float:
+        return float(self.column_nnz.sum())
+
+    @property
+    def columns(self) -> MajorMatrix:
+        if self._columns is None:
+            self._columns = MajorMatrix.from_array(self.X, "columns")
+        return self._columns
+
+    def gram(self, working, weights, intercept) -> np.ndarray:
+        """XᵀDX/n on the columns ``working`` (+ the column of ones), float64."""
+        n = self.rows.n_major
+        k = len(working) + int(intercept)
+        out = np.zeros((k, k))
+        if self.rows.dense:
+            self._dense_gram(working, weights, intercept, out)
+        else:
+            position = np.full(self.rows.n_minor, -1, dtype=np.int64)
+            position[working] = np.arange(len(working))
+            kernels.weighted_gram(self.rows.data, self.rows.indices, self.rows.indptr, n,
+                                  position, weights, intercept, out)
+            out = np.triu(out) + np.triu(out, 1).T
+        return out / n
+
+    def _dense_gram(self, working, weights, intercept, out) -> None:
+        """Σ d_i x_i x_iᵀ as (√d·X)ᵀ(√d·X) over row chunks (numpy hands a product of a
+        matrix with its own transpose to BLAS syrk: half the multiply-adds, no gather of X
+        when every column is in); the intercept's row and column by a product with d."""
+        A = np.asarray(self.X)
+        p = A.shape[1]
+        every = len(working) == p  # the whole matrix: no gather of columns
+        m = len(working)
+        gram = out[:m, :m]  # a view: the chunks' sums land in out
+        side = np.zeros(m)
+        step = max(256, _CHUNK_BYTES // (8 * max(p, 1)))
+        for start in range(0, A.shape[0], step):
+            chunk = A[start:start + step] if every else A[start:start + step][:, working]
+            w = weights[start:start + step]
+            if intercept:
+                side += w @ chunk
+            scaled = chunk * np.sqrt(w)[:, None]  # a float64 copy of one chunk
+            gram += scaled.T @ scaled
+        if intercept:
+            out[m, :m] = side
+            out[:m, m] = side
+            out[m, m] = float(weights.sum())
+
+
+class HessianSample:
+    """The Hessian XᵀDX/n of an L2 Newton step estimated from a fixed row sample.
+
+    On n ≫ p data the weighted Gram of all rows is most of a Newton step (dense 1M × 100:
+    0.8 s against 0.15 s for a pass). From m uniformly drawn rows its relative error is
+    about √(k/m) for k coordinates, so with m ≥ 200k the step is a Newton step up to a
+    few per cent: the gradient then contracts by that factor per step (linear, not
+    quadratic, convergence, but each step costs two passes instead of a Gram). The
+    gradient, the line search and the certificate stay exact; the intercept's step is
+    solved exactly given Δ (Δb = −(Σg + dᵀXΔ)/Σd), so the model's dual point keeps
+    Σa' = 0. The step that should end the fit runs CG on the exact Hessian, preconditioned
+    by the sample's factor (:func:`l2_direction`). A step the line search shortens, one
+    that does not divide the certified gap by 1/:data:`_SAMPLE_CONTRACTION`, or such a
+    CG solve taking over :data:`_SAMPLE_MAX_CG` products hands back to the full Hessian
+    for good.
+    """
+
+    def __init__(self, design: Design, rows: np.ndarray):
+        self.rows = rows
+        self.design = Design.from_array(design.X[rows])
+        self.active = True
+        self.last_gap = np.inf
+
+    @classmethod
+    def build(cls, design: Design, k: int, rng) -> HessianSample | None:
+        """A sample when it saves at least :data:`_SAMPLE_MIN_SAVING` x of the Gram's rows
+        (None otherwise): as many rows as a Gram of :data:`_SAMPLE_GRAM_PASSES` of a pass
+        allows, at least :data:`_SAMPLE_PER_COORDINATE` per coordinate."""
+        n = design.rows.n_major
+        if k > GRAM_MAX or design.gram_flops <= 0.0:
+            return None
+        by_cost = n * _SAMPLE_GRAM_PASSES * design.nnz / design.gram_flops
+        m = int(max(_SAMPLE_PER_COORDINATE * k, by_cost))
+        if m * _SAMPLE_MIN_SAVING > n:
+            return None
+        return cls(design, np.sort(rng.choice(n, size=m, replace=False)))
+
+    def gram(self, weights, intercept) -> np.ndarray:
+        return self.design.gram(np.arange(self.design.rows.n_minor), weights[self.rows],
+                                intercept)
+
+    def observe(self, relative_gap: float, t: float) -> None:
+        """After a sampled step: keep sampling only while it contracts the gap."""
+        if t < 1.0 or relative_gap > _SAMPLE_CONTRACTION * self.last_gap:
+            self.active = False
+        self.last_gap = relative_gap
+
+
+@dataclass
+class Model:
+    """The quadratic model of one outer step at (θ, b)."""
+
+    problem: obj.Problem
+    coef: np.ndarray
+    intercept: float
+    grad: np.ndarray  # Xᵀg/n
+    grad_b: float  # Σ g_i / n
+    grad_rows: np.ndarray  # g = ℓ'(z)
+    curv: np.ndarray  # d = ℓ''(z)
+    forcing: float = _INNER  # the inner solve stops at this fraction of the violation
+    # Xᵀa'/n of the model's dual point when the solve gives it without a pass (Cholesky).
+    correlation: np.ndarray | None = None
+    # Ridge: (P at Δ = 0, tol): CG stops where its residual certifies tol (not forcing).
+    ridge: tuple | None = None
+    # The inner accuracy at which the model's dual point certifies tol: for L1 the
+    # model's violation, for L2 by CG the residual norm.
+    dual_target: float = np.inf
+    # L2 by CG: dual_target applies once the model's decrease is below this.
+    final_decrease: float = 0.0
+
+    def violation(self) -> float:
+        """Largest distance to optimality over the coordinates, at Δ = 0."""
+        problem, coef = self.problem, self.coef
+        slope = self.grad + problem.l2 * coef
+        v = np.where(coef != 0.0, np.abs(slope + problem.l1 * np.sign(coef)),
+                     np.maximum(np.abs(slope) - problem.l1, 0.0))
+        worst = float(v.max(initial=0.0))
+        if problem.fit_intercept:
+            worst = max(worst, abs(self.grad_b))
+        return worst
+
+
+def set_inner_targets(model, cert, tol, violation, first_violation) -> None:
+    """The inner solve's stopping targets for the model at the iterate ``cert`` certifies.
+
+    A forcing term η = min(0.1, √(v/v₀)) on the outer violation v (superlinear inexact
+    Newton), and the accuracy at which the model's dual point a' certifies ``tol``
+    (:meth:`~dask_scd.solvers.certificates.DualMemory.offer_linearized`).
+    """
+    problem = model.problem
+    model.forcing = min(_INNER, np.sqrt(violation / first_violation))
+    primal = max(cert.primal, 0.0)
+    if problem.loss == "squared" and problem.l1 == 0.0:
+        # Ridge: the model is the objective and its gap is ‖∇P‖²/(2·l2), so one CG solve
+        # to ‖r‖ ≤ √(l2·P·tol), P read along the way, ends the fit, with no restart of
+        # the Krylov space.
+        model.ridge = (cert.primal, tol)
+    elif problem.l1 == 0.0:
+        # A CG residual r leaves a' off by ‖r‖²/(2·l2) in the gap: ‖r‖ ≤ √(0.2·l2·P·tol)
+        # keeps that under tol/10. CG goes on to it once the model predicts a decrease
+        # below √tol·P (the step that should end the fit).
+        model.dual_target = np.sqrt(0.2 * problem.l2 * primal * tol)
+        model.final_decrease = np.sqrt(tol) * primal
+    elif problem.l2 == 0.0:
+        # Pure L1: a violation v of |x_jᵀa'|/n ≤ α costs the rescaled a' about (v/α)·D,
+        # first order, so the model is solved to v ≤ 0.1·tol·α (a Gram CD epoch is
+        # cheap, and the exact models also take fewer outer steps).
+        model.dual_target = 0.1 * tol * problem.l1
+
+
+
+# ----------------------------------------------------------------------- L2 penalty
+
+
+def l2_direction(design: Design, model: Model, sample: HessianSample | None = None):
+    """The Newton direction of an L2 problem (Δ, Δb, XΔ + Δb, passes over X), with the
+    Hessian of ``sample`` when one is given."""
+    p = design.rows.n_minor
+    problem = model.problem
+    fit_b = problem.fit_intercept
+    rhs = -(model.grad + problem.l2 * model.coef)
+    if fit_b:
+        rhs = np.append(rhs, -model.grad_b)
+    k = p + int(fit_b)
+    gram_cost = design.gram_flops + k**3 / 3.0
+    if sample is not None:
+        hessian = sample.gram(model.curv, fit_b)
+        hessian[np.arange(p), np.arange(p)] += problem.l2
+        solution = cholesky_solve(hessian, rhs)
+        delta = solution[:p]
+        if model_decrease(model, delta, solution[p] if fit_b else 0.0) > \
+                model.final_decrease:
+            direction = design.rows.dot(delta)
+            delta_b = 0.0
+            total = float(model.curv.sum())
+            if fit_b and total > 0.0:  # the intercept's equation exactly, given Δ
+                delta_b = -(design.rows.n_major * model.grad_b
+                            + float(model.curv @ direction)) / total
+                direction += delta_b
+            return delta, delta_b, direction, 1.0 + _SAMPLE_GRAM_PASSES, "sampled"
+        # The step that should end the fit: its model's dual point must be exact to the
+        # square of its error, so CG on the true Hessian, preconditioned by the sample's.
+        solution, iterations = conjugate_gradients(design, model, rhs,
+                                                   _schur_preconditioner(hessian, fit_b))
+        if iterations > _SAMPLE_MAX_CG:  # the sample misses part of the curvature
+            sample.active = False
+        passes, inner = _SAMPLE_GRAM_PASSES + fit_b + iterations, "sampled_cg"
+    elif k <= GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz:
+        hessian = design.gram(np.arange(p), model.curv, fit_b)
+        hessian[np.arange(p), np.arange(p)] += problem.l2
+        solution = cholesky_solve(hessian, rhs)
+        passes, inner = 1.0, "cholesky"
+        # Xᵀa'/n = −(Xᵀg/n + XᵀD(XΔ + Δb)/n) from the Hessian itself: no pass.
+        model.correlation = -(model.grad + hessian[:p] @ solution
+                              - problem.l2 * solution[:p])
+    else:
+        solution, iterations = conjugate_gradients(design, model, rhs)
+        # the preconditioner (and XᵀD1 with an intercept), one pass per product
+        passes, inner = 1.0 + fit_b + iterations, "cg"
+    delta = solution[:p]
+    delta_b = float(solution[p]) if fit_b else 0.0
+    direction = design.rows.dot(delta) + delta_b
+    return delta, delta_b, direction, passes + 1.0, inner
+
+
+def model_decrease(model, delta, delta_b) -> float:
+    """−(∇fᵀΔ + ∂f/∂b·Δb + g(θ + Δ) − g(θ)): the model's first-order decrease."""
+    problem = model.problem
+    return -(float(model.grad @ delta) + model.grad_b * delta_b
+             + obj.penalty_value(problem, model.coef + delta)
+             - obj.penalty_value(problem, model.coef))
+
+
+def _schur_preconditioner(hessian, intercept: bool):
+    """r ↦ S⁻¹r for S the (sampled) Hessian with the intercept eliminated (its Schur
+    complement, the system :func:`conjugate_gradients` runs on)."""
+    S = hessian
+    if intercept and hessian[-1, -1] > 0.0:
+        side = hessian[:-1, -1]
+        S = hessian[:-1, :-1] - np.outer(side, side) / hessian[-1, -1]
+    elif intercept:
+        S = hessian[:-1, :-1]
+    try:
+        factor = scipy.linalg.cho_factor(S)
+    except np.linalg.LinAlgError:
+        jitter = 1e-12 * max(float(np.trace(S)), 1e-300) + 1e-300
+        factor = scipy.linalg.cho_factor(S + jitter * np.eye(len(S)))
+    return lambda r: scipy.linalg.cho_solve(factor, r)
+
+
+def cholesky_solve(hessian, rhs) -> np.ndarray:
+    """(H)⁻¹ rhs; a singular H (no curvature on the intercept) gets a relative jitter."""
+    try:
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(hessian), rhs)
+    except np.linalg.LinAlgError:
+        jitter = 1e-12 * max(float(np.trace(hessian)), 1e-300) + 1e-300
+        return np.linalg.lstsq(hessian + jitter * np.eye(len(rhs)), rhs, rcond=None)[0]
+
+
+def conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None):
+    """Truncated Newton: preconditioned CG on (XᵀDX/n + αI)Δ = rhs, products by rows.
+
+    With an intercept, CG runs on the Schur complement of its row (the intercept is
+    eliminated: Δb = (n·rhs_b − sᵀΔ)/Σd with s = XᵀD1, exact for every Δ), i.e. on the
+    columns centered in the weights d, as the squared loss's coordinate descent centers
+    them. That is better conditioned than the bordered system, and the CG residual is then
+    the whole model residual: the ridge certificate and the model's dual point
+    (:meth:`~dask_scd.solvers.certificates.DualMemory.offer_linearized`, Σa' = 0) read
+    it directly.
+
+    Stops at ‖residual‖ ≤ η‖rhs‖ with η the model's forcing term (ridge: at ‖r‖² ≤
+    l2·tol·P, P of the current iterate, which the quadratic gives for free); a step whose model decrease is below ``final_decrease`` goes on
+    to ``dual_target``. ``preconditioner(r)`` replaces the diagonal's (one pass fewer):
+    the sampled Hessian's (intercept-eliminated) factor, :class:`HessianSample`. Returns
+    the solution (Δ, and Δb with an intercept) and the number of products.
+    """
+    rows = design.rows
+    n, p = rows.n_major, rows.n_minor
+    problem = model.problem
+    curv = model.curv
+    total = float(curv.sum())
+    schur = problem.fit_intercept and total > 0.0
+    out = np.empty(p)
+    if schur:
+        s = rows.scatter(curv)  # XᵀD1
+        rhs_b = float(rhs[p])
+        rhs = rhs[:p] - s * (rhs_b / total)
+    if preconditioner is None:  # the diagonal of the (Schur-complement) system
+        diagonal = rows.scatter(curv, squared=True) / n + problem.l2
+        if schur:
+            diagonal -= s * s / (n * total)
+        diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
+
+        def preconditioner(r):
+            return r / diagonal
+
+    def apply(v):
+        side = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,
+                                      curv, v, 0.0, out)  # out = XᵀDXv, side = 1ᵀDXv
+        product = out / n + problem.l2 * v
+        if schur:
+            product -= s * (side / (n * total))
+        return product
+
+    norm = float(np.linalg.norm(rhs))
+    target = model.forcing * norm
+    # The model at (Δ, Δb(Δ)) is q_S(Δ) − ½·rhs_b²/h_bb: the intercept's share of it.
+    intercept_gain = -0.5 * n * rhs_b * rhs_b / total if schur else 0.0
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    z = preconditioner(r)
+    direction = z.copy()
+    rz = float(r @ z)
+    iterations = 0
+    while iterations < CG_MAX:
+        if model.ridge is not None:
+            primal = model.ridge[0] - 0.5 * float(x @ (rhs + r)) + intercept_gain
+            target = np.sqrt(problem.l2 * model.ridge[1] * max(primal, 0.0))
+        if float(np.linalg.norm(r)) <= target:
+            # q(x) = −½xᵀ(rhs + r): a step this small is the last one, so solve on to
+            # where the model's dual point certifies tol.
+            if target > model.dual_target and -0.5 * float(x @ (rhs + r)) \
+                    >= -model.final_decrease:
+                target = model.dual_target
+                continue
+            break
+        product = apply(direction)
+        iterations += 1
+        curvature = float(direction @ product)
+        if curvature <= 0.0:
+            break
+        step = rz / curvature
+        x += step * direction
+        r -= step * product
+        z = preconditioner(r)
+        rz, previous = float(r @ z), rz
+        direction = z + (rz / previous) * direction
+    if schur:
+        x = np.append(x, (n * rhs_b - float(s @ x)) / total)
+    elif problem.fit_intercept:
+        x = np.append(x, 0.0)  # no curvature anywhere: the model leaves b alone
+    return x, iterations
+
+
+# ------------------------------------------------------------------ L1 / elastic net
+
+
+def working_set(problem, coef, grad, size) -> np.ndarray:
+    """The non-zero coefficients and the worst violators (|Xᵀg/n| above α·l1_ratio), at
+    most ``size`` in all, sorted."""
+    support = np.flatnonzero(coef)
+    excess = np.abs(grad) - problem.l1
+    excess[support] = -np.inf
+    room = max(size - len(support), 0)
+    violators = np.flatnonzero(excess > 0.0)
+    if len(violators) > room:
+        violators = violators[np.argpartition(-excess[violators], room - 1)[:room]] \
+            if room > 0 else violators[:0]
+    return np.union1d(support, violators)
+
+
+def l1_direction(design: Design, model: Model, working):
+    """Coordinate descent on the model restricted to W (Δ = 0 outside W)."""
+    n, p = design.rows.n_major, design.rows.n_minor
+    problem = model.problem
+    fit_b = problem.fit_intercept
+    k = len(working) + int(fit_b)
+    nnz_w = float(design.column_nnz[working].sum())
+    # Σ_i nnz_i(W)², scaled from the whole matrix by the share of W's non-zeros.
+    form = design.gram_flops * (nnz_w / max(design.nnz, 1.0)) ** 2
+    target = min(model.forcing * model.violation(), model.dual_target)
+    delta = np.zeros(p)
+    if k <= GRAM_MAX and form + _CD_EXPECTED * k * k <= _CD_EXPECTED * (nnz_w + n):
+        hessian = design.gram(working, model.curv, fit_b)
+        q = model.grad[working]
+        coef_w = model.coef[working]
+        if fit_b:
+            q = np.append(q, model.grad_b)
+            coef_w = np.append(coef_w, 0.0)
+        delta_w = np.zeros(k)
+        kernels.gram_cd(hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b, target,
+                        _CD_MAX_GRAM)
+        delta[working] = delta_w[:len(working)]
+        delta_b = float(delta_w[-1]) if fit_b else 0.0
+        direction = design.rows.dot(delta) + delta_b
+        return delta, delta_b, direction, 2.0, "gram_cd"
+    columns = design.columns
+    col_curv = columns.dot(model.curv, squared=True) / n  # Σ_i d_i x_ij² / n
+    order = np.append(working, -1) if fit_b else working.copy()
+    direction = np.zeros(n)
+    delta_b = np.zeros(1)
+    epochs = 0
+    for epochs in range(1, _CD_MAX_COLUMNS + 1):
+        if kernels.column_cd_epoch(columns.data, columns.indices, columns.indptr, columns.dense,
+                                   n, order, model.grad_rows, model.curv, col_curv, model.coef,
+                                   delta, direction, problem.l1, problem.l2, fit_b,
+                                   delta_b) <= target:
+            break
+    share = nnz_w / max(design.nnz, 1.0)
+    return delta, float(delta_b[0]), direction, 1.0 + epochs * share, "column_cd"
