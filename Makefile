@@ -23,6 +23,8 @@ test: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
+# Benchmarks: every script in benchmarks/ has a target here (one-off probes are not
+# kept; see benchmarks/README.md).
 bench-kernels: $(STAMP)
 	$(PY) benchmarks/bench_kernels.py
 

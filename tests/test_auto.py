@@ -6,8 +6,8 @@ import scipy.sparse as sp
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.solvers import registry
-from dask_scd.solvers.base import InMemory
 
 
 def _onehot(n, fields, levels, rng):

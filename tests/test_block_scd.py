@@ -384,7 +384,7 @@ def test_row_chunks_stay_on_their_worker(onehot, clients):
 def test_trial_kernels_match_the_loss_differences(loss, rng):
     """The product form of the logistic trials equals ℓ(ŷ + a·d·x) − ℓ(ŷ) (numpy oracle)."""
     from dask_scd import objectives as obj
-    from dask_scd.coarse import LINE_SEARCH_STEPS as steps
+    from dask_scd.solvers.coarse import LINE_SEARCH_STEPS as steps
     from dask_scd.kernels import block as kernels
     from dask_scd.kernels.layout import MajorMatrix
 

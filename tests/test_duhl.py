@@ -10,8 +10,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.grid import open_grid, to_grid
-from dask_scd.solvers.base import InMemory, Options
+from dask_scd.solvers.base import Options
 from dask_scd.solvers.duhl import fit_duhl, fit_grid
 
 TOL = 1e-4

@@ -7,18 +7,17 @@ scikit-learn's and the column-wise SCD's, and its working set must never change 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import shared_dataset
 from sklearn import linear_model
+from test_fit import TOL, _assert_matches, _diabetes
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import reference
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.solvers.gram import GramSystem
-from dask_scd.solvers.base import InMemory
 from dask_scd.solvers.registry import GRAM_MAX_FEATURES, resolve
-
-from conftest import shared_dataset
-from test_fit import TOL, _assert_matches, _diabetes
 
 
 def _regression(rng, n=400, p=30, density=1.0):

@@ -17,11 +17,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.datasets import make_onehot
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import reference
 from dask_scd.solvers import newton, quadratic
-from dask_scd.solvers.base import InMemory, Options
+from dask_scd.solvers.base import Options
 
 TOL = 1e-9
 LOSSES = ("logistic", "squared_hinge", "squared")

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.datasets import load_breast_cancer, load_diabetes
 
 import dask_scd
-from dask_scd import coarse
+from dask_scd.solvers import coarse
 from dask_scd import objectives as obj
 from dask_scd.datasets import make_onehot
 from dask_scd.kernels import cpu

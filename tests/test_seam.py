@@ -10,9 +10,10 @@ import pytest
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import reference, scalar
 from dask_scd.solvers import registry
-from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.base import Options, Run
 
 PACKAGE = Path(dask_scd.__file__).resolve().parent
 

@@ -19,8 +19,12 @@ from dask_scd.data.cache import CACHE
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.device import on_device
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.validation import (check_feature_magnitude, check_label_values,
-                                  largest_magnitude, to_scipy)
+from dask_scd.validation import (
+    check_feature_magnitude,
+    check_label_values,
+    largest_magnitude,
+    to_scipy,
+)
 
 
 @dataclass(frozen=True)

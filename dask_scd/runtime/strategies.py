@@ -17,7 +17,6 @@ compare on the same figures. Randomness comes only from the ``rng`` passed in.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 # ------------------------------------------------------------------------ block orders

@@ -18,10 +18,10 @@ engines is :mod:`dask_scd.solvers.registry`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.memory import InMemory  # noqa: F401  (the engines' type of in-memory data)
 from dask_scd.progress import Progress
 from dask_scd.result import History
 

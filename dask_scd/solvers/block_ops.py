@@ -19,13 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 from dask_scd.data.cells import cell_view, labels
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.passes import _ordered_sum, sum_partials
-
+from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 
 # ------------------------------------------------------------------- labels
 

@@ -200,7 +200,7 @@ class _BlockSCD:
             order = self._block_order(cert)
             coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
             state = {"coef": coef, "intercept": intercept}
-            if self.coarse and self.problem.l1 == 0.0:  # see dask_scd.coarse
+            if self.coarse and self.problem.l1 == 0.0:  # see dask_scd.solvers.coarse
                 state = self._coarse_step(margins, state)
             margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
@@ -297,7 +297,7 @@ class _BlockSCD:
         on one-hot data, shifting a whole field against the intercept or another field.
         One reduction gives the k×k curvature of the loss on that subspace; the penalty
         is added exactly, and the small problem is solved in a task
-        (:func:`dask_scd.coarse.coarse_newton`). A line search keeps it a descent step
+        (:func:`dask_scd.solvers.coarse.coarse_newton`). A line search keeps it a descent step
         for non-quadratic losses. Returns a future of the new state, {"coef",
         "intercept"}: nothing waits here, the certificate's gather fetches it.
         """

@@ -28,11 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import cpu
 from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import GridStore, HostMemory, MatrixStore, SlowStore, Tier
-from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import dual_certificate, primal_certificate
 from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start
 

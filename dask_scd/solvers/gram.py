@@ -31,11 +31,12 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import newton as newton_kernels
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
-from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import primal_certificate
 
 # Rows per chunk when building the centred Gram matrix of dense X: ~4 MiB float64 temporaries.

@@ -30,8 +30,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.result import History
-from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import DualMemory, dual_certificate
 from dask_scd.solvers.newton_loop import REFRESH, STOP, Meter, Stopping
 from dask_scd.solvers.quadratic import (

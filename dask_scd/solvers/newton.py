@@ -26,10 +26,11 @@ import time
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
 from dask_scd.result import History
-from dask_scd.solvers.base import InMemory, Options, Run
+from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import DualMemory, primal_certificate
 from dask_scd.solvers.newton_loop import REFRESH, STOP, Meter, Stopping
 from dask_scd.solvers.quadratic import (
@@ -84,6 +85,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     if problem.l1 == 0.0:
         sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
     sampled = False  # whether the step about to be taken came from the sample
+    t = 1.0  # the step size of the last line search
     while True:
         tick = time.perf_counter()
         loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.coarse import LocalCoarse
 from dask_scd.kernels import cpu, device
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.solvers.base import CertificateSchedule, InMemory, Options, Run
 from dask_scd.solvers.certificates import best_certificate
+from dask_scd.solvers.coarse import LocalCoarse
 
 
 def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:

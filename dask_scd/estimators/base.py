@@ -1,0 +1,328 @@
+"""The base classes of the estimators: input handling, fitting and prediction shared by
+the five estimators (:class:`_LinearModel`), and what regressors (:class:`_Regressor`) and
+classifiers (:class:`_Classifier`) add to it."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from dask_scd.data.inputs import ModelInput, is_dask, read_input
+from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_one
+from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
+from dask_scd.estimators.scoring import _dask_scores
+from dask_scd.objectives import CLASSIFICATION_LOSSES
+from dask_scd.validation import check_problem
+
+_ACCEPT_SPARSE = ("csr", "csc")
+_DTYPES = (np.float64, np.float32)
+
+
+class _LinearModel(BaseEstimator):
+    """Fitting, prediction and input handling shared by the five estimators.
+
+    Subclasses set ``_loss``/``_penalty`` (class attributes) or have them as parameters.
+    """
+
+    _loss = None
+    _penalty = None
+
+    def _problem_arguments(self) -> dict:
+        return {
+            "loss": getattr(self, "loss", None) or self._loss,
+            "penalty": getattr(self, "penalty", None) or self._penalty,
+            "alpha": self.alpha,
+            "l1_ratio": getattr(self, "l1_ratio", 0.5),
+            "fit_intercept": self.fit_intercept,
+        }
+
+    def _fit_options(self) -> dict:
+        return {
+            **self._problem_arguments(),
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+            "solver": self.solver,
+            "random_state": self.random_state,
+            "verbose": self.verbose,
+        }
+
+    # ----------------------------------------------------------------- inputs
+
+    def _read_fit_input(self, X, y, y_numeric: bool) -> ModelInput:
+        """Validate X and y once; set ``n_features_in_`` and ``feature_names_in_``."""
+        data = read_input(X, y)
+        if data.kind in ("native", "memory"):
+            if data.kind == "native" and data.y is None:
+                # scikit-learn's message for a missing target
+                validate_data(self, data.X, None, accept_sparse=_ACCEPT_SPARSE)
+            data.X, data.y = validate_data(
+                self, data.X, data.y, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
+                y_numeric=y_numeric,
+            )
+        else:
+            if data.kind == "dask":
+                _check_dask_matrix(data.X)
+                if data.y is None:
+                    raise ValueError(f"{type(self).__name__} requires y to be passed, but the "
+                                     "target y is None (only a grid carries its labels)")
+            self.n_features_in_ = int(data.X.shape[1])
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        if data.kind != "native" and data.feature_names is not None:
+            self.feature_names_in_ = data.feature_names
+        return data
+
+    def _read_predict_input(self, X) -> ModelInput:
+        check_is_fitted(self)
+        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None))
+        if data.kind == "native":
+            data.X = validate_data(self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
+                                   reset=False)
+            return data
+        if data.kind == "memory":
+            data.X = check_array(data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES)
+        elif data.kind == "dask":
+            _check_dask_matrix(data.X)
+        if data.X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {data.X.shape[1]} features, but {type(self).__name__} "
+                             f"is expecting {self.n_features_in_} features as input.")
+        fitted = getattr(self, "feature_names_in_", None)
+        if (fitted is not None and data.feature_names is not None
+                and not np.array_equal(fitted, data.feature_names)):
+            raise ValueError("The feature names should match those that were passed during "
+                             f"fit: {list(fitted)[:5]}... against {list(data.feature_names)[:5]}...")
+        return data
+
+    # ---------------------------------------------------------------- fitting
+
+    def _fit_models(self, data: ModelInput, targets: list) -> list:
+        """One :func:`dask_scd.fit` per target vector (one per class for one-vs-rest).
+
+        In-memory one-vs-rest fits run as independent tasks on the current
+        ``distributed.Client`` when there is one; dask and grid fits each use the cluster.
+        """
+        options = self._fit_options()
+        check_problem(options["loss"], options["penalty"], options["alpha"],
+                      options["l1_ratio"], options["fit_intercept"])
+        previous = self._previous_models(data, len(targets))
+        client = _current_client() if data.kind != "grid" and not is_dask(data.X) else None
+        if client is not None and len(targets) > 1:
+            return _fit_on_cluster(client, data.X, targets, options, previous)
+        return [_fit_one(data.X, y, options, start)
+                for y, start in zip(targets, previous)]
+
+    def _previous_models(self, data: ModelInput, n_models: int) -> list:
+        """The previous solution of each model when ``warm_start`` can use it, else None."""
+        starts = [None] * n_models
+        if not self.warm_start or not hasattr(self, "coef_"):
+            return starts
+        coef = np.atleast_2d(self.coef_)
+        intercept = np.atleast_1d(self.intercept_)
+        if coef.shape != (n_models, data.X.shape[1]):
+            return starts
+        return [(coef[k], float(intercept[k])) for k in range(n_models)]
+
+    def _set_fitted(self, results: list, single_output: bool) -> None:
+        coef = np.array([np.asarray(r.coef_, dtype=np.float64).ravel() for r in results])
+        intercept = np.array([float(r.intercept_) for r in results])
+        self.coef_ = coef[0] if single_output else coef
+        self.intercept_ = float(intercept[0]) if single_output else intercept
+        n_iter = np.array([r.n_iter_ for r in results])
+        gaps = np.array([r.dual_gap_ for r in results])
+        self.n_iter_ = int(n_iter[0]) if single_output else n_iter
+        self.dual_gap_ = float(gaps[0]) if single_output else gaps
+        histories = [r.history_ for r in results]
+        self.history_ = histories[0] if len(histories) == 1 else histories
+        self.solver_ = results[0].solver_
+
+    # ------------------------------------------------------------- prediction
+
+    def _decision(self, X):
+        """X @ coef_ᵀ + intercept_ (numpy, or a lazy dask array for dask and grid X)."""
+        data = self._read_predict_input(X)
+        coef = np.atleast_2d(self.coef_)
+        intercept = np.atleast_1d(self.intercept_)
+        if data.kind == "grid":
+            scores = _dask_scores(data.X.X, coef[:, data.X.feature_order], intercept)
+        elif data.kind == "dask":
+            scores = _dask_scores(data.X, coef, intercept)
+        else:
+            scores = np.asarray(data.X @ coef.T) + intercept
+        return scores[:, 0] if np.ndim(self.coef_) == 1 or coef.shape[0] == 1 else scores
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+class _Regressor(RegressorMixin, _LinearModel):
+    _loss = "squared"
+
+    def fit(self, X, y=None):
+        """Fit the model, certified by its relative duality gap.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            The design matrix, of shape (n_samples, n_features). A path names a grid
+            store or a libsvm file.
+        y : array-like of shape (n_samples,), optional
+            Targets; omitted for a grid or a libsvm file, which carry their labels.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
+        data = self._read_fit_input(X, y, y_numeric=True)
+        results = self._fit_models(data, [data.y])
+        self._set_fitted(results, single_output=True)
+        return self
+
+    def predict(self, X):
+        """Predict ``X @ coef_ + intercept_``.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,)
+            A lazy dask array for dask or grid X.
+        """
+        return self._decision(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """R² of the predictions (see :meth:`sklearn.base.RegressorMixin.score`).
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+        y : array-like of shape (n_samples,), optional
+            True values; omitted for a grid or a libsvm file.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the score (the fit itself does not weight rows).
+
+        Returns
+        -------
+        float
+        """
+        return super().score(*_score_arguments(X, y), sample_weight=sample_weight)
+
+
+class _Classifier(ClassifierMixin, _LinearModel):
+    def fit(self, X, y=None):
+        """Fit one binary model, or one per class (one-vs-rest) for more than two classes.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            The design matrix, of shape (n_samples, n_features). A path names a grid
+            store or a libsvm file.
+        y : array-like of shape (n_samples,), optional
+            Class labels; omitted for a grid or a libsvm file, which carry their labels.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
+        loss = self._problem_arguments()["loss"]
+        if loss not in CLASSIFICATION_LOSSES:
+            raise ValueError(f"loss={loss!r} is not a classification loss "
+                             f"({', '.join(CLASSIFICATION_LOSSES)})")
+        data = self._read_fit_input(X, y, y_numeric=False)
+        self.classes_ = _classes(data)
+        if len(self.classes_) < 2:
+            raise ValueError("This solver needs samples of at least 2 classes in the data, "
+                             f"but the data contains only one class: {self.classes_[0]!r}")
+        positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
+        if data.kind == "grid" and len(self.classes_) == 2:
+            targets = [None]  # the engine maps a grid's two labels to ±1 itself
+        else:
+            targets = [_one_vs_rest(data, label) for label in positive]
+        results = self._fit_models(data, targets)
+        self._set_fitted(results, single_output=False)
+        return self
+
+    def decision_function(self, X):
+        """Signed distance to the separating hyperplane(s): ``X @ coef_.T + intercept_``.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,) or (n_samples, n_classes)
+            One column per class for more than two classes; for two classes, > 0 means
+            ``classes_[1]``. A lazy dask array for dask or grid X.
+        """
+        return self._decision(X)
+
+    def predict(self, X):
+        """Predict class labels: the class of the largest decision value.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,)
+            Labels from ``classes_``; a lazy dask array for dask or grid X.
+        """
+        scores = self.decision_function(X)
+        classes = self.classes_
+        if is_dask(scores):
+            meta = np.empty(0, dtype=classes.dtype)
+            if scores.ndim == 1:
+                return scores.map_blocks(_binary_labels, classes, dtype=classes.dtype, meta=meta)
+            return scores.map_blocks(_argmax_labels, classes, drop_axis=1, dtype=classes.dtype,
+                                     meta=meta)
+        if scores.ndim == 1:
+            return _binary_labels(scores, classes)
+        return _argmax_labels(scores, classes)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Mean accuracy (see :meth:`sklearn.base.ClassifierMixin.score`).
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+        y : array-like of shape (n_samples,), optional
+            True labels; omitted for a grid or a libsvm file.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the score (the fit itself does not weight rows).
+
+        Returns
+        -------
+        float
+        """
+        return super().score(*_score_arguments(X, y), sample_weight=sample_weight)
+
+
+def _check_dask_matrix(X) -> None:
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+
+
+def _score_arguments(X, y):
+    """(X, y) for a score: a grid's or a libsvm file's own labels when y is omitted."""
+    if y is not None:
+        return X, y
+    data = read_input(X)
+    labels = data.X.y if data.kind == "grid" else data.y
+    if labels is None:
+        raise ValueError("score needs y (only a grid or a libsvm file carry their labels)")
+    return X, np.asarray(labels.compute() if is_dask(labels) else labels)

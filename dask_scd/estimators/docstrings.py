@@ -1,0 +1,67 @@
+"""The docstring sections that the five estimators share: common parameters, attributes
+and accepted inputs, filled into each class's template by :func:`_docstring`."""
+
+_COMMON_PARAMETERS = """
+    fit_intercept : bool, default=True
+        Fit an unpenalized intercept b (X is never centred).
+    tol : float, default=1e-6
+        Target relative duality gap ``(P − D)/|P|``: the fit stops once it is certified
+        below ``tol`` (a bound on the objective's distance to the optimum, unlike
+        scikit-learn's ``tol``, which bounds the coefficients' last change).
+    max_iter : int, default=1000
+        Maximum number of epochs (passes over all coordinates, or over all blocks on a
+        cluster).
+    solver : {"auto", "gram", "scd", "sdca", "block_scd"}, default="auto"
+        The engine (see :func:`dask_scd.fit`); "auto" chooses from the problem and the
+        size of the data. Not scikit-learn's solver names.
+    warm_start : bool, default=False
+        Reuse the previous solution when refitting (regularization paths). The engines
+        cannot start from a given point yet: the previous model is kept, without any
+        epoch, when its certificate for the new parameters is already below ``tol``
+        (in-memory data), and the fit starts cold otherwise.
+    random_state : int, numpy.random.Generator or None, default=None
+        Seeds the coordinate (or block) order: the same seed gives the same model.
+    verbose : bool, int or "auto", default=0
+        0: silent; 1: a progress bar in a terminal or notebook, else a line per
+        certified epoch; 2: a line per certified epoch (see :class:`dask_scd.Progress`).
+"""
+
+_COMMON_ATTRIBUTES = """
+    n_iter_ : {n_iter}
+        Epochs run{per_model}.
+    dual_gap_ : {dual_gap}
+        Relative duality gap ``(P − D)/|P|`` certified at the end of the fit{per_model}.
+    history_ : History{history}
+        The certified epochs: relative gap, objective and time of each.
+    solver_ : str
+        The engine that ran.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features,)
+        Names of the features seen during fit (DataFrame columns, the feature coordinate
+        of an xarray object, a grid's feature names); absent when X has none.
+"""
+
+_INPUTS = """
+    X may be a numpy array, a scipy.sparse matrix, a pandas DataFrame, a dask array
+    (numpy or scipy.sparse chunks, any chunking: column chunks are the engine's blocks),
+    a :class:`dask_scd.Grid` or the path of one, an xarray DataArray (sample, feature)
+    or Dataset (one column per 1-D variable), or the path of a libsvm file. ``predict``
+    of a dask array or a grid is lazy and returns a dask array.
+
+    Rows cannot be weighted: the engines have no per-row weights, so ``fit`` takes no
+    ``sample_weight``.
+"""
+
+_REGRESSOR_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
+    n_iter="int", dual_gap="float", history="", per_model="")
+_CLASSIFIER_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
+    n_iter="ndarray of shape (n_models,)", dual_gap="ndarray of shape (n_models,)",
+    history=" or list of History", per_model=", one entry per binary model")
+
+
+def _docstring(template: str) -> str:
+    return (template.replace("{common_parameters}", _COMMON_PARAMETERS.strip("\n"))
+            .replace("{regressor_attributes}", _REGRESSOR_ATTRIBUTES.strip("\n"))
+            .replace("{classifier_attributes}", _CLASSIFIER_ATTRIBUTES.strip("\n"))
+            .replace("{inputs}", _INPUTS.strip("\n")))

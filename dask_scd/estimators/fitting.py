@@ -1,0 +1,96 @@
+"""The fits behind the estimators: one :func:`dask_scd.fit` per target vector (a grid's
+one-vs-rest targets on its cells), warm starts, and the independent binary fits of
+one-vs-rest as tasks on the current ``distributed.Client``."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+
+import numpy as np
+
+from dask_scd.api import fit
+from dask_scd.data.inputs import is_dask
+from dask_scd.objectives import CLASSIFICATION_LOSSES, certificate
+from dask_scd.validation import check_problem
+
+
+def _fit_one(X, y, options: dict, start=None):
+    """One :func:`dask_scd.fit`; a grid with ±1 targets fits its cells as a dask array."""
+    from dask_scd.data.inputs import is_grid
+
+    if is_grid(X):
+        if y is None or options["loss"] not in CLASSIFICATION_LOSSES:
+            return fit(X, **options)
+        # One-vs-rest on a grid: the grid's cells as a dask array (columns in grid
+        # order, one chunk per block), with the targets of this class.
+        result = fit(X.X, y, **options)
+        result.coef_ = X.to_original_order(result.coef_)
+        return result
+    if start is not None:
+        reused = _reuse_previous(X, y, options, start)
+        if reused is not None:
+            return reused
+    return fit(X, y, **options)
+
+
+def _reuse_previous(X, y, options: dict, start):
+    """Warm start: pass the previous solution to an engine that takes one, or keep it when
+    its certificate for the new problem is already below ``tol``."""
+    coef, intercept = start
+    if "coef_init" in inspect.signature(fit).parameters:
+        return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
+    if is_dask(X) or is_dask(y):
+        return None
+    problem = check_problem(options["loss"], options["penalty"], options["alpha"],
+                            options["l1_ratio"], options["fit_intercept"])
+    y = np.asarray(y, dtype=np.float64)
+    if problem.loss in CLASSIFICATION_LOSSES:
+        labels = np.unique(y)
+        if len(labels) != 2:
+            return None
+        y = np.where(y == labels[1], 1.0, -1.0)
+    intercept = intercept if problem.fit_intercept else 0.0
+    cert = certificate(problem, X, y, coef, intercept)
+    if cert.relative_gap > options["tol"]:
+        return None
+    from dask_scd.result import FitResult, History
+
+    return FitResult(
+        coef_=np.array(coef, dtype=np.float64), intercept_=intercept,
+        dual_gap_=cert.relative_gap, n_iter_=0, history_=History(), converged_=True,
+        solver_="warm_start", loss=problem.loss, penalty=options["penalty"],
+        alpha=problem.alpha, l1_ratio=problem.l1_ratio, primal_=cert.primal,
+    )
+
+
+def _fit_task(X, y, options):
+    return fit(X, y, **options)
+
+
+def _fit_on_cluster(client, X, targets: list, options: dict, previous: list) -> list:
+    """Independent binary fits as tasks on the cluster, X sent once."""
+    results = [None] * len(targets)
+    for k, (y, start) in enumerate(zip(targets, previous)):
+        if start is not None:
+            results[k] = _reuse_previous(X, y, options, start)
+    todo = [k for k in range(len(targets)) if results[k] is None]
+    if todo:
+        X_future = client.scatter(X, broadcast=False)
+        futures = [client.submit(_fit_task, X_future, targets[k], options, pure=False)
+                   for k in todo]
+        for k, result in zip(todo, client.gather(futures)):
+            results[k] = result
+    return results
+
+
+def _current_client():
+    """The current ``distributed.Client``, or None (distributed is not imported for this)."""
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None

@@ -1,0 +1,55 @@
+"""Class labels for the classifiers: the classes of the input (computed on the cluster
+for dask and grid labels), the ±1 targets of one class against the rest, and labels and
+probabilities from decision values."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+
+from dask_scd.data.inputs import ModelInput, is_dask
+
+
+def _classes(data: ModelInput) -> np.ndarray:
+    """The sorted class labels, computed on the cluster for dask and grid labels."""
+    if data.kind == "native" or data.kind == "memory":
+        check_classification_targets(data.y)
+        return np.unique(data.y)
+    y = data.X.y if data.kind == "grid" else data.y
+    if is_dask(y):
+        import dask.array as da
+
+        classes = np.unique(np.asarray(da.unique(y).compute()))
+    else:
+        classes = np.unique(np.asarray(y))
+    if type_of_target(classes) not in ("binary", "multiclass"):
+        raise ValueError(f"Unknown label type: {type_of_target(classes)!r} (a classifier "
+                         f"needs class labels; got {len(classes)} distinct values)")
+    return classes
+
+
+def _one_vs_rest(data: ModelInput, label):
+    """±1 targets: ``label`` against the rest."""
+    y = data.X.y if data.kind == "grid" else data.y
+    if is_dask(y):
+        import dask.array as da
+
+        return da.where(y == label, 1.0, -1.0)
+    return np.where(np.asarray(y) == label, 1.0, -1.0)
+
+
+def _binary_labels(scores, classes):
+    return classes[(np.asarray(scores) > 0).astype(np.intp)]
+
+
+def _argmax_labels(scores, classes):
+    return classes[np.argmax(scores, axis=1)]
+
+
+def _probabilities(scores):
+    if scores.ndim == 1:
+        positive = expit(scores)
+        return np.column_stack([1.0 - positive, positive])
+    probabilities = expit(scores)
+    return probabilities / probabilities.sum(axis=1, keepdims=True)
