@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import cpu, device, sdca
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
-from dask_scd.solvers.base import CertificateSchedule, InMemory, Options, Run
+from dask_scd.solvers.base import CertificateSchedule, Options, Run
 from dask_scd.solvers.certificates import dual_certificate, primal_certificate
 
 
