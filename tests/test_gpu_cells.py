@@ -175,8 +175,8 @@ def test_apply_step_and_refresh_margins(layout, rng):
                   ops.apply_step(margins, cells[0][1], {"delta": delta}))
     state = {"coef": rng.normal(size=8), "intercept": 0.3}
     offsets = np.array([0, 5, 8])
-    _assert_close(passes.refresh_margins([c[0] for c in cells], state, offsets, 12),
-                  passes.refresh_margins([c[1] for c in cells], state, offsets, 12))
+    _assert_close(passes.refresh_margins([c[0] for c in cells], 12, state, offsets),
+                  passes.refresh_margins([c[1] for c in cells], 12, state, offsets))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

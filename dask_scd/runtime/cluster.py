@@ -44,6 +44,35 @@ def fit_client(client):
         yield local
 
 
+class Rows:
+    """Per-row-chunk values held as one future per group of row chunks (a list each, in
+    row order): what :meth:`ClusterRuntime.map_rows` returns and takes."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+
+def _run_rows(func, n_per_row: int, *args) -> list:
+    """(task) ``func`` on each row chunk of a group: ``args[:n_per_row]`` are lists with
+    one value per row chunk of the group, the rest shared."""
+    per_row, shared = args[:n_per_row], args[n_per_row:]
+    return [func(*row, *shared) for row in zip(*per_row)]
+
+
+def _call_on_rows(func, n_fixed: int, *args):
+    """(task) ``func(*fixed, *results)``, the groups' results flattened in row order."""
+    fixed, groups = args[:n_fixed], args[n_fixed:]
+    return func(*fixed, *[value for group in groups for value in group])
+
+
+def _sum_picked(index, *groups) -> dict:
+    """(task) :func:`passes.sum_partials` of the row-chunk results at ``index`` (pairs of
+    group, position in it), in that order."""
+    return passes.sum_partials(*[groups[g][i] for g, i in index])
+
+
 class ClusterRuntime:
     """Submitting a fit's tasks to a ``distributed.Client``.
 
@@ -61,47 +90,95 @@ class ClusterRuntime:
         self.n_row_chunks = n_row_chunks
         self.pin = pin
         self._fit_token, self._n_submitted = uuid.uuid4().hex, 0
+        self.groups = self._make_groups()
         self.homes = [None] * n_row_chunks
+        self.group_homes = [None] * len(self.groups)
         self.assign_homes()
 
-    def assign_homes(self):
-        """Row chunk r → one worker (its "home"), in contiguous runs weighted by threads.
+    def _slots(self) -> list:
+        """One entry per thread of every worker (its address), in address order."""
+        workers = self.client.scheduler_info()["workers"]
+        return [address for address in sorted(workers)
+                for _ in range(max(1, int(workers[address].get("nthreads", 1))))]
 
-        Every task of row chunk r asks for its home (``allow_other_workers=True``: a lost
-        worker's row chunks go elsewhere until the next call reassigns them), so the
+    def _make_groups(self) -> list:
+        """Row chunks run in groups, one task per group and stage: contiguous runs, one per
+        worker thread (a grid), fixed for the fit; a dask array's chunks one by one.
+
+        A task's fixed cost on the scheduler (~2 ms) is paid once per group instead of once
+        per row chunk. Every row chunk's result is still computed on its own and the sums
+        run over row chunks in order (:meth:`reduce`), so the model does not depend on
+        the grouping, hence on the workers.
+        """
+        R = self.n_row_chunks
+        if not self.pin:
+            return [[r] for r in range(R)]
+        G = max(1, min(len(self._slots()), R))
+        return [[r for r in range(R) if r * G // R == g] for g in range(G)]
+
+    def assign_homes(self):
+        """Each group of row chunks → one worker thread (its "home"), in contiguous runs.
+
+        Every task of a group asks for its home (``allow_other_workers=True``: a lost
+        worker's groups go elsewhere until the next call reassigns them), so the
         stages of a block iteration are balanced, the margins never move between workers
         and each worker caches only its own cells. Placement never changes the model
         (every task is deterministic).
         """
-        R = self.n_row_chunks
+        R, G = self.n_row_chunks, len(self.groups)
         self.homes = [None] * R
+        self.group_homes = [None] * G
         if not self.pin:
             return
-        workers = self.client.scheduler_info()["workers"]
-        slots = [address for address in sorted(workers)
-                 for _ in range(max(1, int(workers[address].get("nthreads", 1))))]
+        slots = self._slots()
         if len(slots) > 1:
-            self.homes = [slots[r * len(slots) // R] for r in range(R)]
+            self.group_homes = [slots[g * len(slots) // G] for g in range(G)]
+            for g, rows in enumerate(self.groups):
+                for r in rows:
+                    self.homes[r] = self.group_homes[g]
 
-    def submit(self, func, *args, **kwargs):
-        """Submit a task under a cheap unique key.
+    def submit(self, func, *args, name: str | None = None, **kwargs):
+        """Submit a task under a cheap unique key (prefixed ``name``, default the function's).
 
         ``client.submit`` would otherwise tokenize every argument (problem, θ, cell
         references) to name the task: ~600 times per epoch, on the cores the scheduler
         needs.
         """
         self._n_submitted += 1
-        key = f"{func.__name__}-{self._fit_token}-{self._n_submitted}"
+        key = f"{name or func.__name__}-{self._fit_token}-{self._n_submitted}"
         return self.client.submit(func, *args, key=key, **kwargs)
 
-    def submit_row(self, r, func, *args):
+    def submit_row(self, r, func, *args, name: str | None = None):
         """Submit a task of row chunk r on its home worker."""
-        if self.homes[r] is None:
-            return self.submit(func, *args)
-        return self.submit(func, *args, workers=[self.homes[r]], allow_other_workers=True)
+        return self.submit(func, *args, name=name, **self._placement(self.homes[r]))
 
     def gather(self, futures):
         return self.client.gather(futures)
+
+    def map_rows(self, func, per_row: tuple, *shared) -> Rows:
+        """``func(*row_args, *shared)`` for every row chunk, one task per group.
+
+        ``per_row`` holds, per argument, either a list with one value per row chunk (cells,
+        labels) or :class:`Rows` (results of an earlier :meth:`map_rows`); ``shared``
+        arguments (futures too) are the same for every row chunk. Returns :class:`Rows`.
+        """
+        parts = []
+        for g, rows in enumerate(self.groups):
+            args = [a.parts[g] if isinstance(a, Rows) else [a[r] for r in rows] for a in per_row]
+            task = self.submit(_run_rows, func, len(per_row), *args, *shared, name=func.__name__,
+                               **self._placement(self.group_homes[g]))
+            parts.append(task)
+        return Rows(parts)
+
+    def reduce(self, func, fixed: tuple, rows: Rows):
+        """One task ``func(*fixed, *results in row-chunk order)``: the results of every row
+        chunk, flattened from their groups in order, so the sums keep the same bits
+        whatever the grouping."""
+        return self.submit(_call_on_rows, func, len(fixed), *fixed, *rows.parts,
+                           name=func.__name__)
+
+    def _placement(self, home) -> dict:
+        return {} if home is None else {"workers": [home], "allow_other_workers": True}
 
     def tree_sum(self, partials, split_every=4):
         """Sum partials in groups of consecutive row chunks (:func:`passes.sum_partials`).
@@ -111,7 +188,34 @@ class ClusterRuntime:
         sums keep the same bits whatever the workers; each group is summed on the home of
         its first row chunk, where most of its parts already are.
         """
+        if isinstance(partials, Rows):
+            return self._tree_sum_rows(partials, split_every)
         first = list(range(len(partials)))
+        while len(partials) > split_every:
+            groups = range(0, len(partials), split_every)
+            partials = [self.submit_row(first[i], passes.sum_partials, *partials[i:i + split_every])
+                        for i in groups]
+            first = [first[i] for i in groups]
+        return partials
+
+    def _tree_sum_rows(self, partials: Rows, split_every):
+        """:meth:`tree_sum` of row-chunk results held in groups: the first level sums the
+        same runs of ``split_every`` consecutive row chunks, each in a task that takes the
+        groups holding them (the same bits as summing per-row futures)."""
+        where = [(g, i) for g, rows in enumerate(self.groups) for i in range(len(rows))]
+        R = len(where)
+        if R <= split_every:
+            return [self.reduce(passes.sum_partials, (), partials)]
+        level = []
+        for start in range(0, R, split_every):
+            picks = where[start:start + split_every]
+            needed = sorted({g for g, _ in picks})
+            index = [(needed.index(g), i) for g, i in picks]
+            level.append(self.submit_row(start, _sum_picked, index,
+                                         *[partials.parts[g] for g in needed],
+                                         name="sum_partials"))
+        first = list(range(0, R, split_every))
+        partials = level
         while len(partials) > split_every:
             groups = range(0, len(partials), split_every)
             partials = [self.submit_row(first[i], passes.sum_partials, *partials[i:i + split_every])
@@ -124,18 +228,15 @@ class ClusterRuntime:
 
         ``cells[r]`` are row chunk r's cells (all blocks), ``state`` a dict {"coef",
         "intercept"} or a future of one: the whole chain is submitted at once and the
-        client waits once, for (θ, b) and the certificate together. Returns (margins
-        futures, (coef, intercept, certificate)).
+        client waits once, for (θ, b) and the certificate together. Returns (margins as
+        :class:`Rows`, (coef, intercept, certificate)).
         """
-        R = len(rows)
-        margins = [self.submit_row(r, passes.refresh_margins, cells[r], state, offsets,
-                                   int(rows[r])) for r in range(R)]
-        stats = [self.submit_row(r, passes.certificate_stats, cells[r], labels[r], margins[r],
-                                 problem) for r in range(R)]
-        total = self.submit(passes.sum_partials, *stats)
-        dual = [self.submit_row(r, passes.dual_loss_sum, labels[r], margins[r], problem, total)
-                for r in range(R)]
-        result = self.submit(passes.certificate, problem, n_samples, state, total, *dual).result()
+        margins = self.map_rows(passes.refresh_margins, (cells, [int(k) for k in rows]), state,
+                                offsets)
+        stats = self.map_rows(passes.certificate_stats, (cells, labels, margins), problem)
+        total = self.reduce(passes.sum_partials, (), stats)
+        dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total)
+        result = self.reduce(passes.certificate, (problem, n_samples, state, total), dual).result()
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
 
     def run_on_rows(self, func, *args) -> list:

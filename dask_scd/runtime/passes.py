@@ -15,7 +15,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, labels
 
 
-def refresh_margins(cells: list, state: dict, offsets, n_rows: int) -> np.ndarray:
+def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarray:
     """ŷ = Σ_b X_cell(b) θ_b + b for one row chunk, exactly (no accumulated rounding).
 
     ``state`` is {"coef", "intercept"} with coef in grid column order; block b is

@@ -256,32 +256,37 @@ class _BlockSCD:
             self.runtime.run_on_rows(hold_cells, [])
 
     def _epoch(self, margins, order, coef, intercept, primal):
-        """Submit one pass over the blocks as a single graph; wait only for its end."""
-        submit, submit_row = self.runtime.submit, self.runtime.submit_row
-        problem, n = self.problem, self.source.n_samples
+        """Submit one pass over the blocks as a single graph; wait only for its end.
+
+        ``margins`` are :class:`~dask_scd.runtime.cluster.Rows`: every stage runs as one
+        task per group of row chunks (:meth:`ClusterRuntime.map_rows`), every reduction
+        sums the row chunks' parts in order (:meth:`ClusterRuntime.reduce`).
+        """
+        runtime, labels = self.runtime, self.labels
+        problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
         slack = 1e-13 * abs(primal)
         steps = {}
         for b in order:
             pure = b == INTERCEPT or self.source.purity[b]
-            cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(len(margins))]
+            cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(R)]
             theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
             # An impure block small enough takes the exact Newton step of its Gram matrix.
             gram = not pure and len(theta) <= self.gram_max
-            stats = [submit_row(r, ops.block_stats, cells[r], self.labels[r], margins[r],
-                                problem.loss, gram) for r in range(len(margins))]
+            stats = runtime.map_rows(ops.block_stats, (cells, labels, margins), problem.loss,
+                                     gram)
+            fixed = (problem, n, theta, b == INTERCEPT)
             if gram:
-                stats = self.runtime.tree_sum(stats)
-            step = direction = submit(ops.block_direction, problem, n, theta, b == INTERCEPT,
-                                      *stats)
+                step = direction = runtime.submit(ops.block_direction, *fixed,
+                                                  *runtime.tree_sum(stats))
+            else:
+                step = direction = runtime.reduce(ops.block_direction, fixed, stats)
             if not ((pure or gram) and problem.loss == "squared"):
-                trials = [submit_row(r, ops.block_trials, cells[r], self.labels[r],
-                                     margins[r], direction, problem, pure)
-                          for r in range(len(margins))]
-                step = submit(ops.block_choose, direction, n, slack, *trials)
-            margins = [submit_row(r, ops.apply_step, margins[r], cells[r], step)
-                       for r in range(len(margins))]
+                trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
+                                          direction, problem, pure)
+                step = runtime.reduce(ops.block_choose, (direction, n, slack), trials)
+            margins = runtime.map_rows(ops.apply_step, (margins, cells), step)
             steps[b] = step
-        results = self.runtime.gather(steps)
+        results = runtime.gather(steps)
         coef = coef.copy()
         for b, step in results.items():
             if b == INTERCEPT:
@@ -301,17 +306,16 @@ class _BlockSCD:
         for non-quadratic losses. Returns a future of the new state, {"coef",
         "intercept"}: nothing waits here, the certificate's gather fetches it.
         """
-        submit, submit_row = self.runtime.submit, self.runtime.submit_row
-        problem, n = self.problem, self.source.n_samples
-        R = len(margins)
-        stats = [submit_row(r, ops.coarse_stats, self.row_sums[r], self.labels[r],
-                            margins[r], problem.loss) for r in range(R)]
-        direction = submit(ops.coarse_direction, problem, n, self.offsets, state, *stats)
-        trials = []
-        if problem.loss != "squared":
-            trials = [submit_row(r, ops.coarse_trials, self.row_sums[r], self.labels[r],
-                                 margins[r], direction, problem.loss) for r in range(R)]
-        return submit(ops.coarse_apply, problem, n, self.offsets, state, direction, *trials)
+        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
+        stats = runtime.map_rows(ops.coarse_stats, (self.row_sums, self.labels, margins),
+                                 problem.loss)
+        direction = runtime.reduce(ops.coarse_direction, (problem, n, self.offsets, state), stats)
+        fixed = (problem, n, self.offsets, state, direction)
+        if problem.loss == "squared":
+            return runtime.submit(ops.coarse_apply, *fixed)
+        trials = runtime.map_rows(ops.coarse_trials, (self.row_sums, self.labels, margins),
+                                  direction, problem.loss)
+        return runtime.reduce(ops.coarse_apply, fixed, trials)
 
     def _certify(self, state):
         """Fresh margins from the state (θ, b) and the certificate on them (see
