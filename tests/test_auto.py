@@ -53,3 +53,44 @@ def test_auto_fit_reports_the_engine_and_converges(rng):
     assert result.solver_ == "newton" and result.dual_gap_ <= 1e-9
     reference = dask_scd.fit(X, y, alpha=1.0 / 3000, tol=1e-11, solver="sdca", max_iter=100_000)
     assert abs(result.primal_ - reference.primal_) <= 1e-8 * reference.primal_
+
+
+def test_auto_on_sparse_dask_chunks_counts_the_stored_values(rng):
+    """A dask array of scipy.sparse chunks is measured by its non-zeros, not its dense
+    size: a few MB of one-hot data (n·p·8 = 3.2 GB dense) is fitted in memory."""
+    import dask.array as da
+
+    from dask_scd.data import make_source
+
+    X = _onehot(8000, 10, 5000, rng)  # 80k non-zeros, p = 50000
+    y = np.where(rng.random(8000) < 0.4, 1.0, -1.0)
+    Xd = da.from_array(X, chunks=(2000, 50000), asarray=False)
+    source = make_source(Xd, y, "logistic", None)
+    assert source.nnz == X.nnz  # every row chunk holds the same number: exact here
+    assert source.nbytes == X.nnz * 12 < X.shape[0] * X.shape[1] * 8 / 1000
+    result = dask_scd.fit(Xd, y, loss="logistic", alpha=1e-3, tol=1e-8)
+    assert result.solver_ in ("newton", "sdca", "scd")  # in memory, not a block engine
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-8)
+    assert result.solver_ == reference.solver_  # the same choice as for the matrix itself
+    assert result.primal_ == pytest.approx(reference.primal_, rel=2e-8)
+
+
+def test_many_small_row_chunks_are_merged_with_a_hint(rng):
+    """500 row chunks of 40 rows: the source merges them (one task per row chunk and stage
+    would cost ~2 ms each) and says how to do it once; the model is the same."""
+    import dask.array as da
+
+    from dask_scd.data import make_source
+
+    X = rng.normal(size=(20_000, 6))
+    y = X @ rng.normal(size=6) + rng.normal(size=20_000)
+    Xd = da.from_array(X, chunks=(40, 6))
+    with pytest.warns(UserWarning, match=r"500 row chunks .* X.rechunk\(\{0: 1250\}\)"):
+        source = make_source(Xd, y, "squared", None)
+    assert source.n_row_chunks == 16 and source.row_bounds[-1] == 20_000
+    few = da.from_array(X, chunks=(5000, 6))
+    with pytest.warns(UserWarning, match="500 row chunks"):
+        merged = dask_scd.fit(Xd, y, alpha=0.01, solver="block_scd", tol=1e-10, max_iter=50)
+    plain = dask_scd.fit(few, y, alpha=0.01, solver="block_scd", tol=1e-10, max_iter=50)
+    assert merged.dual_gap_ <= 1e-10 and plain.dual_gap_ <= 1e-10
+    assert merged.primal_ == pytest.approx(plain.primal_, rel=1e-10)

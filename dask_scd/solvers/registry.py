@@ -157,7 +157,7 @@ NEWTON_MAX_ROW_COST = 256**2
 
 def _auto_dask(source) -> str:
     n, p = source.n_samples, source.n_features
-    per_row = source.nbytes / max(n, 1) / 8.0  # stored values per row (dense: p)
+    per_row = (source.nnz if source.nnz is not None else source.nbytes / 8.0) / max(n, 1)
     if p <= NEWTON_MAX_FEATURES and min(per_row, p) ** 2 <= NEWTON_MAX_ROW_COST:
         return "block_newton"
     return "block_scd"
