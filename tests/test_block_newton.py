@@ -82,14 +82,57 @@ def test_resume_reaches_the_same_model(data, client, tmp_path):
     assert resumed.n_iter_ == full.n_iter_
 
 
-def test_auto_runs_newton_on_few_features_and_refuses_many(data, client, rng):
+def test_auto_runs_newton_on_few_features(data, client):
     X, y, grid = data
     auto = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, client=client, in_memory_limit=0)
     assert auto.solver_ == "block_newton" and auto.dual_gap_ <= 1e-6
-    wide = da.from_array(rng.normal(size=(40, 2100)), chunks=(20, 700))
-    with pytest.raises(ValueError, match="p = 2100"):
-        dask_scd.fit(wide, np.sign(rng.normal(size=40)), loss="logistic", client=client,
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """One-hot data wider than block_newton's p × p curvature: 3000 features."""
+    X, y, blocks = make_onehot(4000, 6, 500, random_state=3)
+    path = tmp_path_factory.mktemp("wide") / "wide.zarr"
+    return X, y, to_grid(X, y, str(path), row_chunk=1000, blocks=blocks)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared", "squared_hinge"])
+def test_wide_newton_matches_scikit_learn(wide, client, loss):
+    """p = 3000 > 2048: Newton by conjugate gradients on curvature products (no p × p
+    matrix) reaches the in-memory optimum, and scikit-learn's for the logistic loss."""
+    from sklearn.linear_model import LogisticRegression
+
+    X, y, grid = wide
+    alpha = 1.0 / X.shape[0]
+    ours = dask_scd.fit(grid, loss=loss, alpha=alpha, client=client, solver="block_newton",
+                        tol=1e-10, max_iter=50)
+    assert ours.dual_gap_ <= 1e-10 and ours.extras_["cg_products"]
+    reference = dask_scd.fit(X, y, loss=loss, alpha=alpha, tol=1e-12)
+    assert ours.primal_ == pytest.approx(reference.primal_, rel=1e-9)
+    if loss == "logistic":
+        sk = LogisticRegression(C=1.0 / (alpha * X.shape[0]), tol=1e-12, max_iter=10_000)
+        sk.fit(X, y)
+        p_sk = float(dask_scd.certificate(ours_problem(alpha), X, y, sk.coef_.ravel(),
+                                          float(sk.intercept_[0])).primal)
+        assert ours.primal_ <= p_sk * (1 + 1e-7)
+        assert p_sk == pytest.approx(ours.primal_, rel=1e-7)
+
+
+def ours_problem(alpha):
+    return dask_scd.Problem("logistic", alpha, 0.0, True)
+
+
+def test_wide_newton_refuses_l1_and_dask_arrays_run_it(wide, client, rng):
+    X, y, grid = wide
+    with pytest.raises(ValueError, match="p = 3000 > 2048.*block_scd"):
+        dask_scd.fit(grid, loss="logistic", penalty="l1", alpha=1e-3, client=client,
                      solver="block_newton")
+    Xd = da.from_array(X.tocsr(), chunks=(2000, 1000), asarray=False)
+    ours = dask_scd.fit(Xd, y, loss="logistic", alpha=1e-3, client=client,
+                        solver="block_newton", tol=1e-8)
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-12)
+    assert ours.dual_gap_ <= 1e-8
+    assert ours.primal_ == pytest.approx(reference.primal_, rel=1e-8)
 
 
 def test_adult_grid_needs_at_most_twice_the_passes_of_memory(client, tmp_path):

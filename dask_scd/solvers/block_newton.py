@@ -45,10 +45,12 @@ from dask_scd.runtime import passes
 from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
 from dask_scd.runtime.cluster import fit_client
 from dask_scd.solvers.base import Options, Run
+from dask_scd.solvers import wide_newton
 from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD
 
 # Above this many features H (p² per row chunk, p³ to solve) costs more than the passes
-# it saves; block SCD runs instead.
+# it saves: the Newton step is then found by conjugate gradients on curvature products
+# (:mod:`dask_scd.solvers.wide_newton`).
 MAX_FEATURES = 2048
 # Rounds of (coordinate descent on H, exact solve on its support) for an L1 model, and
 # the sweeps of each (a sweep is O(p²)).
@@ -317,6 +319,10 @@ def _second(pair):
     return pair[1]
 
 
+def _third(triple):
+    return triple[2]
+
+
 class _BlockNewton(_BlockSCD):
     """The block engine's runtime (cells, labels, homes, keyed submits, fixed-order sums)
     driving Newton iterations: two reads of the grid and one wait each."""
@@ -359,6 +365,8 @@ class _BlockNewton(_BlockSCD):
     def _iteration(self, state: dict, final: bool):
         """The certificate of ``state`` (with the dual value of the model solved at it) and,
         unless ``final``, the next state; one wait."""
+        if self.wide:
+            return self._wide_iteration(state, final)
         submit, problem, n = self._submit, self.problem, self.source.n_samples
         R = self.source.n_row_chunks
         rows = [self._submit_row(r, newton_row, self.cells[r], self.labels[r], state,
@@ -388,31 +396,79 @@ class _BlockNewton(_BlockSCD):
         return _tightened(cert["certificate"], model_dual), chosen
 
 
+    def _wide_iteration(self, state: dict, final: bool):
+        """Above :data:`MAX_FEATURES`: the certificate of ``state`` (one read), then unless
+        ``final`` or certified, the Newton step by conjugate gradients on curvature
+        products (one read and one wait each) and its line search (one read)."""
+        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
+        R, submit_row = self.source.n_row_chunks, self._submit_row
+        rows = [submit_row(r, wide_newton.wide_row, self.cells[r], self.labels[r], state,
+                           self.offsets, problem) for r in range(R)]
+        stats = [submit_row(r, _first, rows[r]) for r in range(R)]
+        margins = [submit_row(r, _second, rows[r]) for r in range(R)]
+        curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
+        total = self._submit(passes.sum_partials, *self._tree_sum(stats))
+        duals = [submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem,
+                            total) for r in range(R)]
+        cert = self._submit(passes.certificate, problem, n, state, total, *duals)
+        self.passes += 1
+        cert, total = self.client.gather([cert, total])
+        cert = cert["certificate"]
+        if final or cert.relative_gap <= self.tol:
+            return cert, None
+
+        def product(v):
+            shared = self.client.scatter(v, hash=False)
+            parts = runtime.map_rows(wide_newton.curvature_product, (self.cells, curvature),
+                                     self.offsets, shared)
+            return runtime.reduce(passes.sum_partials, (), parts).result()["hv"]
+
+        direction, products = wide_newton.newton_cg_direction(problem, n, state, total, product,
+                                                              cert.relative_gap)
+        self.passes += products
+        self.products.append(products)
+        trials = []
+        if problem.loss != "squared":
+            trials = [submit_row(r, wide_newton.line_trials, self.cells[r], self.labels[r],
+                                 margins[r], direction, self.offsets, problem.loss)
+                      for r in range(R)]
+            self.passes += 1
+        chosen = self._submit(newton_choose, problem, n, 1e-13 * abs(cert.primal), direction,
+                              *trials).result()
+        return cert, chosen
+
+
 def _slack(cert: dict) -> float:
     return 1e-13 * abs(cert["certificate"].primal)
 
 
 def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> Run:
-    """Proximal Newton on a dask array or a Grid with at most :data:`MAX_FEATURES` features.
+    """Proximal Newton on a dask array or a Grid: the p × p curvature reduced over row
+    chunks up to :data:`MAX_FEATURES` features, conjugate gradients on curvature products
+    above (L2 penalties; :mod:`dask_scd.solvers.wide_newton`).
 
     Engine options are those of :func:`dask_scd.solvers.block_scd.fit_block_scd`
     (``client``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``callback``); an
     iteration is one Newton step, and ``Run.extras["total_passes"]`` counts the reads of the grid.
     """
     engine_options = dict(options.engine)
-    if source.n_features > MAX_FEATURES:
-        raise ValueError(f"solver='block_newton' forms the p × p curvature: p = "
-                         f"{source.n_features} > {MAX_FEATURES}; use solver='block_scd'")
+    wide = source.n_features > MAX_FEATURES
+    if wide and problem.l1 > 0.0:
+        raise ValueError(f"solver='block_newton' with p = {source.n_features} > {MAX_FEATURES} "
+                         "features finds its steps by conjugate gradients, for L2 penalties "
+                         "only; use solver='block_scd' for an L1 or elastic-net penalty")
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
     with fit_client(engine_options.pop("client", None)) as c:
         engine = _BlockNewton(c, source, problem, options.rng, selection, options.progress,
                               coarse=False)
+        engine.wide, engine.tol, engine.products = wide, options.tol, []
         run = engine.run(options.tol, options.max_iter, engine_options.get("checkpoint"),
                          engine_options.get("checkpoint_every", 1),
                          engine_options.get("resume", False), engine_options.get("callback"))
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
     return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"],
-               extras={"total_passes": float(engine.passes), "steps": engine.steps})
+               extras={"total_passes": float(engine.passes), "steps": engine.steps,
+                       "cg_products": engine.products})
