@@ -69,8 +69,10 @@ def fit(
         its dual is well conditioned (≈ 10·mean‖x_i‖²/(alpha·n) epochs), else proximal Newton
         ("newton"); for L1/elastic net "newton" when p ≤ 2000 and the loss is not squared,
         else "scd" (working sets, extrapolation). For a dask array or a grid, "auto" fits in
-        memory below ``in_memory_limit`` bytes; above, "block_newton" when p ≤ 2048 and the
-        rows are cheap, else "block_scd".
+        memory below ``in_memory_limit`` bytes (stored bytes: the non-zeros of sparse
+        chunks); above, "block_newton" for an L2 penalty at any width (the p × p curvature
+        when p ≤ 2048 and the rows are cheap, else conjugate gradients on curvature
+        products), and for an L1 term when it forms the curvature, else "block_scd".
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every certified iteration.

@@ -45,13 +45,12 @@ from dask_scd.runtime import passes
 from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
 from dask_scd.runtime.cluster import fit_client
 from dask_scd.solvers.base import Options, Run
+from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers import wide_newton
 from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD
+from dask_scd.solvers.registry import NEWTON_MAX_FEATURES as MAX_FEATURES
+from dask_scd.solvers.registry import newton_forms_curvature
 
-# Above this many features H (p² per row chunk, p³ to solve) costs more than the passes
-# it saves: the Newton step is then found by conjugate gradients on curvature products
-# (:mod:`dask_scd.solvers.wide_newton`).
-MAX_FEATURES = 2048
 # Rounds of (coordinate descent on H, exact solve on its support) for an L1 model, and
 # the sweeps of each (a sweep is O(p²)).
 _INNER_ROUNDS = 30
@@ -402,8 +401,8 @@ class _BlockNewton(_BlockSCD):
         products (one read and one wait each) and its line search (one read)."""
         runtime, problem, n = self.runtime, self.problem, self.source.n_samples
         R, submit_row = self.source.n_row_chunks, self._submit_row
-        rows = [submit_row(r, wide_newton.wide_row, self.cells[r], self.labels[r], state,
-                           self.offsets, problem) for r in range(R)]
+        rows = [submit_row(r, wide_newton.wide_row, self.cells[r], self.labels[r],
+                           self.row_sums[r], state, self.offsets, problem) for r in range(R)]
         stats = [submit_row(r, _first, rows[r]) for r in range(R)]
         margins = [submit_row(r, _second, rows[r]) for r in range(R)]
         curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
@@ -424,7 +423,7 @@ class _BlockNewton(_BlockSCD):
             return runtime.reduce(passes.sum_partials, (), parts).result()["hv"]
 
         direction, products = wide_newton.newton_cg_direction(problem, n, state, total, product,
-                                                              cert.relative_gap)
+                                                              cert.relative_gap, self.offsets)
         self.passes += products
         self.products.append(products)
         trials = []
@@ -452,11 +451,12 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
     iteration is one Newton step, and ``Run.extras["total_passes"]`` counts the reads of the grid.
     """
     engine_options = dict(options.engine)
-    wide = source.n_features > MAX_FEATURES
+    wide = not newton_forms_curvature(source)
     if wide and problem.l1 > 0.0:
-        raise ValueError(f"solver='block_newton' with p = {source.n_features} > {MAX_FEATURES} "
-                         "features finds its steps by conjugate gradients, for L2 penalties "
-                         "only; use solver='block_scd' for an L1 or elastic-net penalty")
+        raise ValueError(f"solver='block_newton' with p = {source.n_features} features (more "
+                         f"than {MAX_FEATURES}, or rows too dense to form the p × p curvature) "
+                         "finds its steps by conjugate gradients, for L2 penalties only; use "
+                         "solver='block_scd' for an L1 or elastic-net penalty")
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
@@ -464,6 +464,10 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
         engine = _BlockNewton(c, source, problem, options.rng, selection, options.progress,
                               coarse=False)
         engine.wide, engine.tol, engine.products = wide, options.tol, []
+        if wide:  # the block-sum directions of the preconditioner's coarse level
+            engine.row_sums = [engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r],
+                                                         False)
+                               for r in range(source.n_row_chunks)]
         run = engine.run(options.tol, options.max_iter, engine_options.get("checkpoint"),
                          engine_options.get("checkpoint_every", 1),
                          engine_options.get("resume", False), engine_options.get("callback"))

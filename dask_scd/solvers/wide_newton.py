@@ -1,6 +1,6 @@
 """Newton over dask for any number of features: the curvature as products, never a matrix.
 
-Above :data:`dask_scd.solvers.block_newton.MAX_FEATURES` the p × p curvature of
+Above :data:`dask_scd.solvers.registry.NEWTON_MAX_FEATURES` the p × p curvature of
 :mod:`dask_scd.solvers.block_newton` no longer fits (a Criteo-like problem has 611k
 features). Newton's step is then found by conjugate gradients, whose only use of the
 curvature is the product
@@ -22,6 +22,7 @@ the curvature; block SCD solves those).
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, labels
@@ -53,20 +54,23 @@ def _matvec(views, coef, offsets) -> np.ndarray:
     return out
 
 
-def wide_row(cells: list, y, state: dict, offsets, problem: obj.Problem) -> tuple:
+def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Problem) -> tuple:
     """One read of the row chunk for a Newton iteration: fresh margins ŷ = Xθ + b, the
     gradient and certificate statistics (:func:`dask_scd.runtime.passes.certificate_stats`'s
-    keys), the curvature's h_x = Xᵀℓ'', h₀ = Σℓ'' and diagonal (X∘X)ᵀℓ''.
+    keys), the curvature's h_x = Xᵀℓ'', h₀ = Σℓ'', diagonal (X∘X)ᵀℓ'' and its coarse
+    part SᵀDS on the block-sum directions S = [X_B 1] (``row_sums``, see
+    :func:`dask_scd.solvers.block_ops.block_row_sums`).
 
     Returns (statistics, margins, curvature ℓ''(ŷ)).
     """
     views = _views(cells)
     margins = _matvec(views, state["coef"], offsets) + float(state["intercept"])
     stats = passes.certificate_stats(cells, y, margins, problem)
-    _, d2 = block_kernels.derivatives(problem.loss_code, labels(y), margins)
+    d1, d2 = block_kernels.derivatives(problem.loss_code, labels(y), margins)
     stats["hx"] = np.concatenate([view.rmatvec(d2) for view in views])
     stats["hdiag"] = np.concatenate([view.rmatvec(d2, squared=True) for view in views])
     stats["h0"] = np.array([d2.sum()])
+    stats["coarse"] = block_kernels.coarse_stats(row_sums.counts, row_sums.column_of, d1, d2)[1]
     return stats, margins, d2
 
 
@@ -90,7 +94,7 @@ def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) ->
 
 
 def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total: dict,
-                        product, relative_gap: float) -> tuple[dict, int]:
+                        product, relative_gap: float, offsets) -> tuple[dict, int]:
     """The Newton direction (Δθ, δb) by preconditioned conjugate gradients.
 
     ``product(v)`` returns Xᵀ diag(ℓ'') X v summed over the row chunks (one reduction).
@@ -113,7 +117,10 @@ def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total
 
     diagonal = total["hdiag"] / n + l2 - (hx * hx / h0 if eliminate else 0.0)
     inverse = 1.0 / np.maximum(diagonal, max(l2, np.finfo(float).tiny))
-    d_coef, products = _pcg(schur, rhs, inverse, min(_FORCING, np.sqrt(max(relative_gap, 0.0))))
+    precondition = _two_level(inverse, total["coarse"] / n, hx, h0 if eliminate else None,
+                              l2, offsets)
+    d_coef, products = _pcg(schur, rhs, precondition,
+                            min(_FORCING, np.sqrt(max(relative_gap, 0.0))))
     if eliminate:
         d_b = -(g0 + float(hx @ d_coef)) / h0
     else:
@@ -125,12 +132,45 @@ def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total
              "d_b": float(d_b), "model": model}, products)
 
 
-def _pcg(apply, rhs, inverse, forcing: float) -> tuple[np.ndarray, int]:
+def _two_level(inverse, coarse, hx, h0, l2: float, offsets):
+    """The additive two-level preconditioner M⁻¹r = D⁻¹r + Z (ZᵀH_sZ)⁻¹ Zᵀr.
+
+    D is the diagonal of H_s (exact within a pure block: its columns share no example);
+    Z holds the block indicator vectors, the directions "shift a whole block" along which
+    one-hot data is flat (a complete block sums to the intercept's column), which the
+    diagonal leaves to conjugate gradients to find one by one. ZᵀH_sZ is SᵀDS/n from the
+    row sums (``coarse``, k × k) with the penalty and the intercept's elimination.
+    """
+    sizes = np.diff(offsets)
+    k = len(sizes)
+    starts = offsets[:-1][sizes > 0]
+
+    def restrict(v):
+        out = np.zeros(k)
+        out[sizes > 0] = np.add.reduceat(v, starts)
+        return out
+
+    small = coarse[:k, :k] + l2 * np.diag(sizes.astype(np.float64))
+    if h0 is not None:
+        z_hx = restrict(hx)
+        small = small - np.outer(z_hx, z_hx) / h0
+    try:
+        factor = scipy.linalg.cho_factor(small)
+    except np.linalg.LinAlgError:
+        return lambda r: inverse * r
+
+    def apply(r):
+        return inverse * r + np.repeat(scipy.linalg.cho_solve(factor, restrict(r)), sizes)
+
+    return apply
+
+
+def _pcg(apply, rhs, precondition, forcing: float) -> tuple[np.ndarray, int]:
     """Solve apply(x) = rhs from x = 0 until ‖r‖ ≤ forcing·‖rhs‖ (or :data:`MAX_CG`)."""
     x = np.zeros_like(rhs)
     r = rhs.copy()
     target = forcing * float(np.linalg.norm(rhs))
-    z = inverse * r
+    z = precondition(r)
     d = z.copy()
     rz = float(r @ z)
     k = 0
@@ -143,7 +183,7 @@ def _pcg(apply, rhs, inverse, forcing: float) -> tuple[np.ndarray, int]:
         step = rz / curvature
         x += step * d
         r -= step * q
-        z = inverse * r
+        z = precondition(r)
         rz, rz_old = float(r @ z), rz
         d = z + (rz / rz_old) * d
     return x, k
