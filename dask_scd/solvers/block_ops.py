@@ -24,6 +24,7 @@ from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.passes import _ordered_sum, sum_partials
+from dask_scd.solvers.coarse_level import compact_dtype
 from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 
 # ------------------------------------------------------------------- labels
@@ -262,26 +263,11 @@ def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
     if with_intercept:
         column_of.append(-1)
     n_rows = len(column) if cells else 0
-    dtype = _compact_dtype(stored)
+    dtype = compact_dtype(stored)
     counts = np.empty((n_rows, len(stored)), dtype=dtype)
     for j, column in enumerate(stored):
         counts[:, j] = column
     return RowSums(counts, np.array(column_of, dtype=np.int64))
-
-
-def _compact_dtype(columns) -> np.dtype:
-    """The smallest of uint8, int16 holding every value exactly, else float64."""
-    if not columns:
-        return np.dtype(np.uint8)
-    lo = min(float(c.min()) for c in columns)
-    hi = max(float(c.max()) for c in columns)
-    if not all(np.array_equal(c, np.round(c)) for c in columns):
-        return np.dtype(np.float64)
-    for dtype in (np.uint8, np.int16):
-        info = np.iinfo(dtype)
-        if info.min <= lo and hi <= info.max:
-            return np.dtype(dtype)
-    return np.dtype(np.float64)
 
 
 def coarse_stats(row_sums: RowSums, y, margins, loss: str) -> dict:

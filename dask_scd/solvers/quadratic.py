@@ -28,6 +28,7 @@ import scipy.linalg
 from dask_scd import objectives as obj
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.solvers.coarse_level import block_sums, memory_coarse, two_level
 
 # The inner model is solved until its violation is below this fraction of the outer one.
 _INNER = 0.1
@@ -65,6 +66,16 @@ class Design:
     column_nnz: np.ndarray  # non-zeros per column
     gram_flops: float  # Σ_i nnz_i²: a weighted Gram of all columns
     _columns: MajorMatrix | None = None
+    _coarse: tuple | None = None
+    _coarse_built: bool = False
+
+    @property
+    def coarse(self):
+        """(block of every column, S) for the CG preconditioner's coarse level, or None
+        (:func:`dask_scd.solvers.coarse_level.memory_coarse`), built once."""
+        if not self._coarse_built:
+            self._coarse, self._coarse_built = memory_coarse(self.X), True
+        return self._coarse
 
     @classmethod
     def from_array(cls, X) -> Design:
@@ -325,6 +336,22 @@ def _schur_preconditioner(hessian, intercept: bool):
     return lambda r: scipy.linalg.cho_solve(factor, r)
 
 
+def _diagonal_and_coarse(design: Design, model: Model, diagonal, s, total: float):
+    """The diagonal preconditioner of the (Schur-complement) system, with the coarse level
+    on whole-block shifts when X has blocks (:mod:`dask_scd.solvers.coarse_level`)."""
+    coarse = design.coarse
+    if coarse is None:
+        return lambda r: r / diagonal
+    block_of, rows = coarse
+    n, k = design.rows.n_major, len(rows.column_of)
+    sizes = np.bincount(block_of[block_of >= 0], minlength=k).astype(np.float64)
+    small = rows.curvature(model.curv) / n + model.problem.l2 * np.diag(sizes)
+    if s is not None:  # the intercept eliminated: A = XᵀDX/n + l2 − s sᵀ/(n Σd)
+        z_s = block_sums(s, block_of, k)
+        small -= np.outer(z_s, z_s) / (n * total)
+    return two_level(1.0 / diagonal, small, block_of, k)
+
+
 def cholesky_solve(hessian, rhs) -> np.ndarray:
     """(H)⁻¹ rhs; a singular H (no curvature on the intercept) gets a relative jitter."""
     try:
@@ -367,9 +394,8 @@ def conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None):
         if schur:
             diagonal -= s * s / (n * total)
         diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
-
-        def preconditioner(r):
-            return r / diagonal
+        preconditioner = _diagonal_and_coarse(design, model, diagonal, s if schur else None,
+                                              total)
 
     def apply(v):
         side = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,

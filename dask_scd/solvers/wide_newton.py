@@ -10,7 +10,8 @@ curvature is the product
 one reduction over row chunks (X v and Xᵀ(ℓ''∘X v) in one read of each row chunk's
 cells), with the intercept eliminated exactly by its Schur complement, as in the dense
 solve: H_s v = H v − h_x (h_xᵀ v)/h₀, h_x = Xᵀℓ''/n, h₀ = Σℓ''/n, preconditioned by the
-diagonal of H_s. The step then takes the same line search and certificate as the dense
+diagonal of H_s and an exact solve on the whole-block shifts
+(:mod:`dask_scd.solvers.coarse_level`). The step then takes the same line search and certificate as the dense
 engine. Each Newton iteration reads the grid 2 + (conjugate-gradient iterations) times,
 with one reduction and one wait per read, whatever p: on a cluster whose round trips are
 slow, far fewer waits than one reduction per block.
@@ -22,13 +23,13 @@ the curvature; block SCD solves those).
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, labels
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import TRIAL_STEPS
 from dask_scd.runtime import passes
+from dask_scd.solvers.coarse_level import block_sums, two_level
 
 # Conjugate-gradient iterations of one Newton step, at most; and the forcing term: the
 # residual is solved to min(_FORCING, √(relative gap)) of the gradient, so the steps
@@ -117,8 +118,15 @@ def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total
 
     diagonal = total["hdiag"] / n + l2 - (hx * hx / h0 if eliminate else 0.0)
     inverse = 1.0 / np.maximum(diagonal, max(l2, np.finfo(float).tiny))
-    precondition = _two_level(inverse, total["coarse"] / n, hx, h0 if eliminate else None,
-                              l2, offsets)
+    # The coarse level (dask_scd.solvers.coarse_level): exact on whole-block shifts.
+    sizes = np.diff(offsets)
+    k = len(sizes)
+    block_of = np.repeat(np.arange(k), sizes)
+    small = total["coarse"][:k, :k] / n + l2 * np.diag(sizes.astype(np.float64))
+    if eliminate:
+        z_hx = block_sums(hx, block_of, k)
+        small = small - np.outer(z_hx, z_hx) / h0
+    precondition = two_level(inverse, small, block_of, k)
     d_coef, products = _pcg(schur, rhs, precondition,
                             min(_FORCING, np.sqrt(max(relative_gap, 0.0))))
     if eliminate:
@@ -130,39 +138,6 @@ def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total
              + 0.5 * l2 * float(target @ target - theta @ theta))
     return ({"coef": theta, "intercept": float(state["intercept"]), "d_coef": d_coef,
              "d_b": float(d_b), "model": model}, products)
-
-
-def _two_level(inverse, coarse, hx, h0, l2: float, offsets):
-    """The additive two-level preconditioner M⁻¹r = D⁻¹r + Z (ZᵀH_sZ)⁻¹ Zᵀr.
-
-    D is the diagonal of H_s (exact within a pure block: its columns share no example);
-    Z holds the block indicator vectors, the directions "shift a whole block" along which
-    one-hot data is flat (a complete block sums to the intercept's column), which the
-    diagonal leaves to conjugate gradients to find one by one. ZᵀH_sZ is SᵀDS/n from the
-    row sums (``coarse``, k × k) with the penalty and the intercept's elimination.
-    """
-    sizes = np.diff(offsets)
-    k = len(sizes)
-    starts = offsets[:-1][sizes > 0]
-
-    def restrict(v):
-        out = np.zeros(k)
-        out[sizes > 0] = np.add.reduceat(v, starts)
-        return out
-
-    small = coarse[:k, :k] + l2 * np.diag(sizes.astype(np.float64))
-    if h0 is not None:
-        z_hx = restrict(hx)
-        small = small - np.outer(z_hx, z_hx) / h0
-    try:
-        factor = scipy.linalg.cho_factor(small)
-    except np.linalg.LinAlgError:
-        return lambda r: inverse * r
-
-    def apply(r):
-        return inverse * r + np.repeat(scipy.linalg.cho_solve(factor, restrict(r)), sizes)
-
-    return apply
 
 
 def _pcg(apply, rhs, precondition, forcing: float) -> tuple[np.ndarray, int]:
