@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-peers clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-peers bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +34,18 @@ bench-dask: $(STAMP)
 bench-duhl: $(STAMP)
 	$(PY) benchmarks/bench_duhl.py
 
-# The peers (skglm, celer, glum, Snap ML) come from the `bench` extra, never from `make test`.
+# The peers (skglm, celer, glum, Snap ML, pyspark, dask-ml) come from the `bench` extra, never
+# from `make test`.
 $(VENV)/.bench: $(STAMP) pyproject.toml
 	$(PY) -m pip install -e ".[test,bench]"
 	touch $(VENV)/.bench
 
 bench-peers: $(VENV)/.bench
 	$(PY) benchmarks/bench_peers.py $(ARGS)
+
+# Spark MLlib (pyspark, needs Java 17+) and dask-ml come from the `bench` extra too.
+bench-scale: $(VENV)/.bench
+	$(PY) benchmarks/bench_scale.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build docs/generated
