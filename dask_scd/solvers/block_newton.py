@@ -422,8 +422,9 @@ class _BlockNewton(_BlockSCD):
                                      self.offsets, shared)
             return runtime.reduce(passes.sum_partials, (), parts).result()["hv"]
 
-        direction, products = wide_newton.newton_cg_direction(problem, n, state, total, product,
-                                                              cert.relative_gap, self.offsets)
+        direction, products = wide_newton.newton_cg_direction(
+            problem, n, state, total, product, cert.relative_gap, self.offsets,
+            tol_primal=self.tol * abs(cert.primal))
         self.passes += products
         self.products.append(products)
         trials = []

@@ -95,10 +95,14 @@ def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) ->
 
 
 def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total: dict,
-                        product, relative_gap: float, offsets) -> tuple[dict, int]:
+                        product, relative_gap: float, offsets,
+                        tol_primal: float | None = None) -> tuple[dict, int]:
     """The Newton direction (Δθ, δb) by preconditioned conjugate gradients.
 
     ``product(v)`` returns Xᵀ diag(ℓ'') X v summed over the row chunks (one reduction).
+    For the squared loss the model is the objective: the residual r of the solve is the
+    gradient of P at the step, whose gap is at most ‖r‖²/(2·l2), so CG stops at
+    ‖r‖ ≤ √(l2·tol·P) (``tol_primal`` = tol·P) and one step certifies tol.
     Returns the direction (the keys of :func:`dask_scd.solvers.block_newton.newton_direction`)
     and the number of products taken.
     """
@@ -127,8 +131,11 @@ def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total
         z_hx = block_sums(hx, block_of, k)
         small = small - np.outer(z_hx, z_hx) / h0
     precondition = two_level(inverse, small, block_of, k)
-    d_coef, products = _pcg(schur, rhs, precondition,
-                            min(_FORCING, np.sqrt(max(relative_gap, 0.0))))
+    forcing = min(_FORCING, np.sqrt(max(relative_gap, 0.0)))
+    if problem.loss == "squared" and tol_primal is not None and l2 > 0.0:
+        norm = float(np.linalg.norm(rhs))
+        forcing = min(1.0, np.sqrt(l2 * tol_primal) / norm) if norm > 0.0 else 0.0
+    d_coef, products = _pcg(schur, rhs, precondition, forcing)
     if eliminate:
         d_b = -(g0 + float(hx @ d_coef)) / h0
     else:
