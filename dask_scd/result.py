@@ -39,7 +39,18 @@ class History:
 
     def append(self, iteration: int, relative_gap: float, primal: float, seconds: float,
                bytes_moved: float | None = None) -> None:
-        """Record one certified epoch (``bytes_moved`` only if the engine counts them)."""
+        """Record one certified epoch (``bytes_moved`` only if the engine counts them).
+
+        An iteration certified again (the Newton engines re-certify their last iterate on
+        margins recomputed from scratch) replaces its entry: one entry per iteration.
+        """
+        if self.iteration and self.iteration[-1] == int(iteration):
+            self.iteration.pop()
+            self.relative_gap.pop()
+            self.primal.pop()
+            self.seconds.pop()
+            if bytes_moved is not None and self.bytes_moved:
+                self.bytes_moved.pop()
         self.iteration.append(int(iteration))
         self.relative_gap.append(float(relative_gap))
         self.primal.append(float(primal))

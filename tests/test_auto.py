@@ -94,3 +94,19 @@ def test_many_small_row_chunks_are_merged_with_a_hint(rng):
     plain = dask_scd.fit(few, y, alpha=0.01, solver="block_scd", tol=1e-10, max_iter=50)
     assert merged.dual_gap_ <= 1e-10 and plain.dual_gap_ <= 1e-10
     assert merged.primal_ == pytest.approx(plain.primal_, rel=1e-10)
+
+
+def test_a_dask_column_of_labels_is_taken_as_numpy_is(rng):
+    """y as a dask array of shape (n, 1) is accepted, like a numpy column."""
+    import dask.array as da
+
+    from dask_scd.data import make_source
+
+    X = rng.normal(size=(400, 5))
+    y = np.where(X[:, 0] + rng.normal(size=400) > 0, 1.0, -1.0)
+    source = make_source(da.from_array(X, chunks=(200, 5)),
+                         da.from_array(y[:, None], chunks=(100, 1)), "logistic", None)
+    np.testing.assert_array_equal(np.concatenate(source.y_chunks), y)
+    with pytest.raises(ValueError, match="y has shape"):
+        make_source(da.from_array(X, chunks=(200, 5)),
+                    da.from_array(np.c_[y, y], chunks=(100, 2)), "logistic", None)

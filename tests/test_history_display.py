@@ -85,3 +85,20 @@ def test_plot_without_matplotlib_names_the_extra(result, monkeypatch):
         monkeypatch.delitem(sys.modules, module)
     with pytest.raises(ImportError, match=r"pip install dask-scd\[plot\]"):
         result.history_.plot()
+
+
+@pytest.mark.parametrize("solver", ["newton", "gram", "scd", "sdca"])
+def test_history_has_one_entry_per_iteration(solver):
+    """The Newton engines re-certify their last iterate on fresh margins: that replaces
+    its entry instead of repeating the iteration ([0, ..., 9, 9] for n_iter_ = 9)."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    loss = "squared" if solver == "gram" else "logistic"
+    result = dask_scd.fit(X, y, loss=loss, alpha=1e-3, solver=solver, tol=1e-10,
+                          max_iter=2000)
+    iterations = list(result.history_.iteration)
+    assert iterations == sorted(set(iterations))  # strictly increasing: no repeat
+    assert iterations[-1] == result.n_iter_
+    assert result.history_.relative_gap[-1] == pytest.approx(result.dual_gap_)

@@ -264,6 +264,8 @@ def _dask_source(X, y, loss, blocks) -> DaskSource:
     X = _merged_row_chunks(X, nbytes)
     row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
     if isinstance(y, da.Array):
+        if y.ndim == 2 and y.shape[1] == 1:  # a column, as check_labels takes from numpy
+            y = y[:, 0]
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y has shape {y.shape} but X has {n} rows: y must be (n_samples,)")
         values = y.rechunk((X.chunks[0],)).compute()
