@@ -190,7 +190,11 @@ class ClusterRuntime:
         """
         if isinstance(partials, Rows):
             return self._tree_sum_rows(partials, split_every)
-        first = list(range(len(partials)))
+        return self._tree_levels(partials, list(range(len(partials))), split_every)
+
+    def _tree_levels(self, partials, first, split_every):
+        """Sum runs of ``split_every`` consecutive partials until at most that many are
+        left; ``first[i]``: the first row chunk of partial i (its sum runs there)."""
         while len(partials) > split_every:
             groups = range(0, len(partials), split_every)
             partials = [self.submit_row(first[i], passes.sum_partials, *partials[i:i + split_every])
@@ -214,14 +218,7 @@ class ClusterRuntime:
             level.append(self.submit_row(start, _sum_picked, index,
                                          *[partials.parts[g] for g in needed],
                                          name="sum_partials"))
-        first = list(range(0, R, split_every))
-        partials = level
-        while len(partials) > split_every:
-            groups = range(0, len(partials), split_every)
-            partials = [self.submit_row(first[i], passes.sum_partials, *partials[i:i + split_every])
-                        for i in groups]
-            first = [first[i] for i in groups]
-        return partials
+        return self._tree_levels(level, list(range(0, R, split_every)), split_every)
 
     def certify(self, problem, n_samples, cells, labels, rows, offsets, state):
         """Fresh margins from the state (θ, b) and the duality-gap certificate on them.

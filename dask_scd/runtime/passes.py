@@ -21,13 +21,18 @@ def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarra
     ``state`` is {"coef", "intercept"} with coef in grid column order; block b is
     ``coef[offsets[b]:offsets[b + 1]]``.
     """
-    coef = state["coef"]
-    margins = np.full(n_rows, float(state["intercept"]))
+    return cells_matvec(cells, state["coef"], offsets,
+                        np.full(n_rows, float(state["intercept"])))
+
+
+def cells_matvec(cells: list, coef, offsets, out: np.ndarray) -> np.ndarray:
+    """out += Σ_b X_cell(b) θ_b over a row chunk's cells (a block of zeros is skipped);
+    returns ``out``."""
     for b, cell in enumerate(cells):
         theta = coef[offsets[b]:offsets[b + 1]]
         if np.any(theta):
-            margins += cell_view(cell).matvec(theta)
-    return margins
+            out += cell_view(cell).matvec(theta)
+    return out
 
 
 

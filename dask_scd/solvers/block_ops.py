@@ -14,7 +14,6 @@ worker computed what.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.passes import _ordered_sum, sum_partials
-from dask_scd.solvers.coarse_level import compact_dtype
+from dask_scd.solvers.coarse_level import RowSums
 from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 
 # ------------------------------------------------------------------- labels
@@ -216,32 +215,6 @@ _penalty = scalar.penalty.py_func  # elementwise on arrays too
 # ------------------------------------------------------------------ coarse step
 
 
-@dataclass(frozen=True)
-class RowSums:
-    """S_r of the coarse step, stored compactly: shape (n_rows, k) in full.
-
-    ``counts`` (n_rows, m) holds the columns that are not all ones, as uint8 or int16 when
-    they are small non-negative or signed integers (the counts of a one-hot or set-valued
-    block), else float64; ``column_of`` (k,) gives the stored column of each coarse
-    coordinate, −1 for the ones vector (a complete one-hot block and the intercept).
-    """
-
-    counts: np.ndarray
-    column_of: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return self.counts.nbytes + self.column_of.nbytes
-
-    def toarray(self) -> np.ndarray:
-        """The (n_rows, k) float64 array (for tests)."""
-        full = np.ones((self.counts.shape[0], len(self.column_of)))
-        for k, c in enumerate(self.column_of):
-            if c >= 0:
-                full[:, k] = self.counts[:, c]
-        return full
-
-
 def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
     """S_r = [X_cell(b) 1 for every block b] (+ a column of ones), compactly.
 
@@ -250,24 +223,13 @@ def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
     vector, a set-valued block nearly so. On such data S_r takes 1 byte per row and
     set-valued block instead of 8 per row and block.
     """
-    stored, column_of = [], []
-    for cell in cells:
-        view = cell_view(cell)
-        column = view.matvec(np.ones(view.n_columns))
-        del view
-        if np.all(column == 1.0):
-            column_of.append(-1)
-        else:
-            column_of.append(len(stored))
-            stored.append(column)
-    if with_intercept:
-        column_of.append(-1)
-    n_rows = len(column) if cells else 0
-    dtype = compact_dtype(stored)
-    counts = np.empty((n_rows, len(stored)), dtype=dtype)
-    for j, column in enumerate(stored):
-        counts[:, j] = column
-    return RowSums(counts, np.array(column_of, dtype=np.int64))
+
+    def columns():
+        for cell in cells:
+            view = cell_view(cell)
+            yield view.matvec(np.ones(view.n_columns))
+
+    return RowSums.from_columns(columns(), with_intercept)
 
 
 def coarse_stats(row_sums: RowSums, y, margins, loss: str) -> dict:

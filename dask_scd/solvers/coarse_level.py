@@ -11,7 +11,7 @@ Z the block indicator vectors, the additive two-level preconditioner
 adds an exact solve on those k directions to the diagonal D of the system A (the
 curvature with the intercept eliminated). ZᵀAZ comes from S = X Z, the block sums of
 every row (SᵀDS, k × k), in the same read as the rest of a Newton step; S is stored
-compactly (:class:`CoarseRows`): a complete one-hot block's column is the ones vector
+compactly (:class:`RowSums`): a complete one-hot block's column is the ones vector
 and takes no storage.
 
 Used by the in-memory engine (:mod:`dask_scd.solvers.quadratic`) and the dask engine's
@@ -53,35 +53,57 @@ def compact_dtype(columns) -> np.dtype:
 
 
 @dataclass(frozen=True)
-class CoarseRows:
-    """S = X Z of one set of rows, compactly: ``counts`` (n_rows, m) holds the columns
-    that are not all ones, ``column_of`` (k,) the stored column of each block or −1 for
-    the ones vector (the layout of :class:`dask_scd.solvers.block_ops.RowSums`)."""
+class RowSums:
+    """S = X Z of one set of rows (Z: block indicators), stored compactly: shape
+    (n_rows, k) in full.
+
+    ``counts`` (n_rows, m) holds the columns that are not all ones, as uint8 or int16 when
+    they are small non-negative or signed integers (the counts of a one-hot or set-valued
+    block), else float64; ``column_of`` (k,) gives the stored column of each coarse
+    coordinate, −1 for the ones vector (a complete one-hot block and the intercept).
+    """
 
     counts: np.ndarray
     column_of: np.ndarray
 
     @classmethod
-    def from_columns(cls, columns: list) -> CoarseRows:
-        stored, column_of = [], []
+    def from_columns(cls, columns, with_intercept: bool = False) -> RowSums:
+        """From the block sums of the rows, one column at a time (``columns`` may be a
+        generator: a ones column is dropped as soon as it is seen), and the intercept's
+        ones column last when ``with_intercept``."""
+        stored, column_of, n_rows = [], [], 0
         for column in columns:
+            n_rows = len(column)
             if np.all(column == 1.0):
                 column_of.append(-1)
             else:
                 column_of.append(len(stored))
                 stored.append(column)
-        n_rows = len(columns[0]) if columns else 0
+        if with_intercept:
+            column_of.append(-1)
         counts = np.empty((n_rows, len(stored)), dtype=compact_dtype(stored))
         for j, column in enumerate(stored):
             counts[:, j] = column
         return cls(counts, np.array(column_of, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.counts.nbytes + self.column_of.nbytes
+
+    def toarray(self) -> np.ndarray:
+        """The (n_rows, k) float64 array (for tests)."""
+        full = np.ones((self.counts.shape[0], len(self.column_of)))
+        for k, c in enumerate(self.column_of):
+            if c >= 0:
+                full[:, k] = self.counts[:, c]
+        return full
 
     def curvature(self, weights) -> np.ndarray:
         """Sᵀ diag(weights) S, (k, k)."""
         return block_kernels.coarse_stats(self.counts, self.column_of, weights, weights)[1]
 
 
-def memory_coarse(X) -> tuple[np.ndarray, CoarseRows] | None:
+def memory_coarse(X) -> tuple[np.ndarray, RowSums] | None:
     """(block of every column, −1 for none; S) of an in-memory sparse X, or None.
 
     None for dense X, for fewer than 2 or more than :data:`MAX_BLOCKS` blocks, and when
@@ -95,8 +117,8 @@ def memory_coarse(X) -> tuple[np.ndarray, CoarseRows] | None:
     n, p = X.shape
     X = sp.csr_matrix(X)  # not a copy when X is CSR
     used = np.bincount(X.indices, minlength=p) > 0
-    rows = int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1
-    blocks = [b[used[b]] for b in detect_pure_blocks(X[:max(rows, min(n, 1000))])]
+    detection_rows = int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1
+    blocks = [b[used[b]] for b in detect_pure_blocks(X[:max(detection_rows, min(n, 1000))])]
     blocks = [b for b in blocks if len(b)]
     if not 2 <= len(blocks) <= MAX_BLOCKS:
         return None
@@ -107,12 +129,11 @@ def memory_coarse(X) -> tuple[np.ndarray, CoarseRows] | None:
     indicator = sp.csr_matrix((np.ones(len(columns)), (columns, block_of[columns])),
                               shape=(p, len(blocks)))
     sums = sp.csc_matrix(X @ indicator, dtype=np.float64)
-    dense = [sums[:, [k]].toarray().ravel() for k in range(len(blocks))]
-    rows = CoarseRows.from_columns(dense)
-    m = rows.counts.shape[1]
+    row_sums = RowSums.from_columns(sums[:, [k]].toarray().ravel() for k in range(len(blocks)))
+    m = row_sums.counts.shape[1]
     if n * m * (m + 1) / 2 > 10 * X.nnz:
         return None
-    return block_of, rows
+    return block_of, row_sums
 
 
 def two_level(inverse_diagonal, small, block_of, k: int):

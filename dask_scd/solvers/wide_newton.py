@@ -45,16 +45,6 @@ def _views(cells: list) -> list:
     return [cell_view(cell) for cell in cells]
 
 
-def _matvec(views, coef, offsets) -> np.ndarray:
-    """Σ_b X_b θ_b over the row chunk's cells."""
-    out = np.zeros(views[0].n_rows)
-    for b, view in enumerate(views):
-        theta = coef[offsets[b]:offsets[b + 1]]
-        if np.any(theta):
-            out += view.matvec(theta)
-    return out
-
-
 def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Problem) -> tuple:
     """One read of the row chunk for a Newton iteration: fresh margins ŷ = Xθ + b, the
     gradient and certificate statistics (:func:`dask_scd.runtime.passes.certificate_stats`'s
@@ -65,8 +55,8 @@ def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Proble
     Returns (statistics, margins, curvature ℓ''(ŷ)).
     """
     views = _views(cells)
-    margins = _matvec(views, state["coef"], offsets) + float(state["intercept"])
-    stats = passes.certificate_stats(cells, y, margins, problem)
+    margins = passes.refresh_margins(views, views[0].n_rows, state, offsets)
+    stats = passes.certificate_stats(views, y, margins, problem)
     d1, d2 = block_kernels.derivatives(problem.loss_code, labels(y), margins)
     stats["hx"] = np.concatenate([view.rmatvec(d2) for view in views])
     stats["hdiag"] = np.concatenate([view.rmatvec(d2, squared=True) for view in views])
@@ -78,14 +68,16 @@ def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Proble
 def curvature_product(cells: list, curvature, offsets, v) -> dict:
     """The row chunk's share of Xᵀ diag(ℓ'') X v."""
     views = _views(cells)
-    w = curvature * _matvec(views, v, offsets)
+    w = curvature * passes.cells_matvec(views, v, offsets, np.zeros(views[0].n_rows))
     return {"hv": np.concatenate([view.rmatvec(w) for view in views])}
 
 
 def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) -> dict:
     """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ."""
     y = labels(y)
-    u = _matvec(_views(cells), direction["d_coef"], offsets) + direction["d_b"]
+    views = _views(cells)
+    u = passes.cells_matvec(views, direction["d_coef"], offsets,
+                            np.full(views[0].n_rows, float(direction["d_b"])))
     code = obj.LOSS_CODES[loss]
     return {"trials": block_kernels.line_trials(
         y, margins, u, TRIAL_STEPS, block_kernels.are_quarters(TRIAL_STEPS), code)}
