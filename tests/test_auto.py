@@ -42,6 +42,13 @@ def test_sparse_one_hot_choices(rng):
     assert _choice("squared", "l2", 1.0, X) == "sdca"            # κ tiny: a few epochs
     assert _choice("logistic", "l2", 1.0 / 4000, X) == "newton"
     assert _choice("hinge", "l2", 1.0 / 4000, X) == "sdca"         # p + 1 > 2000: no band Cholesky
+    # Pure blocks: proximal Newton, whose inner solver moves whole blocks
+    assert _choice("squared", "l1", 1e-4, X) == "newton"
+    assert _choice("logistic", "l1", 1e-4, X) == "newton"
+
+
+def test_sparse_l1_without_blocks_takes_scd():
+    X = sp.random(4000, 5000, density=0.01, random_state=0, format="csr")
     assert _choice("squared", "l1", 1e-4, X) == "scd"            # working sets, extrapolation
     assert _choice("logistic", "l1", 1e-4, X) == "scd"
 

@@ -14,6 +14,12 @@ import scipy.sparse as sp
 
 from dask_scd.validation import check_labels, check_matrix
 
+# Pure blocks are detected on the first rows holding this many non-zeros (any partition
+# serves the Newton engine's coarse levels, but a field whose rare values are left out of
+# its block leaves its shift to the fine level): all rows of a 500k-row Criteo-like set
+# (13M non-zeros) took 0.8 s, about 3 passes, once per fit.
+_DETECTION_NNZ = 20_000_000
+
 
 def in_memory(X, y, loss: str):
     """(:class:`InMemory`, classes): X checked (numpy, CSR or CSC; the caller's object is
@@ -75,3 +81,23 @@ class InMemory:
         if sp.issparse(X):
             return float(np.dot(X.data, X.data)) / X.shape[0]
         return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary
+
+    @cached_property
+    def pure_blocks(self) -> list | None:
+        """:func:`pure_blocks` of X, detected once."""
+        return pure_blocks(self.X)
+
+
+def pure_blocks(X) -> list | None:
+    """The pure blocks of a sparse X (columns no row has two of: a one-hot field), among
+    the columns that hold a value, detected on the first rows; None for dense X."""
+    if not sp.issparse(X):
+        return None
+    from dask_scd.grid.partition import detect_pure_blocks
+
+    n, p = X.shape
+    X = sp.csr_matrix(X)  # not a copy when X is CSR
+    used = np.bincount(X.indices, minlength=p) > 0
+    rows = int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1
+    blocks = [b[used[b]] for b in detect_pure_blocks(X[:max(rows, min(n, 1000))])]
+    return [b for b in blocks if len(b)]

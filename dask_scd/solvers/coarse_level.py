@@ -30,11 +30,6 @@ from dask_scd.kernels import block as block_kernels
 
 # More blocks than this and the k × k solve is no longer cheap next to a product.
 MAX_BLOCKS = 256
-# Blocks are detected on the first rows holding this many non-zeros (any partition gives
-# a valid preconditioner, but a field whose rare values are left out of its block leaves
-# its shift to conjugate gradients): all rows of a 500k-row Criteo-like set (13M
-# non-zeros) took 0.8 s, about 3 passes, once per fit.
-_DETECTION_NNZ = 20_000_000
 
 
 def compact_dtype(columns) -> np.dtype:
@@ -103,28 +98,30 @@ class RowSums:
         return block_kernels.coarse_stats(self.counts, self.column_of, weights, weights)[1]
 
 
-def memory_coarse(X) -> tuple[np.ndarray, RowSums] | None:
-    """(block of every column, −1 for none; S) of an in-memory sparse X, or None.
+def block_index(X, blocks) -> np.ndarray | None:
+    """The block of every column of X (−1: none) for ``blocks`` (lists of columns), or None
+    for fewer than 2 or more than :data:`MAX_BLOCKS` blocks."""
+    if blocks is None or not 2 <= len(blocks) <= MAX_BLOCKS:
+        return None
+    block_of = np.full(X.shape[1], -1, dtype=np.int64)
+    for k, block in enumerate(blocks):
+        block_of[block] = k
+    return block_of
+
+
+def memory_coarse(X, blocks) -> tuple[np.ndarray, RowSums] | None:
+    """(block of every column, −1 for none; S) of an in-memory sparse X with its pure
+    ``blocks`` (:attr:`dask_scd.data.memory.InMemory.pure_blocks`), or None.
 
     None for dense X, for fewer than 2 or more than :data:`MAX_BLOCKS` blocks, and when
     SᵀDS over the stored (incomplete) columns of S, n·m²/2 small multiply-adds per
     Newton step, would cost more than about ten products with X.
     """
-    if not sp.issparse(X):
+    block_of = block_index(X, blocks)
+    if not sp.issparse(X) or block_of is None:
         return None
-    from dask_scd.grid.partition import detect_pure_blocks
-
     n, p = X.shape
     X = sp.csr_matrix(X)  # not a copy when X is CSR
-    used = np.bincount(X.indices, minlength=p) > 0
-    detection_rows = int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1
-    blocks = [b[used[b]] for b in detect_pure_blocks(X[:max(detection_rows, min(n, 1000))])]
-    blocks = [b for b in blocks if len(b)]
-    if not 2 <= len(blocks) <= MAX_BLOCKS:
-        return None
-    block_of = np.full(p, -1, dtype=np.int64)
-    for k, block in enumerate(blocks):
-        block_of[block] = k
     columns = np.concatenate(blocks)
     indicator = sp.csr_matrix((np.ones(len(columns)), (columns, block_of[columns])),
                               shape=(p, len(blocks)))

@@ -67,7 +67,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     n, p = X.shape
     meter = Meter()
     start = time.perf_counter()
-    design = Design.from_array(X)
+    design = Design.from_array(X, lambda: data.pure_blocks)
     meter.add("setup", 0.0, start)
     coef = np.zeros(p)
     intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n)) if problem.fit_intercept \

@@ -13,6 +13,7 @@ import importlib
 from dataclasses import dataclass
 
 from dask_scd.objectives import LOSSES, Problem
+from dask_scd.solvers.coarse_level import MAX_BLOCKS
 
 ANY_LOSS = LOSSES
 SMOOTH = ("squared", "logistic", "squared_hinge")
@@ -206,8 +207,11 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
       its curvature (Cholesky of XᵀDX when p ≤ 2000 and cheaper than conjugate gradients),
       ≈ 7 steps (one for the squared loss);
     - L1 / elastic net: "newton" when its working set's Gram fits (p ≤ 2000) and the loss
-      is not squared; else "scd" (working sets with extrapolation, the Gram engine's
-      method for the squared loss).
+      is not squared, or when X has pure blocks (one-hot fields: the block shifts of its
+      inner solver, :func:`dask_scd.solvers.quadratic.block_shift`, take the directions
+      coordinate descent crawls along; Criteo-like 200k × 611k logistic L1: 11 steps to
+      3e-11 against SCD's 94 epochs short of 1e-4); else "scd" (working sets with
+      extrapolation, the Gram engine's method for the squared loss).
     """
     n, p = data.shape
     costs = {}
@@ -216,7 +220,7 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     if problem.loss == "hinge":
         return _hinge_passes(problem, data)
     if problem.l1_ratio > 0:
-        if problem.loss != "squared" and p <= _NEWTON_GRAM_MAX:
+        if (problem.loss != "squared" and p <= _NEWTON_GRAM_MAX) or _has_blocks(data):
             costs["newton"] = 2.0
         costs["scd"] = 3.0
         return costs
@@ -256,6 +260,12 @@ def _hinge_passes(problem: Problem, data) -> dict[str, float]:
         cholesky = (p + 1) ** 3 / 3.0 / (_BLAS_SPEEDUP * max(data.nnz, 1))
         costs["newton"] = _HINGE_NEWTON_STEPS * (1.0 + cholesky)
     return costs
+
+
+def _has_blocks(data) -> bool:
+    """Whether sparse X has 2 to 256 pure blocks (detected once, kept for the engine)."""
+    blocks = getattr(data, "pure_blocks", None)
+    return blocks is not None and 2 <= len(blocks) <= MAX_BLOCKS
 
 
 def _auto_in_memory(problem: Problem, data, among=None) -> str:
