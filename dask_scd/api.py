@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -14,7 +13,7 @@ from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.solvers import registry
 from dask_scd.solvers.base import Options, Run
-from dask_scd.validation import check_fit_args, check_problem
+from dask_scd.validation import check_fit_args, check_problem, warn
 
 
 def fit(
@@ -178,8 +177,8 @@ def _data(X, y, problem, solver, options):
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:
-            warnings.warn(f"{name} applies to the block-SCD engine only; this fit runs in "
-                          "memory (pass solver='block_scd' to use it)", UserWarning, stacklevel=4)
+            warn(f"{name} applies to the block-SCD engine only; this fit runs in memory "
+                 "(pass solver='block_scd' to use it)")
     for name in ("client", "selection", "checkpoint_every", "resume", *_RESIDENCY_OPTIONS):
         options.pop(name, None)
     data, classes = in_memory(*source.materialize(), problem.loss)
@@ -190,12 +189,9 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
     cert = run.certificate
     converged = run.converged(tol)
     if not converged:
-        # stacklevel 3: the caller of dask_scd.fit, not this module.
-        warnings.warn(
-            f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
-            f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-            ConvergenceWarning, stacklevel=3,
-        )
+        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
+             f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
+             ConvergenceWarning)
     return FitResult(
         coef_=run.coef,
         intercept_=float(run.intercept) if problem.fit_intercept else 0.0,

@@ -293,3 +293,31 @@ def test_regularization_path_with_warm_start(problem_data):
         model.set_params(alpha=alpha).fit(X, y)
         fresh = Lasso(alpha=alpha, tol=1e-9, random_state=0).fit(X, y)
         np.testing.assert_allclose(model.coef_, fresh.coef_, atol=1e-6)
+
+
+# --------------------------------------------------------------------- warnings
+
+
+def test_convergence_warning_points_at_the_callers_line(problem_data):
+    X, labels = problem_data
+    with pytest.warns(ConvergenceWarning) as record:
+        LogisticRegression(alpha=ALPHA, tol=1e-12, max_iter=1, solver="scd").fit(X, labels)
+    assert {w.filename for w in record} == {__file__}
+    with pytest.warns(ConvergenceWarning) as record:
+        dask_scd.fit(X, labels == 0, loss="logistic", tol=1e-12, max_iter=1, solver="scd")
+    assert {w.filename for w in record} == {__file__}
+
+
+def test_warnings_of_one_vs_rest_tasks_reach_the_caller(problem_data):
+    """A fit run as a task in a worker process warns in the caller's process."""
+    from distributed import Client, LocalCluster
+
+    X, labels = problem_data
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        with pytest.warns(ConvergenceWarning, match="Did not converge") as record:
+            model = LogisticRegression(alpha=ALPHA, tol=1e-12, max_iter=1,
+                                       solver="scd").fit(X, labels)
+    assert len([w for w in record if w.category is ConvergenceWarning]) == 3
+    assert {w.filename for w in record} == {__file__}
+    assert np.all(model.dual_gap_ > 1e-12)
