@@ -321,3 +321,18 @@ def test_warnings_of_one_vs_rest_tasks_reach_the_caller(problem_data):
     assert len([w for w in record if w.category is ConvergenceWarning]) == 3
     assert {w.filename for w in record} == {__file__}
     assert np.all(model.dual_gap_ > 1e-12)
+
+
+def test_xarray_dataset_with_feature_first_dims(problem_data, reference):
+    """A Dataset's 2-D variable of dims (feature, sample) is read sample first, as
+    ``to_grid`` and a DataArray read it."""
+    xr = pytest.importorskip("xarray")
+    X, labels = problem_data
+    y = np.where(labels == 0, 1.0, -1.0)
+    dataset = xr.Dataset({"pixels": (("feature", "sample"), X.T), "label": ("sample", y)})
+    result = dask_scd.fit(dataset, "label", loss="logistic", alpha=ALPHA, tol=TOL)
+    expected = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=TOL)
+    np.testing.assert_allclose(result.coef_, expected.coef_, atol=np.sqrt(4 * TOL / ALPHA))
+    model = LogisticRegression(alpha=ALPHA, tol=TOL).fit(dataset, "label")
+    np.testing.assert_allclose(model.decision_function(dataset.drop_vars("label")),
+                               X @ expected.coef_ + expected.intercept_, atol=1e-3)

@@ -264,7 +264,7 @@ def _dataarray_source(X, y, sample_dim=None) -> RowReader:
     return _array_source(X.data, y, feature_names=names)
 
 
-def _dataset_sample_dim(ds, y, sample_dim):
+def dataset_sample_dim(ds, y, sample_dim):
     """The Dataset's sample dim: given, else the labels', else a 1-D variable's, else by name."""
     if sample_dim is not None:
         if sample_dim not in ds.dims:
@@ -295,7 +295,7 @@ def _dataset_source(ds, y, sample_dim=None) -> RowReader:
         ds = ds.drop_vars(y_name)
     if not ds.data_vars:
         raise ValueError("the Dataset has no data variables to use as features")
-    sample_dim = _dataset_sample_dim(ds, y, sample_dim)
+    sample_dim = dataset_sample_dim(ds, y, sample_dim)
     columns, names, blocks = [], [], []
     offset = 0
     for var_name, var in ds.data_vars.items():
