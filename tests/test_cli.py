@@ -154,3 +154,19 @@ def test_console_script_in_a_subprocess(svm_file, tmp_path):
     done = subprocess.run([*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr")],
                           check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("table", ["cell_checksum", "label_checksum", "cell_nnz"])
+def test_a_grid_without_one_of_its_tables_is_refused_at_open(svm_file, tmp_path, capsys,
+                                                            table):
+    path, X, y = svm_file
+    grid_path = tmp_path / "data.zarr"
+    dask_scd.to_grid(X, y, grid_path, row_chunk=100)
+    shutil.rmtree(grid_path / table)
+    with pytest.raises(dask_scd.GridCorruptionError, match=f"{grid_path}.*'{table}'"):
+        dask_scd.open_grid(grid_path)
+    with pytest.raises(dask_scd.GridCorruptionError, match=f"'{table}'"):
+        dask_scd.fit(str(grid_path))
+    status, out, err = run(["fit", grid_path], capsys)
+    assert status == 1 and out == ""
+    assert len(err.splitlines()) == 1 and f"'{table}'" in err and str(grid_path) in err

@@ -53,9 +53,16 @@ class _Reader:
         if not os.path.isfile(chunk):
             raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
 
+    def _required(self, name: str):
+        try:
+            return self._array(name)
+        except KeyError:
+            raise GridCorruptionError(
+                f"grid store {self.path} has no {name!r} array ({_REWRITE})") from None
+
     def _table(self, name: str, shape: tuple) -> np.ndarray:
         """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
-        values = np.asarray(self._array(name)[:])
+        values = np.asarray(self._required(name)[:])
         if values.shape != shape or values.dtype != np.int64:
             raise GridCorruptionError(
                 f"grid store {self.path}: {name} has shape {values.shape} and dtype "
@@ -199,12 +206,27 @@ def _check_header(path: str):
     if attrs.get("complete") is not True:
         raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
     _check_attrs(path, attrs)
+    _check_arrays(path, attrs)
     if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
         raise GridCorruptionError(
             f"grid store {path}: unsupported sparse cell encoding "
             f"{attrs.get('sparse_cell_encoding')!r}"
         )
     return attrs
+
+
+_REWRITE = "removed or never written: write the grid again with to_grid or dask-scd convert"
+
+
+def _check_arrays(path: str, attrs: dict) -> None:
+    """Every array besides the cells (the labels and the tables) is in the store: checked
+    on disk, where a removed array shows at once (a reader of the store may be cached)."""
+    names = ["y", "cell_nnz"]
+    if attrs["format_version"] != 1:
+        names += ["cell_checksum", "label_checksum"]
+    for name in names:
+        if not os.path.isfile(os.path.join(path, name, "zarr.json")):
+            raise GridCorruptionError(f"grid store {path} has no {name!r} array ({_REWRITE})")
 
 
 def _is_int(value, low=0) -> bool:
