@@ -1,6 +1,7 @@
 """The ``dask-scd`` command: convert a libsvm file to a grid store, describe a grid, fit one.
 
-    dask-scd convert INPUT.svm OUT.zarr [--row-chunk N] [--column-block M] [--overwrite]
+    dask-scd convert INPUT.svm OUT.zarr [--row-chunk N] [--column-block M] [--n-features P]
+                                        [--overwrite]
     dask-scd info GRID
     dask-scd fit GRID [--loss L] [--penalty P] [--alpha A] [--l1-ratio R] [--tol T]
                       [--solver S] [--max-iter K] [--scheduler-address ADDR] [--out model.json]
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--column-block", type=_positive_int, default=None, metavar="M",
                          help="consecutive blocks of M features (default: pure blocks "
                               "detected by greedy colouring)")
+    convert.add_argument("--n-features", type=_positive_int, default=None, metavar="P",
+                         help="features of the grid, when the file's last ones never occur "
+                              "(default: the largest index in the file)")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing store")
 
     info = commands.add_parser("info", help="describe a grid store")
@@ -128,7 +132,8 @@ def _convert(args) -> int:
         raise FileExistsError(f"{args.output} exists (pass --overwrite to replace it)")
     start = time.perf_counter()
     grid = to_grid(args.input, None, args.output, row_chunk=args.row_chunk,
-                   blocks=args.column_block, overwrite=args.overwrite)
+                   blocks=args.column_block, overwrite=args.overwrite,
+                   n_features=args.n_features)
     print(f"wrote {grid} in {time.perf_counter() - start:.2f}s")
     return 0
 

@@ -170,3 +170,34 @@ def test_a_grid_without_one_of_its_tables_is_refused_at_open(svm_file, tmp_path,
     status, out, err = run(["fit", grid_path], capsys)
     assert status == 1 and out == ""
     assert len(err.splitlines()) == 1 and f"'{table}'" in err and str(grid_path) in err
+
+
+def test_convert_with_the_training_width(svm_file, tmp_path, capsys):
+    """A test split whose last features never occur gets the training set's width."""
+    path, X, y = svm_file
+    narrow = tmp_path / "test.svm"
+    dump_svmlight_file(X[:50, :5], y[:50], str(narrow), zero_based=False)
+    status, out, err = run(["convert", narrow, tmp_path / "test.zarr", "--n-features", 8],
+                           capsys)
+    assert status == 0 and err == ""
+    grid = dask_scd.open_grid(tmp_path / "test.zarr")
+    assert grid.shape == (50, 8)
+    np.testing.assert_allclose(grid.X.compute().toarray()[:, grid.feature_order.argsort()],
+                               np.hstack([X[:50, :5], np.zeros((50, 3))]), rtol=1e-12)
+    assert dask_scd.to_grid(narrow, None, tmp_path / "api.zarr", row_chunk=20,
+                            n_features=8).shape == (50, 8)
+    status, out, err = run(["convert", narrow, tmp_path / "small.zarr", "--n-features", 4],
+                           capsys)
+    assert status == 1 and "n_features=4 is too small" in err and "5 features" in err
+    with pytest.raises(ValueError, match="libsvm file only"):
+        dask_scd.to_grid(X, y, tmp_path / "array.zarr", row_chunk=20, n_features=8)
+
+
+def test_a_malformed_libsvm_line_is_named_by_its_number(tmp_path, capsys):
+    path = tmp_path / "bad.svm"
+    path.write_text("# a comment\n1 1:0.5 2:1.0\n\n-1 1:0.25 2:oops\n1 2:1.0\n")
+    status, out, err = run(["convert", path, tmp_path / "bad.zarr"], capsys)
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "line 4" in err and "2:oops" in err
+    with pytest.raises(ValueError, match="line 4"):
+        dask_scd.fit(str(path))

@@ -81,7 +81,13 @@ def _read_path(path: str, y, n_features):
         raise ValueError(f"y must be None for a libsvm file ({path}): its labels are used")
     from sklearn.datasets import load_svmlight_file
 
-    X, labels = load_svmlight_file(path, n_features=n_features, dtype=np.float64)
+    try:
+        X, labels = load_svmlight_file(path, n_features=n_features, dtype=np.float64)
+    except ValueError:
+        from dask_scd.grid.readers import scan_libsvm
+
+        scan_libsvm(path)  # raises the error that names the malformed line
+        raise
     return ModelInput(X, labels, "native")
 
 
