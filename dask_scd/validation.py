@@ -84,6 +84,17 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
     return Problem(loss=loss, alpha=float(alpha), l1_ratio=rho, fit_intercept=bool(fit_intercept))
 
 
+def check_random_state(random_state) -> np.random.Generator:
+    """The ``numpy.random.Generator`` of ``random_state`` (None, a seed or a Generator)."""
+    try:
+        return np.random.default_rng(random_state)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"random_state={random_state!r} must be None, an integer >= 0, a sequence of "
+            f"them or a numpy.random.Generator ({exc})"
+        ) from None
+
+
 def check_fit_args(tol, max_iter) -> None:
     if not isinstance(tol, numbers.Real) or not tol > 0:
         raise ValueError(f"tol={tol!r} must be a number > 0 (a relative duality gap)")
