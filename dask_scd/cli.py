@@ -168,6 +168,8 @@ def _info(args) -> int:
 def _fit(args) -> int:
     import dask_scd
 
+    if args.out is not None:
+        _check_writable(args.out)  # before the fit: its work is not lost to a typo
     grid = _open(args.grid)
     if args.scheduler_address is not None:
         from distributed import Client
@@ -199,6 +201,16 @@ def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
         _write_model(args.out, result, grid)
         print(f"wrote {args.out}")
     return 0
+
+
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"the directory of --out {path} does not exist: {directory}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"--out {path} is a directory (name a .json file)")
+    if not os.access(directory, os.W_OK):
+        raise PermissionError(f"cannot write --out {path}: {directory} is not writable")
 
 
 def _write_model(path: str, result, grid) -> None:

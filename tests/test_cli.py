@@ -201,3 +201,12 @@ def test_a_malformed_libsvm_line_is_named_by_its_number(tmp_path, capsys):
     assert "line 4" in err and "2:oops" in err
     with pytest.raises(ValueError, match="line 4"):
         dask_scd.fit(str(path))
+
+
+def test_fit_checks_the_output_directory_before_fitting(grid_path, tmp_path, capsys):
+    out_path = tmp_path / "missing_dir" / "m.json"
+    status, out, err = run(["fit", grid_path, "--out", out_path], capsys)
+    assert status == 1 and out == ""  # refused before any fit
+    assert len(err.splitlines()) == 1 and "missing_dir" in err and "does not exist" in err
+    assert not (tmp_path / "missing_dir").exists()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]

@@ -281,3 +281,24 @@ def test_a_fit_stopped_by_its_callback_does_not_warn(rng, solver):
         with pytest.warns(ConvergenceWarning, match="Increase max_iter"):
             dask_scd.fit(dX, y, loss="logistic", alpha=1e-3, tol=1e-14, max_iter=1,
                          solver=solver, client=client, random_state=0)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_fit_result_predicts_dask_input_lazily(rng, loss):
+    import dask
+    import dask.array as da
+
+    X = rng.normal(size=(200, 5))
+    y = X @ rng.normal(size=5)
+    y = np.where(y > 0, 3.0, 7.0) if loss == "logistic" else y
+    result = dask_scd.fit(X, y, loss=loss, alpha=0.1)
+    dX = da.from_array(X, chunks=(50, 2))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("computed while building the prediction")
+
+    with dask.config.set(scheduler=refuse):
+        predicted, scores = result.predict(dX), result.decision_function(dX)
+    assert isinstance(predicted, da.Array) and isinstance(scores, da.Array)
+    np.testing.assert_allclose(scores.compute(), result.decision_function(X))
+    np.testing.assert_allclose(predicted.compute(), result.predict(X))
