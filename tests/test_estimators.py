@@ -336,3 +336,44 @@ def test_xarray_dataset_with_feature_first_dims(problem_data, reference):
     model = LogisticRegression(alpha=ALPHA, tol=TOL).fit(dataset, "label")
     np.testing.assert_allclose(model.decision_function(dataset.drop_vars("label")),
                                X @ expected.coef_ + expected.intercept_, atol=1e-3)
+
+
+# ------------------------------------------------------- scikit-learn's parameter names
+
+
+@pytest.mark.parametrize("penalty", ["l2", "l1"])
+def test_logistic_regression_C_means_what_it_means_in_scikit_learn(penalty):
+    """C Σ loss + penalty is C·n times (1/n) Σ loss + penalty/(C·n): the same minimizer,
+    objectives equal to 1e-7 relative."""
+    X, y = make_classification(200, 6, n_informative=4, random_state=0)
+    C = 0.5
+    ours = LogisticRegression(C=C, penalty=penalty, tol=1e-12, random_state=0).fit(X, y)
+    theirs = linear_model.LogisticRegression(C=C, l1_ratio=float(penalty == "l1"), tol=1e-12,
+                                             max_iter=10_000,
+                                             solver="liblinear" if penalty == "l1" else "lbfgs",
+                                             intercept_scaling=1e4).fit(X, y)
+    y_pm = np.where(y == 1, 1.0, -1.0)
+    alpha = 1.0 / (C * len(y))
+    p_ours = primal("logistic", penalty, alpha, X, y_pm, ours.coef_, ours.intercept_[0])
+    p_theirs = primal("logistic", penalty, alpha, X, y_pm, theirs.coef_, theirs.intercept_[0])
+    assert abs(p_ours - p_theirs) <= 1e-7 * p_theirs
+    same = LogisticRegression(alpha=alpha, penalty=penalty, tol=1e-12, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(ours.coef_, same.coef_)
+
+
+def test_linear_svc_C_and_alpha_are_exclusive():
+    X, y = make_classification(100, 4, random_state=0)
+    C = 2.0
+    ours = LinearSVC(C=C, tol=1e-10, random_state=0).fit(X, y)
+    alpha = 1.0 / (C * len(y))
+    assert ours.get_params()["alpha"] is None and ours.get_params()["C"] == C
+    same = LinearSVC(alpha=alpha, tol=1e-10, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(ours.coef_, same.coef_)
+    default = LinearSVC(tol=1e-10, random_state=0).fit(X, y)  # neither: alpha = 1e-4
+    np.testing.assert_array_equal(
+        default.coef_, LinearSVC(alpha=1e-4, tol=1e-10, random_state=0).fit(X, y).coef_)
+    for model in (LinearSVC(alpha=0.1, C=1.0), LogisticRegression(alpha=0.1, C=1.0)):
+        with pytest.raises(ValueError, match="alpha or C, not both"):
+            model.fit(X, y)
+    with pytest.raises(ValueError, match="C=0 must be a finite number > 0"):
+        LogisticRegression(C=0).fit(X, y)

@@ -4,6 +4,8 @@ classifiers (:class:`_Classifier`) add to it."""
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
@@ -27,19 +29,37 @@ class _LinearModel(BaseEstimator):
 
     _loss = None
     _penalty = None
+    _default_alpha = None  # the classifiers' alpha when neither alpha nor C is given
 
-    def _problem_arguments(self) -> dict:
+    def _loss_name(self) -> str:
+        return getattr(self, "loss", None) or self._loss
+
+    def _alpha(self, n_samples: int) -> float:
+        """``alpha``, or scikit-learn's ``C`` in its terms: ``C Σ loss + penalty`` is
+        ``C·n`` times ``(1/n) Σ loss + penalty/(C·n)``, so alpha = 1/(C·n)."""
+        C = getattr(self, "C", None)
+        if C is None:
+            return self._default_alpha if self.alpha is None else self.alpha
+        if self.alpha is not None:
+            raise ValueError(f"give alpha or C, not both (alpha={self.alpha!r}, C={C!r}): "
+                             "C is scikit-learn's inverse strength, alpha = 1/(C·n_samples)")
+        if (not isinstance(C, numbers.Real) or isinstance(C, bool) or not np.isfinite(C)
+                or C <= 0):
+            raise ValueError(f"C={C!r} must be a finite number > 0")
+        return 1.0 / (float(C) * n_samples)
+
+    def _problem_arguments(self, n_samples: int) -> dict:
         return {
-            "loss": getattr(self, "loss", None) or self._loss,
+            "loss": self._loss_name(),
             "penalty": getattr(self, "penalty", None) or self._penalty,
-            "alpha": self.alpha,
+            "alpha": self._alpha(n_samples),
             "l1_ratio": getattr(self, "l1_ratio", 0.5),
             "fit_intercept": self.fit_intercept,
         }
 
-    def _fit_options(self) -> dict:
+    def _fit_options(self, n_samples: int) -> dict:
         return {
-            **self._problem_arguments(),
+            **self._problem_arguments(n_samples),
             "tol": self.tol,
             "max_iter": self.max_iter,
             "solver": self.solver,
@@ -102,7 +122,7 @@ class _LinearModel(BaseEstimator):
         In-memory one-vs-rest fits run as independent tasks on the current
         ``distributed.Client`` when there is one; dask and grid fits each use the cluster.
         """
-        options = self._fit_options()
+        options = self._fit_options(int(data.X.shape[0]))
         check_problem(options["loss"], options["penalty"], options["alpha"],
                       options["l1_ratio"], options["fit_intercept"])
         previous = self._previous_models(data, len(targets))
@@ -232,7 +252,7 @@ class _Classifier(ClassifierMixin, _LinearModel):
         self
             The fitted estimator.
         """
-        loss = self._problem_arguments()["loss"]
+        loss = self._loss_name()
         if loss not in CLASSIFICATION_LOSSES:
             raise ValueError(f"loss={loss!r} is not a classification loss "
                              f"({', '.join(CLASSIFICATION_LOSSES)})")
