@@ -210,3 +210,40 @@ def test_fit_checks_the_output_directory_before_fitting(grid_path, tmp_path, cap
     assert len(err.splitlines()) == 1 and "missing_dir" in err and "does not exist" in err
     assert not (tmp_path / "missing_dir").exists()
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_version_and_defaults_in_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dask-scd {dask_scd.__version__}"
+    for command, shown in (("convert", "(default: 100000)"), ("fit", "(default: 1e-06)"),
+                           ("predict", "(default: None)")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert shown in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_predict_with_a_fitted_model(svm_file, tmp_path, capsys, loss):
+    path, X, y = svm_file
+    grid_path = tmp_path / "data.zarr"
+    assert run(["convert", path, grid_path, "--row-chunk", 100], capsys)[0] == 0
+    model_path = tmp_path / "model.json"
+    status, _, err = run(["fit", grid_path, "--loss", loss, "--alpha", "0.01", "--tol", "1e-9",
+                          "--out", model_path, "--quiet"], capsys)
+    assert status == 0, err
+    model = json.loads(model_path.read_text())
+    scores = X @ np.array(model["coef"]) + model["intercept"]
+    expected = scores if loss == "squared" else np.where(scores > 0, 1.0, -1.0)
+
+    out_path = tmp_path / "predictions.txt"
+    status, out, err = run(["predict", model_path, grid_path, "--out", out_path], capsys)
+    assert status == 0 and "wrote 300 predictions" in err
+    np.testing.assert_allclose(np.loadtxt(out_path), expected, rtol=1e-12, atol=1e-12)
+    status, out, err = run(["predict", model_path, path], capsys)  # a libsvm file, to stdout
+    assert status == 0 and err == ""
+    np.testing.assert_allclose(np.array(out.split(), dtype=float), expected, rtol=1e-12,
+                               atol=1e-12)
+    status, out, err = run(["predict", path, path], capsys)
+    assert status == 1 and "is not a model written by dask-scd fit" in err
