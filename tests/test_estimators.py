@@ -377,3 +377,23 @@ def test_linear_svc_C_and_alpha_are_exclusive():
             model.fit(X, y)
     with pytest.raises(ValueError, match="C=0 must be a finite number > 0"):
         LogisticRegression(C=0).fit(X, y)
+
+
+def test_multi_target_ridge_matches_scikit_learn():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 5))
+    Y = X @ rng.normal(size=(5, 3)) + 0.1 * rng.normal(size=(120, 3)) + [1.0, -2.0, 0.5]
+    a = 3.0
+    ours = Ridge(alpha=a / len(X), tol=1e-12, random_state=0).fit(X, Y)
+    theirs = linear_model.Ridge(alpha=a).fit(X, Y)
+    assert ours.coef_.shape == (3, 5) and ours.intercept_.shape == (3,)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, theirs.intercept_, atol=1e-6)
+    assert np.all(ours.dual_gap_ <= 1e-12) and len(ours.history_) == 3
+    np.testing.assert_allclose(ours.predict(X), theirs.predict(X), atol=1e-5)
+    assert ours.score(X, Y) == pytest.approx(theirs.score(X, Y), abs=1e-9)
+    predicted = ours.predict(da.from_array(X, chunks=40))
+    assert isinstance(predicted, da.Array) and predicted.shape == (120, 3)
+    column = Ridge(alpha=a / len(X), tol=1e-12).fit(X, Y[:, :1])  # (n, 1): as scikit-learn
+    assert column.coef_.shape == (1, 5) and column.predict(X).shape == (120, 1)
+    np.testing.assert_allclose(column.coef_, ours.coef_[:1], atol=1e-6)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_classifier
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from dask_scd.data.inputs import ModelInput, is_dask, read_input
@@ -69,8 +69,11 @@ class _LinearModel(BaseEstimator):
 
     # ----------------------------------------------------------------- inputs
 
-    def _read_fit_input(self, X, y, y_numeric: bool) -> ModelInput:
-        """Validate X and y once; set ``n_features_in_`` and ``feature_names_in_``."""
+    def _read_fit_input(self, X, y, y_numeric: bool, multi_output: bool = False) -> ModelInput:
+        """Validate X and y once; set ``n_features_in_`` and ``feature_names_in_``.
+
+        ``multi_output``: y may be 2-D, of shape (n_samples, n_targets).
+        """
         data = read_input(X, y)
         if data.kind in ("native", "memory"):
             if data.kind == "native" and data.y is None:
@@ -78,7 +81,7 @@ class _LinearModel(BaseEstimator):
                 validate_data(self, data.X, None, accept_sparse=_ACCEPT_SPARSE)
             data.X, data.y = validate_data(
                 self, data.X, data.y, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
-                y_numeric=y_numeric,
+                y_numeric=y_numeric, multi_output=multi_output,
             )
         else:
             if data.kind == "dask":
@@ -169,7 +172,8 @@ class _LinearModel(BaseEstimator):
             scores = _dask_scores(data.X, coef, intercept)
         else:
             scores = np.asarray(data.X @ coef.T) + intercept
-        return scores[:, 0] if np.ndim(self.coef_) == 1 or coef.shape[0] == 1 else scores
+        one_column = np.ndim(self.coef_) == 1 or (coef.shape[0] == 1 and is_classifier(self))
+        return scores[:, 0] if one_column else scores
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -179,6 +183,7 @@ class _LinearModel(BaseEstimator):
 
 class _Regressor(RegressorMixin, _LinearModel):
     _loss = "squared"
+    _multi_output = False  # y of shape (n_samples, n_targets): one model per column
 
     def fit(self, X, y=None):
         """Fit the model, certified by its relative duality gap.
@@ -188,18 +193,28 @@ class _Regressor(RegressorMixin, _LinearModel):
         X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
             The design matrix, of shape (n_samples, n_features). A path names a grid
             store or a libsvm file.
-        y : array-like of shape (n_samples,), optional
-            Targets; omitted for a grid or a libsvm file, which carry their labels.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets), optional
+            Targets; omitted for a grid or a libsvm file, which carry their labels. 2-D
+            for ``Ridge`` only: one model per column.
 
         Returns
         -------
         self
             The fitted estimator.
         """
-        data = self._read_fit_input(X, y, y_numeric=True)
+        data = self._read_fit_input(X, y, y_numeric=True, multi_output=self._multi_output)
+        if np.ndim(data.y) == 2 and self._multi_output:
+            results = self._fit_models(data, [data.y[:, k] for k in range(data.y.shape[1])])
+            self._set_fitted(results, single_output=False)
+            return self
         results = self._fit_models(data, [data.y])
         self._set_fitted(results, single_output=True)
         return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = self._multi_output
+        return tags
 
     def predict(self, X):
         """Predict ``X @ coef_ + intercept_``.
@@ -211,8 +226,8 @@ class _Regressor(RegressorMixin, _LinearModel):
 
         Returns
         -------
-        ndarray or dask array of shape (n_samples,)
-            A lazy dask array for dask or grid X.
+        ndarray or dask array of shape (n_samples,) or (n_samples, n_targets)
+            A lazy dask array for dask or grid X; one column per target of a 2-D y.
         """
         return self._decision(X)
 
