@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -14,7 +13,7 @@ from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.solvers import registry
 from dask_scd.solvers.base import Options, Run
-from dask_scd.validation import check_fit_args, check_problem
+from dask_scd.validation import check_fit_args, check_problem, check_random_state, warn
 
 
 def fit(
@@ -101,7 +100,7 @@ def fit(
     if solver not in registry.SOLVERS:
         registry.get(solver)  # raises the list of solvers
     available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
-    rng = np.random.default_rng(random_state)
+    rng = check_random_state(random_state)
     X, y = _read(X, y)
     data, classes, engine_options = _data(X, y, problem, solver, engine_options)
     on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
@@ -109,10 +108,7 @@ def fit(
     if (solver == "auto" and engine.name == "block_newton"
             and set(engine_options) & set(_RESIDENCY_OPTIONS)):
         engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
-    unknown = sorted(set(engine_options) - set(engine.options))
-    if unknown:
-        raise TypeError(f"unexpected arguments for solver={engine.name!r}: {unknown} "
-                        f"(it accepts {list(engine.options)})")
+    _check_engine_options(engine_options, engine, solver, _is_distributed(X))
     with Progress(engine.name, tol, max_iter, verbose) as progress:
         options = Options(tol, max_iter, rng, progress, engine_options, device)
         run = engine.load()(data, problem, options)
@@ -122,6 +118,19 @@ def fit(
 
 
 _RESIDENCY_OPTIONS = ("residency", "memory_budget")
+
+
+def _check_engine_options(options: dict, engine, solver: str, distributed: bool) -> None:
+    """Every keyword left is one of the engine's: else name the unknown ones and list the
+    keywords of the solver asked for (or of the engine that ``auto`` chose)."""
+    unknown = sorted(set(options) - set(engine.options))
+    if not unknown:
+        return
+    valid = list(engine.options) + (list(registry.DATA_OPTIONS) if distributed else [])
+    which = (f"solver='auto' runs {engine.name!r} on this data, which" if solver == "auto"
+             else f"solver={solver!r}")
+    takes = f"takes {', '.join(valid)}" if valid else "takes no keyword arguments"
+    raise TypeError(f"unknown keyword arguments {unknown} for dask_scd.fit: {which} {takes}")
 
 
 def _read(X, y):
@@ -178,8 +187,8 @@ def _data(X, y, problem, solver, options):
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:
-            warnings.warn(f"{name} applies to the block-SCD engine only; this fit runs in "
-                          "memory (pass solver='block_scd' to use it)", UserWarning, stacklevel=4)
+            warn(f"{name} applies to the block-SCD engine only; this fit runs in memory "
+                 "(pass solver='block_scd' to use it)")
     for name in ("client", "selection", "checkpoint_every", "resume", *_RESIDENCY_OPTIONS):
         options.pop(name, None)
     data, classes = in_memory(*source.materialize(), problem.loss)
@@ -189,13 +198,10 @@ def _data(X, y, problem, solver, options):
 def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
     cert = run.certificate
     converged = run.converged(tol)
-    if not converged:
-        # stacklevel 3: the caller of dask_scd.fit, not this module.
-        warnings.warn(
-            f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
-            f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-            ConvergenceWarning, stacklevel=3,
-        )
+    if not converged and not run.stopped_by_callback:
+        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
+             f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
+             ConvergenceWarning)
     return FitResult(
         coef_=run.coef,
         intercept_=float(run.intercept) if problem.fit_intercept else 0.0,

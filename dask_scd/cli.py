@@ -1,9 +1,11 @@
 """The ``dask-scd`` command: convert a libsvm file to a grid store, describe a grid, fit one.
 
-    dask-scd convert INPUT.svm OUT.zarr [--row-chunk N] [--column-block M] [--overwrite]
+    dask-scd convert INPUT.svm OUT.zarr [--row-chunk N] [--column-block M] [--n-features P]
+                                        [--overwrite]
     dask-scd info GRID
     dask-scd fit GRID [--loss L] [--penalty P] [--alpha A] [--l1-ratio R] [--tol T]
                       [--solver S] [--max-iter K] [--scheduler-address ADDR] [--out model.json]
+    dask-scd predict MODEL.json DATA [--out predictions.txt]
 
 Every error is one line on stderr and a non-zero exit status, never a traceback.
 """
@@ -61,41 +63,61 @@ _fraction.__name__ = "number in [0, 1]"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``dask-scd`` argument parser and its three subcommands."""
+    """The ``dask-scd`` argument parser and its four subcommands."""
+    from dask_scd import __version__
+
     parser = _Parser(prog=PROG, description="Regularized linear models by coordinate "
                      "descent, certified by their duality gap, on zarr grid stores.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+    defaults = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
 
-    convert = commands.add_parser("convert", help="write a libsvm file as a grid store")
+    convert = commands.add_parser("convert", help="write a libsvm file as a grid store",
+                                  **defaults)
     convert.add_argument("input", metavar="INPUT", help="libsvm / svmlight text file")
     convert.add_argument("output", metavar="OUT", help="directory of the grid store to write")
     convert.add_argument("--row-chunk", type=_positive_int, default=100_000,
-                         help="examples per row chunk (default 100000)")
+                         help="examples per row chunk")
     convert.add_argument("--column-block", type=_positive_int, default=None, metavar="M",
-                         help="consecutive blocks of M features (default: pure blocks "
+                         help="consecutive blocks of M features (None: pure blocks "
                               "detected by greedy colouring)")
+    convert.add_argument("--n-features", type=_positive_int, default=None, metavar="P",
+                         help="features of the grid, when the file's last ones never occur "
+                              "(None: the largest index in the file)")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing store")
 
-    info = commands.add_parser("info", help="describe a grid store")
+    info = commands.add_parser("info", help="describe a grid store", **defaults)
     info.add_argument("grid", metavar="GRID", help="directory of a grid store")
 
-    fit = commands.add_parser("fit", help="fit a model on a grid store, printing its gap")
+    fit = commands.add_parser("fit", help="fit a model on a grid store, printing its gap",
+                              **defaults)
     fit.add_argument("grid", metavar="GRID", help="directory of a grid store")
-    fit.add_argument("--loss", choices=LOSSES, default="squared")
-    fit.add_argument("--penalty", choices=PENALTIES, default="l2")
-    fit.add_argument("--alpha", type=_positive_float, default=1.0)
-    fit.add_argument("--l1-ratio", type=_fraction, default=0.5)
+    fit.add_argument("--loss", choices=LOSSES, default="squared", help="the loss")
+    fit.add_argument("--penalty", choices=PENALTIES, default="l2", help="the penalty")
+    fit.add_argument("--alpha", type=_positive_float, default=1.0,
+                     help="regularization strength, per example")
+    fit.add_argument("--l1-ratio", type=_fraction, default=0.5,
+                     help="the L1 share of an elastic-net penalty")
     fit.add_argument("--tol", type=_positive_float, default=1e-6,
-                     help="target relative duality gap (default 1e-6)")
-    fit.add_argument("--solver", choices=SOLVERS, default="auto")
-    fit.add_argument("--max-iter", type=_positive_int, default=1000)
+                     help="target relative duality gap")
+    fit.add_argument("--solver", choices=SOLVERS, default="auto", help="the engine")
+    fit.add_argument("--max-iter", type=_positive_int, default=1000,
+                     help="iterations of the engine at most")
     fit.add_argument("--no-intercept", action="store_true", help="fit no intercept")
-    fit.add_argument("--random-state", type=int, default=0)
+    fit.add_argument("--random-state", type=int, default=0, help="the seed")
     fit.add_argument("--scheduler-address", metavar="ADDR", default=None,
-                     help="a running dask scheduler (tcp://host:port); default: a local one")
+                     help="a running dask scheduler (tcp://host:port); None: a local one")
     fit.add_argument("--out", metavar="MODEL.json", default=None,
                      help="write the model (coefficients, certificate, history) as JSON")
     fit.add_argument("--quiet", action="store_true", help="print only the summary line")
+
+    predict = commands.add_parser("predict", help="predict with a model written by fit --out",
+                                  **defaults)
+    predict.add_argument("model", metavar="MODEL.json", help="a model written by fit --out")
+    predict.add_argument("data", metavar="DATA", help="a grid store or a libsvm file")
+    predict.add_argument("--out", metavar="PREDICTIONS.txt", default=None,
+                         help="one prediction a line (None: standard output)")
     return parser
 
 
@@ -103,7 +125,8 @@ def main(argv=None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return {"convert": _convert, "info": _info, "fit": _fit}[args.command](args)
+        commands = {"convert": _convert, "info": _info, "fit": _fit, "predict": _predict}
+        return commands[args.command](args)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -128,7 +151,8 @@ def _convert(args) -> int:
         raise FileExistsError(f"{args.output} exists (pass --overwrite to replace it)")
     start = time.perf_counter()
     grid = to_grid(args.input, None, args.output, row_chunk=args.row_chunk,
-                   blocks=args.column_block, overwrite=args.overwrite)
+                   blocks=args.column_block, overwrite=args.overwrite,
+                   n_features=args.n_features)
     print(f"wrote {grid} in {time.perf_counter() - start:.2f}s")
     return 0
 
@@ -163,6 +187,8 @@ def _info(args) -> int:
 def _fit(args) -> int:
     import dask_scd
 
+    if args.out is not None:
+        _check_writable(args.out)  # before the fit: its work is not lost to a typo
     grid = _open(args.grid)
     if args.scheduler_address is not None:
         from distributed import Client
@@ -196,6 +222,71 @@ def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
     return 0
 
 
+def _predict(args) -> int:
+    """Decision values (squared loss) or labels of DATA, one a line."""
+    import numpy as np
+
+    from dask_scd.data.inputs import read_input
+    from dask_scd.result import dask_scores
+
+    if args.out is not None:
+        _check_writable(args.out)
+    model = _read_model(args.model)
+    coef = np.asarray(model["coef"], dtype=np.float64)
+    data = read_input(args.data, n_features=len(coef))
+    X = data.X
+    if data.kind == "grid":
+        scores = dask_scores(X.X, coef[X.feature_order][None, :],
+                             np.array([model["intercept"]]))[:, 0].compute()
+    else:
+        if X.shape[1] != len(coef):
+            raise ValueError(f"{args.data} has {X.shape[1]} features, the model {len(coef)}")
+        scores = np.asarray(X @ coef).ravel() + model["intercept"]
+    classes = model.get("classes")
+    values = scores if classes is None else np.where(scores > 0, classes[1], classes[0])
+    text = "".join(f"{value:.17g}\n" for value in values)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    _write_atomically(args.out, text)
+    print(f"wrote {len(values)} predictions to {args.out}", file=sys.stderr)
+    return 0
+
+
+def _read_model(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    try:
+        with open(path) as handle:
+            model = json.load(handle)
+        float(model["intercept"]), [float(v) for v in model["coef"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a model written by {PROG} fit --out ({exc!r})") from None
+    return model
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Written to a temporary file first: never half a file."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"the directory of --out {path} does not exist: {directory}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"--out {path} is a directory (name a .json file)")
+    if not os.access(directory, os.W_OK):
+        raise PermissionError(f"cannot write --out {path}: {directory} is not writable")
+
+
 def _write_model(path: str, result, grid) -> None:
     """The model as JSON, written to a temporary file first: never half a file."""
     model = {
@@ -209,14 +300,7 @@ def _write_model(path: str, result, grid) -> None:
         "feature_names": grid.feature_names, "grid": grid.path,
         "history": result.history_.as_dict(),
     }
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w") as handle:
-            json.dump(model, handle, indent=1)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    _write_atomically(path, json.dumps(model, indent=1))
 
 
 if __name__ == "__main__":  # pragma: no cover - the console script calls main()

@@ -208,12 +208,15 @@ class FitResult:
 
         Parameters
         ----------
-        X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+        X : ndarray, scipy.sparse matrix or dask array of shape (n_samples, n_features)
 
         Returns
         -------
-        ndarray of shape (n_samples,)
+        ndarray or dask array of shape (n_samples,)
+            A lazy dask array for a dask X (nothing is computed).
         """
+        if _is_dask(X):
+            return dask_scores(X, np.atleast_2d(self.coef_), np.atleast_1d(self.intercept_))[:, 0]
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
     def predict(self, X) -> np.ndarray:
@@ -221,13 +224,46 @@ class FitResult:
 
         Parameters
         ----------
-        X : ndarray or scipy.sparse matrix of shape (n_samples, n_features)
+        X : ndarray, scipy.sparse matrix or dask array of shape (n_samples, n_features)
 
         Returns
         -------
-        ndarray of shape (n_samples,)
+        ndarray or dask array of shape (n_samples,)
+            A lazy dask array for a dask X (nothing is computed).
         """
         scores = self.decision_function(X)
         if self.classes_ is None:
             return scores
-        return np.where(scores > 0, self.classes_[1], self.classes_[0])
+        if _is_dask(scores):
+            classes = np.asarray(self.classes_)
+            return scores.map_blocks(_labels, classes, dtype=classes.dtype,
+                                     meta=np.empty(0, dtype=classes.dtype))
+        return _labels(scores, self.classes_)
+
+
+def _labels(scores, classes):
+    return np.where(scores > 0, classes[1], classes[0])
+
+
+def _is_dask(obj) -> bool:
+    return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
+
+
+def dask_scores(X, coef: np.ndarray, intercept: np.ndarray):
+    """Lazy ``X @ coef.T + intercept`` over any chunking: one partial product per chunk,
+    summed over the column chunks (sparse chunks never densified)."""
+    import dask.array as da
+
+    weights = da.from_array(np.ascontiguousarray(coef.T), chunks=(X.chunks[1], coef.shape[0]))
+    partial = da.blockwise(
+        _chunk_scores, "ijk", X, "ij", weights, "jk", adjust_chunks={"j": 1},
+        dtype=np.float64, meta=np.empty((0, 0, 0)),
+    )
+    return partial.sum(axis=1) + intercept
+
+
+def _chunk_scores(block, weights):
+    scores = block @ weights
+    if hasattr(scores, "todense"):  # a pydata sparse chunk gives a sparse product
+        scores = scores.todense()
+    return np.asarray(scores, dtype=np.float64).reshape(block.shape[0], 1, weights.shape[1])

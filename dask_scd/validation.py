@@ -2,12 +2,60 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
 
 from dask_scd.objectives import CLASSIFICATION_LOSSES, LOSSES, PENALTIES, Problem
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """Issue a warning at the user's line: the first frame outside ``dask_scd``.
+
+    Inside :func:`collect_warnings` (a fit run as a task on a worker) the warning is kept
+    for the caller's process to issue again instead.
+    """
+    collected = _collected.get()
+    if collected is not None:
+        collected.append((category, str(message)))
+        return
+    warnings.warn(message, category, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside the package, for the caller of warn."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+@contextlib.contextmanager
+def collect_warnings():
+    """Keep the package's warnings in a list of ``(category, message)`` rather than issue
+    them: a task on a worker returns them for :func:`reissue` in the caller's process."""
+    collected = []
+    token = _collected.set(collected)
+    try:
+        yield collected
+    finally:
+        _collected.reset(token)
+
+
+def reissue(collected) -> None:
+    """Issue again, at the user's line, warnings kept by :func:`collect_warnings`."""
+    for category, message in collected:
+        warn(message, category)
 
 
 def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
@@ -34,6 +82,17 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
         raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
     rho = {"l2": 0.0, "l1": 1.0, "elasticnet": float(l1_ratio)}[penalty]
     return Problem(loss=loss, alpha=float(alpha), l1_ratio=rho, fit_intercept=bool(fit_intercept))
+
+
+def check_random_state(random_state) -> np.random.Generator:
+    """The ``numpy.random.Generator`` of ``random_state`` (None, a seed or a Generator)."""
+    try:
+        return np.random.default_rng(random_state)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"random_state={random_state!r} must be None, an integer >= 0, a sequence of "
+            f"them or a numpy.random.Generator ({exc})"
+        ) from None
 
 
 def check_fit_args(tol, max_iter) -> None:

@@ -154,3 +154,96 @@ def test_console_script_in_a_subprocess(svm_file, tmp_path):
     done = subprocess.run([*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr")],
                           check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("table", ["cell_checksum", "label_checksum", "cell_nnz"])
+def test_a_grid_without_one_of_its_tables_is_refused_at_open(svm_file, tmp_path, capsys,
+                                                            table):
+    path, X, y = svm_file
+    grid_path = tmp_path / "data.zarr"
+    dask_scd.to_grid(X, y, grid_path, row_chunk=100)
+    shutil.rmtree(grid_path / table)
+    with pytest.raises(dask_scd.GridCorruptionError, match=f"{grid_path}.*'{table}'"):
+        dask_scd.open_grid(grid_path)
+    with pytest.raises(dask_scd.GridCorruptionError, match=f"'{table}'"):
+        dask_scd.fit(str(grid_path))
+    status, out, err = run(["fit", grid_path], capsys)
+    assert status == 1 and out == ""
+    assert len(err.splitlines()) == 1 and f"'{table}'" in err and str(grid_path) in err
+
+
+def test_convert_with_the_training_width(svm_file, tmp_path, capsys):
+    """A test split whose last features never occur gets the training set's width."""
+    path, X, y = svm_file
+    narrow = tmp_path / "test.svm"
+    dump_svmlight_file(X[:50, :5], y[:50], str(narrow), zero_based=False)
+    status, out, err = run(["convert", narrow, tmp_path / "test.zarr", "--n-features", 8],
+                           capsys)
+    assert status == 0 and err == ""
+    grid = dask_scd.open_grid(tmp_path / "test.zarr")
+    assert grid.shape == (50, 8)
+    np.testing.assert_allclose(grid.X.compute().toarray()[:, grid.feature_order.argsort()],
+                               np.hstack([X[:50, :5], np.zeros((50, 3))]), rtol=1e-12)
+    assert dask_scd.to_grid(narrow, None, tmp_path / "api.zarr", row_chunk=20,
+                            n_features=8).shape == (50, 8)
+    status, out, err = run(["convert", narrow, tmp_path / "small.zarr", "--n-features", 4],
+                           capsys)
+    assert status == 1 and "n_features=4 is too small" in err and "5 features" in err
+    with pytest.raises(ValueError, match="libsvm file only"):
+        dask_scd.to_grid(X, y, tmp_path / "array.zarr", row_chunk=20, n_features=8)
+
+
+def test_a_malformed_libsvm_line_is_named_by_its_number(tmp_path, capsys):
+    path = tmp_path / "bad.svm"
+    path.write_text("# a comment\n1 1:0.5 2:1.0\n\n-1 1:0.25 2:oops\n1 2:1.0\n")
+    status, out, err = run(["convert", path, tmp_path / "bad.zarr"], capsys)
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "line 4" in err and "2:oops" in err
+    with pytest.raises(ValueError, match="line 4"):
+        dask_scd.fit(str(path))
+
+
+def test_fit_checks_the_output_directory_before_fitting(grid_path, tmp_path, capsys):
+    out_path = tmp_path / "missing_dir" / "m.json"
+    status, out, err = run(["fit", grid_path, "--out", out_path], capsys)
+    assert status == 1 and out == ""  # refused before any fit
+    assert len(err.splitlines()) == 1 and "missing_dir" in err and "does not exist" in err
+    assert not (tmp_path / "missing_dir").exists()
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_version_and_defaults_in_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dask-scd {dask_scd.__version__}"
+    for command, shown in (("convert", "(default: 100000)"), ("fit", "(default: 1e-06)"),
+                           ("predict", "(default: None)")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert shown in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_predict_with_a_fitted_model(svm_file, tmp_path, capsys, loss):
+    path, X, y = svm_file
+    grid_path = tmp_path / "data.zarr"
+    assert run(["convert", path, grid_path, "--row-chunk", 100], capsys)[0] == 0
+    model_path = tmp_path / "model.json"
+    status, _, err = run(["fit", grid_path, "--loss", loss, "--alpha", "0.01", "--tol", "1e-9",
+                          "--out", model_path, "--quiet"], capsys)
+    assert status == 0, err
+    model = json.loads(model_path.read_text())
+    scores = X @ np.array(model["coef"]) + model["intercept"]
+    expected = scores if loss == "squared" else np.where(scores > 0, 1.0, -1.0)
+
+    out_path = tmp_path / "predictions.txt"
+    status, out, err = run(["predict", model_path, grid_path, "--out", out_path], capsys)
+    assert status == 0 and "wrote 300 predictions" in err
+    np.testing.assert_allclose(np.loadtxt(out_path), expected, rtol=1e-12, atol=1e-12)
+    status, out, err = run(["predict", model_path, path], capsys)  # a libsvm file, to stdout
+    assert status == 0 and err == ""
+    np.testing.assert_allclose(np.array(out.split(), dtype=float), expected, rtol=1e-12,
+                               atol=1e-12)
+    status, out, err = run(["predict", path, path], capsys)
+    assert status == 1 and "is not a model written by dask-scd fit" in err

@@ -293,3 +293,107 @@ def test_regularization_path_with_warm_start(problem_data):
         model.set_params(alpha=alpha).fit(X, y)
         fresh = Lasso(alpha=alpha, tol=1e-9, random_state=0).fit(X, y)
         np.testing.assert_allclose(model.coef_, fresh.coef_, atol=1e-6)
+
+
+# --------------------------------------------------------------------- warnings
+
+
+def test_convergence_warning_points_at_the_callers_line(problem_data):
+    X, labels = problem_data
+    with pytest.warns(ConvergenceWarning) as record:
+        LogisticRegression(alpha=ALPHA, tol=1e-12, max_iter=1, solver="scd").fit(X, labels)
+    assert {w.filename for w in record} == {__file__}
+    with pytest.warns(ConvergenceWarning) as record:
+        dask_scd.fit(X, labels == 0, loss="logistic", tol=1e-12, max_iter=1, solver="scd")
+    assert {w.filename for w in record} == {__file__}
+
+
+def test_warnings_of_one_vs_rest_tasks_reach_the_caller(problem_data):
+    """A fit run as a task in a worker process warns in the caller's process."""
+    from distributed import Client, LocalCluster
+
+    X, labels = problem_data
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        with pytest.warns(ConvergenceWarning, match="Did not converge") as record:
+            model = LogisticRegression(alpha=ALPHA, tol=1e-12, max_iter=1,
+                                       solver="scd").fit(X, labels)
+    assert len([w for w in record if w.category is ConvergenceWarning]) == 3
+    assert {w.filename for w in record} == {__file__}
+    assert np.all(model.dual_gap_ > 1e-12)
+
+
+def test_xarray_dataset_with_feature_first_dims(problem_data, reference):
+    """A Dataset's 2-D variable of dims (feature, sample) is read sample first, as
+    ``to_grid`` and a DataArray read it."""
+    xr = pytest.importorskip("xarray")
+    X, labels = problem_data
+    y = np.where(labels == 0, 1.0, -1.0)
+    dataset = xr.Dataset({"pixels": (("feature", "sample"), X.T), "label": ("sample", y)})
+    result = dask_scd.fit(dataset, "label", loss="logistic", alpha=ALPHA, tol=TOL)
+    expected = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=TOL)
+    np.testing.assert_allclose(result.coef_, expected.coef_, atol=np.sqrt(4 * TOL / ALPHA))
+    model = LogisticRegression(alpha=ALPHA, tol=TOL).fit(dataset, "label")
+    np.testing.assert_allclose(model.decision_function(dataset.drop_vars("label")),
+                               X @ expected.coef_ + expected.intercept_, atol=1e-3)
+
+
+# ------------------------------------------------------- scikit-learn's parameter names
+
+
+@pytest.mark.parametrize("penalty", ["l2", "l1"])
+def test_logistic_regression_C_means_what_it_means_in_scikit_learn(penalty):
+    """C Σ loss + penalty is C·n times (1/n) Σ loss + penalty/(C·n): the same minimizer,
+    objectives equal to 1e-7 relative."""
+    X, y = make_classification(200, 6, n_informative=4, random_state=0)
+    C = 0.5
+    ours = LogisticRegression(C=C, penalty=penalty, tol=1e-12, random_state=0).fit(X, y)
+    theirs = linear_model.LogisticRegression(C=C, l1_ratio=float(penalty == "l1"), tol=1e-12,
+                                             max_iter=10_000,
+                                             solver="liblinear" if penalty == "l1" else "lbfgs",
+                                             intercept_scaling=1e4).fit(X, y)
+    y_pm = np.where(y == 1, 1.0, -1.0)
+    alpha = 1.0 / (C * len(y))
+    p_ours = primal("logistic", penalty, alpha, X, y_pm, ours.coef_, ours.intercept_[0])
+    p_theirs = primal("logistic", penalty, alpha, X, y_pm, theirs.coef_, theirs.intercept_[0])
+    assert abs(p_ours - p_theirs) <= 1e-7 * p_theirs
+    same = LogisticRegression(alpha=alpha, penalty=penalty, tol=1e-12, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(ours.coef_, same.coef_)
+
+
+def test_linear_svc_C_and_alpha_are_exclusive():
+    X, y = make_classification(100, 4, random_state=0)
+    C = 2.0
+    ours = LinearSVC(C=C, tol=1e-10, random_state=0).fit(X, y)
+    alpha = 1.0 / (C * len(y))
+    assert ours.get_params()["alpha"] is None and ours.get_params()["C"] == C
+    same = LinearSVC(alpha=alpha, tol=1e-10, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(ours.coef_, same.coef_)
+    default = LinearSVC(tol=1e-10, random_state=0).fit(X, y)  # neither: alpha = 1e-4
+    np.testing.assert_array_equal(
+        default.coef_, LinearSVC(alpha=1e-4, tol=1e-10, random_state=0).fit(X, y).coef_)
+    for model in (LinearSVC(alpha=0.1, C=1.0), LogisticRegression(alpha=0.1, C=1.0)):
+        with pytest.raises(ValueError, match="alpha or C, not both"):
+            model.fit(X, y)
+    with pytest.raises(ValueError, match="C=0 must be a finite number > 0"):
+        LogisticRegression(C=0).fit(X, y)
+
+
+def test_multi_target_ridge_matches_scikit_learn():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 5))
+    Y = X @ rng.normal(size=(5, 3)) + 0.1 * rng.normal(size=(120, 3)) + [1.0, -2.0, 0.5]
+    a = 3.0
+    ours = Ridge(alpha=a / len(X), tol=1e-12, random_state=0).fit(X, Y)
+    theirs = linear_model.Ridge(alpha=a).fit(X, Y)
+    assert ours.coef_.shape == (3, 5) and ours.intercept_.shape == (3,)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-6)
+    np.testing.assert_allclose(ours.intercept_, theirs.intercept_, atol=1e-6)
+    assert np.all(ours.dual_gap_ <= 1e-12) and len(ours.history_) == 3
+    np.testing.assert_allclose(ours.predict(X), theirs.predict(X), atol=1e-5)
+    assert ours.score(X, Y) == pytest.approx(theirs.score(X, Y), abs=1e-9)
+    predicted = ours.predict(da.from_array(X, chunks=40))
+    assert isinstance(predicted, da.Array) and predicted.shape == (120, 3)
+    column = Ridge(alpha=a / len(X), tol=1e-12).fit(X, Y[:, :1])  # (n, 1): as scikit-learn
+    assert column.coef_.shape == (1, 5) and column.predict(X).shape == (120, 1)
+    np.testing.assert_allclose(column.coef_, ours.coef_[:1], atol=1e-6)

@@ -259,3 +259,46 @@ def test_history_and_convergence_warning():
     assert r.history_.iteration[:3] == [1, 2, 3]
     assert np.all(np.diff(r.history_.iteration) <= 5)
     assert r.history_.iteration[-1] == r.n_iter_
+
+
+@pytest.mark.parametrize("solver", ["block_scd", "block_newton"])
+def test_a_fit_stopped_by_its_callback_does_not_warn(rng, solver):
+    """The user asked to stop: the result says it is not converged, without a warning."""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    X = rng.normal(size=(300, 6))
+    y = np.where(X @ rng.normal(size=6) > 0, 1.0, -1.0)
+    dX = da.from_array(X, chunks=(100, 3))
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = dask_scd.fit(dX, y, loss="logistic", alpha=1e-3, tol=1e-14,
+                                  solver=solver, client=client, random_state=0,
+                                  callback=lambda state: True)
+        assert not result.converged_ and result.n_iter_ <= 1
+        with pytest.warns(ConvergenceWarning, match="Increase max_iter"):
+            dask_scd.fit(dX, y, loss="logistic", alpha=1e-3, tol=1e-14, max_iter=1,
+                         solver=solver, client=client, random_state=0)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_fit_result_predicts_dask_input_lazily(rng, loss):
+    import dask
+    import dask.array as da
+
+    X = rng.normal(size=(200, 5))
+    y = X @ rng.normal(size=5)
+    y = np.where(y > 0, 3.0, 7.0) if loss == "logistic" else y
+    result = dask_scd.fit(X, y, loss=loss, alpha=0.1)
+    dX = da.from_array(X, chunks=(50, 2))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("computed while building the prediction")
+
+    with dask.config.set(scheduler=refuse):
+        predicted, scores = result.predict(dX), result.decision_function(dX)
+    assert isinstance(predicted, da.Array) and isinstance(scores, da.Array)
+    np.testing.assert_allclose(scores.compute(), result.decision_function(X))
+    np.testing.assert_allclose(predicted.compute(), result.predict(X))

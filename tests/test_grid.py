@@ -561,3 +561,21 @@ def test_xarray_dataset(tmp_path):
     detected = to_grid(ds, "target", tmp_path / "d", row_chunk=8, blocks="detect")
     assert all(detected.purity)
     check_round_trip(detected, X, ds["target"].values)
+
+
+def test_an_old_handle_after_the_store_is_rewritten(tmp_path):
+    """A Grid opened before ``to_grid(..., overwrite=True)`` says the store changed, in a
+    read, a fit or a dask computation (not an error about cell shapes); open it again."""
+    import dask_scd
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "g.zarr"
+    old = to_grid(rng.normal(size=(100, 4)), rng.normal(size=100), path, row_chunk=50)
+    dask_scd.fit(old, alpha=0.1)  # its cells have been read in this process
+    to_grid(rng.normal(size=(80, 6)), rng.normal(size=80), path, row_chunk=40, overwrite=True)
+    for use in (lambda: old.read_cell(0, 0), lambda: dask_scd.fit(old, alpha=0.1),
+                lambda: old.X.compute()):
+        with pytest.raises(GridCorruptionError, match="changed since it was opened"):
+            use()
+    assert open_grid(path).shape == (80, 6)
+    assert dask_scd.fit(open_grid(path), alpha=0.1).coef_.shape == (6,)

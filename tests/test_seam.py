@@ -68,8 +68,14 @@ def test_an_engine_is_one_function_and_one_registry_line(rng, monkeypatch):
 
 def test_engine_options_are_checked(rng):
     X, y = rng.normal(size=(50, 3)), rng.normal(size=50)
-    with pytest.raises(TypeError, match="unexpected arguments"):
+    with pytest.raises(TypeError, match=r"unknown keyword arguments \['selection'\].*"
+                                        r"solver='scd' takes no keyword arguments"):
         dask_scd.fit(X, y, solver="scd", selection="cyclic")
+    with pytest.raises(TypeError, match=r"unknown keyword arguments \['chekpoint'\].*"
+                                        r"solver='auto' runs '\w+' on this data, which takes"):
+        dask_scd.fit(X, y, chekpoint="fit.npz")
+    with pytest.raises(ValueError, match=r"random_state='abc' must be None, an integer"):
+        dask_scd.fit(X, y, random_state="abc")
     with pytest.raises(ValueError, match="not one of"):
         dask_scd.fit(X, y, solver="newtonish")
 

@@ -81,7 +81,13 @@ def _read_path(path: str, y, n_features):
         raise ValueError(f"y must be None for a libsvm file ({path}): its labels are used")
     from sklearn.datasets import load_svmlight_file
 
-    X, labels = load_svmlight_file(path, n_features=n_features, dtype=np.float64)
+    try:
+        X, labels = load_svmlight_file(path, n_features=n_features, dtype=np.float64)
+    except ValueError:
+        from dask_scd.grid.readers import scan_libsvm
+
+        scan_libsvm(path)  # raises the error that names the malformed line
+        raise
     return ModelInput(X, labels, "native")
 
 
@@ -91,7 +97,7 @@ def _read_xarray(X, y) -> ModelInput:
             if y not in X.data_vars:
                 raise ValueError(f"y={y!r} is not a data variable of the Dataset")
             X, y = X.drop_vars(y), X[y]
-        matrix, names = _dataset_matrix(X)
+        matrix, names = _dataset_matrix(X, y)
     elif type(X).__name__ == "DataArray":
         if X.ndim != 2:
             raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
@@ -110,12 +116,18 @@ def _read_xarray(X, y) -> ModelInput:
     return ModelInput(matrix, y, "dask" if is_dask(matrix) else "memory", names)
 
 
-def _dataset_matrix(ds):
-    """Columns of every data variable, side by side: 1-D variables are single columns."""
+def _dataset_matrix(ds, y):
+    """Columns of every data variable, side by side: 1-D variables are single columns, 2-D
+    ones are read with their sample dim first (the dim found as ``to_grid`` finds it)."""
+    from dask_scd.grid.readers import dataset_sample_dim
+
     if not ds.data_vars:
         raise ValueError("the Dataset has no data variables to use as features")
+    sample_dim = dataset_sample_dim(ds, y, None)
     columns, names = [], []
     for name, var in ds.data_vars.items():
+        if var.ndim == 2 and sample_dim in var.dims:
+            var = var.transpose(sample_dim, ...)
         if var.ndim == 1:
             columns.append(var.data.reshape(-1, 1))
             names.append(str(name))

@@ -17,7 +17,6 @@ in-memory counterpart is :class:`dask_scd.data.memory.InMemory`.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +25,7 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.cells import CellRef, LabelRef, labels
 from dask_scd.grid import Grid, validate_blocks
-from dask_scd.validation import check_labels, to_scipy
+from dask_scd.validation import check_labels, to_scipy, warn
 
 
 @dataclass
@@ -229,11 +228,10 @@ def _merged_row_chunks(X, nbytes: int):
         return X
     target = min(R, max(MERGED_ROW_CHUNKS, math.ceil(nbytes / MIN_ROW_CHUNK_BYTES)))
     rows = math.ceil(X.shape[0] / target)
-    warnings.warn(
+    warn(
         f"X has {R} row chunks of {nbytes / R / 2**20:.2g} MiB on average: each costs a task "
         f"per stage of every block step, so the fit merges them into row chunks of {rows} "
-        f"rows; X = X.rechunk({{0: {rows}}}) (then X.persist()) does it once for every fit",
-        UserWarning, stacklevel=6)  # the caller of dask_scd.fit
+        f"rows; X = X.rechunk({{0: {rows}}}) (then X.persist()) does it once for every fit")
     return X.rechunk({0: rows})
 
 

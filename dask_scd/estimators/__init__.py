@@ -14,9 +14,10 @@ classes: input handling, fitting, prediction), ``regressors``
 and ``classifiers`` (the public estimators),
 ``docstrings`` (their shared docstring sections),
 ``fitting`` (one fit per target, warm starts, one-vs-rest fits as
-tasks on the current ``distributed.Client``), ``multiclass``
-(class labels, one-vs-rest targets, labels and probabilities from decision values) and
-``scoring`` (lazy decision values of dask input).
+tasks on the current ``distributed.Client``), and ``multiclass``
+(class labels, one-vs-rest targets, labels and probabilities from decision values);
+lazy decision values of dask input are ``dask_scd.result.dask_scores``, which
+``FitResult`` uses too.
 """
 
 from dask_scd.estimators.classifiers import LinearSVC, LogisticRegression

@@ -4,14 +4,16 @@ classifiers (:class:`_Classifier`) add to it."""
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_classifier
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from dask_scd.data.inputs import ModelInput, is_dask, read_input
 from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_one
 from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
-from dask_scd.estimators.scoring import _dask_scores
+from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.objectives import CLASSIFICATION_LOSSES
 from dask_scd.validation import check_problem
 
@@ -27,19 +29,37 @@ class _LinearModel(BaseEstimator):
 
     _loss = None
     _penalty = None
+    _default_alpha = None  # the classifiers' alpha when neither alpha nor C is given
 
-    def _problem_arguments(self) -> dict:
+    def _loss_name(self) -> str:
+        return getattr(self, "loss", None) or self._loss
+
+    def _alpha(self, n_samples: int) -> float:
+        """``alpha``, or scikit-learn's ``C`` in its terms: ``C Σ loss + penalty`` is
+        ``C·n`` times ``(1/n) Σ loss + penalty/(C·n)``, so alpha = 1/(C·n)."""
+        C = getattr(self, "C", None)
+        if C is None:
+            return self._default_alpha if self.alpha is None else self.alpha
+        if self.alpha is not None:
+            raise ValueError(f"give alpha or C, not both (alpha={self.alpha!r}, C={C!r}): "
+                             "C is scikit-learn's inverse strength, alpha = 1/(C·n_samples)")
+        if (not isinstance(C, numbers.Real) or isinstance(C, bool) or not np.isfinite(C)
+                or C <= 0):
+            raise ValueError(f"C={C!r} must be a finite number > 0")
+        return 1.0 / (float(C) * n_samples)
+
+    def _problem_arguments(self, n_samples: int) -> dict:
         return {
-            "loss": getattr(self, "loss", None) or self._loss,
+            "loss": self._loss_name(),
             "penalty": getattr(self, "penalty", None) or self._penalty,
-            "alpha": self.alpha,
+            "alpha": self._alpha(n_samples),
             "l1_ratio": getattr(self, "l1_ratio", 0.5),
             "fit_intercept": self.fit_intercept,
         }
 
-    def _fit_options(self) -> dict:
+    def _fit_options(self, n_samples: int) -> dict:
         return {
-            **self._problem_arguments(),
+            **self._problem_arguments(n_samples),
             "tol": self.tol,
             "max_iter": self.max_iter,
             "solver": self.solver,
@@ -49,8 +69,11 @@ class _LinearModel(BaseEstimator):
 
     # ----------------------------------------------------------------- inputs
 
-    def _read_fit_input(self, X, y, y_numeric: bool) -> ModelInput:
-        """Validate X and y once; set ``n_features_in_`` and ``feature_names_in_``."""
+    def _read_fit_input(self, X, y, y_numeric: bool, multi_output: bool = False) -> ModelInput:
+        """Validate X and y once; set ``n_features_in_`` and ``feature_names_in_``.
+
+        ``multi_output``: y may be 2-D, of shape (n_samples, n_targets).
+        """
         data = read_input(X, y)
         if data.kind in ("native", "memory"):
             if data.kind == "native" and data.y is None:
@@ -58,7 +81,7 @@ class _LinearModel(BaseEstimator):
                 validate_data(self, data.X, None, accept_sparse=_ACCEPT_SPARSE)
             data.X, data.y = validate_data(
                 self, data.X, data.y, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
-                y_numeric=y_numeric,
+                y_numeric=y_numeric, multi_output=multi_output,
             )
         else:
             if data.kind == "dask":
@@ -102,7 +125,7 @@ class _LinearModel(BaseEstimator):
         In-memory one-vs-rest fits run as independent tasks on the current
         ``distributed.Client`` when there is one; dask and grid fits each use the cluster.
         """
-        options = self._fit_options()
+        options = self._fit_options(int(data.X.shape[0]))
         check_problem(options["loss"], options["penalty"], options["alpha"],
                       options["l1_ratio"], options["fit_intercept"])
         previous = self._previous_models(data, len(targets))
@@ -149,7 +172,8 @@ class _LinearModel(BaseEstimator):
             scores = _dask_scores(data.X, coef, intercept)
         else:
             scores = np.asarray(data.X @ coef.T) + intercept
-        return scores[:, 0] if np.ndim(self.coef_) == 1 or coef.shape[0] == 1 else scores
+        one_column = np.ndim(self.coef_) == 1 or (coef.shape[0] == 1 and is_classifier(self))
+        return scores[:, 0] if one_column else scores
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -159,6 +183,7 @@ class _LinearModel(BaseEstimator):
 
 class _Regressor(RegressorMixin, _LinearModel):
     _loss = "squared"
+    _multi_output = False  # y of shape (n_samples, n_targets): one model per column
 
     def fit(self, X, y=None):
         """Fit the model, certified by its relative duality gap.
@@ -168,18 +193,28 @@ class _Regressor(RegressorMixin, _LinearModel):
         X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
             The design matrix, of shape (n_samples, n_features). A path names a grid
             store or a libsvm file.
-        y : array-like of shape (n_samples,), optional
-            Targets; omitted for a grid or a libsvm file, which carry their labels.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets), optional
+            Targets; omitted for a grid or a libsvm file, which carry their labels. 2-D
+            for ``Ridge`` only: one model per column.
 
         Returns
         -------
         self
             The fitted estimator.
         """
-        data = self._read_fit_input(X, y, y_numeric=True)
+        data = self._read_fit_input(X, y, y_numeric=True, multi_output=self._multi_output)
+        if np.ndim(data.y) == 2 and self._multi_output:
+            results = self._fit_models(data, [data.y[:, k] for k in range(data.y.shape[1])])
+            self._set_fitted(results, single_output=False)
+            return self
         results = self._fit_models(data, [data.y])
         self._set_fitted(results, single_output=True)
         return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = self._multi_output
+        return tags
 
     def predict(self, X):
         """Predict ``X @ coef_ + intercept_``.
@@ -191,8 +226,8 @@ class _Regressor(RegressorMixin, _LinearModel):
 
         Returns
         -------
-        ndarray or dask array of shape (n_samples,)
-            A lazy dask array for dask or grid X.
+        ndarray or dask array of shape (n_samples,) or (n_samples, n_targets)
+            A lazy dask array for dask or grid X; one column per target of a 2-D y.
         """
         return self._decision(X)
 
@@ -232,7 +267,7 @@ class _Classifier(ClassifierMixin, _LinearModel):
         self
             The fitted estimator.
         """
-        loss = self._problem_arguments()["loss"]
+        loss = self._loss_name()
         if loss not in CLASSIFICATION_LOSSES:
             raise ValueError(f"loss={loss!r} is not a classification loss "
                              f"({', '.join(CLASSIFICATION_LOSSES)})")

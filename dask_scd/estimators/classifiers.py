@@ -13,11 +13,13 @@ from dask_scd.estimators.multiclass import _probabilities
 
 class LogisticRegression(_Classifier):
     _loss = "logistic"
+    _default_alpha = 1e-4
 
-    def __init__(self, alpha=1e-4, *, penalty="l2", l1_ratio=0.5, fit_intercept=True,
+    def __init__(self, alpha=None, *, C=None, penalty="l2", l1_ratio=0.5, fit_intercept=True,
                  tol=1e-6, max_iter=1000, solver="auto", warm_start=False, random_state=None,
                  verbose=0):
         self.alpha = alpha
+        self.C = C
         self.penalty = penalty
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -38,11 +40,15 @@ class LogisticRegression(_Classifier):
 
     Parameters
     ----------
-    alpha : float > 0, default=1e-4
-        Regularization strength, per example. scikit-learn's ``LogisticRegression(C=c)``
-        with the L2 penalty ½‖θ‖² minimizes ``c Σ loss + ½‖θ‖²``, which is this model with
-        ``alpha = 1 / (c · n_samples)`` (with the L1 penalty likewise). The intercept is
-        never penalized, as in scikit-learn's lbfgs solver.
+    alpha : float > 0, default=None
+        Regularization strength, per example; 1e-4 when neither ``alpha`` nor ``C`` is
+        given. scikit-learn's ``LogisticRegression(C=c)`` with the L2 penalty ½‖θ‖²
+        minimizes ``c Σ loss + ½‖θ‖²``, which is this model with
+        ``alpha = 1 / (c · n_samples)`` (with the L1 and elastic-net penalties likewise).
+        The intercept is never penalized, as in scikit-learn's lbfgs solver.
+    C : float > 0, default=None
+        scikit-learn's inverse regularization strength, with its meaning: the model is
+        fitted with ``alpha = 1 / (C · n_samples)``. Give ``alpha`` or ``C``, not both.
     penalty : {"l2", "l1", "elasticnet"}, default="l2"
         The penalty.
     l1_ratio : float in [0, 1], default=0.5
@@ -109,10 +115,13 @@ class LogisticRegression(_Classifier):
 
 
 class LinearSVC(_Classifier):
-    def __init__(self, alpha=1e-4, *, loss="squared_hinge", penalty="l2", l1_ratio=0.5,
-                 fit_intercept=True, tol=1e-6, max_iter=1000, solver="auto", warm_start=False,
-                 random_state=None, verbose=0):
+    _default_alpha = 1e-4
+
+    def __init__(self, alpha=None, *, C=None, loss="squared_hinge", penalty="l2",
+                 l1_ratio=0.5, fit_intercept=True, tol=1e-6, max_iter=1000, solver="auto",
+                 warm_start=False, random_state=None, verbose=0):
         self.alpha = alpha
+        self.C = C
         self.loss = loss
         self.penalty = penalty
         self.l1_ratio = l1_ratio
@@ -133,10 +142,14 @@ class LinearSVC(_Classifier):
 
     Parameters
     ----------
-    alpha : float > 0, default=1e-4
-        Regularization strength, per example. scikit-learn's ``LinearSVC(C=c)`` minimizes
-        ``½‖θ‖² + c Σ loss``, which is this model with ``alpha = 1 / (c · n_samples)``.
-        Unlike liblinear, the intercept is not penalized (no ``intercept_scaling``).
+    alpha : float > 0, default=None
+        Regularization strength, per example; 1e-4 when neither ``alpha`` nor ``C`` is
+        given. scikit-learn's ``LinearSVC(C=c)`` minimizes ``½‖θ‖² + c Σ loss``, which is
+        this model with ``alpha = 1 / (c · n_samples)``. Unlike liblinear, the intercept is
+        not penalized (no ``intercept_scaling``).
+    C : float > 0, default=None
+        scikit-learn's inverse regularization strength, with its meaning: the model is
+        fitted with ``alpha = 1 / (C · n_samples)``. Give ``alpha`` or ``C``, not both.
     loss : {"squared_hinge", "hinge"}, default="squared_hinge"
         The hinge needs ``penalty="l2"`` (it is solved in the dual).
     penalty : {"l2", "l1", "elasticnet"}, default="l2"

@@ -12,7 +12,7 @@ import numpy as np
 from dask_scd.api import fit
 from dask_scd.data.inputs import is_dask
 from dask_scd.objectives import CLASSIFICATION_LOSSES, certificate
-from dask_scd.validation import check_problem
+from dask_scd.validation import check_problem, collect_warnings, reissue
 
 
 def _fit_one(X, y, options: dict, start=None):
@@ -65,7 +65,11 @@ def _reuse_previous(X, y, options: dict, start):
 
 
 def _fit_task(X, y, options):
-    return fit(X, y, **options)
+    """One fit on a worker, with the warnings it raised (the worker's process would print
+    them where nobody sees them; the caller issues them again)."""
+    with collect_warnings() as collected:
+        result = fit(X, y, **options)
+    return result, collected
 
 
 def _fit_on_cluster(client, X, targets: list, options: dict, previous: list) -> list:
@@ -79,7 +83,8 @@ def _fit_on_cluster(client, X, targets: list, options: dict, previous: list) -> 
         X_future = client.scatter(X, broadcast=False)
         futures = [client.submit(_fit_task, X_future, targets[k], options, pure=False)
                    for k in todo]
-        for k, result in zip(todo, client.gather(futures)):
+        for k, (result, collected) in zip(todo, client.gather(futures)):
+            reissue(collected)
             results[k] = result
     return results
 

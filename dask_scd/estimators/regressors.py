@@ -9,6 +9,7 @@ from dask_scd.estimators.docstrings import _docstring
 
 class Ridge(_Regressor):
     _penalty = "l2"
+    _multi_output = True
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-6, max_iter=1000,
                  solver="auto", warm_start=False, random_state=None, verbose=0):
@@ -33,12 +34,15 @@ class Ridge(_Regressor):
         ``alpha = a / n_samples``.
 {common_parameters}
 
+    With y of shape (n_samples, n_targets), one model is fitted per column (scikit-learn's
+    multi-target ``Ridge``): ``coef_`` has one row per target.
+
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-        θ, in the original feature order.
-    intercept_ : float
-        b (0.0 when ``fit_intercept=False``).
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        θ, in the original feature order; one row per target for a 2-D y.
+    intercept_ : float or ndarray of shape (n_targets,)
+        b (0.0 when ``fit_intercept=False``); one per target for a 2-D y.
 {regressor_attributes}
 
     Notes

@@ -181,8 +181,10 @@ def open_grid(path) -> Grid:
         If the store is not a grid, is incomplete (no ``complete`` marker) or
         has an unsupported format version.
     GridCorruptionError
-        Later, when a missing or corrupt cell is read (directly or inside a
-        dask computation); the message names the cell and the path.
+        If the store lacks its labels or one of its tables (``cell_nnz``,
+        ``cell_checksum``, ``label_checksum``): the message names the array and
+        the path. Later, when a missing or corrupt cell is read (directly or
+        inside a dask computation); the message names the cell and the path.
     """
     path = os.path.abspath(os.fspath(path))
     attrs = _check_header(path)
@@ -193,9 +195,13 @@ def open_grid(path) -> Grid:
     row_chunks = tuple(int(v) for v in np.diff(bounds))
     X, y = _build_arrays(path, attrs, row_chunks, sizes)
     try:
-        cell_nnz = _reader(path, attrs["grid_id"]).cell_nnz()
+        reader = _reader(path, attrs["grid_id"])
+        cell_nnz = reader.cell_nnz()
+        reader.checksums()
+    except GridCorruptionError:
+        raise
     except Exception as exc:
-        raise GridCorruptionError(f"cannot read cell_nnz of grid {path}: {exc}") from exc
+        raise GridCorruptionError(f"cannot read the tables of grid {path}: {exc}") from exc
     return Grid(
         path=path,
         X=X,

@@ -4,7 +4,6 @@ dask arrays built on them."""
 
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -23,12 +22,13 @@ class _Reader:
 
     def __init__(self, path: str, grid_id: str):
         self.path = path
+        self.identity = _identity(path)
+        if self.identity is None:
+            raise GridCorruptionError(_changed(path))
         self.group = zarr.open_group(path, mode="r")
         attrs = dict(self.group.attrs)
         if attrs.get("grid_id") != grid_id:
-            raise GridCorruptionError(
-                f"grid store {path} changed since it was opened (overwritten?)"
-            )
+            raise GridCorruptionError(_changed(path))
         _check_attrs(path, attrs)
         self.attrs = attrs
         self.bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
@@ -53,9 +53,16 @@ class _Reader:
         if not os.path.isfile(chunk):
             raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
 
+    def _required(self, name: str):
+        try:
+            return self._array(name)
+        except KeyError:
+            raise GridCorruptionError(
+                f"grid store {self.path} has no {name!r} array ({_REWRITE})") from None
+
     def _table(self, name: str, shape: tuple) -> np.ndarray:
         """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
-        values = np.asarray(self._array(name)[:])
+        values = np.asarray(self._required(name)[:])
         if values.shape != shape or values.dtype != np.int64:
             raise GridCorruptionError(
                 f"grid store {self.path}: {name} has shape {values.shape} and dtype "
@@ -163,9 +170,36 @@ class _Reader:
         return y
 
 
-@functools.lru_cache(maxsize=64)
+_READERS: dict = {}  # (path, grid_id) -> _Reader, the most recent MAX_READERS
+MAX_READERS = 64
+
+
 def _reader(path: str, grid_id: str) -> _Reader:
-    return _Reader(path, grid_id)
+    """The store's reader, opened again when the directory at ``path`` is not the one it
+    opened: ``to_grid(..., overwrite=True)`` puts a new directory in its place, which an
+    old handle must not read with the old metadata (the new one's ``grid_id`` differs,
+    and :class:`_Reader` says the store changed)."""
+    key = (path, grid_id)
+    reader = _READERS.get(key)
+    if reader is None or reader.identity != _identity(path):
+        reader = _Reader(path, grid_id)
+        if len(_READERS) >= MAX_READERS:
+            _READERS.pop(next(iter(_READERS)), None)
+        _READERS[key] = reader
+    return reader
+
+
+def _identity(path: str):
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _changed(path: str) -> str:
+    return (f"grid store {path} changed since it was opened (rewritten or removed): open it "
+            "again with open_grid")
 
 
 def read_cell(path: str, grid_id: str, r: int, b: int):
@@ -199,12 +233,27 @@ def _check_header(path: str):
     if attrs.get("complete") is not True:
         raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
     _check_attrs(path, attrs)
+    _check_arrays(path, attrs)
     if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
         raise GridCorruptionError(
             f"grid store {path}: unsupported sparse cell encoding "
             f"{attrs.get('sparse_cell_encoding')!r}"
         )
     return attrs
+
+
+_REWRITE = "removed or never written: write the grid again with to_grid or dask-scd convert"
+
+
+def _check_arrays(path: str, attrs: dict) -> None:
+    """Every array besides the cells (the labels and the tables) is in the store: checked
+    on disk, where a removed array shows at once (a reader of the store may be cached)."""
+    names = ["y", "cell_nnz"]
+    if attrs["format_version"] != 1:
+        names += ["cell_checksum", "label_checksum"]
+    for name in names:
+        if not os.path.isfile(os.path.join(path, name, "zarr.json")):
+            raise GridCorruptionError(f"grid store {path} has no {name!r} array ({_REWRITE})")
 
 
 def _is_int(value, low=0) -> bool:

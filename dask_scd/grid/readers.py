@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import numbers
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["RowReader", "iter_libsvm_batches", "row_reader", "scan_libsvm"]
+__all__ = ["RowReader", "iter_libsvm_batches", "malformed_line", "row_reader", "scan_libsvm"]
 
 
 @dataclass
@@ -264,7 +265,7 @@ def _dataarray_source(X, y, sample_dim=None) -> RowReader:
     return _array_source(X.data, y, feature_names=names)
 
 
-def _dataset_sample_dim(ds, y, sample_dim):
+def dataset_sample_dim(ds, y, sample_dim):
     """The Dataset's sample dim: given, else the labels', else a 1-D variable's, else by name."""
     if sample_dim is not None:
         if sample_dim not in ds.dims:
@@ -295,7 +296,7 @@ def _dataset_source(ds, y, sample_dim=None) -> RowReader:
         ds = ds.drop_vars(y_name)
     if not ds.data_vars:
         raise ValueError("the Dataset has no data variables to use as features")
-    sample_dim = _dataset_sample_dim(ds, y, sample_dim)
+    sample_dim = dataset_sample_dim(ds, y, sample_dim)
     columns, names, blocks = [], [], []
     offset = 0
     for var_name, var in ds.data_vars.items():
@@ -345,17 +346,38 @@ def iter_libsvm_batches(path, batch_lines: int) -> Iterator[bytes]:
     Blank and comment-only lines are skipped so that every yielded line is
     one example.
     """
+    for _, buffer in _numbered_batches(path, batch_lines):
+        yield buffer
+
+
+def _numbered_batches(path, batch_lines: int) -> Iterator[tuple[list, bytes]]:
+    """Like :func:`iter_libsvm_batches`, with the line number in the file of each line."""
     buf: list[bytes] = []
+    numbers: list[int] = []
     with open(path, "rb") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, start=1):
             if not _is_data_line(line):
                 continue
             buf.append(line if line.endswith(b"\n") else line + b"\n")
+            numbers.append(number)
             if len(buf) == batch_lines:
-                yield b"".join(buf)
-                buf = []
+                yield numbers, b"".join(buf)
+                buf, numbers = [], []
     if buf:
-        yield b"".join(buf)
+        yield numbers, b"".join(buf)
+
+
+def malformed_line(path, buffer: bytes, numbers: list, zero_based=True) -> ValueError:
+    """The error for a batch that does not parse, naming its first bad line and number."""
+    for number, line in zip(numbers, buffer.splitlines(keepends=True)):
+        try:
+            _parse_libsvm(line, None, np.float64, zero_based)
+        except ValueError as exc:
+            shown = line.decode("utf-8", "replace").strip()
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return ValueError(f"libsvm file {path}, line {number}: {exc.__cause__ or exc} "
+                              f"(the line reads {shown!r})")
+    return ValueError(f"cannot parse libsvm file {path}")
 
 
 def _is_auto(value) -> bool:
@@ -383,8 +405,11 @@ def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int,
     index (+ 1 when zero-based).
     """
     n_rows, smallest, largest = 0, None, -1
-    for buffer in iter_libsvm_batches(path, batch_lines):
-        X, _ = _parse_libsvm(buffer, None, np.float64, zero_based=True)  # indices as written
+    for numbers, buffer in _numbered_batches(path, batch_lines):
+        try:
+            X, _ = _parse_libsvm(buffer, None, np.float64, zero_based=True)  # indices as written
+        except ValueError:
+            raise malformed_line(path, buffer, numbers) from None
         n_rows += X.shape[0]
         if X.nnz:
             low, high = int(X.indices.min()), int(X.indices.max())
@@ -400,15 +425,20 @@ def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int,
     return n_rows, n_features, bool(zero_based)
 
 
-def _libsvm_source(path, y, zero_based="auto") -> RowReader:
+def _libsvm_source(path, y, zero_based="auto", n_features=None) -> RowReader:
     if y is not None:
         raise ValueError("y must be None for a libsvm file: labels are read from the file")
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"libsvm file not found: {path}")
-    n_rows, n_features, zero_based = scan_libsvm(path, zero_based=zero_based)
-    if n_rows == 0 or n_features == 0:
+    n_rows, seen, zero_based = scan_libsvm(path, zero_based=zero_based)
+    if n_rows == 0 or seen == 0:
         raise ValueError(f"libsvm file {path} holds no data")
+    if n_features is None:
+        n_features = seen
+    elif n_features < seen:
+        raise ValueError(f"n_features={n_features} is too small: libsvm file {path} has "
+                         f"{seen} features (indices up to {seen - int(zero_based)})")
 
     def stream_fn(row_chunk):
         for buffer in iter_libsvm_batches(path, row_chunk):
@@ -425,16 +455,24 @@ def _libsvm_source(path, y, zero_based="auto") -> RowReader:
     )
 
 
-def row_reader(X, y, *, sample_dim=None, zero_based="auto") -> RowReader:
+def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> RowReader:
     """Build a :class:`RowReader` for any supported input (see ``to_grid``)."""
     if not (isinstance(zero_based, bool | np.bool_) or _is_auto(zero_based)):
         raise ValueError(f"zero_based={zero_based!r} must be True, False or 'auto'")
+    if n_features is not None:
+        if not isinstance(X, (str, os.PathLike)):
+            raise ValueError("n_features applies to a libsvm file only (the width of an "
+                             "array is its own)")
+        if (not isinstance(n_features, numbers.Integral) or isinstance(n_features, bool)
+                or n_features < 1):
+            raise ValueError(f"n_features={n_features!r} must be an integer >= 1")
+        n_features = int(n_features)
     module = type(X).__module__
     is_xarray = module.startswith("xarray") and type(X).__name__ in ("Dataset", "DataArray")
     if sample_dim is not None and not is_xarray:
         raise ValueError(f"sample_dim={sample_dim!r} applies to xarray input only")
     if isinstance(X, (str, os.PathLike)):
-        return _libsvm_source(Path(X), y, zero_based)
+        return _libsvm_source(Path(X), y, zero_based, n_features)
     if is_xarray:
         if type(X).__name__ == "Dataset":
             return _dataset_source(X, y, sample_dim)

@@ -283,6 +283,7 @@ def to_grid(
     overwrite: bool = False,
     sample_dim=None,
     zero_based="auto",
+    n_features=None,
 ) -> Grid:
     """Write a design matrix and labels as a zarr v3 grid store.
 
@@ -328,6 +329,10 @@ def to_grid(
     zero_based : bool or "auto", default "auto"
         For a libsvm file: whether feature indices start at 0. "auto"
         (scikit-learn's rule): zero-based if any index is 0, else one-based.
+    n_features : int, optional
+        For a libsvm file: the number of features of the grid, when the file's
+        last features never occur (a test split written with its training
+        set's width). By default the largest index in the file.
 
     Returns
     -------
@@ -357,7 +362,8 @@ def to_grid(
     row_chunk = _check_row_chunk(row_chunk)
     path = os.path.abspath(os.fspath(path))
     _check_target(path, overwrite)
-    source = row_reader(X, y, sample_dim=sample_dim, zero_based=zero_based)
+    source = row_reader(X, y, sample_dim=sample_dim, zero_based=zero_based,
+                        n_features=n_features)
     n, p = source.shape
     if n == 0 or p == 0:
         raise ValueError(f"X must have at least one row and one column, got shape {(n, p)}")

@@ -48,6 +48,7 @@ class Run:
     n_iter: int
     history: History
     extras: dict = field(default_factory=dict)  # engine-specific figures (bytes moved, ...)
+    stopped_by_callback: bool = False  # the user's callback asked to stop: no warning
 
     def converged(self, tol: float) -> bool:
         return self.certificate.relative_gap <= tol

@@ -338,6 +338,7 @@ class _BlockNewton(_BlockSCD):
             state["intercept"] = self._initial_intercept()
         start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
         self.passes, self.steps = 0, []
+        stopped = False
         while True:
             self._assign_homes()  # a worker may have been lost or added
             cert, chosen = self._iteration(state, final=iteration >= max_iter)
@@ -352,14 +353,14 @@ class _BlockNewton(_BlockSCD):
                 "epoch": iteration, "coef": self._original_order(state["coef"]),
                 "intercept": state["intercept"], "relative_gap": cert.relative_gap,
             }):
-                stop = True
+                stop = stopped = True
             if stop:
                 break
             state = {"coef": chosen["coef"], "intercept": float(chosen["intercept"])}
             self.steps.append(chosen["step"])
             iteration += 1
         return {"coef": state["coef"], "intercept": state["intercept"], "epoch": iteration,
-                "history": history, "certificate": cert}
+                "history": history, "certificate": cert, "stopped_by_callback": stopped}
 
     def _iteration(self, state: dict, final: bool):
         """The certificate of ``state`` (with the dual value of the model solved at it) and,
@@ -476,4 +477,5 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
     coef[source.feature_order] = run["coef"]
     return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"],
                extras={"total_passes": float(engine.passes), "steps": engine.steps,
-                       "cg_products": engine.products})
+                       "cg_products": engine.products},
+               stopped_by_callback=run["stopped_by_callback"])

@@ -95,7 +95,8 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
     extras = engine.moved if residency is not None else {}
-    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras)
+    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras,
+               stopped_by_callback=run["stopped_by_callback"])
 
 
 class _BlockSCD:
@@ -194,6 +195,7 @@ class _BlockSCD:
             intercept = self._initial_intercept()
         start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
         margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
+        stopped = False
         while cert.relative_gap > tol and epoch < max_iter:
             epoch += 1
             self.runtime.assign_homes()  # a worker may have been lost or added
@@ -207,9 +209,10 @@ class _BlockSCD:
             self.progress.update(epoch, cert.relative_gap, cert.primal)
             if hooks.after_epoch(epoch, coef, intercept, cert, history, self.rng, tol,
                                  self._original_order):
+                stopped = True
                 break
         return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
-                "certificate": cert}
+                "certificate": cert, "stopped_by_callback": stopped}
 
     def _original_order(self, coef) -> np.ndarray:
         out = np.empty_like(coef)
