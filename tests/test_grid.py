@@ -579,3 +579,21 @@ def test_an_old_handle_after_the_store_is_rewritten(tmp_path):
             use()
     assert open_grid(path).shape == (80, 6)
     assert dask_scd.fit(open_grid(path), alpha=0.1).coef_.shape == (6,)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_grid_source_materializes_the_original_columns(tmp_path, kind):
+    """A grid fitted in memory is read back in the user's feature order (blocks that
+    reorder the columns included), with its labels, without a cluster."""
+    from dask_scd.data.sources import make_source
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(70, 9)) * (rng.random((70, 9)) < 0.4)
+    y = np.where(rng.random(70) < 0.5, -1.0, 1.0)
+    data = sp.csr_matrix(X) if kind == "sparse" else X
+    blocks = [[4, 0, 7], [1, 8], [2, 3, 5, 6]]
+    grid = to_grid(data, y, tmp_path / "g.zarr", row_chunk=16, blocks=blocks)
+    Xm, ym = make_source(grid, None, "logistic", None).materialize()
+    got = Xm.toarray() if sp.issparse(Xm) else Xm
+    np.testing.assert_array_equal(got, X)
+    np.testing.assert_array_equal(ym, y)

@@ -115,12 +115,30 @@ class GridSource(Source):
         return cells, [self.label(r) for r in range(self.n_row_chunks)]
 
     def materialize(self) -> tuple:
+        """Read here, from the store, by two threads (not through the cluster: a
+        Criteo-like 500k-row grid took 3.6 s through two workers, most of it moving the
+        cells to the client); sparse X comes back CSC, the layout the cells have."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from dask_scd.grid.read import read_cell, read_labels
+
         grid = self.grid
-        X = grid.X.compute()
-        X = sp.csr_matrix(X) if grid.is_sparse else np.asarray(X)
-        inverse = np.empty_like(grid.feature_order)
-        inverse[grid.feature_order] = np.arange(len(grid.feature_order))
-        return X[:, inverse], grid.y.compute()
+        n_rc, n_blocks = self.n_row_chunks, len(self.blocks)
+
+        def column(b):
+            cells = [read_cell(grid.path, grid.grid_id, r, b) for r in range(n_rc)]
+            return sp.vstack(cells, format="csc") if grid.is_sparse else np.vstack(cells)
+
+        with ThreadPoolExecutor(2) as pool:
+            columns = list(pool.map(column, range(n_blocks)))
+        y = np.concatenate([read_labels(grid.path, grid.grid_id, r) for r in range(n_rc)])
+        X = sp.hstack(columns, format="csc") if grid.is_sparse else np.hstack(columns)
+        order = grid.feature_order
+        if np.array_equal(order, np.arange(len(order))):
+            return X, y
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return X[:, inverse], y
 
 
 @dataclass
