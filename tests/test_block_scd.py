@@ -438,3 +438,20 @@ def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
                   for c, yr, m in zip(cells, y, margins)]
         steps.append(ops.block_choose(d, n, 1e-13, *trials))
     np.testing.assert_array_equal(steps[0]["delta"], steps[1]["delta"])
+
+
+def test_l1_coarse_step_shifts_the_nonzero_coefficients(clients, tmp_path):
+    """With an L1 term the coarse step moves each field's non-zero coefficients together
+    (its zeros stay): one-hot logistic L1 with an intercept reaches a tight gap in a few
+    dozen epochs, at the in-memory optimum (without it: 200 epochs left gap 5.4 on the
+    40k-row version of this problem)."""
+    cardinality = [int(c) for c in np.geomspace(5, 1000, 8)]
+    X, y, blocks = make_onehot(6000, 8, cardinality, random_state=1)
+    grid = to_grid(X, y, str(tmp_path / "l1.zarr"), row_chunk=2000, blocks=blocks)
+    reference = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=2e-4, tol=1e-12,
+                             solver="newton")
+    result = dask_scd.fit(grid, loss="logistic", penalty="l1", alpha=2e-4, tol=1e-8,
+                          max_iter=60, solver="block_scd", client=clients(2), random_state=0)
+    assert result.dual_gap_ <= 1e-8
+    assert result.primal_ == pytest.approx(reference.primal_, rel=1e-8)
+    assert 0 < np.count_nonzero(result.coef_) < X.shape[1]

@@ -232,6 +232,19 @@ def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
     return RowSums.from_columns(columns(), with_intercept)
 
 
+def active_row_sums(cells: list, coef, offsets, with_intercept: bool) -> RowSums:
+    """S_r over the non-zero coefficients only: [X_cell(b) [θ_b ≠ 0] for every block b]
+    (+ a column of ones), the coarse space of an L1 problem (its zero coefficients stay
+    at zero: shifting them too would pay l1·|c| for each)."""
+
+    def columns():
+        for b, cell in enumerate(cells):
+            view = cell_view(cell)
+            yield view.matvec((coef[offsets[b]:offsets[b + 1]] != 0.0).astype(np.float64))
+
+    return RowSums.from_columns(columns(), with_intercept)
+
+
 def coarse_stats(row_sums: RowSums, y, margins, loss: str) -> dict:
     """Partial gradient Sᵀℓ'(ŷ) and curvature Sᵀ diag(ℓ''(ŷ)) S of the coarse problem.
 
@@ -249,7 +262,7 @@ def coarse_direction(problem: obj.Problem, n_samples: int, offsets, state: dict,
     """Sum the coarse statistics in order and solve the k-dimensional Newton problem."""
     total = sum_partials(*partials)
     g, h = total["g"] / n_samples, total["h"] / n_samples
-    blocks = _blocks(state["coef"], offsets)
+    blocks = _blocks(state["coef"], offsets, problem)
     return {"shift": coarse_newton(problem, g, h, blocks), "g": g}
 
 
@@ -271,20 +284,29 @@ def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, dir
     shift = direction["shift"]
     if not np.any(shift):
         return state
-    blocks = _blocks(state["coef"], offsets)
+    blocks = _blocks(state["coef"], offsets, problem)
     step = 1.0
     if trials:
         change = _ordered_sum(p["trials"] for p in trials) / n_samples
         step = coarse_line_search(problem, change, direction["g"], shift, blocks)
     coef = state["coef"].copy()
     for b in range(len(offsets) - 1):
-        coef[offsets[b]:offsets[b + 1]] += step * shift[b]
+        part = coef[offsets[b]:offsets[b + 1]]
+        if problem.l1 > 0.0:
+            part[part != 0.0] += step * shift[b]
+        else:
+            part += step * shift[b]
     intercept = state["intercept"]
     if problem.fit_intercept:
         intercept += step * shift[-1]
     return {"coef": coef, "intercept": float(intercept)}
 
 
-def _blocks(coef, offsets) -> list:
-    return [coef[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
+def _blocks(coef, offsets, problem) -> list:
+    """The coefficients each block shift moves: all of a block's, or with an L1 term its
+    non-zero ones (:func:`active_row_sums`)."""
+    blocks = [coef[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
+    if problem.l1 > 0.0:
+        blocks = [theta[theta != 0.0] for theta in blocks]
+    return blocks
 

@@ -202,7 +202,7 @@ class _BlockSCD:
             order = self._block_order(cert)
             coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
             state = {"coef": coef, "intercept": intercept}
-            if self.coarse and self.problem.l1 == 0.0:  # see dask_scd.solvers.coarse
+            if self.coarse:  # see dask_scd.solvers.coarse
                 state = self._coarse_step(margins, state)
             margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
@@ -310,13 +310,17 @@ class _BlockSCD:
         "intercept"}: nothing waits here, the certificate's gather fetches it.
         """
         runtime, problem, n = self.runtime, self.problem, self.source.n_samples
-        stats = runtime.map_rows(ops.coarse_stats, (self.row_sums, self.labels, margins),
+        row_sums = self.row_sums
+        if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
+            row_sums = runtime.map_rows(ops.active_row_sums, (self.cells,), state["coef"],
+                                        self.offsets, problem.fit_intercept)
+        stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins),
                                  problem.loss)
         direction = runtime.reduce(ops.coarse_direction, (problem, n, self.offsets, state), stats)
         fixed = (problem, n, self.offsets, state, direction)
         if problem.loss == "squared":
             return runtime.submit(ops.coarse_apply, *fixed)
-        trials = runtime.map_rows(ops.coarse_trials, (self.row_sums, self.labels, margins),
+        trials = runtime.map_rows(ops.coarse_trials, (row_sums, self.labels, margins),
                                   direction, problem.loss)
         return runtime.reduce(ops.coarse_apply, fixed, trials)
 

@@ -12,10 +12,14 @@ B] (+ the ones column of the intercept), the k-dimensional problem
 is cheap (k = number of blocks + 1), is solved exactly by cyclic 1-D steps
 (:func:`dask_scd.objectives.best_shift` handles the L1 kinks), and a line search keeps it
 a descent step for non-quadratic losses. One such step per epoch takes the one-hot
-problems of the tests from ~150 epochs to ~6 (L2 penalties; with an L1 part the kinks at
-zero make whole-block shifts counterproductive, and it is not used). Both engines use
-it: the dask engine reduces g and H over row chunks, the in-memory engine computes them
-directly, as often as its cost model allows (:class:`CoarseCost`).
+problems of the tests from ~150 epochs to ~6 (L2 penalties). With an L1 part the kinks
+at zero make whole-block shifts of every coefficient counterproductive; the dask engine
+shifts each block's non-zero coefficients only (S over them, read afresh every epoch:
+one-hot 40k-row logistic L1, 22 epochs to gap 5e-9 where 200 epochs without left gap
+5.4), the in-memory SCD engine keeps its coarse step to L2 (its L1 problems go to the
+Newton engine, whose inner solver shifts blocks the same way). The dask engine reduces
+g and H over row chunks, the in-memory engine computes them directly, as often as its
+cost model allows (:class:`CoarseCost`).
 """
 
 from __future__ import annotations
