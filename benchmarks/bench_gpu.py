@@ -121,7 +121,8 @@ def fit_once(case: Case, X, y, where: str, max_iter: int):
     return result, time.perf_counter() - start
 
 
-def tpa_table(n: int, tiny: bool, max_iter: int, warm_up: bool = True) -> tuple[list[str], list[dict]]:
+def tpa_table(n: int, tiny: bool, max_iter: int,
+              warm_up: bool = True) -> tuple[list[str], list[dict]]:
     columns = ["problem", "n x p", "CPU s/epoch", "GPU s/epoch", "CPU epochs, s to 1e-6",
                "GPU epochs, s to 1e-6", "speed-up", "\\|P_gpu − P_cpu\\| / \\|P_cpu\\|",
                "bound (larger gap)"]
@@ -182,7 +183,8 @@ def duhl_problem(name: str, n: int, tiny: bool):
     return X, y_cls, obj.Problem("hinge", 1e-2, 0.0, True), max(2, n // 256)
 
 
-def duhl_table(n: int, tiny: bool, max_rounds: int, warm_up: bool = True) -> tuple[list[str], list[dict]]:
+def duhl_table(n: int, tiny: bool, max_rounds: int,
+               warm_up: bool = True) -> tuple[list[str], list[dict]]:
     columns = ["problem: fast memory", "rounds", "reached 1e-4", "swaps",
                "bytes moved", "× X", "wall (s)"]
     lines, records = _head(columns), []
@@ -241,7 +243,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-rounds", type=int, default=None,
                         help="rounds cap of a DuHL fit (default 300; 2 with --tiny)")
     parser.add_argument("--output", type=Path, default=None,
-                        help=f"markdown file to append to (default {RESULTS.relative_to(HERE.parent)};"
+                        help="markdown file to append to (default benchmarks/results/gpu.md;"
                              " under the simulator nothing is written without it)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)

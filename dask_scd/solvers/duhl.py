@@ -9,8 +9,9 @@ for the dual of the hinge SVM. Each round:
    duality gap when last seen) by a residency policy — DuHL takes the chunks with the
    largest summed z (eq. 13) — and swap in what is missing (bytes counted by the tier);
 2. the fast side solves on the resident lines: ``local_epochs`` epochs of the coordinate
-   kernel restricted to them (CPU, or CUDA with ``Options.device == "gpu"``), given the shared vector (the margins Xθ + b in
-   the primal, w = Xᵀa/(αn) in the dual), then refreshes z on its own lines;
+   kernel restricted to them (CPU, or CUDA with ``Options.device == "gpu"``), given the
+   shared vector (the margins Xθ + b in the primal, w = Xᵀa/(αn) in the dual), then
+   refreshes z on its own lines;
 3. meanwhile the slow side refreshes z for randomly sampled lines from the shared vector
    as it was when the round started (stale by design: the selection tolerates it).
 
