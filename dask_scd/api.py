@@ -7,7 +7,7 @@ import os
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dask_scd.data import in_memory, make_source, read_input
+from dask_scd.data import in_memory, is_dask_frame, make_source, read_input
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
@@ -41,9 +41,12 @@ def fit(
 
     Parameters
     ----------
-    X : array of shape (n_samples, n_features), dask array, Grid, xarray object or path
+    X : array of shape (n_samples, n_features), dask array or DataFrame, Grid, xarray object
+        or path
         numpy array or scipy.sparse matrix (in-memory engines); a dask array or a
-        :class:`dask_scd.grid.Grid` runs the block engines over dask. An xarray DataArray
+        :class:`dask_scd.grid.Grid` runs the block engines over dask. A dask DataFrame is
+        the dask array of its numeric columns, its partition lengths computed once (with
+        y's, when y is a dask Series or one-column DataFrame). An xarray DataArray
         or Dataset is read by :func:`dask_scd.data.read_input`; a path names a grid store
         (directory) or a libsvm file, which carry their labels (pass ``y=None``).
     y : array of shape (n_samples,)
@@ -134,8 +137,10 @@ def _check_engine_options(options: dict, engine, solver: str, distributed: bool)
 
 
 def _read(X, y):
-    """A path (grid store or libsvm file) or an xarray object, read into X and y."""
-    if isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray"):
+    """A path (grid store or libsvm file), an xarray object or dask data frames, read into
+    X and y."""
+    if (isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray")
+            or is_dask_frame(X) or is_dask_frame(y)):
         given = read_input(X, y)
         return given.X, given.y
     return X, y

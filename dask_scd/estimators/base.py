@@ -98,7 +98,9 @@ class _LinearModel(BaseEstimator):
 
     def _read_predict_input(self, X) -> ModelInput:
         check_is_fitted(self)
-        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None))
+        # A dask DataFrame's partition lengths are left unknown: predictions stay lazy.
+        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None),
+                          lengths=False)
         if data.kind == "native":
             data.X = validate_data(self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
                                    reset=False)
