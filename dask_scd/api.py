@@ -21,7 +21,7 @@ def fit(
     y=None,
     *,
     loss: str = "squared",
-    penalty: str = "l2",
+    penalty: str | None = "l2",
     alpha: float = 1.0,
     l1_ratio: float = 0.5,
     fit_intercept: bool = True,
@@ -53,7 +53,11 @@ def fit(
         Targets; for classification losses any two distinct labels (mapped to ±1).
         Omitted for a Grid, which carries its labels.
     loss : {"squared", "logistic", "hinge", "squared_hinge"}
-    penalty : {"l2", "l1", "elasticnet"}
+    penalty : {"l2", "l1", "elasticnet"} or None
+        None (losses "squared" and "logistic"): no regularization, alpha ignored, fitted
+        by "newton" in memory (other solvers raise a ValueError). Without a penalty there
+        is no dual: the fit stops at ``‖∇P‖∞ ≤ tol·max(1, |P|)`` (the intercept's
+        derivative included), reported as ``grad_norm_``, with ``dual_gap_`` NaN.
     alpha : float > 0
     l1_ratio : float in [0, 1], used with ``penalty="elasticnet"``
     fit_intercept : bool
@@ -204,9 +208,10 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
     cert = run.certificate
     converged = run.converged(tol)
     if not converged and not run.stopped_by_callback:
-        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
-             f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-             ConvergenceWarning)
+        measure = (f"relative duality gap {cert.relative_gap:.3e}" if run.grad_norm is None
+                   else f"relative gradient norm ‖∇P‖∞/max(1, |P|) {run.grad_norm:.3e}")
+        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: "
+             f"{measure} > tol={tol:.1e}. Increase max_iter.", ConvergenceWarning)
     return FitResult(
         coef_=run.coef,
         intercept_=float(run.intercept) if problem.fit_intercept else 0.0,
@@ -222,6 +227,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
         primal_=cert.primal,
         classes_=classes,
         extras_=dict(run.extras),
+        grad_norm_=run.grad_norm,
     )
 
 
