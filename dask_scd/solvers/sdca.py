@@ -163,9 +163,6 @@ class _Shrinking:
         )
 
 
-OPTIONS = ("n_threads", "sync_every")
-
-
 def _settings(engine: dict, device_name: str) -> dict:
     settings = {"n_threads": 1, "sync_every": 1}
     settings.update(engine)
