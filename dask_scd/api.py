@@ -95,7 +95,10 @@ def fit(
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
         ``client``, ``selection``, ``checkpoint``, ``checkpoint_every``, ``resume``,
-        ``callback``).
+        ``callback``; sdca: ``n_threads``, default 1, and ``sync_every``, default 1: the
+        epochs on that many threads sharing w without locks, w recomputed from the duals
+        every ``sync_every`` epochs, 0 never; several threads are not bit-reproducible,
+        see docs/engines/sdca.md).
 
     Returns
     -------

@@ -92,7 +92,8 @@ def register(engine: Engine) -> Engine:
 
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
-register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False))
+register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
+                options=("n_threads", "sync_every")))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge"),
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),),
