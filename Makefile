@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-peers bench-scale clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ bench-dask: $(STAMP)
 
 bench-duhl: $(STAMP)
 	$(PY) benchmarks/bench_duhl.py
+
+# Needs an NVIDIA GPU and the `gpu` extra; on a machine without one it says so and exits.
+bench-gpu: $(STAMP)
+	$(PY) benchmarks/bench_gpu.py $(ARGS)
+
+bench-sdca: $(STAMP)
+	$(PY) benchmarks/bench_sdca_threads.py $(ARGS)
 
 # The peers (skglm, celer, glum, Snap ML, pyspark, dask-ml) come from the `bench` extra, never
 # from `make test`.

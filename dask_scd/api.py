@@ -7,7 +7,7 @@ import os
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dask_scd.data import in_memory, make_source, read_input
+from dask_scd.data import in_memory, is_dask_frame, make_source, read_input
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
@@ -21,7 +21,7 @@ def fit(
     y=None,
     *,
     loss: str = "squared",
-    penalty: str = "l2",
+    penalty: str | None = "l2",
     alpha: float = 1.0,
     l1_ratio: float = 0.5,
     fit_intercept: bool = True,
@@ -41,16 +41,23 @@ def fit(
 
     Parameters
     ----------
-    X : array of shape (n_samples, n_features), dask array, Grid, xarray object or path
+    X : array of shape (n_samples, n_features), dask array or DataFrame, Grid, xarray object
+        or path
         numpy array or scipy.sparse matrix (in-memory engines); a dask array or a
-        :class:`dask_scd.grid.Grid` runs the block engines over dask. An xarray DataArray
+        :class:`dask_scd.grid.Grid` runs the block engines over dask. A dask DataFrame is
+        the dask array of its numeric columns, its partition lengths computed once (with
+        y's, when y is a dask Series or one-column DataFrame). An xarray DataArray
         or Dataset is read by :func:`dask_scd.data.read_input`; a path names a grid store
         (directory) or a libsvm file, which carry their labels (pass ``y=None``).
     y : array of shape (n_samples,)
         Targets; for classification losses any two distinct labels (mapped to ±1).
         Omitted for a Grid, which carries its labels.
     loss : {"squared", "logistic", "hinge", "squared_hinge"}
-    penalty : {"l2", "l1", "elasticnet"}
+    penalty : {"l2", "l1", "elasticnet"} or None
+        None (losses "squared" and "logistic"): no regularization, alpha ignored, fitted
+        by "newton" in memory (other solvers raise a ValueError). Without a penalty there
+        is no dual: the fit stops at ``‖∇P‖∞ ≤ tol·max(1, |P|)`` (the intercept's
+        derivative included), reported as ``grad_norm_``, with ``dual_gap_`` NaN.
     alpha : float > 0
     l1_ratio : float in [0, 1], used with ``penalty="elasticnet"``
     fit_intercept : bool
@@ -88,7 +95,10 @@ def fit(
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
         ``client``, ``selection``, ``checkpoint``, ``checkpoint_every``, ``resume``,
-        ``callback``).
+        ``callback``; sdca: ``n_threads``, default 1, and ``sync_every``, default 1: the
+        epochs on that many threads sharing w without locks, w recomputed from the duals
+        every ``sync_every`` epochs, 0 never; several threads are not bit-reproducible,
+        see docs/engines/sdca.md).
 
     Returns
     -------
@@ -134,8 +144,10 @@ def _check_engine_options(options: dict, engine, solver: str, distributed: bool)
 
 
 def _read(X, y):
-    """A path (grid store or libsvm file) or an xarray object, read into X and y."""
-    if isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray"):
+    """A path (grid store or libsvm file), an xarray object or dask data frames, read into
+    X and y."""
+    if (isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray")
+            or is_dask_frame(X) or is_dask_frame(y)):
         given = read_input(X, y)
         return given.X, given.y
     return X, y
@@ -199,9 +211,10 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
     cert = run.certificate
     converged = run.converged(tol)
     if not converged and not run.stopped_by_callback:
-        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: relative "
-             f"duality gap {cert.relative_gap:.3e} > tol={tol:.1e}. Increase max_iter.",
-             ConvergenceWarning)
+        measure = (f"relative duality gap {cert.relative_gap:.3e}" if run.grad_norm is None
+                   else f"relative gradient norm ‖∇P‖∞/max(1, |P|) {run.grad_norm:.3e}")
+        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: "
+             f"{measure} > tol={tol:.1e}. Increase max_iter.", ConvergenceWarning)
     return FitResult(
         coef_=run.coef,
         intercept_=float(run.intercept) if problem.fit_intercept else 0.0,
@@ -217,6 +230,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
         primal_=cert.primal,
         classes_=classes,
         extras_=dict(run.extras),
+        grad_norm_=run.grad_norm,
     )
 
 

@@ -32,6 +32,8 @@ from scipy.special import entr, expit
 LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
 PENALTIES = ("l2", "l1", "elasticnet")
 CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
+# penalty=None: no regularization, no dual (the Newton engine stops on the gradient).
+UNPENALIZED_LOSSES = ("squared", "logistic")
 
 # Integer codes used by the numba kernels (they cannot take strings cheaply).
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}
@@ -54,6 +56,11 @@ class Problem:
     alpha: float
     l1_ratio: float
     fit_intercept: bool
+
+    @property
+    def unpenalized(self) -> bool:
+        """No regularization (``penalty=None``): no dual, so no duality gap."""
+        return self.alpha == 0.0
 
     @property
     def loss_code(self) -> int:

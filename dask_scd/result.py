@@ -146,13 +146,14 @@ class FitResult:
     intercept_ : float
         b (0.0 when no intercept is fitted).
     dual_gap_ : float
-        Relative duality gap ``(P − D)/|P|`` certified at the end of the fit.
+        Relative duality gap ``(P − D)/|P|`` certified at the end of the fit; NaN for
+        ``penalty=None``, which has no dual (see ``grad_norm_``).
     n_iter_ : int
         Epochs: passes over all coordinates (in memory) or all blocks (dask engine).
     history_ : History
         The certified epochs.
     converged_ : bool
-        Whether ``dual_gap_ ≤ tol``.
+        Whether ``dual_gap_ ≤ tol`` (``grad_norm_ ≤ tol`` for ``penalty=None``).
     solver_ : str
         The engine that ran ("gram", "scd", "sdca", "block_scd").
     loss : str
@@ -170,6 +171,9 @@ class FitResult:
     extras_ : dict
         The engine's own figures: ``total_passes`` (reads of X, Newton engines),
         ``bytes_moved`` and ``swaps`` (DuHL residency), ...
+    grad_norm_ : float or None
+        For ``penalty=None`` only: the relative gradient norm ``‖∇P‖∞ / max(1, |P|)``
+        (the intercept's derivative included) the fit stopped on; None otherwise.
     bytes_moved_ : int
         Bytes moved into fast memory during the fit (0 when the engine keeps all of X).
     """
@@ -188,6 +192,7 @@ class FitResult:
     primal_: float = np.nan
     classes_: np.ndarray | None = None
     extras_: dict = field(default_factory=dict)
+    grad_norm_: float | None = None
 
     @property
     def bytes_moved_(self) -> int:

@@ -12,7 +12,13 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.objectives import CLASSIFICATION_LOSSES, LOSSES, PENALTIES, Problem
+from dask_scd.objectives import (
+    CLASSIFICATION_LOSSES,
+    LOSSES,
+    PENALTIES,
+    UNPENALIZED_LOSSES,
+    Problem,
+)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -59,9 +65,20 @@ def reissue(collected) -> None:
 
 
 def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
-    """Validate the problem's arguments and return a :class:`Problem`."""
+    """Validate the problem's arguments and return a :class:`Problem`.
+
+    ``penalty=None`` (the smooth losses "squared" and "logistic" only) is the problem
+    without regularization: alpha is ignored and the Problem has alpha 0.
+    """
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r} is not one of {LOSSES}")
+    if penalty is None:
+        if loss not in UNPENALIZED_LOSSES:
+            raise ValueError(f"penalty=None (no regularization) is fitted for loss in "
+                             f"{UNPENALIZED_LOSSES}, got loss={loss!r}")
+        if not isinstance(fit_intercept, bool | np.bool_):
+            raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
+        return Problem(loss=loss, alpha=0.0, l1_ratio=0.0, fit_intercept=bool(fit_intercept))
     if penalty not in PENALTIES:
         raise ValueError(f"penalty={penalty!r} is not one of {PENALTIES}")
     if not isinstance(alpha, numbers.Real) or not np.isfinite(alpha) or alpha <= 0:

@@ -251,6 +251,32 @@ def test_fit_never_modifies_data_on_gpu(rng):
     np.testing.assert_array_equal(y, y0)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("loss,alpha,l1_ratio", [("squared", 0.1, 1.0), ("hinge", 0.05, 0.0)])
+def test_duhl_with_device_memory_equals_host_memory(rng, sparse, loss, alpha, l1_ratio):
+    """DuHL with the GPU as fast memory: chunks loaded into device memory, epochs by the
+    CUDA kernels; the same model as with RAM as fast memory, the same budget kept."""
+    from dask_scd.data.memory import InMemory
+    from dask_scd.solvers.base import Options
+    from dask_scd.solvers.duhl import fit_duhl
+
+    X, dense, y = _data(rng, sparse=sparse, n=24, p=8)
+    if loss == "squared":
+        y = dense @ rng.normal(size=8) + 0.1 * rng.normal(size=24)
+    problem = obj.Problem(loss=loss, alpha=alpha, l1_ratio=l1_ratio, fit_intercept=True)
+    engine = {"chunk_size": 2, "local_epochs": 2, "memory_budget": dense.nbytes // 2}
+    runs = [fit_duhl(InMemory(X, y), problem,
+                     Options(1e-8, 300, np.random.default_rng(0), engine=engine, device=d))
+            for d in ("cpu", "gpu")]
+    on_cpu, on_gpu = runs
+    assert on_cpu.converged(1e-8) and on_gpu.converged(1e-8)
+    np.testing.assert_allclose(on_gpu.coef, on_cpu.coef, rtol=0, atol=1e-6)
+    assert on_gpu.intercept == pytest.approx(on_cpu.intercept, abs=1e-6)
+    counts = on_gpu.extras
+    assert 0 < counts["peak_bytes"] <= counts["memory_budget"]
+    assert counts["bytes_moved"] > 0
+
+
 def test_gpu_auto_solver_takes_an_engine_with_gpu_kernels(rng):
     X, y = _problem_data(rng, False, False, n=40, p=4)  # n ≥ 4p: "gram" on the CPU
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4).solver_ == "gram"

@@ -1,7 +1,7 @@
 """The data layer: every input read, checked and described once, below the engines.
 
 - :mod:`~dask_scd.data.inputs`: any input a model accepts (numpy, scipy.sparse, pandas,
-  xarray, dask array, Grid, a grid store or libsvm path) reduced to X and y;
+  xarray, dask array or DataFrame, Grid, a grid store or libsvm path) reduced to X and y;
 - :mod:`~dask_scd.data.memory`: validated in-memory data (:class:`InMemory`), what the
   in-memory engines receive;
 - :mod:`~dask_scd.data.sources`: a dask array or a grid as a :class:`Source` of cells,
@@ -13,7 +13,7 @@
 Nothing here imports an engine, the cluster runtime or the public API.
 """
 
-from dask_scd.data.inputs import ModelInput, is_dask, is_grid, read_input
+from dask_scd.data.inputs import ModelInput, is_dask, is_dask_frame, is_grid, read_input
 from dask_scd.data.memory import InMemory, in_memory
 from dask_scd.data.sources import DaskSource, GridSource, Source, make_source
 
@@ -25,6 +25,7 @@ __all__ = [
     "Source",
     "in_memory",
     "is_dask",
+    "is_dask_frame",
     "is_grid",
     "make_source",
     "read_input",

@@ -3,7 +3,8 @@
 ``native``: what scikit-learn validates itself (numpy, scipy.sparse, pandas, lists, and a
 libsvm file once read); ``memory``: a numpy or scipy.sparse matrix taken out of an xarray
 object, with its feature names; ``dask``: a dask array (numpy or scipy.sparse chunks, any
-chunking); ``grid``: a :class:`dask_scd.grid.Grid` (or the path of one).
+chunking), or a dask DataFrame's numeric columns as one, with their names; ``grid``: a
+:class:`dask_scd.grid.Grid` (or the path of one).
 """
 
 from __future__ import annotations
@@ -30,11 +31,17 @@ def is_dask(obj) -> bool:
     return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
 
 
+def is_dask_frame(obj) -> bool:
+    """A dask DataFrame or Series (by module name, as :func:`is_dask`)."""
+    return (type(obj).__module__.startswith("dask.") and hasattr(obj, "to_dask_array")
+            and hasattr(obj, "npartitions"))
+
+
 def is_grid(obj) -> bool:
     return type(obj).__name__ == "Grid" and type(obj).__module__.startswith("dask_scd.grid")
 
 
-def read_input(X, y=None, *, n_features: int | None = None) -> ModelInput:
+def read_input(X, y=None, *, n_features: int | None = None, lengths: bool = True) -> ModelInput:
     """Reduce X (and y) to a :class:`ModelInput`.
 
     Parameters
@@ -47,6 +54,10 @@ def read_input(X, y=None, *, n_features: int | None = None) -> ModelInput:
         a libsvm file, which carry their labels.
     n_features : int, optional
         The number of features a libsvm file is read with (at prediction time).
+    lengths : bool
+        Compute the partition lengths of a dask DataFrame or Series (one pass over its
+        partitions, X's and y's together): a fit needs its row chunks; a prediction does
+        not, and stays lazy with ``lengths=False``.
 
     Returns
     -------
@@ -64,6 +75,8 @@ def read_input(X, y=None, *, n_features: int | None = None) -> ModelInput:
         return _read_xarray(X, y)
     if isinstance(y, str):
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
+    if is_dask_frame(X) or is_dask_frame(y):
+        return _read_frames(X, y, lengths)
     y = _unwrap(y)
     if is_dask(X):
         return ModelInput(X, y, "dask")
@@ -147,6 +160,66 @@ def _dataset_matrix(ds, y):
     else:
         matrix = np.hstack([np.asarray(column) for column in columns])
     return matrix, _names(names)
+
+
+def _read_frames(X, y, lengths: bool) -> ModelInput:
+    """A dask DataFrame X (its numeric columns, their names as feature names) and a dask
+    Series or DataFrame y, as dask arrays with known row chunks when ``lengths``."""
+    names = None
+    if is_dask_frame(X):
+        if X.ndim != 2:
+            raise ValueError("X must be a dask DataFrame of shape (n_samples, n_features), "
+                             "got a dask Series (X.to_frame() makes it one column)")
+        X, names = _numeric_frame(X), _names(X.columns)
+    if is_dask_frame(y):
+        y = _label_frame(y)
+    frames = [f for f in (X, y) if is_dask_frame(f)]
+    known = iter(_partition_lengths(frames) if lengths else [None] * len(frames))
+    if is_dask_frame(X):
+        X = X.to_dask_array(lengths=next(known))
+    y = y.to_dask_array(lengths=next(known)) if is_dask_frame(y) else _unwrap(y)
+    return ModelInput(X, y, "dask" if is_dask(X) else "native", names)
+
+
+def _partition_lengths(frames: list) -> list:
+    """The rows of each partition of each frame, in one compute: when y is a column of
+    X's frame, their shared partitions are read once."""
+    import dask
+
+    counts = dask.compute(*[frame.map_partitions(len) for frame in frames])
+    return [tuple(int(c) for c in count) for count in counts]
+
+
+def _numeric_frame(frame):
+    """A dask DataFrame of numeric columns, as float64 unless every column is already one
+    float dtype (mixed columns would come out as an object array)."""
+    import pandas as pd
+
+    dtypes = frame.dtypes
+    bad = [str(c) for c, d in dtypes.items() if not pd.api.types.is_numeric_dtype(d)]
+    if bad:
+        described = ", ".join(f"{c!r} ({dtypes[c]})" for c in bad[:10])
+        raise TypeError(f"X has non-numeric columns {described}{', ...' if len(bad) > 10 else ''}"
+                        ": the features must be numbers; encode these columns (e.g. "
+                        "dask_ml.preprocessing.Categorizer then DummyEncoder) or drop them")
+    kinds = set(dtypes)
+    if len(kinds) == 1 and next(iter(kinds)) in (np.float64, np.float32):
+        return frame
+    return frame.astype(np.float64)
+
+
+def _label_frame(y):
+    """A dask Series (or a one-column frame) of labels with numpy dtypes: numeric
+    extension dtypes as float64, strings and categories as objects."""
+    import pandas as pd
+
+    if y.ndim == 2 and len(y.columns) == 1:
+        y = y[y.columns[0]]
+    if y.ndim == 2:
+        return _numeric_frame(y)  # several targets (multi-output regression)
+    if isinstance(y.dtype, np.dtype):
+        return y
+    return y.astype(np.float64 if pd.api.types.is_numeric_dtype(y.dtype) else object)
 
 
 def _unwrap(y):

@@ -51,7 +51,8 @@ class _LinearModel(BaseEstimator):
     def _problem_arguments(self, n_samples: int) -> dict:
         return {
             "loss": self._loss_name(),
-            "penalty": getattr(self, "penalty", None) or self._penalty,
+            # LogisticRegression(penalty=None): no regularization (not the class default)
+            "penalty": self.penalty if hasattr(self, "penalty") else self._penalty,
             "alpha": self._alpha(n_samples),
             "l1_ratio": getattr(self, "l1_ratio", 0.5),
             "fit_intercept": self.fit_intercept,
@@ -98,7 +99,9 @@ class _LinearModel(BaseEstimator):
 
     def _read_predict_input(self, X) -> ModelInput:
         check_is_fitted(self)
-        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None))
+        # A dask DataFrame's partition lengths are left unknown: predictions stay lazy.
+        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None),
+                          lengths=False)
         if data.kind == "native":
             data.X = validate_data(self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
                                    reset=False)
@@ -155,6 +158,11 @@ class _LinearModel(BaseEstimator):
         gaps = np.array([r.dual_gap_ for r in results])
         self.n_iter_ = int(n_iter[0]) if single_output else n_iter
         self.dual_gap_ = float(gaps[0]) if single_output else gaps
+        if results[0].grad_norm_ is not None:  # penalty=None: no gap, the gradient's norm
+            norms = np.array([r.grad_norm_ for r in results])
+            self.grad_norm_ = float(norms[0]) if single_output else norms
+        elif hasattr(self, "grad_norm_"):
+            del self.grad_norm_
         histories = [r.history_ for r in results]
         self.history_ = histories[0] if len(histories) == 1 else histories
         self.solver_ = results[0].solver_

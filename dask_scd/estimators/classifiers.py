@@ -49,8 +49,11 @@ class LogisticRegression(_Classifier):
     C : float > 0, default=None
         scikit-learn's inverse regularization strength, with its meaning: the model is
         fitted with ``alpha = 1 / (C · n_samples)``. Give ``alpha`` or ``C``, not both.
-    penalty : {"l2", "l1", "elasticnet"}, default="l2"
-        The penalty.
+    penalty : {"l2", "l1", "elasticnet"} or None, default="l2"
+        The penalty. None fits without regularization (alpha and C are ignored) by the
+        "newton" engine, in memory: there is no dual, so the fit stops on the relative
+        gradient norm ``‖∇P‖∞ / max(1, |P|) ≤ tol`` (``grad_norm_``; ``dual_gap_`` is
+        NaN). The data must be well posed (not separable).
     l1_ratio : float in [0, 1], default=0.5
         The L1 share of the penalty, used with ``penalty="elasticnet"`` only.
 {common_parameters}

@@ -40,8 +40,8 @@ def _reuse_previous(X, y, options: dict, start):
     coef, intercept = start
     if "coef_init" in inspect.signature(fit).parameters:
         return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
-    if is_dask(X) or is_dask(y):
-        return None
+    if is_dask(X) or is_dask(y) or options["penalty"] is None:
+        return None  # penalty=None has no certificate to keep a previous solution by
     problem = check_problem(options["loss"], options["penalty"], options["alpha"],
                             options["l1_ratio"], options["fit_intercept"])
     y = np.asarray(y, dtype=np.float64)

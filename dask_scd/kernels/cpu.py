@@ -341,10 +341,11 @@ def sdca_epoch(
     With ``rho > 0`` the steps are taken on the augmented Lagrangian of the intercept's
     dual constraint Σ a_i = 0, ``D(a) − b Σa/n − ρ(Σa)²/(2n)`` (method of multipliers; the
     caller then sets b ← b + ρ Σa). ``dual_sum`` (length 1) carries Σ a_i through the
-    epoch. With ``rho = 0`` and ``intercept = 0`` this is plain SDCA. Returns max |Δa_i|.
+    epoch, read and written in memory at every step: threads running epochs on disjoint
+    rows may share it, as they share ``coef`` (SA-SDCA). With ``rho = 0`` and
+    ``intercept = 0`` this is plain SDCA. Returns max |Δa_i|.
     """
     max_delta = 0.0
-    total = dual_sum[0]  # Σ a_i in a register; written back at the end
     n_visits = order.shape[0]
     for k in range(n_visits):
         if k + AHEAD < n_visits:
@@ -353,15 +354,14 @@ def sdca_epoch(
         start, end = _line(dense, indptr, i, n_features)
         margin = _row_dot(data, indices, dense, start, end, coef)
         q = row_sq_norms[i] / alpha_n + rho
-        shifted = margin + intercept + rho * total
+        shifted = margin + intercept + rho * dual_sum[0]
         t = _dual_step(loss, y[i], dual_coef[i], shifted, q)
         if t == 0.0:
             continue
         dual_coef[i] += t
-        total += t
+        dual_sum[0] += t
         _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
         max_delta = max(max_delta, abs(t))
-    dual_sum[0] = total
     return max_delta
 
 

@@ -59,6 +59,35 @@ def place(matrix, device: str):
                                indptr=cuda.to_device(matrix.indptr))
 
 
+def join(joined, pieces: list):
+    """The device copy of ``joined``, a MajorMatrix of the lines of ``pieces`` end to end,
+    made from the pieces' device copies (:func:`place`): values and indices are copied on
+    the device, only the line pointers (O(lines) numbers) come from the host."""
+    if not pieces:
+        return place(joined, "gpu")
+    from dask_scd.kernels import cuda
+
+    data = _concatenate([m.data for m in pieces])
+    indices = (cuda.to_device(joined.indices) if joined.dense
+               else _concatenate([m.indices for m in pieces]))
+    return dataclasses.replace(joined, data=data, indices=indices,
+                               indptr=cuda.to_device(joined.indptr))
+
+
+def _concatenate(arrays: list):
+    """One device array of the device ``arrays`` end to end, copied device to device."""
+    from numba import cuda
+
+    out = cuda.device_array(sum(int(a.shape[0]) for a in arrays), dtype=arrays[0].dtype)
+    start = 0
+    for a in arrays:
+        stop = start + int(a.shape[0])
+        if stop > start:
+            out[start:stop].copy_to_device(a)
+        start = stop
+    return out
+
+
 def is_device_array(array) -> bool:
     """A numba device array or any array exporting ``__cuda_array_interface__`` (cupy)."""
     return bool(getattr(array, "__cuda_ndarray__", False)) or hasattr(

@@ -53,6 +53,16 @@ class MajorMatrix:
         A = np.asarray(A, order=order)
         return cls(A.ravel(order=order), _EMPTY_INDEX, _EMPTY_INDEX, True, n_major, n_minor)
 
+    def lines(self, start: int, stop: int) -> "MajorMatrix":
+        """Lines ``start:stop`` as a matrix of their own, without copying: the dense
+        values are a slice; a sparse one keeps the whole ``data`` and ``indices``, which
+        its slice of ``indptr`` (absolute offsets) points into."""
+        if self.dense:
+            data = self.data[start * self.n_minor:stop * self.n_minor]
+            return MajorMatrix(data, self.indices, self.indptr, True, stop - start, self.n_minor)
+        return MajorMatrix(self.data, self.indices, self.indptr[start:stop + 1], False,
+                           stop - start, self.n_minor)
+
     def _args(self):
         return self.data, self.indices, self.indptr, self.dense, self.n_major, self.n_minor
 

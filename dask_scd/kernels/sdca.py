@@ -80,7 +80,6 @@ def sdca_shrinking_pass(
     pg_max = -np.inf
     pg_min = np.inf
     max_delta = 0.0
-    total = dual_sum[0]  # Σ a_i in a register; written back at the end
     n_visits = order.shape[0]
     for k in range(n_visits):
         if k + AHEAD < n_visits:
@@ -90,7 +89,7 @@ def sdca_shrinking_pass(
         margin = _row_dot(data, indices, dense, start, end, coef)
         yi = y[i]
         beta = dual_coef[i] * yi
-        g = yi * (margin + intercept + rho * total) - 1.0 + half * beta
+        g = yi * (margin + intercept + rho * dual_sum[0]) - 1.0 + half * beta
         if beta == 0.0:
             if g > pg_max_old:
                 keep[i] = False
@@ -117,10 +116,9 @@ def sdca_shrinking_pass(
         if t == 0.0:
             continue
         dual_coef[i] = new * yi  # exactly 0 or ±1 at a bound: the tests above rely on it
-        total += t
+        dual_sum[0] += t
         _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
         max_delta = max(max_delta, abs(t))
-    dual_sum[0] = total
     return max_delta, pg_max, pg_min
 
 

@@ -15,9 +15,11 @@ Slow stores:
   chunk's cells, and every read the slow side makes for itself (gap refreshes,
   certificates) is counted in ``bytes_read``.
 
-Fast memories: :class:`HostMemory` (RAM). A device memory plugs in with the same two
-methods (``put`` a chunk's :class:`~dask_scd.kernels.layout.MajorMatrix`, ``free`` it)
-and an ``assemble`` that gives the kernels one matrix over the resident lines.
+Fast memories: :class:`HostMemory` (RAM) and :class:`DeviceMemory` (a GPU). Each has two
+methods (``put`` a chunk's :class:`~dask_scd.kernels.layout.MajorMatrix`, ``free`` it) and
+an ``assemble`` that gives one matrix over the resident lines on the host (for the fast
+side's per-line sums) and the one the epoch kernels read (the same on the host, a device
+copy on the GPU).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.kernels import device
 from dask_scd.kernels.layout import MajorMatrix
 
 
@@ -262,8 +265,30 @@ class HostMemory:
     def free(self, resident):
         pass
 
-    def assemble(self, residents: list, n_minor: int) -> MajorMatrix:
-        return concatenate(residents, n_minor)
+    def assemble(self, residents: list, n_minor: int) -> tuple[MajorMatrix, MajorMatrix]:
+        matrix = concatenate(residents, n_minor)
+        return matrix, matrix
+
+
+class DeviceMemory:
+    """Fast memory on a GPU: a load copies the chunk's triple to device memory, where the
+    epoch kernels (:mod:`dask_scd.kernels.cuda`) read it. The host keeps the chunk as read
+    from the slow side: between epochs the fast side's sums over its lines (squared norms,
+    Xᵀa for their gaps) run on the host, as in the in-memory GPU engines. Joining the
+    resident chunks into one matrix copies on the device; device memory is released with
+    the last reference to a chunk."""
+
+    name = "gpu"
+
+    def put(self, piece: MajorMatrix):
+        return piece, device.place(piece, "gpu")
+
+    def free(self, resident):
+        pass
+
+    def assemble(self, residents: list, n_minor: int) -> tuple[MajorMatrix, MajorMatrix]:
+        matrix = concatenate([host for host, _ in residents], n_minor)
+        return matrix, device.join(matrix, [on_device for _, on_device in residents])
 
 
 # ------------------------------------------------------------------------------ tier
@@ -285,7 +310,7 @@ class Tier:
         self.resident: dict = {}  # chunk -> what fast memory holds for it
         self.used = self.peak_bytes = 0
         self.bytes_moved = self.swaps = self.evictions = 0
-        self._assembled = None  # (chunks, matrix, lines) of the last assemble
+        self._assembled = None  # (chunks, matrix, epoch matrix, lines) of the last assemble
 
     def make_resident(self, chunks) -> int:
         """Hold exactly ``chunks``: evict the others first, then load the missing ones.
@@ -313,15 +338,25 @@ class Tier:
         return loads
 
     def matrix(self):
-        """(one matrix of the resident lines in chunk order, their line indices)."""
+        """(one host matrix of the resident lines in chunk order, their line indices)."""
+        _, matrix, _, lines = self._assemble()
+        return matrix, lines
+
+    def epoch_matrix(self):
+        """The resident lines as the epoch kernels read them: :meth:`matrix` itself in
+        RAM, its device copy on a GPU."""
+        return self._assemble()[2]
+
+    def _assemble(self):
         chunks = tuple(sorted(self.resident))
         if self._assembled is None or self._assembled[0] != chunks:
             b = self.slow.bounds
             lines = (np.concatenate([np.arange(b[c], b[c + 1]) for c in chunks])
                      if chunks else np.zeros(0, np.int64))
-            matrix = self.fast.assemble([self.resident[c] for c in chunks], self.slow.n_minor)
-            self._assembled = (chunks, matrix, lines)
-        return self._assembled[1], self._assembled[2]
+            matrix, epoch_matrix = self.fast.assemble([self.resident[c] for c in chunks],
+                                                      self.slow.n_minor)
+            self._assembled = (chunks, matrix, epoch_matrix, lines)
+        return self._assembled
 
     def counts(self) -> dict:
         return {"bytes_moved": int(self.bytes_moved), "swaps": int(self.swaps),

@@ -49,8 +49,12 @@ class Run:
     history: History
     extras: dict = field(default_factory=dict)  # engine-specific figures (bytes moved, ...)
     stopped_by_callback: bool = False  # the user's callback asked to stop: no warning
+    # penalty=None: ‖∇P‖∞/max(1, |P|), the stopping measure where there is no gap.
+    grad_norm: float | None = None
 
     def converged(self, tol: float) -> bool:
+        if self.grad_norm is not None:
+            return self.grad_norm <= tol
         return self.certificate.relative_gap <= tol
 
 

@@ -8,9 +8,10 @@ for the dual of the hinge SVM. Each round:
 1. choose the chunks to hold from the *gap memory* z (one entry per line, the line's
    duality gap when last seen) by a residency policy — DuHL takes the chunks with the
    largest summed z (eq. 13) — and swap in what is missing (bytes counted by the tier);
-2. the fast side solves on the resident lines: ``local_epochs`` epochs of the CPU
-   coordinate kernel restricted to them, given the shared vector (the margins Xθ + b in
-   the primal, w = Xᵀa/(αn) in the dual), then refreshes z on its own lines;
+2. the fast side solves on the resident lines: ``local_epochs`` epochs of the coordinate
+   kernel restricted to them (CPU, or CUDA with ``Options.device == "gpu"``), given the
+   shared vector (the margins Xθ + b in the primal, w = Xᵀa/(αn) in the dual), then
+   refreshes z on its own lines;
 3. meanwhile the slow side refreshes z for randomly sampled lines from the shared vector
    as it was when the round started (stale by design: the selection tolerates it).
 
@@ -29,10 +30,11 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.kernels import cpu
+from dask_scd.kernels import device
 from dask_scd.result import History
 from dask_scd.runtime import strategies
-from dask_scd.runtime.tiers import GridStore, HostMemory, MatrixStore, SlowStore, Tier
+from dask_scd.runtime.tiers import (DeviceMemory, GridStore, HostMemory, MatrixStore,
+                                    SlowStore, Tier)
 from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import dual_certificate, primal_certificate
 from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start
@@ -46,7 +48,8 @@ _DEFAULT_CHUNKS = 256
 
 def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """DuHL on in-memory X: the slow side is the matrix itself, fast memory a copy of a
-    budget's worth of its chunks.
+    budget's worth of its chunks, in RAM or, with ``options.device == "gpu"``, in device
+    memory, where the CUDA epoch kernels (TPA-SCD) solve on it.
 
     Engine options (``options.engine``)
     -----------------------------------
@@ -122,7 +125,8 @@ def _run(store: SlowStore, y, problem, options: Options, settings) -> Run:
     budget = settings["memory_budget"]
     if budget is None:
         budget = max(int(store.sizes.sum()) // 4, int(store.sizes.max()))
-    tier = Tier(store, HostMemory(), int(budget))
+    fast = DeviceMemory() if options.device == "gpu" else HostMemory()
+    tier = Tier(store, fast, int(budget))
     weights = None
     if settings["residency"] == "importance":  # a pass over X: only when it is needed
         weights = np.bincount(store.chunk_of_line, weights=store.sq_norms(),
@@ -168,7 +172,8 @@ class _Rounds:
                     if pool is not None:
                         refresh = pool.submit(solver.gaps, snapshot, sample, store)
                 matrix, lines = tier.matrix()
-                solver.solve(matrix, lines, self.settings["local_epochs"], rng)
+                solver.solve(matrix, tier.epoch_matrix(), lines,
+                             self.settings["local_epochs"], rng)
                 if sample is not None:
                     z[sample] = (refresh.result() if refresh is not None
                                  else solver.gaps(snapshot, sample, store))
@@ -251,17 +256,19 @@ class _Primal:
         a, bound = self._dual(self.margins, self.coef)
         return self._column_gaps(self.coef[lines], matrix.dot(a), bound)
 
-    def solve(self, matrix, lines, epochs, rng):
-        """``epochs`` epochs of primal SCD on the resident columns (and the intercept)."""
-        p = self.problem
+    def solve(self, matrix, epoch_matrix, lines, epochs, rng):
+        """``epochs`` epochs of primal SCD on the resident columns (and the intercept),
+        reading ``epoch_matrix`` (``matrix`` or its device copy)."""
+        p, m = self.problem, epoch_matrix
+        kernels = device.kernels_for(m.data)
         theta = self.coef[lines]  # a copy: the kernel's coefficient vector
         sq_norms = matrix.sq_norms()
         cubes = matrix.cube_sums() if p.loss == "logistic" else np.zeros(0)
         k = len(lines) + int(p.fit_intercept)
         for _ in range(epochs):
-            cpu.scd_epoch(matrix.data, matrix.indices, matrix.indptr, matrix.dense, len(self.y),
-                          self.y, self.margins, theta, self.intercept, rng.permutation(k),
-                          p.loss_code, p.l1, p.l2, sq_norms, cubes)
+            kernels.scd_epoch(m.data, m.indices, m.indptr, m.dense, len(self.y), self.y,
+                              self.margins, theta, self.intercept, rng.permutation(k),
+                              p.loss_code, p.l1, p.l2, sq_norms, cubes)
         self.coef[lines] = theta
 
     def final(self):
@@ -318,18 +325,19 @@ class _Dual:
         margins = matrix.dot(self.coef) + self.intercept
         return self._row_gaps(lines, margins, self.dual_coef[lines])
 
-    def solve(self, matrix, lines, epochs, rng):
-        """``epochs`` SDCA epochs on the resident rows; b ← b + ρΣa after each."""
-        p = self.problem
+    def solve(self, matrix, epoch_matrix, lines, epochs, rng):
+        """``epochs`` SDCA epochs on the resident rows, reading ``epoch_matrix``
+        (``matrix`` or its device copy); b ← b + ρΣa after each."""
+        p, m = self.problem, epoch_matrix
+        kernels = device.kernels_for(m.data)
         local = self.dual_coef[lines]
         sq_norms = self.row_sq_norms[lines]
         y = self.y[lines]
         for _ in range(epochs):
             dual_sum = np.array([self.dual_coef.sum()])  # Σa over all rows, carried by the kernel
-            cpu.sdca_epoch(matrix.data, matrix.indices, matrix.indptr, matrix.dense,
-                           matrix.n_minor, y, local, self.coef, rng.permutation(len(lines)),
-                           p.loss_code, self.alpha_n, sq_norms, self.intercept, self.rho,
-                           dual_sum)
+            kernels.sdca_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y, local,
+                               self.coef, rng.permutation(len(lines)), p.loss_code,
+                               self.alpha_n, sq_norms, self.intercept, self.rho, dual_sum)
             self.dual_coef[lines] = local
             self.intercept += self.rho * dual_sum[0]
 

@@ -33,6 +33,7 @@ class Engine:
     options : names of the keyword options it accepts.
     per_loss : ``(loss, "module:function")`` pairs: the function that runs that loss in
         place of ``entry`` (one ``solver=`` value, one function per loss).
+    unpenalized : whether it solves ``penalty=None`` (no regularization, no dual).
     """
 
     name: str
@@ -42,6 +43,7 @@ class Engine:
     l1: bool = True
     options: tuple = ()
     per_loss: tuple = ()
+    unpenalized: bool = False
 
     def entry_for(self, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss``."""
@@ -60,6 +62,10 @@ class Engine:
 
     def refusal(self, problem: Problem) -> str | None:
         """Why this engine cannot solve ``problem`` (None if it can)."""
+        if problem.unpenalized and not self.unpenalized:
+            return (f"solver={self.name!r} needs a penalty: penalty=None (no regularization, "
+                    "so no duality gap) is fitted by solver='newton' in memory only (dask "
+                    "input: solver='newton', or a larger in_memory_limit with 'auto')")
         if problem.loss not in self.losses:
             if problem.loss == "hinge":
                 return (f"solver={self.name!r} needs a smooth loss; loss='hinge' is solved by "
@@ -86,10 +92,12 @@ def register(engine: Engine) -> Engine:
 
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
-register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False))
+register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
+                options=("n_threads", "sync_every")))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge"),
-                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),)))
+                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),),
+                unpenalized=True))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
@@ -270,6 +278,8 @@ def _has_blocks(data) -> bool:
 
 def _auto_in_memory(problem: Problem, data, among=None) -> str:
     """The applicable engine (of ``among``, if given) with the fewest predicted passes."""
+    if problem.unpenalized:
+        return "newton"  # the one engine without a dual
     costs = predicted_passes(problem, data)
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
