@@ -1,28 +1,48 @@
-"""dask_scd: regularized linear models by coordinate descent, certified by duality gaps."""
+"""dask_scd: regularized linear models by coordinate descent, certified by duality gaps.
 
-from dask_scd.api import fit
-from dask_scd.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
-from dask_scd.grid import Grid, GridCorruptionError, open_grid, to_grid
-from dask_scd.objectives import Certificate, Problem, certificate
-from dask_scd.progress import Progress
-from dask_scd.result import FitResult, History
+The public names load on first use: a dask worker that runs the engines' tasks imports
+``dask_scd.solvers`` and ``dask_scd.kernels`` only, not scikit-learn (whose import costs a
+worker process ~100 MiB of its memory limit).
+"""
 
-__all__ = [
-    "fit",
-    "FitResult",
-    "History",
-    "Problem",
-    "Certificate",
-    "certificate",
-    "Grid",
-    "GridCorruptionError",
-    "open_grid",
-    "to_grid",
-    "Ridge",
-    "Lasso",
-    "ElasticNet",
-    "LogisticRegression",
-    "LinearSVC",
-    "Progress",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "fit": "dask_scd.api",
+    "FitResult": "dask_scd.result",
+    "History": "dask_scd.result",
+    "Problem": "dask_scd.objectives",
+    "Certificate": "dask_scd.objectives",
+    "certificate": "dask_scd.objectives",
+    "Grid": "dask_scd.grid",
+    "GridCorruptionError": "dask_scd.grid",
+    "open_grid": "dask_scd.grid",
+    "to_grid": "dask_scd.grid",
+    "Ridge": "dask_scd.estimators",
+    "Lasso": "dask_scd.estimators",
+    "ElasticNet": "dask_scd.estimators",
+    "LogisticRegression": "dask_scd.estimators",
+    "LinearSVC": "dask_scd.estimators",
+    "Progress": "dask_scd.progress",
+}
+
+__all__ = list(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:  # a submodule, e.g. dask_scd.datasets after a plain `import dask_scd`
+        try:
+            return import_module(f"dask_scd.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"dask_scd.{name}":
+                raise
+            raise AttributeError(f"module 'dask_scd' has no attribute {name!r}") from None
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
