@@ -982,12 +982,15 @@ def _ooc_main(args):
 
 
 def _cache_stats():
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.data.cache import CACHE
 
-    lru = getattr(ops.CACHE, "_lru", None)
-    if lru is None:
-        return [0, 0]
-    return [int(getattr(lru, "nbytes", 0)), int(lru.max_bytes or 0)]
+    return [int(CACHE.nbytes), int(CACHE.max_bytes or 0), int(CACHE.counts["reads"])]
+
+
+def _parse_bytes(text) -> int:
+    from dask.utils import parse_bytes
+
+    return int(parse_bytes(str(text)))
 
 
 def run_ooc(path, memory, epochs, timeout) -> dict:
@@ -1161,6 +1164,11 @@ def parse_args(argv=None):
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--output", type=Path, default=RESULTS)
     p.add_argument("--workdir", type=Path, default=DATA)
+    p.add_argument("--ooc-rows", type=int, default=None,
+                   help="rows of the out-of-core grid (default 3x --rows)")
+    p.add_argument("--ooc-memory", default=None,
+                   help="memory_limit per worker of the limited run (default: stored / 3 / 2, "
+                        "at least the floor a worker needs)")
     p.add_argument("--_spark", dest="_spark", help=argparse.SUPPRESS)
     p.add_argument("--_write", dest="_write", help=argparse.SUPPRESS)
     p.add_argument("--_rows", dest="_rows", type=int, help=argparse.SUPPRESS)
@@ -1200,6 +1208,10 @@ def main(argv=None):
 
         sizes = replace(sizes, n=args.rows or sizes.n, cap=args.cap or sizes.cap,
                         ooc_rows=3 * (args.rows or sizes.n))
+    if args.ooc_rows:
+        from dataclasses import replace
+
+        sizes = replace(sizes, ooc_rows=args.ooc_rows)
     rows = select_rows(args.only)
     skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     unknown = skip - set(COLUMNS)
@@ -1285,7 +1297,7 @@ def main(argv=None):
 
     ooc_text = ""
     if "ooc" not in skip:
-        ooc_text = section_ooc(sizes, workdir, results, nnz)
+        ooc_text = section_ooc(sizes, workdir, results, nnz, args.ooc_memory)
 
     for res in results:
         every = [o.best() for o in res.outcomes]
@@ -1328,7 +1340,7 @@ def _support(res) -> str:
     return f"{best.support:,} of {p:,} ({best.support / p:.1%}, {best.name})"
 
 
-def section_ooc(sizes, workdir, results, nnz_incore) -> str:
+def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
     """The 3x grid written piece by piece, fitted by block_scd with memory_limit per worker
     = a third of the grid's size / 2, and with 4 GiB workers (in core), same epochs."""
     path = workdir / "ooc.zarr"
@@ -1341,7 +1353,7 @@ def section_ooc(sizes, workdir, results, nnz_incore) -> str:
     w = json.loads(lines[-1].split(" ", 1)[1])
     stored = w["nnz"] * 12
     limit = stored // 3 // 2
-    floor = max(limit, OOC_FLOOR)
+    floor = max(limit, OOC_FLOOR) if memory is None else _parse_bytes(memory)
     rows = []
     incore_epoch = None
     for res in results:
@@ -1349,7 +1361,10 @@ def section_ooc(sizes, workdir, results, nnz_incore) -> str:
             for o in res.outcomes:
                 if o.name == "ours grid block_scd" and o.per_iteration:
                     incore_epoch = o.per_iteration
-    runs = [("limited", floor), ("in core", 4 * 2**30)]
+    # In core: every worker's cell cache (half of its pause threshold, 80 % of the limit,
+    # less what it holds) takes its half of the grid.
+    incore = max(4 * 2**30, int((stored + OOC_FLOOR) / 0.8) + 2**28)
+    runs = [("limited", floor), ("in core", incore)]
     per = {}
     for label, memory in runs:
         log(f"  ooc fit: {label}, memory_limit {fmt_bytes(memory)}, {sizes.ooc_epochs} epochs")
@@ -1362,7 +1377,8 @@ def section_ooc(sizes, workdir, results, nnz_incore) -> str:
             peaks = " / ".join(fmt_bytes(v) for v in sorted(res["worker_peaks"],
                                                             reverse=True)[:4])
             hwm = " / ".join(fmt_bytes(v) for v in res["vm_hwm"])
-            cache = " / ".join(f"{fmt_bytes(a)} of {fmt_bytes(b)}" for a, b in res["cache"])
+            cache = " / ".join(f"{fmt_bytes(a)} of {fmt_bytes(b)}, {c:,} reads"
+                               for a, b, c in res["cache"])
             rows.append([label, fmt_bytes(memory), f"{stored / (2 * memory):.2f}x",
                          r["outcome"], res["epochs"], fmt_s(res["wall"]), fmt_s(per_epoch),
                          peaks, hwm, cache, fmt_bytes(res["client_peak"]),
@@ -1397,7 +1413,7 @@ def section_ooc(sizes, workdir, results, nnz_incore) -> str:
         "the end.\n\n"
         + md_table(["run", "memory_limit / worker", "stored / total limit", "outcome",
                     "epochs", "fit wall", "time / pass", "worker peak RSS (poll)",
-                    "worker VmHWM", "cell cache (end)", "client peak RSS", "relative gap"], rows)
+                    "worker VmHWM", "cell cache (end), cells read", "client peak RSS", "relative gap"], rows)
         + f"\n\nTime per pass out of core / in core: **{ratio}**.{scaled}\n")
 
 

@@ -311,18 +311,48 @@ def test_cell_cache_stays_under_its_bound_and_the_memory_ceiling(monkeypatch):
     assert "x" not in cache._items and cache.nbytes == 0
 
 
+def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monkeypatch):
+    """Out of core (no room in the LRU), the statistics, line search and apply of one
+    block read its cell once: the last cell of each row chunk is kept until the next."""
+    from dask_scd.data import cache as cell_cache
+
+    resident = [1000]
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: resident[0])
+    cache = cell_cache.CellCache(0, ceiling=1000)
+    cache.pause_at = 2000
+    loads = []
+
+    def load(key):
+        def run():
+            loads.append(key)
+            return np.zeros(10)
+        return run
+
+    cell = ("cell", "store", "id", "v1")
+    for b in (0, 1):
+        for r in (0, 1):
+            for _stage in range(3):
+                cache.get((*cell, r, b), load((r, b)))
+    assert loads == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert cache.nbytes == 0 and cache.counts["reads"] == 4
+    resident[0] = 1900  # near the pause threshold: nothing more is kept
+    cache.get((*cell, 0, 2), load((0, 2)))
+    cache.get((*cell, 0, 2), load((0, 2)))
+    assert loads[-2:] == [(0, 2), (0, 2)]
+
+
 def test_cache_is_sized_from_what_the_worker_has_left(clients):
     from dask_scd.data import cache as cell_cache
 
     def budget():
         from distributed import get_worker
 
-        bound, ceiling = cell_cache._cache_budget()
-        return (bound, ceiling, cell_cache._resident_bytes(),
+        bound, ceiling, pause = cell_cache._cache_budget()
+        return (bound, ceiling, pause, cell_cache._resident_bytes(),
                 get_worker().memory_manager.memory_limit)
 
-    bound, ceiling, resident, limit = clients(1).submit(budget, pure=False).result()
-    assert limit == 2 * 2**30
+    bound, ceiling, pause, resident, limit = clients(1).submit(budget, pure=False).result()
+    assert limit == 2 * 2**30 and pause == int(0.8 * limit)
     assert 0 < bound <= 0.5 * (0.8 * limit - resident) + 50 * 2**20  # resident moved a bit
     assert ceiling - bound < 0.8 * limit
 

@@ -98,6 +98,9 @@ class CellCache:
         self._pinned: dict = {}
         self._groups: dict = {}
         self._pinning = threading.local()  # the hold running in this thread, if any
+        self._recent: dict = {}  # row chunk -> (key, value): see _keep_recent
+        self.pause_at = None  # resident bytes at which the worker pauses, or None
+        self.reads = 0  # loads from the store (every miss)
 
     def hold(self, group, resolve) -> dict:
         """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
@@ -131,7 +134,7 @@ class CellCache:
             if self._lru is None:
                 # Sized at first use, inside a task: at import time (while a task is being
                 # unpacked) the worker and its memory limit are not reachable yet.
-                bound, self.ceiling = _cache_budget()
+                bound, self.ceiling, self.pause_at = _cache_budget()
                 self._lru = ByteLRU(bound, _nbytes)
         pinning = getattr(self._pinning, "keys", None)
         if key in self._pinned:
@@ -149,12 +152,32 @@ class CellCache:
             return value
         if hit:
             return value
+        # (kind, path, grid, version, row chunk): see CellRef.key
+        group = key[:5] if isinstance(key, tuple) else key
+        recent = self._recent.get(group)
+        if recent is not None and recent[0] == key:
+            return recent[1]
         value = load()
+        self.reads += 1
         size = _nbytes(value)
         with lru.lock:
             if key not in lru.keys and size <= lru.max_bytes and self._make_room(size):
                 lru.insert(key, value, size)
+                self._recent.pop(group, None)
+            else:
+                self._keep_recent(group, key, value, size)
         return value
+
+    def _keep_recent(self, group, key, value, size: int):
+        """Keep the last cell read for a row chunk that the LRU had no room for: the next
+        stages of the same block iteration read it again (statistics, line search, apply),
+        so a grid larger than the cache is still decoded once per pass. Kept only while
+        the process stays below its pause threshold; it replaces the row chunk's previous
+        one."""
+        self._recent.pop(group, None)
+        if self.pause_at is not None and _resident_bytes() + size > 0.9 * self.pause_at:
+            return
+        self._recent[group] = (key, value)
 
     def _make_room(self, size: int) -> bool:
         """Drop old cells until ``size`` more bytes fit the bound and the process ceiling."""
@@ -182,10 +205,12 @@ class CellCache:
         """Bytes loaded into the cache, loads and evictions since the process started."""
         lru = self._lru
         if lru is None:
-            return {"bytes_moved": 0, "loads": 0, "evictions": 0}
-        return {"bytes_moved": lru.bytes_moved, "loads": lru.loads, "evictions": lru.evictions}
+            return {"bytes_moved": 0, "loads": 0, "evictions": 0, "reads": self.reads}
+        return {"bytes_moved": lru.bytes_moved, "loads": lru.loads, "evictions": lru.evictions,
+                "reads": self.reads}
 
     def clear(self):
+        self._recent.clear()
         if self._lru is not None:
             self._lru.clear()
 
@@ -201,8 +226,9 @@ def _resident_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
-def _cache_budget() -> tuple[int, int | None]:
-    """(bound in bytes, resident-memory ceiling) for this process's cell cache.
+def _cache_budget() -> tuple[int, int | None, int | None]:
+    """(bound in bytes, resident-memory ceiling, pause threshold in bytes) for this
+    process's cell cache.
 
     In a dask worker with a memory limit: half of what is left below the pause threshold
     (or the terminate threshold, or the limit) after the memory already resident, and the
@@ -214,13 +240,13 @@ def _cache_budget() -> tuple[int, int | None]:
         manager = get_worker().memory_manager
         limit = manager.memory_limit
     except (ImportError, ValueError, AttributeError):
-        return 1 << 30, None
+        return 1 << 30, None, None
     if not limit:
-        return 1 << 30, None
+        return 1 << 30, None, None
     fraction = manager.memory_pause_fraction or manager.memory_terminate_fraction or 1.0
     resident = _resident_bytes()
     bound = max(0, int(0.5 * (fraction * limit - resident)))
-    return bound, resident + bound
+    return bound, resident + bound, int(fraction * limit)
 
 
 CACHE = CellCache(None)

@@ -46,31 +46,47 @@ def fit_client(client):
 
 class Rows:
     """Per-row-chunk values held as one future per group of row chunks (a list each, in
-    row order): what :meth:`ClusterRuntime.map_rows` returns and takes."""
+    row order): what :meth:`ClusterRuntime.map_rows` returns and takes.
 
-    __slots__ = ("parts",)
+    ``pick``: where a stage returns a tuple per row chunk (a fused stage), the element
+    these Rows stand for, taken inside the task that reads them (no task of its own).
+    """
 
-    def __init__(self, parts: list):
+    __slots__ = ("parts", "pick")
+
+    def __init__(self, parts: list, pick: int | None = None):
         self.parts = parts
+        self.pick = pick
+
+    def item(self, i: int) -> Rows:
+        """Element ``i`` of every row chunk's tuple."""
+        return Rows(self.parts, i)
 
 
-def _run_rows(func, n_per_row: int, *args) -> list:
-    """(task) ``func`` on each row chunk of a group: ``args[:n_per_row]`` are lists with
-    one value per row chunk of the group, the rest shared."""
-    per_row, shared = args[:n_per_row], args[n_per_row:]
+def _picked(values, pick):
+    return values if pick is None else [value[pick] for value in values]
+
+
+def _run_rows(func, picks: tuple, *args) -> list:
+    """(task) ``func`` on each row chunk of a group: ``args[:len(picks)]`` are lists with
+    one value per row chunk of the group (element ``picks[k]`` of each, where not None),
+    the rest shared."""
+    n_per_row = len(picks)
+    per_row = [_picked(a, p) for a, p in zip(args[:n_per_row], picks)]
+    shared = args[n_per_row:]
     return [func(*row, *shared) for row in zip(*per_row)]
 
 
-def _call_on_rows(func, n_fixed: int, *args):
+def _call_on_rows(func, n_fixed: int, pick, *args):
     """(task) ``func(*fixed, *results)``, the groups' results flattened in row order."""
     fixed, groups = args[:n_fixed], args[n_fixed:]
-    return func(*fixed, *[value for group in groups for value in group])
+    return func(*fixed, *_picked([value for group in groups for value in group], pick))
 
 
-def _sum_picked(index, *groups) -> dict:
+def _sum_picked(index, pick, *groups) -> dict:
     """(task) :func:`passes.sum_partials` of the row-chunk results at ``index`` (pairs of
     group, position in it), in that order."""
-    return passes.sum_partials(*[groups[g][i] for g, i in index])
+    return passes.sum_partials(*_picked([groups[g][i] for g, i in index], pick))
 
 
 class ClusterRuntime:
@@ -163,9 +179,10 @@ class ClusterRuntime:
         arguments (futures too) are the same for every row chunk. Returns :class:`Rows`.
         """
         parts = []
+        picks = tuple(a.pick if isinstance(a, Rows) else None for a in per_row)
         for g, rows in enumerate(self.groups):
             args = [a.parts[g] if isinstance(a, Rows) else [a[r] for r in rows] for a in per_row]
-            task = self.submit(_run_rows, func, len(per_row), *args, *shared, name=func.__name__,
+            task = self.submit(_run_rows, func, picks, *args, *shared, name=func.__name__,
                                **self._placement(self.group_homes[g]))
             parts.append(task)
         return Rows(parts)
@@ -174,7 +191,7 @@ class ClusterRuntime:
         """One task ``func(*fixed, *results in row-chunk order)``: the results of every row
         chunk, flattened from their groups in order, so the sums keep the same bits
         whatever the grouping."""
-        return self.submit(_call_on_rows, func, len(fixed), *fixed, *rows.parts,
+        return self.submit(_call_on_rows, func, len(fixed), rows.pick, *fixed, *rows.parts,
                            name=func.__name__)
 
     def _placement(self, home) -> dict:
@@ -215,7 +232,7 @@ class ClusterRuntime:
             picks = where[start:start + split_every]
             needed = sorted({g for g, _ in picks})
             index = [(needed.index(g), i) for g, i in picks]
-            level.append(self.submit_row(start, _sum_picked, index,
+            level.append(self.submit_row(start, _sum_picked, index, partials.pick,
                                          *[partials.parts[g] for g in needed],
                                          name="sum_partials"))
         return self._tree_levels(level, list(range(0, R, split_every)), split_every)

@@ -72,6 +72,15 @@ def apply_step(margins, cell, step: dict) -> np.ndarray:
     return margins + cell_view(cell).matvec(delta)
 
 
+def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
+                     gram: bool = False) -> tuple:
+    """:func:`apply_step` of one block, then :func:`block_stats` of the next on the new
+    margins: one task where two would follow each other (the same arithmetic, the same
+    bits). Returns (margins, stats)."""
+    margins = apply_step(margins, cell, step)
+    return margins, block_stats(next_cell, y, margins, loss, gram)
+
+
 # ------------------------------------------------------------- one block iteration
 
 

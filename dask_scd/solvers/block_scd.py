@@ -6,7 +6,8 @@ one block B:
     select B → one task per row chunk: partial (g_B, h_B) from its cell, labels, margins
              → one task sums them in row-chunk order and takes the coordinate step
              → [line search: one task per row chunk tries step sizes, one task chooses]
-             → one task per row chunk applies Δθ_B to its margins
+             → one task per row chunk applies Δθ_B to its margins (the same task as the
+               next block's partial sums)
 
 Margins ŷ live on the workers as futures next to their row chunk; only block-sized
 vectors travel. The block update runs inside a task, so a whole epoch (one pass over all
@@ -269,14 +270,23 @@ class _BlockSCD:
         problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
         slack = 1e-13 * abs(primal)
         steps = {}
+        # The step of the previous block is applied by the task that computes the next
+        # block's statistics (one stage fewer per block).
+        pending = None
         for b in order:
             pure = b == INTERCEPT or self.source.purity[b]
             cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(R)]
             theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
             # An impure block small enough takes the exact Newton step of its Gram matrix.
             gram = not pure and len(theta) <= self.gram_max
-            stats = runtime.map_rows(ops.block_stats, (cells, labels, margins), problem.loss,
-                                     gram)
+            if pending is None:
+                stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
+                                         problem.loss, gram)
+            else:
+                fused = runtime.map_rows(ops.apply_then_stats,
+                                         (margins, pending[0], cells, labels), pending[1],
+                                         problem.loss, gram)
+                margins, stats = fused.item(0), fused.item(1)
             fixed = (problem, n, theta, b == INTERCEPT)
             if gram:
                 step = direction = runtime.submit(ops.block_direction, *fixed,
@@ -287,8 +297,10 @@ class _BlockSCD:
                 trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
                                           direction, problem, pure)
                 step = runtime.reduce(ops.block_choose, (direction, n, slack), trials)
-            margins = runtime.map_rows(ops.apply_step, (margins, cells), step)
+            pending = (cells, step)
             steps[b] = step
+        if pending is not None:
+            margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
         results = runtime.gather(steps)
         coef = coef.copy()
         for b, step in results.items():
