@@ -306,8 +306,17 @@ class _Dual:
         self.n_samples, self.alpha_n = n, problem.alpha * n
         self.rho = 0.0
         self.intercept = 0.0
-        if problem.fit_intercept:
+        # The intercept: each round solves the dual with b fixed at the best intercept of
+        # the last certificate's w (b is a primal coordinate minimized exactly; then Σa → 0
+        # at the optimum). The hinge's best b jumps between the kinks of a piecewise linear
+        # function, and it keeps SDCA's method of multipliers instead (b ← b + ρΣa, steps
+        # on the augmented Lagrangian). Ridge on 300 × 20 Gaussian rows, K = 4, to 1e-9:
+        # 167 adaptive rounds with the best b against 523 with the multiplier; the hinge
+        # to 1e-6: 1104 with the multiplier, > 2000 with the best b.
+        self.multiplier = problem.fit_intercept and problem.loss == "hinge"
+        if self.multiplier:
             self.rho = PENALTY_SCALE * parts["n_row_sq"] / n / self.alpha_n
+        if problem.fit_intercept:
             self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss,
                                                      parts["y"]))
         self.sigma = float(self.K) if settings["aggregation"] == "add" else 1.0
@@ -335,6 +344,8 @@ class _Dual:
         result = here.gather(here.submit(ops.dual_certificate, problem, coef, self.intercept,
                                          scales, K, *self.labels, *self.duals, *margins))
         self.certified = result
+        if not self.multiplier:
+            self.intercept = result["intercept"]
         return result["certificate"]
 
     def round(self, rng) -> float:
