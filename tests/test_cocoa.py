@@ -77,8 +77,8 @@ def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio
     assert abs(gamma - best.x) <= 1e-5 * max(1.0, abs(best.x))
     if loss == "squared" and l1_ratio == 0.0:  # the closed form of the design brief
         u, d = direction["margins"], direction["coef"]
-        closed = -((margins - y) @ u + n * problem.alpha * coef @ d) / (u @ u
-                                                                         + n * problem.alpha * d @ d)
+        nalpha = n * problem.alpha
+        closed = -((margins - y) @ u + nalpha * coef @ d) / (u @ u + nalpha * d @ d)
         assert gamma == pytest.approx(closed, rel=1e-12)
 
 
