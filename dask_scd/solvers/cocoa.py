@@ -54,9 +54,8 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
         Epochs of the local solver per part and round.
     aggregation : {"adaptive", "average", "add"}, default "adaptive"
         γ of each round: the exact minimizer along the aggregated direction, 1/K, or 1.
-        "add" solves CoCoA+'s local problems with σ' = K (the local quadratic term K
-        times larger; safe, where adding plain local solutions can diverge) except for
-        the primal logistic loss, which solves the plain local problem.
+        "add" solves CoCoA+'s safe local problems with σ' = K (the local quadratic term K
+        times larger; adding plain local solutions can diverge).
     split : {"auto", "features", "examples"}
         By feature (the primal) or by example (the dual: L2 penalties only). "auto":
         by example for the hinge and the squared hinge with an L2 penalty, by feature
@@ -257,8 +256,7 @@ class _Primal:
         if problem.fit_intercept:
             self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss,
                                                      self.y))
-        add = settings["aggregation"] == "add" and problem.loss == "squared"
-        self.sigma = float(self.K) if add else 1.0
+        self.sigma = float(self.K) if settings["aggregation"] == "add" else 1.0
         self.margins = None
 
     def certify(self) -> obj.Certificate:

@@ -179,32 +179,30 @@ def primal_solve(part: Part, y, margins, theta, intercept, problem, epochs: int,
     """(task) ``epochs`` epochs of coordinate descent on the part's columns (and on the
     intercept when ``with_intercept``), the margins of the other parts held fixed.
 
-    ``sigma`` > 1 (the squared loss) solves CoCoA+'s safe local problem
-    (1/n)⟨ŷ − y, X_kΔ⟩ + (σ/2n)‖X_kΔ‖² + g(θ_k + Δ) instead, which the plain kernel
-    solves as the least squares problem with labels ŷ − (ŷ − y)/σ and penalty g/σ.
+    ``sigma`` = K > 1 solves CoCoA+'s safe local problem min_Δ (1/K) f(ŷ + K X_kΔ) +
+    g(θ_k + Δ), f the loss sum: by convexity f(ŷ + Σ_k X_kΔ_k) ≤ (1/K) Σ_k f(ŷ + K X_kΔ_k),
+    so adding the K solutions never increases the objective (for the squared loss, the
+    local quadratic term K times larger). In c = K(θ_k + Δ) it is the plain problem
+    f(ŷ + X_k(c − Kθ_k)) + αρ‖c‖₁ + α(1−ρ)/(2K)‖c‖², which the kernel solves as it is.
     Returns the changes of the part's coefficients, of the intercept and of the margins.
     """
     m = part.matrix
     start_margins = np.asarray(margins, dtype=np.float64)
     local_margins = start_margins.copy()
-    local_theta = np.array(theta, dtype=np.float64, copy=True)
-    local_intercept = np.array([float(intercept)])
+    local_theta = sigma * np.asarray(theta, dtype=np.float64)
+    local_intercept = np.array([sigma * float(intercept)])
     targets = np.asarray(y, dtype=np.float64)
-    l1, l2 = problem.l1, problem.l2
-    if sigma != 1.0:
-        targets = start_margins - (start_margins - targets) / sigma
-        l1, l2 = l1 / sigma, l2 / sigma
     rng = np.random.default_rng(seed)
     k = m.n_major + int(with_intercept)
     for _ in range(epochs):
         cpu.scd_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, targets, local_margins,
                       local_theta, local_intercept, rng.permutation(k), problem.loss_code,
-                      l1, l2, part.sq_norms, part.cube_sums)
+                      problem.l1, problem.l2 / sigma, part.sq_norms, part.cube_sums)
     # The direction's margins are X_kΔθ_k + Δb from the rounded Δθ_k, not the difference
     # of the kernel's margins: that loses the digits the two share (Δŷ ~ 1e-9 of ŷ ~ 1
     # keeps 7), which near the optimum turns the sign of the line's slope.
-    delta = local_theta - theta
-    delta_intercept = local_intercept[0] - intercept
+    delta = local_theta / sigma - theta
+    delta_intercept = local_intercept[0] / sigma - intercept
     return {"coef": delta, "intercept": delta_intercept,
             "margins": m.scatter(delta) + delta_intercept}
 
