@@ -75,7 +75,7 @@ def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio
     assert gamma > 0.0
     assert objective(gamma) <= best.fun + 1e-13 * abs(best.fun)
     assert abs(gamma - best.x) <= 1e-5 * max(1.0, abs(best.x))
-    if loss == "squared" and l1_ratio == 0.0:  # the closed form of the design brief
+    if loss == "squared" and l1_ratio == 0.0:  # the closed form of the line minimization
         u, d = direction["margins"], direction["coef"]
         nalpha = n * problem.alpha
         closed = -((margins - y) @ u + nalpha * coef @ d) / (u @ u + nalpha * d @ d)
@@ -118,7 +118,7 @@ def test_dual_gamma_maximizes_the_dual_along_the_direction(loss, rho):
                            method="bounded", options={"xatol": 1e-12})
     assert np.isfinite(dual(gamma))
     assert dual(gamma) >= -best.fun - 1e-13 * abs(best.fun)
-    if loss == "squared" and rho == 0.0:  # the design brief's dual formula, with b
+    if loss == "squared" and rho == 0.0:  # the dual's closed form, with b
         u, dw = delta, direction["coef"]
         closed = (u @ y - a @ u - intercept * u.sum() - n * problem.alpha * coef @ dw) / (
             u @ u + n * problem.alpha * dw @ dw)

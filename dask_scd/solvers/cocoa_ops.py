@@ -8,12 +8,14 @@ where a part ran.
 The aggregation step is the TPA-SCD paper's §IV (Algorithm 4): the K local updates are
 summed, and the iterate moves by γ times the sum. ``"adaptive"`` takes the γ that
 minimizes the primal objective (maximizes the dual) along that direction exactly, from
-sums over the parts (the corrected formulas of the design brief, "Engines" 3):
+sums over the parts (by line minimization; the paper's printed formulas drop the −y and
+misprint the denominator):
 
 - primal ridge, P(θ + γΔθ, b + γΔb) with Δŷ = XΔθ + Δb:
   γ* = −(⟨ŷ − y, Δŷ⟩ + nα⟨θ, Δθ⟩) / (‖Δŷ‖² + nα‖Δθ‖²);
 - dual ridge, D(a + γΔa) with w = Xᵀa/(αn):
-  γ* = (⟨Δa, y⟩ − ⟨a, Δa⟩ − nα⟨w, Δw⟩) / (‖Δa‖² + nα‖Δw‖²);
+  γ* = (⟨Δa, y⟩ − ⟨a, Δa⟩ − b ΣΔa − nα⟨w, Δw⟩) / (‖Δa‖² + nα‖Δw‖²), b the intercept
+  held fixed in the round;
 
 for other losses (and an L1 term, and the intercept's multiplier term in the dual) the
 same one-dimensional problem is convex but not quadratic, and a Newton iteration
