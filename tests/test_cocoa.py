@@ -261,6 +261,8 @@ def test_a_grid_whose_columns_are_reordered_comes_back_in_feature_order(tmp_path
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster):
         result = dask_scd.fit(grid, solver="cocoa", alpha=0.05, tol=1e-10, random_state=0)
+        with pytest.raises(ValueError, match="n_partitions=4 is more than the 3 column blocks"):
+            dask_scd.fit(grid, solver="cocoa", n_partitions=4)
     assert result.extras_["n_partitions"] == 1  # one worker: one part
     assert np.allclose(result.coef_, ref.coef_, atol=1e-6)
 
