@@ -66,7 +66,7 @@ def fit(
     max_iter : int
         Iterations of the engine that runs: epochs (passes over all coordinates, or over
         all blocks for block SCD), Newton steps ("newton", "block_newton"), rounds ("duhl").
-    solver : {"auto", "gram", "scd", "sdca", "newton", "duhl", "block_scd", "block_newton"}
+    solver : {"auto", "gram", "scd", "sdca", "newton", "duhl", "block_scd", "block_newton", "cocoa"}
         The engine (:mod:`dask_scd.solvers.registry` lists them all). In memory, "auto"
         takes the applicable engine with the fewest predicted passes over X
         (:func:`dask_scd.solvers.registry.predicted_passes`): "gram" for the squared loss
@@ -79,6 +79,8 @@ def fit(
         chunks); above, "block_newton" for an L2 penalty at any width (the p × p curvature
         when p ≤ 2048 and the rows are cheap, else conjugate gradients on curvature
         products), and for an L1 term when it forms the curvature, else "block_scd".
+        "cocoa" (never picked by "auto") runs in memory or over dask: X in K parts by
+        feature or by example, combined by the exact step (docs/engines/cocoa.md).
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every certified iteration.

@@ -27,7 +27,8 @@ class Engine:
     ----------
     name : the ``solver=`` value.
     entry : ``"module:function"`` of its ``run(data, problem, options)``.
-    data : ``"memory"`` (numpy / scipy.sparse) or ``"dask"`` (dask array or Grid).
+    data : ``"memory"`` (numpy / scipy.sparse), ``"dask"`` (dask array or Grid) or
+        ``"any"`` (either, as it is given: dask input stays distributed).
     losses : the losses it solves.
     l1 : whether it solves penalties with an L1 term.
     options : names of the keyword options it accepts.
@@ -105,6 +106,8 @@ register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask",
                 options=(*_CLUSTER_OPTIONS, "residency", "memory_budget")))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
                 losses=SMOOTH, options=_CLUSTER_OPTIONS))
+register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
+    "client", "n_partitions", "local_epochs", "aggregation", "split")))
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops

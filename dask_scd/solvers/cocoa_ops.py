@@ -1,0 +1,499 @@
+"""The task math of the CoCoA engine (:mod:`dask_scd.solvers.cocoa`).
+
+Pure functions of a *part* (the columns of X for the primal, its rows for the dual) and
+of the shared vector, run in-process for in-memory X or as dask tasks on the worker that
+holds the part. Every sum over parts runs in part order, so the model does not depend on
+where a part ran.
+
+The aggregation step is the TPA-SCD paper's §IV (Algorithm 4): the K local updates are
+summed, and the iterate moves by γ times the sum. ``"adaptive"`` takes the γ that
+minimizes the primal objective (maximizes the dual) along that direction exactly, from
+sums over the parts (by line minimization; the paper's printed formulas drop the −y and
+misprint the denominator):
+
+- primal ridge, P(θ + γΔθ, b + γΔb) with Δŷ = XΔθ + Δb:
+  γ* = −(⟨ŷ − y, Δŷ⟩ + nα⟨θ, Δθ⟩) / (‖Δŷ‖² + nα‖Δθ‖²);
+- dual ridge, D(a + γΔa) with w = Xᵀa/(αn):
+  γ* = (⟨Δa, y⟩ − ⟨a, Δa⟩ − b ΣΔa − nα⟨w, Δw⟩) / (‖Δa‖² + nα‖Δw‖²), b the intercept
+  held fixed in the round;
+
+for other losses (and an L1 term, and the intercept's multiplier term in the dual) the
+same one-dimensional problem is convex but not quadratic, and a Newton iteration
+safeguarded by bisection on its bracket solves it (:func:`line_minimum`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import CellRef, labels
+from dask_scd.kernels import cpu
+from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.validation import check_feature_magnitude, largest_magnitude, to_scipy
+
+AGGREGATIONS = ("adaptive", "average", "add")
+
+
+# ------------------------------------------------------------------------------ parts
+
+
+@dataclass
+class Part:
+    """One part of X as its local solver reads it.
+
+    ``matrix`` holds the part's columns (primal: n_samples × its features, by columns) or
+    its rows (dual: its examples × n_features, by rows); ``y`` the labels of its rows
+    (the dual only: a primal part sees every row).
+    """
+
+    matrix: MajorMatrix
+    sq_norms: np.ndarray
+    cube_sums: np.ndarray
+    y: np.ndarray | None = None
+
+
+def make_part(X, axis: str, y=None, logistic: bool = False) -> Part:
+    """A part from an in-memory matrix (numpy or scipy.sparse)."""
+    matrix = MajorMatrix.from_array(X, axis)
+    cubes = matrix.cube_sums() if logistic and axis == "columns" else np.zeros(0)
+    return Part(matrix, matrix.sq_norms(), cubes, None if y is None else labels(y))
+
+
+def _cell_array(cell):
+    """A cell of a grid or a dask array as numpy or scipy.sparse (read once, not cached:
+    the part keeps its own copy)."""
+    if isinstance(cell, CellRef):
+        from dask_scd.grid import read_cell
+
+        cell = read_cell(cell.path, cell.grid_id, cell.r, cell.b)
+    if sp.issparse(cell):
+        return cell
+    if type(cell).__module__.startswith("sparse"):
+        return to_scipy(cell)
+    return np.asarray(cell)
+
+
+def assemble_part(cells: list, axis: str, where: str, row_labels=None,
+                  logistic: bool = False) -> Part:
+    """(task) A part from its cells, ``cells[r][b]`` over its row chunks and blocks, on the
+    worker that will solve it; ``row_labels`` (one per row chunk) for a dual part. The
+    values are checked here, once (``where`` names the part in the error)."""
+    grid = [[_cell_array(cell) for cell in row] for row in cells]
+    for row in grid:
+        for cell in row:
+            largest = largest_magnitude(cell.data if sp.issparse(cell) else cell)
+            if not np.isfinite(largest):
+                raise ValueError(f"X contains NaN or infinity in {where}")
+            check_feature_magnitude(largest, f" in {where}")
+    if any(sp.issparse(cell) for row in grid for cell in row):
+        X = sp.bmat([[sp.csr_matrix(cell) for cell in row] for row in grid],
+                    format="csc" if axis == "columns" else "csr")
+    else:
+        X = np.block(grid)
+    y = None
+    if row_labels is not None:
+        y = np.concatenate([labels(value) for value in row_labels])
+    return make_part(X, axis, y, logistic)
+
+
+def part_summary(part: Part) -> dict:
+    """(task) What the client needs to know of a part: its lines and Σ‖line‖²."""
+    return {"lines": int(part.matrix.n_major), "sq_norm_sum": float(part.sq_norms.sum()),
+            "n_minor": int(part.matrix.n_minor)}
+
+
+def join_labels(*row_labels) -> np.ndarray:
+    """(task) The labels of every row chunk, in row order."""
+    return np.concatenate([labels(value) for value in row_labels])
+
+
+def pick(result: dict, key: str):
+    """(task) One entry of a task's result, left on the worker."""
+    return result[key]
+
+
+def ordered_sum(*parts) -> np.ndarray:
+    """Σ in part order: the same bits wherever each part was computed."""
+    total = np.array(parts[0], dtype=np.float64, copy=True)
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+# ----------------------------------------------------------------------- 1-D minimum
+
+
+def line_minimum(slope_curvature, hi: float = np.inf) -> float:
+    """argmin over γ ∈ [0, hi] of a convex φ given ``slope_curvature(γ) = (φ'(γ), φ''(γ))``
+    (a right derivative at kinks). Newton steps safeguarded by bisection on a bracket of
+    the sign change of φ'; 0 when φ'(0) ≥ 0 (no descent along the direction)."""
+    slope, _ = slope_curvature(0.0)
+    if not slope < 0.0:
+        return 0.0
+    lo = 0.0
+    if not np.isfinite(hi):  # grow a bracket
+        hi = 1.0
+        for _ in range(200):
+            if slope_curvature(hi)[0] >= 0.0:
+                break
+            lo, hi = hi, 2.0 * hi
+        else:
+            return hi
+    elif slope_curvature(hi)[0] <= 0.0:
+        return hi
+    gamma = lo
+    for _ in range(200):
+        slope, curvature = slope_curvature(gamma)
+        if slope == 0.0:
+            return gamma
+        if slope < 0.0:
+            lo = gamma
+        else:
+            hi = gamma
+        step = gamma - slope / curvature if curvature > 0.0 else np.nan
+        if not lo < step < hi:
+            step = 0.5 * (lo + hi)
+        if abs(step - gamma) <= 1e-15 * max(abs(gamma), 1e-300) or hi - lo <= 1e-15 * hi:
+            return step
+        gamma = step
+    return gamma
+
+
+def _penalty_slope_curvature(problem, coef, direction, gamma) -> tuple[float, float]:
+    """(d/dγ, d²/dγ²) of Σ_j g(θ_j + γΔθ_j), the L1 term by its right derivative."""
+    moved = coef + gamma * direction
+    slope = problem.l2 * obj.vdot(moved, direction)
+    if problem.l1 > 0.0:
+        sign = np.where(moved != 0.0, np.sign(moved), np.sign(direction))
+        slope += problem.l1 * obj.vdot(sign, direction)
+    return slope, problem.l2 * obj.vdot(direction, direction)
+
+
+# ------------------------------------------------------------------------- the primal
+
+
+def primal_solve(part: Part, y, margins, theta, intercept, problem, epochs: int, seed: int,
+                 with_intercept: bool, sigma: float = 1.0) -> dict:
+    """(task) ``epochs`` epochs of coordinate descent on the part's columns (and on the
+    intercept when ``with_intercept``), the margins of the other parts held fixed.
+
+    ``sigma`` = K > 1 solves CoCoA+'s safe local problem min_Δ (1/K) f(ŷ + K X_kΔ) +
+    g(θ_k + Δ), f the loss sum: by convexity f(ŷ + Σ_k X_kΔ_k) ≤ (1/K) Σ_k f(ŷ + K X_kΔ_k),
+    so adding the K solutions never increases the objective (for the squared loss, the
+    local quadratic term K times larger). In c = K(θ_k + Δ) it is the plain problem
+    f(ŷ + X_k(c − Kθ_k)) + αρ‖c‖₁ + α(1−ρ)/(2K)‖c‖², which the kernel solves as it is.
+    Returns the changes of the part's coefficients, of the intercept and of the margins.
+    """
+    m = part.matrix
+    start_margins = np.asarray(margins, dtype=np.float64)
+    local_margins = start_margins.copy()
+    local_theta = sigma * np.asarray(theta, dtype=np.float64)
+    local_intercept = np.array([sigma * float(intercept)])
+    targets = np.asarray(y, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    k = m.n_major + int(with_intercept)
+    for _ in range(epochs):
+        cpu.scd_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, targets, local_margins,
+                      local_theta, local_intercept, rng.permutation(k), problem.loss_code,
+                      problem.l1, problem.l2 / sigma, part.sq_norms, part.cube_sums)
+    # The direction's margins are X_kΔθ_k + Δb from the rounded Δθ_k, not the difference
+    # of the kernel's margins: that loses the digits the two share (Δŷ ~ 1e-9 of ŷ ~ 1
+    # keeps 7), which near the optimum turns the sign of the line's slope.
+    delta = local_theta / sigma - theta
+    delta_intercept = local_intercept[0] / sigma - intercept
+    return {"coef": delta, "intercept": delta_intercept,
+            "margins": m.scatter(delta) + delta_intercept}
+
+
+def primal_direction(*updates) -> dict:
+    """(task) The aggregated direction: coefficient changes concatenated in part order, the
+    margins' changes summed in part order."""
+    return {"coef": np.concatenate([u["coef"] for u in updates]),
+            "intercept": float(sum(u["intercept"] for u in updates)),
+            "margins": ordered_sum(*[u["margins"] for u in updates])}
+
+
+def primal_step(problem, y, margins, coef, direction: dict, aggregation: str, n_parts: int):
+    """(task) γ for the direction, and the direction's p-sized part for the client.
+
+    ``adaptive``: the exact minimizer of γ ↦ P(θ + γΔθ, b + γΔb) (closed form for ridge).
+    """
+    gamma = {"average": 1.0 / n_parts, "add": 1.0}.get(aggregation)
+    if gamma is None:
+        gamma = primal_gamma(problem, y, margins, coef, direction["coef"],
+                             direction["margins"])
+    return {"gamma": float(gamma), "coef": direction["coef"],
+            "intercept": direction["intercept"]}
+
+
+def primal_gamma(problem, y, margins, coef, delta_coef, delta_margins) -> float:
+    """argmin_γ≥0 (1/n) Σ ℓ(y_i, ŷ_i + γΔŷ_i) + g(θ + γΔθ)."""
+    n = len(y)
+    y = np.asarray(y, dtype=np.float64)
+    if problem.loss == "squared" and problem.l1 == 0.0:
+        numerator = obj.vdot(margins - y, delta_margins) + n * problem.l2 * obj.vdot(coef,
+                                                                                      delta_coef)
+        denominator = (obj.vdot(delta_margins, delta_margins)
+                       + n * problem.l2 * obj.vdot(delta_coef, delta_coef))
+        return max(-numerator / denominator, 0.0) if denominator > 0.0 else 0.0
+    moved = delta_margins != 0.0
+    y_m, z_m, u_m = y[moved], margins[moved], delta_margins[moved]
+
+    def slope_curvature(gamma):
+        z = z_m + gamma * u_m
+        slope = obj.vdot(obj.loss_derivative(problem.loss, y_m, z), u_m) / n
+        curvature = obj.vdot(obj.loss_second_derivative(problem.loss, y_m, z), u_m * u_m) / n
+        pen_slope, pen_curvature = _penalty_slope_curvature(problem, coef, delta_coef, gamma)
+        return slope + pen_slope, curvature + pen_curvature
+
+    return line_minimum(slope_curvature)
+
+
+def part_matvec(part: Part, theta) -> np.ndarray:
+    """(task) X_k θ_k, the part's share of the margins."""
+    return part.matrix.scatter(theta)
+
+
+def primal_point(problem, y, intercept, *shares) -> dict:
+    """(task) Fresh margins Σ_k X_k θ_k + b (in part order) and the dual point a of the
+    certificate (−ℓ'(ŷ) projected onto Σa = 0), with the certificate's row sums."""
+    y = np.asarray(y, dtype=np.float64)
+    margins = ordered_sum(*shares) + intercept
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    return {"margins": margins, "a": a, "loss_sum": sums["loss"],
+            "dual_loss_sum": float(obj.dual_loss(problem.loss, y, a).sum()),
+            "margin_dot": obj.vdot(a, margins)}
+
+
+def part_correlation(part: Part, dual_point) -> np.ndarray:
+    """(task) X_kᵀa / n over the part's columns."""
+    return part.matrix.dot(dual_point) / part.matrix.n_minor
+
+
+def primal_certificate(problem, y, coef, point: dict, *correlations) -> obj.Certificate:
+    """(task) The duality-gap certificate of (θ, b) from the parts' correlations."""
+    y = np.asarray(y, dtype=np.float64)
+    cert = obj.primal_certificate(problem, len(y), coef, point["loss_sum"],
+                                  point["dual_loss_sum"], np.concatenate(correlations),
+                                  point["margin_dot"])
+    return obj.rescaled_lasso_certificate(problem, cert, y, point["a"], coef)
+
+
+# --------------------------------------------------------------------------- the dual
+
+
+def dual_start(part: Part, problem, intercept) -> np.ndarray:
+    """(task) The part's first dual values: 0 for the box duals (liblinear's start), else
+    −ℓ'(y_i, b) at θ = 0 with the best b (Σa = 0 there; the multiplier keeps it)."""
+    y = part.y
+    if problem.loss in ("hinge", "squared_hinge"):
+        return np.zeros(len(y))
+    a = -obj.loss_derivative(problem.loss, y, np.full(len(y), float(intercept)))
+    if problem.loss == "logistic":  # the logistic dual is open at β ∈ {0, 1}
+        a = np.clip(a * y, 1e-3, 1.0 - 1e-3) * y
+    return a
+
+
+def part_scatter(part: Part, dual_coef, scale: float) -> np.ndarray:
+    """(task) scale · X_kᵀ a_k over the part's rows."""
+    return part.matrix.scatter(dual_coef) * scale
+
+
+def dual_solve(part: Part, dual_coef, coef, intercept, rho, dual_total, problem, alpha_n,
+               epochs: int, seed: int, sigma: float = 1.0) -> dict:
+    """(task) ``epochs`` SDCA epochs on the part's rows given the shared w = Xᵀa/(αn).
+
+    The steps are those of the augmented Lagrangian of the intercept's constraint
+    (:func:`dask_scd.kernels.cpu.sdca_epoch`, ``dual_total`` = Σa over all rows at the
+    round's start). ``sigma`` > 1 solves CoCoA+'s safe local problem, whose quadratic
+    terms are σ times larger: the same kernel with αn/σ, ρσ and the others' Σa/σ.
+    Returns the changes Δa_k and Δw_k = X_kᵀΔa_k/(αn), and the line's terms
+    (:func:`dual_line_terms`).
+    """
+    m = part.matrix
+    local = np.array(dual_coef, dtype=np.float64, copy=True)
+    start_coef = np.asarray(coef, dtype=np.float64)
+    local_coef = start_coef.copy()
+    dual_sum = np.array([dual_total / sigma])
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        cpu.sdca_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, part.y, local,
+                       local_coef, rng.permutation(m.n_major), problem.loss_code,
+                       alpha_n / sigma, part.sq_norms, float(intercept), rho * sigma, dual_sum)
+    delta = local - dual_coef
+    # Δw_k from the rounded Δa_k (not the difference of the kernel's w: see primal_solve).
+    return {"coef": m.scatter(delta) / alpha_n, "delta": delta,
+            "line": dual_line_terms(problem.loss, part.y, dual_coef, delta)}
+
+
+def dual_summary(update: dict) -> dict:
+    """(task) What of a part's dual update leaves its worker: Δw_k and the line's terms
+    (Δa_k stays, for :func:`dual_apply`)."""
+    return {"coef": update["coef"], "line": update["line"]}
+
+
+def dual_line_terms(loss: str, y, dual_coef, delta) -> dict:
+    """The part's share of γ ↦ Σ_i d(a_i + γΔa_i), d = −ℓ*(−·), for the aggregating task.
+
+    Quadratic duals (squared, hinge, squared hinge) travel as the scalars c1 = Σ d'(a)Δa,
+    c2 = Σ d''(a)Δa² and the largest γ that keeps every β_i = a_i y_i in its domain; the
+    logistic dual (entropies, not quadratic) as β and Δβ of the rows that moved.
+    Σa and ΣΔa enter the multiplier term.
+    """
+    beta, step = dual_coef * y, delta * y
+    terms = {"sum": float(dual_coef.sum()), "delta_sum": float(delta.sum()),
+             "limit": _domain_limit(loss, beta, step)}
+    if loss == "logistic":
+        moved = step != 0.0
+        terms.update(beta=beta[moved], step=step[moved])
+        return terms
+    if loss == "squared":
+        slope, curvature = (y - dual_coef), -np.ones_like(beta)
+        terms.update(c1=obj.vdot(slope, delta), c2=obj.vdot(curvature, delta * delta))
+    elif loss == "hinge":
+        terms.update(c1=float(step.sum()), c2=0.0)
+    else:  # squared hinge: d = β − β²/4
+        terms.update(c1=obj.vdot(1.0 - 0.5 * beta, step), c2=-0.5 * obj.vdot(step, step))
+    return terms
+
+
+def _domain_limit(loss, beta, step) -> float:
+    """The largest γ with every β + γΔβ in the dual domain (∞ for the squared loss)."""
+    if loss == "squared":
+        return np.inf
+    limit = np.inf
+    down = step < 0.0
+    if down.any():
+        limit = float(np.min(-beta[down] / step[down]))
+    if loss in ("hinge", "logistic"):
+        up = step > 0.0
+        if up.any():
+            limit = min(limit, float(np.min((1.0 - beta[up]) / step[up])))
+    return max(limit, 0.0)
+
+
+def dual_direction(*updates) -> dict:
+    """(task) Δw summed in part order, and the parts' line terms in part order."""
+    return {"coef": ordered_sum(*[u["coef"] for u in updates]),
+            "lines": [u["line"] for u in updates]}
+
+
+def dual_step(problem, n_samples, coef, intercept, rho, direction: dict, aggregation: str,
+              n_parts: int) -> dict:
+    """(task) γ for the direction, and Δw for the client.
+
+    ``adaptive`` maximizes the augmented dual
+    (1/n)[Σ d(a + γΔa) − b(S + γΔS) − ρ(S + γΔS)²/2] − (α/2)‖w + γΔw‖² over the γ that
+    keep every a_i in its domain (S = Σa).
+    """
+    gamma = {"average": 1.0 / n_parts, "add": 1.0}.get(aggregation)
+    if gamma is None:
+        gamma = dual_gamma(problem, n_samples, coef, intercept, rho, direction["coef"],
+                           direction["lines"])
+    lines = direction["lines"]
+    total = sum(t["sum"] for t in lines) + gamma * sum(t["delta_sum"] for t in lines)
+    return {"gamma": float(gamma), "coef": direction["coef"], "dual_total": float(total)}
+
+
+def dual_gamma(problem, n_samples, coef, intercept, rho, delta_coef, lines) -> float:
+    """argmax_γ∈[0, limit] of the augmented dual along the direction (see :func:`dual_step`)."""
+    n, alpha = float(n_samples), problem.alpha
+    total = float(sum(t["sum"] for t in lines))
+    delta_total = float(sum(t["delta_sum"] for t in lines))
+    limit = min(t["limit"] for t in lines)
+    w_dot, w_sq = obj.vdot(coef, delta_coef), obj.vdot(delta_coef, delta_coef)
+    if problem.loss == "logistic":
+        beta = np.concatenate([t["beta"] for t in lines])
+        step = np.concatenate([t["step"] for t in lines])
+        c1 = c2 = None
+    else:
+        c1 = float(sum(t["c1"] for t in lines))
+        c2 = float(sum(t["c2"] for t in lines))
+
+    def slope_curvature(gamma):
+        """Of the negated objective (a convex function of γ)."""
+        if c1 is None:
+            b = np.clip(beta + gamma * step, 1e-300, 1.0 - 1e-16)
+            d1 = obj.vdot(np.log((1.0 - b) / b), step)
+            d2 = -float(np.sum(step * step / (b * (1.0 - b))))
+        else:
+            d1, d2 = c1 + gamma * c2, c2
+        moved_total = total + gamma * delta_total
+        slope = (d1 - intercept * delta_total - rho * moved_total * delta_total) / n
+        slope -= alpha * (w_dot + gamma * w_sq)
+        curvature = (d2 - rho * delta_total * delta_total) / n - alpha * w_sq
+        return -slope, -curvature
+
+    if c1 is not None and np.isinf(limit):  # the squared loss: closed form
+        slope0, curvature = slope_curvature(0.0)
+        return max(-slope0 / curvature, 0.0) if curvature > 0.0 else 0.0
+    if problem.loss == "logistic" and np.isfinite(limit):
+        limit *= 1.0 - 1e-12  # the entropies' slope is infinite on the boundary
+    return line_minimum(slope_curvature, limit)
+
+
+def dual_apply(dual_coef, update: dict, step: dict) -> np.ndarray:
+    """(task) a_k + γΔa_k."""
+    return dual_coef + step["gamma"] * update["delta"]
+
+
+def dual_sign_sums(dual_coef) -> dict:
+    """(task) Σ of the positive and of the negative dual values (the projection's input)."""
+    return {"pos": float(dual_coef[dual_coef > 0].sum()),
+            "neg": float(dual_coef[dual_coef < 0].sum())}
+
+
+def dual_projection(problem, *sums) -> tuple[float, float]:
+    """(task) The scales that project a onto Σa = 0 (shrinking one sign's values)."""
+    total = {"pos": sum(s["pos"] for s in sums), "neg": sum(s["neg"] for s in sums)}
+    return obj.dual_scales(problem, total)
+
+
+def projected(dual_coef, scales) -> np.ndarray:
+    return np.where(dual_coef > 0, dual_coef * scales[0], dual_coef * scales[1])
+
+
+def part_projected_scatter(part: Part, dual_coef, scales, alpha_n) -> np.ndarray:
+    """(task) X_kᵀ a'_k/(αn) for the projected a'."""
+    return part.matrix.scatter(projected(dual_coef, scales)) / alpha_n
+
+
+def part_margins(part: Part, coef) -> np.ndarray:
+    """(task) X_k w over the part's rows."""
+    return part.matrix.dot(coef)
+
+
+def dual_certificate(problem, coef, intercept_start, scales, n_parts, *arrays) -> dict:
+    """(task) The SDCA certificate of the projected a' and w' = Xᵀa'/(αn), with w' and the
+    best intercept for it; ``arrays`` are the parts' labels, then their a_k, then their
+    X_k w', each in part order."""
+    K = n_parts
+    y = np.concatenate(arrays[:K])
+    dual_coef = projected(np.concatenate(arrays[K:2 * K]), scales)
+    margins = np.concatenate(arrays[2 * K:])
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
+    cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept)
+    return {"certificate": cert, "intercept": float(intercept), "coef": coef}
+
+
+def part_labels(part: Part) -> np.ndarray:
+    """(task) The part's labels."""
+    return part.y
+
+
+def dual_total(*dual_coefs) -> float:
+    """(task) Σa over every part, in part order."""
+    return float(sum(float(a.sum()) for a in dual_coefs))
+
+
+def initial_intercept(loss: str, y) -> float:
+    """(task) The best intercept for θ = 0."""
+    y = np.asarray(y, dtype=np.float64)
+    return float(obj.optimal_intercept(loss, y, np.zeros(len(y))))
