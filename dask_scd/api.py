@@ -217,7 +217,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
              f"{measure} > tol={tol:.1e}. Increase max_iter.", ConvergenceWarning)
     return FitResult(
         coef_=run.coef,
-        intercept_=float(run.intercept) if problem.fit_intercept else 0.0,
+        intercept_=_intercept(run, problem),
         dual_gap_=cert.relative_gap,
         n_iter_=run.n_iter,
         history_=run.history,
@@ -232,6 +232,14 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
         extras_=dict(run.extras),
         grad_norm_=run.grad_norm,
     )
+
+
+def _intercept(run: Run, problem):
+    """b as a float (one per class, an array, for the multinomial loss; zeros unfitted)."""
+    if np.ndim(run.intercept):
+        intercept = np.asarray(run.intercept, dtype=np.float64)
+        return intercept if problem.fit_intercept else np.zeros_like(intercept)
+    return float(run.intercept) if problem.fit_intercept else 0.0
 
 
 def _is_distributed(X) -> bool:

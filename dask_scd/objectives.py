@@ -32,8 +32,11 @@ from scipy.special import entr, expit
 LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
 PENALTIES = ("l2", "l1", "elasticnet")
 CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
+# The softmax loss of K classes (dask_scd.multinomial): K coefficient vectors, labels
+# mapped to class indices; no numba loss code (its kernels are dask_scd.kernels.softmax).
+MULTINOMIAL = "multinomial"
 # penalty=None: no regularization, no dual (the Newton engine stops on the gradient).
-UNPENALIZED_LOSSES = ("squared", "logistic")
+UNPENALIZED_LOSSES = ("squared", "logistic", MULTINOMIAL)
 
 # Integer codes used by the numba kernels (they cannot take strings cheaply).
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}

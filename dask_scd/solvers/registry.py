@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from dask_scd.objectives import LOSSES, Problem
+from dask_scd.objectives import LOSSES, MULTINOMIAL, Problem
 from dask_scd.solvers.coarse_level import MAX_BLOCKS
 
 ANY_LOSS = LOSSES
@@ -95,8 +95,9 @@ register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every")))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
-                losses=(*SMOOTH, "hinge"),
-                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),),
+                losses=(*SMOOTH, "hinge", MULTINOMIAL),
+                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
+                          (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
                 unpenalized=True))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
@@ -141,6 +142,11 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
     from dask_scd.data.memory import InMemory
 
     in_memory = isinstance(data, InMemory)
+    if problem.loss == MULTINOMIAL and not in_memory:
+        raise ValueError(
+            "loss='multinomial' is fitted in memory only (solver='newton'): X is above "
+            "in_memory_limit; pass a larger in_memory_limit, or fit one binary model per "
+            "class on the cluster with LogisticRegression(multi_class='ovr')")
     if solver == "auto":
         solver = (_auto_in_memory(problem, data, among) if in_memory
                   else _auto_dask(data, problem))
@@ -278,8 +284,8 @@ def _has_blocks(data) -> bool:
 
 def _auto_in_memory(problem: Problem, data, among=None) -> str:
     """The applicable engine (of ``among``, if given) with the fewest predicted passes."""
-    if problem.unpenalized:
-        return "newton"  # the one engine without a dual
+    if problem.unpenalized or problem.loss == MULTINOMIAL:
+        return "newton"  # the one engine without a dual, and of the softmax loss
     costs = predicted_passes(problem, data)
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
