@@ -175,7 +175,10 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
     if cert is None:
         nan = float("nan")
         final = obj.Certificate(point.objective, nan, np.full((p, K), nan), nan)
-        return Run(W.T.copy(), b, final, step, history, meter.as_dict(), grad_norm=grad_norm)
+        # Without a penalty W + c1ᵀ is as good as W: the one with rows summing to zero.
+        W = W - W.mean(axis=1, keepdims=True)
+        return Run(W.T.copy(), _centred(b), final, step, history, meter.as_dict(),
+                   grad_norm=grad_norm)
     W_best, b_best = stopping.returned(cert, W, b)
     final = cert
     if W_best is not W:
@@ -188,7 +191,13 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
     coordinate_gaps = final.coordinate_gaps.T.copy()
     final = obj.Certificate(final.primal, final.dual, coordinate_gaps, final.intercept_gap,
                             final.correlation.T.copy())
-    return Run(W_best.T.copy(), b_best, final, step, history, extras)
+    return Run(W_best.T.copy(), _centred(b_best), final, step, history, extras)
+
+
+def _centred(b):
+    """b − mean(b): the same probabilities (softmax is blind to a common shift; the
+    preconditioned steps drift along it), the intercepts scikit-learn reports."""
+    return b - b.mean()
 
 
 # ------------------------------------------------------------------------ L2: Newton-CG
