@@ -50,11 +50,16 @@ def fit(
         or Dataset is read by :func:`dask_scd.data.read_input`; a path names a grid store
         (directory) or a libsvm file, which carry their labels (pass ``y=None``).
     y : array of shape (n_samples,)
-        Targets; for classification losses any two distinct labels (mapped to ±1).
+        Targets; for classification losses any two distinct labels (mapped to ±1); for
+        "multinomial" two or more labels.
         Omitted for a Grid, which carries its labels.
-    loss : {"squared", "logistic", "hinge", "squared_hinge"}
+    loss : {"squared", "logistic", "hinge", "squared_hinge", "multinomial"}
+        "multinomial": the softmax loss of K classes, one coefficient vector and intercept
+        per class (``coef_`` of shape (K, n_features), ``intercept_`` (K,)), fitted in
+        memory by "newton" (dask input above ``in_memory_limit`` raises a ValueError;
+        ``LogisticRegression(multi_class="ovr")`` fits binary models there).
     penalty : {"l2", "l1", "elasticnet"} or None
-        None (losses "squared" and "logistic"): no regularization, alpha ignored, fitted
+        None (losses "squared", "logistic", "multinomial"): no regularization, alpha ignored, fitted
         by "newton" in memory (other solvers raise a ValueError). Without a penalty there
         is no dual: the fit stops at ``‖∇P‖∞ ≤ tol·max(1, |P|)`` (the intercept's
         derivative included), reported as ``grad_norm_``, with ``dual_gap_`` NaN.

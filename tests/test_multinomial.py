@@ -190,11 +190,32 @@ def test_string_labels_and_dask_input(iris):
     np.testing.assert_array_equal(lazy.predict(dX).compute(), model.predict(X))
 
 
-def test_dask_input_above_the_memory_limit_names_one_vs_rest(iris):
+@pytest.mark.parametrize("curvature", [True, False])
+def test_dask_engine_reaches_the_in_memory_model(iris, curvature, monkeypatch):
+    """Above in_memory_limit: Newton steps over row-chunk reductions (the Hessian formed,
+    or conjugate gradients on its products), the same model to the certified gap."""
+    from dask_scd.solvers import multinomial_dask
+
+    if not curvature:
+        monkeypatch.setattr(multinomial_dask, "MAX_CURVATURE", 1)
+    X, y = iris
+    expected = dask_scd.fit(X, y, loss="multinomial", alpha=0.01, tol=1e-12)
+    dX, dy = da.from_array(X, chunks=(40, 2)), da.from_array(y, chunks=40)
+    result = dask_scd.fit(dX, dy, loss="multinomial", alpha=0.01, tol=TOL, in_memory_limit=0)
+    assert result.solver_ == "block_newton" and result.dual_gap_ <= TOL
+    assert min(result.extras_["primal_minus_dual"]) >= 0.0
+    assert ("solve:cholesky" in result.extras_["passes"]) == curvature
+    # strong convexity in W: ‖W − W*‖² ≤ 2·gap·P/α for each
+    bound = np.sqrt(2 * TOL * result.primal_ / 0.01) + np.sqrt(2e-12 * expected.primal_ / 0.01)
+    np.testing.assert_allclose(result.coef_, expected.coef_, atol=bound)
+    np.testing.assert_allclose(result.predict(dX).compute(), expected.predict(X))
+
+
+def test_dask_input_above_the_memory_limit_with_l1_names_one_vs_rest(iris):
     X, y = iris
     dX, dy = da.from_array(X, chunks=(50, 4)), da.from_array(y, chunks=50)
     with pytest.raises(ValueError, match="multi_class='ovr'"):
-        dask_scd.fit(dX, dy, loss="multinomial", in_memory_limit=100)
+        dask_scd.fit(dX, dy, loss="multinomial", penalty="l1", in_memory_limit=100)
     with pytest.raises(ValueError, match="solves loss in"):
         dask_scd.fit(X, y, loss="multinomial", solver="sdca")
 

@@ -106,18 +106,21 @@ class LogisticRegression(_Classifier):
     """)
 
     def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
-        """"multinomial" as asked; for "auto", with more than two classes when the fit runs
-        in memory (the engine of the softmax loss): an in-memory X, or dask and grid input
-        below the in-memory limit of ``solver="auto"``, or ``solver="newton"``."""
+        """"multinomial" as asked; for "auto", with more than two classes where an engine
+        of the softmax loss runs: in memory (in-memory X, dask and grid input below the
+        in-memory limit of ``solver="auto"``, ``solver="newton"``), and on a dask array
+        above it without an L1 term (``"block_newton"``)."""
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"multi_class={self.multi_class!r} is not one of {MULTI_CLASS}")
         if self.multi_class != "auto":
             return self.multi_class == "multinomial"
-        if n_classes <= 2 or self.solver not in ("auto", "newton"):
+        if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
             return False
         if data.kind in ("native", "memory") or self.solver == "newton":
             return True
-        return registry.runs_in_memory("auto", _stored_bytes(data))
+        if self.solver == "auto" and registry.runs_in_memory("auto", _stored_bytes(data)):
+            return True
+        return data.kind == "dask" and self.penalty in ("l2", None)
 
     def _fit_multinomial(self, data: ModelInput) -> None:
         """One softmax model over all classes (rows of ``coef_`` in ``classes_`` order)."""

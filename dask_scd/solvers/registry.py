@@ -105,7 +105,9 @@ _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "re
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=(*_CLUSTER_OPTIONS, "residency", "memory_budget")))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
-                losses=SMOOTH, options=_CLUSTER_OPTIONS))
+                losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
+                per_loss=((MULTINOMIAL,
+                           "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),)))
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
@@ -143,10 +145,14 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
 
     in_memory = isinstance(data, InMemory)
     if problem.loss == MULTINOMIAL and not in_memory:
-        raise ValueError(
-            "loss='multinomial' is fitted in memory only (solver='newton'): X is above "
-            "in_memory_limit; pass a larger in_memory_limit, or fit one binary model per "
-            "class on the cluster with LogisticRegression(multi_class='ovr')")
+        if problem.l1 > 0.0 or getattr(data, "grid", None) is not None:
+            raise ValueError(
+                "loss='multinomial' with an L1 term, or on a grid, is fitted in memory only "
+                "(solver='newton'): X is above in_memory_limit; pass a larger "
+                "in_memory_limit, or fit one binary model per class on the cluster with "
+                "LogisticRegression(multi_class='ovr')")
+        if solver == "auto":
+            solver = "block_newton"  # Newton-CG over row chunks
     if solver == "auto":
         solver = (_auto_in_memory(problem, data, among) if in_memory
                   else _auto_dask(data, problem))
