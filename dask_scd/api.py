@@ -56,8 +56,9 @@ def fit(
     loss : {"squared", "logistic", "hinge", "squared_hinge", "multinomial"}
         "multinomial": the softmax loss of K classes, one coefficient vector and intercept
         per class (``coef_`` of shape (K, n_features), ``intercept_`` (K,)), fitted in
-        memory by "newton" (dask input above ``in_memory_limit`` raises a ValueError;
-        ``LogisticRegression(multi_class="ovr")`` fits binary models there).
+        memory by "newton", and over dask by "block_newton" (a dask array above
+        ``in_memory_limit``, L2 penalty; an L1 term or a grid there raises a
+        ValueError: ``LogisticRegression(multi_class="ovr")`` fits binary models).
     penalty : {"l2", "l1", "elasticnet"} or None
         None (losses "squared", "logistic", "multinomial"): no regularization, alpha ignored, fitted
         by "newton" in memory (other solvers raise a ValueError). Without a penalty there

@@ -69,13 +69,13 @@ class LogisticRegression(_Classifier):
         The L1 share of the penalty, used with ``penalty="elasticnet"`` only.
 {common_parameters}
     multi_class : {"auto", "multinomial", "ovr"}, default="auto"
-        More than two classes: "multinomial" fits one softmax model (in memory, by the
+        More than two classes: "multinomial" fits one softmax model (in memory by the
         "newton" engine: Newton-CG for L2, proximal Newton with coordinate descent for an
-        L1 term); "ovr" one binary model per class. "auto" is "multinomial" for more
-        than two classes on in-memory data, and "ovr" for two classes (one binary
-        model) and for dask or grid input (whose binary fits run on the cluster; a
-        multinomial fit of dask input runs in memory, below ``in_memory_limit``).
-        ``multi_class_`` says which ran.
+        L1 term; a dask array above ``in_memory_limit`` by "block_newton", L2 or no
+        penalty); "ovr" one binary model per class. "auto" is "multinomial" for more
+        than two classes wherever that runs, "ovr" elsewhere (a grid above the limit, an
+        L1 term on a large dask array, a binary engine named by ``solver``) and for two
+        classes (one binary model). ``multi_class_`` says which ran.
 
     Attributes
     ----------
@@ -120,7 +120,7 @@ class LogisticRegression(_Classifier):
             return True
         if self.solver == "auto" and registry.runs_in_memory("auto", _stored_bytes(data)):
             return True
-        return data.kind == "dask" and self.penalty in ("l2", None)
+        return data.kind == "dask" and self.penalty == "l2"
 
     def _fit_multinomial(self, data: ModelInput) -> None:
         """One softmax model over all classes (rows of ``coef_`` in ``classes_`` order)."""

@@ -14,7 +14,7 @@ number of workers). Only p × K arrays travel. XᵀY and Xᵀ1 are one more pass
 The certificate needs no second pass: the mixed dual point's entropy is bounded below
 by concavity, H((1 − t)p_i + tπ) ≥ (1 − t)H(p_i) + tH(π), so
 D ≥ (1/n)[(1 − t)Σ_i H(p_i) + n·t·H(π)] − Σ g*(XᵀA/n) is a valid dual value from the
-gradient pass's sums; it is exact at t = 0, the optimum. L2 and no penalty only (an L1
+gradient pass's sums; it is exact at t = 0, the optimum. For an L2 penalty (an L1
 term's inner coordinate descent reads every row at every step).
 """
 
@@ -152,7 +152,7 @@ class _Reducer:
 
 
 def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options) -> Run:
-    """Newton-CG for the multinomial loss (L2 or no penalty) on a dask array.
+    """Newton-CG for the multinomial loss (L2 penalty) on a dask array.
 
     ``source``: a :class:`~dask_scd.data.sources.DaskSource` whose labels are class
     indices. ``options.max_iter`` counts Newton steps. The Run's ``coef`` has shape
