@@ -33,8 +33,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-import dask_scd
 from dask_scd import LogisticRegression
+from dask_scd.multinomial import certificate
 from dask_scd.objectives import Problem
 
 HERE = Path(__file__).resolve().parent
@@ -98,8 +98,8 @@ def row(name, X, y, penalty, C) -> str:
                                                       multi_class="ovr").fit(X, y))
     problem = Problem("multinomial", alpha, rho, True)
     codes = np.searchsorted(ours.classes_, y)
-    mine = dask_scd.certificate(problem, X, codes, ours.coef_, ours.intercept_)
-    other = dask_scd.certificate(problem, X, codes, theirs.coef_, theirs.intercept_)
+    mine = certificate(problem, X, codes, ours.coef_, ours.intercept_)
+    other = certificate(problem, X, codes, theirs.coef_, theirs.intercept_)
     return (f"| {name} | {penalty}, C = {C:g} | {seconds:.2f} | {ours.n_iter_[0]} | "
             f"{ours.dual_gap_[0]:.1e} | {solver} {their_seconds:.2f} | {theirs.n_iter_[0]} | "
             f"{(mine.primal - other.primal) / other.primal:+.1e} | {other.relative_gap:.1e} | "

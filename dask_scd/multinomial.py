@@ -160,6 +160,11 @@ def certificate(problem: obj.Problem, X, codes, coef, intercept) -> obj.Certific
     codes : array of shape (n_samples,), class indices 0..K−1
     coef : array of shape (K, n_features)
     intercept : array of shape (K,) (zeros without an intercept)
+
+    Returns
+    -------
+    Certificate
+        ``coordinate_gaps`` and ``correlation`` of shape (K, n_features).
     """
     coef = np.asarray(coef, dtype=np.float64)
     W = coef.T
@@ -169,6 +174,13 @@ def certificate(problem: obj.Problem, X, codes, coef, intercept) -> obj.Certific
     probabilities, _ = softmax_rows(margins)
     Y = one_hot(codes, K)
     xt = lambda M: np.asarray(X.T @ M)  # noqa: E731
-    return certify(problem, W, codes, probabilities, loss_sum(margins, codes), xt(probabilities),
+    cert = certify(problem, W, codes, probabilities, loss_sum(margins, codes), xt(probabilities),
                    xt(Y), np.asarray(X.sum(axis=0)).ravel(),
                    np.bincount(codes, minlength=K).astype(np.float64))[0]
+    return transposed(cert)
+
+
+def transposed(cert: obj.Certificate) -> obj.Certificate:
+    """``cert`` with its per-coefficient arrays of shape (K, n_features), as ``coef``."""
+    return obj.Certificate(cert.primal, cert.dual, cert.coordinate_gaps.T.copy(),
+                           cert.intercept_gap, cert.correlation.T.copy())

@@ -332,17 +332,16 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) ->
     Parameters
     ----------
     X : array of shape (n_samples, n_features)
-    y : array of shape (n_samples,), labels (±1 for classification losses; class indices
-        0..K−1 for "multinomial")
-    coef : array of shape (n_features,), or (K, n_features) for "multinomial"
-    intercept : float, or array of shape (K,) for "multinomial"
-    margins : array of shape (n_samples,), optional; ``X @ coef + intercept`` if given
-        (not for "multinomial").
+    y : array of shape (n_samples,), labels (±1 for classification losses)
+    coef : array of shape (n_features,)
+    intercept : float
+    margins : array of shape (n_samples,), optional; ``X @ coef + intercept`` if given.
+
+    The multinomial loss has its own: :func:`dask_scd.multinomial.certificate`.
     """
     if problem.loss == MULTINOMIAL:
-        from dask_scd.multinomial import certificate as multinomial_certificate
-
-        return multinomial_certificate(problem, X, y, coef, intercept)
+        raise ValueError("loss='multinomial' has K coefficient vectors: certify it with "
+                         "dask_scd.multinomial.certificate(problem, X, codes, coef, intercept)")
     if margins is None:
         margins = np.asarray(X @ coef).ravel() + intercept
     sums = margin_sums(problem, y, margins)

@@ -192,9 +192,7 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
                               softmax.counts)
     extras = meter.as_dict()
     extras["primal_minus_dual"] = gaps
-    coordinate_gaps = final.coordinate_gaps.T.copy()
-    final = obj.Certificate(final.primal, final.dual, coordinate_gaps, final.intercept_gap,
-                            final.correlation.T.copy())
+    final = mn.transposed(final)
     return Run(W_best.T.copy(), _centred(b_best), final, step, history, extras)
 
 

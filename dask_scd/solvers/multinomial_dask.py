@@ -245,8 +245,7 @@ def _newton(reduce: _Reducer, source, problem, options) -> Run:
                             part["loss"] / n + mn.penalty_value(problem, W))
     extras = meter.as_dict()
     extras["primal_minus_dual"] = gaps
-    final = obj.Certificate(cert.primal, cert.dual, cert.coordinate_gaps.T.copy(),
-                            cert.intercept_gap, cert.correlation.T.copy())
+    final = mn.transposed(cert)
     return Run(W.T.copy(), _centred(b), final, step, history, extras)
 
 
