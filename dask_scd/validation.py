@@ -266,8 +266,9 @@ def check_labels(y, n_samples: int, loss: str):
     if len(classes) > 2:
         raise ValueError(
             f"loss={loss!r} is a binary loss but y has {len(classes)} classes "
-            f"({classes[:5].tolist()}...); for more than two classes fit one binary model per "
-            "class (one-vs-rest: y == k against the rest)"
+            f"({classes[:5].tolist()}...); for more than two classes use loss='multinomial' "
+            "(one softmax model), or fit one binary model per class (one-vs-rest: y == k "
+            "against the rest)"
         )
     if len(classes) < 2:
         raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")

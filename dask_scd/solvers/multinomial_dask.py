@@ -38,9 +38,12 @@ from dask_scd.solvers.multinomial import _centred
 from dask_scd.solvers.newton_loop import STOP, Meter, Stopping
 
 _MAX_CG = 500
-# Above this many variables ((p + 1)·K) the Hessian is not formed: conjugate gradients on
-# its products, one reduction each (as block Newton's limit on p).
-MAX_CURVATURE = 1100
+# Above this many variables ((p + 1)·K) the Hessian is not formed: it costs n·((p + 1)K)²
+# flops a step where a conjugate-gradient product costs ~4·n·p·K (dense 20,000 × 100,
+# 10 classes: 47 s with the Hessian against 3 s in memory by products); conjugate
+# gradients on its products then, one reduction each. The same row cost as block
+# Newton's limit (registry.NEWTON_MAX_ROW_COST = 256²).
+MAX_CURVATURE = 256
 _PATIENCE = 8
 _TRIALS = tuple(0.5**k for k in range(11))
 _ROUNDING = 1e-11
