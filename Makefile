@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench-sdca: $(STAMP)
 
 bench-cocoa: $(STAMP)
 	$(PY) benchmarks/bench_cocoa.py $(ARGS)
+
+bench-multinomial: $(STAMP)
+	$(PY) benchmarks/bench_multinomial.py $(ARGS)
 
 # The peers (skglm, celer, glum, Snap ML, pyspark, dask-ml) come from the `bench` extra, never
 # from `make test`.

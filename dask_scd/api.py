@@ -50,11 +50,17 @@ def fit(
         or Dataset is read by :func:`dask_scd.data.read_input`; a path names a grid store
         (directory) or a libsvm file, which carry their labels (pass ``y=None``).
     y : array of shape (n_samples,)
-        Targets; for classification losses any two distinct labels (mapped to ±1).
+        Targets; for classification losses any two distinct labels (mapped to ±1); for
+        "multinomial" two or more labels.
         Omitted for a Grid, which carries its labels.
-    loss : {"squared", "logistic", "hinge", "squared_hinge"}
+    loss : {"squared", "logistic", "hinge", "squared_hinge", "multinomial"}
+        "multinomial": the softmax loss of K classes, one coefficient vector and intercept
+        per class (``coef_`` of shape (K, n_features), ``intercept_`` (K,)), fitted in
+        memory by "newton", and over dask by "block_newton" (a dask array above
+        ``in_memory_limit``, L2 penalty; an L1 term or a grid there raises a
+        ValueError: ``LogisticRegression(multi_class="ovr")`` fits binary models).
     penalty : {"l2", "l1", "elasticnet"} or None
-        None (losses "squared" and "logistic"): no regularization, alpha ignored, fitted
+        None (losses "squared", "logistic", "multinomial"): no regularization, alpha ignored, fitted
         by "newton" in memory (other solvers raise a ValueError). Without a penalty there
         is no dual: the fit stops at ``‖∇P‖∞ ≤ tol·max(1, |P|)`` (the intercept's
         derivative included), reported as ``grad_norm_``, with ``dual_gap_`` NaN.
@@ -219,7 +225,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
              f"{measure} > tol={tol:.1e}. Increase max_iter.", ConvergenceWarning)
     return FitResult(
         coef_=run.coef,
-        intercept_=float(run.intercept) if problem.fit_intercept else 0.0,
+        intercept_=_intercept(run, problem),
         dual_gap_=cert.relative_gap,
         n_iter_=run.n_iter,
         history_=run.history,
@@ -234,6 +240,14 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
         extras_=dict(run.extras),
         grad_norm_=run.grad_norm,
     )
+
+
+def _intercept(run: Run, problem):
+    """b as a float (one per class, an array, for the multinomial loss; zeros unfitted)."""
+    if np.ndim(run.intercept):
+        intercept = np.asarray(run.intercept, dtype=np.float64)
+        return intercept if problem.fit_intercept else np.zeros_like(intercept)
+    return float(run.intercept) if problem.fit_intercept else 0.0
 
 
 def _is_distributed(X) -> bool:

@@ -32,8 +32,11 @@ from scipy.special import entr, expit
 LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
 PENALTIES = ("l2", "l1", "elasticnet")
 CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
+# The softmax loss of K classes (dask_scd.multinomial): K coefficient vectors, labels
+# mapped to class indices; no numba loss code (its kernels are dask_scd.kernels.softmax).
+MULTINOMIAL = "multinomial"
 # penalty=None: no regularization, no dual (the Newton engine stops on the gradient).
-UNPENALIZED_LOSSES = ("squared", "logistic")
+UNPENALIZED_LOSSES = ("squared", "logistic", MULTINOMIAL)
 
 # Integer codes used by the numba kernels (they cannot take strings cheaply).
 LOSS_CODES = {name: code for code, name in enumerate(LOSSES)}
@@ -333,7 +336,12 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) ->
     coef : array of shape (n_features,)
     intercept : float
     margins : array of shape (n_samples,), optional; ``X @ coef + intercept`` if given.
+
+    The multinomial loss has its own: :func:`dask_scd.multinomial.certificate`.
     """
+    if problem.loss == MULTINOMIAL:
+        raise ValueError("loss='multinomial' has K coefficient vectors: certify it with "
+                         "dask_scd.multinomial.certificate(problem, X, codes, coef, intercept)")
     if margins is None:
         margins = np.asarray(X @ coef).ravel() + intercept
     sums = margin_sums(problem, y, margins)

@@ -141,10 +141,10 @@ class FitResult:
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-        θ, in the original feature order.
-    intercept_ : float
-        b (0.0 when no intercept is fitted).
+    coef_ : ndarray of shape (n_features,) or (n_classes, n_features)
+        θ, in the original feature order; one row per class for ``loss="multinomial"``.
+    intercept_ : float or ndarray of shape (n_classes,)
+        b (0.0 when no intercept is fitted); one per class for ``loss="multinomial"``.
     dual_gap_ : float
         Relative duality gap ``(P − D)/|P|`` certified at the end of the fit; NaN for
         ``penalty=None``, which has no dual (see ``grad_norm_``).
@@ -166,8 +166,9 @@ class FitResult:
         The effective ρ: 0 for "l2", 1 for "l1".
     primal_ : float
         P(θ, b), the objective of the returned model.
-    classes_ : ndarray of shape (2,) or None
-        For classification losses, the labels mapped to −1 and +1.
+    classes_ : ndarray of shape (2,) or (n_classes,), or None
+        For classification losses, the labels mapped to −1 and +1; for
+        ``loss="multinomial"`` the labels of the rows of ``coef_``.
     extras_ : dict
         The engine's own figures: ``total_passes`` (reads of X, Newton engines),
         ``bytes_moved`` and ``swaps`` (DuHL residency), ...
@@ -217,9 +218,15 @@ class FitResult:
 
         Returns
         -------
-        ndarray or dask array of shape (n_samples,)
-            A lazy dask array for a dask X (nothing is computed).
+        ndarray or dask array of shape (n_samples,) or (n_samples, n_classes)
+            One column per class for ``loss="multinomial"``. A lazy dask array for a
+            dask X (nothing is computed).
         """
+        if np.ndim(self.coef_) == 2:
+            coef, intercept = np.asarray(self.coef_), np.asarray(self.intercept_)
+            if _is_dask(X):
+                return dask_scores(X, coef, intercept)
+            return np.asarray(X @ coef.T) + intercept
         if _is_dask(X):
             return dask_scores(X, np.atleast_2d(self.coef_), np.atleast_1d(self.intercept_))[:, 0]
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
@@ -239,6 +246,12 @@ class FitResult:
         scores = self.decision_function(X)
         if self.classes_ is None:
             return scores
+        if scores.ndim == 2:  # multinomial: the class of the largest score
+            classes = np.asarray(self.classes_)
+            if _is_dask(scores):
+                return scores.map_blocks(_argmax, classes, drop_axis=1, dtype=classes.dtype,
+                                         meta=np.empty(0, dtype=classes.dtype))
+            return _argmax(scores, classes)
         if _is_dask(scores):
             classes = np.asarray(self.classes_)
             return scores.map_blocks(_labels, classes, dtype=classes.dtype,
@@ -248,6 +261,10 @@ class FitResult:
 
 def _labels(scores, classes):
     return np.where(scores > 0, classes[1], classes[0])
+
+
+def _argmax(scores, classes):
+    return classes[np.argmax(scores, axis=1)]
 
 
 def _is_dask(obj) -> bool:

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from dask_scd.objectives import (
     CLASSIFICATION_LOSSES,
     LOSSES,
+    MULTINOMIAL,
     PENALTIES,
     UNPENALIZED_LOSSES,
     Problem,
@@ -70,8 +71,8 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
     ``penalty=None`` (the smooth losses "squared" and "logistic" only) is the problem
     without regularization: alpha is ignored and the Problem has alpha 0.
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss={loss!r} is not one of {LOSSES}")
+    if loss not in LOSSES and loss != MULTINOMIAL:
+        raise ValueError(f"loss={loss!r} is not one of {(*LOSSES, MULTINOMIAL)}")
     if penalty is None:
         if loss not in UNPENALIZED_LOSSES:
             raise ValueError(f"penalty=None (no regularization) is fitted for loss in "
@@ -222,12 +223,14 @@ def _missing_labels(y) -> np.ndarray:
 
 
 def check_labels(y, n_samples: int, loss: str):
-    """Check y; map classification labels to ±1.
+    """Check y; map classification labels to ±1 (to class indices for "multinomial").
 
     Returns
     -------
-    y : array of shape (n_samples,), float64 (a new array: the caller's is untouched)
-    classes : array of shape (2,) or None; ``classes[0]`` ↦ −1, ``classes[1]`` ↦ +1.
+    y : array of shape (n_samples,), float64 (a new array: the caller's is untouched);
+        for ``loss="multinomial"`` the index of each label in ``classes`` (intp)
+    classes : array of shape (2,) or None; ``classes[0]`` ↦ −1, ``classes[1]`` ↦ +1
+        (of shape (n_classes,), sorted, for "multinomial").
     """
     if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
         y = numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
@@ -242,7 +245,7 @@ def check_labels(y, n_samples: int, loss: str):
         raise ValueError(
             f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})"
         )
-    if loss not in CLASSIFICATION_LOSSES:
+    if loss not in CLASSIFICATION_LOSSES and loss != MULTINOMIAL:
         if y.dtype.kind not in "biuf":
             raise ValueError(f"y must be numeric for loss={loss!r}, got dtype {y.dtype}")
         y = y.astype(np.float64)  # always a copy
@@ -256,11 +259,16 @@ def check_labels(y, n_samples: int, loss: str):
         classes = np.unique(y)
     except TypeError as exc:  # labels of types that do not compare (1 and "a")
         raise ValueError(f"y mixes labels that cannot be compared: {exc}") from None
+    if loss == MULTINOMIAL:
+        if len(classes) < 2:
+            raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
+        return np.searchsorted(classes, y).astype(np.intp), classes
     if len(classes) > 2:
         raise ValueError(
             f"loss={loss!r} is a binary loss but y has {len(classes)} classes "
-            f"({classes[:5].tolist()}...); for more than two classes fit one binary model per "
-            "class (one-vs-rest: y == k against the rest)"
+            f"({classes[:5].tolist()}...); for more than two classes use loss='multinomial' "
+            "(one softmax model), or fit one binary model per class (one-vs-rest: y == k "
+            "against the rest)"
         )
     if len(classes) < 2:
         raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")

@@ -46,7 +46,8 @@ def test_multiclass_digits_matches_sklearn_one_vs_rest_per_class(digits):
     X, y = digits
     n = X.shape[0]
     alpha = 1e-3
-    model = LogisticRegression(alpha=alpha, tol=1e-10, random_state=0).fit(X, y)
+    model = LogisticRegression(alpha=alpha, tol=1e-10, multi_class="ovr",
+                               random_state=0).fit(X, y)
     assert model.coef_.shape == (10, 64) and model.intercept_.shape == (10,)
     assert np.all(model.dual_gap_ <= 1e-10)
     for k, label in enumerate(model.classes_):
@@ -132,7 +133,7 @@ def problem_data():
 @pytest.fixture(scope="module")
 def reference(problem_data):
     X, labels = problem_data
-    return LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(X, labels)
+    return LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(X, labels)
 
 
 def assert_same_model(model, reference, X, labels, tol=TOL):
@@ -153,7 +154,7 @@ def test_dataframe_input_and_feature_names(problem_data, reference):
     pd = pytest.importorskip("pandas")
     X, labels = problem_data
     frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
-    model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(frame, labels)
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(frame, labels)
     assert_same_model(model, reference, X, labels)
     assert list(model.feature_names_in_) == list(frame.columns)
     np.testing.assert_array_equal(model.predict(frame), reference.predict(X))
@@ -164,7 +165,7 @@ def test_xarray_inputs(problem_data, reference):
     X, labels = problem_data
     names = [f"f{j}" for j in range(X.shape[1])]
     array = xr.DataArray(X, dims=("sample", "feature"), coords={"feature": names})
-    model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
         array, xr.DataArray(labels, dims="sample"))
     assert_same_model(model, reference, X, labels)
     assert list(model.feature_names_in_) == names
@@ -172,7 +173,7 @@ def test_xarray_inputs(problem_data, reference):
 
     dataset = xr.Dataset({name: ("sample", X[:, j]) for j, name in enumerate(names)})
     dataset["label"] = ("sample", labels)
-    from_dataset = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(dataset, "label")
+    from_dataset = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(dataset, "label")
     assert_same_model(from_dataset, reference, X, labels)
     np.testing.assert_allclose(from_dataset.decision_function(dataset.drop_vars("label")),
                                reference.decision_function(X), atol=1e-3)
@@ -185,7 +186,7 @@ def test_dask_inputs_fit_in_memory_and_predict_lazily(problem_data, reference, l
     dX = da.from_array(sp.csr_matrix(X) if layout == "sparse" else X, chunks=chunks)
     if layout == "sparse":
         dX = dX.map_blocks(sp.csr_matrix, dtype=X.dtype, meta=sp.csr_matrix((0, 0)))
-    model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
         dX, da.from_array(labels, chunks=150))
     assert_same_model(model, reference, X, labels)
     predicted = model.predict(dX)
@@ -224,7 +225,7 @@ def test_binary_grid_and_column_chunked_dask_on_the_block_engine(problem_data, t
                                                                   client):
     X, labels = problem_data
     y = np.where(labels == 1, 1.0, 0.0)
-    expected = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(X, y)
+    expected = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(X, y)
     grid = dask_scd.to_grid(X, y, tmp_path / "binary.zarr", row_chunk=100, blocks=3)
     for data, target in ((grid, None), (da.from_array(X, chunks=(100, 4)), y)):
         model = LogisticRegression(alpha=ALPHA, tol=BLOCK_TOL, solver="block_scd",
@@ -252,7 +253,7 @@ def test_one_vs_rest_fits_are_tasks_on_the_current_client(problem_data, referenc
 
     X, labels = problem_data
     with get_task_stream(client) as stream:
-        model = LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0).fit(X, labels)
+        model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(X, labels)
     fit_tasks = [task for task in stream.data if "_fit_task" in str(task["key"])]
     assert len(fit_tasks) == 3
     # the same seed gives the same models on the cluster as in this process

@@ -301,7 +301,8 @@ def _classes(values, loss):
     if len(values) > 2:
         raise ValueError(
             f"loss={loss!r} is a binary loss but y has {len(values)} classes; for more than two "
-            "classes fit one binary model per class (one-vs-rest: y == k against the rest)"
+            "classes use loss='multinomial' (one softmax model), or fit one binary model per "
+            "class (one-vs-rest: y == k against the rest)"
         )
     if len(values) < 2:
         raise ValueError(f"y has a single class {list(values)}: a classifier needs two")

@@ -284,6 +284,9 @@ class _Classifier(ClassifierMixin, _LinearModel):
         if len(self.classes_) < 2:
             raise ValueError("This solver needs samples of at least 2 classes in the data, "
                              f"but the data contains only one class: {self.classes_[0]!r}")
+        if self._fits_multinomial(data, len(self.classes_)):
+            self._fit_multinomial(data)
+            return self
         positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
         if data.kind == "grid" and len(self.classes_) == 2:
             targets = [None]  # the engine maps a grid's two labels to ±1 itself
@@ -292,6 +295,10 @@ class _Classifier(ClassifierMixin, _LinearModel):
         results = self._fit_models(data, targets)
         self._set_fitted(results, single_output=False)
         return self
+
+    def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
+        """Whether one multinomial model is fitted rather than binary ones (LogisticRegression)."""
+        return False
 
     def decision_function(self, X):
         """Signed distance to the separating hyperplane(s): ``X @ coef_.T + intercept_``.

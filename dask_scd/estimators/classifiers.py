@@ -1,14 +1,20 @@
-"""The classifiers: LogisticRegression and LinearSVC (one-vs-rest for more than two
-classes, certified by the duality gap)."""
+"""The classifiers: LogisticRegression (multinomial or one-vs-rest for more than two
+classes) and LinearSVC (one-vs-rest), certified by the duality gap."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from dask_scd.data.inputs import is_dask
+from dask_scd.data.inputs import ModelInput, is_dask
 from dask_scd.estimators.base import _Classifier
 from dask_scd.estimators.docstrings import _docstring
-from dask_scd.estimators.multiclass import _probabilities
+from dask_scd.estimators.fitting import _fit_one
+from dask_scd.estimators.multiclass import _probabilities, _softmax
+from dask_scd.objectives import MULTINOMIAL
+from dask_scd.solvers import registry
+from dask_scd.validation import check_problem
+
+MULTI_CLASS = ("auto", "multinomial", "ovr")
 
 
 class LogisticRegression(_Classifier):
@@ -16,8 +22,8 @@ class LogisticRegression(_Classifier):
     _default_alpha = 1e-4
 
     def __init__(self, alpha=None, *, C=None, penalty="l2", l1_ratio=0.5, fit_intercept=True,
-                 tol=1e-6, max_iter=1000, solver="auto", warm_start=False, random_state=None,
-                 verbose=0):
+                 tol=1e-6, max_iter=1000, solver="auto", multi_class="auto", warm_start=False,
+                 random_state=None, verbose=0):
         self.alpha = alpha
         self.C = C
         self.penalty = penalty
@@ -26,17 +32,22 @@ class LogisticRegression(_Classifier):
         self.tol = tol
         self.max_iter = max_iter
         self.solver = solver
+        self.multi_class = multi_class
         self.warm_start = warm_start
         self.random_state = random_state
         self.verbose = verbose
 
-    __doc__ = _docstring("""Logistic regression, one-vs-rest for more than two classes, certified by
-    its duality gap.
+    __doc__ = _docstring("""Logistic regression, multinomial or one-vs-rest for more than two
+    classes, certified by its duality gap.
 
-    Each binary model minimizes ``(1/n) Σ log(1 + exp(−y_i(x_iᵀθ + b))) +
-    alpha·(l1_ratio‖θ‖₁ + (1 − l1_ratio)/2‖θ‖²)`` with y_i = ±1. With more than two
-    classes one such model is fitted per class (that class against the rest); on a
-    ``distributed.Client`` these fits are independent tasks.
+    For two classes the model minimizes ``(1/n) Σ log(1 + exp(−y_i(x_iᵀθ + b))) +
+    alpha·(l1_ratio‖θ‖₁ + (1 − l1_ratio)/2‖θ‖²)`` with y_i = ±1. For more than two
+    classes, by default (``multi_class="auto"`` on in-memory data) one multinomial model:
+    K coefficient vectors θ_k and intercepts b_k minimize
+    ``(1/n) Σ −log softmax(x_iᵀθ_k + b_k)_{y_i} + alpha·Σ_k (l1_ratio‖θ_k‖₁ +
+    (1 − l1_ratio)/2‖θ_k‖²)`` (scikit-learn's ``LogisticRegression``); with
+    ``multi_class="ovr"`` one binary model per class (that class against the rest), which
+    on a ``distributed.Client`` are independent tasks.
 
     Parameters
     ----------
@@ -57,24 +68,86 @@ class LogisticRegression(_Classifier):
     l1_ratio : float in [0, 1], default=0.5
         The L1 share of the penalty, used with ``penalty="elasticnet"`` only.
 {common_parameters}
+    multi_class : {"auto", "multinomial", "ovr"}, default="auto"
+        More than two classes: "multinomial" fits one softmax model (in memory by the
+        "newton" engine: Newton-CG for L2, proximal Newton with coordinate descent for an
+        L1 term; a dask array above ``in_memory_limit`` by "block_newton", L2 or no
+        penalty); "ovr" one binary model per class. "auto" is "multinomial" for more
+        than two classes wherever that runs, "ovr" elsewhere (a grid above the limit, an
+        L1 term on a large dask array, a binary engine named by ``solver``) and for two
+        classes (one binary model). ``multi_class_`` says which ran.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
         The class labels.
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-        One row per binary model: for two classes the model of ``classes_[1]``.
+        For two classes the model of ``classes_[1]``; else one row per class (of the
+        multinomial model, or of each binary model for one-vs-rest).
     intercept_ : ndarray of shape (1,) or (n_classes,)
-        The intercept of each binary model.
+        The intercept of each row of ``coef_``.
+    multi_class_ : {"multinomial", "ovr"}
+        What was fitted: one multinomial model, or binary models ("ovr", also for two
+        classes fitted as one binary model).
 {classifier_attributes}
 
     Notes
     -----
 {inputs}
 
-    ``predict_proba`` is the logistic function of each binary model's decision value,
-    normalized over the classes for one-vs-rest (as scikit-learn's ``multi_class="ovr"``).
+    ``predict_proba`` is the softmax of the decision values for a multinomial model; for
+    binary models it is the logistic function of each one's decision value, normalized
+    over the classes for one-vs-rest (as scikit-learn's ``OneVsRestClassifier``). A
+    multinomial model of two classes (``multi_class="multinomial"``) is shown as one row,
+    the difference θ_1 − θ_0, whose logistic function is the softmax.
+
+    A multinomial model is one model: ``n_iter_``, ``dual_gap_`` have one entry and
+    ``history_`` is one History; ``warm_start`` does not apply to it (it starts cold).
     """)
+
+    def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
+        """"multinomial" as asked; for "auto", with more than two classes where an engine
+        of the softmax loss runs: in memory (in-memory X, dask and grid input below the
+        in-memory limit of ``solver="auto"``, ``solver="newton"``), and on a dask array
+        above it without an L1 term (``"block_newton"``)."""
+        if self.multi_class not in MULTI_CLASS:
+            raise ValueError(f"multi_class={self.multi_class!r} is not one of {MULTI_CLASS}")
+        if self.multi_class != "auto":
+            return self.multi_class == "multinomial"
+        if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
+            return False
+        if data.kind in ("native", "memory") or self.solver == "newton":
+            return True
+        if self.solver == "auto" and registry.runs_in_memory("auto", _stored_bytes(data)):
+            return True
+        return data.kind == "dask" and self.penalty == "l2"
+
+    def _fit_multinomial(self, data: ModelInput) -> None:
+        """One softmax model over all classes (rows of ``coef_`` in ``classes_`` order)."""
+        options = self._fit_options(int(data.X.shape[0]))
+        options["loss"] = MULTINOMIAL
+        check_problem(options["loss"], options["penalty"], options["alpha"],
+                      options["l1_ratio"], options["fit_intercept"])
+        y = None if data.kind == "grid" else data.y
+        result = _fit_one(data.X, y, options)
+        coef = np.asarray(result.coef_, dtype=np.float64)
+        intercept = np.asarray(result.intercept_, dtype=np.float64)
+        if len(self.classes_) == 2:  # one row: softmax of two is the logistic of the difference
+            coef, intercept = coef[1:] - coef[:1], intercept[1:] - intercept[:1]
+        self.coef_, self.intercept_ = coef, intercept
+        self.n_iter_ = np.array([result.n_iter_])
+        self.dual_gap_ = np.array([result.dual_gap_])
+        if result.grad_norm_ is not None:
+            self.grad_norm_ = np.array([result.grad_norm_])
+        elif hasattr(self, "grad_norm_"):
+            del self.grad_norm_
+        self.history_ = result.history_
+        self.solver_ = result.solver_
+        self.multi_class_ = "multinomial"
+
+    def _set_fitted(self, results: list, single_output: bool) -> None:
+        super()._set_fitted(results, single_output)
+        self.multi_class_ = "ovr"
 
     def predict_proba(self, X):
         """Class probabilities.
@@ -90,12 +163,14 @@ class LogisticRegression(_Classifier):
             Columns in the order of ``classes_``; lazy for dask or grid X.
         """
         scores = self.decision_function(X)
+        normalize = _softmax if scores.ndim == 2 and self.multi_class_ == "multinomial" \
+            else _probabilities
         if is_dask(scores):
             new_axis = 1 if scores.ndim == 1 else None
             chunks = (scores.chunks[0], (len(self.classes_),))
-            return scores.map_blocks(_probabilities, new_axis=new_axis, chunks=chunks,
+            return scores.map_blocks(normalize, new_axis=new_axis, chunks=chunks,
                                      dtype=np.float64, meta=np.empty((0, 0)))
-        return _probabilities(scores)
+        return normalize(scores)
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities.
@@ -175,3 +250,17 @@ class LinearSVC(_Classifier):
     -----
 {inputs}
     """)
+
+
+def _stored_bytes(data: ModelInput) -> int:
+    """Bytes of dask or grid X as :func:`dask_scd.fit` counts them against its
+    ``in_memory_limit`` (the non-zeros of sparse chunks)."""
+    from dask_scd.data.sources import _stored_size
+
+    if data.kind == "grid":
+        grid = data.X
+        itemsize = np.dtype(grid.dtype).itemsize
+        if grid.is_sparse:
+            return int(grid.nnz * (itemsize + 4))
+        return int(grid.shape[0] * grid.shape[1] * itemsize)
+    return _stored_size(data.X)[0]

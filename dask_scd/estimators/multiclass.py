@@ -47,6 +47,13 @@ def _argmax_labels(scores, classes):
     return classes[np.argmax(scores, axis=1)]
 
 
+def _softmax(scores):
+    """Rows of exp(scores) normalized (a multinomial model's probabilities)."""
+    from scipy.special import softmax
+
+    return softmax(scores, axis=1)
+
+
 def _probabilities(scores):
     if scores.ndim == 1:
         positive = expit(scores)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from dask_scd.objectives import LOSSES, Problem
+from dask_scd.objectives import LOSSES, MULTINOMIAL, Problem
 from dask_scd.solvers.coarse_level import MAX_BLOCKS
 
 ANY_LOSS = LOSSES
@@ -96,8 +96,9 @@ register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every")))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
-                losses=(*SMOOTH, "hinge"),
-                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),),
+                losses=(*SMOOTH, "hinge", MULTINOMIAL),
+                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
+                          (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
                 unpenalized=True))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
@@ -105,7 +106,9 @@ _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "re
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=(*_CLUSTER_OPTIONS, "residency", "memory_budget")))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
-                losses=SMOOTH, options=_CLUSTER_OPTIONS))
+                losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
+                per_loss=((MULTINOMIAL,
+                           "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),)))
 register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
     "client", "n_partitions", "local_epochs", "aggregation", "split")))
 
@@ -144,6 +147,15 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
     from dask_scd.data.memory import InMemory
 
     in_memory = isinstance(data, InMemory)
+    if problem.loss == MULTINOMIAL and not in_memory:
+        if problem.l1 > 0.0 or getattr(data, "grid", None) is not None:
+            raise ValueError(
+                "loss='multinomial' with an L1 term, or on a grid, is fitted in memory only "
+                "(solver='newton'): X is above in_memory_limit; pass a larger "
+                "in_memory_limit, or fit one binary model per class on the cluster with "
+                "LogisticRegression(multi_class='ovr')")
+        if solver == "auto":
+            solver = "block_newton"  # Newton-CG over row chunks
     if solver == "auto":
         solver = (_auto_in_memory(problem, data, among) if in_memory
                   else _auto_dask(data, problem))
@@ -281,8 +293,8 @@ def _has_blocks(data) -> bool:
 
 def _auto_in_memory(problem: Problem, data, among=None) -> str:
     """The applicable engine (of ``among``, if given) with the fewest predicted passes."""
-    if problem.unpenalized:
-        return "newton"  # the one engine without a dual
+    if problem.unpenalized or problem.loss == MULTINOMIAL:
+        return "newton"  # the one engine without a dual, and of the softmax loss
     costs = predicted_passes(problem, data)
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
