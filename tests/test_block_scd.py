@@ -485,3 +485,31 @@ def test_l1_coarse_step_shifts_the_nonzero_coefficients(clients, tmp_path):
     assert result.dual_gap_ <= 1e-8
     assert result.primal_ == pytest.approx(reference.primal_, rel=1e-8)
     assert 0 < np.count_nonzero(result.coef_) < X.shape[1]
+
+
+@pytest.mark.parametrize("loss, penalty", [("logistic", "l2"), ("squared", "l1")])
+def test_sums_over_stored_columns_give_the_same_bits(tmp_path, monkeypatch, loss, penalty):
+    """Row chunks that meet few of a block's columns send their sums over those columns
+    alone (CellView.stored_columns): the model is the same, bit for bit, as with
+    block-wide vectors."""
+    from dask_scd.data import cells as cell_module
+
+    X, y, blocks = make_onehot(600, 3, 400, random_state=1)
+    grid = to_grid(X, y, str(tmp_path / "wide.zarr"), row_chunk=100, blocks=blocks)
+    view = cell_module.CellView(grid.read_cell(0, 0))
+    assert view.stored_columns is not None and len(view.stored_columns) < 100
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return dask_scd.fit(grid, loss=loss, penalty=penalty, alpha=1e-3, tol=1e-15,
+                                max_iter=4, solver="block_scd", random_state=0)
+
+    compact = run()
+    cell_module.CACHE.clear()
+    monkeypatch.setattr(cell_module.CellView, "stored_columns", property(lambda self: None))
+    wide = run()
+    cell_module.CACHE.clear()
+    assert np.array_equal(compact.coef_, wide.coef_)
+    assert compact.intercept_ == wide.intercept_
+    assert compact.history_.relative_gap == wide.history_.relative_gap

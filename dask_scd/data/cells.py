@@ -74,12 +74,52 @@ class CellView:
         self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
         self._squared_sums = None
         self._cube_sums = None
+        self._stored = None  # see stored_columns
 
     @property
     def nbytes(self) -> int:
         """Bytes of the stored values and indices (what the cell cache counts)."""
         m = self.matrix
         return m.data.nbytes + m.indices.nbytes + m.indptr.nbytes
+
+    @property
+    def stored_columns(self) -> np.ndarray | None:
+        """The columns holding an entry, when a sparse cell stores at most half of its
+        columns (a row chunk of one-hot data meets a fraction of a large vocabulary), else
+        None. The block-SCD tasks then send their per-column sums over these columns
+        alone: what travels and is summed scales with the cell, not with the block."""
+        if self._stored is None:
+            self._stored = (None, None)
+            m = self.matrix
+            if self.by_columns and not m.dense:
+                counts = np.diff(m.indptr)
+                present = np.flatnonzero(counts)
+                if 2 * len(present) <= self.n_columns:
+                    # The empty columns hold no entries: data and indices are unchanged.
+                    indptr = np.zeros(len(present) + 1, dtype=m.indptr.dtype)
+                    np.cumsum(counts[present], out=indptr[1:])
+                    self._stored = (present, MajorMatrix(m.data, m.indices, indptr, False,
+                                                         len(present), m.n_minor))
+        return self._stored[0]
+
+    def stored_sums(self, v, squared=False) -> np.ndarray:
+        """X_cellᵀ v (or (X_cell∘X_cell)ᵀ v) at :attr:`stored_columns` only."""
+        self.stored_columns  # noqa: B018 (builds the compact matrix)
+        return self._stored[1].dot(v, squared)
+
+    def stored_sums_pair(self, v, w) -> tuple[np.ndarray, np.ndarray]:
+        """(X_cellᵀ v, X_cellᵀ w) at :attr:`stored_columns` only, in one read of the cell."""
+        self.stored_columns  # noqa: B018 (builds the compact matrix)
+        return self._stored[1].dot_pair(v, w)
+
+    def stored_trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+        """:meth:`trials` at :attr:`stored_columns` only; ``direction`` given there."""
+        m = self._stored[1]
+        return block_kernels.coordinate_trials(
+            m.data, m.indices, m.indptr, False, m.n_major, m.n_minor, True, y, margins,
+            np.ascontiguousarray(direction, dtype=np.float64), steps,
+            block_kernels.are_quarters(steps), loss_code,
+        )
 
     def cube_sums(self) -> np.ndarray:
         """Σ_i |x_ij|³ per column (the cubic term of the logistic bound), once per cell."""
@@ -105,9 +145,13 @@ class CellView:
         return m.dot(v, squared) if self.by_columns else m.scatter(v, squared)
 
     def matvec(self, d) -> np.ndarray:
-        """X_cell d."""
-        m = self.matrix
-        return m.scatter(d) if self.by_columns else m.dot(d)
+        """X_cell d (over the stored columns alone where the cell has few: the same sums)."""
+        if self.by_columns:
+            stored = self.stored_columns
+            if stored is not None:
+                return self._stored[1].scatter(np.ascontiguousarray(d[stored]))
+            return self.matrix.scatter(d)
+        return self.matrix.dot(d)
 
     def gram(self, weights) -> np.ndarray:
         """X_cellᵀ diag(weights) X_cell as a dense (n_columns, n_columns) array."""

@@ -247,7 +247,8 @@ class ClusterRuntime:
         """
         margins = self.map_rows(passes.refresh_margins, (cells, [int(k) for k in rows]), state,
                                 offsets)
-        stats = self.map_rows(passes.certificate_stats, (cells, labels, margins), problem)
+        stats = self.map_rows(passes.certificate_stats, (cells, labels, margins), problem,
+                              True)
         total = self.reduce(passes.sum_partials, (), stats)
         dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total)
         result = self.reduce(passes.certificate, (problem, n_samples, state, total), dual).result()

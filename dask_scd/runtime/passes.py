@@ -48,29 +48,44 @@ def _ordered_sum(parts) -> np.ndarray:
 # ------------------------------------------------------------------ certificate
 
 
-def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
+def certificate_stats(cells: list, y, margins, problem: obj.Problem,
+                      compact: bool = False) -> dict:
     """One row chunk's share of the certificate, before the dual point's projection.
 
     The projection scales the positive and negative parts of a = −ℓ'(ŷ) by factors known
     only after the reduction, so the linear terms are kept apart by sign:
     Xᵀa = s₊ Xᵀa₊ + s₋ Xᵀa₋ (all blocks concatenated in grid column order). The cells are
     read one at a time, so at most one of them is held beyond the cache.
+
+    ``compact``: where cells store few of their columns (``CellView.stored_columns``),
+    Xᵀa₊ and Xᵀa₋ are sent at the stored columns alone, "cols" giving their indices in
+    grid column order and "width" the number of columns; :func:`sum_partials` adds them
+    in place (the same sums).
     """
     y = labels(y)
     a = -obj.loss_derivative(problem.loss, y, margins)
     pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
-    xt_pos, xt_neg = [], []
+    xt_pos, xt_neg, columns = [], [], []
+    offset, stored_any = 0, False
     for cell in cells:
         view = cell_view(cell)
-        if getattr(view, "matrix", None) is not None and view.by_columns:
-            # CSC on the host: both products in one read of the cell.
-            x_pos, x_neg = view.matrix.dot_pair(pos, neg)
+        stored = getattr(view, "stored_columns", None) if compact else None
+        if stored is not None:
+            x_pos, x_neg = view.stored_sums_pair(pos, neg)
+            columns.append(offset + stored)
+            stored_any = True
         else:
-            x_pos, x_neg = view.rmatvec(pos), view.rmatvec(neg)
+            if getattr(view, "matrix", None) is not None and view.by_columns:
+                # CSC on the host: both products in one read of the cell.
+                x_pos, x_neg = view.matrix.dot_pair(pos, neg)
+            else:
+                x_pos, x_neg = view.rmatvec(pos), view.rmatvec(neg)
+            columns.append(offset + np.arange(view.n_columns))
+        offset += view.n_columns
         xt_pos.append(x_pos)
         xt_neg.append(x_neg)
         del view
-    return {
+    out = {
         "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
         "pos": np.array([pos.sum()]),
         "neg": np.array([neg.sum()]),
@@ -79,6 +94,9 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
         "margin_pos": np.array([obj.vdot(pos, margins)]),
         "margin_neg": np.array([obj.vdot(neg, margins)]),
     }
+    if stored_any:
+        out.update(cols=np.concatenate(columns), width=offset, sparse=("xt_pos", "xt_neg"))
+    return out
 
 
 def dual_loss_sum(y, margins, problem: obj.Problem, total: dict) -> np.ndarray:
@@ -108,7 +126,29 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
     return {**state, "certificate": cert}
 
 
+_LAYOUT = ("cols", "width", "sparse")
+
+
 def sum_partials(*partials) -> dict:
-    """Key-wise ordered sum of partial dicts (the aggregate of a tree reduction)."""
-    return {key: _ordered_sum(p[key] for p in partials) for key in partials[0]}
+    """Key-wise ordered sum of partial dicts (the aggregate of a tree reduction).
+
+    A partial may hold some keys (its "sparse") at columns "cols" of "width" only (see
+    :func:`certificate_stats`): they are added in place into zeros, the same sums as the
+    full vectors; the result is full.
+    """
+    sparse = set().union(*(p.get("sparse", ()) for p in partials))
+    return {key: _scattered_sum(partials, key) if key in sparse
+            else _ordered_sum(p[key] for p in partials)
+            for key in partials[0] if key not in _LAYOUT}
+
+
+def _scattered_sum(partials, key) -> np.ndarray:
+    width = next(p["width"] for p in partials if "width" in p)
+    total = np.zeros(width)
+    for p in partials:
+        if key in p.get("sparse", ()):
+            total[p["cols"]] += p[key]
+        else:
+            total += p[key]
+    return total
 

@@ -95,6 +95,14 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     view = cell_view(cell)
     if view is None:
         return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
+    stored = None if gram else getattr(view, "stored_columns", None)
+    if stored is not None:  # sums at the cell's stored columns only (see _summed)
+        h = (view.squared_sums()[stored] if loss == "squared"
+             else view.stored_sums(d2, squared=True))
+        stats = {"cols": stored, "g": view.stored_sums(d1), "h": h}
+        if loss == "logistic":
+            stats["cube"] = view.cube_sums()[stored]
+        return stats
     # Under the squared loss ℓ'' = 1: h is the same in every epoch (and the same bits).
     h = view.squared_sums() if loss == "squared" else view.rmatvec(d2, squared=True)
     stats = {"g": view.rmatvec(d1), "h": h}
@@ -105,6 +113,22 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     return stats
 
 
+def _summed(partials, key: str, width: int) -> np.ndarray:
+    """Σ of the row chunks' ``key`` in row-chunk order. A partial with "cols" holds its
+    values at those columns only (the others are exact zeros), added in place: the same
+    sums as adding the block-wide vectors."""
+    if not any("cols" in p for p in partials):
+        return _ordered_sum(p[key] for p in partials)
+    first = np.asarray(partials[0][key])
+    total = np.zeros(first.shape[:-1] + (width,))
+    for p in partials:
+        if "cols" in p:
+            total[..., p["cols"]] += p[key]
+        else:
+            total += p[key]
+    return total
+
+
 def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block: bool,
                     *partials) -> dict:
     """Sum the partial statistics (in order) and take the prox-Newton coordinate step.
@@ -113,8 +137,9 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     intercept, b* = b − g/h. Returns the direction and the model decrease of each
     coordinate that the Armijo test compares with.
     """
-    g = _ordered_sum(p["g"] for p in partials) / n_samples
-    h = _ordered_sum(p["h"] for p in partials) / n_samples
+    width = len(theta)
+    g = _summed(partials, "g", width) / n_samples
+    h = _summed(partials, "h", width) / n_samples
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
     if "gram" in partials[0]:
         hessian = _ordered_sum(p["gram"] for p in partials) / n_samples
@@ -133,7 +158,7 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     out = {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
            "theta": target, "delta": direction}
     if "cube" in partials[0]:
-        cube = _ordered_sum(p["cube"] for p in partials) / n_samples
+        cube = _summed(partials, "cube", width) / n_samples
         out["proven"] = _cubic_accepts(model, h, direction, cube)
     return out
 
@@ -161,9 +186,14 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
     if pure and "proven" in direction:  # coordinates proven to pass at the full step: not tried
         d = np.where(direction["proven"], 0.0, d)
         if not np.any(d):
-            return {"trials": np.zeros((len(LINE_SEARCH_STEPS), len(d)))}
+            return {"cols": np.zeros(0, dtype=np.int64),
+                    "trials": np.zeros((len(LINE_SEARCH_STEPS), 0))}
     y = labels(y)
     view = cell_view(cell)
+    stored = getattr(view, "stored_columns", None) if pure else None
+    if stored is not None:
+        return {"cols": stored, "trials": view.stored_trials(problem.loss_code, y, margins,
+                                                             d[stored], LINE_SEARCH_STEPS)}
     if view is None or not pure:
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
         if problem.loss == "squared":
@@ -187,20 +217,37 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
         quadratic = _ordered_sum(p["quadratic"] for p in partials)[0] / n_samples
         step = _exact_line(theta, d, linear, quadratic, l1, l2)
         return {"theta": theta + step * d, "delta": step * d}
-    trials = _ordered_sum(p["trials"] for p in partials) / n_samples  # (K,) or (K, |B|)
-    steps = LINE_SEARCH_STEPS[:, None] if trials.ndim == 2 else LINE_SEARCH_STEPS
-    if trials.ndim == 1:
-        change = trials + _penalty(l1, l2, theta + steps[:, None] * d).sum(axis=1) - \
-            _penalty(l1, l2, theta).sum()
-        model = direction["model"].sum()
-    else:
-        change = trials + _penalty(l1, l2, theta + steps * d) - _penalty(l1, l2, theta)
-        model = direction["model"]
-    accept = change <= _ARMIJO * steps * model + slack
+    trials = _summed(partials, "trials", len(d)) / n_samples  # (K,) or (K, |B|)
+    if trials.ndim == 2:  # a pure block: per coordinate
+        return _choose_per_coordinate(direction, trials, slack)
+    steps = LINE_SEARCH_STEPS  # the whole block, one step size
+    change = trials + _penalty(l1, l2, theta + steps[:, None] * d).sum(axis=1) - \
+        _penalty(l1, l2, theta).sum()
+    accept = change <= _ARMIJO * steps * direction["model"].sum() + slack
     first = np.argmax(accept, axis=0)  # the largest accepted step size
     chosen = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
-    if trials.ndim == 2 and "proven" in direction:
-        chosen = np.where(direction["proven"], 1.0, chosen)
+    delta = chosen * d
+    return {"theta": theta + delta, "delta": delta}
+
+
+def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
+    """The Armijo choice of a pure block, coordinate by coordinate, on the coordinates
+    that move and were not proven by the cubic bound: a coordinate with Δ = 0 keeps θ
+    whatever its step size, a proven one takes the full step."""
+    theta, d, model = direction["start"], direction["direction"], direction["model"]
+    l1, l2 = direction["l1"], direction["l2"]
+    tried = d != 0.0
+    if "proven" in direction:
+        tried &= ~direction["proven"]
+    chosen = np.ones(len(d))
+    index = np.flatnonzero(tried)
+    if len(index):
+        t, dj, mj = theta[index], d[index], model[index]
+        steps = LINE_SEARCH_STEPS[:, None]
+        change = trials[:, index] + _penalty(l1, l2, t + steps * dj) - _penalty(l1, l2, t)
+        accept = change <= _ARMIJO * steps * mj + slack
+        first = np.argmax(accept, axis=0)  # the largest accepted step size
+        chosen[index] = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
     delta = chosen * d
     return {"theta": theta + delta, "delta": delta}
 
