@@ -88,9 +88,10 @@ FULL = Sizes(2_000_000, 600.0, 6_000_000, 3)
 QUICK = Sizes(200_000, 60.0, 600_000, 2)
 SPARK_LADDER = (1, 2, 5, 10, 20, 40, 80, 160, 320, 640, 1280)
 PEER_TOLS = tuple(10.0 ** -k for k in range(2, 11))
-# A worker process holding the engine's state for 611k features takes ~550-700 MiB here
-# (measured with 4 GiB workers on the quick grid): a limit below this floor only stalls.
-OOC_FLOOR = 2**30
+# A worker process holding the engine's state for 611k features peaks at ~310-380 MiB here
+# (measured on 60k- and 600k-row grids; 320 MiB workers sat at their pause threshold and
+# stalled): a limit below this floor only stalls.
+OOC_FLOOR = 448 * 2**20
 
 
 # --------------------------------------------------------------------------- rows
@@ -1401,15 +1402,18 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
         f"uncompressed (nnz x 12 B, as the engine counts), {fmt_bytes(w['disk'])} on disk; "
         f"written in {fmt_s(w['seconds'])} by a separate process from per-row-chunk delayed "
         f"make_onehot pieces (peak RSS {fmt_bytes(w['peak_rss'])}: never whole in memory). "
-        f"memory_limit per worker = stored / 3 / 2 = {fmt_bytes(limit)}"
-        + (f", raised to the floor {fmt_bytes(OOC_FLOOR)} (a worker process holding the "
-           "engine's state for 611k features peaks at 550-700 MiB even when the grid is tiny; "
-           "below it a worker pauses and the fit stalls); the engine's cell cache is bounded "
-           "by the library (½ of pause threshold − resident), so the cells cannot all stay "
-           "cached: 'cell cache' gives what it held at the end" if floor > limit else "")
+        + (f"memory_limit per worker {fmt_bytes(floor)} (--ooc-memory); stored / 3 / 2 would "
+           f"be {fmt_bytes(limit)}" if memory is not None else
+           f"memory_limit per worker = stored / 3 / 2 = {fmt_bytes(limit)}"
+           + (f", raised to the floor {fmt_bytes(OOC_FLOOR)} (a worker process holding the "
+              "engine's state for 611k features peaks at ~310-380 MiB even when the grid is "
+              "tiny; below it a worker pauses and the fit stalls)" if floor > limit else ""))
+        + "; the engine's cell cache is bounded by the library (½ of pause threshold − "
+        "resident), so out of core the cells cannot all stay cached: 'cell cache' gives what "
+        "it held at the end and how many cells each worker read from the store"
         + f". block_scd, logistic L2 alpha = 1/n, {sizes.ooc_epochs} epochs, in a fresh "
-        "process each; the same fit with 4 GiB workers (the grid fits in their cell caches) "
-        "gives the in-core time per pass. Worker peak RSS polled every 0.2 s; VmHWM read at "
+        f"process each; the same fit with {fmt_bytes(incore)} workers (the grid fits in their "
+        "cell caches) gives the in-core time per pass. Worker peak RSS polled every 0.2 s; VmHWM read at "
         "the end.\n\n"
         + md_table(["run", "memory_limit / worker", "stored / total limit", "outcome",
                     "epochs", "fit wall", "time / pass", "worker peak RSS (poll)",
