@@ -195,7 +195,7 @@ def _data(X, y, problem, solver, options):
     blocks = options.pop("blocks", None)
     limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
     source = make_source(X, y, problem.loss, blocks)
-    if not registry.runs_in_memory(solver, source.nbytes, limit):
+    if not registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk):
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:
