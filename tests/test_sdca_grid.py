@@ -218,3 +218,15 @@ def test_refusals(tmp_path):
         dask_scd.fit(X, y, check_every=2, **kw)
     with pytest.raises(ValueError, match="L2 problems only"):
         dask_scd.fit(grid, loss="logistic", penalty="l1", solver="sdca")
+
+
+def test_values_too_large_are_refused(tmp_path):
+    X, y = _data("squared")
+    big_y = to_grid(X, y * 1e200, tmp_path / "y.zarr", row_chunk=ROW_CHUNK, blocks=4)
+    with pytest.raises(ValueError, match=r"y is too large.*rescale"):
+        dask_scd.fit(big_y, solver="sdca")
+    X_big = X.copy()
+    X_big[120, 3] = 1e160
+    big_x = to_grid(X_big, y, tmp_path / "x.zarr", row_chunk=ROW_CHUNK, blocks=4)
+    with pytest.raises(ValueError, match=r"X is too large in row chunk 2.*rescale"):
+        dask_scd.fit(big_x, solver="sdca")

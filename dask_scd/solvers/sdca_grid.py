@@ -40,6 +40,7 @@ from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.solvers.base import CertificateSchedule, Options, Run
 from dask_scd.solvers.sdca import PENALTY_SCALE, _block_order, dual_start
+from dask_scd.validation import check_feature_magnitude, check_label_values, largest_magnitude
 
 CHUNK_ORDERS = ("random", "sequential")
 
@@ -104,6 +105,8 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     n_samples, n_chunks = source.n_samples, source.n_row_chunks
     alpha_n = problem.alpha * n_samples
     y = _labels(grid, source.classes)
+    if problem.loss == "squared":
+        check_label_values(y)
     intercept = 0.0
     if problem.fit_intercept:
         intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
@@ -188,6 +191,8 @@ def _start(stream, n_chunks, dual_coef, alpha_n, n_features) -> _Start:
     state = _Start(np.zeros(n_features), 0.0)
 
     def work(chunk):
+        # The in-memory engines' check of X, one row chunk at a time.
+        check_feature_magnitude(largest_magnitude(chunk.matrix.data), f" in row chunk {chunk.r}")
         lo, hi = chunk.start, chunk.stop
         state.coef += chunk.matrix.scatter(dual_coef[lo:hi])
         state.row_sq_sum += float(chunk.row_sq_norms.sum())
