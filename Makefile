@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,9 @@ bench-cocoa: $(STAMP)
 
 bench-multinomial: $(STAMP)
 	$(PY) benchmarks/bench_multinomial.py $(ARGS)
+
+bench-sdca-ooc: $(STAMP)
+	$(PY) benchmarks/bench_sdca_ooc.py $(ARGS)
 
 # The peers (skglm, celer, glum, Snap ML, pyspark, dask-ml) come from the `bench` extra, never
 # from `make test`.

@@ -106,7 +106,9 @@ def fit(
         ``callback``; sdca: ``n_threads``, default 1, and ``sync_every``, default 1: the
         epochs on that many threads sharing w without locks, w recomputed from the duals
         every ``sync_every`` epochs, 0 never; several threads are not bit-reproducible,
-        see docs/engines/sdca.md).
+        see docs/engines/sdca.md). ``solver="sdca"`` on a Grid runs out of core, row chunk
+        by row chunk in this process (``check_every``: certify every k epochs, default the
+        in-memory schedule; ``chunk_order``: "random", default, or "sequential").
 
     Returns
     -------
@@ -203,7 +205,7 @@ def _data(X, y, problem, solver, options):
     blocks = options.pop("blocks", None)
     limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
     source = make_source(X, y, problem.loss, blocks)
-    if not registry.runs_in_memory(solver, source.nbytes, limit):
+    if not registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk):
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:

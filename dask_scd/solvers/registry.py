@@ -35,6 +35,9 @@ class Engine:
     per_loss : ``(loss, "module:function")`` pairs: the function that runs that loss in
         place of ``entry`` (one ``solver=`` value, one function per loss).
     unpenalized : whether it solves ``penalty=None`` (no regularization, no dual).
+    grid_entry : ``"module:function"`` that runs this in-memory engine out of core on a
+        Grid named by ``solver=`` (read row chunk by row chunk in the calling process,
+        never materialized); empty: a Grid is read into memory first.
     """
 
     name: str
@@ -45,6 +48,7 @@ class Engine:
     options: tuple = ()
     per_loss: tuple = ()
     unpenalized: bool = False
+    grid_entry: str = ""
 
     def entry_for(self, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss``."""
@@ -52,11 +56,14 @@ class Engine:
 
     def load(self):
         """Its ``run(data, problem, options)``; with ``per_loss`` entries, a ``run`` that
-        imports and runs the function of the problem's loss."""
-        if not self.per_loss:
+        imports and runs the function of the problem's loss; with a ``grid_entry``, a
+        ``run`` that gives it the grids (sources on disk)."""
+        if not self.per_loss and not self.grid_entry:
             return _function(self.entry)
 
         def run(data, problem, options):
+            if self.grid_entry and getattr(data, "on_disk", False):
+                return _function(self.grid_entry)(data, problem, options)
             return _function(self.entry_for(problem.loss))(data, problem, options)
 
         return run
@@ -94,7 +101,8 @@ def register(engine: Engine) -> Engine:
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
-                options=("n_threads", "sync_every")))
+                options=("n_threads", "sync_every", "check_every", "chunk_order"),
+                grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid"))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge", MULTINOMIAL),
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
@@ -128,13 +136,16 @@ def get(solver: str) -> Engine:
     return ENGINES[solver]
 
 
-def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT) -> bool:
+def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT,
+                   on_disk: bool = False) -> bool:
     """Whether a fit of dask input runs in memory: with ``"auto"`` below ``in_memory_limit``
     bytes (the local kernels beat any cluster's task overhead there), and whenever an
-    in-memory engine is asked for by name."""
+    in-memory engine is asked for by name, unless it runs a grid (``on_disk``) out of core
+    (its ``grid_entry``)."""
     if solver == "auto":
         return nbytes <= in_memory_limit
-    return get(solver).data == "memory"
+    engine = get(solver)
+    return engine.data == "memory" and not (on_disk and engine.grid_entry)
 
 
 def resolve(solver: str, problem: Problem, data, among=None) -> Engine:

@@ -163,7 +163,15 @@ class _Shrinking:
         )
 
 
+# Options of out-of-core SDCA on a Grid (dask_scd.solvers.sdca_grid) only.
+GRID_OPTIONS = ("check_every", "chunk_order")
+
+
 def _settings(engine: dict, device_name: str) -> dict:
+    given = sorted(set(engine) & set(GRID_OPTIONS))
+    if given:
+        raise ValueError(f"{given} apply to solver='sdca' on a Grid (out of core, row chunk "
+                         "by row chunk); this X is in memory")
     settings = {"n_threads": 1, "sync_every": 1}
     settings.update(engine)
     for name, least in (("n_threads", 1), ("sync_every", 0)):

@@ -1,0 +1,261 @@
+"""Out-of-core engine: dual SDCA over a grid's row chunks (``solver="sdca"`` on a Grid).
+
+The idea of SA-SDCA (Tran et al. 2015, *Scaling up stochastic dual coordinate ascent*,
+§4): data larger than memory is cut into row blocks on disk; each epoch visits the
+blocks in a pseudo-random order and runs SDCA steps on the rows of the block in memory,
+while the next block is read by another thread. Here the blocks are the grid's row
+chunks: a fresh permutation of the row chunks from the fit's ``random_state`` every
+epoch, the rows of each chunk block-shuffled as the in-memory engine shuffles all rows
+(:func:`dask_scd.solvers.sdca._block_order`), and the same row steps
+(:func:`dask_scd.kernels.cpu.sdca_epoch`: losses, L2 penalty, the intercept by the
+method of multipliers). A row chunk in memory is its cells side by side, one CSR (or
+dense) matrix in grid column order; w is kept in grid column order and mapped back to
+the original feature order once, at the end.
+
+Memory: at most two row chunks (the one being stepped on and the one being read: a
+``ThreadPoolExecutor(1)`` reads and decodes chunk k + 1 while the numba kernel, which
+releases the GIL, steps on chunk k), w (p floats), and three vectors of n floats: the
+dual variables a, the labels, and the margins X w during a certificate.
+
+A certificate is one read pass: per row chunk the margins X_k w and X_kᵀ a (the exact
+Xᵀa/(αn) of the dual point, which the running w drifts from by rounding and, with an
+intercept, by the projection of a onto Σ a_i = 0); the primal objective is taken at the
+running w with its best intercept, the dual at a: each bound is valid on its own, so
+their difference is a duality gap.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.grid.read import read_cell, read_labels
+from dask_scd.kernels import cpu
+from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.result import History
+from dask_scd.solvers.base import CertificateSchedule, Options, Run
+from dask_scd.solvers.sdca import PENALTY_SCALE, _block_order, dual_start
+from dask_scd.validation import check_feature_magnitude, check_label_values, largest_magnitude
+
+CHUNK_ORDERS = ("random", "sequential")
+
+
+@dataclass(eq=False)
+class RowChunk:
+    """Row chunk ``r`` of a grid in memory: rows ``start:stop``, all columns in grid
+    column order, with the squared norm of every row."""
+
+    r: int
+    start: int
+    stop: int
+    matrix: MajorMatrix
+    row_sq_norms: np.ndarray
+
+
+def read_row_chunk(grid, r: int) -> RowChunk:
+    """Read and decode the cells of row chunk ``r`` into one matrix (CSR when sparse)."""
+    cells = [read_cell(grid.path, grid.grid_id, r, b) for b in range(grid.n_blocks)]
+    X = sp.hstack(cells, format="csr") if grid.is_sparse else np.hstack(cells)
+    matrix = MajorMatrix.from_array(X, "rows")
+    bounds = grid.row_bounds
+    return RowChunk(r, int(bounds[r]), int(bounds[r + 1]), matrix, matrix.sq_norms())
+
+
+class ChunkStream:
+    """Passes over a grid's row chunks, each chunk read one ahead by a background thread."""
+
+    def __init__(self, grid):
+        self.grid = grid
+        self.pool = ThreadPoolExecutor(1)
+        self.passes = 0
+
+    def each(self, order, work) -> None:
+        """``work(chunk)`` for the row chunks in ``order``; chunk k + 1 is read while
+        ``work`` runs on chunk k, and chunk k is released before chunk k + 2 is read."""
+        self.passes += 1
+        pending = self.pool.submit(read_row_chunk, self.grid, int(order[0]))
+        for k in range(len(order)):
+            chunk, pending = pending.result(), None
+            if k + 1 < len(order):
+                pending = self.pool.submit(read_row_chunk, self.grid, int(order[k + 1]))
+            work(chunk)
+            chunk = None  # noqa: F841 (dropped before the next read: two chunks at most)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
+    """Stochastic dual coordinate ascent (L2 penalty) on a Grid, out of core.
+
+    ``source``: :class:`~dask_scd.data.sources.GridSource` (its ``grid`` is read, never
+    materialized). Engine options: ``check_every`` (None: certify on the in-memory
+    engine's schedule, :class:`~dask_scd.solvers.base.CertificateSchedule`; k: every k
+    epochs and at the last), ``chunk_order`` ("random": a fresh permutation of the row
+    chunks each epoch; "sequential": in storage order). ``n_threads`` must be 1.
+    """
+    settings = _settings(options.engine, options.device)
+    grid = source.grid
+    tol, max_iter, rng = options.tol, options.max_iter, options.rng
+    n_samples, n_chunks = source.n_samples, source.n_row_chunks
+    alpha_n = problem.alpha * n_samples
+    y = _labels(grid, source.classes)
+    if problem.loss == "squared":
+        check_label_values(y)
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
+    dual_coef = dual_start(problem, y, intercept)
+    stream = ChunkStream(grid)
+    try:
+        state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
+        rho = (PENALTY_SCALE * state.row_sq_sum / n_samples / alpha_n
+               if problem.fit_intercept else 0.0)
+        coef = state.coef
+        schedule = CertificateSchedule()
+        history, orders = History(), []
+        start = time.perf_counter()
+        cert, cert_coef, cert_intercept, epoch = None, coef, intercept, 0
+        for epoch in range(1, max_iter + 1):
+            order = (rng.permutation(n_chunks) if settings["chunk_order"] == "random"
+                     else np.arange(n_chunks))
+            orders.append(order.tolist())
+            max_delta, dual_total = _epoch(stream, order, problem, y, dual_coef, coef,
+                                           alpha_n, intercept, rho, rng)
+            intercept += rho * dual_total  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
+            final = epoch == max_iter
+            if settings["check_every"] is None:
+                certify = schedule.due(epoch, max_delta, np.abs(dual_coef).max(), final)
+            else:
+                certify = final or epoch % settings["check_every"] == 0
+            if not certify:
+                continue
+            cert, cert_intercept, cert_coef = _certificate(
+                stream, n_chunks, problem, y, dual_coef, coef, alpha_n, intercept)
+            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
+            options.progress.update(epoch, cert.relative_gap, cert.primal)
+            if cert.relative_gap <= tol:
+                break
+        passes = stream.passes
+    finally:
+        stream.close()
+    extras = {"chunk_orders": orders, "read_passes": passes, "row_chunks": n_chunks}
+    return Run(grid.to_original_order(cert_coef), float(cert_intercept), cert, epoch, history,
+               extras)
+
+
+def _settings(engine: dict, device_name: str) -> dict:
+    if device_name == "gpu":
+        raise ValueError("solver='sdca' on a Grid runs out of core on the CPU; pass "
+                         "device='cpu' (or read the grid into memory: fit(*source arrays))")
+    settings = {"n_threads": 1, "sync_every": 1, "check_every": None, "chunk_order": "random"}
+    settings.update(engine)
+    if settings["n_threads"] != 1:
+        raise ValueError(f"n_threads={settings['n_threads']!r}: solver='sdca' on a Grid runs "
+                         "its epochs on one thread (a second one reads the next row chunk); "
+                         "leave n_threads=1")
+    every = settings["check_every"]
+    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, np.integer))
+                              or every < 1):
+        raise ValueError(f"check_every must be a positive integer or None, got {every!r}")
+    if settings["chunk_order"] not in CHUNK_ORDERS:
+        raise ValueError(f"chunk_order must be one of {CHUNK_ORDERS}, "
+                         f"got {settings['chunk_order']!r}")
+    return settings
+
+
+def _labels(grid, classes) -> np.ndarray:
+    """The labels of every row chunk, ±1 for a classification loss (n floats)."""
+    parts = [read_labels(grid.path, grid.grid_id, r) for r in range(grid.n_row_chunks)]
+    y = np.concatenate(parts) if parts else np.zeros(0)
+    if classes is not None:
+        y = np.where(y == classes[1], 1.0, -1.0)
+    return y
+
+
+@dataclass
+class _Start:
+    """What the first read pass gives: w = Xᵀa/(αn) of the first dual point and Σ‖x_i‖²
+    (the scale of ρ)."""
+
+    coef: np.ndarray
+    row_sq_sum: float
+
+
+def _start(stream, n_chunks, dual_coef, alpha_n, n_features) -> _Start:
+    state = _Start(np.zeros(n_features), 0.0)
+
+    def work(chunk):
+        # The in-memory engines' check of X, one row chunk at a time.
+        check_feature_magnitude(largest_magnitude(chunk.matrix.data), f" in row chunk {chunk.r}")
+        lo, hi = chunk.start, chunk.stop
+        state.coef += chunk.matrix.scatter(dual_coef[lo:hi])
+        state.row_sq_sum += float(chunk.row_sq_norms.sum())
+
+    stream.each(np.arange(n_chunks), work)
+    state.coef /= alpha_n
+    return state
+
+
+def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, intercept, rho, rng):
+    """One SDCA epoch, row chunk by row chunk in ``order``; returns max |Δa_i| and Σ a_i."""
+    dual_sum = np.array([dual_coef.sum()])
+    max_delta = [0.0]
+
+    def work(chunk):
+        lo, hi = chunk.start, chunk.stop
+        m = chunk.matrix
+        rows = _block_order(np.arange(hi - lo), rng)
+        delta = cpu.sdca_epoch(
+            m.data, m.indices, m.indptr, m.dense, m.n_minor, y[lo:hi], dual_coef[lo:hi],
+            coef, rows, problem.loss_code, alpha_n, chunk.row_sq_norms, intercept, rho,
+            dual_sum,
+        )
+        max_delta[0] = max(max_delta[0], delta)
+
+    stream.each(order, work)
+    return max_delta[0], dual_sum[0]
+
+
+def _certificate(stream, n_chunks, problem, y, dual_coef, coef, alpha_n, intercept_start):
+    """Certificate of (w, a) from one read pass; returns it, w's best intercept and w.
+
+    The primal bound is P at the running w and its best intercept; the dual bound is D
+    at a, projected onto Σ a_i = 0 when an intercept is fitted
+    (:func:`dask_scd.objectives.project_sum_zero`, which keeps it feasible), with its
+    own Xᵀa/(αn) summed over the row chunks in the same pass.
+    """
+    n_samples = len(y)
+    dual_point = dual_coef
+    if problem.fit_intercept and dual_coef.sum() != 0.0:
+        dual_point = obj.project_sum_zero(dual_coef)
+    margins = np.empty(n_samples)
+    exact = np.zeros_like(coef)
+
+    def work(chunk):
+        lo, hi = chunk.start, chunk.stop
+        margins[lo:hi] = chunk.matrix.dot(coef)
+        exact[:] += chunk.matrix.scatter(dual_point[lo:hi])
+
+    stream.each(np.arange(n_chunks), work)
+    exact /= alpha_n
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
+    margins += intercept
+    losses = obj.loss_value(problem.loss, y, margins)
+    duals = obj.dual_loss(problem.loss, y, dual_point)
+    half_alpha = 0.5 * problem.alpha
+    primal = float(losses.sum()) / n_samples + half_alpha * obj.vdot(coef, coef)
+    dual = float(duals.sum()) / n_samples - half_alpha * obj.vdot(exact, exact)
+    # Per example (ℓ_i(ŷ_i) + ℓ*_i(−a_i) + a_i ŷ_i)/n as in obj.sdca_certificate; the rest
+    # (w against Xᵀa/(αn), a projected) is booked to the intercept.
+    coordinate_gaps = (losses - duals + dual_point * margins) / n_samples
+    cert = obj.Certificate(primal, dual, coordinate_gaps,
+                           primal - dual - float(coordinate_gaps.sum()))
+    return cert, intercept, coef.copy()
