@@ -74,9 +74,9 @@ MUNGE_SOCKET="$WORK/munge/munge.socket"
 runuser -u munge -- munged --socket="$MUNGE_SOCKET" --pid-file="$WORK/munge/munged.pid" \
     --log-file="$WORK/munge/munged.log" --seed-file="$WORK/munge/munged.seed" \
     --key-file="$MUNGE_KEY" 2>/dev/null \
-    || munged --force --socket="$MUNGE_SOCKET" --pid-file="$WORK/munge/munged.pid" \
-        --log-file="$WORK/munge/munged.log" --seed-file="$WORK/munge/munged.seed" \
-        --key-file="$MUNGE_KEY"
+    || { chown root:root "$WORK/munge" && munged --force --socket="$MUNGE_SOCKET" \
+        --pid-file="$WORK/munge/munged.pid" --log-file="$WORK/munge/munged.log" \
+        --seed-file="$WORK/munge/munged.seed" --key-file="$MUNGE_KEY" 2>/dev/null; }
 STARTED+=("$WORK/munge/munged.pid")
 
 # slurm.conf: this node as it is (slurmd -C), one partition "debug".
@@ -137,4 +137,7 @@ sinfo
 # The jobs' working directory and logs: this worktree's tmp, on the same machine as the node.
 export DASK_SCD_SLURM_DIR="$WORK/shared"
 mkdir -p "$DASK_SCD_SLURM_DIR"
+# The jobs inherit this environment (sbatch --export=ALL): their workers import this
+# checkout's dask_scd, whichever checkout the venv was installed from.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -m pytest -q -ra -p no:cacheprovider tests/slurm "$@"
