@@ -209,7 +209,8 @@ def test_cli_resume_continues_from_the_checkpoint_beside_the_output(small_grid, 
                                                                     capsys):
     out = tmp_path / "model.json"
     common = ["fit", str(small_grid), "--loss", "logistic", "--alpha", "0.01", "--solver",
-              "block_scd", "--tol", "1e-15", "--out", str(out), "--checkpoint-every", "1", "--quiet"]
+              "block_scd", "--tol", "1e-15", "--out", str(out), "--checkpoint-every", "1",
+              "--quiet"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert cli.main([*common, "--max-iter", "2", "--resume"]) == 0
