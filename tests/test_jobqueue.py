@@ -2,6 +2,7 @@
 job scripts are printed (--dry-run), the defaults on a jobqueue cluster are checked."""
 
 import os
+import time
 import warnings
 
 import numpy as np
@@ -271,3 +272,23 @@ def test_default_checkpoint_only_on_a_jobqueue_cluster(tmp_path, monkeypatch):
     given = {"checkpoint": "mine.npz"}
     assert jq.walltime_defaults(FakeClient(), given, {"a": 1}) is None
     assert given == {"checkpoint": "mine.npz"}
+
+
+def _inc(x):
+    return x + 1
+
+
+def test_a_task_whose_home_left_with_every_worker_runs_on_a_newcomer():
+    from dask_scd.runtime.cluster import release_stale_homes
+
+    with LocalCluster(n_workers=1, processes=False, threads_per_worker=1,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        assert release_stale_homes(client) and release_stale_homes(client)  # idempotent
+        (home,) = client.scheduler_info()["workers"]
+        cluster.scale(0)
+        deadline = time.monotonic() + 30
+        while client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        future = client.submit(_inc, 1, workers=[home], allow_other_workers=True)
+        cluster.scale(1)  # a new worker, at a new address
+        assert future.result(timeout=30) == 2
