@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ demo: $(STAMP)
 # examples at small size.
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests
+
+# A one-node SLURM cluster from Debian's packages (root and apt-get, else a one-line skip),
+# the tests of tests/slurm/ on it (skipped by `make test` where no partition answers), and
+# its daemons stopped again.
+test-slurm: $(STAMP)
+	.ci/slurm.sh $(PY) $(ARGS)
 
 # Sphinx, warnings as errors.
 docs: $(STAMP)

@@ -11,6 +11,7 @@ from dask_scd.data import in_memory, is_dask_frame, make_source, read_input
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
+from dask_scd.runtime.session import fit_session
 from dask_scd.solvers import registry
 from dask_scd.solvers.base import Options, Run
 from dask_scd.validation import check_fit_args, check_problem, check_random_state, warn
@@ -103,7 +104,10 @@ def fit(
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
         ``client``, ``selection``, ``checkpoint``, ``checkpoint_every``, ``resume``,
-        ``callback``; sdca: ``n_threads``, default 1, and ``sync_every``, default 1: the
+        ``callback``; on a dask-jobqueue cluster a fit that names no ``checkpoint`` writes
+        one every 5 epochs, see docs/clusters.md), ``performance_report`` (a path: the
+        dask engines' ``distributed.performance_report``, an HTML page of where the time
+        went); sdca: ``n_threads``, default 1, and ``sync_every``, default 1: the
         epochs on that many threads sharing w without locks, w recomputed from the duals
         every ``sync_every`` epochs, 0 never; several threads are not bit-reproducible,
         see docs/engines/sdca.md). ``solver="sdca"`` on a Grid runs out of core, row chunk
@@ -117,6 +121,8 @@ def fit(
     """
     problem = check_problem(loss, penalty, alpha, l1_ratio, fit_intercept)
     check_fit_args(tol, max_iter)
+    engine_options = dict(engine_options)
+    performance_report = engine_options.pop("performance_report", None)
     if solver not in registry.SOLVERS:
         registry.get(solver)  # raises the list of solvers
     available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
@@ -129,7 +135,10 @@ def fit(
             and set(engine_options) & set(_RESIDENCY_OPTIONS)):
         engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
     _check_engine_options(engine_options, engine, solver, _is_distributed(X))
-    with Progress(engine.name, tol, max_iter, verbose) as progress:
+    identity = {"engine": engine.name, "problem": repr(problem), "data": _identity(data)}
+    with (fit_session(engine.data == "dask", engine_options, verbose, identity,
+                      performance_report),
+          Progress(engine.name, tol, max_iter, verbose) as progress):
         options = Options(tol, max_iter, rng, progress, engine_options, device)
         run = engine.load()(data, problem, options)
     if classes is None:
@@ -250,6 +259,13 @@ def _intercept(run: Run, problem):
         intercept = np.asarray(run.intercept, dtype=np.float64)
         return intercept if problem.fit_intercept else np.zeros_like(intercept)
     return float(run.intercept) if problem.fit_intercept else 0.0
+
+
+def _identity(data) -> list:
+    """What tells one data set from another (names a fit's default checkpoint)."""
+    grid = getattr(data, "grid", None)
+    return [type(data).__name__, getattr(data, "n_samples", None),
+            getattr(data, "n_features", None), str(getattr(grid, "path", ""))]
 
 
 def _is_distributed(X) -> bool:

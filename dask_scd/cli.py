@@ -5,6 +5,9 @@
     dask-scd info GRID
     dask-scd fit GRID [--loss L] [--penalty P] [--alpha A] [--l1-ratio R] [--tol T]
                       [--solver S] [--max-iter K] [--scheduler-address ADDR] [--out model.json]
+                      [--slurm PARTITION | --pbs QUEUE] [--jobs N] [--cores C] [--processes P]
+                      [--memory M] [--walltime T] [--account A] [--dry-run]
+                      [--checkpoint PATH] [--resume] [--performance-report report.html]
     dask-scd predict MODEL.json DATA [--out predictions.txt]
 
 Every error is one line on stderr and a non-zero exit status, never a traceback.
@@ -111,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", metavar="MODEL.json", default=None,
                      help="write the model (coefficients, certificate, history) as JSON")
     fit.add_argument("--quiet", action="store_true", help="print only the summary line")
+    fit.add_argument("--checkpoint", metavar="PATH", default=None,
+                     help="checkpoint file (None: beside --out, else beside the grid, when the "
+                          "fit runs on a cluster or --resume is given)")
+    fit.add_argument("--checkpoint-every", type=_positive_int, default=5, metavar="K",
+                     help="write the checkpoint every K epochs")
+    fit.add_argument("--resume", action="store_true",
+                     help="continue from the checkpoint of an earlier run, if there is one")
+    fit.add_argument("--performance-report", metavar="report.html", default=None,
+                     help="write dask's performance report of the fit (a dask engine)")
+    _add_jobqueue_arguments(fit)
 
     predict = commands.add_parser("predict", help="predict with a model written by fit --out",
                                   **defaults)
@@ -119,6 +132,38 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--out", metavar="PREDICTIONS.txt", default=None,
                          help="one prediction a line (None: standard output)")
     return parser
+
+
+def _add_jobqueue_arguments(fit) -> None:
+    """``--slurm``/``--pbs`` and the jobs' resources (default: ``DASK_SCD_*`` environment
+    variables, else what fits the partition: :func:`dask_scd.runtime.jobqueue.job_resources`)."""
+    batch = fit.add_argument_group("workers as batch jobs (dask-jobqueue)")
+    where = batch.add_mutually_exclusive_group()
+    where.add_argument("--slurm", metavar="PARTITION", default=None,
+                       help="run the workers as SLURM jobs in this partition")
+    where.add_argument("--pbs", metavar="QUEUE", default=None,
+                       help="run the workers as PBS jobs in this queue")
+    batch.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                       help="jobs kept running (adapt replaces those that end); "
+                            "$DASK_SCD_JOBS, else 2")
+    batch.add_argument("--cores", type=_positive_int, default=None, metavar="C",
+                       help="cores per job; $DASK_SCD_CORES, else a node's CPUs up to 8")
+    batch.add_argument("--processes", type=_positive_int, default=None, metavar="P",
+                       help="worker processes per job; $DASK_SCD_PROCESSES, else cores / 4")
+    batch.add_argument("--memory", default=None, metavar="M",
+                       help="memory per job, shared by its processes (16GiB, 16GB = 14.9GiB); "
+                            "$DASK_SCD_MEMORY, else 90%% of a node's share for the cores")
+    batch.add_argument("--walltime", default=None, metavar="T",
+                       help="HH:MM:SS per job; $DASK_SCD_WALLTIME, else the partition's "
+                            "limit up to 1 hour")
+    batch.add_argument("--account", default=None, metavar="A",
+                       help="account charged; $DASK_SCD_ACCOUNT")
+    batch.add_argument("--local-directory", default=None, metavar="DIR",
+                       help="node-local spill directory of the workers ($TMPDIR, /scratch)")
+    batch.add_argument("--wait", type=_positive_float, default=600.0, metavar="SECONDS",
+                       help="how long to wait for the workers to start")
+    batch.add_argument("--dry-run", action="store_true",
+                       help="print the job script and exit without submitting anything")
 
 
 def main(argv=None) -> int:
@@ -130,7 +175,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError, TypeError, ImportError) as error:
+    except (OSError, ValueError, TypeError, ImportError, RuntimeError) as error:
         print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
         return FAILURE
 
@@ -190,15 +235,73 @@ def _fit(args) -> int:
     if args.out is not None:
         _check_writable(args.out)  # before the fit: its work is not lost to a typo
     grid = _open(args.grid)
+    kind = "slurm" if args.slurm is not None else "pbs" if args.pbs is not None else None
+    if args.dry_run and kind is None:
+        raise ValueError("--dry-run prints the job script of --slurm or --pbs: name one")
+    if kind is not None and args.scheduler_address is not None:
+        raise ValueError(f"--{kind} starts its own scheduler: drop --scheduler-address")
+    options = _checkpoint_options(args, on_cluster=kind is not None
+                                  or args.scheduler_address is not None)
+    if args.performance_report is not None:
+        _check_writable(args.performance_report, "--performance-report")
+        options["performance_report"] = args.performance_report
+    if kind is not None:
+        return _fit_on_jobs(dask_scd, grid, args, kind, options)
     if args.scheduler_address is not None:
         from distributed import Client
 
         with Client(args.scheduler_address, timeout="10s") as client:
-            return _fit_and_report(dask_scd, grid, args, client=client)
+            return _fit_and_report(dask_scd, grid, args, client=client, **options)
     # An in-process cluster's own logs (task errors, shutdown) would add lines to the
     # one-line errors of this command.
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
-    return _fit_and_report(dask_scd, grid, args)
+    return _fit_and_report(dask_scd, grid, args, **options)
+
+
+def _checkpoint_options(args, on_cluster: bool) -> dict:
+    """``checkpoint``/``resume`` of the fit: a fit on a cluster (or one asked to resume)
+    checkpoints beside ``--out`` (model.json → model.ckpt.npz), else beside the grid."""
+    path = args.checkpoint
+    if path is None and not (on_cluster or args.resume):
+        return {}
+    if path is None:
+        stem = os.path.splitext(args.out)[0] if args.out else os.path.normpath(args.grid)
+        path = f"{stem}.ckpt.npz"
+    return {"checkpoint": path, "checkpoint_every": args.checkpoint_every,
+            "resume": args.resume}
+
+
+def _fit_on_jobs(dask_scd, grid, args, kind: str, options: dict) -> int:
+    """Start a SLURMCluster or PBSCluster, wait for its workers (reporting the scheduler's
+    pending reasons, failing fast on a request that can never run), fit on it."""
+    from dask_scd.runtime import jobqueue
+
+    queue = args.slurm if kind == "slurm" else args.pbs
+    limits = jobqueue.partition_limits(queue) if kind == "slurm" and not args.dry_run else None
+    resources = jobqueue.job_resources(
+        kind, queue=queue, jobs=args.jobs, cores=args.cores, processes=args.processes,
+        memory=args.memory, walltime=args.walltime, account=args.account, limits=limits)
+    shared = os.path.dirname(os.path.abspath(options.get("checkpoint") or args.grid))
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with jobqueue.make_cluster(resources, shared_directory=shared,
+                               local_directory=args.local_directory) as cluster:
+        if args.dry_run:
+            print(cluster.job_script())
+            print(f"{resources.jobs} jobs of {resources.processes} worker processes "
+                  f"(nothing submitted: --dry-run)")
+            return 0
+        from distributed import Client
+
+        cluster.adapt(minimum_jobs=resources.jobs, maximum_jobs=resources.jobs)
+        with Client(cluster) as client:
+            print(f"{kind} jobs: {resources.jobs} x ({resources.cores} cores, "
+                  f"{resources.processes} workers, {resources.memory}, {resources.walltime}) "
+                  f"in {queue}; dashboard {client.dashboard_link}")
+            jobqueue.wait_for_workers(client, cluster, resources.n_workers,
+                                      timeout=args.wait, limits=limits)
+            if args.solver == "auto":
+                options["in_memory_limit"] = 0  # the jobs' workers fit it, not this process
+            return _fit_and_report(dask_scd, grid, args, client=client, **options)
 
 
 def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
@@ -219,6 +322,8 @@ def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
     if args.out is not None:
         _write_model(args.out, result, grid)
         print(f"wrote {args.out}")
+    if engine_options.get("performance_report"):
+        print(f"wrote {engine_options['performance_report']}")
     return 0
 
 
@@ -277,14 +382,14 @@ def _write_atomically(path: str, text: str) -> None:
             os.remove(temporary)
 
 
-def _check_writable(path: str) -> None:
+def _check_writable(path: str, option: str = "--out") -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"the directory of --out {path} does not exist: {directory}")
+        raise FileNotFoundError(f"the directory of {option} {path} does not exist: {directory}")
     if os.path.isdir(path):
-        raise IsADirectoryError(f"--out {path} is a directory (name a .json file)")
+        raise IsADirectoryError(f"{option} {path} is a directory (name a file)")
     if not os.access(directory, os.W_OK):
-        raise PermissionError(f"cannot write --out {path}: {directory} is not writable")
+        raise PermissionError(f"cannot write {option} {path}: {directory} is not writable")
 
 
 def _write_model(path: str, result, grid) -> None:

@@ -44,6 +44,46 @@ def fit_client(client):
         yield local
 
 
+STALE_HOMES = "dask-scd-stale-homes"
+
+
+def _stale_homes_plugin():
+    """A scheduler plugin: when a worker joins, tasks waiting for a worker ("no-worker")
+    whose named workers have all left, and which may run elsewhere
+    (``allow_other_workers``), lose their restrictions, so the newcomer takes them.
+
+    Without it such a task waits forever: when every worker of a cluster left at once
+    (jobs reaching their lifetime together, a cancelled allocation), the scheduler gives
+    its no-worker tasks to a newcomer only if the newcomer is one of their named workers,
+    loose restrictions or not. The class is made here so that it is pickled by value: a
+    scheduler without dask_scd installed loads it too.
+    """
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class StaleHomes(SchedulerPlugin):
+        name = STALE_HOMES
+        idempotent = True  # registered once per scheduler, whatever the number of fits
+
+        def add_worker(self, scheduler, worker):  # runs before the no-worker tasks move
+            for ts in list(scheduler.unrunnable):
+                if (ts.loose_restrictions and ts.worker_restrictions
+                        and not any(a in scheduler.workers for a in ts.worker_restrictions)):
+                    ts.worker_restrictions = set()
+                    ts.loose_restrictions = False
+
+    return StaleHomes()
+
+
+def release_stale_homes(client) -> bool:
+    """Register the :func:`_stale_homes_plugin` on the client's scheduler. Returns False
+    where it could not be registered (the fit runs without it)."""
+    try:
+        client.register_plugin(_stale_homes_plugin(), name=STALE_HOMES)
+    except Exception:  # an old or unreachable scheduler: the fit does not depend on it
+        return False
+    return True
+
+
 class Rows:
     """Per-row-chunk values held as one future per group of row chunks (a list each, in
     row order): what :meth:`ClusterRuntime.map_rows` returns and takes.
@@ -109,6 +149,8 @@ class ClusterRuntime:
         self.groups = self._make_groups()
         self.homes = [None] * n_row_chunks
         self.group_homes = [None] * len(self.groups)
+        if pin:
+            release_stale_homes(client)
         self.assign_homes()
 
     def _slots(self) -> list:
