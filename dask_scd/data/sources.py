@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.cells import CellRef, LabelRef, labels
 from dask_scd.grid import Grid, validate_blocks
-from dask_scd.validation import check_labels, to_scipy, warn
+from dask_scd.validation import check_labels, check_sample_weight, to_scipy, warn
 
 
 @dataclass
@@ -49,6 +49,9 @@ class Source:
         The labels mapped to −1 and +1 for a classification loss.
     purity : list of bool
         Per block, at most one non-zero per example; filled by the engine's preflight.
+    sample_weight : ndarray of shape (n_samples,) or None
+        The examples' weights as given (a grid's stored weights, or the fit's
+        ``sample_weight``), checked; None: every example weighs 1.
     """
 
     n_samples: int
@@ -59,6 +62,7 @@ class Source:
     nnz: int | None = None
     classes: np.ndarray | None = None
     purity: list = field(default_factory=list)
+    sample_weight: np.ndarray | None = None
 
     #: Whether the cells are read from disk by the workers (a grid): the runtime then
     #: places each row chunk on a home worker; a dask array's chunks live where dask
@@ -78,10 +82,17 @@ class Source:
     def feature_order(self) -> np.ndarray:
         return np.concatenate(self.blocks)
 
+    @property
+    def weighted(self) -> bool:
+        """Whether the examples carry sample weights (the dask engines solve none: a
+        weighted fit of dask input runs in memory)."""
+        return self.sample_weight is not None
+
     def weights(self, r: int):
-        """Sample weights of row chunk r: None, every example weighs 1 (the only case the
-        engines solve)."""
-        return None
+        """Sample weights of row chunk r as given, or None (every example weighs 1)."""
+        if self.sample_weight is None:
+            return None
+        return self.sample_weight[self.row_bounds[r]:self.row_bounds[r + 1]]
 
     def connect(self, client) -> tuple[list, list]:
         """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them."""
@@ -175,7 +186,7 @@ class DaskSource(Source):
         return computed[:, inverse], self.y_given
 
 
-def make_source(X, y, loss: str, blocks) -> Source:
+def make_source(X, y, loss: str, blocks, sample_weight=None) -> Source:
     """Validate dask or grid input and describe its cells.
 
     Parameters
@@ -186,10 +197,37 @@ def make_source(X, y, loss: str, blocks) -> Source:
         Classification losses map the labels to ±1 (two classes, checked here).
     blocks : list of array-like or None
         Column blocks of a dask array (a grid carries its own).
+    sample_weight : array-like or dask array of shape (n_samples,), or None
+        Weights of the examples; for a grid, in place of the weights it stores.
     """
     if isinstance(X, Grid):
-        return _grid_source(X, y, loss, blocks)
-    return _dask_source(X, y, loss, blocks)
+        source = _grid_source(X, y, loss, blocks)
+        if sample_weight is None and X.has_weights:
+            sample_weight = np.concatenate([X.read_weights(r) for r in range(X.n_row_chunks)])
+    else:
+        source = _dask_source(X, y, loss, blocks)
+    source.sample_weight = _source_weights(sample_weight, source)
+    return source
+
+
+def _source_weights(sample_weight, source: Source):
+    """The checked weights as given, in memory (n numbers); a dask vector is rechunked
+    like the labels first, so that its row chunks line up with X's."""
+    if sample_weight is None:
+        return None
+    import dask.array as da
+
+    n = source.n_samples
+    if isinstance(sample_weight, da.Array):
+        if sample_weight.ndim == 2 and sample_weight.shape[1] == 1:
+            sample_weight = sample_weight[:, 0]
+        if sample_weight.ndim != 1 or sample_weight.shape[0] != n:
+            raise ValueError(f"sample_weight has shape {sample_weight.shape} but X has {n} "
+                             "rows: sample_weight must be (n_samples,)")
+        chunks = tuple(np.diff(source.row_bounds).tolist())
+        sample_weight = sample_weight.rechunk((chunks,)).compute()
+    check_sample_weight(sample_weight, n)  # raises on bad weights
+    return np.asarray(sample_weight, dtype=np.float64).reshape(n).copy()
 
 
 def _grid_source(grid, y, loss, blocks) -> GridSource:

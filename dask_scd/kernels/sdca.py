@@ -29,6 +29,7 @@ from numba import njit
 
 from dask_scd.kernels.cpu import _FAST, _line, _row_axpy, _row_dot
 from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
+from dask_scd.kernels.scalar import dual_step as _dual_step
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # liblinear does not step on a row whose projected gradient is below this (its 1.0e-12);
@@ -182,3 +183,40 @@ def sdca_shrinking_epoch(
         bounds[0] = pg_max if pg_max > 0.0 else np.inf
         bounds[1] = pg_min if pg_min < 0.0 else -np.inf
     return max_delta, False
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def sdca_weighted_epoch(
+    data, indices, indptr, dense, n_features, y, unit_dual, coef, order,
+    loss, alpha_n, row_sq_norms, weights, intercept, rho, dual_sum,
+):
+    """:func:`dask_scd.kernels.cpu.sdca_epoch` for sample weights v (the loss of example i
+    is v_i·ℓ_i).
+
+    The dual of v_i·ℓ_i is a_i = v_i·u_i with u_i in the unweighted domain (β = u·y ∈
+    [0, 1] for the logistic and the hinge), so ``unit_dual`` holds u and w = Xᵀ(v∘u)/(αn).
+    Moving u_i by t changes the dual by v_i·[d(u_i + t) − t·m − t²·v_i(‖x_i‖²/(αn) + ρ)/2]
+    (m the shifted margin): the unweighted step with its curvature scaled by v_i, then
+    w += v_i·t·x_i/(αn) and Σa += v_i·t. An example of weight 0 is never moved (u_i = 0).
+    Returns max |Δa_i|.
+    """
+    max_delta = 0.0
+    n_visits = order.shape[0]
+    for k in range(n_visits):
+        i = order[k]
+        v = weights[i]
+        if v == 0.0:
+            continue
+        start, end = _line(dense, indptr, i, n_features)
+        margin = _row_dot(data, indices, dense, start, end, coef)
+        q = v * (row_sq_norms[i] / alpha_n + rho)
+        shifted = margin + intercept + rho * dual_sum[0]
+        t = _dual_step(loss, y[i], unit_dual[i], shifted, q)
+        if t == 0.0:
+            continue
+        unit_dual[i] += t
+        scaled = v * t
+        dual_sum[0] += scaled
+        _row_axpy(data, indices, dense, start, end, scaled / alpha_n, coef)  # w += v t x_i/(αn)
+        max_delta = max(max_delta, abs(scaled))
+    return max_delta

@@ -34,6 +34,7 @@ class Engine:
     per_loss : ``(loss, "module:function")`` pairs: the function that runs that loss in
         place of ``entry`` (one ``solver=`` value, one function per loss).
     unpenalized : whether it solves ``penalty=None`` (no regularization, no dual).
+    weighted : the losses it solves with sample weights.
     """
 
     name: str
@@ -44,6 +45,7 @@ class Engine:
     options: tuple = ()
     per_loss: tuple = ()
     unpenalized: bool = False
+    weighted: tuple = ()
 
     def entry_for(self, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss``."""
@@ -60,8 +62,11 @@ class Engine:
 
         return run
 
-    def refusal(self, problem: Problem) -> str | None:
-        """Why this engine cannot solve ``problem`` (None if it can)."""
+    def refusal(self, problem: Problem, weighted: bool = False) -> str | None:
+        """Why this engine cannot solve ``problem`` (None if it can), with sample weights
+        when ``weighted``."""
+        if weighted and problem.loss not in self.weighted:
+            return weights_refusal(self.name, problem.loss)
         if problem.unpenalized and not self.unpenalized:
             return (f"solver={self.name!r} needs a penalty: penalty=None (no regularization, "
                     "so no duality gap) is fitted by solver='newton' in memory only (dask "
@@ -75,6 +80,17 @@ class Engine:
             return (f"solver={self.name!r} solves L2 problems only; use solver='scd' for "
                     "L1/elasticnet")
         return None
+
+
+def weighted_engines(loss: str) -> list[str]:
+    """The engines that solve ``loss`` with sample weights."""
+    return [name for name, engine in ENGINES.items() if loss in engine.weighted]
+
+
+def weights_refusal(solver: str, loss: str) -> str:
+    return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
+            f"that do: {weighted_engines(loss)} (in memory; a dask array or a grid with "
+            "weights is fitted in memory by solver='auto')")
 
 
 def _function(entry: str):
@@ -93,11 +109,11 @@ def register(engine: Engine) -> Engine:
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
-                options=("n_threads", "sync_every")))
+                options=("n_threads", "sync_every"), weighted=ANY_LOSS))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge"),
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),),
-                unpenalized=True))
+                unpenalized=True, weighted=SMOOTH))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
@@ -141,7 +157,11 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
     from dask_scd.data.memory import InMemory
 
     in_memory = isinstance(data, InMemory)
+    weighted = getattr(data, "weighted", False)
     if solver == "auto":
+        if weighted:  # only the engines that take sample weights
+            among = [name for name in weighted_engines(problem.loss)
+                     if among is None or name in among]
         solver = (_auto_in_memory(problem, data, among) if in_memory
                   else _auto_dask(data, problem))
         if not in_memory and problem.loss == "hinge":
@@ -150,7 +170,7 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
                 "loss='squared_hinge', or fit in memory with solver='sdca'"
             )
     engine = get(solver)
-    reason = engine.refusal(problem)
+    reason = engine.refusal(problem, weighted)
     if reason is not None:
         raise ValueError(reason)
     if engine.data == "dask" and in_memory:
