@@ -330,5 +330,17 @@ def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weig
         raise ValueError(f"{where} sums to zero: at least one example needs a positive weight")
     if not np.isfinite(total):
         raise ValueError(f"{where} sums to infinity; rescale it (only ratios matter)")
+    if (w == w[0]).all():
+        return None  # equal weights: the unweighted problem itself
     w *= n_samples / total
     return w
+
+
+def check_weighted_classes(y, weights) -> None:
+    """Refuse ±1 labels whose examples of positive weight are all of one class."""
+    if weights is None:
+        return
+    present = np.unique(y[weights > 0])
+    if len(present) < 2:
+        raise ValueError(f"sample_weight leaves a single class with positive weight "
+                         f"({present.tolist()} in ±1 terms): a classifier needs two classes")

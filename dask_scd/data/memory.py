@@ -12,7 +12,12 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.validation import check_labels, check_matrix, check_sample_weight
+from dask_scd.validation import (
+    check_labels,
+    check_matrix,
+    check_sample_weight,
+    check_weighted_classes,
+)
 
 # Pure blocks are detected on the first rows holding this many non-zeros (any partition
 # serves the Newton engine's coarse levels, but a field whose rare values are left out of
@@ -28,6 +33,8 @@ def in_memory(X, y, loss: str, sample_weight=None):
     X = check_matrix(X)
     y, classes = check_labels(y, X.shape[0], loss)
     weights = check_sample_weight(sample_weight, X.shape[0])
+    if classes is not None:
+        check_weighted_classes(y, weights)
     return InMemory(X, y, weights), classes
 
 

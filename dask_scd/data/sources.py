@@ -226,7 +226,8 @@ def _source_weights(sample_weight, source: Source):
                              "rows: sample_weight must be (n_samples,)")
         chunks = tuple(np.diff(source.row_bounds).tolist())
         sample_weight = sample_weight.rechunk((chunks,)).compute()
-    check_sample_weight(sample_weight, n)  # raises on bad weights
+    if check_sample_weight(sample_weight, n) is None:  # raises on bad weights
+        return None  # equal weights: the unweighted problem
     return np.asarray(sample_weight, dtype=np.float64).reshape(n).copy()
 
 
