@@ -304,5 +304,6 @@ def _auto_in_memory(problem: Problem, data, among=None) -> str:
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
         if not costs:  # e.g. only "gram" applied: the primal runs its regime
-            costs = {"scd": 1.0}
+            fallback = [name for name in among if get(name).refusal(problem) is None]
+            costs = {"scd" if "scd" in fallback or not fallback else fallback[0]: 1.0}
     return min(costs, key=costs.get)
