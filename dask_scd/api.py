@@ -206,9 +206,10 @@ def _data(X, y, problem, solver, options, sample_weight=None):
     limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
     source = make_source(X, y, problem.loss, blocks, sample_weight)
     fits_in_memory = registry.runs_in_memory(solver, source.nbytes, limit)
-    if source.weighted and solver == "auto" and not fits_in_memory:
-        warn(f"the Dask engines do not solve sample weights: this weighted fit brings X "
-             f"({source.nbytes / 2**20:.0f} MiB stored) into memory for the in-memory engines")
+    if (source.weighted and solver == "auto" and not fits_in_memory
+            and problem.loss not in registry.get(registry.dask_auto(source, problem)).weighted):
+        warn(f"the Dask engine for this problem does not solve sample weights: this weighted "
+             f"fit brings X ({source.nbytes / 2**20:.0f} MiB stored) into memory")
         fits_in_memory = True
     if not fits_in_memory:
         return source, source.classes, options

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import CellRef, LabelRef, labels
+from dask_scd.data.cells import CellRef, LabelRef, WeightedLabels, labels, weighted_labels
 from dask_scd.grid import Grid, validate_blocks
 from dask_scd.validation import check_labels, check_sample_weight, to_scipy, warn
 
@@ -94,8 +94,16 @@ class Source:
             return None
         return self.sample_weight[self.row_bounds[r]:self.row_bounds[r + 1]]
 
+    def unit_weights(self):
+        """The sample weights scaled to mean 1 (what the engines read), or None."""
+        return check_sample_weight(self.sample_weight, self.n_samples)
+
+    def _chunk(self, values, r: int):
+        return values[self.row_bounds[r]:self.row_bounds[r + 1]]
+
     def connect(self, client) -> tuple[list, list]:
-        """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them."""
+        """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them; with
+        sample weights each labels[r] is a :class:`~dask_scd.data.cells.WeightedLabels`."""
         raise NotImplementedError
 
     def materialize(self) -> tuple:
@@ -123,7 +131,11 @@ class GridSource(Source):
     def connect(self, client) -> tuple[list, list]:
         cells = [[self.cell(r, b) for b in range(len(self.blocks))]
                  for r in range(self.n_row_chunks)]
-        return cells, [self.label(r) for r in range(self.n_row_chunks)]
+        unit = self.unit_weights()
+        if unit is None:
+            return cells, [self.label(r) for r in range(self.n_row_chunks)]
+        return cells, [WeightedLabels(self.label(r), self._chunk(unit, r))
+                       for r in range(self.n_row_chunks)]
 
     def materialize(self) -> tuple:
         """Read here, from the store, by two threads (not through the cluster: a
@@ -175,7 +187,12 @@ class DaskSource(Source):
         keys = persisted.__dask_keys__()
         cells = [[by_key[keys[r][b]] for b in range(len(self.blocks))]
                  for r in range(self.n_row_chunks)]
-        return cells, [client.submit(labels, self.label(r)) for r in range(self.n_row_chunks)]
+        unit = self.unit_weights()
+        if unit is None:
+            return cells, [client.submit(labels, self.label(r))
+                           for r in range(self.n_row_chunks)]
+        return cells, [client.submit(weighted_labels, self.label(r), self._chunk(unit, r))
+                       for r in range(self.n_row_chunks)]
 
     def materialize(self) -> tuple:
         computed = self.X.compute()

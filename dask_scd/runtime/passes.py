@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import cell_view, labels
+from dask_scd.data.cells import cell_view, labels, row_weights
+from dask_scd.kernels import block as block_kernels
+from dask_scd.kernels.scalar import TRIAL_STEPS
 
 
 def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarray:
@@ -56,8 +58,11 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
     Xᵀa = s₊ Xᵀa₊ + s₋ Xᵀa₋ (all blocks concatenated in grid column order). The cells are
     read one at a time, so at most one of them is held beyond the cache.
     """
+    v = row_weights(y)
     y = labels(y)
     a = -obj.loss_derivative(problem.loss, y, margins)
+    if v is not None:
+        a = a * v  # the dual point of the weighted losses v_i·ℓ_i
     pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
     xt_pos, xt_neg = [], []
     for cell in cells:
@@ -71,7 +76,7 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
         xt_neg.append(x_neg)
         del view
     return {
-        "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
+        "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
         "pos": np.array([pos.sum()]),
         "neg": np.array([neg.sum()]),
         "xt_pos": np.concatenate(xt_pos),
@@ -83,9 +88,10 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem) -> dict:
 
 def dual_loss_sum(y, margins, problem: obj.Problem, total: dict) -> np.ndarray:
     """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums."""
+    v = row_weights(y)
     y = labels(y)
-    a = obj.dual_point(problem, y, margins, _scales(problem, total))
-    return np.array([obj.dual_loss(problem.loss, y, a).sum()])
+    a = obj.dual_point(problem, y, margins, _scales(problem, total), v)
+    return np.array([obj.dual_loss(problem.loss, y, a, v).sum()])
 
 
 def _scales(problem, total) -> tuple[float, float]:
@@ -106,6 +112,24 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
     cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
                                   dual_sum, correlation, float(margin_dot))
     return {**state, "certificate": cert}
+
+
+def weighted_derivatives(code: int, y, margins, weights):
+    """v∘ℓ'(ŷ) and v∘ℓ''(ŷ) (ℓ' and ℓ'' without sample weights)."""
+    d1, d2 = block_kernels.derivatives(code, y, margins)
+    if weights is not None:
+        d1 *= weights
+        d2 *= weights
+    return d1, d2
+
+
+def weighted_line_trials(y, margins, u, code: int, weights):
+    """Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each trial step t (v = 1 without weights)."""
+    quarters = block_kernels.are_quarters(TRIAL_STEPS)
+    if weights is None:
+        return block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code)
+    return block_kernels.weighted_line_trials(y, margins, u, TRIAL_STEPS, quarters, code,
+                                              weights)
 
 
 def sum_partials(*partials) -> dict:

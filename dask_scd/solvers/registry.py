@@ -89,8 +89,7 @@ def weighted_engines(loss: str) -> list[str]:
 
 def weights_refusal(solver: str, loss: str) -> str:
     return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
-            f"that do: {weighted_engines(loss)} (in memory; a dask array or a grid with "
-            "weights is fitted in memory by solver='auto')")
+            f"that do: {weighted_engines(loss)} (solver='auto' picks one of them)")
 
 
 def _function(entry: str):
@@ -106,7 +105,8 @@ def register(engine: Engine) -> Engine:
     return engine
 
 
-register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
+register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",),
+                weighted=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every"), weighted=ANY_LOSS))
@@ -120,7 +120,7 @@ _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "re
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=(*_CLUSTER_OPTIONS, "residency", "memory_budget")))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
-                losses=SMOOTH, options=_CLUSTER_OPTIONS))
+                losses=SMOOTH, options=_CLUSTER_OPTIONS, weighted=SMOOTH))
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
@@ -191,6 +191,11 @@ def newton_forms_curvature(source) -> bool:
     n, p = source.n_samples, source.n_features
     per_row = (source.nnz if source.nnz is not None else source.nbytes / 8.0) / max(n, 1)
     return p <= NEWTON_MAX_FEATURES and min(per_row, p) ** 2 <= NEWTON_MAX_ROW_COST
+
+
+def dask_auto(source, problem: Problem) -> str:
+    """The Dask engine that ``solver="auto"`` runs on ``source`` (see :func:`_auto_dask`)."""
+    return _auto_dask(source, problem)
 
 
 def _auto_dask(source, problem: Problem) -> str:
