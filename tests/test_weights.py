@@ -59,15 +59,22 @@ def _refused():
 
 
 @pytest.mark.parametrize("solver, loss, penalty", list(_cases()))
-def test_integer_weights_are_repeated_rows(solver, loss, penalty):
+def test_integer_weights_are_repeated_rows(solver, loss, penalty, request):
     X, y, weights = _data()
     y = _labels(y, loss)
     given = weights.copy()
     rows = np.repeat(np.arange(len(y)), weights)
     options = dict(loss=loss, penalty=penalty, alpha=0.05, tol=TIGHT, max_iter=20000,
-                   solver=solver, random_state=0)
-    weighted = dask_scd.fit(X, y, sample_weight=weights, **options)
-    repeated = dask_scd.fit(X[rows], y[rows], **options)
+                   random_state=0)
+    if registry.get(solver).data == "dask":  # on a cluster, with weights as a dask vector
+        request.getfixturevalue("client")
+        weighted = dask_scd.fit(da.from_array(X, chunks=(15, 3)), da.from_array(y, chunks=15),
+                                sample_weight=da.from_array(weights, chunks=20),
+                                solver=solver, **options)
+        repeated = dask_scd.fit(X[rows], y[rows], solver="newton", **options)
+    else:
+        weighted = dask_scd.fit(X, y, sample_weight=weights, solver=solver, **options)
+        repeated = dask_scd.fit(X[rows], y[rows], solver=solver, **options)
     assert weighted.solver_ == solver
     assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
     assert weighted.dual_gap_ <= TIGHT
@@ -208,7 +215,18 @@ def test_dask_weights_rechunked_like_y(client):
     with pytest.raises(ValueError, match="sample_weight has shape"):
         dask_scd.fit(Xd, yd, sample_weight=wd[:-1], **options)
     with pytest.raises(ValueError, match="does not take sample weights"):
-        dask_scd.fit(Xd, yd, sample_weight=wd, alpha=0.05, solver="block_newton")
+        dask_scd.fit(Xd, yd, sample_weight=wd, alpha=0.05, solver="block_scd")
+    # Above the in-memory limit auto stays on the cluster with the engine that takes them.
+    distributed = dask_scd.fit(Xd, yd, sample_weight=wd, in_memory_limit=0, **options)
+    assert distributed.solver_ == "block_newton"
+    assert distributed.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
+    # ...and brings the data into memory (saying so) where that engine does not.
+    with pytest.warns(UserWarning, match="does not solve sample weights"):
+        lasso = dask_scd.fit(da.from_array(sp.random(60, 3000, density=0.01, random_state=0,
+                                                     format="csr"), chunks=(20, 1000)),
+                             yd, penalty="l1", alpha=0.01, sample_weight=wd,
+                             in_memory_limit=0)
+    assert lasso.solver_ in registry.weighted_engines("squared")
 
 
 def test_grid_stores_weights(client, tmp_path):
@@ -229,6 +247,9 @@ def test_grid_stores_weights(client, tmp_path):
     ones = dask_scd.fit(grid, sample_weight=np.ones(len(y)), **options)
     plain = dask_scd.fit(X, y, **options)
     assert ones.primal_ == pytest.approx(plain.primal_, rel=1e-10)
+    # The cluster engine reads them beside the labels.
+    on_cluster = dask_scd.fit(grid, solver="block_newton", **options)
+    assert on_cluster.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
     # The classifier reads the stored weights too.
     model = LogisticRegression(alpha=0.05, tol=TIGHT).fit(grid)
     np.testing.assert_allclose(model.coef_.ravel(), repeated.coef_, atol=1e-6)

@@ -309,6 +309,7 @@ def _auto_in_memory(problem: Problem, data, among=None) -> str:
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
         if not costs:  # e.g. only "gram" applied: the primal runs its regime
-            fallback = [name for name in among if get(name).refusal(problem) is None]
-            costs = {"scd" if "scd" in fallback or not fallback else fallback[0]: 1.0}
+            fallback = [name for name in ("scd", "newton", *among)
+                        if name in among and get(name).refusal(problem) is None]
+            costs = {fallback[0] if fallback else "scd": 1.0}
     return min(costs, key=costs.get)
