@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-weights bench-peers bench-scale clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ bench-gpu: $(STAMP)
 
 bench-sdca: $(STAMP)
 	$(PY) benchmarks/bench_sdca_threads.py $(ARGS)
+
+bench-weights: $(STAMP)
+	$(PY) benchmarks/bench_weights.py $(ARGS)
 
 # The peers (skglm, celer, glum, Snap ML, pyspark, dask-ml) come from the `bench` extra, never
 # from `make test`.

@@ -98,8 +98,9 @@ def fit(
         ``(1/Σw) Σ w_i loss(y_i, x_iᵀθ + b)``, certified by the weighted duality gap
         (docs/objectives.md). A dask vector is rechunked like y. A grid written with
         ``to_grid(..., sample_weight=...)`` carries its weights; passing sample_weight
-        replaces them. Solved by "newton" (smooth losses) and "sdca" (L2, every loss),
-        which "auto" picks among; a weighted fit of a dask array or a grid runs in memory.
+        replaces them. Solved by "newton" (smooth losses), "sdca" (L2, every loss), "gram"
+        (squared loss) and "block_newton" (Dask, smooth losses), which "auto" picks among
+        ("scd", "duhl" and "block_scd" raise a ValueError).
         The caller's array is never modified.
     **engine_options
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``

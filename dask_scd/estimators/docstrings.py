@@ -50,8 +50,8 @@ _INPUTS = """
     of a dask array or a grid is lazy and returns a dask array.
 
     ``fit(X, y, sample_weight=w)`` weighs the examples: the loss term becomes
-    ``(1/Σw) Σ w_i loss_i`` (docs/objectives.md), solved by the in-memory engines
-    "newton" and "sdca" (a weighted fit of a dask array or a grid runs in memory).
+    ``(1/Σw) Σ w_i loss_i`` (docs/objectives.md), solved by "newton", "sdca", "gram" and,
+    over Dask, "block_newton" ("auto" picks among them).
 """
 
 _REGRESSOR_ATTRIBUTES = _COMMON_ATTRIBUTES.format(

@@ -63,7 +63,7 @@ def block_order(rows, block, rng, out):
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_shrinking_pass(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, bounds, keep,
+    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, bounds, keep, weights,
 ):
     """One pass over the rows in ``order`` (hinge or squared hinge), with shrinking.
 
@@ -73,8 +73,15 @@ def sdca_shrinking_pass(
     visited row gets ``keep[i] = True`` and an exact coordinate step. ``dual_coef``,
     ``coef``, ``dual_sum`` as in :func:`dask_scd.kernels.cpu.sdca_epoch`.
 
+    With sample ``weights`` v (an empty array: none) ``dual_coef`` holds u = a/v in the
+    unweighted box, as :func:`sdca_weighted_epoch`: the row's curvature is
+    Q = v_i·(‖x_i‖²/(αn) + ρ) (+ ½), G is unchanged (liblinear's rule with the
+    per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0 stay
+    active and are never stepped.
+
     Returns max |Δa_i| and the largest and smallest projected gradient of the kept rows.
     """
+    weighted = weights.shape[0] > 0
     upper = 1.0 if loss == HINGE else np.inf
     half = 0.5 if loss == SQUARED_HINGE else 0.0
     pg_max_old, pg_min_old = bounds[0], bounds[1]
@@ -86,6 +93,10 @@ def sdca_shrinking_pass(
         if k + AHEAD < n_visits:
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
+        v = weights[i] if weighted else 1.0
+        if v == 0.0:
+            keep[i] = True
+            continue
         start, end = _line(dense, indptr, i, n_features)
         margin = _row_dot(data, indices, dense, start, end, coef)
         yi = y[i]
@@ -108,7 +119,7 @@ def sdca_shrinking_pass(
         pg_min = min(pg_min, pg)
         if abs(pg) <= _PG_ZERO:
             continue
-        curvature = row_sq_norms[i] / alpha_n + rho + half
+        curvature = v * (row_sq_norms[i] / alpha_n + rho) + half
         if curvature > 0.0:
             new = min(max(beta - g / curvature, 0.0), upper)
         else:  # an empty row of the hinge (no intercept): its dual is linear in β
@@ -117,17 +128,33 @@ def sdca_shrinking_pass(
         if t == 0.0:
             continue
         dual_coef[i] = new * yi  # exactly 0 or ±1 at a bound: the tests above rely on it
+        t *= v
         dual_sum[0] += t
-        _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
+        _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += v t x_i/(αn)
         max_delta = max(max_delta, abs(t))
     return max_delta, pg_max, pg_min
 
 
-@njit(nogil=True, cache=True)
 def sdca_shrinking_epoch(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
     row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
-    keep, relative_eps, shrunk_work,
+    keep, relative_eps, shrunk_work, weights=None,
+):
+    """:func:`_shrinking_epoch`, with sample ``weights`` v or None (every row weighs 1)."""
+    if weights is None:
+        weights = np.empty(0)
+    return _shrinking_epoch(
+        data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
+        row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
+        keep, relative_eps, shrunk_work, weights,
+    )
+
+
+@njit(nogil=True, cache=True)
+def _shrinking_epoch(
+    data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
+    row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
+    keep, relative_eps, shrunk_work, weights,
 ):
     """Passes over the active rows until they add up to ``len(y)`` row visits (one epoch
     of work), or until every row is active and solved to the threshold ε.
@@ -153,7 +180,7 @@ def sdca_shrinking_epoch(
         block_order(active[:size], block, rng, order)
         delta, pg_max, pg_min = sdca_shrinking_pass(
             data, indices, indptr, dense, n_features, y, dual_coef, coef, order[:size],
-            loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, bounds, keep,
+            loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, bounds, keep, weights,
         )
         visits += size
         max_delta = max(max_delta, delta)

@@ -39,7 +39,8 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
     With sample weights v (``data.weights``) each example's dual box scales with v_i:
     the epochs move u = a/v in the unweighted box with curvature v_i·‖x_i‖²/(αn)
-    (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`), without shrinking, on the CPU.
+    (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`, and the shrinking epochs of the
+    box duals with the same scaling), on the CPU.
 
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
     ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
@@ -172,13 +173,13 @@ class _Shrinking:
                    np.ones(n_samples, dtype=bool))
 
     def epoch(self, matrix, y, dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept,
-              rho, dual_sum, rng):
+              rho, dual_sum, rng, weights=None):
         """One epoch of work; returns max |Δa_i| and whether all rows were solved to ε."""
         return sdca.sdca_shrinking_epoch(
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, matrix.n_minor, y,
             dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept, rho, dual_sum,
             self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep,
-            _RELATIVE_EPS, _SHRUNK_WORK,
+            _RELATIVE_EPS, _SHRUNK_WORK, weights,
         )
 
 
@@ -225,7 +226,7 @@ class _Epochs:
         # visit every row (per-thread shrinking, each thread on a fixed range of rows,
         # took 10–20x the epochs of one thread on the hinge of breast cancer).
         self.shrinking = None
-        if problem.loss in _BOX_DUALS and kernels is cpu and n_threads == 1 and weights is None:
+        if problem.loss in _BOX_DUALS and kernels is cpu and n_threads == 1:
             self.shrinking = _Shrinking.start(n_samples)
 
     def _ranges(self):
@@ -278,7 +279,8 @@ class _Epochs:
             return self._map(plain, list(zip(pieces, sums)))
 
         return [self.shrinking.epoch(self.matrix, y, dual_coef, coef, loss, alpha_n,
-                                     row_sq_norms, intercept, rho, sums[0], self.rng)]
+                                     row_sq_norms, intercept, rho, sums[0], self.rng,
+                                     self.weights)]
 
     def resync(self, epoch, certify, dual_coef, coef, alpha_n):
         """With several threads: w = Xᵀa/(αn) when a certificate or a sync is due (then
