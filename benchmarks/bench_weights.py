@@ -85,7 +85,7 @@ def case_rows(solver, loss, penalty, alpha_n, X, y, weights) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     from distributed import Client, LocalCluster

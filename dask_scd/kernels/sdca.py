@@ -76,8 +76,8 @@ def sdca_shrinking_pass(
     With sample ``weights`` v (an empty array: none) ``dual_coef`` holds u = a/v in the
     unweighted box, as :func:`sdca_weighted_epoch`: the row's curvature is
     Q = v_i·(‖x_i‖²/(αn) + ρ) (+ ½), G is unchanged (liblinear's rule with the
-    per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0 stay
-    active and are never stepped.
+    per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0 are
+    shrunk on their first visit and never stepped.
 
     Returns max |Δa_i| and the largest and smallest projected gradient of the kept rows.
     """
@@ -94,8 +94,8 @@ def sdca_shrinking_pass(
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
         v = weights[i] if weighted else 1.0
-        if v == 0.0:
-            keep[i] = True
+        if v == 0.0:  # not part of the problem: shrunk for good
+            keep[i] = False
             continue
         start, end = _line(dense, indptr, i, n_features)
         margin = _row_dot(data, indices, dense, start, end, coef)
@@ -170,9 +170,15 @@ def _shrinking_epoch(
     ``shrunk_work·n`` visits of shrunk passes (a few ill-conditioned free rows can take
     thousands of passes to reach ε). ``order`` and ``keep`` are scratch arrays of length n.
 
+    With sample weights, the rows of weight 0 are not part of the problem: they leave the
+    active set on their first visit and never come back, and ``n`` counts the others.
+
     Returns max |Δa_i| and whether the epoch ended settled.
     """
-    n_samples = y.shape[0]
+    rows = np.arange(y.shape[0])
+    if weights.shape[0] > 0:
+        rows = np.flatnonzero(weights > 0.0)
+    n_samples = rows.shape[0]
     visits = 0
     max_delta = 0.0
     while visits < n_samples:
@@ -192,7 +198,7 @@ def _shrinking_epoch(
         n_active[0] = kept
         violation = pg_max - pg_min
         solved = violation <= bounds[2]
-        if size == n_samples:
+        if size >= n_samples:  # every row (weightless ones included on the first pass)
             bounds[3] = 0.0
             if kept > 0:
                 bounds[2] = min(bounds[2], max(relative_eps * violation, _EPS_FLOOR))
@@ -201,7 +207,7 @@ def _shrinking_epoch(
         if solved or bounds[3] >= shrunk_work * n_samples:
             if kept < n_samples:
                 for r in range(n_samples):
-                    active[r] = r
+                    active[r] = rows[r]
                 n_active[0] = n_samples
                 bounds[0], bounds[1] = np.inf, -np.inf
                 continue
