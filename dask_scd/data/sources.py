@@ -84,8 +84,8 @@ class Source:
 
     @property
     def weighted(self) -> bool:
-        """Whether the examples carry sample weights (the dask engines solve none: a
-        weighted fit of dask input runs in memory)."""
+        """Whether the examples carry sample weights (block Newton solves them; block SCD
+        does not)."""
         return self.sample_weight is not None
 
     def weights(self, r: int):

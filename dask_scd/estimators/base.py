@@ -436,4 +436,8 @@ def _class_weighted(data: ModelInput, sample_weight, class_weight, classes):
 def _total(sample_weight) -> float:
     """Σw (computed once for a dask vector)."""
     total = sample_weight.sum()
-    return float(total.compute() if is_dask(total) else total)
+    total = float(total.compute() if is_dask(total) else total)
+    if not total > 0.0:  # NaN, negatives and the rest are named by the fit's own checks
+        raise ValueError("sample_weight sums to zero (or is not a number): at least one "
+                         "example needs a positive weight")
+    return total

@@ -106,16 +106,17 @@ class GramSystem:
                 x_mean = (X.mean(axis=0, dtype=np.float64) if every
                           else sum(chunk_of(rows).sum(axis=0) for rows in chunks) / n)
             elif fit_intercept:
-                x_mean = sum(weights[rows] @ chunk_of(rows) for rows in chunks) / total
+                x_mean = (weights @ X if every
+                          else sum(weights[rows] @ chunk_of(rows) for rows in chunks)) / total
+            roots = None if weights is None else np.sqrt(weights)
             gram = np.zeros((k, k))
             xty = np.zeros(k)
             for rows in chunks:
                 chunk = chunk_of(rows) - x_mean
-                if weights is None:
-                    gram += chunk.T @ chunk  # symmetric rank-k update (BLAS syrk)
-                else:
-                    gram += chunk.T @ (weights[rows, None] * chunk)
                 xty += chunk.T @ vyc[rows]
+                if roots is not None:
+                    chunk *= roots[rows, None]  # XcᵀVXc = (√v∘Xc)ᵀ(√v∘Xc)
+                gram += chunk.T @ chunk  # symmetric rank-k update (BLAS syrk)
         scale = 1.0 / n
         gram = np.ascontiguousarray((gram + gram.T) * (0.5 * scale))  # exactly symmetric
         return cls(columns, gram, xty * scale, float(yc @ vyc) * scale, x_mean, y_mean, n)
