@@ -36,7 +36,6 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
-from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty

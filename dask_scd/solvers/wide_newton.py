@@ -27,7 +27,6 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, labels, row_weights
 from dask_scd.kernels import block as block_kernels
-from dask_scd.kernels.scalar import TRIAL_STEPS
 from dask_scd.runtime import passes
 from dask_scd.solvers.coarse_level import block_sums, two_level
 
