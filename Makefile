@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench-multinomial: $(STAMP)
 
 bench-sdca-ooc: $(STAMP)
 	$(PY) benchmarks/bench_sdca_ooc.py $(ARGS)
+
+bench-weights: $(STAMP)
+	$(PY) benchmarks/bench_weights.py $(ARGS)
 
 # The peers (skglm, celer, glum, Snap ML, pyspark, dask-ml) come from the `bench` extra, never
 # from `make test`.

@@ -32,13 +32,14 @@ def fit(
     random_state=None,
     verbose: bool = False,
     device: str = "cpu",
+    sample_weight=None,
     **engine_options,
 ) -> FitResult:
     """Fit a regularized linear model by coordinate descent, certified by its duality gap.
 
     Minimizes ``(1/n) Σ loss(y_i, x_iᵀθ + b) + alpha·(l1_ratio·‖θ‖₁ + (1 − l1_ratio)/2·‖θ‖²)``
     (``penalty="l2"`` sets l1_ratio = 0, ``"l1"`` sets it to 1). The intercept b is not
-    penalized.
+    penalized. With ``sample_weight`` w the loss term is ``(1/Σw) Σ w_i loss(...)``.
 
     Parameters
     ----------
@@ -100,6 +101,16 @@ def fit(
         ("block_scd", "block_newton") run where the chunks are: a dask array of cupy
         arrays needs "gpu" or "auto" and runs their cells' CUDA kernels; host chunks and
         grids need "cpu" or "auto".
+    sample_weight : array-like or dask array of shape (n_samples,), optional
+        Non-negative weights of the examples (not all zero; an example of weight 0
+        counts for nothing); the objective's loss term becomes
+        ``(1/Σw) Σ w_i loss(y_i, x_iᵀθ + b)``, certified by the weighted duality gap
+        (docs/objectives.md). A dask vector is rechunked like y. A grid written with
+        ``to_grid(..., sample_weight=...)`` carries its weights; passing sample_weight
+        replaces them. Solved by "newton" (smooth losses), "sdca" (L2, every loss), "gram"
+        (squared loss) and "block_newton" (Dask, smooth losses), which "auto" picks among
+        ("scd", "duhl" and "block_scd" raise a ValueError).
+        The caller's array is never modified.
     **engine_options
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
@@ -128,7 +139,7 @@ def fit(
     available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
     rng = check_random_state(random_state)
     X, y = _read(X, y)
-    data, classes, engine_options = _data(X, y, problem, solver, engine_options)
+    data, classes, engine_options = _data(X, y, problem, solver, engine_options, sample_weight)
     on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
     engine, device = _engine_and_device(solver, problem, data, device, available, on_device)
     if (solver == "auto" and engine.name == "block_newton"
@@ -202,19 +213,25 @@ def _engine_and_device(solver, problem, data, requested, available, on_device=Fa
                      f"solver={engine.name!r} runs on the CPU only")
 
 
-def _data(X, y, problem, solver, options):
+def _data(X, y, problem, solver, options, sample_weight=None):
     """(data for the engine, classes, the options left for the engine)."""
     if not _is_distributed(X):
         if any(name in options for name in registry.DATA_OPTIONS):
             names = sorted(set(options) & set(registry.DATA_OPTIONS))
             raise TypeError(f"unexpected arguments for in-memory data: {names}")
-        data, classes = in_memory(X, y, problem.loss)
+        data, classes = in_memory(X, y, problem.loss, sample_weight)
         return data, classes, options
     options = dict(options)
     blocks = options.pop("blocks", None)
     limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
-    source = make_source(X, y, problem.loss, blocks)
-    if not registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk):
+    source = make_source(X, y, problem.loss, blocks, sample_weight)
+    fits_in_memory = registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk)
+    if (source.weighted and solver == "auto" and not fits_in_memory
+            and problem.loss not in registry.get(registry.dask_auto(source, problem)).weighted):
+        warn(f"the Dask engine for this problem does not solve sample weights: this weighted "
+             f"fit brings X ({source.nbytes / 2**20:.0f} MiB stored) into memory")
+        fits_in_memory = True
+    if not fits_in_memory:
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:
@@ -222,7 +239,7 @@ def _data(X, y, problem, solver, options):
                  "(pass solver='block_scd' to use it)")
     for name in ("client", "selection", "checkpoint_every", "resume", *_RESIDENCY_OPTIONS):
         options.pop(name, None)
-    data, classes = in_memory(*source.materialize(), problem.loss)
+    data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
     return data, classes, options
 
 

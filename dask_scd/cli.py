@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="features of the grid, when the file's last ones never occur "
                               "(None: the largest index in the file)")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    convert.add_argument("--weights", metavar="FILE", default=None,
+                         help="sample weights to store, one number per line of a text file")
 
     info = commands.add_parser("info", help="describe a grid store", **defaults)
     info.add_argument("grid", metavar="GRID", help="directory of a grid store")
@@ -124,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--performance-report", metavar="report.html", default=None,
                      help="write dask's performance report of the fit (a dask engine)")
     _add_jobqueue_arguments(fit)
+    fit.add_argument("--weights", metavar="FILE", default=None,
+                     help="sample weights, one number per line of a text file (in place "
+                          "of the grid's stored weights)")
 
     predict = commands.add_parser("predict", help="predict with a model written by fit --out",
                                   **defaults)
@@ -194,12 +199,27 @@ def _convert(args) -> int:
         raise FileNotFoundError(f"input file not found: {args.input}")
     if os.path.exists(args.output) and not args.overwrite:
         raise FileExistsError(f"{args.output} exists (pass --overwrite to replace it)")
+    weights = _read_weights(args.weights)
     start = time.perf_counter()
     grid = to_grid(args.input, None, args.output, row_chunk=args.row_chunk,
                    blocks=args.column_block, overwrite=args.overwrite,
-                   n_features=args.n_features)
+                   n_features=args.n_features, sample_weight=weights)
     print(f"wrote {grid} in {time.perf_counter() - start:.2f}s")
     return 0
+
+
+def _read_weights(path):
+    """The weights of a text file, one number per line (None without a file)."""
+    if path is None:
+        return None
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"weights file not found: {path}")
+    import numpy as np
+
+    try:
+        return np.loadtxt(path, dtype=np.float64, ndmin=1)
+    except ValueError as exc:
+        raise ValueError(f"weights file {path}: {exc}") from None
 
 
 def _open(path: str):
@@ -223,6 +243,7 @@ def _info(args) -> int:
     print(f"row chunks  {grid.n_row_chunks} of {grid.row_chunk} examples")
     print(f"blocks      {grid.n_blocks} (sizes {min(sizes)}-{max(sizes)}), "
           f"{sum(grid.purity)} pure")
+    print(f"weights     {'stored' if grid.has_weights else 'none'}")
     if grid.feature_names is not None:
         names = ", ".join(grid.feature_names[:5])
         print(f"features    {names}{', ...' if grid.shape[1] > 5 else ''}")
@@ -235,6 +256,7 @@ def _fit(args) -> int:
     if args.out is not None:
         _check_writable(args.out)  # before the fit: its work is not lost to a typo
     grid = _open(args.grid)
+    args.sample_weight = _read_weights(args.weights)  # None: the grid's stored weights
     kind = "slurm" if args.slurm is not None else "pbs" if args.pbs is not None else None
     if args.dry_run and kind is None:
         raise ValueError("--dry-run prints the job script of --slurm or --pbs: name one")
@@ -312,7 +334,8 @@ def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
             grid, loss=args.loss, penalty=args.penalty, alpha=args.alpha,
             l1_ratio=args.l1_ratio, fit_intercept=not args.no_intercept, tol=args.tol,
             max_iter=args.max_iter, solver=args.solver, random_state=args.random_state,
-            verbose=0 if args.quiet else 2, **engine_options,
+            verbose=0 if args.quiet else 2, sample_weight=args.sample_weight,
+            **engine_options,
         )
     seconds = time.perf_counter() - start
     for warning in caught:

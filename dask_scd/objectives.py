@@ -123,12 +123,19 @@ def loss_second_derivative(loss: str, y, z):
     raise ValueError(f"unknown loss {loss!r}")
 
 
-def dual_loss(loss: str, y, a):
+def dual_loss(loss: str, y, a, weights=None):
     """−ℓ*(−a) elementwise: the dual's per-example term; −inf outside its domain.
+
+    With sample ``weights`` v (the loss of example i is v_i·ℓ_i) the term is that of
+    v_i·ℓ_i, ``−(v_iℓ_i)*(−a_i) = v_i·(−ℓ*(−a_i/v_i))``: the domain of a_i scales with v_i
+    (β = a·y ∈ [0, v_i] for the logistic and the hinge), and an example of weight 0 admits
+    a_i = 0 alone (term 0).
 
     With ``β = a·y`` the domains are: squared, all of ℝ; logistic and hinge, β ∈ [0, 1];
     squared hinge, β ≥ 0. A relative slack of 1e-12 absorbs rounding at the boundary.
     """
+    if weights is not None:
+        return _weighted_dual_loss(loss, y, a, weights)
     if loss == "squared":
         return a * y - 0.5 * a * a
     beta = a * y
@@ -144,6 +151,22 @@ def dual_loss(loss: str, y, a):
         b = np.maximum(beta, 0.0)
         return np.where(beta >= -eps, b - 0.25 * b * b, -np.inf)
     raise ValueError(f"unknown loss {loss!r}")
+
+
+def _weighted_dual_loss(loss: str, y, a, weights):
+    """v·(−ℓ*(−a/v)), and for v = 0: 0 at a = 0, −inf elsewhere (the conjugate of 0·ℓ)."""
+    positive = weights > 0.0
+    scale = np.where(positive, weights, 1.0)
+    with np.errstate(invalid="ignore"):
+        terms = weights * dual_loss(loss, y, a / scale)
+    return np.where(positive, terms, np.where(a == 0.0, 0.0, -np.inf))
+
+
+def weighted_sum(values, weights) -> float:
+    """Σ v_i·values_i (Σ values_i without weights)."""
+    if weights is None:
+        return float(values.sum())
+    return vdot(values, weights)
 
 
 # ------------------------------------------------------------------------- penalties
@@ -184,16 +207,19 @@ def lipschitz_bound(problem: Problem, primal: float) -> float:
 # ------------------------------------------------------------------ dual from margins
 
 
-def margin_sums(problem: Problem, y, margins) -> dict:
+def margin_sums(problem: Problem, y, margins, weights=None) -> dict:
     """Partial sums over examples that the certificate needs (one pass over margins).
 
     Returns ``loss`` = Σ ℓ(y_i, ŷ_i), and ``pos`` / ``neg`` = the sums of the positive and
     negative entries of ``a = −ℓ'(ŷ)``; they decide the projection onto Σ a_i = 0.
-    Associative: partial dicts from row chunks are added key by key.
+    Associative: partial dicts from row chunks are added key by key. With sample
+    ``weights`` v: Σ v_i ℓ(y_i, ŷ_i) and a = −v∘ℓ'(ŷ).
     """
     a = -loss_derivative(problem.loss, y, margins)
+    if weights is not None:
+        a = a * weights
     return {
-        "loss": float(loss_value(problem.loss, y, margins).sum()),
+        "loss": weighted_sum(loss_value(problem.loss, y, margins), weights),
         "pos": float(a[a > 0].sum()),
         "neg": float(a[a < 0].sum()),
     }
@@ -226,9 +252,12 @@ def project_sum_zero(a):
     return np.where(a > 0, a * scales[0], a * scales[1])
 
 
-def dual_point(problem: Problem, y, margins, scales: tuple[float, float]):
-    """The feasible dual vector ``a`` built from the margins (a = −ℓ'(ŷ), projected)."""
+def dual_point(problem: Problem, y, margins, scales: tuple[float, float], weights=None):
+    """The feasible dual vector ``a`` built from the margins (a = −ℓ'(ŷ), projected;
+    a = −v∘ℓ'(ŷ) with sample weights v)."""
     a = -loss_derivative(problem.loss, y, margins)
+    if weights is not None:
+        a = a * weights
     return np.where(a > 0, a * scales[0], a * scales[1])
 
 
@@ -298,7 +327,8 @@ def primal_certificate(
     return Certificate(primal, dual, coordinate_gaps, intercept_gap, correlation)
 
 
-def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef) -> Certificate:
+def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef,
+                               weights=None) -> Certificate:
     """For a pure L1 penalty, also try the rescaled dual point κa, κ = min(1, α/‖Xᵀa/n‖∞).
 
     κa is feasible for the lasso's constrained dual (no Lipschitzing term), which is the
@@ -307,7 +337,8 @@ def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef) 
     """
     n = len(y)
     return rescaled_lasso_from_dual(
-        problem, cert, coef, lambda kappa: float(dual_loss(problem.loss, y, kappa * a).sum()) / n
+        problem, cert, coef,
+        lambda kappa: float(dual_loss(problem.loss, y, kappa * a, weights).sum()) / n,
     )
 
 
@@ -326,7 +357,8 @@ def rescaled_lasso_from_dual(problem: Problem, cert: Certificate, coef, dual_los
     return Certificate(cert.primal, dual, coordinate_gaps, intercept_gap, cert.correlation)
 
 
-def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) -> Certificate:
+def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
+                weights=None) -> Certificate:
     """Duality-gap certificate of (θ, b) for in-memory X (numpy or scipy.sparse).
 
     Parameters
@@ -336,6 +368,9 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) ->
     coef : array of shape (n_features,)
     intercept : float
     margins : array of shape (n_samples,), optional; ``X @ coef + intercept`` if given.
+    weights : array of shape (n_samples,), optional
+        Sample weights v scaled to mean 1 (:func:`dask_scd.validation.check_sample_weight`):
+        the objective's loss term is then ``(1/n) Σ v_i ℓ(y_i, ŷ_i)``.
 
     The multinomial loss has its own: :func:`dask_scd.multinomial.certificate`.
     """
@@ -344,22 +379,23 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None) ->
                          "dask_scd.multinomial.certificate(problem, X, codes, coef, intercept)")
     if margins is None:
         margins = np.asarray(X @ coef).ravel() + intercept
-    sums = margin_sums(problem, y, margins)
-    a = dual_point(problem, y, margins, dual_scales(problem, sums))
+    sums = margin_sums(problem, y, margins, weights)
+    a = dual_point(problem, y, margins, dual_scales(problem, sums), weights)
     correlation = np.asarray(X.T @ a).ravel() / len(y)
     cert = primal_certificate(
         problem,
         len(y),
         coef,
         sums["loss"],
-        float(dual_loss(problem.loss, y, a).sum()),
+        float(dual_loss(problem.loss, y, a, weights).sum()),
         correlation,
         vdot(a, margins),
     )
-    return rescaled_lasso_certificate(problem, cert, y, a, np.asarray(coef, dtype=np.float64))
+    return rescaled_lasso_certificate(problem, cert, y, a, np.asarray(coef, dtype=np.float64),
+                                      weights)
 
 
-def sdca_certificate(problem: Problem, y, dual_coef, coef, margins) -> Certificate:
+def sdca_certificate(problem: Problem, y, dual_coef, coef, margins, weights=None) -> Certificate:
     """Certificate from an SDCA dual iterate ``a`` with ``w = Xᵀa/(αn)`` (L2 problems).
 
     ``margins`` are ``X w + b`` with any b (Σ a_i = 0 makes b drop out of the dual). The gap
@@ -367,7 +403,9 @@ def sdca_certificate(problem: Problem, y, dual_coef, coef, margins) -> Certifica
     """
     n = len(y)
     losses = loss_value(problem.loss, y, margins)
-    duals = dual_loss(problem.loss, y, dual_coef)
+    if weights is not None:
+        losses = losses * weights
+    duals = dual_loss(problem.loss, y, dual_coef, weights)
     half_sq = 0.5 * problem.alpha * vdot(coef, coef)
     primal = float(losses.sum()) / n + half_sq
     dual = float(duals.sum()) / n - half_sq
@@ -379,18 +417,23 @@ def sdca_certificate(problem: Problem, y, dual_coef, coef, margins) -> Certifica
 # ------------------------------------------------------------------ intercept alone
 
 
-def optimal_intercept(loss: str, y, margins, start: float = 0.0) -> float:
-    """argmin_b (1/n) Σ ℓ(y_i, m_i + b) for fixed margins ``m`` (1-D convex problem)."""
+def optimal_intercept(loss: str, y, margins, start: float = 0.0, weights=None) -> float:
+    """argmin_b (1/n) Σ v_i ℓ(y_i, m_i + b) for fixed margins ``m`` (1-D convex problem;
+    v = 1 without sample ``weights``)."""
     if loss == "squared":
+        if weights is not None:
+            return vdot(weights, y - margins) / float(weights.sum())
         return float(np.mean(y - margins))
     if loss == "hinge":
+        if weights is not None:
+            return _weighted_hinge_intercept(y, margins, weights)
         return _hinge_intercept(y, margins)
     # Newton on the derivative, safeguarded by a bracket (the derivative is monotone).
     b, lo, hi = float(start), -np.inf, np.inf
     for _ in range(100):
         z = margins + b
-        grad = float(loss_derivative(loss, y, z).sum())
-        hess = float(loss_second_derivative(loss, y, z).sum())
+        grad = weighted_sum(loss_derivative(loss, y, z), weights)
+        hess = weighted_sum(loss_second_derivative(loss, y, z), weights)
         if grad > 0:
             hi = b
         else:
@@ -420,6 +463,25 @@ def _hinge_intercept(y, margins) -> float:
         len(pos) - np.searchsorted(pos, candidates, side="right")
     )
     first = int(np.searchsorted(slope, 0, side="left"))
+    return float(candidates[min(first, len(candidates) - 1)])
+
+
+def _weighted_hinge_intercept(y, margins, weights) -> float:
+    """Exact minimizer of Σ v_i max(0, 1 − y_i(m_i + b)) (:func:`_hinge_intercept` with
+    each example counted v_i times)."""
+    pos_order = np.argsort(1.0 - margins[y > 0], kind="stable")
+    neg_order = np.argsort(-1.0 - margins[y < 0], kind="stable")
+    pos = (1.0 - margins[y > 0])[pos_order]
+    neg = (-1.0 - margins[y < 0])[neg_order]
+    pos_w = np.concatenate([[0.0], np.cumsum(weights[y > 0][pos_order])])
+    neg_w = np.concatenate([[0.0], np.cumsum(weights[y < 0][neg_order])])
+    candidates = np.sort(np.concatenate([pos, neg]))
+    if candidates.size == 0:
+        return 0.0
+    # Right derivative at c: (weight of neg with −1−m ≤ c) − (weight of pos with 1−m > c).
+    slope = (neg_w[np.searchsorted(neg, candidates, side="right")]
+             - (pos_w[-1] - pos_w[np.searchsorted(pos, candidates, side="right")]))
+    first = int(np.searchsorted(slope, 0.0, side="left"))
     return float(candidates[min(first, len(candidates) - 1)])
 
 

@@ -20,7 +20,19 @@ from dask_scd import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
 from dask_scd.objectives import Problem
 
 
-@parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC()])
+# The fits stop at a certified relative gap of tol (1e-6 by default), so a weighted fit and
+# the fit of the repeated rows agree to about that, not to these checks' rtol of 1e-7:
+# tests/test_weights.py runs the same two checks at tol=1e-13, where they pass.
+_WEIGHT_EQUIVALENCE = {
+    name: "fits agree to the certified tol (1e-6), not to rtol=1e-7; run at tol=1e-13 in "
+          "tests/test_weights.py"
+    for name in ("check_sample_weight_equivalence_on_dense_data",
+                 "check_sample_weight_equivalence_on_sparse_data")
+}
+
+
+@parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC()],
+                         expected_failed_checks=lambda estimator: _WEIGHT_EQUIVALENCE)
 def test_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         # LinearSVC's default alpha=1e-4 on the checks' unscaled toy data stops at

@@ -255,8 +255,29 @@ def cell_view(cell) -> CellView | DeviceCellView | None:
 
 
 
+@dataclass(frozen=True)
+class WeightedLabels:
+    """A row chunk's labels (a LabelRef or an array) with its sample weights v (scaled to
+    mean 1 over all rows): what a weighted fit's tasks receive in place of the labels."""
+
+    labels: object
+    weights: np.ndarray
+
+
+def weighted_labels(y, weights) -> WeightedLabels:
+    """A task that makes :class:`WeightedLabels` on a worker (dask array labels)."""
+    return WeightedLabels(labels(y), np.asarray(weights, dtype=np.float64))
+
+
+def row_weights(y):
+    """The sample weights of a labels argument, or None (every example weighs 1)."""
+    return y.weights if isinstance(y, WeightedLabels) else None
+
+
 def labels(y) -> np.ndarray:
     """Resolve a labels argument (a LabelRef or an array) to float64 (±1 when classified)."""
+    if isinstance(y, WeightedLabels):
+        return labels(y.labels)
     if isinstance(y, LabelRef):
         from dask_scd.grid import read_labels
 

@@ -12,7 +12,12 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.validation import check_labels, check_matrix
+from dask_scd.validation import (
+    check_labels,
+    check_matrix,
+    check_sample_weight,
+    check_weighted_classes,
+)
 
 # Pure blocks are detected on the first rows holding this many non-zeros (any partition
 # serves the Newton engine's coarse levels, but a field whose rare values are left out of
@@ -21,24 +26,35 @@ from dask_scd.validation import check_labels, check_matrix
 _DETECTION_NNZ = 20_000_000
 
 
-def in_memory(X, y, loss: str):
+def in_memory(X, y, loss: str, sample_weight=None):
     """(:class:`InMemory`, classes): X checked (numpy, CSR or CSC; the caller's object is
-    never modified) and y checked, mapped to ±1 for a classification loss."""
+    never modified), y checked, mapped to ±1 for a classification loss, and the sample
+    weights checked and scaled to mean 1 (a copy)."""
     X = check_matrix(X)
     y, classes = check_labels(y, X.shape[0], loss)
-    return InMemory(X, y), classes
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    if classes is not None:
+        check_weighted_classes(y, weights)
+    return InMemory(X, y, weights), classes
 
 
 @dataclass
 class InMemory:
-    """Validated in-memory data: X (numpy or scipy.sparse CSR/CSC) and y (±1 for classifiers)."""
+    """Validated in-memory data: X (numpy or scipy.sparse CSR/CSC), y (±1 for classifiers)
+    and the sample weights v, scaled to mean 1 (None: every example weighs 1)."""
 
     X: object
     y: np.ndarray
+    weights: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.X.shape
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the examples carry sample weights (only some engines solve them)."""
+        return self.weights is not None
 
     @property
     def n_samples(self) -> int:

@@ -23,9 +23,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import CellRef, LabelRef, labels
+from dask_scd.data.cells import CellRef, LabelRef, WeightedLabels, labels, weighted_labels
 from dask_scd.grid import Grid, validate_blocks
-from dask_scd.validation import check_labels, to_scipy, warn
+from dask_scd.validation import check_labels, check_sample_weight, to_scipy, warn
 
 
 @dataclass
@@ -49,6 +49,9 @@ class Source:
         The labels mapped to −1 and +1 for a classification loss.
     purity : list of bool
         Per block, at most one non-zero per example; filled by the engine's preflight.
+    sample_weight : ndarray of shape (n_samples,) or None
+        The examples' weights as given (a grid's stored weights, or the fit's
+        ``sample_weight``), checked; None: every example weighs 1.
     """
 
     n_samples: int
@@ -59,6 +62,7 @@ class Source:
     nnz: int | None = None
     classes: np.ndarray | None = None
     purity: list = field(default_factory=list)
+    sample_weight: np.ndarray | None = None
 
     #: Whether the cells are read from disk by the workers (a grid): the runtime then
     #: places each row chunk on a home worker; a dask array's chunks live where dask
@@ -78,13 +82,28 @@ class Source:
     def feature_order(self) -> np.ndarray:
         return np.concatenate(self.blocks)
 
+    @property
+    def weighted(self) -> bool:
+        """Whether the examples carry sample weights (block Newton solves them; block SCD
+        does not)."""
+        return self.sample_weight is not None
+
     def weights(self, r: int):
-        """Sample weights of row chunk r: None, every example weighs 1 (the only case the
-        engines solve)."""
-        return None
+        """Sample weights of row chunk r as given, or None (every example weighs 1)."""
+        if self.sample_weight is None:
+            return None
+        return self.sample_weight[self.row_bounds[r]:self.row_bounds[r + 1]]
+
+    def unit_weights(self):
+        """The sample weights scaled to mean 1 (what the engines read), or None."""
+        return check_sample_weight(self.sample_weight, self.n_samples)
+
+    def _chunk(self, values, r: int):
+        return values[self.row_bounds[r]:self.row_bounds[r + 1]]
 
     def connect(self, client) -> tuple[list, list]:
-        """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them."""
+        """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them; with
+        sample weights each labels[r] is a :class:`~dask_scd.data.cells.WeightedLabels`."""
         raise NotImplementedError
 
     def materialize(self) -> tuple:
@@ -112,7 +131,11 @@ class GridSource(Source):
     def connect(self, client) -> tuple[list, list]:
         cells = [[self.cell(r, b) for b in range(len(self.blocks))]
                  for r in range(self.n_row_chunks)]
-        return cells, [self.label(r) for r in range(self.n_row_chunks)]
+        unit = self.unit_weights()
+        if unit is None:
+            return cells, [self.label(r) for r in range(self.n_row_chunks)]
+        return cells, [WeightedLabels(self.label(r), self._chunk(unit, r))
+                       for r in range(self.n_row_chunks)]
 
     def materialize(self) -> tuple:
         """Read here, from the store, by two threads (not through the cluster: a
@@ -164,7 +187,12 @@ class DaskSource(Source):
         keys = persisted.__dask_keys__()
         cells = [[by_key[keys[r][b]] for b in range(len(self.blocks))]
                  for r in range(self.n_row_chunks)]
-        return cells, [client.submit(labels, self.label(r)) for r in range(self.n_row_chunks)]
+        unit = self.unit_weights()
+        if unit is None:
+            return cells, [client.submit(labels, self.label(r))
+                           for r in range(self.n_row_chunks)]
+        return cells, [client.submit(weighted_labels, self.label(r), self._chunk(unit, r))
+                       for r in range(self.n_row_chunks)]
 
     def materialize(self) -> tuple:
         computed = self.X.compute()
@@ -175,7 +203,7 @@ class DaskSource(Source):
         return computed[:, inverse], self.y_given
 
 
-def make_source(X, y, loss: str, blocks) -> Source:
+def make_source(X, y, loss: str, blocks, sample_weight=None) -> Source:
     """Validate dask or grid input and describe its cells.
 
     Parameters
@@ -186,10 +214,38 @@ def make_source(X, y, loss: str, blocks) -> Source:
         Classification losses map the labels to ±1 (two classes, checked here).
     blocks : list of array-like or None
         Column blocks of a dask array (a grid carries its own).
+    sample_weight : array-like or dask array of shape (n_samples,), or None
+        Weights of the examples; for a grid, in place of the weights it stores.
     """
     if isinstance(X, Grid):
-        return _grid_source(X, y, loss, blocks)
-    return _dask_source(X, y, loss, blocks)
+        source = _grid_source(X, y, loss, blocks)
+        if sample_weight is None and X.has_weights:
+            sample_weight = np.concatenate([X.read_weights(r) for r in range(X.n_row_chunks)])
+    else:
+        source = _dask_source(X, y, loss, blocks)
+    source.sample_weight = _source_weights(sample_weight, source)
+    return source
+
+
+def _source_weights(sample_weight, source: Source):
+    """The checked weights as given, in memory (n numbers); a dask vector is rechunked
+    like the labels first, so that its row chunks line up with X's."""
+    if sample_weight is None:
+        return None
+    import dask.array as da
+
+    n = source.n_samples
+    if isinstance(sample_weight, da.Array):
+        if sample_weight.ndim == 2 and sample_weight.shape[1] == 1:
+            sample_weight = sample_weight[:, 0]
+        if sample_weight.ndim != 1 or sample_weight.shape[0] != n:
+            raise ValueError(f"sample_weight has shape {sample_weight.shape} but X has {n} "
+                             "rows: sample_weight must be (n_samples,)")
+        chunks = tuple(np.diff(source.row_bounds).tolist())
+        sample_weight = sample_weight.rechunk((chunks,)).compute()
+    if check_sample_weight(sample_weight, n) is None:  # raises on bad weights
+        return None  # equal weights: the unweighted problem
+    return np.asarray(sample_weight, dtype=np.float64).reshape(n).copy()
 
 
 def _grid_source(grid, y, loss, blocks) -> GridSource:

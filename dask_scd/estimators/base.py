@@ -4,6 +4,7 @@ classifiers (:class:`_Classifier`) add to it."""
 
 from __future__ import annotations
 
+import inspect
 import numbers
 
 import numpy as np
@@ -15,7 +16,7 @@ from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_o
 from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
 from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.objectives import CLASSIFICATION_LOSSES
-from dask_scd.validation import check_problem
+from dask_scd.validation import check_problem, check_sample_weight
 
 _ACCEPT_SPARSE = ("csr", "csc")
 _DTYPES = (np.float64, np.float32)
@@ -34,9 +35,11 @@ class _LinearModel(BaseEstimator):
     def _loss_name(self) -> str:
         return getattr(self, "loss", None) or self._loss
 
-    def _alpha(self, n_samples: int) -> float:
+    def _alpha(self, n_samples: float) -> float:
         """``alpha``, or scikit-learn's ``C`` in its terms: ``C Σ loss + penalty`` is
-        ``C·n`` times ``(1/n) Σ loss + penalty/(C·n)``, so alpha = 1/(C·n)."""
+        ``C·n`` times ``(1/n) Σ loss + penalty/(C·n)``, so alpha = 1/(C·n). With weights w,
+        ``C Σ w_i loss_i + penalty`` is ``C·Σw`` times the weighted objective
+        ``(1/Σw) Σ w_i loss_i + penalty/(C·Σw)``: ``n_samples`` is then Σw."""
         C = getattr(self, "C", None)
         if C is None:
             return self._default_alpha if self.alpha is None else self.alpha
@@ -122,13 +125,17 @@ class _LinearModel(BaseEstimator):
 
     # ---------------------------------------------------------------- fitting
 
-    def _fit_models(self, data: ModelInput, targets: list) -> list:
+    def _fit_models(self, data: ModelInput, targets: list, sample_weight=None) -> list:
         """One :func:`dask_scd.fit` per target vector (one per class for one-vs-rest).
 
         In-memory one-vs-rest fits run as independent tasks on the current
         ``distributed.Client`` when there is one; dask and grid fits each use the cluster.
+        ``sample_weight``: the examples' weights (numpy or dask), or None.
         """
-        options = self._fit_options(int(data.X.shape[0]))
+        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
+        options = self._fit_options(total)
+        if sample_weight is not None:
+            options["sample_weight"] = sample_weight
         check_problem(options["loss"], options["penalty"], options["alpha"],
                       options["l1_ratio"], options["fit_intercept"])
         previous = self._previous_models(data, len(targets))
@@ -193,7 +200,7 @@ class _Regressor(RegressorMixin, _LinearModel):
     _loss = "squared"
     _multi_output = False  # y of shape (n_samples, n_targets): one model per column
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Fit the model, certified by its relative duality gap.
 
         Parameters
@@ -204,6 +211,9 @@ class _Regressor(RegressorMixin, _LinearModel):
         y : array-like of shape (n_samples,) or (n_samples, n_targets), optional
             Targets; omitted for a grid or a libsvm file, which carry their labels. 2-D
             for ``Ridge`` only: one model per column.
+        sample_weight : array-like or dask array of shape (n_samples,), optional
+            Non-negative weights of the examples: the loss term becomes
+            ``(1/Σw) Σ w_i loss_i`` (a grid's stored weights when omitted).
 
         Returns
         -------
@@ -211,11 +221,13 @@ class _Regressor(RegressorMixin, _LinearModel):
             The fitted estimator.
         """
         data = self._read_fit_input(X, y, y_numeric=True, multi_output=self._multi_output)
+        sample_weight = _base_weights(data, sample_weight)
         if np.ndim(data.y) == 2 and self._multi_output:
-            results = self._fit_models(data, [data.y[:, k] for k in range(data.y.shape[1])])
+            results = self._fit_models(data, [data.y[:, k] for k in range(data.y.shape[1])],
+                                       sample_weight)
             self._set_fitted(results, single_output=False)
             return self
-        results = self._fit_models(data, [data.y])
+        results = self._fit_models(data, [data.y], sample_weight)
         self._set_fitted(results, single_output=True)
         return self
 
@@ -249,7 +261,7 @@ class _Regressor(RegressorMixin, _LinearModel):
         y : array-like of shape (n_samples,), optional
             True values; omitted for a grid or a libsvm file.
         sample_weight : array-like of shape (n_samples,), optional
-            Weights of the score (the fit itself does not weight rows).
+            Weights of the score.
 
         Returns
         -------
@@ -259,7 +271,7 @@ class _Regressor(RegressorMixin, _LinearModel):
 
 
 class _Classifier(ClassifierMixin, _LinearModel):
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Fit one binary model, or one per class (one-vs-rest) for more than two classes.
 
         Parameters
@@ -269,6 +281,11 @@ class _Classifier(ClassifierMixin, _LinearModel):
             store or a libsvm file.
         y : array-like of shape (n_samples,), optional
             Class labels; omitted for a grid or a libsvm file, which carry their labels.
+        sample_weight : array-like or dask array of shape (n_samples,), optional
+            Non-negative weights of the examples, multiplied by ``class_weight``: the loss
+            term becomes ``(1/Σw) Σ w_i loss_i``, and ``C`` maps to
+            ``alpha = 1/(C·Σw)`` (scikit-learn's ``C Σ w_i loss_i + penalty``). A grid's
+            stored weights when omitted.
 
         Returns
         -------
@@ -292,7 +309,9 @@ class _Classifier(ClassifierMixin, _LinearModel):
             targets = [None]  # the engine maps a grid's two labels to ±1 itself
         else:
             targets = [_one_vs_rest(data, label) for label in positive]
-        results = self._fit_models(data, targets)
+        sample_weight = _class_weighted(data, _base_weights(data, sample_weight),
+                                        getattr(self, "class_weight", None), self.classes_)
+        results = self._fit_models(data, targets, sample_weight)
         self._set_fitted(results, single_output=False)
         return self
 
@@ -351,7 +370,7 @@ class _Classifier(ClassifierMixin, _LinearModel):
         y : array-like of shape (n_samples,), optional
             True labels; omitted for a grid or a libsvm file.
         sample_weight : array-like of shape (n_samples,), optional
-            Weights of the score (the fit itself does not weight rows).
+            Weights of the score.
 
         Returns
         -------
@@ -376,3 +395,56 @@ def _score_arguments(X, y):
     if labels is None:
         raise ValueError("score needs y (only a grid or a libsvm file carry their labels)")
     return X, np.asarray(labels.compute() if is_dask(labels) else labels)
+
+
+def _base_weights(data: ModelInput, sample_weight):
+    """The weights given (numpy, or dask for dask X), or a grid's stored weights; checked."""
+    if sample_weight is None:
+        grid = data.X if data.kind == "grid" else None
+        if grid is None or not grid.has_weights:
+            return None
+        return np.concatenate([grid.read_weights(r) for r in range(grid.n_row_chunks)])
+    if is_dask(sample_weight):
+        return sample_weight
+    if type(sample_weight).__module__.startswith("pandas"):
+        sample_weight = sample_weight.to_numpy()
+    weights = np.asarray(sample_weight)
+    check_sample_weight(weights, int(data.X.shape[0]))  # raises on bad weights
+    return weights
+
+
+def _class_weighted(data: ModelInput, sample_weight, class_weight, classes):
+    """sample_weight × class_weight[y_i] by scikit-learn's own rule
+    (:func:`sklearn.utils.class_weight.compute_class_weight`: "balanced" weighs class k by
+    n_samples / (n_classes · count_k), the counts weighted by sample_weight when given);
+    None when both are None."""
+    if class_weight is None:
+        return sample_weight
+    from sklearn.utils.class_weight import compute_class_weight
+
+    y = data.X.y if data.kind == "grid" else data.y
+    labels = np.asarray(y.compute()) if is_dask(y) else np.asarray(y)
+    given = sample_weight
+    if given is not None and is_dask(given):
+        given = given.compute()
+    weighted_counts = "sample_weight" in inspect.signature(compute_class_weight).parameters
+    extra = {"sample_weight": given} if given is not None and weighted_counts else {}
+    per_class = compute_class_weight(class_weight, classes=classes, y=labels, **extra)
+    per_example = per_class[np.searchsorted(classes, labels)]
+    if sample_weight is None:
+        return per_example
+    if is_dask(sample_weight):
+        import dask.array as da
+
+        return sample_weight * da.from_array(per_example, chunks=sample_weight.chunks)
+    return np.asarray(sample_weight, dtype=np.float64) * per_example
+
+
+def _total(sample_weight) -> float:
+    """Σw (computed once for a dask vector)."""
+    total = sample_weight.sum()
+    total = float(total.compute() if is_dask(total) else total)
+    if not total > 0.0:  # NaN, negatives and the rest are named by the fit's own checks
+        raise ValueError("sample_weight sums to zero (or is not a number): at least one "
+                         "example needs a positive weight")
+    return total

@@ -23,9 +23,10 @@ class LogisticRegression(_Classifier):
 
     def __init__(self, alpha=None, *, C=None, penalty="l2", l1_ratio=0.5, fit_intercept=True,
                  tol=1e-6, max_iter=1000, solver="auto", multi_class="auto", warm_start=False,
-                 random_state=None, verbose=0):
+                 random_state=None, verbose=0, class_weight=None):
         self.alpha = alpha
         self.C = C
+        self.class_weight = class_weight
         self.penalty = penalty
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
@@ -59,7 +60,8 @@ class LogisticRegression(_Classifier):
         The intercept is never penalized, as in scikit-learn's lbfgs solver.
     C : float > 0, default=None
         scikit-learn's inverse regularization strength, with its meaning: the model is
-        fitted with ``alpha = 1 / (C · n_samples)``. Give ``alpha`` or ``C``, not both.
+        fitted with ``alpha = 1 / (C · n_samples)`` (``1 / (C · Σw)`` with weights). Give
+        ``alpha`` or ``C``, not both.
     penalty : {"l2", "l1", "elasticnet"} or None, default="l2"
         The penalty. None fits without regularization (alpha and C are ignored) by the
         "newton" engine, in memory: there is no dual, so the fit stops on the relative
@@ -76,6 +78,14 @@ class LogisticRegression(_Classifier):
         than two classes wherever that runs, "ovr" elsewhere (a grid above the limit, an
         L1 term on a large dask array, a binary engine named by ``solver``) and for two
         classes (one binary model). ``multi_class_`` says which ran.
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplying ``sample_weight``, as scikit-learn defines
+        them: a dict ``{label: weight}`` (classes left out weigh 1), or "balanced",
+        ``n_samples / (n_classes · count_k)`` for class k (the counts weighted by
+        ``sample_weight`` when given). With ``C`` the model is fitted with
+        ``alpha = 1 / (C · Σw)``, Σw the sum of the combined weights, which is
+        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes every
+        one-vs-rest model weighs each example by its own class's weight.
 
     Attributes
     ----------
@@ -197,9 +207,10 @@ class LinearSVC(_Classifier):
 
     def __init__(self, alpha=None, *, C=None, loss="squared_hinge", penalty="l2",
                  l1_ratio=0.5, fit_intercept=True, tol=1e-6, max_iter=1000, solver="auto",
-                 warm_start=False, random_state=None, verbose=0):
+                 warm_start=False, random_state=None, verbose=0, class_weight=None):
         self.alpha = alpha
         self.C = C
+        self.class_weight = class_weight
         self.loss = loss
         self.penalty = penalty
         self.l1_ratio = l1_ratio
@@ -227,7 +238,8 @@ class LinearSVC(_Classifier):
         not penalized (no ``intercept_scaling``).
     C : float > 0, default=None
         scikit-learn's inverse regularization strength, with its meaning: the model is
-        fitted with ``alpha = 1 / (C · n_samples)``. Give ``alpha`` or ``C``, not both.
+        fitted with ``alpha = 1 / (C · n_samples)`` (``1 / (C · Σw)`` with weights). Give
+        ``alpha`` or ``C``, not both.
     loss : {"squared_hinge", "hinge"}, default="squared_hinge"
         The hinge needs ``penalty="l2"`` (it is solved in the dual).
     penalty : {"l2", "l1", "elasticnet"}, default="l2"
@@ -235,6 +247,14 @@ class LinearSVC(_Classifier):
     l1_ratio : float in [0, 1], default=0.5
         The L1 share of the penalty, used with ``penalty="elasticnet"`` only.
 {common_parameters}
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplying ``sample_weight``, as scikit-learn defines
+        them: a dict ``{label: weight}`` (classes left out weigh 1), or "balanced",
+        ``n_samples / (n_classes · count_k)`` for class k (the counts weighted by
+        ``sample_weight`` when given). With ``C`` the model is fitted with
+        ``alpha = 1 / (C · Σw)``, Σw the sum of the combined weights, which is
+        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes every
+        one-vs-rest model weighs each example by its own class's weight.
 
     Attributes
     ----------

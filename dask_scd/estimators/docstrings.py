@@ -49,8 +49,9 @@ _INPUTS = """
     or Dataset (one column per 1-D variable), or the path of a libsvm file. ``predict``
     of a dask array or a grid is lazy and returns a dask array.
 
-    Rows cannot be weighted: the engines have no per-row weights, so ``fit`` takes no
-    ``sample_weight``.
+    ``fit(X, y, sample_weight=w)`` weighs the examples: the loss term becomes
+    ``(1/Σw) Σ w_i loss_i`` (docs/objectives.md), solved by "newton", "sdca", "gram" and,
+    over Dask, "block_newton" ("auto" picks among them).
 """
 
 _REGRESSOR_ATTRIBUTES = _COMMON_ATTRIBUTES.format(

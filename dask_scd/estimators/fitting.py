@@ -12,7 +12,7 @@ import numpy as np
 from dask_scd.api import fit
 from dask_scd.data.inputs import is_dask
 from dask_scd.objectives import CLASSIFICATION_LOSSES, certificate
-from dask_scd.validation import check_problem, collect_warnings, reissue
+from dask_scd.validation import check_problem, check_sample_weight, collect_warnings, reissue
 
 
 def _fit_one(X, y, options: dict, start=None):
@@ -40,18 +40,22 @@ def _reuse_previous(X, y, options: dict, start):
     coef, intercept = start
     if "coef_init" in inspect.signature(fit).parameters:
         return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
-    if is_dask(X) or is_dask(y) or options["penalty"] is None:
+    if is_dask(X) or is_dask(y) or is_dask(options.get("sample_weight")) \
+            or options["penalty"] is None:
         return None  # penalty=None has no certificate to keep a previous solution by
     problem = check_problem(options["loss"], options["penalty"], options["alpha"],
                             options["l1_ratio"], options["fit_intercept"])
     y = np.asarray(y, dtype=np.float64)
+    weights = options.get("sample_weight")
+    if weights is not None:
+        weights = check_sample_weight(weights, len(y))
     if problem.loss in CLASSIFICATION_LOSSES:
         labels = np.unique(y)
         if len(labels) != 2:
             return None
         y = np.where(y == labels[1], 1.0, -1.0)
     intercept = intercept if problem.fit_intercept else 0.0
-    cert = certificate(problem, X, y, coef, intercept)
+    cert = certificate(problem, X, y, coef, intercept, weights=weights)
     if cert.relative_gap > options["tol"]:
         return None
     from dask_scd.result import FitResult, History

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .layout import GridCorruptionError
-from .read import _build_arrays, _check_header, _reader, _store_version, read_cell, read_labels
+from .read import (
+    _build_arrays,
+    _check_header,
+    _reader,
+    _store_version,
+    read_cell,
+    read_labels,
+    read_weights,
+)
 
 __all__ = ["Grid", "open_grid"]
 
@@ -147,6 +155,15 @@ class Grid:
     def read_labels(self, r: int) -> np.ndarray:
         """Read the float64 labels of row chunk ``r``, shape (row_chunks[r],)."""
         return read_labels(self.path, self.grid_id, int(r))
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether the store holds sample weights (``to_grid(..., sample_weight=...)``)."""
+        return bool(self.attrs.get("has_weights", False))
+
+    def read_weights(self, r: int) -> np.ndarray:
+        """Read the float64 sample weights of row chunk ``r``, shape (row_chunks[r],)."""
+        return read_weights(self.path, self.grid_id, int(r))
 
     def __repr__(self) -> str:
         kind = "sparse" if self.is_sparse else "dense"

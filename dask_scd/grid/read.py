@@ -155,6 +155,28 @@ class _Reader:
             raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
         return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
 
+    def read_weights(self, r: int) -> np.ndarray:
+        """Sample weights of row chunk r (stores written with ``sample_weight``)."""
+        where = f"sample weights of row chunk {r} of grid {self.path}"
+        if not self.attrs.get("has_weights", False):
+            raise ValueError(f"grid {self.path} stores no sample weights")
+        try:
+            self._require_chunk_file("weight", f"c/{r}", where)
+            w = np.asarray(self._array("weight")[self.bounds[r] : self.bounds[r + 1]])
+            expected = self._table("weight_checksum", (len(self.bounds) - 1,))
+        except GridCorruptionError:
+            raise
+        except Exception as exc:
+            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise GridCorruptionError(f"{where}: missing, negative or non-finite values")
+        if checksum(w) != int(expected[r]):
+            raise GridCorruptionError(
+                f"{where}: checksum mismatch (the bytes on disk are not the ones written "
+                "there: a chunk file moved, swapped or modified)"
+            )
+        return w
+
     def read_labels(self, r: int) -> np.ndarray:
         where = f"labels of row chunk {r} of grid {self.path}"
         try:
@@ -213,6 +235,11 @@ def read_labels(path: str, grid_id: str, r: int) -> np.ndarray:
     return _reader(path, grid_id).read_labels(r)
 
 
+def read_weights(path: str, grid_id: str, r: int) -> np.ndarray:
+    """Sample weights of row chunk r, checked against their checksum."""
+    return _reader(path, grid_id).read_weights(r)
+
+
 def _check_header(path: str):
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"{path} is a file, not a grid store (a directory)")
@@ -251,6 +278,8 @@ def _check_arrays(path: str, attrs: dict) -> None:
     names = ["y", "cell_nnz"]
     if attrs["format_version"] != 1:
         names += ["cell_checksum", "label_checksum"]
+    if attrs.get("has_weights", False):
+        names += ["weight", "weight_checksum"]
     for name in names:
         if not os.path.isfile(os.path.join(path, name, "zarr.json")):
             raise GridCorruptionError(f"grid store {path} has no {name!r} array ({_REWRITE})")

@@ -95,7 +95,8 @@ def _resolve_names(feature_names, source: RowReader):
 class _GridWriter:
     """Writes the arrays of one grid into a (temporary) directory."""
 
-    def __init__(self, root: str, source: RowReader, blocks, row_chunk: int):
+    def __init__(self, root: str, source: RowReader, blocks, row_chunk: int,
+                 weighted: bool = False):
         self.group = zarr.open_group(root, mode="w-")
         self.group.attrs.update(
             {"format": FORMAT, "format_version": FORMAT_VERSION, "complete": False}
@@ -108,6 +109,10 @@ class _GridWriter:
         self.label_checksum = np.zeros(len(self.bounds) - 1, dtype=np.int64)
         n = source.shape[0]
         self.y = self._create("y", (n,), (row_chunk,), np.float64)
+        # Sample weights, beside the labels and checked like them (optional).
+        self.weight = self._create("weight", (n,), (row_chunk,), np.float64) if weighted \
+            else None
+        self.weight_checksum = np.zeros(len(self.bounds) - 1, dtype=np.int64)
         self.dense = {}
         if not source.is_sparse:
             for b, block in enumerate(blocks):
@@ -147,9 +152,17 @@ class _GridWriter:
         self.y[self.bounds[r] : self.bounds[r + 1]] = values
         self.label_checksum[r] = checksum(values)
 
+    def write_weights(self, r: int, w_chunk: np.ndarray) -> None:
+        values = np.ascontiguousarray(w_chunk, dtype=np.float64)
+        self.weight[self.bounds[r] : self.bounds[r + 1]] = values
+        self.weight_checksum[r] = checksum(values)
+
     def write_attrs(self, attrs: dict, cell_nnz: np.ndarray) -> None:
-        for name, values in (("cell_nnz", cell_nnz), ("cell_checksum", self.cell_checksum),
-                             ("label_checksum", self.label_checksum)):
+        tables = [("cell_nnz", cell_nnz), ("cell_checksum", self.cell_checksum),
+                  ("label_checksum", self.label_checksum)]
+        if self.weight is not None:
+            tables.append(("weight_checksum", self.weight_checksum))
+        for name, values in tables:
             arr = self._create(name, values.shape, values.shape, np.int64)
             arr[:] = values
         self.group.attrs.update(attrs)
@@ -157,9 +170,10 @@ class _GridWriter:
         self.group.attrs["complete"] = True
 
 
-def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names) -> None:
+def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names,
+                weights=None) -> None:
     n, p = source.shape
-    writer = _GridWriter(root, source, blocks, row_chunk)
+    writer = _GridWriter(root, source, blocks, row_chunk, weights is not None)
     bounds = writer.bounds
     n_rc = len(bounds) - 1
     cell_nnz = np.zeros((n_rc, len(blocks)), dtype=np.int64)
@@ -181,6 +195,8 @@ def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names) -> 
             max_nnz[b] = max(max_nnz[b], row_max)
             writer.write_cell(r, b, cell)
         writer.write_labels(r, yc)
+        if weights is not None:
+            writer.write_weights(r, weights[start:stop])
     if r != n_rc - 1:
         raise ValueError(f"input changed while writing: got {r + 1} of {n_rc} row chunks")
     attrs = {
@@ -197,6 +213,7 @@ def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names) -> 
         "nnz": int(cell_nnz.sum()),
         "feature_names": names,
         "grid_id": uuid.uuid4().hex,
+        "has_weights": weights is not None,
     }
     writer.write_attrs(attrs, cell_nnz)
 
@@ -284,6 +301,7 @@ def to_grid(
     sample_dim=None,
     zero_based="auto",
     n_features=None,
+    sample_weight=None,
 ) -> Grid:
     """Write a design matrix and labels as a zarr v3 grid store.
 
@@ -333,6 +351,10 @@ def to_grid(
         For a libsvm file: the number of features of the grid, when the file's
         last features never occur (a test split written with its training
         set's width). By default the largest index in the file.
+    sample_weight : array-like of shape (n_samples,), optional
+        Non-negative weights of the examples (numpy or dask), stored beside the
+        labels as the array ``weight`` with a checksum per row chunk;
+        :func:`dask_scd.fit` of the grid then minimizes the weighted objective.
 
     Returns
     -------
@@ -373,12 +395,27 @@ def to_grid(
     block_list = _resolve_blocks(blocks, source, names, row_chunk)
     if source.in_memory:
         _validate_in_memory(source, row_chunk)
+    weights = _stored_weights(sample_weight, n)
     _make_parent(path)
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     try:
-        _write_grid(tmp, source, block_list, row_chunk, names)
+        _write_grid(tmp, source, block_list, row_chunk, names, weights)
         _commit(tmp, path, overwrite)
     except BaseException:
         _remove(tmp)
         raise
     return open_grid(path)
+
+
+def _stored_weights(sample_weight, n: int):
+    """The weights as stored: float64 as given (not rescaled), after the checks of
+    :func:`dask_scd.validation.check_sample_weight`; None without weights."""
+    if sample_weight is None:
+        return None
+    from dask_scd.validation import check_sample_weight
+
+    if type(sample_weight).__module__.startswith(("dask.", "xarray")):
+        sample_weight = np.asarray(sample_weight.compute() if hasattr(sample_weight, "compute")
+                                   else sample_weight)
+    check_sample_weight(sample_weight, n)  # raises on bad weights (the result is a copy)
+    return np.asarray(sample_weight, dtype=np.float64).reshape(n)

@@ -120,6 +120,22 @@ def line_trials(y, margins, u, steps, quarters, loss):
     return out[:, 0]
 
 
+@njit(nogil=True, cache=True)
+def weighted_line_trials(y, margins, u, steps, quarters, loss, weights):
+    """(K,): Σ_i v_i (ℓ(ŷ_i + steps[k]·u_i) − ℓ(ŷ_i)), :func:`line_trials` with sample
+    weights v."""
+    K = steps.shape[0]
+    out = np.zeros((K, 1))
+    row = np.zeros((K, 1))
+    for i in range(margins.shape[0]):
+        if u[i] != 0.0 and weights[i] != 0.0:
+            row[:, 0] = 0.0
+            _add_changes(loss, y[i], margins[i], u[i], steps, quarters, row, 0)
+            for k in range(K):
+                out[k, 0] += weights[i] * row[k, 0]
+    return out[:, 0]
+
+
 def are_quarters(steps) -> bool:
     """Whether the step sizes are 1, 1/4, 1/16, … (the doubling trick applies)."""
     return bool(np.array_equal(steps, TRIAL_STEPS[: len(steps)]))

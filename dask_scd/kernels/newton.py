@@ -41,6 +41,29 @@ def derivatives(loss, y, margins, grad, curv):
     return total
 
 
+@njit(nogil=True, cache=True)
+def weighted_derivatives(loss, y, margins, weights, grad, curv):
+    """:func:`derivatives` of the weighted loss v_i·ℓ(y_i, z_i); returns Σ v_i ℓ(y_i, z_i)."""
+    total = 0.0
+    for i in range(len(y)):
+        v = weights[i]
+        g, d = _loss_d1_d2(loss, y[i], margins[i])
+        grad[i], curv[i] = v * g, v * d
+        if v != 0.0:
+            total += v * _loss(loss, y[i], margins[i])
+    return total
+
+
+@njit(nogil=True, cache=True)
+def weighted_loss_along(loss, y, margins, weights, direction, step):
+    """Σ v_i ℓ(y_i, z_i + t·u_i)."""
+    total = 0.0
+    for i in range(len(y)):
+        if weights[i] != 0.0:
+            total += weights[i] * _loss(loss, y[i], margins[i] + step * direction[i])
+    return total
+
+
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def signed_scatter(data, indices, indptr, dense, n_rows, n_cols, u, out_neg, out_pos):
     """out_neg = Xᵀ(u ∘ [u < 0]), out_pos = Xᵀ(u ∘ [u > 0]) in one pass over the rows.

@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import cell_view, labels
+from dask_scd.data.cells import cell_view, labels, row_weights
+from dask_scd.kernels import block as block_kernels
+from dask_scd.kernels.scalar import TRIAL_STEPS
 
 
 def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarray:
@@ -62,8 +64,11 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
     grid column order and "width" the number of columns; :func:`sum_partials` adds them
     in place (the same sums).
     """
+    v = row_weights(y)
     y = labels(y)
     a = -obj.loss_derivative(problem.loss, y, margins)
+    if v is not None:
+        a = a * v  # the dual point of the weighted losses v_i·ℓ_i
     pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
     xt_pos, xt_neg, columns = [], [], []
     offset, stored_any = 0, False
@@ -86,7 +91,7 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
         xt_neg.append(x_neg)
         del view
     out = {
-        "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
+        "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
         "pos": np.array([pos.sum()]),
         "neg": np.array([neg.sum()]),
         "xt_pos": np.concatenate(xt_pos),
@@ -101,9 +106,10 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
 
 def dual_loss_sum(y, margins, problem: obj.Problem, total: dict) -> np.ndarray:
     """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums."""
+    v = row_weights(y)
     y = labels(y)
-    a = obj.dual_point(problem, y, margins, _scales(problem, total))
-    return np.array([obj.dual_loss(problem.loss, y, a).sum()])
+    a = obj.dual_point(problem, y, margins, _scales(problem, total), v)
+    return np.array([obj.dual_loss(problem.loss, y, a, v).sum()])
 
 
 def _scales(problem, total) -> tuple[float, float]:
@@ -124,6 +130,24 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
     cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
                                   dual_sum, correlation, float(margin_dot))
     return {**state, "certificate": cert}
+
+
+def weighted_derivatives(code: int, y, margins, weights):
+    """v∘ℓ'(ŷ) and v∘ℓ''(ŷ) (ℓ' and ℓ'' without sample weights)."""
+    d1, d2 = block_kernels.derivatives(code, y, margins)
+    if weights is not None:
+        d1 *= weights
+        d2 *= weights
+    return d1, d2
+
+
+def weighted_line_trials(y, margins, u, code: int, weights):
+    """Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each trial step t (v = 1 without weights)."""
+    quarters = block_kernels.are_quarters(TRIAL_STEPS)
+    if weights is None:
+        return block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code)
+    return block_kernels.weighted_line_trials(y, margins, u, TRIAL_STEPS, quarters, code,
+                                              weights)
 
 
 _LAYOUT = ("cols", "width", "sparse")

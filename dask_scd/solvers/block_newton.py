@@ -34,9 +34,8 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import DeviceCellView, cell_view, labels
+from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
-from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
@@ -133,10 +132,11 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
 
     Returns (statistics, margins).
     """
+    v = row_weights(y)
     y = labels(y)
     A = _row_matrix(cells)
     margins = np.asarray(A @ state["coef"]).ravel() + float(state["intercept"])
-    d1, d2 = block_kernels.derivatives(problem.loss_code, y, margins)
+    d1, d2 = passes.weighted_derivatives(problem.loss_code, y, margins, v)
     pos, neg = np.where(d1 < 0, -d1, 0.0), np.where(d1 > 0, -d1, 0.0)  # a = −ℓ'(ŷ) by sign
     if isinstance(A, _DeviceRow):
         hessian = A.weighted_gram(d2)
@@ -147,7 +147,7 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
     xt_pos, xt_neg = np.asarray(A.T @ pos).ravel(), np.asarray(A.T @ neg).ravel()
     stats = {
         "h": hessian, "hx": np.asarray(A.T @ d2).ravel(), "h0": np.array([d2.sum()]),
-        "loss": np.array([obj.loss_value(problem.loss, y, margins).sum()]),
+        "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
         "pos": np.array([pos.sum()]), "neg": np.array([neg.sum()]),
         "xt_pos": xt_pos, "xt_neg": xt_neg,
         "margin_pos": np.array([obj.vdot(pos, margins)]),
@@ -160,13 +160,14 @@ def newton_trials(cells: list, y, margins, direction: dict, loss: str) -> dict:
     """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ, and
     Σ −ℓ*(−a'_i) for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)·u) (−inf if some a'_i
     is outside the loss's dual domain): see :func:`model_dual_value`."""
+    v = row_weights(y)
     y = labels(y)
     u = np.asarray(_row_matrix(cells) @ direction["d_coef"]).ravel() + direction["d_b"]
     code = obj.LOSS_CODES[loss]
-    d1, d2 = block_kernels.derivatives(code, y, margins)
-    return {"trials": block_kernels.line_trials(
-        y, margins, u, TRIAL_STEPS, block_kernels.are_quarters(TRIAL_STEPS), code),
-        "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u)).sum()])}
+    d1, d2 = passes.weighted_derivatives(code, y, margins, v)
+    return {"trials": passes.weighted_line_trials(y, margins, u, code, v),
+            "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u), v).sum()])}
+
 
 
 # ---------------------------------------------------------------- client-side steps

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import cell_view, labels
+from dask_scd.data.cells import cell_view, labels, row_weights
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
@@ -30,8 +30,13 @@ from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coars
 
 
 def label_stats(y) -> dict:
-    """One row chunk's label counts: {"n", "sum", "pos"} (Σ y, and #(y > 0))."""
+    """One row chunk's label counts: {"n", "sum", "pos"} (Σ y, and #(y > 0)); with sample
+    weights v the weighted ones (Σv, Σ v·y, Σ_{y > 0} v)."""
+    v = row_weights(y)
     y = labels(y)
+    if v is not None:
+        return {"n": np.array([float(v.sum())]), "sum": np.array([obj.vdot(v, y)]),
+                "pos": np.array([float(v[y > 0].sum())])}
     return {"n": np.array([float(len(y))]), "sum": np.array([y.sum()]),
             "pos": np.array([float(np.count_nonzero(y > 0))])}
 

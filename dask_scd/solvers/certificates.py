@@ -18,17 +18,19 @@ from dask_scd import objectives as obj
 _EXTRAPOLATE = 5
 
 
-def primal_certificate(problem, transpose_dot, y, coef, margins) -> obj.Certificate:
-    """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``."""
+def primal_certificate(problem, transpose_dot, y, coef, margins, weights=None) -> obj.Certificate:
+    """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``;
+    ``weights``: the sample weights v (mean 1) or None."""
     n_samples = len(y)
-    sums = obj.margin_sums(problem, y, margins)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    sums = obj.margin_sums(problem, y, margins, weights)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
     xta = transpose_dot(a)
     cert = obj.primal_certificate(
         problem, n_samples, coef, sums["loss"],
-        float(obj.dual_loss(problem.loss, y, a).sum()), xta / n_samples, obj.vdot(a, margins),
+        float(obj.dual_loss(problem.loss, y, a, weights).sum()), xta / n_samples,
+        obj.vdot(a, margins),
     )
-    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
+    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef, weights)
 
 
 def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
@@ -67,12 +69,13 @@ def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
     return cert, best_point
 
 
-def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
+def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start, weights=None):
     """SDCA certificate of (a, w); returns it, the best intercept for w, and w.
 
     An ``a`` off the constraint Σ a_i = 0 (method of multipliers) is first projected onto
     it and w recomputed from the projection, so that the certificate stays valid.
-    ``coef=None`` recomputes w = Xᵀa/(αn) exactly.
+    ``coef=None`` recomputes w = Xᵀa/(αn) exactly. With sample ``weights`` v, ``a`` is
+    the dual of the weighted losses (β = a·y in [0, v_i] for the box duals).
     """
     alpha_n = problem.alpha * len(y)
     if problem.fit_intercept and dual_coef.sum() != 0.0:
@@ -83,8 +86,9 @@ def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start):
     margins = matrix.dot(coef)
     intercept = 0.0
     if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
-    cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept)
+        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start,
+                                          weights=weights)
+    cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept, weights)
     return cert, intercept, coef
 
 
@@ -98,8 +102,8 @@ class DualMemory:
     loss's dual domain, projected onto Σ a_i = 0, rescaled for the pure L1 penalty).
     """
 
-    def __init__(self, problem, y):
-        self.problem, self.y = problem, y
+    def __init__(self, problem, y, weights=None):
+        self.problem, self.y, self.weights = problem, y, weights
         self.best = -np.inf
         self.points = deque(maxlen=_EXTRAPOLATE + 1)
         self.extrapolation_wins = 0
@@ -118,9 +122,9 @@ class DualMemory:
         correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
         a = np.where(a > 0, a * scales[0], a * scales[1])
         cert = obj.primal_certificate(problem, n, coef, loss_sum,
-                                      float(obj.dual_loss(problem.loss, y, a).sum()),
+                                      float(obj.dual_loss(problem.loss, y, a, self.weights).sum()),
                                       correlation, obj.vdot(a, margins))
-        cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
+        cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
             if len(self.points) == self.points.maxlen:
@@ -160,7 +164,7 @@ class DualMemory:
         and projected, which changes Xᵀa)."""
         problem, y = self.problem, self.y
         n = len(y)
-        terms = obj.dual_loss(problem.loss, y, a)
+        terms = obj.dual_loss(problem.loss, y, a, self.weights)
         if not np.all(np.isfinite(terms)):
             return None
         if problem.fit_intercept and abs(float(a.sum())) > 1e-12 * float(np.abs(a).sum()):
@@ -196,17 +200,21 @@ class DualMemory:
         problem, y = self.problem, self.y
         n = len(y)
         beta = a * y
+        upper = 1.0 if self.weights is None else self.weights  # the box scales with v_i
         if problem.loss in ("logistic", "hinge"):
-            beta = np.clip(beta, 0.0, 1.0)
+            beta = np.clip(beta, 0.0, upper)
         elif problem.loss == "squared_hinge":
             beta = np.maximum(beta, 0.0)
         a = beta * y if problem.loss != "squared" else a
+        if self.weights is not None:
+            a = np.where(self.weights > 0.0, a, 0.0)  # a weightless example's dual is 0
         if problem.fit_intercept:
             a = obj.project_sum_zero(a)
         correlation = design.rows.scatter(a) / n
         if problem.l2 == 0.0:
             top = float(np.abs(correlation).max(initial=0.0))
             kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
-            return float(obj.dual_loss(problem.loss, y, kappa * a).sum()) / n
+            return float(obj.dual_loss(problem.loss, y, kappa * a, self.weights).sum()) / n
         conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
-        return float(obj.dual_loss(problem.loss, y, a).sum()) / n - float(conjugate.sum())
+        return (float(obj.dual_loss(problem.loss, y, a, self.weights).sum()) / n
+                - float(conjugate.sum()))

@@ -65,13 +65,20 @@ class GramSystem:
     n_samples: int
 
     @classmethod
-    def from_array(cls, X, y, fit_intercept: bool, columns) -> "GramSystem":
-        """Build H, Xᵀy/n and ‖y‖²/n in float64 from dense or sparse X (never modified)."""
+    def from_array(cls, X, y, fit_intercept: bool, columns, weights=None) -> "GramSystem":
+        """Build H, Xᵀy/n and ‖y‖²/n in float64 from dense or sparse X (never modified).
+
+        With sample ``weights`` v (mean 1) every form is in the metric V = diag(v):
+        H = XcᵀVXc/n, XcᵀVyc/n, ‖yc‖²_V/n, centred on the weighted means, so that
+        Σ v_i r_i = 0 and the dual point a = v∘r needs no projection.
+        """
         n, p = X.shape
         columns = np.asarray(columns, dtype=np.intp)
         every = len(columns) == p
-        y_mean = float(y.mean()) if fit_intercept else 0.0
+        total = float(n) if weights is None else float(weights.sum())
+        y_mean = obj.weighted_sum(y, weights) / total if fit_intercept else 0.0
         yc = y - y_mean
+        vyc = yc if weights is None else weights * yc
         k = len(columns)
         if sp.issparse(X):
             # By rows, straight into a dense (k+1)²: Σ_i x_W,i x_W,iᵀ with the column sums
@@ -81,11 +88,12 @@ class GramSystem:
             position[columns] = np.arange(k)
             out = np.zeros((k + 1, k + 1))
             newton_kernels.weighted_gram(rows.data, rows.indices, rows.indptr, n, position,
-                                         np.ones(n), True, out)
+                                         np.ones(n) if weights is None else weights, True,
+                                         out)
             out += out.T - np.diag(out.diagonal())  # each pair landed in one triangle
-            x_mean = out[:k, k] / n if fit_intercept else np.zeros(k)
-            gram = out[:k, :k] - n * np.outer(x_mean, x_mean)  # (X − 1μᵀ)ᵀ(X − 1μᵀ)
-            xty = rows.scatter(yc)[columns]  # Xcᵀ yc = Xᵀ yc, since Σ yc = 0
+            x_mean = out[:k, k] / total if fit_intercept else np.zeros(k)
+            gram = out[:k, :k] - total * np.outer(x_mean, x_mean)  # (X − 1μᵀ)ᵀV(X − 1μᵀ)
+            xty = rows.scatter(vyc)[columns]  # XcᵀVyc = XᵀVyc, since Σ v·yc = 0
         else:
             step = max(256, _CHUNK_BYTES // (8 * k))
             chunks = [slice(start, start + step) for start in range(0, n, step)]
@@ -94,18 +102,24 @@ class GramSystem:
                 return (X[rows] if every else X[rows, columns]).astype(np.float64)
 
             x_mean = np.zeros(k)
-            if fit_intercept:
+            if fit_intercept and weights is None:
                 x_mean = (X.mean(axis=0, dtype=np.float64) if every
                           else sum(chunk_of(rows).sum(axis=0) for rows in chunks) / n)
+            elif fit_intercept:
+                x_mean = (weights @ X if every
+                          else sum(weights[rows] @ chunk_of(rows) for rows in chunks)) / total
+            roots = None if weights is None else np.sqrt(weights)
             gram = np.zeros((k, k))
             xty = np.zeros(k)
             for rows in chunks:
                 chunk = chunk_of(rows) - x_mean
+                xty += chunk.T @ vyc[rows]
+                if roots is not None:
+                    chunk *= roots[rows, None]  # XcᵀVXc = (√v∘Xc)ᵀ(√v∘Xc)
                 gram += chunk.T @ chunk  # symmetric rank-k update (BLAS syrk)
-                xty += chunk.T @ yc[rows]
         scale = 1.0 / n
         gram = np.ascontiguousarray((gram + gram.T) * (0.5 * scale))  # exactly symmetric
-        return cls(columns, gram, xty * scale, float(yc @ yc) * scale, x_mean, y_mean, n)
+        return cls(columns, gram, xty * scale, float(yc @ vyc) * scale, x_mean, y_mean, n)
 
     def intercept(self, coef) -> float:
         return self.y_mean - float(self.x_mean @ coef)
@@ -137,15 +151,16 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
     ``data.y``: ndarray of shape (n_samples,).
     """
-    X, y = data.X, data.y
+    X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     start = time.perf_counter()  # building H is part of the solve: it is timed
     n_features = X.shape[1]
-    exact = _ExactCertificate(X, y, problem)
+    exact = _ExactCertificate(X, y, problem, weights)
     coef = np.zeros(n_features)
     history = History()
     epoch = 0
-    intercept = float(y.mean()) if problem.fit_intercept else 0.0
+    intercept = obj.optimal_intercept("squared", y, np.zeros(len(y)), weights=weights) \
+        if problem.fit_intercept else 0.0
     if problem.l1 > 0.0:
         cert, intercept = exact(coef, intercept)
         history.append(0, cert.relative_gap, cert.primal, time.perf_counter() - start)
@@ -159,7 +174,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         if 2 * len(working) > n_features:
             working = np.arange(n_features)
         if system is None or not np.array_equal(system.columns, working):
-            system = GramSystem.from_array(X, y, problem.fit_intercept, working)
+            system = GramSystem.from_array(X, y, problem.fit_intercept, working, weights)
         sub, epoch = _solve(system, problem, coef[working], target, epoch, max_iter, rng)
         coef[:] = 0.0
         coef[working] = sub
@@ -220,11 +235,11 @@ def _admit(problem, cert: obj.Certificate, working, coef) -> np.ndarray:
 class _ExactCertificate:
     """The certificate of (θ, b) from X itself, in X's own layout (no copy of X)."""
 
-    def __init__(self, X, y, problem):
+    def __init__(self, X, y, problem, weights=None):
         by_rows = X.format != "csc" if sp.issparse(X) else not np.isfortran(np.asarray(X))
         self.by_rows = by_rows
         self.matrix = MajorMatrix.from_array(X, "rows" if by_rows else "columns")
-        self.y, self.problem = y, problem
+        self.y, self.problem, self.weights = y, problem, weights
 
     def __call__(self, coef, intercept) -> tuple[obj.Certificate, float]:
         """The certificate of (θ, b'), with b' = b + mean(y − Xθ − b), and b'.
@@ -241,7 +256,8 @@ class _ExactCertificate:
             margins, transpose_dot = matrix.scatter(coef), matrix.dot  # skips θ_j = 0
         margins += intercept
         if self.problem.fit_intercept:
-            shift = float(np.mean(self.y - margins))
+            shift = obj.optimal_intercept("squared", self.y, margins, weights=self.weights)
             margins += shift
             intercept += shift
-        return primal_certificate(self.problem, transpose_dot, self.y, coef, margins), intercept
+        return primal_certificate(self.problem, transpose_dot, self.y, coef, margins,
+                                  self.weights), intercept

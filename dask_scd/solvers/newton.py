@@ -65,18 +65,18 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                          "hinge_newton.fit_hinge_newton's (solver='newton' picks it)")
     if problem.unpenalized:
         return fit_unpenalized(data, problem, options)
-    X, y = data.X, data.y
+    X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
     start = time.perf_counter()
     design = Design.from_array(X, lambda: data.pure_blocks)
     meter.add("setup", 0.0, start)
     coef = np.zeros(p)
-    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n)) if problem.fit_intercept \
-        else 0.0
+    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
+        if problem.fit_intercept else 0.0
     margins = np.full(n, intercept)
     grad_rows, curv = np.empty(n), np.empty(n)
-    duals = DualMemory(problem, y)
+    duals = DualMemory(problem, y, weights)
     history = History()
     stopping = Stopping(options.tol, options.max_iter)
     # Working sets of up to √nnz columns are free: a model epoch over their Gram costs at
@@ -90,7 +90,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     t = 1.0  # the step size of the last line search
     while True:
         tick = time.perf_counter()
-        loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
+        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
         parts = design.signed_scatter(grad_rows)
         grad = (parts[0] + parts[1]) / n  # Xᵀg/n
         meter.add("gradient", 1.0, tick)
@@ -140,7 +140,8 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         step += 1
         delta, delta_b, direction = solved[:3]
         tick = time.perf_counter()
-        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b)
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b,
+                         weights)
         meter.add("line_search", 0.0, tick)
         if t == 0.0:
             if sampled:  # no decrease along the sampled direction: the full Hessian's
@@ -157,7 +158,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         tick = time.perf_counter()
         margins = design.rows.dot(coef) + intercept
         final = duals.tighten(primal_certificate(problem, design.rows.scatter, y, coef,
-                                                 margins))
+                                                 margins, weights))
         meter.add("certificate", 2.0, tick)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
@@ -172,22 +173,22 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     step; that relative gradient norm is the Run's ``grad_norm`` and what the history
     records in place of the gap.
     """
-    X, y = data.X, data.y
+    X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
     start = time.perf_counter()
     design = Design.from_array(X, lambda: data.pure_blocks)
     meter.add("setup", 0.0, start)
     coef = np.zeros(p)
-    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n)) if problem.fit_intercept \
-        else 0.0
+    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
+        if problem.fit_intercept else 0.0
     grad_rows, curv = np.empty(n), np.empty(n)
     history = History()
     step, first_violation = 0, None
     while True:
         tick = time.perf_counter()
         margins = design.rows.dot(coef) + intercept
-        loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
+        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
         parts = design.signed_scatter(grad_rows)
         model = Model(problem, coef, intercept, (parts[0] + parts[1]) / n,
                       float(grad_rows.sum()) / n, grad_rows, curv)
@@ -204,7 +205,8 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         tick = time.perf_counter()
         delta, delta_b, direction, passes, inner = l2_direction(design, model)
         meter.add(f"solve:{inner}", passes, tick)
-        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b)
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b,
+                         weights)
         if t == 0.0:
             break
         step += 1
@@ -226,7 +228,17 @@ def _near_the_end(model, solved, cert, tol) -> bool:
 # ---------------------------------------------------------------------- line search
 
 
-def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b) -> float:
+def _derivatives(problem, y, margins, weights, grad_rows, curv) -> float:
+    """g = v∘ℓ'(z) and d = v∘ℓ''(z) into ``grad_rows`` and ``curv`` (v = 1 without sample
+    weights); returns Σ v_i ℓ(y_i, z_i). Every model and certificate downstream reads the
+    weighted loss through these alone."""
+    if weights is None:
+        return kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
+    return kernels.weighted_derivatives(problem.loss_code, y, margins, weights, grad_rows, curv)
+
+
+def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b,
+                 weights=None) -> float:
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·(∇fᵀΔ + penalty change)
     (0 if none, or Δ = 0). O(n) per trial, no pass over X."""
     n = len(y)
@@ -244,7 +256,11 @@ def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b
         return 1.0
     t = 1.0
     for _ in range(MAX_BACKTRACK):
-        trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
+        if weights is None:
+            trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
+        else:
+            trial = kernels.weighted_loss_along(problem.loss_code, y, margins, weights,
+                                                direction, t) / n
         trial += obj.penalty_value(problem, coef + t * delta)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t

@@ -38,6 +38,7 @@ class Engine:
     grid_entry : ``"module:function"`` that runs this in-memory engine out of core on a
         Grid named by ``solver=`` (read row chunk by row chunk in the calling process,
         never materialized); empty: a Grid is read into memory first.
+    weighted : the losses it solves with sample weights.
     """
 
     name: str
@@ -49,6 +50,7 @@ class Engine:
     per_loss: tuple = ()
     unpenalized: bool = False
     grid_entry: str = ""
+    weighted: tuple = ()
 
     def entry_for(self, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss``."""
@@ -68,8 +70,11 @@ class Engine:
 
         return run
 
-    def refusal(self, problem: Problem) -> str | None:
-        """Why this engine cannot solve ``problem`` (None if it can)."""
+    def refusal(self, problem: Problem, weighted: bool = False) -> str | None:
+        """Why this engine cannot solve ``problem`` (None if it can), with sample weights
+        when ``weighted``."""
+        if weighted and problem.loss not in self.weighted:
+            return weights_refusal(self.name, problem.loss)
         if problem.unpenalized and not self.unpenalized:
             return (f"solver={self.name!r} needs a penalty: penalty=None (no regularization, "
                     "so no duality gap) is fitted by solver='newton' in memory only (dask "
@@ -85,6 +90,16 @@ class Engine:
         return None
 
 
+def weighted_engines(loss: str) -> list[str]:
+    """The engines that solve ``loss`` with sample weights."""
+    return [name for name, engine in ENGINES.items() if loss in engine.weighted]
+
+
+def weights_refusal(solver: str, loss: str) -> str:
+    return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
+            f"that do: {weighted_engines(loss)} (solver='auto' picks one of them)")
+
+
 def _function(entry: str):
     module, function = entry.split(":")
     return getattr(importlib.import_module(module), function)
@@ -98,16 +113,18 @@ def register(engine: Engine) -> Engine:
     return engine
 
 
-register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",)))
+register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",),
+                weighted=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every", "check_every", "chunk_order"),
-                grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid"))
+                grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",
+                weighted=ANY_LOSS))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge", MULTINOMIAL),
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
                           (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
-                unpenalized=True))
+                unpenalized=True, weighted=SMOOTH))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
@@ -116,7 +133,8 @@ register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask",
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
                 losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
                 per_loss=((MULTINOMIAL,
-                           "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),)))
+                           "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),),
+                weighted=SMOOTH))
 register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
     "client", "n_partitions", "local_epochs", "aggregation", "split")))
 
@@ -158,6 +176,7 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
     from dask_scd.data.memory import InMemory
 
     in_memory = isinstance(data, InMemory)
+    weighted = getattr(data, "weighted", False)
     if problem.loss == MULTINOMIAL and not in_memory:
         if problem.l1 > 0.0 or getattr(data, "grid", None) is not None:
             raise ValueError(
@@ -168,6 +187,9 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
         if solver == "auto":
             solver = "block_newton"  # Newton-CG over row chunks
     if solver == "auto":
+        if weighted:  # only the engines that take sample weights
+            among = [name for name in weighted_engines(problem.loss)
+                     if among is None or name in among]
         solver = (_auto_in_memory(problem, data, among) if in_memory
                   else _auto_dask(data, problem))
         if not in_memory and problem.loss == "hinge":
@@ -176,7 +198,7 @@ def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
                 "loss='squared_hinge', or fit in memory with solver='sdca'"
             )
     engine = get(solver)
-    reason = engine.refusal(problem)
+    reason = engine.refusal(problem, weighted)
     if reason is not None:
         raise ValueError(reason)
     if engine.data == "dask" and in_memory:
@@ -197,6 +219,11 @@ def newton_forms_curvature(source) -> bool:
     n, p = source.n_samples, source.n_features
     per_row = (source.nnz if source.nnz is not None else source.nbytes / 8.0) / max(n, 1)
     return p <= NEWTON_MAX_FEATURES and min(per_row, p) ** 2 <= NEWTON_MAX_ROW_COST
+
+
+def dask_auto(source, problem: Problem) -> str:
+    """The Dask engine that ``solver="auto"`` runs on ``source`` (see :func:`_auto_dask`)."""
+    return _auto_dask(source, problem)
 
 
 def _auto_dask(source, problem: Problem) -> str:
@@ -310,5 +337,7 @@ def _auto_in_memory(problem: Problem, data, among=None) -> str:
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
         if not costs:  # e.g. only "gram" applied: the primal runs its regime
-            costs = {"scd": 1.0}
+            fallback = [name for name in ("scd", "newton", *among)
+                        if name in among and get(name).refusal(problem) is None]
+            costs = {fallback[0] if fallback else "scd": 1.0}
     return min(costs, key=costs.get)

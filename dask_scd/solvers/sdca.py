@@ -37,11 +37,19 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     spread over passes on the active rows. The certificate over all rows decides when
     to stop, whatever the active set.
 
+    With sample weights v (``data.weights``) each example's dual box scales with v_i:
+    the epochs move u = a/v in the unweighted box with curvature v_i·‖x_i‖²/(αn)
+    (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`, and the shrinking epochs of the
+    box duals with the same scaling), on the CPU.
+
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
     ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
     """
-    X, y = data.X, data.y
+    X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
+    if weights is not None and options.device == "gpu":
+        raise ValueError("sample weights are solved by the CPU epochs of solver='sdca': "
+                         "pass device='cpu'")
     settings = _settings(options.engine, options.device)
     matrix = MajorMatrix.from_array(X, "rows")
     epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
@@ -53,14 +61,14 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     schedule = CertificateSchedule()
     intercept = 0.0
     if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
-    dual_coef = dual_start(problem, y, intercept)
-    coef = matrix.scatter(dual_coef) / alpha_n
+        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples), weights=weights)
+    dual_coef = dual_start(problem, y, intercept, weights)  # u = a/v with weights
+    coef = matrix.scatter(_weighted(dual_coef, weights)) / alpha_n
 
     history = History()
     start = time.perf_counter()
     epoch = 0
-    epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, settings, rng)
+    epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, settings, rng, weights)
     try:
         for epoch in range(1, max_iter + 1):
             max_delta, settled, dual_total = epochs.run(
@@ -72,8 +80,8 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             exact = epochs.resync(epoch, certify, dual_coef, coef, alpha_n)
             if not certify:
                 continue
-            cert, _, _ = dual_certificate(problem, matrix, y, dual_coef,
-                                          coef if exact is None else exact, intercept)
+            cert, _, _ = dual_certificate(problem, matrix, y, _weighted(dual_coef, weights),
+                                          coef if exact is None else exact, intercept, weights)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             options.progress.update(epoch, cert.relative_gap, cert.primal)
             if cert.relative_gap <= tol:
@@ -81,32 +89,44 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     finally:
         epochs.close()
     # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    cert, intercept, coef = dual_certificate(problem, matrix, y, dual_coef, None, intercept)
+    cert, intercept, coef = dual_certificate(problem, matrix, y, _weighted(dual_coef, weights),
+                                             None, intercept, weights)
     margins = matrix.dot(coef) + intercept
-    primal_cert = primal_certificate(problem, matrix.scatter, y, coef, margins)
+    primal_cert = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
     if primal_cert.gap < cert.gap:
         cert = primal_cert
     return Run(coef, float(intercept), cert, epoch, history)
 
 
-def dual_start(problem, y, intercept) -> np.ndarray:
-    """A feasible first dual point, with Σ a_i = 0 when the intercept is fitted."""
+def dual_start(problem, y, intercept, weights=None) -> np.ndarray:
+    """A feasible first dual point, with Σ a_i = 0 when the intercept is fitted; with sample
+    weights v, the point u = a/v in the unweighted domain (0 where v = 0)."""
     n_samples = len(y)
     if problem.loss in _BOX_DUALS:
         # liblinear's start a = 0 (w = 0). The dual point of θ = 0 would put every row at
         # β = 1 (β = 2 for the squared hinge), far from the few support vectors.
         return np.zeros(n_samples)
-    # The dual point of θ = 0 with its best intercept.
+    # The dual point of θ = 0 with its best intercept: a = −ℓ'(b), so u = −ℓ'(b) too.
     margins0 = np.full(n_samples, intercept)
-    dual_coef = obj.dual_point(
-        problem, y, margins0, obj.dual_scales(problem, obj.margin_sums(problem, y, margins0))
-    )
+    sums = obj.margin_sums(problem, y, margins0, weights)
+    dual_coef = obj.dual_point(problem, y, margins0, obj.dual_scales(problem, sums))
     if problem.loss == "logistic":
         # The logistic dual is open at β ∈ {0, 1}; keep the start strictly inside.
         dual_coef = np.clip(dual_coef * y, 1e-3, 1 - 1e-3) * y
-        if problem.fit_intercept:
+    if weights is None:
+        if problem.loss == "logistic" and problem.fit_intercept:
             dual_coef = obj.project_sum_zero(dual_coef)
+        return dual_coef
+    dual_coef = np.where(weights > 0.0, dual_coef, 0.0)
+    if problem.fit_intercept:  # Σ v_i u_i = 0: shrink one sign of a = v∘u
+        a = obj.project_sum_zero(weights * dual_coef)
+        dual_coef = np.where(weights > 0.0, a / np.where(weights > 0.0, weights, 1.0), 0.0)
     return dual_coef
+
+
+def _weighted(unit_dual, weights):
+    """The dual point a = v∘u of the weighted losses (u itself without weights)."""
+    return unit_dual if weights is None else weights * unit_dual
 
 
 # ρ of the method of multipliers, in units of the mean coordinate curvature. Against 1,
@@ -153,13 +173,13 @@ class _Shrinking:
                    np.ones(n_samples, dtype=bool))
 
     def epoch(self, matrix, y, dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept,
-              rho, dual_sum, rng):
+              rho, dual_sum, rng, weights=None):
         """One epoch of work; returns max |Δa_i| and whether all rows were solved to ε."""
         return sdca.sdca_shrinking_epoch(
             matrix.data, matrix.indices, matrix.indptr, matrix.dense, matrix.n_minor, y,
             dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept, rho, dual_sum,
             self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep,
-            _RELATIVE_EPS, _SHRUNK_WORK,
+            _RELATIVE_EPS, _SHRUNK_WORK, weights,
         )
 
 
@@ -200,9 +220,10 @@ class _Epochs:
     With one thread this is the sequential engine (and ``rng`` draws as it always did).
     """
 
-    def __init__(self, matrix, epoch_matrix, kernels, problem, y, settings, rng):
+    def __init__(self, matrix, epoch_matrix, kernels, problem, y, settings, rng, weights=None):
         n_samples = len(y)
         self.matrix, self.epoch_matrix, self.kernels, self.y = matrix, epoch_matrix, kernels, y
+        self.weights = weights
         self.loss_code, self.rng = problem.loss_code, rng
         self.all_rows = np.arange(n_samples)
         n_threads = min(settings["n_threads"], n_samples)
@@ -228,7 +249,7 @@ class _Epochs:
     def run(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho):
         """One epoch on every thread; returns max |Δa_i|, whether every thread's rows are
         settled, and Σ a_i after it."""
-        dual_sum = np.array([dual_coef.sum()])
+        dual_sum = np.array([_weighted(dual_coef, self.weights).sum()])
         if self.pool is None:
             max_delta, settled = self._epochs(dual_coef, coef, alpha_n, row_sq_norms,
                                               intercept, rho, [dual_sum])[0]
@@ -241,15 +262,22 @@ class _Epochs:
         results = self._epochs(dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums)
         max_delta = max(r[0] for r in results)
         settled = all(r[1] for r in results)
-        return max_delta, settled, dual_coef.sum()  # exact: each a_i has one writer
+        # exact: each a_i has one writer
+        return max_delta, settled, _weighted(dual_coef, self.weights).sum()
 
     def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums):
         """(max |Δa_i|, settled) of each thread's epoch."""
         kernels, m, y, loss = self.kernels, self.epoch_matrix, self.y, self.loss_code
         if self.shrinking is None:
             order = _block_order(self.all_rows, self.rng)
+            weights = self.weights
 
             def plain(piece, dual_sum):
+                if weights is not None:
+                    return sdca.sdca_weighted_epoch(
+                        m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef,
+                        piece, loss, alpha_n, row_sq_norms, weights, intercept, rho, dual_sum,
+                    ), False
                 return kernels.sdca_epoch(
                     m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef,
                     piece, loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
@@ -259,7 +287,8 @@ class _Epochs:
             return self._map(plain, list(zip(pieces, sums)))
 
         return [self.shrinking.epoch(self.matrix, y, dual_coef, coef, loss, alpha_n,
-                                     row_sq_norms, intercept, rho, sums[0], self.rng)]
+                                     row_sq_norms, intercept, rho, sums[0], self.rng,
+                                     self.weights)]
 
     def resync(self, epoch, certify, dual_coef, coef, alpha_n):
         """With several threads: w = Xᵀa/(αn) when a certificate or a sync is due (then
@@ -270,8 +299,10 @@ class _Epochs:
         if not (certify or synced):
             return None
 
+        dual = _weighted(dual_coef, self.weights)
+
         def scatter(lo, hi):
-            return self.matrix.lines(lo, hi).scatter(dual_coef[lo:hi])
+            return self.matrix.lines(lo, hi).scatter(dual[lo:hi])
 
         exact = np.zeros_like(coef)
         for part in self._map(scatter, self._ranges()):  # in row order, whatever the timing

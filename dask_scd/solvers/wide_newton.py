@@ -25,9 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import cell_view, labels
+from dask_scd.data.cells import cell_view, labels, row_weights
 from dask_scd.kernels import block as block_kernels
-from dask_scd.kernels.scalar import TRIAL_STEPS
 from dask_scd.runtime import passes
 from dask_scd.solvers.coarse_level import block_sums, two_level
 
@@ -57,7 +56,8 @@ def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Proble
     views = _views(cells)
     margins = passes.refresh_margins(views, views[0].n_rows, state, offsets)
     stats = passes.certificate_stats(views, y, margins, problem)
-    d1, d2 = block_kernels.derivatives(problem.loss_code, labels(y), margins)
+    d1, d2 = passes.weighted_derivatives(problem.loss_code, labels(y), margins,
+                                         row_weights(y))
     stats["hx"] = np.concatenate([view.rmatvec(d2) for view in views])
     stats["hdiag"] = np.concatenate([view.rmatvec(d2, squared=True) for view in views])
     stats["h0"] = np.array([d2.sum()])
@@ -74,13 +74,11 @@ def curvature_product(cells: list, curvature, offsets, v) -> dict:
 
 def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) -> dict:
     """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ."""
-    y = labels(y)
     views = _views(cells)
     u = passes.cells_matvec(views, direction["d_coef"], offsets,
                             np.full(views[0].n_rows, float(direction["d_b"])))
-    code = obj.LOSS_CODES[loss]
-    return {"trials": block_kernels.line_trials(
-        y, margins, u, TRIAL_STEPS, block_kernels.are_quarters(TRIAL_STEPS), code)}
+    return {"trials": passes.weighted_line_trials(
+        labels(y), margins, u, obj.LOSS_CODES[loss], row_weights(y))}
 
 
 # ---------------------------------------------------------------- the client's solve
