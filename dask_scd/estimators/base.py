@@ -301,7 +301,9 @@ class _Classifier(ClassifierMixin, _LinearModel):
         if len(self.classes_) < 2:
             raise ValueError("This solver needs samples of at least 2 classes in the data, "
                              f"but the data contains only one class: {self.classes_[0]!r}")
-        if self._fits_multinomial(data, len(self.classes_)):
+        weighted = (sample_weight is not None or getattr(self, "class_weight", None) is not None
+                    or (data.kind == "grid" and data.X.has_weights))
+        if self._fits_multinomial(data, len(self.classes_), weighted):
             self._fit_multinomial(data)
             return self
         positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_

@@ -115,15 +115,24 @@ class LogisticRegression(_Classifier):
     ``history_`` is one History; ``warm_start`` does not apply to it (it starts cold).
     """)
 
-    def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
+    def _fits_multinomial(self, data: ModelInput, n_classes: int,
+                          weighted: bool = False) -> bool:
         """"multinomial" as asked; for "auto", with more than two classes where an engine
         of the softmax loss runs: in memory (in-memory X, dask and grid input below the
         in-memory limit of ``solver="auto"``, ``solver="newton"``), and on a dask array
-        above it without an L1 term (``"block_newton"``)."""
+        above it without an L1 term (``"block_newton"``). The softmax engines take no
+        sample weights: a weighted fit (``sample_weight``, ``class_weight`` or a grid's
+        stored weights) is one-vs-rest under "auto", an error under "multinomial"."""
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"multi_class={self.multi_class!r} is not one of {MULTI_CLASS}")
+        if self.multi_class == "multinomial" and weighted:
+            raise ValueError("multi_class='multinomial' takes no sample_weight or "
+                             "class_weight: fit one weighted binary model per class with "
+                             "multi_class='ovr' (what multi_class='auto' does)")
         if self.multi_class != "auto":
             return self.multi_class == "multinomial"
+        if weighted:
+            return False
         if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
             return False
         if data.kind in ("native", "memory") or self.solver == "newton":

@@ -96,6 +96,9 @@ def weighted_engines(loss: str) -> list[str]:
 
 
 def weights_refusal(solver: str, loss: str) -> str:
+    if not weighted_engines(loss):
+        return (f"no engine takes sample weights for loss={loss!r}; for several classes fit "
+                "one weighted binary model per class (LogisticRegression(multi_class='ovr'))")
     return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
             f"that do: {weighted_engines(loss)} (solver='auto' picks one of them)")
 
