@@ -8,6 +8,7 @@ import datetime
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,30 @@ from client_fit import FIT, slurm_resources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITION = os.environ.get("DASK_SCD_SLURM_PARTITION", "debug")
+
+
+def _partition_answers() -> str | None:
+    """None when the partition answers, else why not."""
+    if shutil.which("sinfo") is None:
+        return "sinfo is not installed"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-p", PARTITION, "-o", "%t"], capture_output=True,
+                              text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"sinfo did not answer ({error})"
+    if done.returncode != 0 or not done.stdout.strip():
+        return f"no SLURM partition {PARTITION!r} answers (make test-slurm starts one)"
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        return "dask-jobqueue is not installed (the jobqueue extra)"
+    return None
+
+
+# Only where a SLURM partition answers (make test-slurm starts a one-node cluster):
+# elsewhere, and in make test, skipped at once.
+_WHY_NOT = _partition_answers()
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_WHY_NOT is not None, reason=_WHY_NOT or "")]
 RESULTS = ROOT / "benchmarks" / "results" / "slurm.md"
 TIMINGS = []  # (scenario, cluster, workers, epochs, seconds, relative gap, max |Δw|)
 
