@@ -146,6 +146,8 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     history = History()
     epoch = 0
     intercept = float(y.mean()) if problem.fit_intercept else 0.0
+    if options.start is not None:  # a warm start: its support enters the working set
+        coef[:], intercept = options.start
     if problem.l1 > 0.0:
         cert, intercept = exact(coef, intercept)
         history.append(0, cert.relative_gap, cert.primal, time.perf_counter() - start)
