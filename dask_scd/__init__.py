@@ -4,11 +4,14 @@ from dask_scd.api import fit
 from dask_scd.estimators import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
 from dask_scd.grid import Grid, GridCorruptionError, open_grid, to_grid
 from dask_scd.objectives import Certificate, Problem, certificate
+from dask_scd.path import PathResult, path
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult, History
 
 __all__ = [
     "fit",
+    "path",
+    "PathResult",
     "FitResult",
     "History",
     "Problem",
