@@ -275,12 +275,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                                                 available)
             _check_engine_options(settings.engine, engine, settings.solver, False)
             start = (coef, intercept) if sub is data else (coef[keep], intercept)
-            with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
-                options = Options(tol, settings.max_iter, settings.rng, progress,
-                                  settings.engine, device,
-                                  check_start(start[0], start[1], sub.n_features,
-                                              point.fit_intercept))
-                run = engine.load()(sub, point, options)
+            run = _run(engine, sub, point, settings, tol, start, device)
             if sub is data:
                 coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
                 gap = run.certificate.relative_gap
@@ -295,11 +290,28 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                 sub = data  # the last try: all features
             tol = tol / 10.0
         n_iter = run.n_iter
+        if gap > settings.tol and settings.solver == "auto" and engine.name != "newton":
+            # The engine "auto" chose stopped short of tol (the Gram engine's rounding
+            # floor on correlated columns): proximal Newton finishes from where it is.
+            engine = registry.get("newton")
+            run = _run(engine, data, point, settings, settings.tol, (coef, intercept), device)
+            coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
+            gap, n_iter = run.certificate.relative_gap, n_iter + run.n_iter
         if not point.fit_intercept:
             intercept = 0.0
         out.set(k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None
                 else 0)
     return out.result(alphas, alpha_max, classes, settings)
+
+
+def _run(engine, data: InMemory, problem: obj.Problem, settings: _Settings, tol: float,
+         start: tuple, device: str):
+    """One point: the engine's run from ``start`` (θ, b)."""
+    with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
+        options = Options(tol, settings.max_iter, settings.rng, progress, settings.engine,
+                          device, check_start(start[0], start[1], data.n_features,
+                                              problem.fit_intercept))
+        return engine.load()(data, problem, options)
 
 
 def _column_norms(X) -> np.ndarray:
