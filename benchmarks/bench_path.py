@@ -53,6 +53,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TOL = 1e-6
 N_ALPHAS = 100
 EPS = 1e-3
+CAP = 300.0  # seconds: a method still running then is stopped (--cap)
 
 
 def log(message: str) -> None:
@@ -97,6 +98,29 @@ def timed(function):
         warnings.simplefilter("ignore")
         out = function()
     return time.perf_counter() - start, out
+
+
+def capped(function, cap: float, extract):
+    """(seconds, extract(output)) of ``function`` run in a forked process, or None when it
+    ran past ``cap`` seconds (then stopped): one slow peer cannot stall the table."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child():
+        seconds, out = timed(function)
+        send.send((seconds, extract(out)))
+
+    process = context.Process(target=child)
+    process.start()
+    ready = receive.poll(cap)
+    result = receive.recv() if ready else None
+    process.join(1.0 if ready else 0.0)
+    if process.is_alive():
+        process.terminate()
+        process.join()
+    return result
 
 
 def objectives(X, y, alphas, coefs, fit_intercept=False, intercepts=None) -> np.ndarray:
@@ -155,8 +179,12 @@ def run_paths(name, X, y):
             rows.append([method, "skipped: " + run, "", ""])
             continue
         log(f"  path: {method}")
-        seconds, coefs = timed(run)
-        coefs = np.asarray(coefs.toarray() if sp.issparse(coefs) else coefs)
+        out = capped(run, CAP, lambda c: np.asarray(c.toarray() if sp.issparse(c) else c))
+        if out is None:
+            rows.append([method, f"> {CAP:g} (stopped)", "", ""])
+            continue
+        seconds, coefs = out
+        log(f"    {seconds:.2f} s")
         values[method] = objectives(X, y, alphas, coefs)
         nnz = int(np.count_nonzero(np.abs(coefs[:, -1]) > 0))
         rows.append([method, f"{seconds:.2f}", None, str(nnz)])
@@ -167,7 +195,7 @@ def run_paths(name, X, y):
     log("  single fit at the smallest alpha")
     single, fitted = timed(lambda: dask_scd.fit(X, y, penalty="l1", alpha=alphas[-1],
                                                 fit_intercept=False, tol=TOL, random_state=0))
-    ours = float(rows[0][1])
+    ours = float(rows[0][1]) if rows[0][1][0].isdigit() else float("nan")
     table = md_table(["method", "100-point path (s)", "max (P − P_best)/P_best",
                       "nnz at the smallest alpha"], rows)
     note = (f"\nOne cold `dask_scd.fit` at the smallest alpha ({alphas[-1]:.3g}): "
@@ -223,9 +251,13 @@ def run_cv(name, X, y):
             rows.append([method, "skipped: " + run, ""])
             continue
         log(f"  cv: {method}")
-        seconds, model = timed(run)
-        alpha = getattr(model, "alpha_", None)
-        rows.append([method, f"{seconds:.2f}", f"{float(np.ravel(alpha)[0]):.4g}"])
+        out = capped(run, CAP, lambda model: float(np.ravel(model.alpha_)[0]))
+        if out is None:
+            rows.append([method, f"> {CAP:g} (stopped)", ""])
+            continue
+        seconds, alpha = out
+        log(f"    {seconds:.2f} s")
+        rows.append([method, f"{seconds:.2f}", f"{alpha:.4g}"])
     return (f"### {name}: LassoCV(cv=5), {N_ALPHAS} alphas, intercept\n\n"
             + md_table(["method", "time (s)", "alpha_"], rows) + "\n")
 
@@ -264,9 +296,11 @@ def library_commit() -> str:
 
 
 def main(argv=None):
+    global CAP
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows of the one-hot set")
     parser.add_argument("--quick", action="store_true", help="20000 one-hot rows")
+    parser.add_argument("--cap", type=float, default=CAP, help="seconds per method")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -274,6 +308,7 @@ def main(argv=None):
 
     limits = threadpool_limits(limits=1)  # noqa: F841  (held for the whole run)
     rows = 20_000 if args.quick else args.rows
+    CAP = args.cap
     command = " ".join([os.path.relpath(sys.executable)] + sys.argv)
     started, load_start = time.perf_counter(), load_average()
     # compile the kernels outside the timings
@@ -292,7 +327,8 @@ def main(argv=None):
         f"{cpu_model()}, {os.cpu_count()} cores (1 thread used)\n\n"
         f"Command: `{command}` (run took {elapsed / 60:.1f} min); library at "
         f"{library_commit()}; load average {load_start} at the start, {load_average()} at "
-        f"the end.\nVersions: {versions()}.\n"
+        f"the end.\nVersions: {versions()}. Each method runs alone in a forked process, "
+        f"stopped after {CAP:g} s.\n"
         + ("Adult: absent (a8a, a9a.t not found), skipped.\n" if adult is None else "")
     )
     print_and_append("\n".join([header] + sections), args.output, save=not args.no_save)

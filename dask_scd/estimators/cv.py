@@ -506,7 +506,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         accuracy (scikit-learn's default).
     refit : bool, default=True
         Refit the best C on all of X; False: the mean of the folds' models at each fold's
-        best point, and C_ the mean of their Cs (scikit-learn's).
+        best point, and ``C_`` the mean of their Cs (scikit-learn's).
 {cv_parameters}
 
     Attributes
