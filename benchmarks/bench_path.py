@@ -18,8 +18,9 @@ A peer that is not installed (the ``bench`` extra) is skipped and the table says
 Everything runs on one thread. Results are printed and appended to
 ``benchmarks/results/path.md``.
 
-Run ``python benchmarks/bench_path.py`` (one-hot data: ``--rows`` rows, default 200000)
-or ``--quick`` (20000 rows). See benchmarks/README.md.
+Run ``python benchmarks/bench_path.py`` (one-hot data: ``--rows`` rows, default 50000:
+with a peer needing minutes per path, 1M rows would take hours on a shared 2-core
+machine) or ``--quick`` (20000 rows). See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -310,7 +311,7 @@ def library_commit() -> str:
 def main(argv=None):
     global CAP, OURS_ONLY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000, help="rows of the one-hot set")
+    parser.add_argument("--rows", type=int, default=50_000, help="rows of the one-hot set")
     parser.add_argument("--quick", action="store_true", help="20000 one-hot rows")
     parser.add_argument("--cap", type=float, default=CAP, help="seconds per method")
     parser.add_argument("--ours-only", action="store_true", help="skip the peers")
