@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights bench-path clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ $(VENV)/.bench: $(STAMP) pyproject.toml
 
 bench-peers: $(VENV)/.bench
 	$(PY) benchmarks/bench_peers.py $(ARGS)
+
+# Lasso paths and LassoCV against scikit-learn, glum and skglm (the `bench` extra).
+bench-path: $(VENV)/.bench
+	$(PY) benchmarks/bench_path.py $(ARGS)
 
 # Spark MLlib (pyspark, needs Java 17+) and dask-ml come from the `bench` extra too.
 bench-scale: $(VENV)/.bench

@@ -9,6 +9,8 @@ from importlib import import_module
 
 _EXPORTS = {
     "fit": "dask_scd.api",
+    "path": "dask_scd.paths",
+    "PathResult": "dask_scd.paths",
     "FitResult": "dask_scd.result",
     "History": "dask_scd.result",
     "Problem": "dask_scd.objectives",
@@ -23,6 +25,10 @@ _EXPORTS = {
     "ElasticNet": "dask_scd.estimators",
     "LogisticRegression": "dask_scd.estimators",
     "LinearSVC": "dask_scd.estimators",
+    "RidgeCV": "dask_scd.estimators",
+    "LassoCV": "dask_scd.estimators",
+    "ElasticNetCV": "dask_scd.estimators",
+    "LogisticRegressionCV": "dask_scd.estimators",
     "Progress": "dask_scd.progress",
 }
 

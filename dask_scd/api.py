@@ -14,7 +14,13 @@ from dask_scd.result import FitResult
 from dask_scd.runtime.session import fit_session
 from dask_scd.solvers import registry
 from dask_scd.solvers.base import Options, Run
-from dask_scd.validation import check_fit_args, check_problem, check_random_state, warn
+from dask_scd.validation import (
+    check_fit_args,
+    check_problem,
+    check_random_state,
+    check_start,
+    warn,
+)
 
 
 def fit(
@@ -33,6 +39,8 @@ def fit(
     verbose: bool = False,
     device: str = "cpu",
     sample_weight=None,
+    coef_init=None,
+    intercept_init: float | None = None,
     **engine_options,
 ) -> FitResult:
     """Fit a regularized linear model by coordinate descent, certified by its duality gap.
@@ -111,6 +119,14 @@ def fit(
         (squared loss) and "block_newton" (Dask, smooth losses), which "auto" picks among
         ("scd", "duhl" and "block_scd" raise a ValueError).
         The caller's array is never modified.
+    coef_init : array of shape (n_features,), optional
+        Warm start: the engines with a primal iterate ("gram", "scd", "newton" for the
+        smooth losses, "block_scd", "block_newton") start from θ = coef_init (and b =
+        ``intercept_init``, default the best intercept at θ = 0 for θ = 0, else 0) rather
+        than from zero; the others start cold. The answer is the same, only the work
+        changes (:func:`dask_scd.path` runs its points this way).
+    intercept_init : float, optional
+        The intercept of the warm start (with ``fit_intercept=True``).
     **engine_options
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
@@ -140,6 +156,7 @@ def fit(
     rng = check_random_state(random_state)
     X, y = _read(X, y)
     data, classes, engine_options = _data(X, y, problem, solver, engine_options, sample_weight)
+    start = check_start(coef_init, intercept_init, data.n_features, problem.fit_intercept)
     on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
     engine, device = _engine_and_device(solver, problem, data, device, available, on_device)
     if (solver == "auto" and engine.name == "block_newton"
@@ -150,7 +167,7 @@ def fit(
     with (fit_session(engine.data == "dask", engine_options, verbose, identity,
                       performance_report),
           Progress(engine.name, tol, max_iter, verbose) as progress):
-        options = Options(tol, max_iter, rng, progress, engine_options, device)
+        options = Options(tol, max_iter, rng, progress, engine_options, device, start)
         run = engine.load()(data, problem, options)
     if classes is None:
         classes = getattr(data, "classes", None)

@@ -120,6 +120,26 @@ def check_fit_args(tol, max_iter) -> None:
         raise ValueError(f"max_iter={max_iter!r} must be an integer ≥ 1")
 
 
+def check_start(coef_init, intercept_init, n_features: int, fit_intercept: bool):
+    """A warm start (θ, b) for :class:`dask_scd.solvers.base.Options`, or None.
+
+    θ is copied (the caller's array is never modified) and defaults to zeros; b defaults
+    to 0 (and is 0 without an intercept). Neither given: None, a cold start.
+    """
+    if coef_init is None and intercept_init is None:
+        return None
+    coef = np.zeros(n_features) if coef_init is None else np.array(coef_init, dtype=np.float64)
+    if coef.shape != (n_features,):
+        raise ValueError(f"coef_init has shape {np.shape(coef_init)}, expected "
+                         f"({n_features},): one coefficient per feature of X")
+    if not np.all(np.isfinite(coef)):
+        raise ValueError("coef_init holds NaN or infinite values")
+    intercept = 0.0 if intercept_init is None else intercept_init
+    if not isinstance(intercept, numbers.Real) or not np.isfinite(intercept):
+        raise ValueError(f"intercept_init={intercept_init!r} must be a finite number")
+    return coef, float(intercept) if fit_intercept else 0.0
+
+
 # The sparse formats the in-memory engines read directly; any other is converted to CSR.
 ENGINE_SPARSE_FORMATS = ("csr", "csc")
 # Labels or features beyond this make (y − ŷ)², ‖x_i‖², the curvature and the sums of the

@@ -16,7 +16,17 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dask_scd
-from dask_scd import ElasticNet, Lasso, LinearSVC, LogisticRegression, Ridge
+from dask_scd import (
+    ElasticNet,
+    ElasticNetCV,
+    Lasso,
+    LassoCV,
+    LinearSVC,
+    LogisticRegression,
+    LogisticRegressionCV,
+    Ridge,
+    RidgeCV,
+)
 from dask_scd.objectives import Problem
 
 
@@ -31,7 +41,11 @@ _WEIGHT_EQUIVALENCE = {
 }
 
 
-@parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC()],
+@parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC(),
+                          # small grids keep the checks' many fits quick
+                          RidgeCV(cv=3), LassoCV(n_alphas=5, cv=3),
+                          ElasticNetCV(n_alphas=5, cv=3),
+                          LogisticRegressionCV(Cs=[0.1, 1.0], cv=2)],
                          expected_failed_checks=lambda estimator: _WEIGHT_EQUIVALENCE)
 def test_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():

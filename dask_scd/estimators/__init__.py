@@ -14,13 +14,17 @@ classes: input handling, fitting, prediction), ``regressors``
 and ``classifiers`` (the public estimators),
 ``docstrings`` (their shared docstring sections),
 ``fitting`` (one fit per target, warm starts, one-vs-rest fits as
-tasks on the current ``distributed.Client``), and ``multiclass``
+tasks on the current ``distributed.Client``), ``cv`` (LassoCV, ElasticNetCV, RidgeCV,
+LogisticRegressionCV) and ``path_cv`` (their folds and scored paths as tasks), and
+``multiclass``
 (class labels, one-vs-rest targets, labels and probabilities from decision values);
 lazy decision values of dask input are ``dask_scd.result.dask_scores``, which
 ``FitResult`` uses too.
 """
 
 from dask_scd.estimators.classifiers import LinearSVC, LogisticRegression
+from dask_scd.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV, RidgeCV
 from dask_scd.estimators.regressors import ElasticNet, Lasso, Ridge
 
-__all__ = ["ElasticNet", "Lasso", "LinearSVC", "LogisticRegression", "Ridge"]
+__all__ = ["ElasticNet", "ElasticNetCV", "Lasso", "LassoCV", "LinearSVC", "LogisticRegression",
+           "LogisticRegressionCV", "Ridge", "RidgeCV"]

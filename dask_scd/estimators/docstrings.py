@@ -15,10 +15,10 @@ _COMMON_PARAMETERS = """
         The engine (see :func:`dask_scd.fit`); "auto" chooses from the problem and the
         size of the data. Not scikit-learn's solver names.
     warm_start : bool, default=False
-        Reuse the previous solution when refitting (regularization paths). The engines
-        cannot start from a given point yet: the previous model is kept, without any
-        epoch, when its certificate for the new parameters is already below ``tol``
-        (in-memory data), and the fit starts cold otherwise.
+        Reuse the previous solution when refitting (regularization paths): the
+        previous model is kept, without any epoch, when its certificate for the new
+        parameters is already below ``tol`` (in-memory data); otherwise the fit starts
+        from it (``coef_init`` of :func:`dask_scd.fit`).
     random_state : int, numpy.random.Generator or None, default=None
         Seeds the coordinate (or block) order: the same seed gives the same model.
     verbose : bool, int or "auto", default=0

@@ -4,7 +4,6 @@ one-vs-rest as tasks on the current ``distributed.Client``."""
 
 from __future__ import annotations
 
-import inspect
 import sys
 
 import numpy as np
@@ -35,14 +34,22 @@ def _fit_one(X, y, options: dict, start=None):
 
 
 def _reuse_previous(X, y, options: dict, start):
-    """Warm start: pass the previous solution to an engine that takes one, or keep it when
-    its certificate for the new problem is already below ``tol``."""
+    """Warm start: keep the previous solution when its certificate for the new problem is
+    already below ``tol``, else start the fit from it (engines with a primal iterate)."""
     coef, intercept = start
-    if "coef_init" in inspect.signature(fit).parameters:
-        return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
     if is_dask(X) or is_dask(y) or is_dask(options.get("sample_weight")) \
             or options["penalty"] is None:
-        return None  # penalty=None has no certificate to keep a previous solution by
+        # penalty=None has no certificate to keep a previous solution by
+        return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
+    kept = _keep_previous(X, y, options, coef, intercept)
+    if kept is not None:
+        return kept
+    return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
+
+
+def _keep_previous(X, y, options: dict, coef, intercept):
+    """The previous solution as the result when its certificate for the new problem is
+    already below ``tol``, else None."""
     problem = check_problem(options["loss"], options["penalty"], options["alpha"],
                             options["l1_ratio"], options["fit_intercept"])
     y = np.asarray(y, dtype=np.float64)
@@ -81,16 +88,24 @@ def _fit_on_cluster(client, X, targets: list, options: dict, previous: list) -> 
     results = [None] * len(targets)
     for k, (y, start) in enumerate(zip(targets, previous)):
         if start is not None:
-            results[k] = _reuse_previous(X, y, options, start)
+            results[k] = _keep_previous(X, y, options, *start)
     todo = [k for k in range(len(targets)) if results[k] is None]
     if todo:
         X_future = client.scatter(X, broadcast=False)
-        futures = [client.submit(_fit_task, X_future, targets[k], options, pure=False)
+        futures = [client.submit(_fit_task, X_future, targets[k], _started(options, previous[k]),
+                                 pure=False)
                    for k in todo]
         for k, (result, collected) in zip(todo, client.gather(futures)):
             reissue(collected)
             results[k] = result
     return results
+
+
+def _started(options: dict, start) -> dict:
+    """The fit's options, with the warm start ``start`` (θ, b) when there is one."""
+    if start is None:
+        return options
+    return {**options, "coef_init": start[0], "intercept_init": start[1]}
 
 
 def _current_client():

@@ -36,6 +36,10 @@ class Options:
     progress: Progress = field(default_factory=lambda: Progress("", 0.0, 0))
     engine: dict = field(default_factory=dict)  # the engine's own options
     device: str = "cpu"  # where epochs run, "cpu" or "gpu" (see dask_scd.kernels.device)
+    # A warm start (θ in the original feature order, b), or None for θ = 0 and the best
+    # intercept at θ = 0. Engines without a primal start ("sdca", "duhl", the hinge's
+    # Newton) begin cold.
+    start: tuple | None = None
 
 
 @dataclass

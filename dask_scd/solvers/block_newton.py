@@ -46,7 +46,7 @@ from dask_scd.runtime.cluster import fit_client
 from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers import wide_newton
-from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD
+from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD, grid_order_start
 from dask_scd.solvers.registry import NEWTON_MAX_FEATURES as MAX_FEATURES
 from dask_scd.solvers.registry import newton_forms_curvature
 
@@ -335,6 +335,8 @@ class _BlockNewton(_BlockSCD):
         if saved is not None:
             state = {"coef": saved["coef"], "intercept": saved["intercept"]}
             iteration, history = saved["epoch"], saved["history"]
+        elif self.warm is not None:
+            state = {"coef": self.warm[0], "intercept": self.warm[1]}
         elif self.problem.fit_intercept:
             state["intercept"] = self._initial_intercept()
         start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
@@ -467,6 +469,7 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
         engine = _BlockNewton(c, source, problem, options.rng, selection, options.progress,
                               coarse=False)
         engine.wide, engine.tol, engine.products = wide, options.tol, []
+        engine.warm = grid_order_start(source, options.start)
         if wide:  # the block-sum directions of the preconditioner's coarse level
             engine.row_sums = [engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r],
                                                          False)

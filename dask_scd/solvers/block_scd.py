@@ -85,6 +85,7 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     with fit_client(client) as c:
         engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress,
                            residency=residency, memory_budget=budget)
+        engine.warm = grid_order_start(source, options.start)
         hooks = EpochHooks(engine_options.get("checkpoint"),
                            engine_options.get("checkpoint_every", 1),
                            engine_options.get("resume", False), engine_options.get("callback"),
@@ -100,6 +101,13 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
                stopped_by_callback=run["stopped_by_callback"])
 
 
+def grid_order_start(source: Source, start):
+    """A warm start (θ in the original feature order, b) in the grid's column order."""
+    if start is None:
+        return None
+    return np.array(start[0], dtype=np.float64)[source.feature_order], float(start[1])
+
+
 class _BlockSCD:
     """The solver loop: select → reduce → update → certify, one epoch at a time.
 
@@ -107,6 +115,8 @@ class _BlockSCD:
     :class:`~dask_scd.runtime.cluster.ClusterRuntime`; the block order within an epoch is
     a :class:`~dask_scd.runtime.strategies.BlockOrder`.
     """
+
+    warm = None  # a warm start (θ in grid order, b), or None for a cold one
 
     def __init__(self, client, source: Source, problem: obj.Problem, rng, selection, progress,
                  gram_max=1024, coarse=True, residency=None, memory_budget=None):
@@ -192,6 +202,8 @@ class _BlockSCD:
         if saved is not None:
             coef, intercept, epoch, history = (saved["coef"], saved["intercept"], saved["epoch"],
                                                saved["history"])
+        elif self.warm is not None:
+            coef, intercept = self.warm
         elif self.problem.fit_intercept:
             intercept = self._initial_intercept()
         start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)

@@ -161,6 +161,8 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     epoch = 0
     intercept = obj.optimal_intercept("squared", y, np.zeros(len(y)), weights=weights) \
         if problem.fit_intercept else 0.0
+    if options.start is not None:  # a warm start: its support enters the working set
+        coef[:], intercept = options.start
     if problem.l1 > 0.0:
         cert, intercept = exact(coef, intercept)
         history.append(0, cert.relative_gap, cert.primal, time.perf_counter() - start)

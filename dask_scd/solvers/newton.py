@@ -71,10 +71,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     start = time.perf_counter()
     design = Design.from_array(X, lambda: data.pure_blocks)
     meter.add("setup", 0.0, start)
-    coef = np.zeros(p)
-    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
-        if problem.fit_intercept else 0.0
-    margins = np.full(n, intercept)
+    coef, intercept, margins = _start(problem, design, y, options.start, weights)
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
     history = History()
@@ -163,6 +160,17 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
     return Run(coef, float(intercept), final, step, history, extras)
+
+
+def _start(problem: obj.Problem, design: Design, y, start, weights=None):
+    """(θ, b, margins) of a cold start (θ = 0, the best b for it) or of a warm one."""
+    n, p = design.rows.n_major, design.rows.n_minor
+    if start is not None:
+        coef, intercept = np.array(start[0], dtype=np.float64), float(start[1])
+        return coef, intercept, design.rows.dot(coef) + intercept
+    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
+        if problem.fit_intercept else 0.0
+    return np.zeros(p), intercept, np.full(n, intercept)
 
 
 def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> Run:

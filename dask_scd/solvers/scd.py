@@ -31,7 +31,7 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     matrix of shape (n_samples, n_features); ``data.y``: ndarray of shape (n_samples,),
     ±1 for classification losses.
     """
-    primal = _Primal.start(data.X, data.y, problem, options.device)
+    primal = _Primal.start(data.X, data.y, problem, options.device, options.start)
     if problem.l1 > 0:
         # The flat whole-field shifts of the coarse step are against the intercept; on
         # centered columns the intercept is exact at every step and they gain nothing
@@ -248,13 +248,15 @@ class _Primal:
     col_means: np.ndarray | None = None
 
     @classmethod
-    def start(cls, X, y, problem, where="cpu"):
+    def start(cls, X, y, problem, where="cpu", warm=None):
         matrix = MajorMatrix.from_array(X, "columns")
         epoch_matrix = device.place(matrix, where)  # what the epochs read: host or GPU
         n_samples, n_features = X.shape
         coef = np.zeros(n_features)
         intercept = np.array([0.0])
-        if problem.fit_intercept:
+        if warm is not None:  # a warm start (θ, b)
+            coef[:], intercept[0] = warm
+        elif problem.fit_intercept:
             intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
         margins = matrix.scatter(coef) + intercept[0]
         cubes = matrix.cube_sums() if problem.loss == "logistic" else np.zeros(0)

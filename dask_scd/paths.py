@@ -1,0 +1,521 @@
+"""``dask_scd.path``: a regularization path, warm-started from alpha_max down, every point
+certified by its duality gap.
+
+The grid starts at alpha_max, the smallest alpha whose solution is θ = 0: at θ = 0 with
+the best intercept b₀ the dual point is a = −ℓ'(y, b₀) and the optimality condition of
+every coordinate is |x_jᵀa|/n ≤ alpha·ρ, so
+
+    alpha_max = ‖Xᵀa‖∞ / (n·ρ)
+
+(ρ = l1_ratio; for a pure L2 penalty glmnet's ρ = 1e-3 stands in, where no alpha zeroes
+θ). It goes down to eps·alpha_max on a log grid, each point started from the previous
+solution.
+
+In memory, each point first screens features by the gap-safe rule (Fercoq, Gramfort &
+Salmon 2015; Ndiaye et al. 2017): the dual is (1/(nL))-strongly concave when ℓ'' ≤ L
+(squared 1, logistic ¼, squared hinge 2), so the optimal dual point a* lies within
+√(2nL·gap) of any feasible dual point a, and a feature with
+
+    |x_jᵀa|/n + ‖x_j‖·√(2L·gap/n) < alpha·ρ
+
+is zero at the optimum. The previous solution gives (a, gap) for the new alpha; when the
+rule removes at least half the features the point is solved on the rest (the engines'
+own working sets then order the work inside). The point is then certified on all of X:
+the screening is safe, and the certificate is what says so.
+
+Dask arrays and grids run each point as a normal :func:`dask_scd.fit`, warm-started,
+one after the other (or in memory when ``fit`` would run them there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
+
+from dask_scd import objectives as obj
+from dask_scd.data import in_memory, make_source
+from dask_scd.data.memory import InMemory
+from dask_scd.kernels import device as kernel_device
+from dask_scd.progress import Progress
+from dask_scd.solvers import registry
+from dask_scd.solvers.base import Options
+from dask_scd.validation import (
+    check_fit_args,
+    check_problem,
+    check_random_state,
+    check_start,
+    warn,
+)
+
+# glmnet's stand-in for ρ when the penalty has no L1 part (alpha_max is then finite).
+L2_RATIO_FLOOR = 1e-3
+# Bound L on ℓ'' (the dual's strong concavity is 1/(nL)); the hinge has none.
+_CURVATURE_BOUND = {"squared": 1.0, "logistic": 0.25, "squared_hinge": 2.0}
+# Solve a point on the screened features only when at most this share of them is kept
+# (slicing X costs about a pass).
+_SCREEN_SHARE = 0.5
+# The in-memory engines that start from a given (θ, b) (Options.start).
+WARM_ENGINES = ("gram", "scd", "newton")
+# Tighter subproblem tolerances tried when a point solved on the screened features is
+# not yet certified on all of X (each a tenth of the last).
+_RETRIES = 3
+
+
+@dataclass
+class PathResult:
+    """A regularization path: one certified model per alpha.
+
+    Attributes
+    ----------
+    alphas : ndarray of shape (n_alphas,)
+        Decreasing.
+    coefs : ndarray of shape (n_features, n_alphas)
+        θ at each alpha, in the original feature order.
+    intercepts : ndarray of shape (n_alphas,)
+    dual_gaps : ndarray of shape (n_alphas,)
+        Relative duality gap ``(P − D)/|P|`` of each point, certified on all of X.
+    n_iter : ndarray of int, shape (n_alphas,)
+        Iterations of the engine at each point (0 where θ = 0 is exact).
+    alpha_max : float
+        The smallest alpha at which θ = 0 (with ρ = 1e-3 standing in for a pure L2 penalty).
+    n_screened : ndarray of int, shape (n_alphas,)
+        Features the gap-safe rule set to zero before the point was solved (in memory).
+    solvers : list of str
+        The engine of each point ("zero" where θ = 0 needed none).
+    classes : ndarray of shape (2,) or None
+        The labels mapped to −1 and +1 for a classification loss.
+    """
+
+    alphas: np.ndarray
+    coefs: np.ndarray
+    intercepts: np.ndarray
+    dual_gaps: np.ndarray
+    n_iter: np.ndarray
+    alpha_max: float
+    n_screened: np.ndarray
+    solvers: list = field(default_factory=list)
+    classes: np.ndarray | None = None
+    loss: str = "squared"
+    l1_ratio: float = 1.0
+
+
+def path(
+    X,
+    y=None,
+    *,
+    alphas=None,
+    n_alphas: int = 100,
+    eps: float = 1e-3,
+    loss: str = "squared",
+    penalty: str = "l1",
+    l1_ratio: float = 0.5,
+    fit_intercept: bool = True,
+    tol: float = 1e-6,
+    max_iter: int = 1000,
+    solver: str = "auto",
+    random_state=None,
+    verbose: bool = False,
+    device: str = "cpu",
+    screening: bool = True,
+    **engine_options,
+) -> PathResult:
+    """Fit a regularization path, each point warm-started from the previous one.
+
+    Parameters
+    ----------
+    X, y
+        As for :func:`dask_scd.fit`: numpy or scipy.sparse (in memory), a dask array, a
+        Grid, a path, xarray or dask DataFrames.
+    alphas : array-like, optional
+        The alphas (sorted decreasing). Default: ``n_alphas`` on a log grid from
+        alpha_max down to ``eps·alpha_max``.
+    n_alphas : int
+    eps : float in (0, 1)
+    loss, penalty, l1_ratio, fit_intercept, tol, max_iter, solver, random_state, verbose,
+    device, **engine_options
+        As for :func:`dask_scd.fit`; ``tol`` holds at every point.
+    screening : bool
+        In memory, drop the features the gap-safe rule proves zero before solving a point.
+
+    Returns
+    -------
+    PathResult
+        ``alphas``, ``coefs`` (n_features, n_alphas), ``intercepts``, ``dual_gaps``,
+        ``n_iter``, ``alpha_max``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dask_scd
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 0.5]])
+    >>> result = dask_scd.path(X, [1.0, 2.0, 3.0, 4.5], n_alphas=5, tol=1e-10)
+    >>> result.coefs.shape
+    (2, 5)
+    >>> bool(np.all(result.coefs[:, 0] == 0.0)) and bool(np.all(result.dual_gaps <= 1e-10))
+    True
+    """
+    problem = check_problem(loss, penalty, 1.0, l1_ratio, fit_intercept)
+    if problem.unpenalized:
+        raise ValueError("a path needs a penalty: penalty=None has no alpha to vary")
+    check_fit_args(tol, max_iter)
+    grid = _check_grid(alphas, n_alphas, eps)
+    if solver not in registry.SOLVERS:
+        registry.get(solver)  # raises the list of solvers
+    kernel_device.resolve(device)
+    rng = check_random_state(random_state)
+    settings = _Settings(problem, penalty, tol, max_iter, solver, rng, verbose, device,
+                         dict(engine_options))
+    from dask_scd.api import _is_distributed, _read
+
+    X, y = _read(X, y)
+    if _is_distributed(X):
+        return _distributed_path(X, y, grid, settings, screening)
+    data, classes = in_memory(X, y, loss)
+    return _memory_path(data, classes, grid, settings, screening)
+
+
+@dataclass
+class _Settings:
+    """The arguments every point of a path shares."""
+
+    problem: obj.Problem  # with alpha = 1; each point sets its own
+    penalty: str
+    tol: float
+    max_iter: int
+    solver: str
+    rng: np.random.Generator
+    verbose: bool
+    device: str
+    engine: dict
+
+    def at(self, alpha: float) -> obj.Problem:
+        p = self.problem
+        return obj.Problem(p.loss, float(alpha), p.l1_ratio, p.fit_intercept)
+
+    @property
+    def ratio(self) -> float:
+        """ρ for alpha_max (glmnet's floor for a pure L2 penalty)."""
+        return max(self.problem.l1_ratio, L2_RATIO_FLOOR)
+
+
+def _check_grid(alphas, n_alphas, eps):
+    """("given", sorted alphas) or ("log", n_alphas, eps)."""
+    if alphas is not None:
+        values = np.asarray(alphas, dtype=np.float64).ravel()
+        if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
+            raise ValueError(f"alphas must be finite numbers > 0, got {alphas!r}")
+        return ("given", np.sort(values)[::-1])
+    if not isinstance(n_alphas, (int, np.integer)) or isinstance(n_alphas, bool) or n_alphas < 1:
+        raise ValueError(f"n_alphas={n_alphas!r} must be an integer ≥ 1")
+    if not (isinstance(eps, (int, float, np.floating)) and 0.0 < eps < 1.0):
+        raise ValueError(f"eps={eps!r} must be a number in (0, 1)")
+    return ("log", int(n_alphas), float(eps))
+
+
+def alpha_grid(alpha_max: float, n_alphas: int, eps: float) -> np.ndarray:
+    """``n_alphas`` values from ``alpha_max`` down to ``eps·alpha_max`` on a log scale
+    (scikit-learn's grid)."""
+    if alpha_max <= 0.0:  # y constant (or X zero): every alpha gives θ = 0
+        alpha_max = np.finfo(float).resolution
+    return np.geomspace(alpha_max, alpha_max * eps, num=n_alphas)
+
+
+def _alphas(grid, alpha_max: float) -> np.ndarray:
+    return grid[1] if grid[0] == "given" else alpha_grid(alpha_max, grid[1], grid[2])
+
+
+def zero_intercept(loss: str, y, fit_intercept: bool) -> float:
+    """b₀, the best intercept at θ = 0 (0 without an intercept)."""
+    return obj.optimal_intercept(loss, y, np.zeros(len(y))) if fit_intercept else 0.0
+
+
+def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool) -> float:
+    """alpha_max of in-memory X (numpy or scipy.sparse) and y (±1 for a classification
+    loss): ``‖Xᵀa‖∞ / (n·ρ)`` with a = −ℓ'(y, b₀), ρ floored at 1e-3."""
+    intercept = zero_intercept(loss, y, fit_intercept)
+    a = -obj.loss_derivative(loss, y, np.full(len(y), intercept))
+    correlation = np.asarray(X.T @ a).ravel() / len(y)
+    return float(np.abs(correlation).max(initial=0.0)) / max(l1_ratio, L2_RATIO_FLOOR)
+
+
+# ----------------------------------------------------------------------- in memory
+
+
+def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: bool):
+    from dask_scd.api import _check_engine_options
+
+    X, y = data.X, data.y
+    problem = settings.problem
+    n, p = X.shape
+    intercept = zero_intercept(problem.loss, y, problem.fit_intercept)
+    a = -obj.loss_derivative(problem.loss, y, np.full(n, intercept))
+    correlation = np.asarray(X.T @ a).ravel() / n
+    alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
+    alphas = _alphas(grid, alpha_max)
+    norms = _column_norms(X) if screening and problem.l1 > 0 else None
+    coef = np.zeros(p)
+    out = _Points(len(alphas), p)
+    available = kernel_device.resolve(settings.device)
+    layouts = _Layouts(data)
+    for k, alpha in enumerate(alphas):
+        point = settings.at(alpha)
+        if point.l1 > 0.0 and alpha >= alpha_max:
+            # θ = 0 is the solution: certify it as it is.
+            coef = np.zeros(p)
+            cert = obj.certificate(point, X, y, coef, intercept)
+            out.set(k, coef, intercept, cert.relative_gap, 0, "zero", 0)
+            continue
+        cert = obj.certificate(point, X, y, coef, intercept)
+        keep = _safe_features(point, cert, norms, n) if norms is not None else None
+        share = 1.0 if keep is None else len(keep) / max(p, 1)
+        sub = data if share > _SCREEN_SHARE else _columns(data, keep)
+        tol = settings.tol
+        for attempt in range(_RETRIES + 1):
+            engine, device = _engine(settings, point, sub, available, bool(np.any(coef)))
+            _check_engine_options(settings.engine, engine, settings.solver, False)
+            start = (coef, intercept) if sub is data else (coef[keep], intercept)
+            run = _run(engine, layouts.of(sub, engine.name), point, settings, tol, start,
+                       device)
+            if sub is data:
+                coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
+                gap = run.certificate.relative_gap
+                break
+            coef = np.zeros(p)
+            coef[keep] = run.coef
+            intercept = float(run.intercept)
+            gap = obj.certificate(point, X, y, coef, intercept).relative_gap
+            if gap <= settings.tol or run.n_iter >= settings.max_iter:
+                break
+            if attempt == _RETRIES - 1:
+                sub = data  # the last try: all features
+            tol = tol / 10.0
+        n_iter = run.n_iter
+        if gap > settings.tol and settings.solver == "auto" and engine.name != "newton":
+            # The engine "auto" chose stopped short of tol (the Gram engine's rounding
+            # floor on correlated columns): proximal Newton finishes from where it is.
+            engine = registry.get("newton")
+            run = _run(engine, data, point, settings, settings.tol, (coef, intercept), device)
+            coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
+            gap, n_iter = run.certificate.relative_gap, n_iter + run.n_iter
+        if not point.fit_intercept:
+            intercept = 0.0
+        out.set(k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None
+                else 0)
+    return out.result(alphas, alpha_max, classes, settings)
+
+
+def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str,
+            warm: bool):
+    """The engine of a point and where it runs: with ``solver="auto"`` and a warm start on
+    the CPU, the cheapest of the engines that start from it (SDCA's dual iterate cannot:
+    Adult, 10 logistic L2 points from C = 0.01 to 10, 0.9 s by Newton alone against 7.4 s
+    with SDCA's five cold starts)."""
+    from dask_scd.api import _engine_and_device
+
+    if settings.solver == "auto" and warm and available == "cpu" and problem.loss != "hinge":
+        # With an L1 term, not the Gram engine: its coordinate epochs on the Gram matrix
+        # stall on correlated columns at small alphas (Adult lasso at 1e-3·alpha_max:
+        # relative gap 8e-3 after 1000 epochs, where Newton certifies 2e-10 in 2 steps).
+        among = WARM_ENGINES[1:] if problem.l1 > 0.0 else WARM_ENGINES
+        return registry.resolve("auto", problem, data, among=among), "cpu"
+    return _engine_and_device(settings.solver, problem, data, settings.device, available)
+
+
+def _run(engine, data: InMemory, problem: obj.Problem, settings: _Settings, tol: float,
+         start: tuple, device: str):
+    """One point: the engine's run from ``start`` (θ, b)."""
+    with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
+        options = Options(tol, settings.max_iter, settings.rng, progress, settings.engine,
+                          device, check_start(start[0], start[1], data.n_features,
+                                              problem.fit_intercept))
+        return engine.load()(data, problem, options)
+
+
+class _Layouts:
+    """All of X in the layout each engine reads, converted once for the whole path: CSR
+    for Newton (rows), CSC for the coordinate engines (columns); a screened subset is
+    used as it is."""
+
+    _ROWS = ("newton", "sdca")
+
+    def __init__(self, data: InMemory):
+        self.data, self.copies = data, {}
+
+    def of(self, sub: InMemory, engine: str) -> InMemory:
+        X = sub.X
+        if sub is not self.data or not sp.issparse(X):
+            return sub
+        fmt = "csr" if engine in self._ROWS else "csc"
+        if X.format == fmt:
+            return sub
+        if fmt not in self.copies:
+            copy = InMemory(X.asformat(fmt), sub.y)
+            if "pure_blocks" in sub.__dict__:
+                copy.pure_blocks = sub.pure_blocks
+            self.copies[fmt] = copy
+        return self.copies[fmt]
+
+
+def _column_norms(X) -> np.ndarray:
+    """‖x_j‖ for every column."""
+    if sp.issparse(X):
+        return np.sqrt(np.asarray(X.multiply(X).sum(axis=0)).ravel())
+    return np.sqrt(np.einsum("ij,ij->j", X, X))
+
+
+def _safe_features(problem: obj.Problem, cert: obj.Certificate, norms, n: int):
+    """The features the gap-safe rule cannot prove zero at the optimum (indices)."""
+    bound = _CURVATURE_BOUND.get(problem.loss)
+    if bound is None or cert.correlation is None:
+        return np.arange(len(norms))
+    gap = max(cert.gap, 0.0)
+    radius = np.sqrt(2.0 * bound * gap / n)
+    return np.flatnonzero(np.abs(cert.correlation) + norms * radius >= problem.l1)
+
+
+def _columns(data: InMemory, keep) -> InMemory:
+    """The kept features of X as in-memory data of their own, with the pure blocks of
+    all of X restricted to them (detecting them again on every subset cost Adult's
+    100-point path 4 of its 21 s)."""
+    X = data.X
+    sub = InMemory(X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep]), data.y)
+    if sp.issparse(X) and data.pure_blocks is not None:  # detected once, for all of X
+        position = np.full(data.n_features, -1)
+        position[keep] = np.arange(len(keep))
+        blocks = [position[b][position[b] >= 0] for b in data.pure_blocks]
+        sub.pure_blocks = [b for b in blocks if len(b)]
+    return sub
+
+
+class _Points:
+    """The path's results, filled point by point."""
+
+    def __init__(self, n_alphas: int, n_features: int):
+        self.coefs = np.zeros((n_features, n_alphas))
+        self.intercepts = np.zeros(n_alphas)
+        self.gaps = np.zeros(n_alphas)
+        self.n_iter = np.zeros(n_alphas, dtype=np.int64)
+        self.screened = np.zeros(n_alphas, dtype=np.int64)
+        self.solvers = [""] * n_alphas
+
+    def set(self, k, coef, intercept, gap, n_iter, solver, screened):
+        self.coefs[:, k] = coef
+        self.intercepts[k] = intercept
+        self.gaps[k] = gap
+        self.n_iter[k] = n_iter
+        self.solvers[k] = solver
+        self.screened[k] = screened
+
+    def result(self, alphas, alpha_max, classes, settings: _Settings) -> PathResult:
+        missed = np.flatnonzero(self.gaps > settings.tol)
+        if len(missed):
+            k = missed[0]
+            warn(f"{len(missed)} of {len(alphas)} path points did not converge (the first at "
+                 f"alpha={alphas[k]:.3e}: relative duality gap {self.gaps[k]:.3e} > "
+                 f"tol={settings.tol:.1e}). Increase max_iter.", ConvergenceWarning)
+        return PathResult(np.asarray(alphas, dtype=np.float64), self.coefs, self.intercepts,
+                          self.gaps, self.n_iter, float(alpha_max), self.screened,
+                          self.solvers, classes, settings.problem.loss,
+                          settings.problem.l1_ratio)
+
+
+# ----------------------------------------------------------------- dask and grids
+
+
+def _distributed_path(X, y, grid, settings: _Settings, screening: bool) -> PathResult:
+    """Each point a normal :func:`dask_scd.fit` of the dask array or grid, warm-started;
+    the whole path in memory when ``fit`` would run its points there."""
+    from dask_scd.api import fit
+
+    options = dict(settings.engine)
+    problem = settings.problem
+    source = make_source(X, y, problem.loss, options.get("blocks"))
+    limit = options.get("in_memory_limit", registry.IN_MEMORY_LIMIT)
+    if registry.runs_in_memory(settings.solver, source.nbytes, limit):
+        for name in ("blocks", "in_memory_limit", "client", "selection", "checkpoint",
+                     "checkpoint_every", "resume", "callback", "residency", "memory_budget"):
+            settings.engine.pop(name, None)
+        data, classes = in_memory(*source.materialize(), problem.loss)
+        return _memory_path(data, classes, grid, settings, screening)
+    correlation, intercept = _correlation_at_zero(source, problem)
+    alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
+    alphas = _alphas(grid, alpha_max)
+    p = source.n_features
+    coef = np.zeros(p)
+    out = _Points(len(alphas), p)
+    labels = None if source.on_disk else y
+    for k, alpha in enumerate(alphas):
+        point = settings.at(alpha)
+        if point.l1 > 0.0 and alpha >= alpha_max:
+            out.set(k, np.zeros(p), intercept, _zero_gap(source, point, intercept), 0, "zero", 0)
+            coef = np.zeros(p)
+            continue
+        result = fit(X, labels, loss=problem.loss, penalty=settings.penalty, alpha=alpha,
+                     l1_ratio=problem.l1_ratio, fit_intercept=problem.fit_intercept,
+                     tol=settings.tol, max_iter=settings.max_iter, solver=settings.solver,
+                     random_state=settings.rng, verbose=settings.verbose,
+                     device=settings.device, coef_init=coef, intercept_init=intercept,
+                     **options)
+        coef, intercept = np.array(result.coef_, dtype=np.float64), float(result.intercept_)
+        out.set(k, coef, intercept, result.dual_gap_, result.n_iter_, result.solver_, 0)
+    return out.result(alphas, alpha_max, source.classes, settings)
+
+
+def _row_chunk_labels(source) -> list:
+    from dask_scd.data.cells import labels
+
+    return [labels(source.label(r)) for r in range(source.n_row_chunks)]
+
+
+def _correlation_at_zero(source, problem: obj.Problem):
+    """(Xᵀa/n in the original feature order, b₀) at θ = 0, a = −ℓ'(y, b₀): one task per
+    cell, summed over row chunks in a fixed order."""
+    import dask
+
+    chunks = _row_chunk_labels(source)
+    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept)
+    duals = [-obj.loss_derivative(problem.loss, y, np.full(len(y), intercept)) for y in chunks]
+    cells = _cells(source)
+    products = [[dask.delayed(_transpose_dot)(cells[r][b], duals[r])
+                 for b in range(len(source.blocks))] for r in range(source.n_row_chunks)]
+    (computed,) = dask.compute(products)
+    by_block = [sum(computed[r][b] for r in range(source.n_row_chunks))
+                for b in range(len(source.blocks))]
+    correlation = np.empty(source.n_features)
+    correlation[source.feature_order] = np.concatenate(by_block) / source.n_samples
+    return correlation, intercept
+
+
+def _cells(source) -> list:
+    """cells[r][b] as dask objects: the chunks of a dask array, reads of a grid's cells."""
+    if source.on_disk:
+        import dask
+
+        from dask_scd.grid.read import read_cell
+
+        grid = source.grid
+        return [[dask.delayed(read_cell)(grid.path, grid.grid_id, r, b)
+                 for b in range(len(source.blocks))] for r in range(source.n_row_chunks)]
+    return source.X.to_delayed().tolist()
+
+
+def _transpose_dot(cell, a) -> np.ndarray:
+    from dask_scd.validation import to_scipy
+
+    if not isinstance(cell, np.ndarray):
+        cell = to_scipy(cell)
+    return np.asarray(cell.T @ a).ravel()
+
+
+def _zero_gap(source, problem: obj.Problem, intercept: float) -> float:
+    """The relative gap of θ = 0 at alpha ≥ alpha_max (no cell read: θ = 0 gives the
+    margins, and the correlations do not enter the gap while they are below alpha·ρ)."""
+    y = np.concatenate(_row_chunk_labels(source))
+    margins = np.full(len(y), intercept)
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    dual = float(obj.dual_loss(problem.loss, y, a).sum()) / len(y)
+    return obj.relative_gap(sums["loss"] / len(y), dual)

@@ -1,0 +1,294 @@
+"""Regularization paths and the cross-validated estimators: the path against
+scikit-learn's lasso_path / enet_path at every alpha, the exact alpha_max, warm starts,
+gap-safe screening, the same alpha_ / C_ as scikit-learn's CV estimators on the same
+folds and grid, and the same path on a cluster as in this process."""
+
+import warnings
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn import linear_model
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.preprocessing import StandardScaler
+
+import dask_scd
+from dask_scd import ElasticNetCV, LassoCV, LogisticRegressionCV, RidgeCV
+from dask_scd.objectives import Problem
+
+
+@pytest.fixture(scope="module")
+def diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+def objective(loss, alpha, l1_ratio, fit_intercept, X, y, coef, intercept):
+    problem = Problem(loss=loss, alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept)
+    return dask_scd.certificate(problem, X, y, np.ravel(coef), float(intercept)).primal
+
+
+# ------------------------------------------------------------------------ path
+
+
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_path_matches_sklearn_at_every_alpha(diabetes, l1_ratio, fit_intercept):
+    """scikit-learn's paths fit no intercept: with one, they run on centered data (the
+    same objective)."""
+    X, y = diabetes
+    penalty = "l1" if l1_ratio == 1.0 else "elasticnet"
+    ours = dask_scd.path(X, y, penalty=penalty, l1_ratio=l1_ratio, n_alphas=30,
+                         fit_intercept=fit_intercept, tol=1e-12, solver="newton")
+    Xs, ys = (X - X.mean(axis=0), y - y.mean()) if fit_intercept else (X, y)
+    alphas, coefs, _ = linear_model.enet_path(Xs, ys, l1_ratio=l1_ratio, alphas=30,
+                                              tol=1e-14, max_iter=100_000)
+    np.testing.assert_allclose(ours.alphas, alphas, rtol=1e-12)
+    assert ours.coefs.shape == (X.shape[1], 30)
+    assert np.all(ours.dual_gaps <= 1e-12)
+    for k, alpha in enumerate(ours.alphas):
+        intercept = y.mean() - X.mean(axis=0) @ coefs[:, k] if fit_intercept else 0.0
+        theirs = objective("squared", alpha, l1_ratio, fit_intercept, X, y, coefs[:, k],
+                           intercept)
+        mine = objective("squared", alpha, l1_ratio, fit_intercept, X, y, ours.coefs[:, k],
+                         ours.intercepts[k])
+        assert abs(mine - theirs) <= 1e-8 * abs(theirs), (k, mine, theirs)
+        # diabetes' columns are correlated: the objective is flat in some directions,
+        # where equal objectives still leave the coefficients ~1e-5 apart
+        np.testing.assert_allclose(ours.coefs[:, k], coefs[:, k], atol=1e-3)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_alpha_max_is_exact(diabetes, cancer, loss):
+    X, y = diabetes if loss == "squared" else cancer
+    result = dask_scd.path(X, y, loss=loss, penalty="l1", n_alphas=3, tol=1e-10)
+    assert np.all(result.coefs[:, 0] == 0.0) and result.alphas[0] == result.alpha_max
+    at_max = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=result.alpha_max, tol=1e-12)
+    below = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=result.alpha_max * (1 - 1e-3),
+                         tol=1e-12)
+    assert np.count_nonzero(at_max.coef_) == 0
+    assert np.count_nonzero(below.coef_) >= 1
+    # θ = 0 with the best intercept at alpha_max: certified optimal
+    assert result.dual_gaps[0] <= 1e-12
+    assert result.intercepts[0] == pytest.approx(at_max.intercept_, abs=1e-10)
+
+
+def test_logistic_path_is_certified_and_screening_never_changes_it(cancer):
+    X, y = cancer
+    screened = dask_scd.path(X, y, loss="logistic", penalty="l1", n_alphas=15, eps=1e-2,
+                             tol=1e-10, random_state=0)
+    plain = dask_scd.path(X, y, loss="logistic", penalty="l1", n_alphas=15, eps=1e-2,
+                          tol=1e-10, random_state=0, screening=False)
+    assert np.all(screened.dual_gaps <= 1e-10) and np.all(plain.dual_gaps <= 1e-10)
+    assert screened.n_screened.sum() > 0
+    np.testing.assert_allclose(screened.coefs, plain.coefs, atol=1e-4)
+    for k, alpha in enumerate(screened.alphas):
+        a = objective("logistic", alpha, 1.0, True, X, np.where(y == 1, 1.0, -1.0),
+                      screened.coefs[:, k], screened.intercepts[k])
+        b = objective("logistic", alpha, 1.0, True, X, np.where(y == 1, 1.0, -1.0),
+                      plain.coefs[:, k], plain.intercepts[k])
+        assert abs(a - b) <= 1e-9 * b
+    # the support grows along the path
+    assert np.count_nonzero(screened.coefs[:, -1]) > np.count_nonzero(screened.coefs[:, 1])
+
+
+def test_given_alphas_are_sorted_and_checked(diabetes):
+    X, y = diabetes
+    result = dask_scd.path(X, y, alphas=[0.1, 10.0, 1.0], tol=1e-8)
+    np.testing.assert_array_equal(result.alphas, [10.0, 1.0, 0.1])
+    with pytest.raises(ValueError, match="alphas must be finite numbers > 0"):
+        dask_scd.path(X, y, alphas=[1.0, -1.0])
+    with pytest.raises(ValueError, match="eps"):
+        dask_scd.path(X, y, eps=2.0)
+    with pytest.raises(ValueError, match="needs a penalty"):
+        dask_scd.path(X, y, penalty=None)
+
+
+@pytest.mark.parametrize("solver", ["gram", "scd", "newton"])
+def test_warm_start_gives_the_same_model_with_less_work(diabetes, solver):
+    X, y = diabetes
+    start = dask_scd.fit(X, y, penalty="l1", alpha=0.65, tol=1e-10, solver=solver,
+                         random_state=0)
+    cold = dask_scd.fit(X, y, penalty="l1", alpha=0.5, tol=1e-10, solver=solver,
+                        random_state=0)
+    warm = dask_scd.fit(X, y, penalty="l1", alpha=0.5, tol=1e-10, solver=solver,
+                        random_state=0, coef_init=start.coef_, intercept_init=start.intercept_)
+    assert warm.dual_gap_ <= 1e-10 and warm.n_iter_ <= cold.n_iter_
+    assert abs(warm.primal_ - cold.primal_) <= 1e-9 * cold.primal_
+    with pytest.raises(ValueError, match="coef_init has shape"):
+        dask_scd.fit(X, y, penalty="l1", coef_init=np.zeros(3))
+
+
+def test_path_under_a_local_cluster_equals_the_one_in_process(cancer):
+    """A dask array's path runs each point as a block-engine fit on the cluster; it
+    reaches the in-memory path's models (both certified to 1e-10)."""
+    from distributed import Client, LocalCluster
+
+    X, y = cancer
+    X, y = X[:300, :10], y[:300]
+    options = dict(loss="logistic", penalty="l1", n_alphas=3, eps=0.05, tol=1e-10,
+                   random_state=0)
+    in_process = dask_scd.path(X, y, **options)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        distributed = dask_scd.path(da.from_array(X, chunks=(150, 10)), y,
+                                    solver="block_newton", **options)
+    assert distributed.solvers[1:] == ["block_newton"] * 2
+    assert distributed.alpha_max == pytest.approx(in_process.alpha_max, rel=1e-12)
+    assert np.all(distributed.dual_gaps <= 1e-10)
+    np.testing.assert_allclose(distributed.coefs, in_process.coefs, atol=1e-4)
+    np.testing.assert_allclose(distributed.intercepts, in_process.intercepts, atol=1e-4)
+
+
+# ---------------------------------------------------------------- CV estimators
+
+
+def test_lasso_cv_picks_sklearns_alpha(diabetes):
+    X, y = diabetes
+    cv = KFold(5, shuffle=True, random_state=0)
+    ours = LassoCV(cv=cv, n_alphas=40, tol=1e-10, solver="newton").fit(X, y)
+    theirs = linear_model.LassoCV(cv=cv, alphas=40, tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours.alphas_, theirs.alphas_, rtol=1e-12)
+    np.testing.assert_allclose(ours.mse_path_, theirs.mse_path_, rtol=1e-7)
+    assert ours.alpha_ == pytest.approx(theirs.alpha_, rel=1e-12)
+    assert ours.coefs_paths_.shape == (5, 40, X.shape[1])
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-6)
+    assert ours.dual_gap_ <= 1e-10
+
+
+def test_elastic_net_cv_picks_sklearns_alpha_and_l1_ratio(diabetes):
+    X, y = diabetes
+    cv = KFold(4, shuffle=True, random_state=1)
+    ratios = [0.1, 0.5, 0.9]
+    ours = ElasticNetCV(l1_ratio=ratios, cv=cv, n_alphas=20, tol=1e-10,
+                        solver="newton").fit(X, y)
+    theirs = linear_model.ElasticNetCV(l1_ratio=ratios, cv=cv, alphas=20, tol=1e-12,
+                                       max_iter=100_000).fit(X, y)
+    assert ours.mse_path_.shape == (3, 20, 4) and ours.alphas_.shape == (3, 20)
+    np.testing.assert_allclose(ours.mse_path_, theirs.mse_path_, rtol=1e-5)
+    assert (ours.alpha_, ours.l1_ratio_) == (theirs.alpha_, theirs.l1_ratio_)
+
+
+def test_ridge_cv_agrees_with_sklearn(diabetes):
+    """scikit-learn's RidgeCV(alphas=a) fits each fold with alpha = a / n_train in
+    Ridge's per-example terms: 440 rows in 5 folds train on 352 each."""
+    X, y = diabetes
+    X, y = X[:440], y[:440]
+    cv = KFold(5, shuffle=True, random_state=0)
+    grid = np.array([0.1, 1.0, 10.0, 30.0, 100.0, 300.0])
+    theirs = linear_model.RidgeCV(alphas=grid, cv=cv).fit(X, y)
+    ours = RidgeCV(alphas=grid / 352, cv=cv, tol=1e-12).fit(X, y)
+    assert ours.alpha_ == pytest.approx(theirs.alpha_ / 352, rel=1e-12)
+    assert ours.best_score_ == pytest.approx(theirs.best_score_, rel=1e-9)
+    mse = RidgeCV(alphas=grid / 352, cv=cv, tol=1e-12, scoring="neg_mean_squared_error")
+    reference = linear_model.RidgeCV(alphas=grid, cv=cv, scoring="neg_mean_squared_error")
+    assert mse.fit(X, y).alpha_ * 352 == pytest.approx(reference.fit(X, y).alpha_)
+    assert mse.scores_.shape == (5, 6)
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_log_loss"])
+def test_logistic_regression_cv_picks_sklearns_C(cancer, scoring):
+    X, y = cancer
+    cv = StratifiedKFold(5, shuffle=True, random_state=0)
+    Cs = np.logspace(-3, 2, 10)
+    ours = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10, scoring=scoring).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        theirs = linear_model.LogisticRegressionCV(
+            Cs=Cs, cv=cv, solver="newton-cholesky", tol=1e-10, max_iter=1000,
+            scoring=scoring or "accuracy", l1_ratios=(0.0,), use_legacy_attributes=True,
+        ).fit(X, y)
+    np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
+    np.testing.assert_array_equal(ours.C_, theirs.C_)
+    assert ours.coefs_paths_[1].shape == (5, 10, X.shape[1] + 1)
+    n = X.shape[0]
+    mine = objective("logistic", 1 / (ours.C_[0] * n), 0.0, True, X, np.where(y == 1, 1, -1),
+                     ours.coef_, ours.intercept_[0])
+    reference = objective("logistic", 1 / (ours.C_[0] * n), 0.0, True, X,
+                          np.where(y == 1, 1, -1), theirs.coef_, theirs.intercept_[0])
+    assert abs(mine - reference) <= 1e-8 * reference
+
+
+def test_cv_on_adult_picks_sklearns_choices():
+    from conftest import shared_dataset
+
+    X, y = shared_dataset("a8a")
+    rows = np.random.default_rng(0).choice(X.shape[0], 2000, replace=False)
+    X, y = X[np.sort(rows)], y[np.sort(rows)]
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    Cs = np.logspace(-2, 1, 5)
+    ours = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10, scoring="neg_log_loss").fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        theirs = linear_model.LogisticRegressionCV(
+            Cs=Cs, cv=cv, solver="newton-cholesky", tol=1e-10, max_iter=1000,
+            scoring="neg_log_loss", l1_ratios=(0.0,), use_legacy_attributes=True,
+        ).fit(X, y)
+    np.testing.assert_allclose(ours.scores_[1.0], theirs.scores_[1.0][..., 0], atol=1e-6)
+    np.testing.assert_array_equal(ours.C_, theirs.C_)
+    folds = KFold(3, shuffle=True, random_state=0)
+    lasso = LassoCV(cv=folds, n_alphas=10, tol=1e-10).fit(X, y)
+    reference = linear_model.LassoCV(cv=folds, alphas=10, tol=1e-12,
+                                     max_iter=100_000).fit(X, y)
+    # one-hot columns leave flat directions at the smallest alphas: equal objectives,
+    # held-out errors ~1e-5 apart there
+    np.testing.assert_allclose(lasso.mse_path_, reference.mse_path_, rtol=1e-4)
+    assert lasso.alpha_ == pytest.approx(reference.alpha_, rel=1e-12)  # the same grid point
+
+
+def test_multiclass_logistic_cv_fits_one_model_per_class(cancer):
+    X, y = cancer
+    labels = np.where(X[:, 0] > 0.5, 2, y)  # three classes
+    model = LogisticRegressionCV(Cs=[0.1, 1.0], cv=3, tol=1e-8).fit(X, labels)
+    assert model.coef_.shape == (3, X.shape[1]) and model.C_.shape == (3,)
+    assert set(model.scores_) == {0, 1, 2}
+    assert model.score(X, labels) > 0.8
+
+
+def test_l1_and_elasticnet_logistic_cv(cancer):
+    X, y = cancer
+    l1 = LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], penalty="l1", cv=3, tol=1e-8).fit(X, y)
+    assert np.count_nonzero(l1.coef_) < X.shape[1]
+    enet = LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], penalty="elasticnet",
+                                l1_ratios=[0.2, 0.8], cv=3, tol=1e-8).fit(X, y)
+    assert enet.scores_[1].shape == (3, 3, 2)
+    assert enet.l1_ratio_[0] in (0.2, 0.8)
+    unrefit = LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3, tol=1e-8, refit=False).fit(X, y)
+    assert unrefit.coef_.shape == (1, X.shape[1])
+    with pytest.raises(ValueError, match="needs l1_ratios"):
+        LogisticRegressionCV(penalty="elasticnet").fit(X, y)
+
+
+def test_cv_folds_are_tasks_on_the_current_client(diabetes):
+    from distributed import Client, LocalCluster, get_task_stream
+
+    X, y = diabetes
+    cv = KFold(3, shuffle=True, random_state=0)
+    here = LassoCV(cv=cv, n_alphas=10, tol=1e-10, random_state=0).fit(X, y)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with get_task_stream(client) as stream:
+            there = LassoCV(cv=cv, n_alphas=10, tol=1e-10, random_state=0).fit(X, y)
+    assert len([t for t in stream.data if "_fold_task" in str(t["key"])]) == 3
+    np.testing.assert_array_equal(there.mse_path_, here.mse_path_)
+    assert there.alpha_ == here.alpha_
+
+
+def test_cv_estimators_refuse_dask_input(diabetes):
+    X, y = diabetes
+    with pytest.raises(TypeError, match="cross-validates in-memory X"):
+        LassoCV().fit(da.from_array(X, chunks=100), y)
+
+
+def test_path_points_that_miss_tol_warn(diabetes):
+    X, y = diabetes
+    with pytest.warns(ConvergenceWarning, match="path points did not converge"):
+        dask_scd.path(X, y, n_alphas=5, tol=1e-14, max_iter=1, solver="scd")
