@@ -317,7 +317,7 @@ class _Classifier(ClassifierMixin, _LinearModel):
         self._set_fitted(results, single_output=False)
         return self
 
-    def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
+    def _fits_multinomial(self, data: ModelInput, n_classes: int, weighted: bool = False) -> bool:
         """Whether one multinomial model is fitted rather than binary ones (LogisticRegression)."""
         return False
 
