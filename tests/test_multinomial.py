@@ -284,10 +284,12 @@ def test_weighted_fits_are_one_vs_rest_or_refused():
     X, y = load_iris(return_X_y=True)
     w = np.arange(len(y)) % 3 + 1.0
     plain = dask_scd.LogisticRegression(multi_class="ovr").fit(X, y)
-    weighted = dask_scd.LogisticRegression().fit(X, y, sample_weight=w)
+    with pytest.warns(UserWarning, match="one-vs-rest"):
+        weighted = dask_scd.LogisticRegression().fit(X, y, sample_weight=w)
     assert weighted.multi_class_ == "ovr"
     assert np.abs(weighted.coef_ - plain.coef_).max() > 1e-3
-    balanced = dask_scd.LogisticRegression(class_weight="balanced").fit(X, y)
+    with pytest.warns(UserWarning, match="one-vs-rest"):
+        balanced = dask_scd.LogisticRegression(class_weight="balanced").fit(X, y)
     assert balanced.multi_class_ == "ovr"
     with pytest.raises(ValueError, match="multi_class='ovr'"):
         dask_scd.LogisticRegression(multi_class="multinomial").fit(X, y, sample_weight=w)

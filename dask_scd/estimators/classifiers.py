@@ -12,7 +12,7 @@ from dask_scd.estimators.fitting import _fit_one
 from dask_scd.estimators.multiclass import _probabilities, _softmax
 from dask_scd.objectives import MULTINOMIAL
 from dask_scd.solvers import registry
-from dask_scd.validation import check_problem
+from dask_scd.validation import check_problem, warn
 
 MULTI_CLASS = ("auto", "multinomial", "ovr")
 
@@ -131,7 +131,12 @@ class LogisticRegression(_Classifier):
                              "multi_class='ovr' (what multi_class='auto' does)")
         if self.multi_class != "auto":
             return self.multi_class == "multinomial"
+        if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
+            return False
         if weighted:
+            warn("the multinomial engines take no sample weights: this weighted fit of "
+                 f"{n_classes} classes is one-vs-rest (multi_class='ovr' says so and "
+                 "silences this warning)")
             return False
         if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
             return False
