@@ -79,9 +79,16 @@ runuser -u munge -- munged --socket="$MUNGE_SOCKET" --pid-file="$WORK/munge/mung
         --seed-file="$WORK/munge/munged.seed" --key-file="$MUNGE_KEY" 2>/dev/null; }
 STARTED+=("$WORK/munge/munged.pid")
 
-# slurm.conf: this node as it is (slurmd -C), one partition "debug".
+# slurm.conf: this node (slurmd -C) declared with at most 4 GiB (DASK_SCD_SLURM_NODE_MB,
+# in MB as slurm counts them): the example and the tests, two 1-core 2 GiB jobs, must
+# fit the small nodes users meet; one partition "debug".
 HOST=$(hostname -s)
-NODE=$(slurmd -C | head -n 1)
+NODE_MB=${DASK_SCD_SLURM_NODE_MB:-4096}
+NODE=$(slurmd -C | head -n 1 | awk -v cap="$NODE_MB" '{
+    for (i = 1; i <= NF; i++) if ($i ~ /^RealMemory=/) {
+        split($i, kv, "="); if (kv[2] + 0 > cap + 0) $i = "RealMemory=" cap
+    }
+    print }')
 mkdir -p "$WORK/state" "$WORK/spool"
 export SLURM_CONF="$WORK/slurm.conf"
 cat >"$SLURM_CONF" <<EOF
