@@ -39,7 +39,8 @@ def load():
 
 def search(X, y):
     pipeline = make_pipeline(StandardScaler(),
-                             dask_scd.LogisticRegression(tol=TOL, random_state=0))
+                             dask_scd.LogisticRegression(tol=TOL, multi_class="ovr",
+                                                         random_state=0))
     grid = {"logisticregression__alpha": [1e-3, 1e-2, 1e-1]}
     start = time.perf_counter()
     searcher = GridSearchCV(pipeline, grid, cv=3).fit(X, y)
