@@ -148,7 +148,9 @@ def test_the_example_through_slurm(shared, grid, undisturbed, tmp_path):
                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert f"#SBATCH -p {PARTITION}" in done.stdout
-    assert re.search(r"waiting for workers: 0/2 joined after \d+ s; job \d+", done.stdout)
+    # The pending report ("waiting for workers: 0/2 joined after N s; job J ...") is printed
+    # only while workers are missing: on an idle node they may join before the first check
+    # (tests/test_jobqueue.py checks the report itself against squeue's output).
     gap = re.search(r"LogisticRegression on the grid: relative gap (\S+),", done.stdout)
     assert gap and float(gap.group(1)) <= 1e-6
     saved = np.load(directory / "clicks.model.npz")
