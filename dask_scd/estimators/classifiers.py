@@ -78,14 +78,7 @@ class LogisticRegression(_Classifier):
         than two classes wherever that runs, "ovr" elsewhere (a grid above the limit, an
         L1 term on a large dask array, a binary engine named by ``solver``) and for two
         classes (one binary model). ``multi_class_`` says which ran.
-    class_weight : dict, "balanced" or None, default=None
-        Weights of the classes, multiplying ``sample_weight``, as scikit-learn defines
-        them: a dict ``{label: weight}`` (classes left out weigh 1), or "balanced",
-        ``n_samples / (n_classes · count_k)`` for class k (the counts weighted by
-        ``sample_weight`` when given). With ``C`` the model is fitted with
-        ``alpha = 1 / (C · Σw)``, Σw the sum of the combined weights, which is
-        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes every
-        one-vs-rest model weighs each example by its own class's weight.
+{class_weight}
 
     Attributes
     ----------
@@ -261,14 +254,7 @@ class LinearSVC(_Classifier):
     l1_ratio : float in [0, 1], default=0.5
         The L1 share of the penalty, used with ``penalty="elasticnet"`` only.
 {common_parameters}
-    class_weight : dict, "balanced" or None, default=None
-        Weights of the classes, multiplying ``sample_weight``, as scikit-learn defines
-        them: a dict ``{label: weight}`` (classes left out weigh 1), or "balanced",
-        ``n_samples / (n_classes · count_k)`` for class k (the counts weighted by
-        ``sample_weight`` when given). With ``C`` the model is fitted with
-        ``alpha = 1 / (C · Σw)``, Σw the sum of the combined weights, which is
-        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes every
-        one-vs-rest model weighs each example by its own class's weight.
+{class_weight}
 
     Attributes
     ----------

@@ -54,6 +54,17 @@ _INPUTS = """
     over Dask, "block_newton" ("auto" picks among them).
 """
 
+_CLASS_WEIGHT = """
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, multiplying ``sample_weight``, as scikit-learn defines
+        them: a dict ``{label: weight}`` (classes left out weigh 1), or "balanced",
+        ``n_samples / (n_classes · count_k)`` for class k (the counts weighted by
+        ``sample_weight`` when given). With ``C`` the model is fitted with
+        ``alpha = 1 / (C · Σw)``, Σw the sum of the combined weights, which is
+        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes every
+        one-vs-rest model weighs each example by its own class's weight.
+"""
+
 _REGRESSOR_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
     n_iter="int", dual_gap="float", history="", per_model="")
 _CLASSIFIER_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
@@ -65,4 +76,5 @@ def _docstring(template: str) -> str:
     return (template.replace("{common_parameters}", _COMMON_PARAMETERS.strip("\n"))
             .replace("{regressor_attributes}", _REGRESSOR_ATTRIBUTES.strip("\n"))
             .replace("{classifier_attributes}", _CLASSIFIER_ATTRIBUTES.strip("\n"))
+            .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
             .replace("{inputs}", _INPUTS.strip("\n")))
