@@ -221,17 +221,30 @@ def _l2_direction(softmax: Softmax, problem, point: Point, grad, forcing):
     diag = diag + problem.l2
     diag = np.where(diag > 0.0, diag, 1.0)
     diag_b = np.where(diag_b > 0.0, diag_b, 1.0)
-    r, r_b = -grad, -point.grad_b
+    d, d_b, products = conjugate_gradients(
+        lambda v, v_b: _hessian_product(softmax, problem, point.P, v, v_b),
+        -grad, -point.grad_b, diag, diag_b, forcing)
+    passes = 1.0 + 2.0 * products
+    if not problem.fit_intercept:
+        d_b[:] = 0.0
+    return d, d_b, softmax.dot(d, d_b), passes + 1.0
+
+
+def conjugate_gradients(product, r, r_b, diag, diag_b, forcing):
+    """Preconditioned conjugate gradients on H (d, d_b) = (r, r_b) from zero, the
+    preconditioner diag(diag, diag_b), to ‖residual‖ ≤ forcing·‖(r, r_b)‖, at most _MAX_CG
+    steps; stops at a direction of non-positive curvature. ``product(v, v_b)`` returns
+    H (v, v_b). Returns (d, d_b, number of products)."""
+    r, r_b = r.copy(), r_b.copy()
     d, d_b = np.zeros_like(r), np.zeros_like(r_b)
     target = forcing * float(np.sqrt(np.sum(r * r) + np.sum(r_b * r_b)))
     z, z_b = r / diag, r_b / diag_b
     v, v_b = z.copy(), z_b.copy()
     rz = float(np.sum(r * z) + np.sum(r_b * z_b))
-    passes = 1.0
-    limit = min(_MAX_CG, r.size + r_b.size)
-    for _ in range(limit):
-        Hv, Hv_b = _hessian_product(softmax, problem, point.P, v, v_b)
-        passes += 2.0
+    products = 0
+    for _ in range(min(_MAX_CG, r.size + r_b.size)):
+        Hv, Hv_b = product(v, v_b)
+        products += 1
         curvature = float(np.sum(v * Hv) + np.sum(v_b * Hv_b))
         if not curvature > 0.0:
             break
@@ -248,9 +261,7 @@ def _l2_direction(softmax: Softmax, problem, point: Point, grad, forcing):
         rz = rz_next
         v = z + beta * v
         v_b = z_b + beta * v_b
-    if not problem.fit_intercept:
-        d_b[:] = 0.0
-    return d, d_b, softmax.dot(d, d_b), passes + 1.0
+    return d, d_b, products
 
 
 # ------------------------------------------------------- L1 / elastic net: proximal Newton

@@ -34,7 +34,7 @@ from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.result import History
 from dask_scd.runtime.cluster import fit_client
 from dask_scd.solvers.base import Options, Run
-from dask_scd.solvers.multinomial import _centred
+from dask_scd.solvers.multinomial import _centred, conjugate_gradients
 from dask_scd.solvers.newton_loop import STOP, Meter, Stopping
 
 _MAX_CG = 500
@@ -295,32 +295,15 @@ def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
     """Preconditioned conjugate gradients on H d = −∇P, one reduction per product."""
     diag = np.where(diagonal[0] > 0.0, diagonal[0], 1.0)
     diag_b = np.where(diagonal[1] > 0.0, diagonal[1], 1.0)
-    r, r_b = -grad, -grad_b
-    d, d_b = np.zeros_like(r), np.zeros_like(r_b)
-    target = forcing * float(np.sqrt(np.sum(r * r) + np.sum(r_b * r_b)))
-    z, z_b = r / diag, r_b / diag_b
-    v, v_b = z.copy(), z_b.copy()
-    rz = float(np.sum(r * z) + np.sum(r_b * z_b))
-    passes = 0.0
-    for _ in range(min(_MAX_CG, r.size + r_b.size)):
+
+    def product(v, v_b):
         part = reduce.map(hessian_part, W, b, v, v_b)
-        passes += 1.0
         Hv = part["xt_r"] / n + problem.l2 * v
         Hv_b = part["r_sums"] / n if problem.fit_intercept else np.zeros_like(v_b)
-        curvature = float(np.sum(v * Hv) + np.sum(v_b * Hv_b))
-        if not curvature > 0.0:
-            break
-        alpha = rz / curvature
-        d += alpha * v
-        d_b += alpha * v_b
-        r -= alpha * Hv
-        r_b -= alpha * Hv_b
-        if np.sqrt(np.sum(r * r) + np.sum(r_b * r_b)) <= target:
-            break
-        z, z_b = r / diag, r_b / diag_b
-        rz_next = float(np.sum(r * z) + np.sum(r_b * z_b))
-        v, v_b = z + (rz_next / rz) * v, z_b + (rz_next / rz) * v_b
-        rz = rz_next
+        return Hv, Hv_b
+
+    d, d_b, products = conjugate_gradients(product, -grad, -grad_b, diag, diag_b, forcing)
+    passes = float(products)
     if not problem.fit_intercept:
         d_b[:] = 0.0
     return d, d_b, passes
