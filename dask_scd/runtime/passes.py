@@ -161,18 +161,23 @@ def sum_partials(*partials) -> dict:
     full vectors; the result is full.
     """
     sparse = set().union(*(p.get("sparse", ()) for p in partials))
-    return {key: _scattered_sum(partials, key) if key in sparse
+    return {key: scattered_sum(partials, key) if key in sparse
             else _ordered_sum(p[key] for p in partials)
             for key in partials[0] if key not in _LAYOUT}
 
 
-def _scattered_sum(partials, key) -> np.ndarray:
-    width = next(p["width"] for p in partials if "width" in p)
-    total = np.zeros(width)
+def scattered_sum(partials, key, width: int | None = None) -> np.ndarray:
+    """Σ of the partials' ``key`` in their order, full width. A partial with "cols" holds
+    ``key`` at those columns only (unless its "sparse" names other keys): added in place
+    into zeros, the same sums as the full vectors. ``width``: the full length (default
+    the partials' "width")."""
+    if width is None:
+        width = next(p["width"] for p in partials if "width" in p)
+    first = np.asarray(partials[0][key])
+    total = np.zeros(first.shape[:-1] + (width,))
     for p in partials:
-        if key in p.get("sparse", ()):
-            total[p["cols"]] += p[key]
+        if "cols" in p and key in p.get("sparse", (key,)):
+            total[..., p["cols"]] += p[key]
         else:
             total += p[key]
     return total
-

@@ -22,7 +22,7 @@ from dask_scd.data.cells import cell_view, labels, row_weights
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
-from dask_scd.runtime.passes import _ordered_sum, sum_partials
+from dask_scd.runtime.passes import _ordered_sum, scattered_sum, sum_partials
 from dask_scd.solvers.coarse_level import RowSums
 from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 
@@ -120,18 +120,10 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
 
 def _summed(partials, key: str, width: int) -> np.ndarray:
     """Σ of the row chunks' ``key`` in row-chunk order. A partial with "cols" holds its
-    values at those columns only (the others are exact zeros), added in place: the same
-    sums as adding the block-wide vectors."""
+    values at those columns only (:func:`passes.scattered_sum`)."""
     if not any("cols" in p for p in partials):
         return _ordered_sum(p[key] for p in partials)
-    first = np.asarray(partials[0][key])
-    total = np.zeros(first.shape[:-1] + (width,))
-    for p in partials:
-        if "cols" in p:
-            total[..., p["cols"]] += p[key]
-        else:
-            total += p[key]
-    return total
+    return scattered_sum(partials, key, width)
 
 
 def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block: bool,
