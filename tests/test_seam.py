@@ -22,7 +22,7 @@ PACKAGE = Path(dask_scd.__file__).resolve().parent
 def test_iterates_are_pinned():
     """A few epochs of every engine give the iterates recorded in tests/data (written by
     tests/pin_iterates.py before the engines moved behind the registry). The comparison
-    allows 1e-12 relative: the kernels reassociate sums (fast-math), so another CPU's
+    allows 1e-12 relative (1e-13 of the largest coordinate near 0): the kernels reassociate sums (fast-math), so another CPU's
     vector width may change the last bits; on one machine they are bit-identical."""
     from pin_iterates import PINNED, run_cases
 
@@ -33,7 +33,10 @@ def test_iterates_are_pinned():
         expected = np.array([float.fromhex(v) for v in case["coef"]])
         coef = np.array([float.fromhex(v) for v in got[name]["coef"]])
         assert got[name]["n_iter"] == case["n_iter"], name
-        np.testing.assert_allclose(coef, expected, rtol=1e-12, atol=1e-14, err_msg=name)
+        # A coordinate near 0 inherits the rounding of the large ones: atol at the scale
+        # of the vector (AMD and Intel CPUs differ by ~1e-14 there).
+        atol = 1e-13 * max(np.abs(expected).max(), 1e-1)
+        np.testing.assert_allclose(coef, expected, rtol=1e-12, atol=atol, err_msg=name)
         assert float.fromhex(got[name]["intercept"]) == pytest.approx(
             float.fromhex(case["intercept"]), rel=1e-12, abs=1e-14)
 

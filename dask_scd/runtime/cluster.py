@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import uuid
 
 from dask_scd.runtime import passes
@@ -110,17 +111,66 @@ def _picked(values, pick):
 def _run_rows(func, picks: tuple, *args) -> list:
     """(task) ``func`` on each row chunk of a group: ``args[:len(picks)]`` are lists with
     one value per row chunk of the group (element ``picks[k]`` of each, where not None),
-    the rest shared."""
+    the rest shared (an inline reduction among them computed here, once)."""
     n_per_row = len(picks)
     per_row = [_picked(a, p) for a, p in zip(args[:n_per_row], picks)]
-    shared = args[n_per_row:]
+    shared = [_resolved(a) for a in args[n_per_row:]]
     return [func(*row, *shared) for row in zip(*per_row)]
 
 
 def _call_on_rows(func, n_fixed: int, pick, *args):
     """(task) ``func(*fixed, *results)``, the groups' results flattened in row order."""
-    fixed, groups = args[:n_fixed], args[n_fixed:]
+    fixed, groups = [_resolved(a) for a in args[:n_fixed]], args[n_fixed:]
     return func(*fixed, *_picked([value for group in groups for value in group], pick))
+
+
+# ------------------------------------------------------------------ inline reductions
+#
+# A reduction whose result only the next stage's tasks read need not be a task of its
+# own: every task of that stage receives the row chunks' parts (a handful of groups, the
+# parts compact) and sums them itself, in row-chunk order, so each gets the same bits.
+# A block iteration then waits for one transfer per reduction instead of two (parts to a
+# reducing task, its result back to every row chunk) and for one task fewer. A worker
+# remembers what it computed (by the reduction's unique token), so its later tasks and
+# the engine's own copy of the result (:meth:`ClusterRuntime.evaluate`) reuse it.
+
+_INLINE = "dask_scd.inline-reduction"  # the tag of a reduction spec (a plain tuple, so
+# that dask finds the futures inside it)
+MEMO_BYTES = 64 * 2**20  # per worker process: what the inline reductions may keep
+_memo: dict = {}
+_memo_lock = threading.Lock()
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    return int(getattr(value, "nbytes", 64))
+
+
+def _resolved(arg):
+    """An argument as the task uses it: an inline reduction's spec is computed (or taken
+    from this worker's memo); anything else is itself."""
+    if not (isinstance(arg, tuple) and len(arg) == 6 and arg[0] == _INLINE):
+        return arg
+    _, token, func, fixed, pick, groups = arg
+    with _memo_lock:
+        if token in _memo:
+            value = _memo.pop(token)
+            _memo[token] = value  # most recently used last
+            return value
+    value = func(*[_resolved(a) for a in fixed],
+                 *_picked([v for group in groups for v in group], pick))
+    with _memo_lock:
+        _memo[token] = value
+        total = sum(_nbytes(v) for v in _memo.values())
+        while total > MEMO_BYTES and len(_memo) > 1:
+            total -= _nbytes(_memo.pop(next(iter(_memo))))
+    return value
+
+
+def _evaluate(spec):
+    """(task) the value of an inline reduction."""
+    return _resolved(spec)
 
 
 def _sum_picked(index, pick, *groups) -> dict:
@@ -235,6 +285,28 @@ class ClusterRuntime:
         whatever the grouping."""
         return self.submit(_call_on_rows, func, len(fixed), rows.pick, *fixed, *rows.parts,
                            name=func.__name__)
+
+    # Inline reductions beyond this many groups would send every group's parts to every
+    # task (groups² transfers): a reducing task is cheaper there.
+    INLINE_GROUPS = 8
+
+    def inline_reduce(self, func, fixed: tuple, rows: Rows):
+        """:meth:`reduce`, computed inside the tasks that take the result (see "inline
+        reductions" above): a spec to pass as a shared argument of :meth:`map_rows`, or
+        in ``fixed`` of a :meth:`reduce` / another inline reduction. Where the row chunks
+        run in more than :attr:`INLINE_GROUPS` groups, an ordinary reducing task."""
+        if len(rows.parts) > self.INLINE_GROUPS:
+            return self.reduce(func, fixed, rows)
+        self._n_submitted += 1
+        token = f"{func.__name__}-{self._fit_token}-{self._n_submitted}"
+        return (_INLINE, token, func, tuple(fixed), rows.pick, list(rows.parts))
+
+    def evaluate(self, value):
+        """A future of an inline reduction's value (a low-priority task: the value is
+        usually in the memo of the worker that runs it), or ``value`` if it is a future."""
+        if not (isinstance(value, tuple) and value and value[0] == _INLINE):
+            return value
+        return self.submit(_evaluate, value, name=value[2].__name__, priority=-10)
 
     def _placement(self, home) -> dict:
         return {} if home is None else {"workers": [home], "allow_other_workers": True}

@@ -160,6 +160,16 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     return out
 
 
+def block_direction_from(problem: obj.Problem, n_samples: int, start: tuple, block,
+                         *partials) -> dict:
+    """:func:`block_direction` with θ_B read from the epoch's start: ``start`` is (θ in
+    grid order, b), sent to each worker once per epoch rather than a block's slice of it
+    inside every task; ``block`` the block's column slice, or None for the intercept."""
+    coef, intercept = start
+    theta = np.array([intercept]) if block is None else coef[block].copy()
+    return block_direction(problem, n_samples, theta, block is None, *partials)
+
+
 def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
     """Per coordinate: does the Armijo test surely pass at the full step?
 

@@ -285,12 +285,14 @@ class _BlockSCD:
         # The step of the previous block is applied by the task that computes the next
         # block's statistics (one stage fewer per block).
         pending = None
+        # θ at the start of the epoch, on every worker once; a block's task reads its slice.
+        start = runtime.client.scatter((coef, intercept), broadcast=True, hash=False)
         for b in order:
             pure = b == INTERCEPT or self.source.purity[b]
             cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(R)]
-            theta = np.array([intercept]) if b == INTERCEPT else coef[self.slices[b]].copy()
+            block = None if b == INTERCEPT else self.slices[b]
             # An impure block small enough takes the exact Newton step of its Gram matrix.
-            gram = not pure and len(theta) <= self.gram_max
+            gram = not pure and (1 if block is None else block.stop - block.start) <= self.gram_max
             if pending is None:
                 stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
                                          problem.loss, gram)
@@ -299,18 +301,21 @@ class _BlockSCD:
                                          (margins, pending[0], cells, labels), pending[1],
                                          problem.loss, gram)
                 margins, stats = fused.item(0), fused.item(1)
-            fixed = (problem, n, theta, b == INTERCEPT)
+            fixed = (problem, n, start, block)
+            # The direction and the step are summed inside the tasks that read them
+            # (inline reductions); a Gram block's matrices take a tree of tasks.
             if gram:
-                step = direction = runtime.submit(ops.block_direction, *fixed,
+                step = direction = runtime.submit(ops.block_direction_from, *fixed,
                                                   *runtime.tree_sum(stats))
             else:
-                step = direction = runtime.reduce(ops.block_direction, fixed, stats)
+                step = direction = runtime.inline_reduce(ops.block_direction_from, fixed,
+                                                         stats)
             if not ((pure or gram) and problem.loss == "squared"):
                 trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
                                           direction, problem, pure)
-                step = runtime.reduce(ops.block_choose, (direction, n, slack), trials)
+                step = runtime.inline_reduce(ops.block_choose, (direction, n, slack), trials)
             pending = (cells, step)
-            steps[b] = step
+            steps[b] = runtime.evaluate(step)
         if pending is not None:
             margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
         results = runtime.gather(steps)
