@@ -130,3 +130,24 @@ def test_rescaled_lasso_certificate_is_valid_and_tighter(rng):
     best = Lasso(alpha=0.2, tol=1e-14, max_iter=100_000).fit(X, y)
     optimum = obj.certificate(problem, X, y, best.coef_, best.intercept_).primal
     assert cert.dual <= optimum + 1e-12
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
+def test_the_optimal_intercept_takes_a_few_passes(loss, monkeypatch):
+    """Newton stops at the rounding floor of the derivative's sum: a handful of passes
+    over the examples (it once bisected the noise for ~40), and the root is exact."""
+    from scipy.optimize import brentq
+
+    from dask_scd import objectives as obj
+
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random(200_000) < 0.3, 1.0, -1.0)
+    margins = rng.normal(size=len(y))
+    calls = []
+    derivative = obj.loss_derivative
+    monkeypatch.setattr(obj, "loss_derivative",
+                        lambda *a: calls.append(1) or derivative(*a))
+    b = obj.optimal_intercept(loss, y, margins)
+    assert len(calls) <= 10
+    root = brentq(lambda t: derivative(loss, y, margins + t).sum(), -20, 20, xtol=1e-15)
+    assert b == pytest.approx(root, abs=1e-12)

@@ -105,3 +105,54 @@ def test_other_engines_refuse_the_options(cancer):
     X, y = cancer
     with pytest.raises(TypeError, match="n_threads"):
         dask_scd.fit(X, y, loss="logistic", solver="scd", n_threads=2)
+
+
+def test_weighted_rows_on_two_threads_reach_the_weighted_optimum(cancer):
+    X, y = cancer
+    weights = np.random.default_rng(0).integers(0, 4, size=len(y)).astype(float)
+    one = _fit(X, y, loss="logistic", alpha=0.01, sample_weight=weights)
+    two = _fit(X, y, loss="logistic", alpha=0.01, sample_weight=weights, n_threads=2)
+    assert one.dual_gap_ <= TOL and two.dual_gap_ <= TOL
+    assert _objective(two) == pytest.approx(_objective(one), rel=1e-8)
+
+
+def test_atomic_adds_from_two_threads_are_never_lost():
+    """Two threads adding to the same entries of w: every add counts (a plain += would
+    lose some to the other thread's read-modify-write)."""
+    import threading
+
+    from numba import njit
+
+    from dask_scd.kernels.sdca import atomic_add
+
+    @njit(nogil=True)
+    def add_many(w, n):
+        for k in range(n):
+            atomic_add(w, k % 2, 1.0)
+
+    w = np.zeros(2)
+    add_many(w, 2)  # compile
+    w[:] = 0.0
+    threads = [threading.Thread(target=add_many, args=(w, 2_000_000)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert w.tolist() == [2_000_000.0, 2_000_000.0]
+
+
+def test_hot_features_are_those_most_rows_hold():
+    import scipy.sparse as sp
+
+    from dask_scd.kernels.layout import MajorMatrix
+    from dask_scd.solvers.sdca import HOT, hot_features
+
+    n = 5000
+    rows = np.arange(n)
+    cols = np.where(rows % 2 == 0, 0, 1 + rows % 7)  # feature 0 in half the rows
+    cols[:3] = 8  # feature 8 in 3 rows, below HOT·n = 5
+    X = sp.csr_matrix((np.ones(n), (rows, cols)), shape=(n, 9))
+    hot = hot_features(MajorMatrix.from_array(X, "rows"), n)
+    counts = np.bincount(cols, minlength=9)
+    assert hot.tolist() == (counts > HOT * n).tolist()
+    assert hot[0] and not hot[8]

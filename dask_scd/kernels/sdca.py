@@ -25,7 +25,9 @@ caller's ``numpy.random.Generator`` (numba draws the same stream numpy would).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from dask_scd.kernels.cpu import _FAST, _line, _row_axpy, _row_dot
 from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
@@ -252,4 +254,100 @@ def sdca_weighted_epoch(
         dual_sum[0] += scaled
         _row_axpy(data, indices, dense, start, end, scaled / alpha_n, coef)  # w += v t x_i/(αn)
         max_delta = max(max_delta, abs(scaled))
+    return max_delta
+
+
+SLOT = 16  # float64s between two threads' slots: 128 bytes, never one cache line
+
+
+@intrinsic
+def atomic_add(typingctx, array, index, value):
+    """``array[index] += value`` as one atomic read-modify-write (LLVM ``atomicrmw fadd``,
+    relaxed order); returns the old value. Two threads adding to one entry both count."""
+    signature = types.float64(array, index, value)
+
+    def codegen(context, builder, sig, args):
+        values, i, v = args
+        pointer = cgutils.get_item_pointer(context, builder, sig.args[0],
+                                           context.make_array(sig.args[0])(context, builder,
+                                                                           values),
+                                           [i], wraparound=False)
+        return builder.atomic_rmw("fadd", pointer, v, "monotonic")
+
+    return signature, codegen
+
+
+@njit(inline="always")
+def _row_axpy_shared(data, indices, dense, start, end, scale, w, hot):
+    """w += scale·x_row on a w other threads write too: atomic adds on the ``hot``
+    features, plain ones elsewhere. A plain ``+=`` (read, add, write) loses the update
+    of a thread that wrote in between; on a feature most rows hold that happens
+    thousands of times an epoch, on a rare one almost never, and an atomic add costs
+    several plain ones."""
+    if dense:
+        for k in range(end - start):
+            if hot[k]:
+                atomic_add(w, k, scale * data[start + k])
+            else:
+                w[k] += scale * data[start + k]
+    else:
+        for idx in range(start, end):
+            j = indices[idx]
+            if hot[j]:
+                atomic_add(w, j, scale * data[idx])
+            else:
+                w[j] += scale * data[idx]
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def sdca_thread_epoch(
+    data, indices, indptr, dense, n_features, y, unit_dual, coef, order,
+    loss, alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum,
+    slots, thread, publish, hot,
+):
+    """One thread's share of an SA-SDCA epoch (:func:`dask_scd.kernels.cpu.sdca_epoch`, or
+    :func:`sdca_weighted_epoch` when ``weighted``), with Σ a_i kept without a shared
+    scalar.
+
+    The intercept's multiplier needs Σ a_i at every step. Written by every thread at
+    every step, one shared scalar would bounce its cache line between the cores and lose
+    updates; here each thread adds its own changes privately and publishes them in its
+    row of ``slots`` (``slots[thread, 0]``, one writer each, rows ``SLOT`` floats apart)
+    every ``publish`` visits, reading the others' published sums at the same moment:
+    Σa = ``base_sum`` + others' (at most ``publish`` visits old) + its own (exact).
+    w is shared with the other threads: atomic adds on the ``hot`` features
+    (:func:`_row_axpy_shared`). Returns max |Δa_i|; ``slots[thread, 0]`` holds the
+    thread's whole change at the end.
+    """
+    max_delta = 0.0
+    own = 0.0
+    others = 0.0
+    n_threads = slots.shape[0]
+    n_visits = order.shape[0]
+    for k in range(n_visits):
+        if k % publish == 0:
+            slots[thread, 0] = own
+            others = 0.0
+            for j in range(n_threads):
+                if j != thread:
+                    others += slots[j, 0]
+        if k + AHEAD < n_visits:
+            prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
+        i = order[k]
+        v = weights[i] if weighted else 1.0
+        if v == 0.0:
+            continue
+        start, end = _line(dense, indptr, i, n_features)
+        margin = _row_dot(data, indices, dense, start, end, coef)
+        q = v * (row_sq_norms[i] / alpha_n + rho)
+        shifted = margin + intercept + rho * (base_sum + others + own)
+        t = _dual_step(loss, y[i], unit_dual[i], shifted, q)
+        if t == 0.0:
+            continue
+        unit_dual[i] += t
+        scaled = v * t
+        own += scaled
+        _row_axpy_shared(data, indices, dense, start, end, scaled / alpha_n, coef, hot)
+        max_delta = max(max_delta, abs(scaled))
+    slots[thread, 0] = own
     return max_delta

@@ -205,6 +205,19 @@ def _settings(engine: dict, device_name: str) -> dict:
     return settings
 
 
+PUBLISH = 64  # visits between two publications of a thread's Σa changes
+HOT = 1e-3  # a feature held by more than this fraction of the rows is updated atomically
+
+
+def hot_features(matrix, n_samples: int) -> np.ndarray:
+    """Per feature: is it held by more than ``HOT`` of the rows (every feature of dense
+    data)? The threads of SA-SDCA add to those atomically (sdca.sdca_thread_epoch)."""
+    if matrix.dense:
+        return np.ones(matrix.n_minor, dtype=np.bool_)
+    counts = np.bincount(matrix.indices, minlength=matrix.n_minor)
+    return counts > HOT * n_samples
+
+
 class _Epochs:
     """SDCA epochs on ``n_threads`` threads: SA-SDCA (Tran et al. 2015, Algorithm 2).
 
@@ -230,6 +243,8 @@ class _Epochs:
         self.sync_every = settings["sync_every"] if n_threads > 1 else 0
         self.bounds = np.linspace(0, n_samples, n_threads + 1).astype(np.int64)
         self.pool = ThreadPoolExecutor(n_threads - 1) if n_threads > 1 else None
+        if self.pool is not None:
+            self.hot = hot_features(epoch_matrix, n_samples)
         # Shrinking is a sequential strategy: GPU epochs, and epochs on several threads,
         # visit every row (per-thread shrinking, each thread on a fixed range of rows,
         # took 10–20x the epochs of one thread on the hinge of breast cancer).
@@ -254,16 +269,27 @@ class _Epochs:
             max_delta, settled = self._epochs(dual_coef, coef, alpha_n, row_sq_norms,
                                               intercept, rho, [dual_sum])[0]
             return max_delta, settled, dual_sum[0]
-        # Σ a_i enters the steps as ρΣa (the intercept's multiplier): shared like w when
-        # ρ > 0, since a thread that saw only its own changes would correct all of Σa,
-        # and k threads k times over (the multiplier then diverges); private when ρ = 0,
-        # to spare the cache line a write from every thread at every step.
-        sums = [dual_sum if rho else dual_sum.copy() for _ in self._ranges()]
-        results = self._epochs(dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums)
-        max_delta = max(r[0] for r in results)
-        settled = all(r[1] for r in results)
+        # Σ a_i enters the steps as ρΣa (the intercept's multiplier). A thread that saw
+        # only its own changes would correct all of Σa, and k threads k times over (the
+        # multiplier then diverges); one scalar written by every thread at every step
+        # would bounce between the cores. Each thread publishes its own changes every
+        # PUBLISH visits and reads the others' (sdca.sdca_thread_epoch).
+        order = _block_order(self.all_rows, self.rng)
+        slots = np.zeros((len(self.bounds) - 1, sdca.SLOT))
+        m, weights = self.epoch_matrix, self.weights
+        unit = np.ones(0) if weights is None else weights
+
+        def thread(k, lo, hi):
+            return sdca.sdca_thread_epoch(
+                m.data, m.indices, m.indptr, m.dense, m.n_minor, self.y, dual_coef, coef,
+                order[lo:hi], self.loss_code, alpha_n, row_sq_norms, unit,
+                weights is not None, intercept, rho, float(dual_sum[0]), slots, k, PUBLISH,
+                self.hot)
+
+        jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
+        max_delta = max(self._map(thread, jobs))
         # exact: each a_i has one writer
-        return max_delta, settled, _weighted(dual_coef, self.weights).sum()
+        return max_delta, False, _weighted(dual_coef, self.weights).sum()
 
     def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums):
         """(max |Δa_i|, settled) of each thread's epoch."""
