@@ -912,9 +912,15 @@ def write_grid_pieces(path, n, row_chunk, seed=3):
         return to_grid(X, y, path, row_chunk=row_chunk, blocks=blocks, overwrite=True)
 
 
+# Rows per row chunk of the out-of-core grid: a worker's tasks hold a few vectors of a row
+# chunk (margins, derivatives, a cell) at once; at 1.07M rows (8.6M / 8) those pushed a
+# 448 MiB worker past its pause threshold again and again (measured: it stalled).
+OOC_ROW_CHUNK = 262_144
+
+
 def _write_main(args):
     t = time.perf_counter()
-    g = write_grid_pieces(args._write, args._rows, args._rows // 8)
+    g = write_grid_pieces(args._write, args._rows, min(args._rows // 8, OOC_ROW_CHUNK))
     print("RESULT", json.dumps({"seconds": time.perf_counter() - t, "nnz": int(g.nnz),
                                 "shape": list(g.shape), "peak_rss": vm_hwm(),
                                 "disk": _du(args._write)}), flush=True)
@@ -1401,7 +1407,8 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
         f"Grid: {w['shape'][0]:,} rows, {w['nnz']:,} non-zeros = {fmt_bytes(stored)} stored "
         f"uncompressed (nnz x 12 B, as the engine counts), {fmt_bytes(w['disk'])} on disk; "
         f"written in {fmt_s(w['seconds'])} by a separate process from per-row-chunk delayed "
-        f"make_onehot pieces (peak RSS {fmt_bytes(w['peak_rss'])}: never whole in memory). "
+        f"make_onehot pieces (peak RSS {fmt_bytes(w['peak_rss'])}: never whole in memory), "
+        f"row chunks of {min(w['shape'][0] // 8, OOC_ROW_CHUNK):,} rows. "
         + (f"memory_limit per worker {fmt_bytes(floor)} (--ooc-memory); stored / 3 / 2 would "
            f"be {fmt_bytes(limit)}" if memory is not None else
            f"memory_limit per worker = stored / 3 / 2 = {fmt_bytes(limit)}"

@@ -226,19 +226,24 @@ def test_dask_weights_rechunked_like_y(client):
     np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-5)
     with pytest.raises(ValueError, match="sample_weight has shape"):
         dask_scd.fit(Xd, yd, sample_weight=wd[:-1], **options)
-    with pytest.raises(ValueError, match="does not take sample weights"):
-        dask_scd.fit(Xd, yd, sample_weight=wd, alpha=0.05, solver="block_scd")
-    # Above the in-memory limit auto stays on the cluster with the engine that takes them.
+    by_blocks = dask_scd.fit(Xd, yd, sample_weight=wd, alpha=0.05, tol=TIGHT,
+                             solver="block_scd")
+    assert by_blocks.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
+    # Above the in-memory limit auto stays on the cluster with an engine that takes them.
     distributed = dask_scd.fit(Xd, yd, sample_weight=wd, in_memory_limit=0, **options)
-    assert distributed.solver_ == "block_newton"
+    assert distributed.solver_ in registry.weighted_engines("squared")
+    assert registry.get(distributed.solver_).data == "dask"
     assert distributed.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
-    # ...and brings the data into memory (saying so) where that engine does not.
-    with pytest.warns(UserWarning, match="does not solve sample weights"):
-        lasso = dask_scd.fit(da.from_array(sp.random(60, 3000, density=0.01, random_state=0,
-                                                     format="csr"), chunks=(20, 1000)),
-                             yd, penalty="l1", alpha=0.01, sample_weight=wd,
-                             in_memory_limit=0)
-    assert lasso.solver_ in registry.weighted_engines("squared")
+    # A wide lasso (block Newton stops at 2048 features) stays there with block SCD.
+    wide = sp.random(60, 3000, density=0.01, random_state=0, format="csr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "brought into memory" warning
+        lasso = dask_scd.fit(da.from_array(wide, chunks=(20, 1000)), yd, penalty="l1",
+                             alpha=0.01, sample_weight=wd, in_memory_limit=0, tol=TIGHT,
+                             max_iter=5000)
+    assert lasso.solver_ == "block_scd"
+    in_memory = dask_scd.fit(wide[rows], y[rows], penalty="l1", alpha=0.01, tol=TIGHT)
+    assert lasso.primal_ == pytest.approx(in_memory.primal_, rel=1e-8)
 
 
 def test_grid_stores_weights(client, tmp_path):
@@ -260,9 +265,10 @@ def test_grid_stores_weights(client, tmp_path):
     ones = dask_scd.fit(grid, sample_weight=np.ones(len(y)), **options)
     plain = dask_scd.fit(X, y, **options)
     assert ones.primal_ == pytest.approx(plain.primal_, rel=1e-10)
-    # The cluster engine reads them beside the labels.
-    on_cluster = dask_scd.fit(grid, solver="block_newton", **options)
-    assert on_cluster.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
+    # The cluster engines read them beside the labels.
+    for solver in ("block_newton", "block_scd"):
+        on_cluster = dask_scd.fit(grid, solver=solver, max_iter=5000, **options)
+        assert on_cluster.primal_ == pytest.approx(repeated.primal_, rel=1e-8), solver
     # The classifier reads the stored weights too.
     model = LogisticRegression(alpha=0.05, tol=TIGHT).fit(grid)
     np.testing.assert_allclose(model.coef_.ravel(), repeated.coef_, atol=1e-5)
@@ -431,3 +437,27 @@ def test_cli_weights_file(tmp_path, capsys):
     assert main(["convert", str(tmp_path / "d.svm"), str(tmp_path / "e.zarr"),
                  "--weights", str(tmp_path / "absent.txt")]) != 0
     assert "weights file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("loss, penalty", [("logistic", "l2"), ("squared", "l2"),
+                                           ("logistic", "l1")])
+def test_block_scd_on_a_one_hot_grid_with_weights_is_repeated_rows(client, tmp_path, loss,
+                                                                   penalty):
+    """Pure blocks (one-hot fields): the per-coordinate line search, the coarse step and
+    the certificate all weigh each example."""
+    from dask_scd.datasets import make_onehot
+
+    X, y, blocks = make_onehot(300, 3, 6, random_state=1)
+    if loss == "squared":
+        y = y + 0.3 * np.random.default_rng(1).standard_normal(len(y))
+    weights = np.random.default_rng(2).integers(0, 4, len(y))
+    rows = np.repeat(np.arange(len(y)), weights)
+    grid = to_grid(X, y, tmp_path / "onehot", row_chunk=70, blocks=blocks,
+                   sample_weight=weights)
+    options = dict(loss=loss, penalty=penalty, alpha=0.01, tol=TIGHT, max_iter=5000)
+    weighted = dask_scd.fit(grid, solver="block_scd", **options)
+    repeated = dask_scd.fit(X[rows], y[rows], solver="newton", **options)
+    assert weighted.solver_ == "block_scd"
+    assert weighted.dual_gap_ <= TIGHT
+    assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-4)

@@ -112,14 +112,12 @@ class CellView:
         self.stored_columns  # noqa: B018 (builds the compact matrix)
         return self._stored[1].dot_pair(v, w)
 
-    def stored_trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+    def stored_trials(self, loss_code, y, margins, direction, steps,
+                      weights=None) -> np.ndarray:
         """:meth:`trials` at :attr:`stored_columns` only; ``direction`` given there."""
         m = self._stored[1]
-        return block_kernels.coordinate_trials(
-            m.data, m.indices, m.indptr, False, m.n_major, m.n_minor, True, y, margins,
-            np.ascontiguousarray(direction, dtype=np.float64), steps,
-            block_kernels.are_quarters(steps), loss_code,
-        )
+        return _coordinate_trials(m.data, m.indices, m.indptr, False, m.n_major, m.n_minor,
+                                  True, y, margins, direction, steps, loss_code, weights)
 
     def cube_sums(self) -> np.ndarray:
         """Σ_i |x_ij|³ per column (the cubic term of the logistic bound), once per cell."""
@@ -162,14 +160,23 @@ class CellView:
         A = m.data.reshape(self.n_rows, self.n_columns).astype(np.float64)
         return A.T @ (A * weights[:, None])
 
-    def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
-        """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
+    def trials(self, loss_code, y, margins, direction, steps, weights=None) -> np.ndarray:
+        """(K, n_columns) loss changes per step size and coordinate (a pure cell), each
+        example's weighted by ``weights`` where given."""
         m = self.matrix
-        return block_kernels.coordinate_trials(
-            m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor, self.by_columns,
-            y, margins, np.ascontiguousarray(direction, dtype=np.float64), steps,
-            block_kernels.are_quarters(steps), loss_code,
-        )
+        return _coordinate_trials(m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor,
+                                  self.by_columns, y, margins, direction, steps, loss_code,
+                                  weights)
+
+
+def _coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins,
+                       direction, steps, loss_code, weights) -> np.ndarray:
+    args = (data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins,
+            np.ascontiguousarray(direction, dtype=np.float64), steps,
+            block_kernels.are_quarters(steps), loss_code)
+    if weights is None:
+        return block_kernels.coordinate_trials(*args)
+    return block_kernels.weighted_coordinate_trials(*args, weights)
 
 
 class DeviceCellView:
@@ -225,8 +232,11 @@ class DeviceCellView:
         return self._kernels.gram(self.columns, weights,
                                   None if other is None else other.columns)
 
-    def trials(self, loss_code, y, margins, direction, steps) -> np.ndarray:
+    def trials(self, loss_code, y, margins, direction, steps, weights=None) -> np.ndarray:
         """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
+        if weights is not None:
+            raise ValueError("block SCD with sample weights runs on the CPU: the CUDA cell "
+                             "kernels take no weights (use device='cpu')")
         return self._kernels.trials(self.columns, loss_code, y, margins, direction, steps)
 
     def inspect(self) -> tuple[float, np.ndarray]:

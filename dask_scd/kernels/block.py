@@ -111,6 +111,35 @@ def coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns
 
 
 @njit(nogil=True, cache=True)
+def weighted_coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns, y,
+                               margins, direction, steps, quarters, loss, weights):
+    """:func:`coordinate_trials` with sample weights v: Σ_i v_i (ℓ(ŷ_i + steps[k]·d_j·x_ij)
+    − ℓ(ŷ_i)) over column j's non-zeros."""
+    K = steps.shape[0]
+    n_columns = n_major if by_columns else n_minor
+    out = np.zeros((K, n_columns))
+    row = np.zeros((K, 1))
+    for r in range(n_major):
+        if dense:
+            start, end = r * n_minor, (r + 1) * n_minor
+        else:
+            start, end = indptr[r], indptr[r + 1]
+        for idx in range(start, end):
+            x = np.float64(data[idx])
+            if x == 0.0:
+                continue
+            m = idx - start if dense else indices[idx]
+            i, j = (m, r) if by_columns else (r, m)
+            if direction[j] == 0.0 or weights[i] == 0.0:
+                continue
+            row[:, 0] = 0.0
+            _add_changes(loss, y[i], margins[i], direction[j] * x, steps, quarters, row, 0)
+            for k in range(K):
+                out[k, j] += weights[i] * row[k, 0]
+    return out
+
+
+@njit(nogil=True, cache=True)
 def line_trials(y, margins, u, steps, quarters, loss):
     """(K,): Σ_i ℓ(ŷ_i + steps[k]·u_i) − ℓ(ŷ_i), the whole-block line search."""
     out = np.zeros((steps.shape[0], 1))

@@ -191,10 +191,17 @@ class ClusterRuntime:
         where dask persisted them.
     """
 
-    def __init__(self, client, n_row_chunks: int, pin: bool):
+    # A group's task holds a few vectors of each of its rows and the partial sums of
+    # each of its row chunks at once: at most this many rows per group (more groups than
+    # worker threads where a grid is large), so that a worker's memory does not scale
+    # with its share of the grid.
+    GROUP_ROWS = 1_048_576
+
+    def __init__(self, client, n_row_chunks: int, pin: bool, row_counts=None):
         self.client = client
         self.n_row_chunks = n_row_chunks
         self.pin = pin
+        self.row_counts = None if row_counts is None else [int(k) for k in row_counts]
         self._fit_token, self._n_submitted = uuid.uuid4().hex, 0
         self.groups = self._make_groups()
         self.homes = [None] * n_row_chunks
@@ -222,6 +229,8 @@ class ClusterRuntime:
         if not self.pin:
             return [[r] for r in range(R)]
         G = max(1, min(len(self._slots()), R))
+        if self.row_counts is not None:
+            G = min(R, max(G, -(-sum(self.row_counts) // self.GROUP_ROWS)))
         return [[r for r in range(R) if r * G // R == g] for g in range(G)]
 
     def assign_homes(self):
@@ -363,7 +372,10 @@ class ClusterRuntime:
                                 offsets)
         stats = self.map_rows(passes.certificate_stats, (cells, labels, margins), problem,
                               True)
-        total = self.reduce(passes.sum_partials, (), stats)
+        # Per-feature sums of every row chunk: summed in a tree (what one task holds is
+        # bounded), the same bits whatever the workers.
+        level = self.tree_sum(stats)
+        total = level[0] if len(level) == 1 else self.submit(passes.sum_partials, *level)
         dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total)
         result = self.reduce(passes.certificate, (problem, n_samples, state, total), dual).result()
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])

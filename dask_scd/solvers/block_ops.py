@@ -64,6 +64,11 @@ def intercept_at_zero(loss: str, n: float, total: float, pos: float) -> float:
 
 
 
+def held(value):
+    """(task) ``value`` itself: a client-side value kept on a worker as a task's result."""
+    return value
+
+
 # --------------------------------------------------------------------- margins
 
 
@@ -95,25 +100,30 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     With ``gram`` also the block's weighted Gram matrix X_Bᵀ diag(ℓ''(ŷ)) X_B, for an exact
     Newton step on an impure block.
     """
+    v = row_weights(y)
     y = labels(y)
     d1, d2 = block_kernels.derivatives(obj.LOSS_CODES[loss], y, margins)
+    if v is not None:  # the weighted losses v_i·ℓ_i
+        d1, d2 = d1 * v, d2 * v
     view = cell_view(cell)
     if view is None:
         return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
+    # Under the squared loss ℓ'' = 1: h is the same in every epoch (and the same bits).
+    constant_h = loss == "squared" and v is None
+    # The cubic bound's Σ|x|³ counts every example once: not with weights.
+    cube = loss == "logistic" and v is None
     stored = None if gram else getattr(view, "stored_columns", None)
     if stored is not None:  # sums at the cell's stored columns only (see _summed)
-        h = (view.squared_sums()[stored] if loss == "squared"
-             else view.stored_sums(d2, squared=True))
+        h = view.squared_sums()[stored] if constant_h else view.stored_sums(d2, squared=True)
         stats = {"cols": stored, "g": view.stored_sums(d1), "h": h}
-        if loss == "logistic":
+        if cube:
             stats["cube"] = view.cube_sums()[stored]
         return stats
-    # Under the squared loss ℓ'' = 1: h is the same in every epoch (and the same bits).
-    h = view.squared_sums() if loss == "squared" else view.rmatvec(d2, squared=True)
+    h = view.squared_sums() if constant_h else view.rmatvec(d2, squared=True)
     stats = {"g": view.rmatvec(d1), "h": h}
     if gram:
         stats["gram"] = view.gram(d2)
-    elif loss == "logistic":
+    elif cube:
         stats["cube"] = view.cube_sums()
     return stats
 
@@ -195,20 +205,26 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
         if not np.any(d):
             return {"cols": np.zeros(0, dtype=np.int64),
                     "trials": np.zeros((len(LINE_SEARCH_STEPS), 0))}
+    v = row_weights(y)
     y = labels(y)
     view = cell_view(cell)
     stored = getattr(view, "stored_columns", None) if pure else None
     if stored is not None:
         return {"cols": stored, "trials": view.stored_trials(problem.loss_code, y, margins,
-                                                             d[stored], LINE_SEARCH_STEPS)}
+                                                             d[stored], LINE_SEARCH_STEPS, v)}
     if view is None or not pure:
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
         if problem.loss == "squared":
-            return {"linear": np.array([obj.vdot(u, margins - y)]), "quadratic": np.array([obj.vdot(u, u)])}
+            vu = u if v is None else v * u
+            return {"linear": np.array([obj.vdot(vu, margins - y)]),
+                    "quadratic": np.array([obj.vdot(vu, u)])}
+        quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
+        if v is not None:
+            return {"trials": block_kernels.weighted_line_trials(
+                y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code, v)}
         return {"trials": block_kernels.line_trials(
-            y, margins, u, LINE_SEARCH_STEPS, block_kernels.are_quarters(LINE_SEARCH_STEPS),
-            problem.loss_code)}
-    return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS)}
+            y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code)}
+    return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS, v)}
 
 
 def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> dict:
@@ -313,9 +329,12 @@ def coarse_stats(row_sums: RowSums, y, margins, loss: str) -> dict:
 
     Summed in row order by a loop (never BLAS), so the same bits on every worker.
     """
+    v = row_weights(y)
     y = labels(y)
     d1 = obj.loss_derivative(loss, y, margins)
     d2 = obj.loss_second_derivative(loss, y, margins)
+    if v is not None:
+        d1, d2 = d1 * v, d2 * v
     g, h = block_kernels.coarse_stats(row_sums.counts, row_sums.column_of, d1, d2)
     return {"g": g, "h": h}
 
@@ -334,11 +353,12 @@ def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> 
     shift = direction["shift"]
     if not np.any(shift):
         return {"trials": np.zeros(len(LINE_SEARCH_STEPS))}
+    v = row_weights(y)
     y = labels(y)
     u = block_kernels.coarse_matvec(row_sums.counts, row_sums.column_of, shift)
     base = obj.loss_value(loss, y, margins)
-    return {"trials": np.array([(obj.loss_value(loss, y, margins + t * u) - base).sum()
-                                for t in LINE_SEARCH_STEPS])}
+    return {"trials": np.array([obj.weighted_sum(obj.loss_value(loss, y, margins + t * u) - base,
+                                                 v) for t in LINE_SEARCH_STEPS])}
 
 
 def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, direction: dict,

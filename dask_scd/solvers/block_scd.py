@@ -132,8 +132,14 @@ class _BlockSCD:
         self.order = strategies.block_order(selection, self.slices)
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
-        self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.on_disk)
+        self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.on_disk,
+                                      row_counts=np.diff(source.row_bounds))
         self.cells, self.labels = source.connect(client)
+        if source.weighted and source.on_disk:
+            # A grid's weights are arrays in the client: made into one task per row chunk
+            # on its home (a lost copy is recomputed), not sent with every task.
+            self.labels = [self.runtime.submit_row(r, ops.held, labels)
+                           for r, labels in enumerate(self.labels)]
         self.rows = np.diff(source.row_bounds).astype(int)
         self._preflight()
         self.residency = None

@@ -132,7 +132,7 @@ register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
-                options=(*_CLUSTER_OPTIONS, "residency", "memory_budget")))
+                options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"), weighted=SMOOTH))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
                 losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
                 per_loss=((MULTINOMIAL,
