@@ -235,14 +235,16 @@ def test_dask_weights_rechunked_like_y(client):
     assert registry.get(distributed.solver_).data == "dask"
     assert distributed.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
     # A wide lasso (block Newton stops at 2048 features) stays there with block SCD.
-    wide = sp.random(60, 3000, density=0.01, random_state=0, format="csr")
+    from dask_scd.datasets import make_onehot
+
+    wide = make_onehot(60, 3, 700, random_state=0)[0].tocsr()  # 2,100 one-hot columns
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no "brought into memory" warning
-        lasso = dask_scd.fit(da.from_array(wide, chunks=(20, 1000)), yd, penalty="l1",
-                             alpha=0.01, sample_weight=wd, in_memory_limit=0, tol=TIGHT,
+        lasso = dask_scd.fit(da.from_array(wide, chunks=(20, 700)), yd, penalty="l1",
+                             alpha=0.05, sample_weight=wd, in_memory_limit=0, tol=1e-10,
                              max_iter=5000)
     assert lasso.solver_ == "block_scd"
-    in_memory = dask_scd.fit(wide[rows], y[rows], penalty="l1", alpha=0.01, tol=TIGHT)
+    in_memory = dask_scd.fit(wide[rows], y[rows], penalty="l1", alpha=0.05, tol=TIGHT)
     assert lasso.primal_ == pytest.approx(in_memory.primal_, rel=1e-8)
 
 

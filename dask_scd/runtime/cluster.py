@@ -136,7 +136,8 @@ def _call_on_rows(func, n_fixed: int, pick, *args):
 
 _INLINE = "dask_scd.inline-reduction"  # the tag of a reduction spec (a plain tuple, so
 # that dask finds the futures inside it)
-MEMO_BYTES = 64 * 2**20  # per worker process: what the inline reductions may keep
+MEMO_BYTES = 24 * 2**20  # per worker process: what the inline reductions may keep (a
+# block's direction and step are read by the next two tasks; the largest block's are ~15 MB)
 _memo: dict = {}
 _memo_lock = threading.Lock()
 

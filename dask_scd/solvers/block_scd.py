@@ -291,8 +291,9 @@ class _BlockSCD:
         # The step of the previous block is applied by the task that computes the next
         # block's statistics (one stage fewer per block).
         pending = None
-        # θ at the start of the epoch, on every worker once; a block's task reads its slice.
-        start = runtime.client.scatter((coef, intercept), broadcast=True, hash=False)
+        # θ at the start of the epoch, sent to each worker once (a task, not scattered
+        # data: a copy lost with a worker is recomputed); a block's task reads its slice.
+        start = runtime.submit(ops.held, (coef, intercept), name="epoch_start")
         for b in order:
             pure = b == INTERCEPT or self.source.purity[b]
             cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(R)]
