@@ -49,6 +49,9 @@ _INNER = 0.1
 _STALL_ROUNDS = 2
 # Epochs without a new smallest p-space gap before the restricted solve stops.
 _FLOOR_EPOCHS = 200
+# Epochs with the same signs of θ before the exact step on that support is tried (once
+# per sign pattern: a Cholesky of |S|³ against epochs of |W|²).
+_STABLE_EPOCHS = 3
 
 
 @dataclass
@@ -208,14 +211,61 @@ def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):
     cert = system.certificate(problem, coef, gradient)
     order = np.arange(len(coef))
     best, since_best = cert.gap, 0
+    pattern, stable, tried = None, 0, set()
     # Stop at the target, or when the gap has stopped improving: its rounding floor.
     while cert.relative_gap > target and epoch < max_iter and since_best < _FLOOR_EPOCHS:
         epoch += 1
         gram_epoch(system.gram, gradient, coef, rng.permutation(order), problem.l1, problem.l2)
         gradient = system.gradient(coef)  # exact again: no drift over many epochs
         cert = system.certificate(problem, coef, gradient)
+        if problem.l1 > 0.0:
+            signs = np.sign(coef)
+            key = signs.tobytes()
+            stable = stable + 1 if key == pattern else 0
+            pattern = key
+            if stable >= _STABLE_EPOCHS and key not in tried:
+                tried.add(key)
+                jump = _support_step(system, problem, coef, signs)
+                if jump is not None:
+                    jump_gradient = system.gradient(jump)
+                    jump_cert = system.certificate(problem, jump, jump_gradient)
+                    if jump_cert.primal <= cert.primal:
+                        coef, gradient, cert = jump, jump_gradient, jump_cert
         best, since_best = (cert.gap, 0) if cert.gap < best else (best, since_best + 1)
     return coef, epoch
+
+
+def _support_step(system: GramSystem, problem, coef, signs):
+    """The exact minimizer on the support of θ with its signs, if it keeps them.
+
+    Coordinate descent finds the support and the signs of a lasso early, then creeps
+    towards the optimum along correlated columns (one-hot fields without an intercept:
+    2.1e-5 after 1000 epochs on Adult). With the signs s fixed on the support S the
+    problem is quadratic: (H_SS + l2·I) θ_S = Xᵀy_S/n − l1·s. If that θ_S keeps the
+    signs, it is the optimum of the problem restricted to S; the caller keeps it when
+    its objective is no higher. None where H_SS + l2·I is singular or a sign flips.
+    """
+    support = np.flatnonzero(signs)
+    if len(support) == 0:
+        return None
+    matrix = system.gram[np.ix_(support, support)] + problem.l2 * np.eye(len(support))
+    rhs = system.xty[support] - problem.l1 * signs[support]
+    try:
+        theta = scipy.linalg.cho_solve(scipy.linalg.cho_factor(matrix), rhs)
+    except np.linalg.LinAlgError:
+        theta = None
+    if theta is None or not np.all(np.isfinite(theta)) or \
+            np.linalg.norm(matrix @ theta - rhs) > 1e-9 * max(np.linalg.norm(rhs), 1e-300):
+        # Collinear columns (one-hot fields that each sum to 1, no intercept): Cholesky
+        # fails or returns noise; the least-squares solution of least norm instead. Along
+        # H's null space the objective changes by (l1·s − Xᵀy/n)ᵀv only, which the
+        # caller's objective test weighs.
+        theta = scipy.linalg.lstsq(matrix, rhs, cond=1e-12)[0]
+    if not np.all(np.sign(theta) == signs[support]):
+        return None
+    out = np.zeros_like(coef)
+    out[support] = theta
+    return out
 
 
 def _ridge(system: GramSystem, problem: obj.Problem) -> tuple[np.ndarray, bool]:
