@@ -29,6 +29,17 @@ finite g*(s) = B·max(0, |s| − α), and the rescaled point κA, κ = min(1, α
 (q_i ← (1 − κ) e_{c_i} + κ q_i, still on the simplex), is feasible for the constrained
 dual; the higher of the two dual values is kept. Every dual value is lowered by its
 rounding (a relative 1e-14), so the gap P − D stays ≥ 0 at the optimum.
+
+With sample weights v (scaled to mean 1, :func:`dask_scd.validation.check_sample_weight`:
+the objective (1/Σw) Σ w_i ℓ_i is (1/n) Σ v_i ℓ_i) the loss of example i is v_i·ℓ_i,
+whose conjugate scales its dual variable: a_i = v_i(e_{c_i} − q_i) with q_i on the
+simplex, and the dual term is v_i·H(q_i)::
+
+    D(A) = (1/n) Σ_i v_i H(q_i) − Σ_jk g*((XᵀA)_jk / n),   Σ_i v_i q_i = Σ_i v_i e_{c_i}
+
+(an example of weight 0 has a_i = 0 and no term). The dual point is again q_i = p_i, and
+everything above holds with weighted sums: s_k = Σ_i v_i p_ik, n_k = Σ_i v_i [c_i = k]
+(both summing to Σ_i v_i = n), XᵀVP, XᵀVY and Xᵀv in place of XᵀP, XᵀY and Xᵀ1.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ import numpy as np
 from scipy.special import entr, logsumexp
 
 from dask_scd import objectives as obj
+from dask_scd.validation import check_sample_weight
 
 
 def softmax_rows(margins):
@@ -47,10 +59,30 @@ def softmax_rows(margins):
     return shifted / total, (np.log(total) + top)[:, 0]
 
 
-def loss_sum(margins, codes) -> float:
-    """Σ_i [log Σ_k exp(z_ik) − z_{i,c_i}]."""
+def loss_sum(margins, codes, weights=None) -> float:
+    """Σ_i v_i [log Σ_k exp(z_ik) − z_{i,c_i}] (v_i = 1 without ``weights``)."""
     rows = np.arange(len(codes))
-    return float((logsumexp(margins, axis=1) - margins[rows, codes]).sum())
+    return obj.weighted_sum(logsumexp(margins, axis=1) - margins[rows, codes], weights)
+
+
+def weighted_rows(M, weights):
+    """diag(v)·M for M of shape (n_samples, K); M itself without ``weights``."""
+    return M if weights is None else M * weights[:, None]
+
+
+def class_counts(codes, n_classes: int, weights=None):
+    """n_k = Σ_i v_i [c_i = k] of shape (K,), float64 (the class counts without weights)."""
+    return np.bincount(codes, weights=weights, minlength=n_classes).astype(np.float64)
+
+
+def check_class_weights(counts, fit_intercept: bool) -> None:
+    """Refuse a class of zero total weight with an intercept: its b_k would go to −∞
+    (the loss falls as b_k does, and nothing pulls it back)."""
+    if fit_intercept and not (counts > 0.0).all():
+        empty = np.flatnonzero(~(counts > 0.0)).tolist()
+        raise ValueError(f"sample_weight gives the classes at indices {empty} a total weight "
+                         "of 0: with fit_intercept=True their intercepts have no finite "
+                         "optimum (drop those classes, or give them weight)")
 
 
 def one_hot(codes, n_classes: int):
@@ -82,9 +114,11 @@ def mixing(column_sums, counts) -> tuple[float, np.ndarray]:
     return t, share / total
 
 
-def entropy_sum(Q) -> float:
-    """Σ_i H(q_i) = −Σ_ik q_ik log q_ik (0 log 0 = 0)."""
-    return float(entr(Q).sum())
+def entropy_sum(Q, weights=None) -> float:
+    """Σ_i v_i H(q_i) = −Σ_ik v_i q_ik log q_ik (0 log 0 = 0; v_i = 1 without ``weights``)."""
+    if weights is None:
+        return float(entr(Q).sum())
+    return obj.weighted_sum(entr(Q).sum(axis=1), weights)
 
 
 def penalty_value(problem: obj.Problem, W) -> float:
@@ -92,19 +126,24 @@ def penalty_value(problem: obj.Problem, W) -> float:
 
 
 def certify(problem: obj.Problem, W, codes, probabilities, loss_total: float, xt_prob,
-            xt_onehot, column_sums_x, counts) -> tuple[obj.Certificate, dict]:
+            xt_onehot, column_sums_x, counts, weights=None) -> tuple[obj.Certificate, dict]:
     """Certificate of (W, b) from the gradient's own sums: no pass over X.
+
+    With sample ``weights`` v the sums are the weighted ones (see the module's
+    docstring): Σ_i v_i ℓ_i, XᵀVP, XᵀVY, Xᵀv and the weighted class counts.
 
     Parameters
     ----------
     W : array of shape (n_features, K)
     codes : array of shape (n_samples,), class indices
     probabilities : array of shape (n_samples, K), the softmax p_i at (W, b)
-    loss_total : Σ_i ℓ_i(z_i)
-    xt_prob : array of shape (n_features, K), XᵀP
-    xt_onehot : array of shape (n_features, K), XᵀY
-    column_sums_x : array of shape (n_features,), Xᵀ1
-    counts : array of shape (K,), the class counts n_k
+    loss_total : Σ_i v_i ℓ_i(z_i)
+    xt_prob : array of shape (n_features, K), XᵀVP
+    xt_onehot : array of shape (n_features, K), XᵀVY
+    column_sums_x : array of shape (n_features,), Xᵀv
+    counts : array of shape (K,), the (weighted) class counts n_k
+    weights : array of shape (n_samples,), optional
+        The sample weights v scaled to mean 1; None: every example weighs 1.
 
     Returns
     -------
@@ -114,8 +153,8 @@ def certify(problem: obj.Problem, W, codes, probabilities, loss_total: float, xt
     n = len(codes)
     t, pi = 0.0, None
     if problem.fit_intercept:
-        t, pi = mixing(probabilities.sum(axis=0), counts)
-    # XᵀA/n with A = Y − Q, Q = (1 − t)P + t·1πᵀ
+        t, pi = mixing(weighted_rows(probabilities, weights).sum(axis=0), counts)
+    # XᵀA/n with A = V(Y − Q), Q = (1 − t)P + t·1πᵀ
     xt_q = (1.0 - t) * xt_prob
     if t > 0.0:
         xt_q = xt_q + t * np.outer(column_sums_x, pi)
@@ -123,7 +162,7 @@ def certify(problem: obj.Problem, W, codes, probabilities, loss_total: float, xt
     primal = loss_total / n + penalty_value(problem, W)
     bound = obj.lipschitz_bound(problem, primal)
     Q = probabilities if t == 0.0 else (1.0 - t) * probabilities + t * pi
-    entropy = entropy_sum(Q) / n
+    entropy = entropy_sum(Q, weights) / n
     g = obj.penalty_terms(problem, W)
     g_star = obj.penalty_conjugate(problem, correlation, bound)
     with np.errstate(invalid="ignore"):
@@ -136,7 +175,7 @@ def certify(problem: obj.Problem, W, codes, probabilities, loss_total: float, xt
         # q_i ← (1 − κ) e_{c_i} + κ q_i: on the simplex, column sums still the counts.
         scaled = kappa * Q
         scaled[np.arange(n), codes] += 1.0 - kappa
-        rescaled = _rounded_down(entropy_sum(scaled) / n)
+        rescaled = _rounded_down(entropy_sum(scaled, weights) / n)
         if rescaled > dual:
             dual = rescaled
             coordinate_gaps = problem.l1 * np.abs(W) - kappa * correlation * W
@@ -151,7 +190,8 @@ def _rounded_down(dual: float) -> float:
     return dual - obj.DUAL_ROUNDING * abs(dual)
 
 
-def certificate(problem: obj.Problem, X, codes, coef, intercept) -> obj.Certificate:
+def certificate(problem: obj.Problem, X, codes, coef, intercept,
+                sample_weight=None) -> obj.Certificate:
     """Duality-gap certificate of a multinomial model (ours or another library's).
 
     Parameters
@@ -160,6 +200,9 @@ def certificate(problem: obj.Problem, X, codes, coef, intercept) -> obj.Certific
     codes : array of shape (n_samples,), class indices 0..K−1
     coef : array of shape (K, n_features)
     intercept : array of shape (K,) (zeros without an intercept)
+    sample_weight : array of shape (n_samples,), optional
+        Non-negative weights w of the examples: the certificate is of the weighted
+        objective (1/Σw) Σ w_i ℓ_i + penalty.
 
     Returns
     -------
@@ -170,13 +213,15 @@ def certificate(problem: obj.Problem, X, codes, coef, intercept) -> obj.Certific
     W = coef.T
     K = W.shape[1]
     codes = np.asarray(codes, dtype=np.intp)
+    v = check_sample_weight(sample_weight, len(codes))
     margins = np.asarray(X @ W) + np.asarray(intercept, dtype=np.float64)
     probabilities, _ = softmax_rows(margins)
     Y = one_hot(codes, K)
-    xt = lambda M: np.asarray(X.T @ M)  # noqa: E731
-    cert = certify(problem, W, codes, probabilities, loss_sum(margins, codes), xt(probabilities),
-                   xt(Y), np.asarray(X.sum(axis=0)).ravel(),
-                   np.bincount(codes, minlength=K).astype(np.float64))[0]
+    xt = lambda M: np.asarray(X.T @ weighted_rows(M, v))  # noqa: E731
+    column_sums_x = (np.asarray(X.sum(axis=0)).ravel() if v is None
+                     else np.asarray(X.T @ v, dtype=np.float64).ravel())
+    cert = certify(problem, W, codes, probabilities, loss_sum(margins, codes, v),
+                   xt(probabilities), xt(Y), column_sums_x, class_counts(codes, K, v), v)[0]
     return transposed(cert)
 
 

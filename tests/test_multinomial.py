@@ -273,25 +273,3 @@ def test_max_iter_warns_with_the_gap(digits):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         LogisticRegression(alpha=1e-2, tol=1e-8).fit(X, y)
-
-
-def test_weighted_fits_are_one_vs_rest_or_refused():
-    """The softmax engines take no weights: "auto" fits weighted one-vs-rest models (the
-    weights are used), "multinomial" and loss="multinomial" refuse them."""
-    import dask_scd
-    from sklearn.datasets import load_iris
-
-    X, y = load_iris(return_X_y=True)
-    w = np.arange(len(y)) % 3 + 1.0
-    plain = dask_scd.LogisticRegression(multi_class="ovr").fit(X, y)
-    with pytest.warns(UserWarning, match="one-vs-rest"):
-        weighted = dask_scd.LogisticRegression().fit(X, y, sample_weight=w)
-    assert weighted.multi_class_ == "ovr"
-    assert np.abs(weighted.coef_ - plain.coef_).max() > 1e-3
-    with pytest.warns(UserWarning, match="one-vs-rest"):
-        balanced = dask_scd.LogisticRegression(class_weight="balanced").fit(X, y)
-    assert balanced.multi_class_ == "ovr"
-    with pytest.raises(ValueError, match="multi_class='ovr'"):
-        dask_scd.LogisticRegression(multi_class="multinomial").fit(X, y, sample_weight=w)
-    with pytest.raises(ValueError, match="no engine takes sample weights"):
-        dask_scd.fit(X, y, loss="multinomial", sample_weight=w)

@@ -301,23 +301,21 @@ class _Classifier(ClassifierMixin, _LinearModel):
         if len(self.classes_) < 2:
             raise ValueError("This solver needs samples of at least 2 classes in the data, "
                              f"but the data contains only one class: {self.classes_[0]!r}")
-        weighted = (sample_weight is not None or getattr(self, "class_weight", None) is not None
-                    or (data.kind == "grid" and data.X.has_weights))
-        if self._fits_multinomial(data, len(self.classes_), weighted):
-            self._fit_multinomial(data)
+        sample_weight = _class_weighted(data, _base_weights(data, sample_weight),
+                                        getattr(self, "class_weight", None), self.classes_)
+        if self._fits_multinomial(data, len(self.classes_)):
+            self._fit_multinomial(data, sample_weight)
             return self
         positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
         if data.kind == "grid" and len(self.classes_) == 2:
             targets = [None]  # the engine maps a grid's two labels to ±1 itself
         else:
             targets = [_one_vs_rest(data, label) for label in positive]
-        sample_weight = _class_weighted(data, _base_weights(data, sample_weight),
-                                        getattr(self, "class_weight", None), self.classes_)
         results = self._fit_models(data, targets, sample_weight)
         self._set_fitted(results, single_output=False)
         return self
 
-    def _fits_multinomial(self, data: ModelInput, n_classes: int, weighted: bool = False) -> bool:
+    def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
         """Whether one multinomial model is fitted rather than binary ones (LogisticRegression)."""
         return False
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd.data.inputs import ModelInput, is_dask
-from dask_scd.estimators.base import _Classifier
+from dask_scd.estimators.base import _Classifier, _total
 from dask_scd.estimators.docstrings import _docstring
 from dask_scd.estimators.fitting import _fit_one
 from dask_scd.estimators.multiclass import _probabilities, _softmax
 from dask_scd.objectives import MULTINOMIAL
 from dask_scd.solvers import registry
-from dask_scd.validation import check_problem, warn
+from dask_scd.validation import check_problem
 
 MULTI_CLASS = ("auto", "multinomial", "ovr")
 
@@ -108,29 +108,16 @@ class LogisticRegression(_Classifier):
     ``history_`` is one History; ``warm_start`` does not apply to it (it starts cold).
     """)
 
-    def _fits_multinomial(self, data: ModelInput, n_classes: int,
-                          weighted: bool = False) -> bool:
+    def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
         """"multinomial" as asked; for "auto", with more than two classes where an engine
         of the softmax loss runs: in memory (in-memory X, dask and grid input below the
         in-memory limit of ``solver="auto"``, ``solver="newton"``), and on a dask array
-        above it without an L1 term (``"block_newton"``). The softmax engines take no
-        sample weights: a weighted fit (``sample_weight``, ``class_weight`` or a grid's
-        stored weights) is one-vs-rest under "auto", an error under "multinomial"."""
+        above it without an L1 term (``"block_newton"``). Both engines take sample
+        weights (``sample_weight``, ``class_weight``, a grid's stored weights)."""
         if self.multi_class not in MULTI_CLASS:
             raise ValueError(f"multi_class={self.multi_class!r} is not one of {MULTI_CLASS}")
-        if self.multi_class == "multinomial" and weighted:
-            raise ValueError("multi_class='multinomial' takes no sample_weight or "
-                             "class_weight: fit one weighted binary model per class with "
-                             "multi_class='ovr' (what multi_class='auto' does)")
         if self.multi_class != "auto":
             return self.multi_class == "multinomial"
-        if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
-            return False
-        if weighted:
-            warn("the multinomial engines take no sample weights: this weighted fit of "
-                 f"{n_classes} classes is one-vs-rest (multi_class='ovr' says so and "
-                 "silences this warning)")
-            return False
         if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
             return False
         if data.kind in ("native", "memory") or self.solver == "newton":
@@ -139,10 +126,15 @@ class LogisticRegression(_Classifier):
             return True
         return data.kind == "dask" and self.penalty == "l2"
 
-    def _fit_multinomial(self, data: ModelInput) -> None:
-        """One softmax model over all classes (rows of ``coef_`` in ``classes_`` order)."""
-        options = self._fit_options(int(data.X.shape[0]))
+    def _fit_multinomial(self, data: ModelInput, sample_weight=None) -> None:
+        """One softmax model over all classes (rows of ``coef_`` in ``classes_`` order);
+        ``sample_weight``: the examples' weights (numpy or dask; class weights included),
+        or None."""
+        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
+        options = self._fit_options(total)
         options["loss"] = MULTINOMIAL
+        if sample_weight is not None:
+            options["sample_weight"] = sample_weight
         check_problem(options["loss"], options["penalty"], options["alpha"],
                       options["l1_ratio"], options["fit_intercept"])
         y = None if data.kind == "grid" else data.y

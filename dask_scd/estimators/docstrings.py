@@ -51,7 +51,8 @@ _INPUTS = """
 
     ``fit(X, y, sample_weight=w)`` weighs the examples: the loss term becomes
     ``(1/Σw) Σ w_i loss_i`` (docs/objectives.md), solved by "newton", "sdca", "gram" and,
-    over Dask, "block_newton" ("auto" picks among them).
+    over Dask, "block_newton" ("auto" picks among them); the multinomial model of more
+    than two classes takes them too.
 """
 
 _CLASS_WEIGHT = """
@@ -61,8 +62,9 @@ _CLASS_WEIGHT = """
         ``n_samples / (n_classes · count_k)`` for class k (the counts weighted by
         ``sample_weight`` when given). With ``C`` the model is fitted with
         ``alpha = 1 / (C · Σw)``, Σw the sum of the combined weights, which is
-        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes every
-        one-vs-rest model weighs each example by its own class's weight.
+        scikit-learn's ``C Σ w_i loss_i + penalty``. With more than two classes the
+        multinomial model weighs each example by its class's weight, and so does every
+        one-vs-rest model.
 """
 
 _REGRESSOR_ATTRIBUTES = _COMMON_ATTRIBUTES.format(

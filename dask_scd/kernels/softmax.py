@@ -8,7 +8,9 @@ At the probabilities P of the current iterate the model of a step (Δ, Δb) is::
 with u_i = Δᵀx_i + Δb (U = XΔ + Δb, of shape (n_samples, K)), G = Xᵀ(P − Y)/n and
 g_b = Σ_i (p_i − y_i)/n. Its partial derivative in Δ_jk is
 G_jk + (1/n) Σ_i x_ij p_ik (U_ik − s_i), with s_i = Σ_l p_il U_il, and its curvature
-(1/n) Σ_i x_ij² p_ik(1 − p_ik): each coordinate step is exact (newGLMNET's inner solver
+(1/n) Σ_i x_ij² p_ik(1 − p_ik). With sample weights v each example's term of the sum
+carries v_i (the model's derivatives read VP in place of P; s_i does not): each
+coordinate step is exact (newGLMNET's inner solver
 over a K-column block of the Hessian). U and s are kept up to date, so a step costs
 O(nnz of column j); the line search then reads U without a pass over X.
 """
@@ -38,10 +40,11 @@ def _violation(smooth, w, l1):
 
 
 @njit(nogil=True, cache=True)
-def model_cd(indptr, indices, data, prob, U, s, grad, diag, coef, delta, grad_b, delta_b,
-             diag_b, l1, l2, fit_intercept, max_sweeps, tol, active):
+def model_cd(indptr, indices, data, prob, weighted_prob, U, s, grad, diag, coef, delta,
+             grad_b, delta_b, diag_b, l1, l2, fit_intercept, max_sweeps, tol, active):
     """Sweeps of coordinate descent on the quadratic model, in place on ``delta``,
-    ``delta_b``, ``U`` and ``s``; X is CSC (``indptr``, ``indices``, ``data``).
+    ``delta_b``, ``U`` and ``s``; X is CSC (``indptr``, ``indices``, ``data``);
+    ``weighted_prob`` is VP (``prob`` itself without sample weights).
 
     A sweep visits every (feature, class) coordinate of the working set (``active``, of
     shape (n_features, K)), then every intercept. Stops after
@@ -64,11 +67,11 @@ def model_cd(indptr, indices, data, prob, U, s, grad, diag, coef, delta, grad_b,
                 h = diag[j, k]
                 if not active[j, k] or (h <= 0.0 and l2 <= 0.0):
                     continue
-                # ∂q/∂Δ_jk = G_jk + (1/n) Σ_i x_ij p_ik (U_ik − s_i)
+                # ∂q/∂Δ_jk = G_jk + (1/n) Σ_i x_ij v_i p_ik (U_ik − s_i)
                 partial = 0.0
                 for m in range(start, stop):
                     i = indices[m]
-                    partial += data[m] * prob[i, k] * (U[i, k] - s[i])
+                    partial += data[m] * weighted_prob[i, k] * (U[i, k] - s[i])
                 gm = grad[j, k] + partial * inv_n
                 z = coef[j, k] + delta[j, k]
                 violation = _violation(gm + l2 * z, z, l1)
@@ -91,7 +94,7 @@ def model_cd(indptr, indices, data, prob, U, s, grad, diag, coef, delta, grad_b,
                     continue
                 partial = 0.0
                 for i in range(n):
-                    partial += prob[i, k] * (U[i, k] - s[i])
+                    partial += weighted_prob[i, k] * (U[i, k] - s[i])
                 gm = grad_b[k] + partial * inv_n
                 if abs(gm) > largest:
                     largest = abs(gm)

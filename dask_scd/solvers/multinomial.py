@@ -18,6 +18,12 @@ objective (O(n·K) per trial: the direction's XΔ is kept). Without a penalty
 
 The margins are recomputed from (W, b) at every step, so each certificate is of the
 iterate as returned.
+
+With sample weights v (scaled to mean 1) every sum over examples is weighted: the loss
+Σ v_i ℓ_i, the gradient Xᵀ(V(P − Y))/n, the class counts, the Hessian's rows
+(R ← VR, the diagonal's P(1 − P) ← V·P(1 − P)), the coordinate-descent model's
+derivatives and the line search; the certificate is that of the weighted dual
+(:mod:`dask_scd.multinomial`).
 """
 
 from __future__ import annotations
@@ -53,17 +59,20 @@ _ROUNDING_VIOLATION = 1e-13
 
 
 class Softmax:
-    """X with what every step of the engine reads: one-hot labels, XᵀY, Xᵀ1, the class
-    counts, and X² for the Hessian's diagonal (computed once)."""
+    """X with what every step of the engine reads: one-hot labels, XᵀVY, Xᵀv, the
+    (weighted) class counts, and X² for the Hessian's diagonal (computed once); ``weights``
+    v scaled to mean 1, or None (every example weighs 1)."""
 
-    def __init__(self, X, codes, n_classes: int):
+    def __init__(self, X, codes, n_classes: int, weights=None):
         self.X = X
         self.codes = codes
         self.n_classes = n_classes
+        self.weights = weights
         self.Y = mn.one_hot(codes, n_classes)
-        self.counts = np.bincount(codes, minlength=n_classes).astype(np.float64)
-        self.xt_onehot = self.transpose_dot(self.Y)
-        self.column_sums = np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+        self.counts = mn.class_counts(codes, n_classes, weights)
+        self.xt_onehot = self.transpose_dot(self.weighted(self.Y))
+        self.column_sums = (np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+                            if weights is None else self.transpose_dot(weights))
         self.squares = X.multiply(X).tocsr() if sp.issparse(X) else np.square(X)
 
     @property
@@ -75,14 +84,18 @@ class Softmax:
         return np.asarray(self.X @ W, dtype=np.float64) + b
 
     def transpose_dot(self, M):
-        """XᵀM, of shape (n_features, K)."""
+        """XᵀM, of shape (n_features, K) (or (n_features,) for M of shape (n_samples,))."""
         return np.asarray(self.X.T @ M, dtype=np.float64)
 
+    def weighted(self, M):
+        """VM: the rows of M of shape (n_samples, K) times their weights."""
+        return mn.weighted_rows(M, self.weights)
+
     def diagonal(self, P):
-        """The Hessian's diagonal of the loss: (X²)ᵀ(P(1 − P))/n and Σ_i p(1 − p)/n."""
-        weights = P * (1.0 - P)
-        return (np.asarray(self.squares.T @ weights, dtype=np.float64) / self.n,
-                weights.sum(axis=0) / self.n)
+        """The Hessian's diagonal of the loss: (X²)ᵀ(V·P(1 − P))/n and Σ_i v p(1 − p)/n."""
+        curvature = self.weighted(P * (1.0 - P))
+        return (np.asarray(self.squares.T @ curvature, dtype=np.float64) / self.n,
+                curvature.sum(axis=0) / self.n)
 
     def csc(self):
         """X as CSC triples for the coordinate-descent kernel (built once)."""
@@ -100,12 +113,14 @@ class Point:
         self.W, self.b = W, b
         margins = softmax.dot(W, b)
         self.P, lse = mn.softmax_rows(margins)
-        self.loss_total = float((lse - margins[np.arange(softmax.n), softmax.codes]).sum())
-        self.xt_prob = softmax.transpose_dot(self.P)
+        self.loss_total = obj.weighted_sum(lse - margins[np.arange(softmax.n), softmax.codes],
+                                           softmax.weights)
+        weighted = softmax.weighted(self.P)  # VP
+        self.xt_prob = softmax.transpose_dot(weighted)
         self.margins = margins
         n = softmax.n
-        self.grad_loss = (self.xt_prob - softmax.xt_onehot) / n  # Xᵀ(P − Y)/n
-        self.grad_b = (self.P.sum(axis=0) - softmax.counts) / n if problem.fit_intercept \
+        self.grad_loss = (self.xt_prob - softmax.xt_onehot) / n  # Xᵀ(V(P − Y))/n
+        self.grad_b = (weighted.sum(axis=0) - softmax.counts) / n if problem.fit_intercept \
             else np.zeros(softmax.n_classes)
         self.objective = self.loss_total / n + mn.penalty_value(problem, W)
 
@@ -114,11 +129,13 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
     """Newton steps for the multinomial loss, any penalty, with or without intercept.
 
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
-    ``data.y``: class indices of shape (n_samples,), ``data.classes`` their labels.
+    ``data.y``: class indices of shape (n_samples,), ``data.classes`` their labels;
+    ``data.weights``: the sample weights scaled to mean 1, or None.
     ``options.max_iter`` counts Newton steps. The Run's ``coef`` has shape
     (n_classes, n_features) and its ``intercept`` shape (n_classes,).
     """
-    softmax = Softmax(data.X, data.y, int(data.y.max()) + 1)
+    softmax = Softmax(data.X, data.y, int(data.y.max()) + 1, data.weights)
+    mn.check_class_weights(softmax.counts, problem.fit_intercept)
     p, K = data.X.shape[1], softmax.n_classes
     meter = Meter()
     start = time.perf_counter()
@@ -143,7 +160,7 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
         else:
             cert, _ = mn.certify(problem, W, softmax.codes, point.P, point.loss_total,
                                  point.xt_prob, softmax.xt_onehot, softmax.column_sums,
-                                 softmax.counts)
+                                 softmax.counts, softmax.weights)
             gaps.append(cert.gap)
             measure = cert.relative_gap
         history.append(step, measure, point.objective, time.perf_counter() - start)
@@ -189,7 +206,7 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
         point = Point(softmax, problem, W_best, b_best)
         final, _ = mn.certify(problem, W_best, softmax.codes, point.P, point.loss_total,
                               point.xt_prob, softmax.xt_onehot, softmax.column_sums,
-                              softmax.counts)
+                              softmax.counts, softmax.weights)
     extras = meter.as_dict()
     extras["primal_minus_dual"] = gaps
     final = mn.transposed(final)
@@ -208,7 +225,7 @@ def _centred(b):
 def _hessian_product(softmax: Softmax, problem, P, V, v_b):
     """(H V, H v_b) of the objective; returns them and U = XV + v_b."""
     U = softmax.dot(V, v_b)
-    R = P * (U - (P * U).sum(axis=1, keepdims=True))
+    R = softmax.weighted(P * (U - (P * U).sum(axis=1, keepdims=True)))
     HV = softmax.transpose_dot(R) / softmax.n + problem.l2 * V
     Hb = R.sum(axis=0) / softmax.n if problem.fit_intercept else np.zeros_like(v_b)
     return HV, Hb
@@ -296,7 +313,8 @@ def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, for
     # move far; the next outer step's gradient, and the gap, would tell).
     active = (point.W != 0.0) | (np.abs(point.grad_loss) > _WORKING_SHARE * problem.l1)
     indptr, indices, values = softmax.csc()
-    sweeps = model_cd(indptr, indices, values, point.P, U, s, point.grad_loss, diag,
+    sweeps = model_cd(indptr, indices, values, point.P, softmax.weighted(point.P), U, s,
+                      point.grad_loss, diag,
                       point.W, delta, point.grad_b, delta_b, diag_b, problem.l1, problem.l2,
                       problem.fit_intercept, _MAX_SWEEPS, tol, active)
     return delta, delta_b, U, 1.0 + float(sweeps) * float(active.mean())
@@ -319,7 +337,7 @@ def _line_search(problem, softmax: Softmax, point: Point, delta, delta_b, U) -> 
     noise = 1e-15 * abs(base)
     t = 1.0
     for _ in range(MAX_BACKTRACK):
-        trial = mn.loss_sum(point.margins + t * U, softmax.codes) / n
+        trial = mn.loss_sum(point.margins + t * U, softmax.codes, softmax.weights) / n
         trial += mn.penalty_value(problem, W + t * delta)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t

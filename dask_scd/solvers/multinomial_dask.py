@@ -16,6 +16,12 @@ by concavity, H((1 − t)p_i + tπ) ≥ (1 − t)H(p_i) + tH(π), so
 D ≥ (1/n)[(1 − t)Σ_i H(p_i) + n·t·H(π)] − Σ g*(XᵀA/n) is a valid dual value from the
 gradient pass's sums; it is exact at t = 0, the optimum. For an L2 penalty (an L1
 term's inner coordinate descent reads every row at every step).
+
+With sample weights each row chunk's labels travel with its weights v, scaled to mean 1
+(:class:`~dask_scd.data.cells.WeightedLabels`), and every sum above is the weighted one:
+Σ v_i ℓ_i, XᵀVP, Σ v_i p_i, Σ v_i H(p_i), the curvature's V·P(1 − P) (and the Hessian's
+V), XᵀVR, XᵀVY, Xᵀv, the weighted class counts and the line-search trials. The bound by
+concavity holds as it is: Σ_i v_i = n.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from scipy.special import entr
 
 from dask_scd import multinomial as mn
 from dask_scd import objectives as obj
+from dask_scd.data.cells import labels as label_values
+from dask_scd.data.cells import row_weights
 from dask_scd.data.sources import DaskSource, Source
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.result import History
@@ -67,35 +75,44 @@ def _probabilities(X, W, b):
     return margins, P, lse
 
 
-def gradient_part(cells, codes, W, b, with_labels: bool, curvature: bool = False) -> dict:
-    """A row chunk's share of the gradient pass (and, once, of XᵀY and Xᵀ1; with
-    ``curvature``, of the whole Hessian of the loss)."""
+def _codes(y):
+    """(class indices, sample weights or None) of a row chunk's labels argument."""
+    # the labels' tasks hand out float64
+    return label_values(y).astype(np.intp), row_weights(y)
+
+
+def gradient_part(cells, y, W, b, with_labels: bool, curvature: bool = False) -> dict:
+    """A row chunk's share of the gradient pass (and, once, of XᵀVY, Xᵀv and the class
+    counts; with ``curvature``, of the whole Hessian of the loss)."""
     X = _rows(cells)
-    codes = np.asarray(codes).astype(np.intp)  # the labels' tasks hand out float64
+    codes, v = _codes(y)
     margins, P, lse = _probabilities(X, W, b)
     rows = np.arange(len(codes))
     squares = X.multiply(X) if sp.issparse(X) else X * X
+    VP = mn.weighted_rows(P, v)
     part = {
-        "loss": float((lse - margins[rows, codes]).sum()),
-        "xt_prob": np.asarray(X.T @ P),
-        "prob_sums": P.sum(axis=0),
-        "entropy": float(entr(P).sum()),
-        "diagonal": np.asarray(squares.T @ (P * (1.0 - P))),
-        "diagonal_b": (P * (1.0 - P)).sum(axis=0),
+        "loss": obj.weighted_sum(lse - margins[rows, codes], v),
+        "xt_prob": np.asarray(X.T @ VP),
+        "prob_sums": VP.sum(axis=0),
+        "entropy": mn.entropy_sum(P, v),
+        "diagonal": np.asarray(squares.T @ (VP * (1.0 - P))),
+        "diagonal_b": (VP * (1.0 - P)).sum(axis=0),
     }
     if curvature:
-        part["hessian"] = _hessian(X, P)
+        part["hessian"] = _hessian(X, P, v)
     if with_labels:
-        part["xt_onehot"] = np.asarray(X.T @ mn.one_hot(codes, W.shape[1]))
-        part["column_sums"] = np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
-        part["counts"] = np.bincount(codes, minlength=W.shape[1]).astype(np.float64)
+        K = W.shape[1]
+        part["xt_onehot"] = np.asarray(X.T @ mn.weighted_rows(mn.one_hot(codes, K), v))
+        part["column_sums"] = (np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+                               if v is None else np.asarray(X.T @ v, dtype=np.float64).ravel())
+        part["counts"] = mn.class_counts(codes, K, v)
     return part
 
 
-def _hessian(X, P):
-    """Σ_i (diag(p_i) − p_i p_iᵀ) ⊗ x̃_i x̃_iᵀ over the chunk, x̃_i = (x_i, 1), as a
+def _hessian(X, P, v=None):
+    """Σ_i v_i (diag(p_i) − p_i p_iᵀ) ⊗ x̃_i x̃_iᵀ over the chunk, x̃_i = (x_i, 1), as a
     ((p + 1)K)² matrix indexed (feature, class) in row-major order: K(K + 1)/2 weighted
-    Gram matrices X̃ᵀ diag(w_kl) X̃, w_kl = p_k(δ_kl − p_l)."""
+    Gram matrices X̃ᵀ diag(w_kl) X̃, w_kl = v·p_k(δ_kl − p_l) (v = 1 without weights)."""
     n, K = P.shape
     if sp.issparse(X):
         Xa = sp.hstack([X, np.ones((n, 1))], format="csr")
@@ -106,6 +123,8 @@ def _hessian(X, P):
     for k in range(K):
         for m in range(k, K):
             w = P[:, k] * ((k == m) - P[:, m])
+            if v is not None:
+                w = w * v
             weighted = Xa.multiply(w[:, None]).tocsr() if sp.issparse(Xa) else Xa * w[:, None]
             gram = Xa.T @ weighted
             gram = gram.toarray() if sp.issparse(gram) else gram
@@ -114,22 +133,22 @@ def _hessian(X, P):
     return H.reshape(q * K, q * K)
 
 
-def hessian_part(cells, W, b, V, v_b) -> dict:
+def hessian_part(cells, y, W, b, V, v_b) -> dict:
     """A row chunk's share of the Hessian-vector product of the loss."""
     X = _rows(cells)
     _, P, _ = _probabilities(X, W, b)
     U = np.asarray(X @ V) + v_b
-    R = P * (U - (P * U).sum(axis=1, keepdims=True))
+    R = mn.weighted_rows(P * (U - (P * U).sum(axis=1, keepdims=True)), row_weights(y))
     return {"xt_r": np.asarray(X.T @ R), "r_sums": R.sum(axis=0)}
 
 
-def trials_part(cells, codes, W, b, D, d_b) -> np.ndarray:
+def trials_part(cells, y, W, b, D, d_b) -> np.ndarray:
     """A row chunk's loss sums at every trial step along (D, d_b)."""
     X = _rows(cells)
-    codes = np.asarray(codes).astype(np.intp)
+    codes, v = _codes(y)
     margins = np.asarray(X @ W) + b
     U = np.asarray(X @ D) + d_b
-    return np.array([mn.loss_sum(margins + t * U, codes) for t in _TRIALS])
+    return np.array([mn.loss_sum(margins + t * U, codes, v) for t in _TRIALS])
 
 
 # ------------------------------------------------------------------------- engine
@@ -158,8 +177,9 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
     """Newton-CG for the multinomial loss (L2 penalty) on a dask array.
 
     ``source``: a :class:`~dask_scd.data.sources.DaskSource` whose labels are class
-    indices. ``options.max_iter`` counts Newton steps. The Run's ``coef`` has shape
-    (n_classes, n_features) in the original feature order, its ``intercept`` (n_classes,).
+    indices, with its sample weights if any. ``options.max_iter`` counts Newton steps.
+    The Run's ``coef`` has shape (n_classes, n_features) in the original feature order,
+    its ``intercept`` (n_classes,).
     """
     if not isinstance(source, DaskSource):
         raise ValueError("loss='multinomial' over dask takes a dask array; a grid above "
@@ -193,6 +213,7 @@ def _newton(reduce: _Reducer, source, problem, options) -> Run:
         part = reduce.map(gradient_part, W, b, fixed is None, curvature, labels=True)
         if fixed is None:
             fixed = {k: part[k] for k in ("xt_onehot", "column_sums", "counts")}
+            mn.check_class_weights(fixed["counts"], problem.fit_intercept)
             if problem.fit_intercept:  # the best b for W = 0, then the pass again
                 b = np.log(fixed["counts"]) - np.log(fixed["counts"]).mean()
                 part = reduce.map(gradient_part, W, b, False, curvature, labels=True)
@@ -297,7 +318,7 @@ def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
     diag_b = np.where(diagonal[1] > 0.0, diagonal[1], 1.0)
 
     def product(v, v_b):
-        part = reduce.map(hessian_part, W, b, v, v_b)
+        part = reduce.map(hessian_part, W, b, v, v_b, labels=True)
         Hv = part["xt_r"] / n + problem.l2 * v
         Hv_b = part["r_sums"] / n if problem.fit_intercept else np.zeros_like(v_b)
         return Hv, Hv_b

@@ -97,8 +97,7 @@ def weighted_engines(loss: str) -> list[str]:
 
 def weights_refusal(solver: str, loss: str) -> str:
     if not weighted_engines(loss):
-        return (f"no engine takes sample weights for loss={loss!r}; for several classes fit "
-                "one weighted binary model per class (LogisticRegression(multi_class='ovr'))")
+        return f"no engine takes sample weights for loss={loss!r}"
     return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
             f"that do: {weighted_engines(loss)} (solver='auto' picks one of them)")
 
@@ -127,7 +126,7 @@ register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge", MULTINOMIAL),
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
                           (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
-                unpenalized=True, weighted=SMOOTH))
+                unpenalized=True, weighted=(*SMOOTH, MULTINOMIAL)))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
@@ -137,7 +136,7 @@ register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton"
                 losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
                 per_loss=((MULTINOMIAL,
                            "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),),
-                weighted=SMOOTH))
+                weighted=(*SMOOTH, MULTINOMIAL)))
 register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
     "client", "n_partitions", "local_epochs", "aggregation", "split")))
 
