@@ -260,33 +260,51 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     out = _Points(len(alphas), p)
     available = kernel_device.resolve(settings.device)
     layouts = _Layouts(data)
+    trail = None  # (θ, b, alpha) of the point before the last one
     for k, alpha in enumerate(alphas):
         point = settings.at(alpha)
         if point.l1 > 0.0 and alpha >= alpha_max:
             # θ = 0 is the solution: certify it as it is.
             coef = np.zeros(p)
             cert = obj.certificate(point, X, y, coef, intercept)
+            correlation, trail = cert.correlation, None
             out.set(k, coef, intercept, cert.relative_gap, 0, "zero", 0)
             continue
-        cert = obj.certificate(point, X, y, coef, intercept)
-        keep = _safe_features(point, cert, norms, n) if norms is not None else None
+        warm = bool(np.any(coef))
+        engine, device = _engine(settings, point, data, available, warm)
+        keep, margins = None, None
+        if norms is not None:
+            # The previous point's θ with its dual point a, Xᵀa/n kept from its certificate
+            # (only alpha changed): the screening costs the margins, no product with Xᵀ.
+            margins = np.asarray(X @ coef).ravel() + intercept
+            cert = _certificate_at(point, X, y, coef, intercept, margins, correlation)
+            keep = _safe_features(point, cert, norms, n)
+        last = (coef, intercept, alphas[k - 1])
+        coef, intercept, margins = _predicted(point, X, y, last, trail, margins)
+        trail = last
+        layouts.memo_of(data, engine.name)["margins"] = (coef, intercept, margins)
         share = 1.0 if keep is None else len(keep) / max(p, 1)
-        sub = data if share > _SCREEN_SHARE else _columns(data, keep)
+        # Newton's working sets already leave the screened features out of every solve:
+        # a slice of X would only add its copy and a new design.
+        sliced = share <= _SCREEN_SHARE and engine.name != "newton"
+        sub = _columns(data, keep) if sliced else data
         tol = settings.tol
         for attempt in range(_RETRIES + 1):
-            engine, device = _engine(settings, point, sub, available, bool(np.any(coef)))
+            if sub is not data or attempt:
+                engine, device = _engine(settings, point, sub, available, warm)
             _check_engine_options(settings.engine, engine, settings.solver, False)
             start = (coef, intercept) if sub is data else (coef[keep], intercept)
             run = _run(engine, layouts.of(sub, engine.name), point, settings, tol, start,
-                       device)
+                       device, layouts.memo_of(sub, engine.name))
             if sub is data:
                 coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
-                gap = run.certificate.relative_gap
+                gap, correlation = run.certificate.relative_gap, _kept(run, engine)
                 break
             coef = np.zeros(p)
             coef[keep] = run.coef
             intercept = float(run.intercept)
-            gap = obj.certificate(point, X, y, coef, intercept).relative_gap
+            cert = obj.certificate(point, X, y, coef, intercept)
+            gap, correlation = cert.relative_gap, cert.correlation
             if gap <= settings.tol or run.n_iter >= settings.max_iter:
                 break
             if attempt == _RETRIES - 1:
@@ -297,14 +315,62 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             # The engine "auto" chose stopped short of tol (the Gram engine's rounding
             # floor on correlated columns): proximal Newton finishes from where it is.
             engine = registry.get("newton")
-            run = _run(engine, data, point, settings, settings.tol, (coef, intercept), device)
+            run = _run(engine, layouts.of(data, "newton"), point, settings, settings.tol,
+                       (coef, intercept), device, layouts.memo_of(data, "newton"))
             coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
             gap, n_iter = run.certificate.relative_gap, n_iter + run.n_iter
+            correlation = _kept(run, engine)
         if not point.fit_intercept:
             intercept = 0.0
         out.set(k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None
                 else 0)
     return out.result(alphas, alpha_max, classes, settings)
+
+
+def _predicted(problem: obj.Problem, X, y, last: tuple, trail: tuple | None, margins):
+    """The start of a point: the last point's (θ, b), or the secant through the last two
+    points carried on to this alpha when its objective is lower (the lasso's path is
+    linear in alpha while its signs hold, smooth for the other losses: a predictor
+    step), a coefficient whose sign it would flip set to 0. Returns (θ, b, margins)."""
+    coef, intercept, alpha_last = last
+    if margins is None:
+        margins = np.asarray(X @ coef).ravel() + intercept
+    if trail is None or not np.any(trail[0]) or trail[2] == alpha_last:
+        return coef, intercept, margins
+    ratio = (problem.alpha - alpha_last) / (alpha_last - trail[2])
+    guess = coef + ratio * (coef - trail[0])
+    guess[guess * coef <= 0.0] = 0.0  # stays on the last point's support and signs
+    guess_b = intercept + ratio * (intercept - trail[1]) if problem.fit_intercept else 0.0
+    guess_margins = np.asarray(X @ guess).ravel() + guess_b
+    if _objective(problem, y, guess, guess_margins) < _objective(problem, y, coef, margins):
+        return guess, guess_b, guess_margins
+    return coef, intercept, margins
+
+
+def _objective(problem: obj.Problem, y, coef, margins) -> float:
+    return float(obj.loss_value(problem.loss, y, margins).sum()) / len(y) \
+        + obj.penalty_value(problem, coef)
+
+
+def _kept(run, engine) -> np.ndarray | None:
+    """Xᵀa/n of the dual point a = −ℓ'(Xθ + b) at the run's θ, from its certificate on all
+    of X (the primal engines'; None: the next point computes it)."""
+    return run.certificate.correlation if engine.name in WARM_ENGINES else None
+
+
+def _certificate_at(problem: obj.Problem, X, y, coef, intercept: float, margins,
+                    correlation) -> obj.Certificate:
+    """The certificate of θ at ``problem``'s alpha from its margins and, when known, the
+    correlation Xᵀa/n of its dual point (which no alpha changes: a = −ℓ'(Xθ + b),
+    projected onto Σa = 0); the correlation costs a pass otherwise."""
+    if correlation is None or len(correlation) != X.shape[1]:
+        return obj.certificate(problem, X, y, coef, intercept, margins=margins)
+    sums = obj.margin_sums(problem, y, margins)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    cert = obj.primal_certificate(problem, len(y), coef, sums["loss"],
+                                  float(obj.dual_loss(problem.loss, y, a).sum()),
+                                  correlation, obj.vdot(a, margins))
+    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
 
 
 def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str,
@@ -325,12 +391,13 @@ def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available
 
 
 def _run(engine, data: InMemory, problem: obj.Problem, settings: _Settings, tol: float,
-         start: tuple, device: str):
-    """One point: the engine's run from ``start`` (θ, b)."""
+         start: tuple, device: str, memo: dict | None = None):
+    """One point: the engine's run from ``start`` (θ, b), with what it kept from the last
+    run on the same data (``memo``)."""
     with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
         options = Options(tol, settings.max_iter, settings.rng, progress, settings.engine,
                           device, check_start(start[0], start[1], data.n_features,
-                                              problem.fit_intercept))
+                                              problem.fit_intercept), memo)
         return engine.load()(data, problem, options)
 
 
@@ -342,7 +409,14 @@ class _Layouts:
     _ROWS = ("newton", "sdca")
 
     def __init__(self, data: InMemory):
-        self.data, self.copies = data, {}
+        self.data, self.copies, self.memos = data, {}, {}
+
+    def memo_of(self, sub: InMemory, engine: str) -> dict | None:
+        """What an engine keeps between the points it runs on all of X (a screened subset
+        changes from point to point: none)."""
+        if sub is not self.data:
+            return None
+        return self.memos.setdefault(engine, {})
 
     def of(self, sub: InMemory, engine: str) -> InMemory:
         X = sub.X

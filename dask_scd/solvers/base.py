@@ -40,6 +40,10 @@ class Options:
     # intercept at θ = 0. Engines without a primal start ("sdca", "duhl", the hinge's
     # Newton) begin cold.
     start: tuple | None = None
+    # What an engine may keep between runs on the same data (the points of a path: its
+    # design of X, Gram blocks of a constant curvature, the margins of ``start``); None
+    # for a single fit.
+    memo: dict | None = None
 
 
 @dataclass

@@ -69,9 +69,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     n, p = X.shape
     meter = Meter()
     start = time.perf_counter()
-    design = Design.from_array(X, lambda: data.pure_blocks)
+    design = _design(data, problem, options.memo)
     meter.add("setup", 0.0, start)
-    coef, intercept, margins = _start(problem, design, y, options.start, weights)
+    coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
     history = History()
@@ -79,7 +79,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     # Working sets of up to √nnz columns are free: a model epoch over their Gram costs at
     # most a pass over X. Beyond that they grow geometrically from the support.
     free = max(_WS_MIN, int(np.sqrt(design.nnz)))
-    step, size, first_violation = 0, free, None
+    # A warm start's support is most of the working set: room beyond it for as many
+    # violators again (else the first steps cannot move a coefficient outside it).
+    step, size, first_violation = 0, max(free, 2 * int(np.count_nonzero(coef))), None
     sample = None
     if problem.l1 == 0.0:
         sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
@@ -162,11 +164,27 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     return Run(coef, float(intercept), final, step, history, extras)
 
 
-def _start(problem: obj.Problem, design: Design, y, start, weights=None):
-    """(θ, b, margins) of a cold start (θ = 0, the best b for it) or of a warm one."""
+def _design(data: InMemory, problem: obj.Problem, memo: dict | None) -> Design:
+    """X by rows, kept in ``memo`` for the next run on the same data; with a constant
+    curvature (the squared loss, no sample weights) its Gram blocks are kept too."""
+    if memo is not None and memo.get("design") is not None:
+        return memo["design"]
+    design = Design.from_array(data.X, lambda: data.pure_blocks)
+    if memo is not None:
+        design.unit_curvature = problem.loss == "squared" and data.weights is None
+        memo["design"] = design
+    return design
+
+
+def _start(problem: obj.Problem, design: Design, y, start, weights=None, memo=None):
+    """(θ, b, margins) of a cold start (θ = 0, the best b for it) or of a warm one (its
+    margins from ``memo`` when they were computed there for this very start)."""
     n, p = design.rows.n_major, design.rows.n_minor
     if start is not None:
         coef, intercept = np.array(start[0], dtype=np.float64), float(start[1])
+        known = (memo or {}).get("margins")
+        if known is not None and known[1] == intercept and np.array_equal(known[0], coef):
+            return coef, intercept, np.array(known[2], dtype=np.float64)
         return coef, intercept, design.rows.dot(coef) + intercept
     intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
         if problem.fit_intercept else 0.0

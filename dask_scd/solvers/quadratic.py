@@ -74,6 +74,11 @@ class Design:
     _columns: MajorMatrix | None = None
     _coarse: tuple | None = None
     _coarse_built: bool = False
+    # The curvature D is the identity (squared loss, no sample weights) and the design is
+    # kept between runs: Gram blocks are then kept too (:meth:`gram`).
+    unit_curvature: bool = False
+    _kept_gram: tuple | None = None
+    _kept_shift: tuple | None = None
 
     @property
     def pure_blocks(self) -> list | None:
@@ -134,6 +139,35 @@ class Design:
 
     def gram(self, working, weights, intercept) -> np.ndarray:
         """XᵀDX/n on the columns ``working`` (+ the column of ones), float64."""
+        if self.unit_curvature:
+            return self._unit_gram(working, weights, intercept)
+        return self._gram(working, weights, intercept)
+
+    def _unit_gram(self, working, weights, intercept) -> np.ndarray:
+        """XᵀX/n on ``working`` from the kept block when it holds those columns; else
+        the block of those and the kept ones together (the working sets of a path's
+        points mostly grow), or of all columns when that costs at most twice as much,
+        kept in its place."""
+        kept = self._kept_gram
+        if kept is None or kept[0] != intercept or not np.all(kept[2][working] >= 0):
+            columns = working if kept is None or kept[0] != intercept \
+                else np.union1d(kept[1], working)
+            p = self.rows.n_minor
+            share = float(self.column_nnz[columns].sum()) / max(self.nnz, 1.0)
+            if p <= GRAM_MAX and share * share * 2.0 >= 1.0:
+                columns = np.arange(p)
+            elif len(columns) > GRAM_MAX:
+                columns = working
+            position = np.full(self.rows.n_minor, -1, dtype=np.int64)
+            position[columns] = np.arange(len(columns))
+            kept = (intercept, columns, position, self._gram(columns, weights, intercept))
+            self._kept_gram = kept
+        index = kept[2][working]
+        if intercept:
+            index = np.append(index, len(kept[1]))
+        return kept[3][np.ix_(index, index)]
+
+    def _gram(self, working, weights, intercept) -> np.ndarray:
         n = self.rows.n_major
         k = len(working) + int(intercept)
         out = np.zeros((k, k))
@@ -575,12 +609,8 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     shifted[chosen] = block_of[chosen]
     fit_b = problem.fit_intercept
     m = k + int(fit_b)
-    grad, hess = np.empty(m), np.empty((m, m))
     residual = model.grad_rows + model.curv * direction
-    kernels.shift_stats(rows.data, rows.indices, rows.indptr, rows.dense, n, p, shifted, k,
-                        residual, model.curv, fit_b, grad, hess)
-    grad /= n
-    hess /= n
+    grad, hess = _shift_model(design, model.curv, shifted, chosen, k, fit_b, residual)
     values = model.coef[chosen] + delta[chosen]
     blocks = shifted[chosen]
     size = np.bincount(blocks, minlength=k)
@@ -599,3 +629,26 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     delta[chosen] += per_column[chosen]
     direction += rows.dot(per_column) + (shift[k] if fit_b else 0.0)
     return 2.0
+
+
+def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, residual):
+    """(Sᵀr/n, SᵀDS/n) of :func:`block_shift`. With a constant curvature and a kept design
+    (a path's points) SᵀS is kept for the shifted columns, and a repeat of those columns
+    reads Sᵀr from Xᵀr (one pass over the columns, not the rows' k² products)."""
+    rows = design.rows
+    n, p = rows.n_major, rows.n_minor
+    m = k + int(fit_b)
+    kept = design._kept_shift if design.unit_curvature else None
+    if kept is not None and kept[0] == fit_b and np.array_equal(kept[1], chosen):
+        hess = kept[2].copy()
+        grad = np.bincount(shifted[chosen], weights=design.columns.dot(residual)[chosen],
+                           minlength=k).astype(np.float64)
+        if fit_b:
+            grad = np.append(grad, float(residual.sum()))
+    else:
+        grad, hess = np.empty(m), np.empty((m, m))
+        kernels.shift_stats(rows.data, rows.indices, rows.indptr, rows.dense, n, p, shifted,
+                            k, residual, curv, fit_b, grad, hess)
+        if design.unit_curvature:
+            design._kept_shift = (fit_b, chosen.copy(), hess.copy())
+    return grad / n, hess / n

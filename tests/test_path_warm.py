@@ -1,0 +1,91 @@
+"""What a path's points share: the design of X and its Gram blocks kept between Newton
+runs, the margins of the start, the secant predictor. Every point must still agree with
+scikit-learn's lasso_path / enet_path and with a cold fit at its alpha, certified."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn import linear_model
+from sklearn.exceptions import ConvergenceWarning
+
+import dask_scd
+from dask_scd.datasets import make_onehot
+from dask_scd.objectives import Problem
+from dask_scd.solvers.quadratic import Design
+
+TOL = 1e-8
+
+
+@pytest.fixture(scope="module")
+def onehot():
+    X, y, _ = make_onehot(2000, 8, 200, task="regression", random_state=0)
+    return sp.csc_matrix(X), y - y.mean()
+
+
+def primal(loss, alpha, l1_ratio, fit_intercept, X, y, coef, intercept):
+    problem = Problem(loss=loss, alpha=float(alpha), l1_ratio=l1_ratio,
+                      fit_intercept=fit_intercept)
+    return dask_scd.certificate(problem, X, y, np.ravel(coef), float(intercept)).primal
+
+
+def test_kept_gram_blocks_equal_fresh_ones(onehot):
+    X, _ = onehot
+    kept = Design.from_array(X.tocsr())
+    kept.unit_curvature = True
+    fresh = Design.from_array(X.tocsr())
+    ones = np.ones(X.shape[0])
+    rng = np.random.default_rng(0)
+    for size in (5, 300, 600, 10, 900):  # subsets of the kept block, and growth past it
+        working = np.sort(rng.choice(X.shape[1], size=size, replace=False))
+        for intercept in (False, True):
+            np.testing.assert_allclose(kept.gram(working, ones, intercept),
+                                       fresh.gram(working, ones, intercept), rtol=1e-13,
+                                       atol=1e-15)
+
+
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+def test_onehot_path_matches_sklearn_and_cold_fits(onehot, l1_ratio):
+    """Pure blocks (Newton's block shifts, kept for the squared loss), no intercept:
+    every point certified, its objective at least as good as scikit-learn's and within
+    tol of a cold fit's."""
+    X, y = onehot
+    result = dask_scd.path(X, y, penalty="elasticnet", l1_ratio=l1_ratio, n_alphas=30,
+                           eps=1e-3, fit_intercept=False, tol=TOL, random_state=0)
+    assert np.all(result.dual_gaps <= TOL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        _, sk_coefs, _ = linear_model.enet_path(X, y, l1_ratio=l1_ratio,
+                                                alphas=result.alphas, tol=1e-12,
+                                                max_iter=100_000)
+    for k in range(0, 30, 3):
+        alpha = result.alphas[k]
+        ours = primal("squared", alpha, l1_ratio, False, X, y, result.coefs[:, k], 0.0)
+        theirs = primal("squared", alpha, l1_ratio, False, X, y, sk_coefs[:, k], 0.0)
+        assert ours <= theirs * (1 + 2 * TOL)
+        cold = dask_scd.fit(X, y, penalty="elasticnet", alpha=alpha, l1_ratio=l1_ratio,
+                            fit_intercept=False, tol=TOL, solver="newton")
+        assert ours == pytest.approx(cold.primal_, rel=2 * TOL)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic"])
+def test_dense_path_with_intercept_is_certified(loss):
+    """Dense X with an intercept (the kept Gram's ones column, the secant's intercept):
+    each point within tol of a cold fit at its alpha."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((400, 40))
+    X[:, 1] = X[:, 0] + 0.01 * rng.standard_normal(400)  # correlated columns
+    y = X[:, :5] @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + rng.standard_normal(400) + 2.0
+    if loss == "logistic":
+        y = np.where(y > np.median(y), 1.0, -1.0)
+    result = dask_scd.path(X, y, loss=loss, penalty="l1", n_alphas=25, eps=1e-3, tol=TOL,
+                           random_state=0)
+    assert np.all(result.dual_gaps <= TOL)
+    for k in (5, 15, 24):
+        cold = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=result.alphas[k], tol=TOL,
+                            solver="newton")
+        ours = primal(loss, result.alphas[k], 1.0, True, X,
+                      np.where(y > 0, 1.0, -1.0) if loss == "logistic" else y,
+                      result.coefs[:, k], result.intercepts[k])
+        assert ours == pytest.approx(cold.primal_, rel=2 * TOL)
