@@ -513,3 +513,26 @@ def test_sums_over_stored_columns_give_the_same_bits(tmp_path, monkeypatch, loss
     assert np.array_equal(compact.coef_, wide.coef_)
     assert compact.intercept_ == wide.intercept_
     assert compact.history_.relative_gap == wide.history_.relative_gap
+
+
+def test_wide_blocks_over_many_row_chunks_are_summed_in_a_tree(tmp_path, clients, monkeypatch):
+    """Past INLINE_GROUPS row chunks, a block whose statistics would weigh more than
+    TREE_BYTES in one task is summed in a tree of tasks (what keeps a small worker alive on
+    a 200k-column block): the same model on 1 and 2 workers, bit for bit, the flat sum's
+    model to rounding, and the optimum."""
+    from dask_scd.solvers.block_scd import _BlockSCD
+
+    X, y, blocks = make_onehot(1200, 3, 60, set_valued=1, set_size=3, random_state=2)
+    grid = to_grid(X, y, str(tmp_path / "tall.zarr"), row_chunk=100, blocks=blocks)
+    assert grid.n_row_chunks == 12
+    flat = _fixed_epochs(grid, clients(2), "logistic")
+    monkeypatch.setattr(_BlockSCD, "TREE_BYTES", 0)
+    trees = [_fixed_epochs(grid, clients(k), "logistic") for k in (1, 2)]
+    np.testing.assert_array_equal(trees[1].coef_, trees[0].coef_)
+    assert trees[1].intercept_ == trees[0].intercept_
+    np.testing.assert_allclose(trees[0].coef_, flat.coef_, rtol=0, atol=1e-12)
+    result = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-9, solver="block_scd",
+                          client=clients(2), random_state=0, max_iter=200)
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-12, solver="newton")
+    assert result.dual_gap_ <= 1e-9
+    assert result.primal_ == pytest.approx(reference.primal_, rel=1e-8)

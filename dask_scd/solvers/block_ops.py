@@ -118,6 +118,8 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
         stats = {"cols": stored, "g": view.stored_sums(d1), "h": h}
         if cube:
             stats["cube"] = view.cube_sums()[stored]
+        # What passes.sum_partials needs to add them in a tree (see _BlockSCD._tree).
+        stats.update(width=view.n_columns, sparse=tuple(k for k in stats if k != "cols"))
         return stats
     h = view.squared_sums() if constant_h else view.rmatvec(d2, squared=True)
     stats = {"g": view.rmatvec(d1), "h": h}
@@ -203,15 +205,16 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
     if pure and "proven" in direction:  # coordinates proven to pass at the full step: not tried
         d = np.where(direction["proven"], 0.0, d)
         if not np.any(d):
-            return {"cols": np.zeros(0, dtype=np.int64),
+            return {"cols": np.zeros(0, dtype=np.int64), "width": len(d), "sparse": ("trials",),
                     "trials": np.zeros((len(LINE_SEARCH_STEPS), 0))}
     v = row_weights(y)
     y = labels(y)
     view = cell_view(cell)
     stored = getattr(view, "stored_columns", None) if pure else None
     if stored is not None:
-        return {"cols": stored, "trials": view.stored_trials(problem.loss_code, y, margins,
-                                                             d[stored], LINE_SEARCH_STEPS, v)}
+        return {"cols": stored, "width": len(d), "sparse": ("trials",),
+                "trials": view.stored_trials(problem.loss_code, y, margins, d[stored],
+                                             LINE_SEARCH_STEPS, v)}
     if view is None or not pure:
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
         if problem.loss == "squared":

@@ -310,8 +310,10 @@ class _BlockSCD:
                 margins, stats = fused.item(0), fused.item(1)
             fixed = (problem, n, start, block)
             # The direction and the step are summed inside the tasks that read them
-            # (inline reductions); a Gram block's matrices take a tree of tasks.
-            if gram:
+            # (inline reductions); a Gram block's matrices and a wide block's statistics
+            # over many row chunks take a tree of tasks.
+            tree = gram or self._tree(block)
+            if tree:
                 step = direction = runtime.submit(ops.block_direction_from, *fixed,
                                                   *runtime.tree_sum(stats))
             else:
@@ -320,7 +322,12 @@ class _BlockSCD:
             if not ((pure or gram) and problem.loss == "squared"):
                 trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
                                           direction, problem, pure)
-                step = runtime.inline_reduce(ops.block_choose, (direction, n, slack), trials)
+                if tree:
+                    step = runtime.submit(ops.block_choose, direction, n, slack,
+                                          *runtime.tree_sum(trials))
+                else:
+                    step = runtime.inline_reduce(ops.block_choose, (direction, n, slack),
+                                                 trials)
             pending = (cells, step)
             steps[b] = runtime.evaluate(step)
         if pending is not None:
@@ -333,6 +340,22 @@ class _BlockSCD:
             else:
                 coef[self.slices[b]] = step["theta"]
         return coef, intercept, margins
+
+    # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
+    # each at up to min(width, rows) columns per row chunk) would weigh more than this in
+    # the one task that sums them is summed in a tree of tasks instead, each holding a few
+    # row chunks' parts: a worker of a few hundred MiB survives a 200k-column block over
+    # millions of rows. The choice depends on the grid alone (its row chunks and the
+    # block's width), never on the workers, so the model stays the same bits for any
+    # cluster; grids of at most INLINE_GROUPS row chunks keep the flat sum.
+    TREE_BYTES = 32 * 2**20
+
+    def _tree(self, block) -> bool:
+        R = self.source.n_row_chunks
+        if block is None or R <= ClusterRuntime.INLINE_GROUPS:
+            return False
+        width = min(block.stop - block.start, int(self.rows.max()))
+        return R * width * 32 > self.TREE_BYTES
 
     def _coarse_step(self, margins, state):
         """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
