@@ -260,7 +260,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     out = _Points(len(alphas), p)
     available = kernel_device.resolve(settings.device)
     layouts = _Layouts(data)
-    trail = None  # (θ, b, alpha) of the point before the last one
+    trail = None  # (θ, b, alpha, margins) of the point before the last one
     for k, alpha in enumerate(alphas):
         point = settings.at(alpha)
         if point.l1 > 0.0 and alpha >= alpha_max:
@@ -272,15 +272,15 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             continue
         warm = bool(np.any(coef))
         engine, device = _engine(settings, point, data, available, warm)
-        keep, margins = None, None
+        margins = np.asarray(X @ coef).ravel() + intercept
+        keep = None
         if norms is not None:
             # The previous point's θ with its dual point a, Xᵀa/n kept from its certificate
             # (only alpha changed): the screening costs the margins, no product with Xᵀ.
-            margins = np.asarray(X @ coef).ravel() + intercept
             cert = _certificate_at(point, X, y, coef, intercept, margins, correlation)
             keep = _safe_features(point, cert, norms, n)
-        last = (coef, intercept, alphas[k - 1])
-        coef, intercept, margins = _predicted(point, X, y, last, trail, margins)
+        last = (coef, intercept, alphas[k - 1] if k else None, margins)
+        coef, intercept, margins = _predicted(point, X, y, last, trail)
         trail = last
         layouts.memo_of(data, engine.name)["margins"] = (coef, intercept, margins)
         share = 1.0 if keep is None else len(keep) / max(p, 1)
@@ -327,21 +327,25 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     return out.result(alphas, alpha_max, classes, settings)
 
 
-def _predicted(problem: obj.Problem, X, y, last: tuple, trail: tuple | None, margins):
+def _predicted(problem: obj.Problem, X, y, last: tuple, trail: tuple | None):
     """The start of a point: the last point's (θ, b), or the secant through the last two
     points carried on to this alpha when its objective is lower (the lasso's path is
     linear in alpha while its signs hold, smooth for the other losses: a predictor
-    step), a coefficient whose sign it would flip set to 0. Returns (θ, b, margins)."""
-    coef, intercept, alpha_last = last
-    if margins is None:
-        margins = np.asarray(X @ coef).ravel() + intercept
-    if trail is None or not np.any(trail[0]) or trail[2] == alpha_last:
+    step), a coefficient whose sign it would flip set to 0. ``last`` and ``trail`` are
+    (θ, b, alpha, margins or None) of the last two points. Returns (θ, b, margins)."""
+    coef, intercept, alpha_last, margins = last
+    if trail is None or trail[2] is None or not np.any(trail[0]) or trail[2] == alpha_last:
         return coef, intercept, margins
     ratio = (problem.alpha - alpha_last) / (alpha_last - trail[2])
     guess = coef + ratio * (coef - trail[0])
-    guess[guess * coef <= 0.0] = 0.0  # stays on the last point's support and signs
+    clipped = (guess * coef <= 0.0) & (guess != 0.0)
+    guess[clipped] = 0.0  # stays on the last point's support and signs
     guess_b = intercept + ratio * (intercept - trail[1]) if problem.fit_intercept else 0.0
-    guess_margins = np.asarray(X @ guess).ravel() + guess_b
+    if not np.any(clipped):
+        # the same secant of the margins, which are linear in (θ, b): no pass over X
+        guess_margins = margins + ratio * (margins - trail[3])
+    else:
+        guess_margins = np.asarray(X @ guess).ravel() + guess_b
     if _objective(problem, y, guess, guess_margins) < _objective(problem, y, coef, margins):
         return guess, guess_b, guess_margins
     return coef, intercept, margins

@@ -150,7 +150,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         coef += t * delta
         intercept += t * delta_b
         margins += t * direction
-        stopping.fresh = False
+        # One step from margins computed from scratch adds one product XΔ to them: as
+        # exact as recomputing them, which a path's points (mostly one step each) skip.
+        stopping.fresh = options.memo is not None and step == 1
     coef, intercept = stopping.returned(cert, coef, intercept)
     final = cert
     if not stopping.fresh:  # certify on margins recomputed from scratch

@@ -79,6 +79,7 @@ class Design:
     unit_curvature: bool = False
     _kept_gram: tuple | None = None
     _kept_shift: tuple | None = None
+    _gram_spent: float = 0.0
 
     @property
     def pure_blocks(self) -> list | None:
@@ -146,16 +147,18 @@ class Design:
     def _unit_gram(self, working, weights, intercept) -> np.ndarray:
         """XᵀX/n on ``working`` from the kept block when it holds those columns; else
         the block of those and the kept ones together (the working sets of a path's
-        points mostly grow), or of all columns when that costs at most twice as much,
-        kept in its place."""
+        points mostly grow), or of all columns once the blocks computed so far cost as
+        much as they do (then at most twice the least possible), kept in its place."""
         kept = self._kept_gram
         if kept is None or kept[0] != intercept or not np.all(kept[2][working] >= 0):
             columns = working if kept is None or kept[0] != intercept \
                 else np.union1d(kept[1], working)
             p = self.rows.n_minor
             share = float(self.column_nnz[columns].sum()) / max(self.nnz, 1.0)
-            if p <= GRAM_MAX and share * share * 2.0 >= 1.0:
-                columns = np.arange(p)
+            cost = self.nnz + self.gram_flops * share * share  # a pass, and the products
+            self._gram_spent += cost
+            if p <= GRAM_MAX and self.nnz + self.gram_flops <= self._gram_spent:
+                columns = np.arange(p)  # as much as the blocks so far cost: ski rental
             elif len(columns) > GRAM_MAX:
                 columns = working
             position = np.full(self.rows.n_minor, -1, dtype=np.int64)
