@@ -13,7 +13,8 @@ from sklearn.exceptions import ConvergenceWarning
 import dask_scd
 from dask_scd.datasets import make_onehot
 from dask_scd.objectives import Problem
-from dask_scd.solvers.quadratic import Design
+from dask_scd.kernels import newton as kernels
+from dask_scd.solvers.quadratic import Design, _shift_model
 
 TOL = 1e-8
 
@@ -45,27 +46,63 @@ def test_kept_gram_blocks_equal_fresh_ones(onehot):
                                        atol=1e-15)
 
 
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_kept_block_shifts_equal_the_kernels(onehot, fit_intercept):
+    """SᵀS and Sᵀr of the block shifts, kept and updated as the shifted columns change,
+    against the kernel's pass over the rows."""
+    X, _ = onehot
+    design = Design.from_array(X.tocsr())
+    design.unit_curvature = True
+    n, p = X.shape
+    block_of = design.block_of
+    k = int(block_of.max()) + 1
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # more than one refresh of the kept SᵀS
+        chosen = np.sort(rng.choice(p, size=int(rng.integers(1, p)), replace=False))
+        chosen = chosen[block_of[chosen] >= 0]
+        shifted = np.full(p, -1, dtype=np.int64)
+        shifted[chosen] = block_of[chosen]
+        residual = rng.standard_normal(n)
+        grad, hess, S = _shift_model(design, np.ones(n), shifted, chosen, k, fit_intercept,
+                                     residual)
+        m = k + int(fit_intercept)
+        want_grad, want_hess = np.empty(m), np.empty((m, m))
+        rows = design.rows
+        kernels.shift_stats(rows.data, rows.indices, rows.indptr, False, n, p, shifted, k,
+                            residual, np.ones(n), fit_intercept, want_grad, want_hess)
+        np.testing.assert_allclose(grad, want_grad / n, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(hess, want_hess / n, rtol=1e-12, atol=1e-14)
+        shift = rng.standard_normal(m)
+        per_column = np.zeros(p)
+        per_column[chosen] = shift[shifted[chosen]]
+        expected = X @ per_column + (shift[k] if fit_intercept else 0.0)
+        np.testing.assert_allclose(S @ shift, expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
-def test_onehot_path_matches_sklearn_and_cold_fits(onehot, l1_ratio):
-    """Pure blocks (Newton's block shifts, kept for the squared loss), no intercept:
-    every point certified, its objective at least as good as scikit-learn's and within
-    tol of a cold fit's."""
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_onehot_path_matches_sklearn_and_cold_fits(onehot, l1_ratio, fit_intercept):
+    """Pure blocks (Newton's block shifts, kept for the squared loss): every point
+    certified, its objective within tol of a cold fit's and (without an intercept, the
+    problem scikit-learn solves) at least as good as scikit-learn's."""
     X, y = onehot
     result = dask_scd.path(X, y, penalty="elasticnet", l1_ratio=l1_ratio, n_alphas=30,
-                           eps=1e-3, fit_intercept=False, tol=TOL, random_state=0)
+                           eps=1e-3, fit_intercept=fit_intercept, tol=TOL, random_state=0)
     assert np.all(result.dual_gaps <= TOL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         _, sk_coefs, _ = linear_model.enet_path(X, y, l1_ratio=l1_ratio,
                                                 alphas=result.alphas, tol=1e-12,
                                                 max_iter=100_000)
-    for k in range(0, 30, 3):
+    for k in range(2, 30, 3):
         alpha = result.alphas[k]
-        ours = primal("squared", alpha, l1_ratio, False, X, y, result.coefs[:, k], 0.0)
-        theirs = primal("squared", alpha, l1_ratio, False, X, y, sk_coefs[:, k], 0.0)
-        assert ours <= theirs * (1 + 2 * TOL)
+        ours = primal("squared", alpha, l1_ratio, fit_intercept, X, y, result.coefs[:, k],
+                      result.intercepts[k])
+        if not fit_intercept:
+            theirs = primal("squared", alpha, l1_ratio, False, X, y, sk_coefs[:, k], 0.0)
+            assert ours <= theirs * (1 + 2 * TOL)
         cold = dask_scd.fit(X, y, penalty="elasticnet", alpha=alpha, l1_ratio=l1_ratio,
-                            fit_intercept=False, tol=TOL, solver="newton")
+                            fit_intercept=fit_intercept, tol=TOL, solver="newton")
         assert ours == pytest.approx(cold.primal_, rel=2 * TOL)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import pure_blocks
@@ -46,6 +47,8 @@ _CD_MAX_GRAM = 5000
 _CD_MAX_COLUMNS = 50
 # Coordinate-descent sweeps over the block shifts of an L1 model, at most.
 _SHIFT_SWEEPS = 2000
+# Incremental updates of a kept SᵀS of the block shifts before it is recomputed from S.
+_SHIFT_REFRESH = 32
 # Column curvatures of an L1 model stay above this fraction of the loss's largest.
 _CURVATURE_FLOOR = 1e-6
 # Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
@@ -78,7 +81,7 @@ class Design:
     # kept between runs: Gram blocks are then kept too (:meth:`gram`).
     unit_curvature: bool = False
     _kept_gram: tuple | None = None
-    _kept_shift: tuple | None = None
+    _kept_shift: object = None  # _KeptShift
     _gram_spent: float = 0.0
 
     @property
@@ -613,7 +616,7 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     fit_b = problem.fit_intercept
     m = k + int(fit_b)
     residual = model.grad_rows + model.curv * direction
-    grad, hess = _shift_model(design, model.curv, shifted, chosen, k, fit_b, residual)
+    grad, hess, S = _shift_model(design, model.curv, shifted, chosen, k, fit_b, residual)
     values = model.coef[chosen] + delta[chosen]
     blocks = shifted[chosen]
     size = np.bincount(blocks, minlength=k)
@@ -630,28 +633,75 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     per_column = np.zeros(p)
     per_column[chosen] = shift[blocks]
     delta[chosen] += per_column[chosen]
+    if S is not None:  # X·(the shift of each column) = S·c: no pass over X
+        direction += S @ shift
+        return 1.0
     direction += rows.dot(per_column) + (shift[k] if fit_b else 0.0)
     return 2.0
 
 
 def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, residual):
-    """(Sᵀr/n, SᵀDS/n) of :func:`block_shift`. With a constant curvature and a kept design
-    (a path's points) SᵀS is kept for the shifted columns, and a repeat of those columns
-    reads Sᵀr from Xᵀr (one pass over the columns, not the rows' k² products)."""
+    """(Sᵀr/n, SᵀDS/n, S or None) of :func:`block_shift`: one pass over the rows and its
+    k² products per row, or, with a constant curvature and a kept design (a path's
+    points), from S itself kept dense and updated by the columns that joined or left the
+    shift (:class:`_KeptShift`), which also gives the shift's X·c as S·c."""
     rows = design.rows
     n, p = rows.n_major, rows.n_minor
     m = k + int(fit_b)
-    kept = design._kept_shift if design.unit_curvature else None
-    if kept is not None and kept[0] == fit_b and np.array_equal(kept[1], chosen):
-        hess = kept[2].copy()
-        grad = np.bincount(shifted[chosen], weights=design.columns.dot(residual)[chosen],
-                           minlength=k).astype(np.float64)
+    if design.unit_curvature and not rows.dense and n * m <= 2.0 * design.nnz + n:
+        kept = design._kept_shift
+        if kept is None or kept.fit_b != fit_b or kept.k != k:
+            kept = design._kept_shift = _KeptShift(n, k, fit_b)
+        kept.move_to(design.columns, shifted, chosen)
+        return kept.S.T @ residual / n, kept.hess / n, kept.S
+    grad, hess = np.empty(m), np.empty((m, m))
+    kernels.shift_stats(rows.data, rows.indices, rows.indptr, rows.dense, n, p, shifted, k,
+                        residual, curv, fit_b, grad, hess)
+    return grad / n, hess / n, None
+
+
+class _KeptShift:
+    """S (n × k, + the ones column) of the block shifts over the columns ``chosen``, and
+    SᵀS, for the squared loss's constant curvature: a change ΔS of the shifted columns
+    gives (S + ΔS)ᵀ(S + ΔS) = SᵀS + ΔSᵀS' + S'ᵀΔS − ΔSᵀΔS (S' = S + ΔS), products with
+    the changed columns only; recomputed from S every :data:`_SHIFT_REFRESH` updates
+    against the drift of the sums."""
+
+    def __init__(self, n: int, k: int, fit_b: bool):
+        self.k, self.fit_b = k, fit_b
+        self.S = np.zeros((n, k + int(fit_b)))
         if fit_b:
-            grad = np.append(grad, float(residual.sum()))
-    else:
-        grad, hess = np.empty(m), np.empty((m, m))
-        kernels.shift_stats(rows.data, rows.indices, rows.indptr, rows.dense, n, p, shifted,
-                            k, residual, curv, fit_b, grad, hess)
-        if design.unit_curvature:
-            design._kept_shift = (fit_b, chosen.copy(), hess.copy())
-    return grad / n, hess / n
+            self.S[:, k] = 1.0
+        self.hess = self.S.T @ self.S
+        self.block = np.empty(0, dtype=np.int64)  # block of each shifted column, −1: none
+        self.updates = 0
+
+    def move_to(self, columns: MajorMatrix, shifted, chosen) -> None:
+        block = np.full(columns.n_major, -1, dtype=np.int64)
+        block[chosen] = shifted[chosen]
+        if len(self.block) == 0:
+            self.block = np.full(columns.n_major, -1, dtype=np.int64)
+        changed = np.flatnonzero(block != self.block)
+        if len(changed) == 0:
+            return
+        # ΔS: each changed column leaves its old block (if any) and joins its new one.
+        starts, ends = columns.indptr[changed], columns.indptr[changed + 1]
+        lengths = ends - starts
+        entries = np.repeat(starts - np.cumsum(np.append(0, lengths[:-1])), lengths) \
+            + np.arange(int(lengths.sum()))
+        rows = columns.indices[entries]
+        values = columns.data[entries]
+        old, new = np.repeat(self.block[changed], lengths), np.repeat(block[changed], lengths)
+        left, joined = old >= 0, new >= 0
+        r = np.concatenate([rows[left], rows[joined]])
+        c = np.concatenate([old[left], new[joined]])
+        v = np.concatenate([-values[left], values[joined]])
+        step = scipy.sparse.csr_matrix((v, (r, c)), shape=self.S.shape)  # sums duplicates
+        np.add.at(self.S, (r, c), v)
+        self.block = block
+        self.updates += 1
+        if self.updates % _SHIFT_REFRESH == 0:
+            self.hess = self.S.T @ self.S
+            return
+        cross = np.asarray(step.T @ self.S)  # ΔSᵀS'
+        self.hess += cross + cross.T - np.asarray((step.T @ step).todense())
