@@ -18,10 +18,19 @@ Salmon 2015; Ndiaye et al. 2017): the dual is (1/(nL))-strongly concave when ℓ
 
     |x_jᵀa|/n + ‖x_j‖·√(2L·gap/n) < alpha·ρ
 
-is zero at the optimum. The previous solution gives (a, gap) for the new alpha; when the
-rule removes at least half the features the point is solved on the rest (the engines'
-own working sets then order the work inside). The point is then certified on all of X:
-the screening is safe, and the certificate is what says so.
+is zero at the optimum. The previous solution gives (a, gap) for the new alpha without a
+product with Xᵀ: a = −ℓ'(Xθ + b) does not depend on alpha, so the correlation Xᵀa/n of
+the last point's certificate serves, and only the margins are recomputed. When the rule
+removes at least half the features the point is solved on the rest, except by Newton,
+whose working sets already leave them out of every solve (a slice would only add its
+copy). The point is then certified on all of X: the screening is safe, and the
+certificate is what says so.
+
+What a single fit pays once, the points share: the engine's design of X (Newton's rows,
+columns, and, for the squared loss's constant curvature, its Gram blocks and the block
+shifts' SᵀS), and the margins of the start. Each point starts from the secant through
+the last two solutions carried on to its alpha (the lasso's path is linear in alpha
+while its signs hold), clipped to their signs, when that lowers the objective.
 
 Dask arrays and grids run each point as a normal :func:`dask_scd.fit`, warm-started,
 one after the other (or in memory when ``fit`` would run them there).
@@ -332,7 +341,7 @@ def _predicted(problem: obj.Problem, X, y, last: tuple, trail: tuple | None):
     points carried on to this alpha when its objective is lower (the lasso's path is
     linear in alpha while its signs hold, smooth for the other losses: a predictor
     step), a coefficient whose sign it would flip set to 0. ``last`` and ``trail`` are
-    (θ, b, alpha, margins or None) of the last two points. Returns (θ, b, margins)."""
+    (θ, b, alpha, margins) of the last two points. Returns (θ, b, margins)."""
     coef, intercept, alpha_last, margins = last
     if trail is None or trail[2] is None or not np.any(trail[0]) or trail[2] == alpha_last:
         return coef, intercept, margins
