@@ -369,10 +369,12 @@ class ClusterRuntime:
         client waits once, for (θ, b) and the certificate together. Returns (margins as
         :class:`Rows`, (coef, intercept, certificate)).
         """
-        margins = self.map_rows(passes.refresh_margins, (cells, [int(k) for k in rows]), state,
-                                offsets)
-        stats = self.map_rows(passes.certificate_stats, (cells, labels, margins), problem,
-                              True)
+        # One task per group makes the margins and the statistics (a cell read once);
+        # the margins then become a result of their own, so the statistics are released
+        # as soon as they are summed rather than kept with the margins for an epoch.
+        fused = self.map_rows(passes.certificate_pass, (cells, [int(k) for k in rows], labels),
+                              state, offsets, problem, True)
+        margins, stats = self.map_rows(passes.same, (fused.item(0),)), fused.item(1)
         # Per-feature sums of every row chunk: summed in a tree (what one task holds is
         # bounded), the same bits whatever the workers.
         level = self.tree_sum(stats)

@@ -27,6 +27,37 @@ def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarra
                         np.full(n_rows, float(state["intercept"])))
 
 
+def certificate_pass(cells: list, n_rows: int, y, state: dict, offsets,
+                     problem: obj.Problem, compact: bool = False) -> tuple:
+    """:func:`refresh_margins` then :func:`certificate_stats` of one row chunk, in one
+    task: (margins, stats), the same bits as the two apart.
+
+    Out of core, each cell read for the margins is kept for the statistics while the
+    process has room for it (:meth:`CellCache.has_room`), so the certificate reads a cell
+    once instead of twice; in core the cells come from the cache either way.
+    """
+    from dask_scd.data.cache import CACHE
+
+    coef = state["coef"]
+    margins = np.full(n_rows, float(state["intercept"]))
+    kept = []
+    for b, cell in enumerate(cells):
+        theta = coef[offsets[b]:offsets[b + 1]]
+        if np.any(theta):
+            view = cell_view(cell)
+            margins += view.matvec(theta)
+            if view is not None and CACHE.has_room(0):
+                cell = view
+        kept.append(cell)
+    return margins, certificate_stats(kept, y, margins, problem, compact)
+
+
+def same(value):
+    """(task) ``value`` itself: one element of a fused task's result as a result of its
+    own, so that the other elements are released once read."""
+    return value
+
+
 def cells_matvec(cells: list, coef, offsets, out: np.ndarray) -> np.ndarray:
     """out += Σ_b X_cell(b) θ_b over a row chunk's cells (a block of zeros is skipped);
     returns ``out``."""

@@ -300,7 +300,15 @@ class _BlockSCD:
             block = None if b == INTERCEPT else self.slices[b]
             # An impure block small enough takes the exact Newton step of its Gram matrix.
             gram = not pure and (1 if block is None else block.stop - block.start) <= self.gram_max
+            wide = self._tree(block)
+            tree = gram or wide
             if pending is None:
+                stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
+                                         problem.loss, gram)
+            elif wide:
+                # Not fused: a fused task's statistics live as long as its margins (one
+                # result), i.e. through the line search; a wide block's are large.
+                margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
                 stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
                                          problem.loss, gram)
             else:
@@ -312,7 +320,6 @@ class _BlockSCD:
             # The direction and the step are summed inside the tasks that read them
             # (inline reductions); a Gram block's matrices and a wide block's statistics
             # over many row chunks take a tree of tasks.
-            tree = gram or self._tree(block)
             if tree:
                 step = direction = runtime.submit(ops.block_direction_from, *fixed,
                                                   *runtime.tree_sum(stats))
