@@ -117,3 +117,23 @@ def test_a_dask_column_of_labels_is_taken_as_numpy_is(rng):
     with pytest.raises(ValueError, match="y has shape"):
         make_source(da.from_array(X, chunks=(200, 5)),
                     da.from_array(np.c_[y, y], chunks=(100, 2)), "logistic", None)
+
+
+def test_squared_l1_on_one_hot_fields_takes_newton_over_gram(rng):
+    """Lasso on a few one-hot fields (n ≥ 4p, p ≤ 512): the Gram engine's coordinate
+    descent creeps along whole-field shifts (on Adult it did not converge in its 1000
+    default epochs); Newton's inner solver moves whole blocks."""
+    X = _onehot(2000, 8, 20, rng)  # p = 160, 8 pure blocks
+    assert _choice("squared", "l1", 1e-3, X) == "newton"
+    assert _choice("squared", "l2", 1e-3, X) == "gram"
+    assert _choice("squared", "l1", 1e-3, rng.normal(size=(2000, 20))) == "gram"
+
+
+def test_auto_lasso_on_adult_converges_in_default_epochs():
+    from conftest import shared_dataset
+
+    X, y = shared_dataset("a8a")
+    alpha = 1e-3 * np.abs(X.T @ y).max() / X.shape[0]
+    result = dask_scd.fit(X, y, loss="squared", penalty="l1", alpha=alpha,
+                          fit_intercept=False, tol=1e-8)
+    assert result.solver_ == "newton" and result.dual_gap_ <= 1e-8

@@ -79,15 +79,19 @@ def test_diabetes_matches_scikit_learn(solver, penalty, rho, alpha):
 
 @pytest.mark.parametrize("penalty,rho", [("l1", 1.0), ("elasticnet", 0.5)])
 def test_adult_a9a_column_scd_still_matches(penalty, rho):
-    """Auto picks "gram" for Adult (p = 123); the column-wise SCD stays checked on it."""
+    """The Gram engine and the column-wise SCD on Adult (p = 123) agree; auto takes Newton
+    there (one-hot fields with an L1 term: its block shifts, see test_auto.py)."""
     X, y = shared_dataset("a9a.t")
     ours = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL,
                         solver="scd", random_state=0, max_iter=20_000)
     gram = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL,
+                        solver="gram", random_state=0, max_iter=20_000)
+    auto = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL,
                         random_state=0, max_iter=20_000)
-    assert gram.solver_ == "gram"
-    assert ours.dual_gap_ <= 1e-8 and gram.dual_gap_ <= 1e-8
+    assert auto.solver_ == "newton"
+    assert ours.dual_gap_ <= 1e-8 and gram.dual_gap_ <= 1e-8 and auto.dual_gap_ <= 1e-8
     assert abs(ours.primal_ - gram.primal_) <= 2e-8 * gram.primal_
+    assert abs(auto.primal_ - gram.primal_) <= 2e-8 * gram.primal_
 
 
 @pytest.mark.parametrize("alpha", [0.02, 0.3, 3.0])
