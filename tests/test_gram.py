@@ -174,3 +174,15 @@ def test_lasso_on_collinear_one_hot_fields_converges():
     newton = dask_scd.fit(X, y, solver="newton", **options)
     assert gram.dual_gap_ <= 1e-8
     assert gram.primal_ == pytest.approx(newton.primal_, rel=1e-8)
+
+
+def test_slow_lasso_on_one_hot_fields_is_not_taken_for_a_stall():
+    """Far above the rounding floor a slow inner solve keeps going: Adult lasso at a weak
+    alpha was given up at a gap of 0.1 after 2,385 epochs (two rounds without a halved
+    gap); it converges."""
+    X, y = shared_dataset("a9a.t")
+    result = dask_scd.fit(X, y, penalty="l1", alpha=1e-5, tol=1e-10, solver="gram",
+                          max_iter=20_000)
+    assert result.converged_ and result.dual_gap_ <= 1e-10
+    reference = dask_scd.fit(X, y, penalty="l1", alpha=1e-5, tol=1e-12, solver="newton")
+    assert result.primal_ == pytest.approx(reference.primal_, rel=1e-9)

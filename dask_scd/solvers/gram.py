@@ -47,6 +47,8 @@ _ADMIT = 0.9
 _INNER = 0.1
 # Rounds without a new column nor a halved gap before the engine gives up (and warns).
 _STALL_ROUNDS = 2
+# ... counted only once the gap is below this share of the null model's loss.
+_FLOOR = 1e-9
 # Epochs without a new smallest p-space gap before the restricted solve stops.
 _FLOOR_EPOCHS = 200
 # Epochs with the same signs of θ before the exact step on that support is tried (once
@@ -175,6 +177,9 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     target = _INNER * tol
     system = None
     stalled = 0
+    null_loss = 0.5 * float(np.average((y - (np.average(y, weights=weights)
+                                             if problem.fit_intercept else 0.0)) ** 2,
+                                       weights=weights))
     while cert is None or cert.relative_gap > tol:
         if 2 * len(working) > n_features:
             working = np.arange(n_features)
@@ -193,7 +198,11 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         if len(grown) == len(working):  # W holds every violator: solve W more exactly
             # Twice no better than half the last gap: the certificate from X has reached
             # the rounding floor of this data (e.g. huge column means, a near-exact fit).
-            stalled = stalled + 1 if previous is not None and cert.gap > 0.5 * previous.gap else 0
+            # Far above that floor (the gap a large share of the null model's loss) the
+            # inner solve is creeping, not stalled: it goes on, to max_iter at most.
+            creeping = cert.gap > _FLOOR * null_loss
+            stalled = stalled + 1 if (previous is not None and cert.gap > 0.5 * previous.gap
+                                      and not creeping) else 0
             if stalled >= _STALL_ROUNDS:
                 break
             target = max(0.01 * target, 1e-16)
