@@ -378,8 +378,7 @@ class _BlockSCD:
         runtime, problem, n = self.runtime, self.problem, self.source.n_samples
         row_sums = self.row_sums
         if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
-            row_sums = runtime.map_rows(ops.active_row_sums, (self.cells,), state["coef"],
-                                        self.offsets, problem.fit_intercept)
+            row_sums = self._active_row_sums(state["coef"])
         stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins),
                                  problem.loss)
         direction = runtime.reduce(ops.coarse_direction, (problem, n, self.offsets, state), stats)
@@ -389,6 +388,18 @@ class _BlockSCD:
         trials = runtime.map_rows(ops.coarse_trials, (row_sums, self.labels, margins),
                                   direction, problem.loss)
         return runtime.reduce(ops.coarse_apply, fixed, trials)
+
+    _support = _active = None  # the support S was last read for, and that S (Rows)
+
+    def _active_row_sums(self, coef):
+        """S over the non-zero coefficients: a pass over the cells, made again only when
+        the support changed since the last one (late epochs of an L1 fit keep it)."""
+        support = np.asarray(coef) != 0.0
+        if self._support is None or not np.array_equal(support, self._support):
+            self._active = self.runtime.map_rows(ops.active_row_sums, (self.cells,), coef,
+                                                 self.offsets, self.problem.fit_intercept)
+            self._support = support
+        return self._active
 
     def _certify(self, state):
         """Fresh margins from the state (θ, b) and the certificate on them (see
