@@ -597,3 +597,19 @@ def test_grid_source_materializes_the_original_columns(tmp_path, kind):
     got = Xm.toarray() if sp.issparse(Xm) else Xm
     np.testing.assert_array_equal(got, X)
     np.testing.assert_array_equal(ym, y)
+
+
+@pytest.mark.parametrize("into", [0, 1])
+def test_dense_chunk_of_another_length_is_refused(tmp_path, into):
+    # A dense chunk is decoded straight into the cell: a frame with more values than a
+    # chunk, or fewer, is refused (not cut, not left partly unwritten).
+    rng = np.random.default_rng(5)
+    root = tmp_path / "g"
+    grid = to_grid(rng.normal(size=(40, 5)), np.ones(40), root, row_chunk=10,
+                   blocks=[[0, 1, 2], [3, 4]])
+    wide, narrow = _chunk_file(root, grid, 1, 0), _chunk_file(root, grid, 1, 1)
+    target, source = (wide, narrow) if into == 0 else (narrow, wide)
+    target.write_bytes(source.read_bytes())
+    with pytest.raises(GridCorruptionError, match=rf"cell \(row chunk 1, block {into}\)"):
+        grid.read_cell(1, into)
+    grid.read_cell(2, into)

@@ -124,11 +124,35 @@ def test_chunk_order_is_a_fresh_permutation_each_epoch(tmp_path):
     assert all(sorted(order) == list(range(5)) for order in orders)
     assert len({tuple(order) for order in orders}) > 1
     assert result.history_.iteration == [4, 8]  # check_every=4
-    # start + 8 epochs + 2 certificates
-    assert result.extras_["read_passes"] == 11
+    # start + 8 epochs + the last certificate (epoch 4's is summed in epoch 5's pass)
+    assert result.extras_["read_passes"] == 10
     with pytest.warns(UserWarning, match="Did not converge"):
         in_order = dask_scd.fit(grid, solver="sdca", chunk_order="sequential", **kw)
     assert in_order.extras_["chunk_orders"] == [list(range(5))] * 8
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_certificate_summed_in_the_next_epoch_is_the_point_s(tmp_path, fit_intercept):
+    # A certificate that stops the fit is summed during the next epoch's pass; the fit
+    # returns the certified epoch's w, as a fit ending there with a pass of its own does.
+    X, y = _data("logistic")
+    grid = _grid(tmp_path, X, y)
+    kw = dict(loss="logistic", alpha=ALPHA, fit_intercept=fit_intercept, random_state=3,
+              check_every=1)
+    gaps = dask_scd.fit(grid, solver="sdca", tol=1e-15, max_iter=6, **kw).history_.relative_gap
+    assert all(earlier > gaps[3] for earlier in gaps[:3])
+    stopped = dask_scd.fit(grid, solver="sdca", tol=gaps[3] * (1 + 1e-9), max_iter=50, **kw)
+    ended = dask_scd.fit(grid, solver="sdca", tol=1e-15, max_iter=4, **kw)
+    assert stopped.n_iter_ == ended.n_iter_ == 4
+    assert stopped.extras_["read_passes"] == 1 + 5  # the start, epochs 1–5
+    assert len(stopped.extras_["chunk_orders"]) == 4
+    np.testing.assert_array_equal(stopped.coef_, ended.coef_)
+    assert stopped.intercept_ == pytest.approx(ended.intercept_, rel=1e-12, abs=1e-14)
+    assert stopped.dual_gap_ == pytest.approx(ended.dual_gap_, rel=1e-8)
+    problem = obj.Problem("logistic", ALPHA, 0.0, fit_intercept)
+    assert stopped.history_.primal[-1] == pytest.approx(_objective(problem, X, y, stopped),
+                                                        rel=1e-12)
 
 
 def test_at_most_two_row_chunks_in_memory(tmp_path, monkeypatch):

@@ -14,14 +14,18 @@ the original feature order once, at the end.
 
 Memory: at most two row chunks (the one being stepped on and the one being read: a
 ``ThreadPoolExecutor(1)`` reads and decodes chunk k + 1 while the numba kernel, which
-releases the GIL, steps on chunk k), w (p floats), and three vectors of n floats: the
-dual variables a, the labels, and the margins X w during a certificate.
+releases the GIL, steps on chunk k), w (p floats; twice while a certificate is summed),
+and four vectors of n floats: the dual variables a, the labels, and, while a certificate
+is summed, the margins X w and the certified a.
 
-A certificate is one read pass: per row chunk the margins X_k w and X_kᵀ a (the exact
-Xᵀa/(αn) of the dual point, which the running w drifts from by rounding and, with an
-intercept, by the projection of a onto Σ a_i = 0); the primal objective is taken at the
-running w with its best intercept, the dual at a: each bound is valid on its own, so
-their difference is a duality gap.
+A certificate of the point (w, a) after epoch e needs the margins X_k w and X_kᵀ a of
+every row chunk (the exact Xᵀa/(αn) of the dual point, which the running w drifts from
+by rounding and, with an intercept, by the projection of a onto Σ a_i = 0). They are
+summed during epoch e + 1's read pass, each row chunk before the steps on it (a row's
+a_i only moves when its row chunk is visited, and w is a copy), so a certificate costs
+no read of its own except after the last epoch. The primal objective is taken at w with
+its best intercept, the dual at a: each bound is valid on its own, so their difference
+is a duality gap.
 """
 
 from __future__ import annotations
@@ -120,33 +124,48 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         schedule = CertificateSchedule()
         history, orders = History(), []
         start = time.perf_counter()
-        cert, cert_coef, cert_intercept, epoch = None, coef, intercept, 0
+
+        def settle(pending):
+            cert, cert_intercept = pending.finish(problem, y, alpha_n)
+            history.append(pending.epoch, cert.relative_gap, cert.primal,
+                           time.perf_counter() - start)
+            options.progress.update(pending.epoch, cert.relative_gap, cert.primal)
+            return cert, cert_intercept, pending
+
+        # The certificate of epoch e is summed during epoch e + 1's pass (no read pass of
+        # its own); when it stops the fit, epoch e + 1's steps are dropped and the fit
+        # returns epoch e's w.
+        pending, settled = None, None
         for epoch in range(1, max_iter + 1):
             order = (rng.permutation(n_chunks) if settings["chunk_order"] == "random"
                      else np.arange(n_chunks))
             orders.append(order.tolist())
             max_delta, dual_total = _epoch(stream, order, problem, y, dual_coef, coef,
-                                           alpha_n, intercept, rho, rng)
+                                           alpha_n, intercept, rho, rng, pending)
+            if pending is not None:
+                settled = settle(pending)
+                if settled[0].relative_gap <= tol:
+                    break
             intercept += rho * dual_total  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
             final = epoch == max_iter
             if settings["check_every"] is None:
-                certify = schedule.due(epoch, max_delta, np.abs(dual_coef).max(), final)
+                due = schedule.due(epoch, max_delta, np.abs(dual_coef).max(), final)
             else:
-                certify = final or epoch % settings["check_every"] == 0
-            if not certify:
-                continue
-            cert, cert_intercept, cert_coef = _certificate(
-                stream, n_chunks, problem, y, dual_coef, coef, alpha_n, intercept)
-            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            options.progress.update(epoch, cert.relative_gap, cert.primal)
-            if cert.relative_gap <= tol:
-                break
+                due = final or epoch % settings["check_every"] == 0
+            pending = (_PointCertificate.at(epoch, problem, dual_coef, coef, intercept)
+                       if due else None)
+        else:
+            if pending is not None:  # the last epoch's: a pass of its own
+                stream.each(np.arange(n_chunks), pending.add)
+                settled = settle(pending)
         passes = stream.passes
     finally:
         stream.close()
-    extras = {"chunk_orders": orders, "read_passes": passes, "row_chunks": n_chunks}
-    return Run(grid.to_original_order(cert_coef), float(cert_intercept), cert, epoch, history,
-               extras)
+    cert, cert_intercept, point = settled
+    extras = {"chunk_orders": orders[:point.epoch], "read_passes": passes,
+              "row_chunks": n_chunks}
+    return Run(grid.to_original_order(point.coef), float(cert_intercept), cert, point.epoch,
+               history, extras)
 
 
 def _settings(engine: dict, device_name: str) -> dict:
@@ -202,12 +221,19 @@ def _start(stream, n_chunks, dual_coef, alpha_n, n_features) -> _Start:
     return state
 
 
-def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, intercept, rho, rng):
-    """One SDCA epoch, row chunk by row chunk in ``order``; returns max |Δa_i| and Σ a_i."""
+def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, intercept, rho, rng,
+           pending=None):
+    """One SDCA epoch, row chunk by row chunk in ``order``; returns max |Δa_i| and Σ a_i.
+
+    ``pending``: a :class:`_PointCertificate` of the point before this epoch, summed over
+    each row chunk before the steps on it (its a_i are still the point's then).
+    """
     dual_sum = np.array([dual_coef.sum()])
     max_delta = [0.0]
 
     def work(chunk):
+        if pending is not None:
+            pending.add(chunk)
         lo, hi = chunk.start, chunk.stop
         m = chunk.matrix
         rows = _block_order(np.arange(hi - lo), rng)
@@ -222,40 +248,55 @@ def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, intercept, rho, 
     return max_delta[0], dual_sum[0]
 
 
-def _certificate(stream, n_chunks, problem, y, dual_coef, coef, alpha_n, intercept_start):
-    """Certificate of (w, a) from one read pass; returns it, w's best intercept and w.
+@dataclass(eq=False)
+class _PointCertificate:
+    """The certificate of the point (w, a) after ``epoch``, summed over one read pass.
 
-    The primal bound is P at the running w and its best intercept; the dual bound is D
-    at a, projected onto Σ a_i = 0 when an intercept is fitted
+    The primal bound is P at w and its best intercept; the dual bound is D at a,
+    projected onto Σ a_i = 0 when an intercept is fitted
     (:func:`dask_scd.objectives.project_sum_zero`, which keeps it feasible), with its
-    own Xᵀa/(αn) summed over the row chunks in the same pass.
+    own Xᵀa/(αn) summed over the row chunks. w and a are copies: the pass may be the
+    next epoch's, which moves the running ones.
     """
-    n_samples = len(y)
-    dual_point = dual_coef
-    if problem.fit_intercept and dual_coef.sum() != 0.0:
-        dual_point = obj.project_sum_zero(dual_coef)
-    margins = np.empty(n_samples)
-    exact = np.zeros_like(coef)
 
-    def work(chunk):
+    epoch: int
+    coef: np.ndarray
+    dual_point: np.ndarray
+    intercept_start: float  # the running intercept, where w's best one is searched from
+    margins: np.ndarray
+    exact: np.ndarray  # Xᵀa, divided by αn once summed
+
+    @classmethod
+    def at(cls, epoch, problem, dual_coef, coef, intercept) -> "_PointCertificate":
+        dual_point = dual_coef.copy()
+        if problem.fit_intercept and dual_coef.sum() != 0.0:
+            dual_point = obj.project_sum_zero(dual_coef)
+        return cls(epoch, coef.copy(), dual_point, intercept, np.empty(len(dual_coef)),
+                   np.zeros_like(coef))
+
+    def add(self, chunk: RowChunk) -> None:
         lo, hi = chunk.start, chunk.stop
-        margins[lo:hi] = chunk.matrix.dot(coef)
-        exact[:] += chunk.matrix.scatter(dual_point[lo:hi])
+        self.margins[lo:hi] = chunk.matrix.dot(self.coef)
+        self.exact += chunk.matrix.scatter(self.dual_point[lo:hi])
 
-    stream.each(np.arange(n_chunks), work)
-    exact /= alpha_n
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start)
-    margins += intercept
-    losses = obj.loss_value(problem.loss, y, margins)
-    duals = obj.dual_loss(problem.loss, y, dual_point)
-    half_alpha = 0.5 * problem.alpha
-    primal = float(losses.sum()) / n_samples + half_alpha * obj.vdot(coef, coef)
-    dual = float(duals.sum()) / n_samples - half_alpha * obj.vdot(exact, exact)
-    # Per example (ℓ_i(ŷ_i) + ℓ*_i(−a_i) + a_i ŷ_i)/n as in obj.sdca_certificate; the rest
-    # (w against Xᵀa/(αn), a projected) is booked to the intercept.
-    coordinate_gaps = (losses - duals + dual_point * margins) / n_samples
-    cert = obj.Certificate(primal, dual, coordinate_gaps,
-                           primal - dual - float(coordinate_gaps.sum()))
-    return cert, intercept, coef.copy()
+    def finish(self, problem, y, alpha_n):
+        """The certificate and w's best intercept, once every row chunk was added."""
+        n_samples = len(y)
+        dual_point, margins = self.dual_point, self.margins
+        exact = self.exact / alpha_n
+        intercept = 0.0
+        if problem.fit_intercept:
+            intercept = obj.optimal_intercept(problem.loss, y, margins,
+                                              start=self.intercept_start)
+        margins += intercept
+        losses = obj.loss_value(problem.loss, y, margins)
+        duals = obj.dual_loss(problem.loss, y, dual_point)
+        half_alpha = 0.5 * problem.alpha
+        primal = float(losses.sum()) / n_samples + half_alpha * obj.vdot(self.coef, self.coef)
+        dual = float(duals.sum()) / n_samples - half_alpha * obj.vdot(exact, exact)
+        # Per example (ℓ_i(ŷ_i) + ℓ*_i(−a_i) + a_i ŷ_i)/n as in obj.sdca_certificate; the
+        # rest (w against Xᵀa/(αn), a projected) is booked to the intercept.
+        coordinate_gaps = (losses - duals + dual_point * margins) / n_samples
+        cert = obj.Certificate(primal, dual, coordinate_gaps,
+                               primal - dual - float(coordinate_gaps.sum()))
+        return cert, intercept
