@@ -379,7 +379,8 @@ class ClusterRuntime:
         # bounded), the same bits whatever the workers.
         level = self.tree_sum(stats)
         total = level[0] if len(level) == 1 else self.submit(passes.sum_partials, *level)
-        dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total)
+        dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total,
+                             n_samples)
         result = self.reduce(passes.certificate, (problem, n_samples, state, total), dual).result()
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
 

@@ -135,16 +135,41 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
     return out
 
 
-def dual_loss_sum(y, margins, problem: obj.Problem, total: dict) -> np.ndarray:
-    """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums."""
+def dual_loss_sum(y, margins, problem: obj.Problem, total: dict,
+                  n_samples: int | None = None) -> np.ndarray:
+    """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums.
+
+    With ``n_samples``, for a pure L1 penalty, also Σ −ℓ*(−κa_i) at the rescaled point
+    κa, κ = min(1, α/‖Xᵀa/n‖∞) (:func:`objectives.rescaled_lasso_from_dual`): the
+    certificate takes the better of the two (see :func:`certificate`).
+    """
     v = row_weights(y)
     y = labels(y)
     a = obj.dual_point(problem, y, margins, _scales(problem, total), v)
-    return np.array([obj.dual_loss(problem.loss, y, a, v).sum()])
+    sums = [obj.dual_loss(problem.loss, y, a, v).sum()]
+    kappa = _lasso_kappa(problem, n_samples, total)
+    if kappa is not None:
+        sums.append(obj.dual_loss(problem.loss, y, kappa * a, v).sum())
+    return np.array(sums)
 
 
 def _scales(problem, total) -> tuple[float, float]:
     return obj.dual_scales(problem, {"pos": total["pos"][0], "neg": total["neg"][0]})
+
+
+def _correlation(problem, n_samples: int, total: dict) -> np.ndarray:
+    """Xᵀa/n of the projected dual point, from the reduced sums."""
+    scales = _scales(problem, total)
+    return (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n_samples
+
+
+def _lasso_kappa(problem, n_samples, total) -> float | None:
+    """κ of the rescaled lasso dual point (the same bits wherever it is computed), or None
+    where it does not apply (no ``n_samples``, or not a pure L1 penalty)."""
+    if n_samples is None or problem.l1 <= 0.0 or problem.l2 > 0.0:
+        return None
+    top = float(np.abs(_correlation(problem, n_samples, total)).max(initial=0.0))
+    return min(1.0, problem.l1 / top) if top > 0 else 1.0
 
 
 def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
@@ -155,11 +180,14 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
     in one round trip.
     """
     scales = _scales(problem, total)
-    dual_sum = float(_ordered_sum(duals)[0])
-    correlation = (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n_samples
+    sums = _ordered_sum(duals)
+    correlation = _correlation(problem, n_samples, total)
     margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
     cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
-                                  dual_sum, correlation, float(margin_dot))
+                                  float(sums[0]), correlation, float(margin_dot))
+    if len(sums) > 1:  # the rescaled lasso point's dual, summed by dual_loss_sum
+        cert = obj.rescaled_lasso_from_dual(problem, cert, state["coef"],
+                                            lambda kappa: float(sums[1]) / n_samples)
     return {**state, "certificate": cert}
 
 

@@ -378,7 +378,7 @@ class _BlockNewton(_BlockSCD):
         margins = [self._submit_row(r, _second, rows[r]) for r in range(R)]
         total = submit(passes.sum_partials, *self._tree_sum(stats))
         duals = [self._submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem,
-                                  total) for r in range(R)]
+                                  total, n) for r in range(R)]
         cert = submit(passes.certificate, problem, n, state, total, *duals)
         self.passes += 1
         if final:
@@ -412,7 +412,7 @@ class _BlockNewton(_BlockSCD):
         curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
         total = self._submit(passes.sum_partials, *self._tree_sum(stats))
         duals = [submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem,
-                            total) for r in range(R)]
+                            total, n) for r in range(R)]
         cert = self._submit(passes.certificate, problem, n, state, total, *duals)
         self.passes += 1
         cert, total = self.client.gather([cert, total])
