@@ -30,6 +30,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,12 @@ def _reset_peak() -> bool:
     except OSError:
         return False
     return True
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _memory_kib(key: str) -> int:
@@ -111,14 +118,15 @@ def child(path: str, mode: str, epochs: int) -> None:
         start = time.perf_counter()
         X, y = make_source(grid, None, "logistic", None).materialize()
         read = time.perf_counter() - start
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         result = dask_scd.fit(X, y, **kw)
     else:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         result = dask_scd.fit(grid, chunk_order=mode, **kw)
         passes = result.extras_["read_passes"]
     seconds = time.perf_counter() - start
-    print(json.dumps(dict(seconds=seconds, read=read, passes=passes, gap=result.dual_gap_,
+    cpu = _cpu_seconds() - cpu_start
+    print(json.dumps(dict(seconds=seconds, cpu=cpu, read=read, passes=passes, gap=result.dual_gap_,
                           epochs=result.n_iter_, peak_kib=_memory_kib("VmHWM") - baseline,
                           baseline_kib=baseline, reset=reset,
                           certificates=len(result.history_.iteration),
@@ -156,6 +164,7 @@ def main() -> None:
         rows = [(label, measure(path, mode, args.epochs)) for label, mode in RUNS]
     mib = 2.0**20
     in_memory = rows[0][1]["seconds"] / rows[0][1]["epochs"]
+    in_memory_cpu = rows[0][1]["cpu"] / rows[0][1]["epochs"]
     reset = all(r["reset"] for _, r in rows)
     peak_from = ("the reset" if reset else "the start (/proc/self/clear_refs refused the reset; "
                  "the warm-up's peak counts too)")
@@ -168,22 +177,26 @@ def main() -> None:
         f"{chunk_bytes / mib:.1f} MiB each; written in {written:.1f} s), {args.epochs} epochs. "
         "s / epoch: the fit's wall time (the start, every certificate and, out of core, "
         "every read included; in memory, reading the grid first not included) over the "
-        "epochs. Limit: a third of the decoded grid (the grid is 3× a worker's memory). "
+        "epochs; CPU s / epoch: the CPU time of all the fit's threads over the epochs (the "
+        "reading thread included; on a loaded machine the wall time depends on how much of a "
+        "second core the reading thread gets, the CPU time does not). Limit: a third of the decoded grid (the grid is 3× a worker's memory). "
         "Peak RSS: VmHWM of the fitting process since " + peak_from + ", above its RSS "
         "after the imports and warm-up fits on a tiny grid (measured, not imposed: "
         "RLIMIT_AS misjudges numba's reservations). Load: 1-minute load average at the "
         "end of each run.",
         "",
-        "| run | s / epoch | × in memory | read passes of the grid | certificates | "
-        "peak RSS above baseline (MiB) | limit (MiB) | peak / limit | relative gap | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | s / epoch | × in memory | CPU s / epoch | × in memory | read passes of the "
+        "grid | certificates | peak RSS above baseline (MiB) | limit (MiB) | peak / limit | "
+        "relative gap | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, r in rows:
         peak = r["peak_kib"] * 1024
-        per_epoch = r["seconds"] / r["epochs"]
+        per_epoch, cpu = r["seconds"] / r["epochs"], r["cpu"] / r["epochs"]
         passes = "1 (reading first)" if r["passes"] is None else str(r["passes"])
         lines.append(
-            f"| {label} | {per_epoch:.3f} | {per_epoch / in_memory:.2f} | {passes} | "
+            f"| {label} | {per_epoch:.3f} | {per_epoch / in_memory:.2f} | {cpu:.3f} | "
+            f"{cpu / in_memory_cpu:.2f} | {passes} | "
             f"{r['certificates']} | {peak / mib:.0f} | {limit / mib:.0f} | "
             f"{peak / limit:.2f} | {r['gap']:.2e} | {r['load']:.1f} |")
     lines.append("")

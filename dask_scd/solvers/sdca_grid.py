@@ -15,8 +15,8 @@ the original feature order once, at the end.
 Memory: at most two row chunks (the one being stepped on and the one being read: a
 ``ThreadPoolExecutor(1)`` reads and decodes chunk k + 1 while the numba kernel, which
 releases the GIL, steps on chunk k), w (p floats; twice while a certificate is summed),
-and four vectors of n floats: the dual variables a, the labels, and, while a certificate
-is summed, the margins X w and the certified a.
+and five vectors of n floats: the dual variables a, the labels, the squared norms of the
+rows, and, while a certificate is summed, the margins X w and the certified a.
 
 A certificate of the point (w, a) after epoch e needs the margins X_k w and X_kᵀ a of
 every row chunk (the exact Xᵀa/(αn) of the dual point, which the running w drifts from
@@ -52,13 +52,12 @@ CHUNK_ORDERS = ("random", "sequential")
 @dataclass(eq=False)
 class RowChunk:
     """Row chunk ``r`` of a grid in memory: rows ``start:stop``, all columns in grid
-    column order, with the squared norm of every row."""
+    column order."""
 
     r: int
     start: int
     stop: int
     matrix: MajorMatrix
-    row_sq_norms: np.ndarray
 
 
 def read_row_chunk(grid, r: int) -> RowChunk:
@@ -67,7 +66,7 @@ def read_row_chunk(grid, r: int) -> RowChunk:
     X = sp.hstack(cells, format="csr") if grid.is_sparse else np.hstack(cells)
     matrix = MajorMatrix.from_array(X, "rows")
     bounds = grid.row_bounds
-    return RowChunk(r, int(bounds[r]), int(bounds[r + 1]), matrix, matrix.sq_norms())
+    return RowChunk(r, int(bounds[r]), int(bounds[r + 1]), matrix)
 
 
 class ChunkStream:
@@ -118,6 +117,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     stream = ChunkStream(grid)
     try:
         state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
+        row_sq_norms = state.row_sq_norms
         rho = (PENALTY_SCALE * state.row_sq_sum / n_samples / alpha_n
                if problem.fit_intercept else 0.0)
         coef = state.coef
@@ -141,7 +141,8 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
                      else np.arange(n_chunks))
             orders.append(order.tolist())
             max_delta, dual_total = _epoch(stream, order, problem, y, dual_coef, coef,
-                                           alpha_n, intercept, rho, rng, pending)
+                                           alpha_n, row_sq_norms, intercept, rho, rng,
+                                           pending)
             if pending is not None:
                 settled = settle(pending)
                 if settled[0].relative_gap <= tol:
@@ -199,30 +200,34 @@ def _labels(grid, classes) -> np.ndarray:
 
 @dataclass
 class _Start:
-    """What the first read pass gives: w = Xᵀa/(αn) of the first dual point and Σ‖x_i‖²
-    (the scale of ρ)."""
+    """What the first read pass gives: w = Xᵀa/(αn) of the first dual point, ‖x_i‖² of
+    every row (kept: the epochs need them, and a read should not recompute them) and
+    their sum (the scale of ρ)."""
 
     coef: np.ndarray
+    row_sq_norms: np.ndarray
     row_sq_sum: float
 
 
 def _start(stream, n_chunks, dual_coef, alpha_n, n_features) -> _Start:
-    state = _Start(np.zeros(n_features), 0.0)
+    state = _Start(np.zeros(n_features), np.empty(len(dual_coef)), 0.0)
 
     def work(chunk):
         # The in-memory engines' check of X, one row chunk at a time.
         check_feature_magnitude(largest_magnitude(chunk.matrix.data), f" in row chunk {chunk.r}")
         lo, hi = chunk.start, chunk.stop
         state.coef += chunk.matrix.scatter(dual_coef[lo:hi])
-        state.row_sq_sum += float(chunk.row_sq_norms.sum())
+        norms = chunk.matrix.sq_norms()
+        state.row_sq_norms[lo:hi] = norms
+        state.row_sq_sum += float(norms.sum())
 
     stream.each(np.arange(n_chunks), work)
     state.coef /= alpha_n
     return state
 
 
-def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, intercept, rho, rng,
-           pending=None):
+def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, row_sq_norms, intercept,
+           rho, rng, pending=None):
     """One SDCA epoch, row chunk by row chunk in ``order``; returns max |Δa_i| and Σ a_i.
 
     ``pending``: a :class:`_PointCertificate` of the point before this epoch, summed over
@@ -239,7 +244,7 @@ def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, intercept, rho, 
         rows = _block_order(np.arange(hi - lo), rng)
         delta = cpu.sdca_epoch(
             m.data, m.indices, m.indptr, m.dense, m.n_minor, y[lo:hi], dual_coef[lo:hi],
-            coef, rows, problem.loss_code, alpha_n, chunk.row_sq_norms, intercept, rho,
+            coef, rows, problem.loss_code, alpha_n, row_sq_norms[lo:hi], intercept, rho,
             dual_sum,
         )
         max_delta[0] = max(max_delta[0], delta)
