@@ -490,6 +490,34 @@ def test_corrupt_chunk_names_the_cell(tmp_path, sparse_input, damage):
     assert issubclass(GridCorruptionError, ValueError)
 
 
+@pytest.mark.parametrize("damage", ["truncate", "garble", "swap"])
+def test_damage_found_after_cells_were_decoded_directly(tmp_path, damage):
+    """Sparse cells are decoded from their zstd frames once one was found stored so: a
+    damaged cell read after that is still refused with its name, and an intact one gives
+    zarr's bytes."""
+    import zarr
+
+    rng = np.random.default_rng(4)
+    X = sp.csr_matrix(np.where(rng.random((60, 8)) < 0.4, rng.normal(size=(60, 8)), 0.0))
+    root = tmp_path / "g"
+    grid = to_grid(X, np.ones(60), root, row_chunk=10, blocks=2)
+    first = grid.read_cell(0, 0)  # finds the frames; the next reads skip zarr
+    through_zarr = np.asarray(zarr.open_array(root / "X" / "block_0" / "cell_0", mode="r")[:])
+    assert first.nnz > 0 and through_zarr.size > 0
+    np.testing.assert_array_equal(grid.read_cell(1, 0).toarray(), X[10:20][:, grid.blocks[0]].toarray())
+    chunk = _chunk_file(root, grid, 3, 1)
+    raw = chunk.read_bytes()
+    if damage == "truncate":
+        chunk.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garble":
+        chunk.write_bytes(raw[:8] + bytes(b ^ 0x5A for b in raw[8:]))
+    else:  # another cell's intact frame in its place
+        chunk.write_bytes(_chunk_file(root, grid, 4, 1).read_bytes())
+    with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 3, block 1\)"):
+        grid.read_cell(3, 1)
+    np.testing.assert_array_equal(grid.read_cell(5, 1).toarray(), X[50:60][:, grid.blocks[1]].toarray())
+
+
 def test_missing_labels_chunk(tmp_path):
     grid = to_grid(np.ones((20, 2)), np.ones(20), tmp_path / "g", row_chunk=5)
     (tmp_path / "g" / "y" / "c" / "3").unlink()

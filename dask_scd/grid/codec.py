@@ -65,12 +65,14 @@ def pack_csc(cell: sp.csc_matrix, dtype) -> np.ndarray:
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts])
 
 
-def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell"):
-    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays."""
+def unpack_csc(buf, nnz: int, size: int, dtype, where: str = "cell"):
+    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays. ``buf``: the
+    packed uint8 array, or its bytes."""
     dtype = np.dtype(dtype)
-    if buf.size != packed_size(nnz, size, dtype) or buf[: len(_MAGIC)].tobytes() != _MAGIC:
+    size_of = len(buf) if isinstance(buf, bytes) else buf.size
+    if size_of != packed_size(nnz, size, dtype) or bytes(buf[: len(_MAGIC)]) != _MAGIC:
         raise GridCorruptionError(f"{where}: packed sparse cell has a bad header or length")
-    raw = buf.tobytes()
+    raw = buf if isinstance(buf, bytes) else buf.tobytes()
     offset = len(_MAGIC)
     out = []
     for part_dtype, count in ((dtype, nnz), (_indptr_dtype(nnz), size + 1), (np.int32, nnz)):
