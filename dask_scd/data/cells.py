@@ -127,8 +127,8 @@ class CellView:
             if m.dense:
                 self._cube_sums = cubes.reshape(self.n_rows, self.n_columns).sum(axis=0)
             else:  # CSC: the columns are the major lines
-                column = np.repeat(np.arange(self.n_columns), np.diff(m.indptr))
-                self._cube_sums = np.bincount(column, weights=cubes, minlength=self.n_columns)
+                self._cube_sums = np.empty(self.n_columns)
+                block_kernels.major_sums(cubes, m.indptr, self._cube_sums)
         return self._cube_sums
 
     def squared_sums(self) -> np.ndarray:

@@ -232,3 +232,14 @@ def coarse_matvec(counts, column_of, shift):
         else:
             weights[c] += shift[k]
     return _compact_matvec(counts, weights, float(ones_weight))
+
+
+@njit(nogil=True, cache=True)
+def major_sums(values, indptr, out):
+    """out[j] = Σ values[indptr[j]:indptr[j + 1]], each line summed in storage order (the
+    bits of ``np.bincount`` over the line indices, without building them)."""
+    for j in range(len(out)):
+        s = 0.0
+        for k in range(indptr[j], indptr[j + 1]):
+            s += values[k]
+        out[j] = s
