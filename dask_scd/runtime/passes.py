@@ -9,6 +9,8 @@ after losing a worker gives the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from dask_scd import objectives as obj
@@ -186,8 +188,16 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
     cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
                                   float(sums[0]), correlation, float(margin_dot))
     if len(sums) > 1:  # the rescaled lasso point's dual, summed by dual_loss_sum
-        cert = obj.rescaled_lasso_from_dual(problem, cert, state["coef"],
-                                            lambda kappa: float(sums[1]) / n_samples)
+        better = obj.rescaled_lasso_from_dual(problem, cert, state["coef"],
+                                              lambda kappa: float(sums[1]) / n_samples)
+        if better is not cert:
+            # The rescaled point gives the gap. The per-coordinate gaps that order the
+            # blocks and choose the resident ones stay the plain point's: under κa a zero
+            # coefficient's violation shows nowhere, and a block of zeros would never be
+            # chosen again.
+            cert = dataclasses.replace(
+                better, coordinate_gaps=cert.coordinate_gaps,
+                intercept_gap=better.gap - float(cert.coordinate_gaps.sum()))
     return {**state, "certificate": cert}
 
 
