@@ -65,14 +65,12 @@ def pack_csc(cell: sp.csc_matrix, dtype) -> np.ndarray:
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts])
 
 
-def unpack_csc(buf, nnz: int, size: int, dtype, where: str = "cell"):
-    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays. ``buf``: the
-    packed uint8 array, or its bytes."""
+def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell"):
+    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays."""
     dtype = np.dtype(dtype)
-    size_of = len(buf) if isinstance(buf, bytes) else buf.size
-    if size_of != packed_size(nnz, size, dtype) or bytes(buf[: len(_MAGIC)]) != _MAGIC:
+    if buf.size != packed_size(nnz, size, dtype) or buf[: len(_MAGIC)].tobytes() != _MAGIC:
         raise GridCorruptionError(f"{where}: packed sparse cell has a bad header or length")
-    raw = buf if isinstance(buf, bytes) else buf.tobytes()
+    raw = np.ascontiguousarray(buf)  # each part is copied out of it below
     offset = len(_MAGIC)
     out = []
     for part_dtype, count in ((dtype, nnz), (_indptr_dtype(nnz), size + 1), (np.int32, nnz)):

@@ -49,9 +49,13 @@ class _Reader:
                 self._arrays[name] = arr
         return arr
 
+    def _chunk_path(self, name: str, key: str) -> str:
+        """The file of chunk ``key`` (e.g. "c/0") of array ``name``."""
+        return os.path.join(self.path, *name.split("/"), *key.split("/"))
+
     def _require_chunk_file(self, name: str, key: str, where: str) -> None:
         # Zarr silently serves the fill value for a missing chunk: check.
-        chunk = os.path.join(self.path, *name.split("/"), *key.split("/"))
+        chunk = self._chunk_path(name, key)
         if not os.path.isfile(chunk):
             raise GridCorruptionError(f"{where}: chunk file {chunk} is missing")
 
@@ -140,7 +144,7 @@ class _Reader:
         """Rows ``bounds[r]:bounds[r + 1]`` of dense chunk ``r`` of array ``name``, its one
         zstd frame decoded straight into the cell (zarr's path costs a third more: its
         event loop, a decoded copy, a copy into the selection)."""
-        with open(os.path.join(self.path, *name.split("/"), "c", str(r), "0"), "rb") as f:
+        with open(self._chunk_path(name, f"c/{r}/0"), "rb") as f:
             frame = f.read()
         chunk = np.empty(shape, dtype=np.dtype(dtype).newbyteorder("<"))
         # The last value of a chunk is finite, or zarr's fill NaN in the padding of the last
@@ -161,22 +165,20 @@ class _Reader:
         # Once one cell of this grid was found stored as to_grid stores them (one zstd
         # frame of bytes), the others are decoded without opening their zarr arrays; any
         # cell whose frame does not decode to its length goes through zarr.
-        raw = self._packed_frame(name, expected) if self._frames else None
-        if raw is None:
+        packed = self._packed_frame(name, expected) if self._frames else None
+        if packed is None:
             arr = self._array(name, cache=False)
             if arr.shape != (expected,):
                 raise GridCorruptionError(
                     f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
                 )
             if _one_zstd_frame(arr) and arr.dtype == np.uint8:
-                raw = self._packed_frame(name, expected)
-                self._frames = raw is not None
-            packed = np.asarray(arr[:]) if raw is None else np.frombuffer(raw, dtype=np.uint8)
-        else:
-            packed = np.frombuffer(raw, dtype=np.uint8)
+                packed = self._packed_frame(name, expected)
+                self._frames = packed is not None
+            if packed is None:
+                packed = np.asarray(arr[:])
         self._verify(packed, (0, r, b), where)
-        data, indices, indptr = unpack_csc(packed if raw is None else raw, nnz, size,
-                                           self.dtype, where)
+        data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where)
         if (
             indptr[0] != 0
             or indptr[-1] != nnz
@@ -189,18 +191,18 @@ class _Reader:
 
     _frames = None  # are this grid's sparse cells one zstd frame each (see _read_sparse)?
 
-    def _packed_frame(self, name: str, expected: int) -> bytes | None:
-        """A packed sparse cell's bytes decoded straight from its one zstd frame (zarr's
+    def _packed_frame(self, name: str, expected: int) -> np.ndarray | None:
+        """A packed sparse cell (uint8) decoded straight from its one zstd frame (zarr's
         path costs opening the array, its event loop and two copies: 7.5 ms of a 3 MB
         cell's read become ~3), or None where the frame does not decode to ``expected``
         bytes (zarr's path then reads it and reports what is wrong)."""
-        with open(os.path.join(self.path, *name.split("/"), "c", "0"), "rb") as f:
+        with open(self._chunk_path(name, "c/0"), "rb") as f:
             frame = f.read()
         try:
             raw = _ZSTD.decode(frame)
         except Exception:  # not a frame zstd reads: zarr's path says what it is
             return None
-        return bytes(raw) if len(raw) == expected else None
+        return np.frombuffer(raw, dtype=np.uint8) if len(raw) == expected else None
 
     def read_weights(self, r: int) -> np.ndarray:
         """Sample weights of row chunk r (stores written with ``sample_weight``)."""
