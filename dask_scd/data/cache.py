@@ -179,11 +179,11 @@ class CellCache:
             return
         self._recent[group] = (key, value)
 
-    def has_room(self, size: int) -> bool:
-        """May a task keep ``size`` more bytes of cells for a while (beyond the cache)?
-        True where the process knows no pause threshold, else while it stays below 80 %
-        of it with them (the rest is for the tasks' own arrays)."""
-        return self.pause_at is None or _resident_bytes() + size < 0.8 * self.pause_at
+    def has_room(self) -> bool:
+        """May a task keep the cells it has read for a while (beyond the cache)? True
+        where the process knows no pause threshold, else while it stays below 80 % of it
+        (the rest is for the tasks' own arrays)."""
+        return self.pause_at is None or _resident_bytes() < 0.8 * self.pause_at
 
     def _make_room(self, size: int) -> bool:
         """Drop old cells until ``size`` more bytes fit the bound and the process ceiling."""

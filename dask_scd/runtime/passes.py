@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.data.cache import CACHE
 from dask_scd.data.cells import cell_view, labels, row_weights
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import TRIAL_STEPS
@@ -38,19 +39,9 @@ def certificate_pass(cells: list, n_rows: int, y, state: dict, offsets,
     process has room for it (:meth:`CellCache.has_room`), so the certificate reads a cell
     once instead of twice; in core the cells come from the cache either way.
     """
-    from dask_scd.data.cache import CACHE
-
-    coef = state["coef"]
-    margins = np.full(n_rows, float(state["intercept"]))
     kept = []
-    for b, cell in enumerate(cells):
-        theta = coef[offsets[b]:offsets[b + 1]]
-        if np.any(theta):
-            view = cell_view(cell)
-            margins += view.matvec(theta)
-            if view is not None and CACHE.has_room(0):
-                cell = view
-        kept.append(cell)
+    margins = cells_matvec(cells, state["coef"], offsets,
+                           np.full(n_rows, float(state["intercept"])), kept)
     return margins, certificate_stats(kept, y, margins, problem, compact)
 
 
@@ -60,13 +51,22 @@ def same(value):
     return value
 
 
-def cells_matvec(cells: list, coef, offsets, out: np.ndarray) -> np.ndarray:
+def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None = None):
     """out += Σ_b X_cell(b) θ_b over a row chunk's cells (a block of zeros is skipped);
-    returns ``out``."""
+    returns ``out``.
+
+    ``kept``: a list that receives every cell, the ones read here as their views while
+    the process has room for them (:meth:`CellCache.has_room`), for a second pass.
+    """
     for b, cell in enumerate(cells):
         theta = coef[offsets[b]:offsets[b + 1]]
         if np.any(theta):
-            out += cell_view(cell).matvec(theta)
+            view = cell_view(cell)
+            out += view.matvec(theta)
+            if kept is not None and CACHE.has_room():
+                cell = view
+        if kept is not None:
+            kept.append(cell)
     return out
 
 
