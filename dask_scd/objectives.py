@@ -358,7 +358,7 @@ def rescaled_lasso_from_dual(problem: Problem, cert: Certificate, coef, dual_los
 
 
 def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
-                weights=None) -> Certificate:
+                weights=None, correlation=None) -> Certificate:
     """Duality-gap certificate of (θ, b) for in-memory X (numpy or scipy.sparse).
 
     Parameters
@@ -371,6 +371,8 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
     weights : array of shape (n_samples,), optional
         Sample weights v scaled to mean 1 (:func:`dask_scd.validation.check_sample_weight`):
         the objective's loss term is then ``(1/n) Σ v_i ℓ(y_i, ŷ_i)``.
+    correlation : array of shape (n_features,), optional; Xᵀa/n of the dual point these
+        margins give, if known (it costs a pass over X otherwise).
 
     The multinomial loss has its own: :func:`dask_scd.multinomial.certificate`.
     """
@@ -381,7 +383,8 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
         margins = np.asarray(X @ coef).ravel() + intercept
     sums = margin_sums(problem, y, margins, weights)
     a = dual_point(problem, y, margins, dual_scales(problem, sums), weights)
-    correlation = np.asarray(X.T @ a).ravel() / len(y)
+    if correlation is None:
+        correlation = np.asarray(X.T @ a).ravel() / len(y)
     cert = primal_certificate(
         problem,
         len(y),

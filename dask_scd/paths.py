@@ -376,14 +376,10 @@ def _certificate_at(problem: obj.Problem, X, y, coef, intercept: float, margins,
     """The certificate of θ at ``problem``'s alpha from its margins and, when known, the
     correlation Xᵀa/n of its dual point (which no alpha changes: a = −ℓ'(Xθ + b),
     projected onto Σa = 0); the correlation costs a pass otherwise."""
-    if correlation is None or len(correlation) != X.shape[1]:
-        return obj.certificate(problem, X, y, coef, intercept, margins=margins)
-    sums = obj.margin_sums(problem, y, margins)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
-    cert = obj.primal_certificate(problem, len(y), coef, sums["loss"],
-                                  float(obj.dual_loss(problem.loss, y, a).sum()),
-                                  correlation, obj.vdot(a, margins))
-    return obj.rescaled_lasso_certificate(problem, cert, y, a, coef)
+    if correlation is not None and len(correlation) != X.shape[1]:
+        correlation = None
+    return obj.certificate(problem, X, y, coef, intercept, margins=margins,
+                           correlation=correlation)
 
 
 def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str,
