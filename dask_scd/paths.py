@@ -34,6 +34,14 @@ while its signs hold), clipped to their signs, when that lowers the objective.
 
 Dask arrays and grids run each point as a normal :func:`dask_scd.fit`, warm-started,
 one after the other (or in memory when ``fit`` would run them there).
+
+With sample weights w every statement above holds for the weighted objective
+``(1/Σw) Σ w_i ℓ_i + penalty``, which is ``(1/n) Σ v_i ℓ_i + penalty`` with v = n·w/Σw
+(mean 1): a = −v∘ℓ'(y, b₀) with the weighted b₀, and the dual's term of example i is
+v_i·ℓ*(−a_i/v_i), (1/(n·L·v_i))-strongly concave in a_i, so by Cauchy–Schwarz the radius
+term of feature j is ‖x_j‖_v·√(2L·gap/n) with ‖x_j‖_v² = Σ v_i x_ij² (an example of
+weight 0 has a_i = 0 and drops out). Integer weights give the path of repeated rows,
+zero weights that of the rows left.
 """
 
 from __future__ import annotations
@@ -129,6 +137,7 @@ def path(
     verbose: bool = False,
     device: str = "cpu",
     screening: bool = True,
+    sample_weight=None,
     **engine_options,
 ) -> PathResult:
     """Fit a regularization path, each point warm-started from the previous one.
@@ -148,6 +157,10 @@ def path(
         As for :func:`dask_scd.fit`; ``tol`` holds at every point.
     screening : bool
         In memory, drop the features the gap-safe rule proves zero before solving a point.
+    sample_weight : array-like or dask array of shape (n_samples,), optional
+        As for :func:`dask_scd.fit`: every point minimizes ``(1/Σw) Σ w_i loss_i +
+        penalty``, and alpha_max and the screening are those of this objective (a weight
+        of 0 leaves its row out of the path). A grid's stored weights when omitted.
 
     Returns
     -------
@@ -181,8 +194,8 @@ def path(
 
     X, y = _read(X, y)
     if _is_distributed(X):
-        return _distributed_path(X, y, grid, settings, screening)
-    data, classes = in_memory(X, y, loss)
+        return _distributed_path(X, y, grid, settings, screening, sample_weight)
+    data, classes = in_memory(X, y, loss, sample_weight)
     return _memory_path(data, classes, grid, settings, screening)
 
 
@@ -236,17 +249,37 @@ def _alphas(grid, alpha_max: float) -> np.ndarray:
     return grid[1] if grid[0] == "given" else alpha_grid(alpha_max, grid[1], grid[2])
 
 
-def zero_intercept(loss: str, y, fit_intercept: bool) -> float:
-    """b₀, the best intercept at θ = 0 (0 without an intercept)."""
-    return obj.optimal_intercept(loss, y, np.zeros(len(y))) if fit_intercept else 0.0
+def zero_intercept(loss: str, y, fit_intercept: bool, weights=None) -> float:
+    """b₀, the best intercept at θ = 0 (0 without an intercept); ``weights`` v scaled to
+    mean 1, or None."""
+    if not fit_intercept:
+        return 0.0
+    return obj.optimal_intercept(loss, y, np.zeros(len(y)), weights=weights)
 
 
-def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool) -> float:
-    """alpha_max of in-memory X (numpy or scipy.sparse) and y (±1 for a classification
-    loss): ``‖Xᵀa‖∞ / (n·ρ)`` with a = −ℓ'(y, b₀), ρ floored at 1e-3."""
-    intercept = zero_intercept(loss, y, fit_intercept)
+def zero_dual(loss: str, y, intercept: float, weights=None) -> np.ndarray:
+    """a = −v∘ℓ'(y, b₀), the dual point of θ = 0 (v = 1 without ``weights``)."""
     a = -obj.loss_derivative(loss, y, np.full(len(y), intercept))
-    correlation = np.asarray(X.T @ a).ravel() / len(y)
+    return a if weights is None else a * weights
+
+
+def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool,
+              sample_weight=None) -> float:
+    """alpha_max: ``‖Xᵀa‖∞ / (n·ρ)`` with a = −v∘ℓ'(y, b₀), ρ floored at 1e-3.
+
+    X in memory (numpy or scipy.sparse) with y (±1 for a classification loss), or a dask
+    array or a grid (y None: its own labels), reduced over its cells; ``sample_weight``
+    as given to :func:`path`.
+    """
+    from dask_scd.api import _is_distributed
+
+    problem = obj.Problem(loss, 1.0, l1_ratio, fit_intercept)
+    if _is_distributed(X):
+        source = make_source(X, y, loss, None, sample_weight)
+        correlation, _ = _correlation_at_zero(source, problem)
+    else:
+        data, _ = in_memory(X, y, loss, sample_weight)
+        correlation, _ = _memory_correlation_at_zero(data, problem)
     return float(np.abs(correlation).max(initial=0.0)) / max(l1_ratio, L2_RATIO_FLOOR)
 
 
@@ -256,15 +289,13 @@ def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool) -> float:
 def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: bool):
     from dask_scd.api import _check_engine_options
 
-    X, y = data.X, data.y
+    X, y, weights = data.X, data.y, data.weights
     problem = settings.problem
     n, p = X.shape
-    intercept = zero_intercept(problem.loss, y, problem.fit_intercept)
-    a = -obj.loss_derivative(problem.loss, y, np.full(n, intercept))
-    correlation = np.asarray(X.T @ a).ravel() / n
+    correlation, intercept = _memory_correlation_at_zero(data, problem)
     alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
     alphas = _alphas(grid, alpha_max)
-    norms = _column_norms(X) if screening and problem.l1 > 0 else None
+    norms = _column_norms(X, weights) if screening and problem.l1 > 0 else None
     coef = np.zeros(p)
     out = _Points(len(alphas), p)
     available = kernel_device.resolve(settings.device)
@@ -275,7 +306,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
         if point.l1 > 0.0 and alpha >= alpha_max:
             # θ = 0 is the solution: certify it as it is.
             coef = np.zeros(p)
-            cert = obj.certificate(point, X, y, coef, intercept)
+            cert = obj.certificate(point, X, y, coef, intercept, weights=weights)
             correlation, trail = cert.correlation, None
             out.set(k, coef, intercept, cert.relative_gap, 0, "zero", 0)
             continue
@@ -286,10 +317,10 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
         if norms is not None:
             # The previous point's θ with its dual point a, Xᵀa/n kept from its certificate
             # (only alpha changed): the screening costs the margins, no product with Xᵀ.
-            cert = _certificate_at(point, X, y, coef, intercept, margins, correlation)
+            cert = _certificate_at(point, data, coef, intercept, margins, correlation)
             keep = _safe_features(point, cert, norms, n)
         last = (coef, intercept, alphas[k - 1] if k else None, margins)
-        coef, intercept, margins = _predicted(point, X, y, last, trail)
+        coef, intercept, margins = _predicted(point, data, last, trail)
         trail = last
         layouts.memo_of(data, engine.name)["margins"] = (coef, intercept, margins)
         share = 1.0 if keep is None else len(keep) / max(p, 1)
@@ -312,7 +343,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             coef = np.zeros(p)
             coef[keep] = run.coef
             intercept = float(run.intercept)
-            cert = obj.certificate(point, X, y, coef, intercept)
+            cert = obj.certificate(point, X, y, coef, intercept, weights=weights)
             gap, correlation = cert.relative_gap, cert.correlation
             if gap <= settings.tol or run.n_iter >= settings.max_iter:
                 break
@@ -336,7 +367,14 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     return out.result(alphas, alpha_max, classes, settings)
 
 
-def _predicted(problem: obj.Problem, X, y, last: tuple, trail: tuple | None):
+def _memory_correlation_at_zero(data: InMemory, problem: obj.Problem):
+    """(Xᵀa/n, b₀) at θ = 0 of in-memory data, a = −v∘ℓ'(y, b₀)."""
+    intercept = zero_intercept(problem.loss, data.y, problem.fit_intercept, data.weights)
+    a = zero_dual(problem.loss, data.y, intercept, data.weights)
+    return np.asarray(data.X.T @ a).ravel() / data.n_samples, intercept
+
+
+def _predicted(problem: obj.Problem, data: InMemory, last: tuple, trail: tuple | None):
     """The start of a point: the last point's (θ, b), or the secant through the last two
     points carried on to this alpha when its objective is lower (the lasso's path is
     linear in alpha while its signs hold, smooth for the other losses: a predictor
@@ -354,14 +392,16 @@ def _predicted(problem: obj.Problem, X, y, last: tuple, trail: tuple | None):
         # the same secant of the margins, which are linear in (θ, b): no pass over X
         guess_margins = margins + ratio * (margins - trail[3])
     else:
-        guess_margins = np.asarray(X @ guess).ravel() + guess_b
-    if _objective(problem, y, guess, guess_margins) < _objective(problem, y, coef, margins):
+        guess_margins = np.asarray(data.X @ guess).ravel() + guess_b
+    if _objective(problem, data, guess, guess_margins) < _objective(problem, data, coef,
+                                                                     margins):
         return guess, guess_b, guess_margins
     return coef, intercept, margins
 
 
-def _objective(problem: obj.Problem, y, coef, margins) -> float:
-    return float(obj.loss_value(problem.loss, y, margins).sum()) / len(y) \
+def _objective(problem: obj.Problem, data: InMemory, coef, margins) -> float:
+    losses = obj.loss_value(problem.loss, data.y, margins)
+    return obj.weighted_sum(losses, data.weights) / data.n_samples \
         + obj.penalty_value(problem, coef)
 
 
@@ -371,15 +411,15 @@ def _kept(run, engine) -> np.ndarray | None:
     return run.certificate.correlation if engine.name in WARM_ENGINES else None
 
 
-def _certificate_at(problem: obj.Problem, X, y, coef, intercept: float, margins,
+def _certificate_at(problem: obj.Problem, data: InMemory, coef, intercept: float, margins,
                     correlation) -> obj.Certificate:
     """The certificate of θ at ``problem``'s alpha from its margins and, when known, the
-    correlation Xᵀa/n of its dual point (which no alpha changes: a = −ℓ'(Xθ + b),
+    correlation Xᵀa/n of its dual point (which no alpha changes: a = −v∘ℓ'(Xθ + b),
     projected onto Σa = 0); the correlation costs a pass otherwise."""
-    if correlation is not None and len(correlation) != X.shape[1]:
+    if correlation is not None and len(correlation) != data.n_features:
         correlation = None
-    return obj.certificate(problem, X, y, coef, intercept, margins=margins,
-                           correlation=correlation)
+    return obj.certificate(problem, data.X, data.y, coef, intercept, margins=margins,
+                           weights=data.weights, correlation=correlation)
 
 
 def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str,
@@ -435,17 +475,22 @@ class _Layouts:
         if X.format == fmt:
             return sub
         if fmt not in self.copies:
-            copy = InMemory(X.asformat(fmt), sub.y)
+            copy = InMemory(X.asformat(fmt), sub.y, sub.weights)
             if "pure_blocks" in sub.__dict__:
                 copy.pure_blocks = sub.pure_blocks
             self.copies[fmt] = copy
         return self.copies[fmt]
 
 
-def _column_norms(X) -> np.ndarray:
-    """‖x_j‖ for every column."""
+def _column_norms(X, weights=None) -> np.ndarray:
+    """‖x_j‖_v = √(Σ v_i x_ij²) for every column (v = 1 without ``weights``)."""
     if sp.issparse(X):
-        return np.sqrt(np.asarray(X.multiply(X).sum(axis=0)).ravel())
+        squares = X.multiply(X)
+        if weights is not None:
+            return np.sqrt(np.asarray(squares.T @ weights).ravel())
+        return np.sqrt(np.asarray(squares.sum(axis=0)).ravel())
+    if weights is not None:
+        return np.sqrt(np.einsum("i,ij,ij->j", weights, X, X))
     return np.sqrt(np.einsum("ij,ij->j", X, X))
 
 
@@ -464,7 +509,8 @@ def _columns(data: InMemory, keep) -> InMemory:
     all of X restricted to them (detecting them again on every subset cost Adult's
     100-point path 4 of its 21 s)."""
     X = data.X
-    sub = InMemory(X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep]), data.y)
+    sub = InMemory(X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep]), data.y,
+                   data.weights)
     if sp.issparse(X) and data.pure_blocks is not None:  # detected once, for all of X
         position = np.full(data.n_features, -1)
         position[keep] = np.arange(len(keep))
@@ -508,20 +554,21 @@ class _Points:
 # ----------------------------------------------------------------- dask and grids
 
 
-def _distributed_path(X, y, grid, settings: _Settings, screening: bool) -> PathResult:
+def _distributed_path(X, y, grid, settings: _Settings, screening: bool,
+                      sample_weight=None) -> PathResult:
     """Each point a normal :func:`dask_scd.fit` of the dask array or grid, warm-started;
     the whole path in memory when ``fit`` would run its points there."""
     from dask_scd.api import fit
 
     options = dict(settings.engine)
     problem = settings.problem
-    source = make_source(X, y, problem.loss, options.get("blocks"))
+    source = make_source(X, y, problem.loss, options.get("blocks"), sample_weight)
     limit = options.get("in_memory_limit", registry.IN_MEMORY_LIMIT)
     if registry.runs_in_memory(settings.solver, source.nbytes, limit):
         for name in ("blocks", "in_memory_limit", "client", "selection", "checkpoint",
                      "checkpoint_every", "resume", "callback", "residency", "memory_budget"):
             settings.engine.pop(name, None)
-        data, classes = in_memory(*source.materialize(), problem.loss)
+        data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
         return _memory_path(data, classes, grid, settings, screening)
     correlation, intercept = _correlation_at_zero(source, problem)
     alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
@@ -541,7 +588,7 @@ def _distributed_path(X, y, grid, settings: _Settings, screening: bool) -> PathR
                      tol=settings.tol, max_iter=settings.max_iter, solver=settings.solver,
                      random_state=settings.rng, verbose=settings.verbose,
                      device=settings.device, coef_init=coef, intercept_init=intercept,
-                     **options)
+                     sample_weight=source.sample_weight, **options)
         coef, intercept = np.array(result.coef_, dtype=np.float64), float(result.intercept_)
         out.set(k, coef, intercept, result.dual_gap_, result.n_iter_, result.solver_, 0)
     return out.result(alphas, alpha_max, source.classes, settings)
@@ -554,13 +601,18 @@ def _row_chunk_labels(source) -> list:
 
 
 def _correlation_at_zero(source, problem: obj.Problem):
-    """(Xᵀa/n in the original feature order, b₀) at θ = 0, a = −ℓ'(y, b₀): one task per
+    """(Xᵀa/n in the original feature order, b₀) at θ = 0, a = −v∘ℓ'(y, b₀): one task per
     cell, summed over row chunks in a fixed order."""
     import dask
 
     chunks = _row_chunk_labels(source)
-    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept)
-    duals = [-obj.loss_derivative(problem.loss, y, np.full(len(y), intercept)) for y in chunks]
+    weights = source.unit_weights()
+    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept,
+                               weights)
+    bounds = source.row_bounds
+    duals = [zero_dual(problem.loss, y, intercept,
+                       None if weights is None else weights[bounds[r]:bounds[r + 1]])
+             for r, y in enumerate(chunks)]
     cells = _cells(source)
     products = [[dask.delayed(_transpose_dot)(cells[r][b], duals[r])
                  for b in range(len(source.blocks))] for r in range(source.n_row_chunks)]
@@ -597,8 +649,9 @@ def _zero_gap(source, problem: obj.Problem, intercept: float) -> float:
     """The relative gap of θ = 0 at alpha ≥ alpha_max (no cell read: θ = 0 gives the
     margins, and the correlations do not enter the gap while they are below alpha·ρ)."""
     y = np.concatenate(_row_chunk_labels(source))
+    weights = source.unit_weights()
     margins = np.full(len(y), intercept)
-    sums = obj.margin_sums(problem, y, margins)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
-    dual = float(obj.dual_loss(problem.loss, y, a).sum()) / len(y)
+    sums = obj.margin_sums(problem, y, margins, weights)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+    dual = float(obj.dual_loss(problem.loss, y, a, weights).sum()) / len(y)
     return obj.relative_gap(sums["loss"] / len(y), dual)
