@@ -92,6 +92,36 @@ def scd_epoch_violation(
     subdifferential, ``dist(−g_j, ∂g(θ_j))``, taken just before its step (free: the step
     reduces g_j anyway). Over an epoch it is the working-set solver's cheap stopping test.
     """
+    # The empty weights are a compile-time constant: the weighted branches fold away.
+    return _epoch(data, indices, indptr, dense, n_samples, y, margins, coef, intercept,
+                  order, loss, l1, l2, col_sq_norms, col_cube_sums, _NO_WEIGHTS)
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def scd_weighted_epoch(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    loss, l1, l2, col_sq_norms, col_cube_sums, weights,
+):
+    """:func:`scd_epoch_violation` for sample weights v (the loss of example i is v_i·ℓ_i).
+
+    A coordinate's gradient and curvature are the weighted sums x_jᵀ(v∘ℓ'(ŷ))/n and
+    (x_j∘x_j)ᵀ(v∘ℓ''(ŷ))/n, its line search compares weighted losses, and so do the
+    intercept's. ``col_sq_norms`` and ``col_cube_sums`` are the weighted Σ_i v_i x_ij² and
+    Σ_i v_i |x_ij|³ (the squared loss's curvature, the logistic's third-order bound).
+    """
+    return _epoch(data, indices, indptr, dense, n_samples, y, margins, coef, intercept,
+                  order, loss, l1, l2, col_sq_norms, col_cube_sums, weights)
+
+
+_NO_WEIGHTS = np.zeros(0)
+
+
+@njit(inline="always")
+def _epoch(
+    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
+    loss, l1, l2, col_sq_norms, col_cube_sums, weights,
+):
+    """The epoch of :func:`scd_epoch_violation`, with sample ``weights`` (empty: none)."""
     cubic = loss == LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
@@ -101,12 +131,12 @@ def scd_epoch_violation(
     for k in range(order.shape[0]):
         j = order[k]
         if j == n_features:
-            delta, violation = _intercept_step(y, margins, intercept, loss, cubic)
+            delta, violation = _intercept_step(y, margins, intercept, loss, cubic, weights)
         else:
             delta, violation = _column_step(
                 data, indices, indptr, dense, n_samples, y, margins, coef, j,
                 loss, l1, l2, col_sq_norms[j] * inv_n, inv_n,
-                col_cube_sums[j] * inv_n if cubic else -1.0,
+                col_cube_sums[j] * inv_n if cubic else -1.0, weights,
             )
             max_coef = max(max_coef, abs(coef[j]))
         max_delta = max(max_delta, abs(delta))
@@ -117,7 +147,7 @@ def scd_epoch_violation(
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def scd_epoch_squared(
     data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    l1, l2, col_sq_norms, col_xty, col_means,
+    l1, l2, col_sq_norms, col_xty, col_means, weights,
 ):
     """:func:`scd_epoch_violation` for the squared loss; with an intercept, on centered
     columns: the intercept is re-solved exactly after every coordinate step, for free.
@@ -139,12 +169,27 @@ def scd_epoch_squared(
     statement sets b to it. Returns max |Δθ_j|, max |θ_j| and the largest violation
     met, as :func:`scd_epoch_violation`. Without an intercept ``col_means`` is empty
     and the columns are taken as they are.
+
+    With sample ``weights`` v (empty: none) the loss is (1/2n) Σ v_i (ŷ_i − y_i)²:
+    ``col_xty`` is Xᵀ(v∘y), ``col_sq_norms`` Σ_i v_i x_ij², ``col_means`` the weighted
+    means Σ_i v_i x_ij / Σv, the optimal b the weighted mean of y − Xθ, and a column's
+    curvature once centered Σ_i v_i (x_ij − mean_j)²/n = Σ_i v_i x_ij²/n − (Σv/n)·mean_j².
     """
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
     centered = col_means.shape[0] == n_features
+    weighted = weights.shape[0] > 0
+    mass = 1.0  # Σv/n
     shift = 0.0  # pending change of b and of every margin
-    if centered:
+    if centered and weighted:
+        residual_sum = 0.0
+        total = 0.0
+        for i in range(n_samples):
+            residual_sum += weights[i] * (margins[i] - y[i])
+            total += weights[i]
+        shift = -residual_sum / total
+        mass = total * inv_n
+    elif centered:
         residual_sum = 0.0
         for i in range(n_samples):
             residual_sum += margins[i] - y[i]
@@ -157,10 +202,13 @@ def scd_epoch_squared(
         if j == n_features:
             continue
         start, end = _line(dense, indptr, j, n_samples)
-        g = _row_dot(data, indices, dense, start, end, margins)
+        if weighted:
+            g = _weighted_dot(data, indices, dense, start, end, margins, weights)
+        else:
+            g = _row_dot(data, indices, dense, start, end, margins)
         mean = col_means[j] if centered else 0.0
-        g = (g - col_xty[j]) * inv_n + shift * mean  # x_jᵀ(ŷ + shift − y)/n
-        h = col_sq_norms[j] * inv_n - mean * mean  # ‖x_j − mean·1‖²/n
+        g = (g - col_xty[j]) * inv_n + shift * mass * mean  # x_jᵀV(ŷ + shift − y)/n
+        h = col_sq_norms[j] * inv_n - mass * mean * mean  # ‖x_j − mean·1‖²_V/n
         old = coef[j]
         violation = _violation(old, g, l1, l2)
         max_violation = max(max_violation, violation)
@@ -195,12 +243,18 @@ def _violation(old, g, l1, l2):
 @njit(inline="always")
 def _column_step(
     data, indices, indptr, dense, n_samples, y, margins, coef, j, loss, l1, l2, sq_norm, inv_n,
-    cube_mean,
+    cube_mean, weights,
 ):
     start, end = _line(dense, indptr, j, n_samples)
+    weighted = weights.shape[0] > 0
     g = 0.0
     h = 0.0
-    if loss == SQUARED:
+    if loss == SQUARED and weighted:  # h: the weighted Σ v_i x_ij² / n
+        for idx in range(start, end):
+            i = _minor(dense, indices, idx, start)
+            g += (margins[i] - y[i]) * weights[i] * data[idx]
+        h = sq_norm
+    elif loss == SQUARED:
         if dense:  # contiguous: a plain loop that LLVM vectorizes
             for k in range(end - start):
                 g += (margins[k] - y[k]) * data[start + k]  # g = X[:, j]ᵀ(ŷ − y)
@@ -212,6 +266,9 @@ def _column_step(
         for idx in range(start, end):
             i = _minor(dense, indices, idx, start)
             d1, d2 = _loss_d1_d2(loss, y[i], margins[i])
+            if weighted:
+                d1 *= weights[i]
+                d2 *= weights[i]
             x = data[idx]
             g += d1 * x
             h += d2 * x * x
@@ -224,7 +281,8 @@ def _column_step(
         return 0.0, violation
     if loss != SQUARED and not _cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
         delta *= _column_line_search(
-            data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
+            data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n,
+            weights,
         )
         if delta == 0.0:
             return 0.0, violation
@@ -240,14 +298,15 @@ def _column_step(
 
 @njit(inline="always")
 def _column_line_search(
-    data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
+    data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n, weights
 ):
-    """Backtracking step size for a prox-Newton direction on one column (Armijo rule)."""
+    """Backtracking step size for a prox-Newton direction on one column (Armijo rule);
+    the losses weighted by ``weights`` (empty: none)."""
     model = g * delta + _penalty(l1, l2, old + delta) - _penalty(l1, l2, old)
     base = 0.0
     for idx in range(start, end):
         i = _minor(dense, indices, idx, start)
-        base += _loss(loss, y[i], margins[i])
+        base += _weight(weights, i) * _loss(loss, y[i], margins[i])
     base *= inv_n
     # Below this, a change of objective is rounding noise: accept rather than stall.
     noise = 1e-13 * (base + _penalty(l1, l2, old))
@@ -257,7 +316,7 @@ def _column_line_search(
         step = t * delta
         for idx in range(start, end):
             i = _minor(dense, indices, idx, start)
-            trial += _loss(loss, y[i], margins[i] + step * data[idx])
+            trial += _weight(weights, i) * _loss(loss, y[i], margins[i] + step * data[idx])
         change = trial * inv_n - base + _penalty(l1, l2, old + step) - _penalty(l1, l2, old)
         if change <= _ARMIJO * t * model + noise:
             return t
@@ -266,12 +325,23 @@ def _column_line_search(
 
 
 @njit(inline="always")
-def _intercept_step(y, margins, intercept, loss, cubic):
+def _weight(weights, i):
+    """v_i, or 1 without weights (an empty array)."""
+    if weights.shape[0] > 0:
+        return weights[i]
+    return 1.0
+
+
+@njit(inline="always")
+def _intercept_step(y, margins, intercept, loss, cubic, weights):
     n = margins.shape[0]
     g = 0.0
     h = 0.0
     for i in range(n):
         d1, d2 = _loss_d1_d2(loss, y[i], margins[i])
+        if weights.shape[0] > 0:
+            d1 *= weights[i]
+            d2 *= weights[i]
         g += d1
         h += d2
     inv_n = 1.0 / n
@@ -284,7 +354,7 @@ def _intercept_step(y, margins, intercept, loss, cubic):
         # A Newton step on b with backtracking on the exact loss (the 1-D problem is convex).
         base = 0.0
         for i in range(n):
-            base += _loss(loss, y[i], margins[i])
+            base += _weight(weights, i) * _loss(loss, y[i], margins[i])
         noise = 1e-13 * base
         model = g * delta
         t = 1.0
@@ -292,7 +362,7 @@ def _intercept_step(y, margins, intercept, loss, cubic):
         for _ in range(_MAX_BACKTRACK):
             trial = 0.0
             for i in range(n):
-                trial += _loss(loss, y[i], margins[i] + t * delta)
+                trial += _weight(weights, i) * _loss(loss, y[i], margins[i] + t * delta)
             if trial - base <= _ARMIJO * t * model + noise:
                 accepted = True
                 break
@@ -318,6 +388,16 @@ def _row_dot(data, indices, dense, start, end, w):
     else:
         for idx in range(start, end):
             s += data[idx] * w[indices[idx]]
+    return s
+
+
+@njit(inline="always")
+def _weighted_dot(data, indices, dense, start, end, w, weights):
+    """Σ over the line of x·v·w: :func:`_row_dot` of w with sample weights v."""
+    s = 0.0
+    for idx in range(start, end):
+        i = _minor(dense, indices, idx, start)
+        s += data[idx] * weights[i] * w[i]
     return s
 
 
@@ -437,15 +517,20 @@ def lines_scatter(data, indices, indptr, dense, n_minor, lines, values, offset, 
 
 
 @njit(nogil=True, cache=True)
-def major_power_sums(data, indptr, dense, n_major, n_minor, power, out):
+def major_power_sums(data, indices, indptr, dense, n_major, n_minor, power, weights, out):
     """out[r] = Σ_k |A[r, k]|^power along the major axis, power 2 (‖line‖²) or 3 (the
-    third-order bound of the logistic); in float64: float32 products lose digits."""
+    third-order bound of the logistic); in float64: float32 products lose digits. With
+    ``weights`` v over the minor axis (empty: none), Σ_k v_k |A[r, k]|^power."""
+    weighted = weights.shape[0] > 0
     for r in range(n_major):
         start, end = _line(dense, indptr, r, n_minor)
         s = 0.0
         for idx in range(start, end):
             x = abs(np.float64(data[idx]))
-            s += x * x * x if power == 3 else x * x
+            term = x * x * x if power == 3 else x * x
+            if weighted:
+                term *= weights[_minor(dense, indices, idx, start)]
+            s += term
         out[r] = s
 
 

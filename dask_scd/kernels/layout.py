@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from dask_scd.kernels import cpu
 
 _EMPTY_INDEX = np.zeros(0, dtype=np.int32)
+_NO_WEIGHTS = np.zeros(0)
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,19 @@ class MajorMatrix:
             return np.full(self.n_major, self.n_minor, dtype=np.int64)
         return np.diff(self.indptr).astype(np.int64)
 
-    def cube_sums(self) -> np.ndarray:
-        """Σ |A[line, k]|³ for every line."""
-        out = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_power_sums(self.data, self.indptr, self.dense, self.n_major, self.n_minor, 3, out)
-        return out
+    def cube_sums(self, weights=None) -> np.ndarray:
+        """Σ |A[line, k]|³ for every line; Σ_k v_k |A[line, k]|³ with ``weights`` v over
+        the minor axis."""
+        return self._power_sums(3, weights)
 
-    def sq_norms(self) -> np.ndarray:
-        """‖line‖² for every line."""
+    def sq_norms(self, weights=None) -> np.ndarray:
+        """‖line‖² for every line; Σ_k v_k A[line, k]² with ``weights`` v over the minor
+        axis."""
+        return self._power_sums(2, weights)
+
+    def _power_sums(self, power: int, weights) -> np.ndarray:
         out = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_power_sums(self.data, self.indptr, self.dense, self.n_major, self.n_minor, 2, out)
+        weights = _NO_WEIGHTS if weights is None else np.ascontiguousarray(weights, np.float64)
+        cpu.major_power_sums(self.data, self.indices, self.indptr, self.dense, self.n_major,
+                             self.n_minor, power, weights, out)
         return out

@@ -33,7 +33,7 @@ def primal_certificate(problem, transpose_dot, y, coef, margins, weights=None) -
     return obj.rescaled_lasso_certificate(problem, cert, y, a, coef, weights)
 
 
-def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
+def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept, weights=None):
     """The best certificate of (θ, b) over three dual points, and the dual point to keep.
 
     The candidates are the dual point of the margins, that of the ``extrapolated``
@@ -41,16 +41,18 @@ def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
     best of earlier certificates: a dual point's objective does not depend on θ, so an
     earlier one stays valid and is rescored in O(n + p). Any feasible dual point gives
     a valid gap; the highest dual objective is kept. The returned correlations are those
-    of the plain dual point (its violations rank the working sets).
+    of the plain dual point (its violations rank the working sets). ``weights``: the
+    sample weights v (mean 1) or None.
     """
     n = len(y)
-    sums = obj.margin_sums(problem, y, margins)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+    sums = obj.margin_sums(problem, y, margins, weights)
+    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
     if extrapolated is None:
         candidates = [(a, matrix.dot(a) / n)]
     else:
-        ext = obj.dual_point(problem, y, extrapolated,
-                             obj.dual_scales(problem, obj.margin_sums(problem, y, extrapolated)))
+        ext_sums = obj.margin_sums(problem, y, extrapolated, weights)
+        ext = obj.dual_point(problem, y, extrapolated, obj.dual_scales(problem, ext_sums),
+                             weights)
         xta, xt_ext = matrix.dot_pair(a, ext)
         candidates = [(a, xta / n), (ext, xt_ext / n)]
     if kept is not None:
@@ -58,10 +60,11 @@ def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept):
     best, best_point = None, None
     for dual, correlation in candidates:
         cert = obj.primal_certificate(
-            problem, n, coef, sums["loss"], float(obj.dual_loss(problem.loss, y, dual).sum()),
-            correlation, obj.vdot(dual, margins),
+            problem, n, coef, sums["loss"],
+            float(obj.dual_loss(problem.loss, y, dual, weights).sum()), correlation,
+            obj.vdot(dual, margins),
         )
-        cert = obj.rescaled_lasso_certificate(problem, cert, y, dual, coef)
+        cert = obj.rescaled_lasso_certificate(problem, cert, y, dual, coef, weights)
         if best is None or cert.dual > best.dual:
             best, best_point = cert, (dual, correlation)
     cert = obj.Certificate(best.primal, best.dual, best.coordinate_gaps, best.intercept_gap,

@@ -158,8 +158,9 @@ class LocalCoarse:
     """
 
     def __init__(self, row_sums, blocks: list, fit_intercept: bool, flat: bool,
-                 cost: CoarseCost | None = None):
+                 cost: CoarseCost | None = None, weights=None):
         self.row_sums = row_sums
+        self.weights = weights  # the sample weights v (mean 1), or None
         self.blocks = blocks
         self.fit_intercept = fit_intercept
         self.flat = flat
@@ -168,8 +169,9 @@ class LocalCoarse:
         self._gram = None  # SᵀS/n, constant for the squared loss
 
     @classmethod
-    def build(cls, X, problem: obj.Problem):
-        """The coarse space of sparse X, else None.
+    def build(cls, X, problem: obj.Problem, weights=None):
+        """The coarse space of sparse X, else None (``weights``: the sample weights v of
+        the loss, or None).
 
         With an L1 part a Newton step on whole-block shifts moves every zero coefficient
         off its kink (measured on Adult: it slowed lasso and elastic net down), so only
@@ -221,7 +223,7 @@ class LocalCoarse:
                                row_sums.shape[1], LOSS_COST[problem.loss], fit_intercept)
         if not cost.used:
             return None
-        return cls(row_sums, blocks, fit_intercept, flat=False, cost=cost)
+        return cls(row_sums, blocks, fit_intercept, flat=False, cost=cost, weights=weights)
 
     @staticmethod
     def cost_bound(X, problem: obj.Problem) -> CoarseCost:
@@ -241,7 +243,10 @@ class LocalCoarse:
             return self._flat_step(problem, coef, intercept)
         n = len(y)
         S = self.row_sums
-        g = S.T @ obj.loss_derivative(problem.loss, y, margins) / n
+        derivatives = obj.loss_derivative(problem.loss, y, margins)
+        if self.weights is not None:
+            derivatives = derivatives * self.weights
+        g = S.T @ derivatives / n
         h = self._curvature(problem, y, margins)
         thetas = [coef[b] for b in self.blocks]
         shift = coarse_newton(problem, g, h, thetas)
@@ -260,13 +265,16 @@ class LocalCoarse:
         return intercept + step * shift[-1] if self.fit_intercept else intercept
 
     def _curvature(self, problem, y, margins) -> np.ndarray:
-        """SᵀDS/n estimated on every ``stride``-th row (constant for the squared loss)."""
+        """SᵀDS/n estimated on every ``stride``-th row (constant for the squared loss),
+        D = diag(v∘ℓ''(ŷ)) with sample weights v."""
         stride = self.cost.stride
-        if problem.loss == "squared":
+        if problem.loss == "squared" and self.weights is None:
             if self._gram is None:
                 self._gram = (self.sampled.T @ self.sampled).toarray() * stride / len(y)
             return self._gram
         d2 = obj.loss_second_derivative(problem.loss, y[::stride], margins[::stride])
+        if self.weights is not None:
+            d2 = d2 * self.weights[::stride]
         weighted = sp.diags(d2) @ self.sampled
         return (self.sampled.T @ weighted).toarray() * stride / len(y)
 
@@ -275,7 +283,7 @@ class LocalCoarse:
         exact, the correction of its row sample otherwise."""
         slope = float(g @ shift) + problem.l2 * sum(float(shift[b] * theta.sum())
                                                     for b, theta in enumerate(thetas))
-        curve = obj.vdot(u, u) / len(u) + problem.l2 * sum(
+        curve = obj.weighted_sum(u * u, self.weights) / len(u) + problem.l2 * sum(
             len(theta) * float(shift[b]) ** 2 for b, theta in enumerate(thetas))
         return max(0.0, -slope / curve) if curve > 0 else 0.0
 
@@ -283,11 +291,13 @@ class LocalCoarse:
         """The first of :data:`LINE_SEARCH_STEPS` with Armijo decrease (0 if none); the
         loss is evaluated at a step only when the larger ones failed."""
         n = len(y)
-        base = float(obj.loss_value(problem.loss, y, margins).sum())
+        v = self.weights
+        base = obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)
 
         def changes():
             for t in LINE_SEARCH_STEPS:
-                yield (float(obj.loss_value(problem.loss, y, margins + t * u).sum()) - base) / n
+                trial = obj.weighted_sum(obj.loss_value(problem.loss, y, margins + t * u), v)
+                yield (trial - base) / n
 
         return coarse_line_search(problem, changes(), g, shift, thetas)
 

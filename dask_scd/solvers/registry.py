@@ -117,7 +117,8 @@ def register(engine: Engine) -> Engine:
 
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",),
                 weighted=("squared",)))
-register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH))
+register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH,
+                weighted=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every", "check_every", "chunk_order"),
                 grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",

@@ -29,17 +29,24 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     L2 problems run plain epochs over all coordinates; problems with an L1 part run the
     working-set solver (:func:`_working_set_scd`). ``data.X``: ndarray or scipy.sparse
     matrix of shape (n_samples, n_features); ``data.y``: ndarray of shape (n_samples,),
-    ±1 for classification losses.
+    ±1 for classification losses; ``data.weights``: the sample weights v (mean 1) or
+    None. With weights every coordinate's gradient and curvature are weighted sums
+    (:func:`dask_scd.kernels.cpu.scd_weighted_epoch`, and the squared loss's
+    :func:`~dask_scd.kernels.cpu.scd_epoch_squared`), on the CPU.
     """
-    primal = _Primal.start(data.X, data.y, problem, options.device, options.start)
+    if data.weights is not None and options.device == "gpu":
+        raise ValueError("sample weights are solved by the CPU epochs of solver='scd': "
+                         "pass device='cpu'")
+    primal = _Primal.start(data.X, data.y, problem, options.device, options.start,
+                           data.weights)
     if problem.l1 > 0:
         # The flat whole-field shifts of the coarse step are against the intercept; on
         # centered columns the intercept is exact at every step and they gain nothing
         # (one-hot 1M × 100k lasso: the same epochs without them, and 1.5 s less).
         centered = primal.col_means is not None and len(primal.col_means) > 0
-        coarse = None if centered else LocalCoarse.build(data.X, problem)
+        coarse = None if centered else LocalCoarse.build(data.X, problem, data.weights)
         return _working_set_scd(primal, problem, options, coarse)
-    coarse = LocalCoarse.build(data.X, problem)
+    coarse = LocalCoarse.build(data.X, problem, data.weights)
     return _plain_scd(primal, problem, options, coarse)
 
 
@@ -246,9 +253,10 @@ class _Primal:
     # solved by centering (else empty).
     col_xty: np.ndarray | None = None
     col_means: np.ndarray | None = None
+    weights: np.ndarray | None = None  # the sample weights v (mean 1), or None
 
     @classmethod
-    def start(cls, X, y, problem, where="cpu", warm=None):
+    def start(cls, X, y, problem, where="cpu", warm=None, weights=None):
         matrix = MajorMatrix.from_array(X, "columns")
         epoch_matrix = device.place(matrix, where)  # what the epochs read: host or GPU
         n_samples, n_features = X.shape
@@ -257,19 +265,18 @@ class _Primal:
         if warm is not None:  # a warm start (θ, b)
             coef[:], intercept[0] = warm
         elif problem.fit_intercept:
-            intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
+            intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples),
+                                                 weights=weights)
         margins = matrix.scatter(coef) + intercept[0]
-        cubes = matrix.cube_sums() if problem.loss == "logistic" else np.zeros(0)
+        cubes = matrix.cube_sums(weights) if problem.loss == "logistic" else np.zeros(0)
         kernels = device.kernels_for(epoch_matrix.data)
         xty = means = None
         if problem.loss == "squared" and kernels is cpu:
-            if problem.fit_intercept:
-                xty, means = matrix.dot_pair(y, np.full(n_samples, 1.0 / n_samples))
-            else:
-                xty, means = matrix.dot(y), np.zeros(0)
-        return cls(matrix, y, coef, intercept, margins, matrix.sq_norms(), cubes,
+            xty, means = _squared_constants(matrix, y, problem.fit_intercept, weights)
+        return cls(matrix, y, coef, intercept, margins, matrix.sq_norms(weights), cubes,
                    matrix.line_nnz(), problem.fit_intercept, _LOSS_COST[problem.loss],
-                   epoch_matrix=epoch_matrix, kernels=kernels, col_xty=xty, col_means=means)
+                   epoch_matrix=epoch_matrix, kernels=kernels, col_xty=xty, col_means=means,
+                   weights=weights)
 
     @property
     def n_coordinates(self) -> int:
@@ -290,10 +297,13 @@ class _Primal:
             return cpu.scd_epoch_squared(
                 m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
                 self.coef, self.intercept, order, problem.l1, problem.l2, self.col_sq_norms,
-                self.col_xty, self.col_means)
+                self.col_xty, self.col_means, _UNWEIGHTED if self.weights is None
+                else self.weights)
         args = (m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
                 self.coef, self.intercept, order, problem.loss_code, problem.l1, problem.l2,
                 self.col_sq_norms, self.col_cube_sums)
+        if self.weights is not None:
+            return cpu.scd_weighted_epoch(*args, self.weights)
         if self.kernels is cpu:
             return cpu.scd_epoch_violation(*args)
         # The GPU epoch returns no violation: the cheap movement test stands in for it
@@ -303,20 +313,23 @@ class _Primal:
         return max_delta, max_coef, np.inf if moving else 0.0
 
     def objective(self, problem, margins, coef) -> float:
-        return (float(obj.loss_value(problem.loss, self.y, margins).sum()) / len(self.y)
+        losses = obj.loss_value(problem.loss, self.y, margins)
+        return (obj.weighted_sum(losses, self.weights) / len(self.y)
                 + obj.penalty_value(problem, coef))
 
     def intercept_violation(self, problem) -> float:
-        """|∂P/∂b| = |mean ℓ'(ŷ)| (0 without an intercept)."""
+        """|∂P/∂b| = |mean v∘ℓ'(ŷ)| (0 without an intercept)."""
         if not self.fit_intercept:
             return 0.0
-        return abs(float(obj.loss_derivative(problem.loss, self.y, self.margins).mean()))
+        derivatives = obj.loss_derivative(problem.loss, self.y, self.margins)
+        return abs(obj.weighted_sum(derivatives, self.weights) / len(self.y))
 
     def certify(self, problem, extrapolated=None) -> obj.Certificate:
         """The certificate of (θ, b) (:func:`best_certificate`); the best dual point
         seen is kept for the next ones."""
         cert, self.kept = best_certificate(problem, self.matrix, self.y, self.coef,
-                                           self.margins, extrapolated, self.kept)
+                                           self.margins, extrapolated, self.kept,
+                                           self.weights)
         return cert
 
     def finish(self, problem, epoch, history, extrapolated=None) -> Run:
@@ -325,6 +338,22 @@ class _Primal:
         self.margins = self.matrix.scatter(self.coef) + self.intercept[0]
         cert = self.certify(problem, extrapolated)
         return Run(self.coef, float(self.intercept[0]), cert, epoch, history)
+
+
+_UNWEIGHTED = np.zeros(0)  # the kernels' empty weights
+
+
+def _squared_constants(matrix, y, fit_intercept, weights):
+    """(Xᵀ(v∘y), the columns' means weighted by v, or empty without an intercept) for
+    :func:`dask_scd.kernels.cpu.scd_epoch_squared` (v = 1 without ``weights``)."""
+    n_samples = len(y)
+    if weights is None:
+        if fit_intercept:
+            return matrix.dot_pair(y, np.full(n_samples, 1.0 / n_samples))
+        return matrix.dot(y), np.zeros(0)
+    if fit_intercept:
+        return matrix.dot_pair(weights * y, weights / float(weights.sum()))
+    return matrix.dot(weights * y), np.zeros(0)
 
 
 def _affine_weights(iterates) -> np.ndarray | None:
