@@ -173,7 +173,8 @@ def scd_epoch_squared(
     With sample ``weights`` v (empty: none) the loss is (1/2n) Σ v_i (ŷ_i − y_i)²:
     ``col_xty`` is Xᵀ(v∘y), ``col_sq_norms`` Σ_i v_i x_ij², ``col_means`` the weighted
     means Σ_i v_i x_ij / Σv, the optimal b the weighted mean of y − Xθ, and a column's
-    curvature once centered Σ_i v_i (x_ij − mean_j)²/n = Σ_i v_i x_ij²/n − (Σv/n)·mean_j².
+    curvature once centered Σ_i v_i (x_ij − mean_j)²/n = Σ_i v_i x_ij²/n − (Σv/n)·mean_j²
+    (``mass`` is Σv/n).
     """
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples

@@ -30,14 +30,14 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.kernels import device
+from dask_scd.kernels import cpu, device, sdca
 from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import (DeviceMemory, GridStore, HostMemory, MatrixStore,
                                     SlowStore, Tier)
 from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import dual_certificate, primal_certificate
-from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start
+from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start, weighted_dual
 
 OPTIONS = ("memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh",
            "certify_every")
@@ -67,12 +67,21 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     certify_every : int
         Rounds between certificates (a full pass of the slow side, which also refreshes
         the gap memory of every line).
+
+    With sample weights v (``data.weights``, mean 1) the example i's loss is v_i·ℓ_i: the
+    primal epochs are the weighted coordinate steps
+    (:func:`dask_scd.kernels.cpu.scd_weighted_epoch`), the dual ones SDCA's weighted
+    steps on u = a/v (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`), and every gap
+    is the weighted problem's; on the CPU.
     """
+    if data.weights is not None and options.device == "gpu":
+        raise ValueError("sample weights are solved by the CPU epochs of solver='duhl': "
+                         "pass device='cpu'")
     axis = _axis(problem)
     n_lines = data.X.shape[1] if axis == "columns" else data.X.shape[0]
     settings = _settings(options.engine, n_lines)
     store = MatrixStore(data.X, axis, settings["chunk_size"])
-    return _run(store, data.y, problem, options, settings)
+    return _run(store, data.y, problem, options, settings, data.weights)
 
 
 def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
@@ -121,7 +130,7 @@ def _settings(engine: dict, n_lines: int) -> dict:
     return settings
 
 
-def _run(store: SlowStore, y, problem, options: Options, settings) -> Run:
+def _run(store: SlowStore, y, problem, options: Options, settings, sample_weight=None) -> Run:
     budget = settings["memory_budget"]
     if budget is None:
         budget = max(int(store.sizes.sum()) // 4, int(store.sizes.max()))
@@ -132,7 +141,7 @@ def _run(store: SlowStore, y, problem, options: Options, settings) -> Run:
         weights = np.bincount(store.chunk_of_line, weights=store.sq_norms(),
                               minlength=store.n_chunks)
     policy = strategies.residency(settings["residency"], weights)
-    solver = (_Primal if store.axis == "columns" else _Dual)(store, y, problem)
+    solver = (_Primal if store.axis == "columns" else _Dual)(store, y, problem, sample_weight)
     return _Rounds(tier, solver, policy, options, settings).run()
 
 
@@ -207,20 +216,23 @@ class _Rounds:
 
 
 class _Primal:
-    """Lines are columns; the shared vector is the margins ŷ = Xθ + b."""
+    """Lines are columns; the shared vector is the margins ŷ = Xθ + b. ``weights``: the
+    sample weights v (mean 1) or None."""
 
-    def __init__(self, store: SlowStore, y, problem):
+    def __init__(self, store: SlowStore, y, problem, weights=None):
         self.store, self.y, self.problem = store, np.asarray(y, dtype=np.float64), problem
+        self.weights = weights
         n = len(y)
         self.coef = np.zeros(store.n_lines)
         self.intercept = np.array([0.0])
         if problem.fit_intercept:
-            self.intercept[0] = obj.optimal_intercept(problem.loss, self.y, np.zeros(n))
+            self.intercept[0] = obj.optimal_intercept(problem.loss, self.y, np.zeros(n),
+                                                      weights=weights)
         self.margins = np.full(n, self.intercept[0])
 
     def certificate(self):
         return primal_certificate(self.problem, self.store.dot, self.y, self.coef,
-                                  self.margins)
+                                  self.margins, self.weights)
 
     def certified_gaps(self, cert) -> np.ndarray:
         # The Lipschitzed gaps, not the rescaled lasso certificate's: at θ = 0 those are
@@ -233,9 +245,9 @@ class _Primal:
 
     def _dual(self, margins, coef):
         """(a/n, Lipschitzing bound) at these margins: what a column's gap needs."""
-        problem, y = self.problem, self.y
-        sums = obj.margin_sums(problem, y, margins)
-        a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
+        problem, y, weights = self.problem, self.y, self.weights
+        sums = obj.margin_sums(problem, y, margins, weights)
+        a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
         primal = sums["loss"] / len(y) + obj.penalty_value(problem, coef)
         return a / len(y), obj.lipschitz_bound(problem, primal)
 
@@ -262,13 +274,17 @@ class _Primal:
         p, m = self.problem, epoch_matrix
         kernels = device.kernels_for(m.data)
         theta = self.coef[lines]  # a copy: the kernel's coefficient vector
-        sq_norms = matrix.sq_norms()
-        cubes = matrix.cube_sums() if p.loss == "logistic" else np.zeros(0)
+        sq_norms = matrix.sq_norms(self.weights)
+        cubes = matrix.cube_sums(self.weights) if p.loss == "logistic" else np.zeros(0)
         k = len(lines) + int(p.fit_intercept)
         for _ in range(epochs):
-            kernels.scd_epoch(m.data, m.indices, m.indptr, m.dense, len(self.y), self.y,
-                              self.margins, theta, self.intercept, rng.permutation(k),
-                              p.loss_code, p.l1, p.l2, sq_norms, cubes)
+            args = (m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
+                    theta, self.intercept, rng.permutation(k), p.loss_code, p.l1, p.l2,
+                    sq_norms, cubes)
+            if self.weights is None:
+                kernels.scd_epoch(*args)
+            else:
+                cpu.scd_weighted_epoch(*args, self.weights)
         self.coef[lines] = theta
 
     def final(self):
@@ -284,10 +300,12 @@ class _Primal:
 class _Dual:
     """Lines are rows (examples); the shared vector is w = Xᵀa/(αn). The intercept's dual
     constraint Σa = 0 is kept by the method of multipliers, as in SDCA
-    (:func:`dask_scd.solvers.sdca.fit_sdca`)."""
+    (:func:`dask_scd.solvers.sdca.fit_sdca`). With sample ``weights`` v, ``dual_coef``
+    holds u = a/v in the unweighted domain, as SDCA's weighted epochs move it."""
 
-    def __init__(self, store: SlowStore, y, problem):
+    def __init__(self, store: SlowStore, y, problem, weights=None):
         self.store, self.y, self.problem = store, np.asarray(y, dtype=np.float64), problem
+        self.weights = weights
         n = len(y)
         self.alpha_n = problem.alpha * n
         self.row_sq_norms = store.sq_norms()
@@ -295,25 +313,40 @@ class _Dual:
                     if problem.fit_intercept else 0.0)
         self.intercept = 0.0
         if problem.fit_intercept:
-            self.intercept = obj.optimal_intercept(problem.loss, self.y, np.zeros(n))
-        self.dual_coef = dual_start(problem, self.y, self.intercept)
-        self.coef = store.scatter(self.dual_coef) / self.alpha_n
+            self.intercept = obj.optimal_intercept(problem.loss, self.y, np.zeros(n),
+                                                   weights=weights)
+        self.dual_coef = dual_start(problem, self.y, self.intercept, weights)
+        self.coef = store.scatter(self.dual()) / self.alpha_n
+
+    def dual(self, dual_coef=None):
+        """The dual point a = v∘u (of ``dual_coef``, default all rows')."""
+        return weighted_dual(self.dual_coef if dual_coef is None else dual_coef, self.weights)
 
     def certificate(self):
-        cert, _, _ = dual_certificate(self.problem, self.store, self.y, self.dual_coef,
-                                      self.coef, self.intercept)
+        cert, _, _ = dual_certificate(self.problem, self.store, self.y, self.dual(),
+                                      self.coef, self.intercept, self.weights)
         return cert
 
     def certified_gaps(self, cert) -> np.ndarray:
-        return np.maximum(cert.coordinate_gaps, 0.0)
+        # The gaps at the iterate's own intercept (a pass over X), not the certificate's:
+        # that one is re-solved for w, and at w ≈ 0 it puts every row of the majority
+        # class outside the margin, gap 0, so DuHL never chose them and the multiplier
+        # b ← b + ρΣa, fed by the other class alone, left a at 0 (relative gap 1).
+        margins = self.store.dot(self.coef) + self.intercept
+        return self._row_gaps(np.arange(len(self.y)), margins, self.dual_coef)
 
     def snapshot(self):
         return self.coef.copy(), self.intercept, self.dual_coef.copy()
 
     def _row_gaps(self, rows, margins, dual_coef_rows):
+        """gap_i of the rows, ``dual_coef_rows`` their u (a without weights)."""
         p, y = self.problem, self.y[rows]
-        gaps = (obj.loss_value(p.loss, y, margins) - obj.dual_loss(p.loss, y, dual_coef_rows)
-                + dual_coef_rows * margins) / len(self.y)
+        v = None if self.weights is None else self.weights[rows]
+        a = weighted_dual(dual_coef_rows, v)
+        losses = obj.loss_value(p.loss, y, margins)
+        if v is not None:
+            losses = losses * v
+        gaps = (losses - obj.dual_loss(p.loss, y, a, v) + a * margins) / len(self.y)
         return np.maximum(gaps, 0.0)
 
     def gaps(self, snapshot, lines, store) -> np.ndarray:
@@ -334,19 +367,28 @@ class _Dual:
         sq_norms = self.row_sq_norms[lines]
         y = self.y[lines]
         for _ in range(epochs):
-            dual_sum = np.array([self.dual_coef.sum()])  # Σa over all rows, carried by the kernel
-            kernels.sdca_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y, local,
-                               self.coef, rng.permutation(len(lines)), p.loss_code,
-                               self.alpha_n, sq_norms, self.intercept, self.rho, dual_sum)
+            dual_sum = np.array([self.dual().sum()])  # Σa over all rows, carried by the kernel
+            order = rng.permutation(len(lines))
+            if self.weights is None:
+                kernels.sdca_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y, local,
+                                   self.coef, order, p.loss_code, self.alpha_n, sq_norms,
+                                   self.intercept, self.rho, dual_sum)
+            else:
+                sdca.sdca_weighted_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y,
+                                         local, self.coef, order, p.loss_code, self.alpha_n,
+                                         sq_norms, self.weights[lines], self.intercept,
+                                         self.rho, dual_sum)
             self.dual_coef[lines] = local
             self.intercept += self.rho * dual_sum[0]
 
     def final(self):
         # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
         cert, intercept, coef = dual_certificate(self.problem, self.store, self.y,
-                                                 self.dual_coef, None, self.intercept)
+                                                 self.dual(), None, self.intercept,
+                                                 self.weights)
         margins = self.store.dot(coef) + intercept
-        primal = primal_certificate(self.problem, self.store.scatter, self.y, coef, margins)
+        primal = primal_certificate(self.problem, self.store.scatter, self.y, coef, margins,
+                                    self.weights)
         if primal.gap < cert.gap:
             cert = primal
         return coef, float(intercept), cert

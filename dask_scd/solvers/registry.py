@@ -129,7 +129,8 @@ register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                           (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
                 unpenalized=True, weighted=(*SMOOTH, MULTINOMIAL)))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
-    "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every")))
+    "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every"),
+    weighted=ANY_LOSS))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
 register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
                 options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"), weighted=SMOOTH))

@@ -63,7 +63,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     if problem.fit_intercept:
         intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples), weights=weights)
     dual_coef = dual_start(problem, y, intercept, weights)  # u = a/v with weights
-    coef = matrix.scatter(_weighted(dual_coef, weights)) / alpha_n
+    coef = matrix.scatter(weighted_dual(dual_coef, weights)) / alpha_n
 
     history = History()
     start = time.perf_counter()
@@ -80,7 +80,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             exact = epochs.resync(epoch, certify, dual_coef, coef, alpha_n)
             if not certify:
                 continue
-            cert, _, _ = dual_certificate(problem, matrix, y, _weighted(dual_coef, weights),
+            cert, _, _ = dual_certificate(problem, matrix, y, weighted_dual(dual_coef, weights),
                                           coef if exact is None else exact, intercept, weights)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             options.progress.update(epoch, cert.relative_gap, cert.primal)
@@ -89,7 +89,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     finally:
         epochs.close()
     # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    cert, intercept, coef = dual_certificate(problem, matrix, y, _weighted(dual_coef, weights),
+    cert, intercept, coef = dual_certificate(problem, matrix, y, weighted_dual(dual_coef, weights),
                                              None, intercept, weights)
     margins = matrix.dot(coef) + intercept
     primal_cert = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
@@ -124,7 +124,7 @@ def dual_start(problem, y, intercept, weights=None) -> np.ndarray:
     return dual_coef
 
 
-def _weighted(unit_dual, weights):
+def weighted_dual(unit_dual, weights):
     """The dual point a = v∘u of the weighted losses (u itself without weights)."""
     return unit_dual if weights is None else weights * unit_dual
 
@@ -264,7 +264,7 @@ class _Epochs:
     def run(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho):
         """One epoch on every thread; returns max |Δa_i|, whether every thread's rows are
         settled, and Σ a_i after it."""
-        dual_sum = np.array([_weighted(dual_coef, self.weights).sum()])
+        dual_sum = np.array([weighted_dual(dual_coef, self.weights).sum()])
         if self.pool is None:
             max_delta, settled = self._epochs(dual_coef, coef, alpha_n, row_sq_norms,
                                               intercept, rho, [dual_sum])[0]
@@ -289,7 +289,7 @@ class _Epochs:
         jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
         max_delta = max(self._map(thread, jobs))
         # exact: each a_i has one writer
-        return max_delta, False, _weighted(dual_coef, self.weights).sum()
+        return max_delta, False, weighted_dual(dual_coef, self.weights).sum()
 
     def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums):
         """(max |Δa_i|, settled) of each thread's epoch."""
@@ -325,7 +325,7 @@ class _Epochs:
         if not (certify or synced):
             return None
 
-        dual = _weighted(dual_coef, self.weights)
+        dual = weighted_dual(dual_coef, self.weights)
 
         def scatter(lo, hi):
             return self.matrix.lines(lo, hi).scatter(dual[lo:hi])
