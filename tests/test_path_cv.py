@@ -1,7 +1,8 @@
 """Regularization paths and the cross-validated estimators: the path against
 scikit-learn's lasso_path / enet_path at every alpha, the exact alpha_max, warm starts,
 gap-safe screening, the same alpha_ / C_ as scikit-learn's CV estimators on the same
-folds and grid, and the same path on a cluster as in this process."""
+folds and grid, the same path on a cluster as in this process, and the same CV choices
+on a dask array or a grid as in memory."""
 
 import warnings
 
@@ -282,10 +283,63 @@ def test_cv_folds_are_tasks_on_the_current_client(diabetes):
     assert there.alpha_ == here.alpha_
 
 
-def test_cv_estimators_refuse_dask_input(diabetes):
+# ------------------------------------------------------- dask arrays and grids
+
+
+def _same_choice(there, here, rtol=1e-6):
+    assert there.alpha_ == pytest.approx(here.alpha_, rel=1e-12)
+    np.testing.assert_allclose(there.alphas_, here.alphas_, rtol=1e-12)
+    np.testing.assert_allclose(there.mse_path_, here.mse_path_, rtol=rtol)
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-6)
+
+
+def test_lasso_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, tmp_path):
+    """A fold of a dask array or a grid is the weighted path of all of X with weight 0 on
+    the held-out rows, its points fitted in memory ("auto" below in_memory_limit) or on
+    the cluster ("block_newton"): the same folds, grid, held-out errors and alpha_."""
+    from distributed import Client, LocalCluster
+
     X, y = diabetes
-    with pytest.raises(TypeError, match="cross-validates in-memory X"):
-        LassoCV().fit(da.from_array(X, chunks=100), y)
+    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=6, eps=1e-2,
+                   tol=1e-10)
+    here = LassoCV(**options).fit(X, y)
+    X_dask = da.from_array(X, chunks=(150, 5))
+    _same_choice(LassoCV(**options).fit(X_dask, da.from_array(y, chunks=150)), here)
+    grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150)
+    _same_choice(LassoCV(**options).fit(grid), here)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        for data in ((X_dask, y), (grid,)):
+            on_cluster = LassoCV(solver="block_newton", **options).fit(*data)
+            assert on_cluster.solver_ == "block_newton"
+            _same_choice(on_cluster, here)
+    # A scikit-learn scorer reads the held-out rows of the dask array lazily.
+    ridge = dict(cv=options["cv"], scoring="neg_mean_squared_error", tol=1e-10)
+    np.testing.assert_allclose(RidgeCV(**ridge).fit(X_dask, y).scores_,
+                               RidgeCV(**ridge).fit(X, y).scores_, rtol=1e-6)
+
+
+def test_logistic_regression_cv_on_a_dask_array_is_the_one_in_memory(cancer, tmp_path):
+    X, y = cancer
+    X, y = X[:300, :10], y[:300]
+    options = dict(Cs=6, tol=1e-10)
+    here = LogisticRegressionCV(**options).fit(X, y)
+    there = LogisticRegressionCV(**options).fit(da.from_array(X, chunks=(100, 10)),
+                                                da.from_array(y, chunks=100))
+    np.testing.assert_array_equal(there.C_, here.C_)
+    np.testing.assert_allclose(there.scores_[1], here.scores_[1], atol=1e-12)
+    np.testing.assert_allclose(there.coefs_paths_[1], here.coefs_paths_[1], atol=1e-6)
+    # The refits may be SDCA's: a gap of 1e-10 bounds |Δθ| by √(2·gap·P/α) ≈ 5e-5 here.
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)
+    # Three classes on a grid: one path per class against the rest, on its cells.
+    labels = np.digitize(X[:, 0], [-0.5, 0.5]).astype(float)
+    here = LogisticRegressionCV(Cs=4, tol=1e-10).fit(X, labels)
+    grid = dask_scd.to_grid(X, labels, tmp_path / "g", row_chunk=100)
+    there = LogisticRegressionCV(Cs=4, tol=1e-10).fit(grid)
+    np.testing.assert_array_equal(there.C_, here.C_)
+    for label in here.classes_:
+        np.testing.assert_allclose(there.scores_[label], here.scores_[label], atol=1e-12)
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)
 
 
 def test_path_points_that_miss_tol_warn(diabetes):

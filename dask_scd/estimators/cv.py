@@ -15,12 +15,12 @@ import numpy as np
 
 from dask_scd.estimators.base import _Classifier, _Regressor
 from dask_scd.estimators.classifiers import LogisticRegression
-from dask_scd.estimators.multiclass import _classes, _one_vs_rest
+from dask_scd.estimators.multiclass import _classes, _targets
 from dask_scd.estimators.path_cv import (
     ModelScores,
     accuracies,
     check_grid_size,
-    check_in_memory,
+    cv_inputs,
     folds,
     mean_squared_errors,
     r2_scores,
@@ -47,10 +47,15 @@ _CV_PARAMETERS = """
 """
 
 _CV_NOTES = """
-    X is in memory: a numpy array, a scipy.sparse matrix or a pandas DataFrame (for a
-    dask array or a grid, run :func:`dask_scd.path` on each fold). On a running
-    ``distributed.Client`` the folds' paths are tasks on its workers (X sent once); else
-    they run here, one after the other. Every path point is certified below ``tol`` by
+    In memory (numpy, scipy.sparse, pandas), on a running ``distributed.Client`` the
+    folds' paths are tasks on its workers (X sent once); else they run here, one after
+    the other. A dask array or a grid is never sliced or copied: each fold's path is the
+    weighted :func:`dask_scd.path` of all of X with weight 0 on the held-out rows (the
+    same objective as the training rows' alone), the folds one after the other, each
+    point a :func:`dask_scd.fit` that runs on the cluster (in memory below
+    ``in_memory_limit``, as ``fit`` decides); the held-out rows are scored from a lazy
+    product of X with the path's coefficients. The folds, the grid and the choice are
+    those of the same data in memory. Every path point is certified below ``tol`` by
     its duality gap.
 """
 
@@ -96,11 +101,11 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
-        check_in_memory(data, type(self).__name__)
-        X, y = data.X, np.asarray(data.y, dtype=np.float64)
+        X, y, labels = cv_inputs(data)
+        y = None if y is None else np.asarray(y, dtype=np.float64)
         ratios = self._ratios()
         grids = np.array([self._grid(X, y, ratio) for ratio in ratios])
-        splits = folds(self.cv, X, y, classifier=False)
+        splits = folds(self.cv, X, np.asarray(labels, dtype=np.float64), classifier=False)
         jobs = [{"y": y, "train": train, "test": test, "score": mean_squared_errors,
                  "order": np.arange(grids.shape[1]),
                  "path_options": self._path_options(
@@ -128,7 +133,8 @@ class _LinearModelCV(_CrossValidated, _Regressor):
 
     def _grid(self, X, y, ratio: float) -> np.ndarray:
         """The alphas, decreasing: given, or scikit-learn's log grid from the exact
-        alpha_max of all of X (the same grid for every fold)."""
+        alpha_max of all of X (the same grid for every fold; a dask array's or a grid's
+        reduced over its cells)."""
         alphas = self.alphas
         if alphas is not None and not isinstance(alphas, numbers.Integral):
             values = np.asarray(alphas, dtype=np.float64).ravel()
@@ -291,12 +297,12 @@ class RidgeCV(_CrossValidated, _Regressor):
         self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
-        check_in_memory(data, type(self).__name__)
-        X, y = data.X, np.asarray(data.y, dtype=np.float64)
+        X, y, labels = cv_inputs(data)
+        y = None if y is None else np.asarray(y, dtype=np.float64)
         alphas = np.asarray(self.alphas, dtype=np.float64).ravel()
         if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
             raise ValueError(f"alphas must be finite numbers > 0, got {self.alphas!r}")
-        splits = folds(self.cv, X, y, classifier=False)
+        splits = folds(self.cv, X, np.asarray(labels, dtype=np.float64), classifier=False)
         score = r2_scores if self.scoring is None else ModelScores(
             _point_model(Ridge(), X.shape[1]), self.scoring)
         jobs = [{"y": y, "train": train, "test": test, "score": score,
@@ -393,17 +399,19 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         self
         """
         data = self._read_fit_input(X, y, y_numeric=False)
-        check_in_memory(data, type(self).__name__)
         self.classes_ = _classes(data)
         if len(self.classes_) < 2:
             raise ValueError("This solver needs samples of at least 2 classes in the data, "
                              f"but the data contains only one class: {self.classes_[0]!r}")
-        X = data.X
+        X, y, labels = cv_inputs(data)
         Cs, ratios = self._Cs(), self._ratios()
         self.Cs_, self.l1_ratios_ = Cs, ratios
         positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
-        targets = [_one_vs_rest(data, label) for label in positive]
-        splits = folds(self.cv, X, data.y, classifier=True)
+        if y is None and len(positive) == 1:
+            targets = [None]  # a grid's own two labels, mapped to ±1 by its paths and fits
+        else:
+            targets = [_targets(labels, label) for label in positive]
+        splits = folds(self.cv, X, labels, classifier=True)
         score = accuracies if self.scoring is None else ModelScores(
             _point_model(LogisticRegression(), X.shape[1]), self.scoring)
         order = np.argsort(Cs, kind="stable")  # the path's order: C increasing

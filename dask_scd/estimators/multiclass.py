@@ -31,7 +31,11 @@ def _classes(data: ModelInput) -> np.ndarray:
 
 def _one_vs_rest(data: ModelInput, label):
     """±1 targets: ``label`` against the rest."""
-    y = data.X.y if data.kind == "grid" else data.y
+    return _targets(data.X.y if data.kind == "grid" else data.y, label)
+
+
+def _targets(y, label):
+    """±1 targets of labels ``y`` (numpy or dask): ``label`` against the rest."""
     if is_dask(y):
         import dask.array as da
 

@@ -1,7 +1,14 @@
 """What the cross-validated estimators share: the folds, one warm-started
 :func:`dask_scd.path` per (fold, l1_ratio, class) as a task on the current
 ``distributed.Client`` (else in this process, one after the other), and the scores of
-every path point on its held-out rows."""
+every path point on its held-out rows.
+
+A dask array or a grid is never sliced: a fold's path is the weighted path of all of X
+with weight 0 on the held-out rows (the weighted objective ``(1/Σw) Σ w_i ℓ_i`` is then
+exactly the training rows' own), run here one fold after the other, each point a fit on
+the cluster; the held-out rows are scored by a lazy product of X with the path's
+coefficients.
+"""
 
 from __future__ import annotations
 
@@ -12,24 +19,34 @@ from sklearn.base import is_classifier
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
 
+from dask_scd.data.inputs import is_dask, is_grid
 from dask_scd.estimators.fitting import _current_client
 from dask_scd.paths import path
+from dask_scd.result import dask_scores
 from dask_scd.validation import collect_warnings, reissue
+
+
+def cv_inputs(data) -> tuple:
+    """(X, y for the paths, labels in memory) of a model's input: in memory, y as given;
+    a dask array's labels computed here (n numbers: the folds are drawn from them); a
+    grid's read here, with y None for the paths, which read the grid's own."""
+    if data.kind == "grid":
+        return data.X, None, grid_labels(data.X)
+    labels = np.asarray(data.y.compute() if is_dask(data.y) else data.y)
+    return data.X, labels, labels
+
+
+def distributed(X) -> bool:
+    """A dask array or a grid: its folds are weighted paths of all of X."""
+    return is_dask(X) or is_grid(X)
 
 
 def folds(cv, X, y, classifier: bool) -> list:
     """(train, test) index pairs of ``cv`` (int, splitter or iterable; None: 5 folds,
-    stratified for a classifier, as scikit-learn)."""
+    stratified for a classifier, as scikit-learn); y in memory, X any input (a grid's
+    cells as their dask array: the splitter reads only its length)."""
     splitter = check_cv(5 if cv is None else cv, y, classifier=classifier)
-    return list(splitter.split(X, y))
-
-
-def check_in_memory(data, name: str) -> None:
-    """Cross-validation slices rows: it takes in-memory X (numpy, scipy.sparse, pandas)."""
-    if data.kind not in ("native", "memory"):
-        raise TypeError(f"{name} cross-validates in-memory X (numpy, scipy.sparse, pandas); "
-                        f"got {data.kind} input. For a dask array or a grid, run "
-                        "dask_scd.path on each fold's rows.")
+    return list(splitter.split(X.X if is_grid(X) else X, y))
 
 
 def check_grid_size(value, name: str) -> int:
@@ -41,9 +58,10 @@ def check_grid_size(value, name: str) -> int:
 def run_paths(X, jobs: list) -> list:
     """One :func:`fold_path` per job (a dict of its arguments), as tasks on the current
     ``distributed.Client`` when there is one (X sent once), else here in turn; the
-    warnings of every path are issued here."""
+    warnings of every path are issued here. A dask array's or a grid's paths run here in
+    turn, their points on the cluster."""
     client = _current_client()
-    if client is None or len(jobs) < 2:
+    if client is None or len(jobs) < 2 or distributed(X):
         outputs = [_fold_task(X, job) for job in jobs]
     else:
         X_future = client.scatter(X, broadcast=False)
@@ -65,21 +83,58 @@ def fold_path(X, y, train, test, path_options: dict, score, order) -> dict:
     """The path on the training rows, scored on the test rows.
 
     ``score(margins, X_test, y_test, coefs, intercepts)`` gives one score per point from
-    the test margins (n_test, n_alphas); ``order`` is the permutation that sorts the
-    caller's grid into the path's (decreasing alpha): the results come back in the
-    caller's order. Returns scores, coefs (n_alphas, n_features), intercepts, iterations,
-    alphas and relative duality gaps.
+    the test margins (n_test, n_alphas; a dask array for dask or grid X, the scores then
+    lazy too); ``order`` is the permutation that sorts the caller's grid into the path's
+    (decreasing alpha): the results come back in the caller's order. y None: a grid's
+    own labels (±1 for a classification loss). Returns scores, coefs (n_alphas,
+    n_features), intercepts, iterations, alphas and relative duality gaps.
     """
-    result = path(X[train], y[train], **path_options)
-    X_test = X[test]
-    margins = np.asarray(X_test @ result.coefs) + result.intercepts
-    scores = np.asarray(score(margins, X_test, y[test], result.coefs, result.intercepts),
-                        dtype=np.float64)
+    if distributed(X):
+        result, X_test, margins, y_test = _weighted_fold(X, y, train, test, path_options)
+    else:
+        result = path(X[train], y[train], **path_options)
+        X_test, y_test = X[test], y[test]
+        margins = np.asarray(X_test @ result.coefs) + result.intercepts
+    scores = score(margins, X_test, y_test, result.coefs, result.intercepts)
+    scores = np.asarray(scores.compute() if is_dask(scores) else scores, dtype=np.float64)
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
     return {"scores": scores[back], "coefs": result.coefs.T[back],
             "intercepts": result.intercepts[back], "n_iter": result.n_iter[back],
             "alphas": result.alphas[back], "dual_gaps": result.dual_gaps[back]}
+
+
+def _weighted_fold(X, y, train, test, path_options: dict) -> tuple:
+    """(path, X_test, margins, y_test) of a fold of a dask array or a grid: the path of
+    all of X weighted by how often each row is a training row (0 on the held-out rows;
+    times a grid's stored weights), and the held-out rows' margins as a dask array."""
+    weights = np.bincount(train, minlength=X.shape[0]).astype(np.float64)
+    if is_grid(X) and X.has_weights:
+        weights *= np.concatenate([X.read_weights(r) for r in range(X.n_row_chunks)])
+    if is_grid(X) and y is not None:
+        # Targets other than the grid's labels (one class against the rest): its cells
+        # as a dask array, columns in grid order.
+        result = path(X.X, y, sample_weight=weights, **path_options)
+        result.coefs = X.to_original_order(result.coefs)
+    else:
+        result = path(X, y, sample_weight=weights, **path_options)
+    if y is None:  # a grid's labels, as its path saw them
+        y = grid_labels(X, result.classes)
+    if is_grid(X):
+        inverse = np.argsort(X.feature_order)
+        cells, coefs = X.X, result.coefs[X.feature_order]
+        X_test = X.X[test][:, inverse]
+    else:
+        cells, coefs, X_test = X, result.coefs, X[test]
+    margins = dask_scores(cells, coefs.T, result.intercepts)[test]
+    return result, X_test, margins, y[test]
+
+
+def grid_labels(grid, classes=None) -> np.ndarray:
+    """A grid's labels read here; ±1 (classes[1] is +1) given a classification path's
+    ``classes``."""
+    labels = np.concatenate([grid.read_labels(r) for r in range(grid.n_row_chunks)])
+    return labels if classes is None else np.where(labels == classes[1], 1.0, -1.0)
 
 
 def mean_squared_errors(margins, X_test, y_test, coefs, intercepts) -> np.ndarray:
