@@ -150,6 +150,45 @@ def test_zero_weights_drop_rows_and_equal_weights_change_nothing():
     np.testing.assert_array_equal(equal.coef_, plain.coef_)
 
 
+@pytest.mark.parametrize("solver, loss, penalty", [
+    ("scd", "squared", "elasticnet"), ("scd", "logistic", "l1"), ("scd", "squared_hinge", "l2"),
+    ("duhl", "squared", "l2"), ("duhl", "logistic", "elasticnet"), ("duhl", "hinge", "l2"),
+])
+def test_zero_weights_are_removed_rows(solver, loss, penalty):
+    """The engines whose coordinate steps weigh each example: a row of weight 0 is gone."""
+    X, y, weights = _data()
+    y = _labels(y, loss)
+    kept = weights > 0
+    options = dict(loss=loss, penalty=penalty, alpha=0.05, tol=TIGHT, max_iter=20000,
+                   solver=solver, random_state=0)
+    weighted = dask_scd.fit(X, y, sample_weight=kept.astype(float), **options)
+    subset = dask_scd.fit(X[kept], y[kept], **options)
+    assert weighted.dual_gap_ <= TIGHT
+    assert weighted.primal_ == pytest.approx(subset.primal_, rel=1e-10)
+    np.testing.assert_allclose(weighted.coef_, subset.coef_, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss, penalty", [("squared", "l2"), ("logistic", "l2"),
+                                           ("squared", "l1")])
+def test_scd_on_one_hot_fields_with_weights_is_repeated_rows(loss, penalty):
+    """Sparse one-hot X: the centred squared epochs (weighted means), the coarse step on
+    whole-field shifts (L2) and the flat shifts (L1) all weigh each example."""
+    from dask_scd.datasets import make_onehot
+
+    X, y, _ = make_onehot(400, 3, 6, random_state=1)
+    if loss == "squared":
+        y = y + 0.3 * np.random.default_rng(1).standard_normal(len(y))
+    weights = np.random.default_rng(2).integers(0, 4, len(y))
+    rows = np.repeat(np.arange(len(y)), weights)
+    options = dict(loss=loss, penalty=penalty, alpha=0.01, tol=TIGHT, max_iter=5000,
+                   solver="scd", random_state=0)
+    weighted = dask_scd.fit(X, y, sample_weight=weights, **options)
+    repeated = dask_scd.fit(X[rows], y[rows], **options)
+    assert weighted.dual_gap_ <= TIGHT
+    assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-5)
+
+
 def test_sparse_weighted_fit():
     X, y, weights = _data()
     X[np.abs(X) < 0.8] = 0.0
