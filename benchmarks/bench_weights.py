@@ -33,10 +33,13 @@ import dask_scd
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "weights.md"
 TOL = 1e-8
-# (engine, loss, penalty, alpha · n): the problems each engine is picked for by "auto".
+# (engine, loss, penalty, alpha · n): the problems each engine is picked for by "auto",
+# and L1 problems for the coordinate engines named by hand (scd, duhl).
 CASES = (("newton", "logistic", "l2", 1.0), ("newton", "logistic", "l1", 10.0),
          ("sdca", "logistic", "l2", 100.0), ("sdca", "hinge", "l2", 100.0),
-         ("gram", "squared", "l2", 1.0), ("block_newton", "logistic", "l2", 1.0))
+         ("gram", "squared", "l2", 1.0), ("block_newton", "logistic", "l2", 1.0),
+         ("scd", "logistic", "l1", 10.0), ("scd", "squared", "l1", 10.0),
+         ("duhl", "logistic", "l1", 10.0))
 
 
 def data(n_rows: int):
