@@ -39,6 +39,14 @@ _WEIGHT_EQUIVALENCE = {
     for name in ("check_sample_weight_equivalence_on_dense_data",
                  "check_sample_weight_equivalence_on_sparse_data")
 }
+# The CV estimators: the same check's refit at the chosen (smallest) alpha of its
+# ill-conditioned toy data stops at max_iter; with tol=1e-12 and max_iter=100_000 LassoCV
+# passes it. tests/test_path_cv.py compares integer weights with repeated rows, same folds.
+_CV_WEIGHT_EQUIVALENCE = {
+    name: "the refit at the toy data's smallest alpha stops at max_iter (gap ~1e-2); "
+          "tests/test_path_cv.py compares integer weights with repeated rows at tight tol"
+    for name in _WEIGHT_EQUIVALENCE
+}
 
 
 @parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC(),
@@ -46,7 +54,9 @@ _WEIGHT_EQUIVALENCE = {
                           RidgeCV(cv=3), LassoCV(n_alphas=5, cv=3),
                           ElasticNetCV(n_alphas=5, cv=3),
                           LogisticRegressionCV(Cs=[0.1, 1.0], cv=2)],
-                         expected_failed_checks=lambda estimator: _WEIGHT_EQUIVALENCE)
+                         expected_failed_checks=lambda estimator: (
+                             _CV_WEIGHT_EQUIVALENCE if type(estimator).__name__.endswith("CV")
+                             else _WEIGHT_EQUIVALENCE))
 def test_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         # LinearSVC's default alpha=1e-4 on the checks' unscaled toy data stops at

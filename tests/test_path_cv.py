@@ -10,6 +10,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from sklearn import linear_model
+from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import KFold, StratifiedKFold
@@ -346,3 +347,177 @@ def test_path_points_that_miss_tol_warn(diabetes):
     X, y = diabetes
     with pytest.warns(ConvergenceWarning, match="path points did not converge"):
         dask_scd.path(X, y, n_alphas=5, tol=1e-14, max_iter=1, solver="scd")
+
+
+# ---------------------------------------------------------------- sample weights
+
+
+def _repeated(X, y, counts, splits):
+    """The rows repeated ``counts`` times (0: removed) and the folds on them: each
+    (train, test) pair's rows mapped to their copies."""
+    copies = np.split(np.arange(counts.sum()), np.cumsum(counts)[:-1])
+    rows = np.repeat(np.arange(len(counts)), counts)
+    mapped = [tuple(np.concatenate([copies[i] for i in part]).astype(np.intp)
+                    for part in (train, test)) for train, test in splits]
+    return X[rows], y[rows], mapped
+
+
+def test_lasso_cv_with_sample_weight_is_sklearns(diabetes):
+    """scikit-learn's weighted LassoCV: the grid from the weighted alpha_max, each fold's
+    path on its weighted training rows, mse_path_ the weighted held-out errors."""
+    X, y = diabetes
+    weights = np.random.default_rng(0).uniform(0.2, 3.0, len(y))
+    cv = list(KFold(4, shuffle=True, random_state=0).split(X))
+    ours = LassoCV(cv=cv, n_alphas=15, tol=1e-10, solver="newton").fit(X, y, weights)
+    theirs = linear_model.LassoCV(cv=cv, alphas=15, tol=1e-12, max_iter=100_000)
+    theirs.fit(X, y, sample_weight=weights)
+    np.testing.assert_allclose(ours.alphas_, theirs.alphas_, rtol=1e-12)
+    np.testing.assert_allclose(ours.mse_path_, theirs.mse_path_, rtol=1e-7)
+    assert ours.alpha_ == pytest.approx(theirs.alpha_, rel=1e-12)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-6)
+    unweighted = LassoCV(cv=cv, n_alphas=15, tol=1e-10, solver="newton").fit(X, y)
+    assert not np.allclose(unweighted.mse_path_, ours.mse_path_)
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_log_loss"])
+def test_logistic_regression_cv_with_sample_weight_is_sklearns(cancer, scoring):
+    """C maps to alpha = 1/(C·Σw_train) on each fold (1/(C·Σw) for the refit), the
+    held-out scores weighted: scikit-learn's weighted LogisticRegressionCV."""
+    X, y = cancer
+    weights = np.random.default_rng(0).uniform(0.2, 3.0, len(y))
+    cv = list(StratifiedKFold(4, shuffle=True, random_state=0).split(X, y))
+    Cs = np.logspace(-3, 2, 8)
+    ours = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10, scoring=scoring)
+    ours.fit(X, y, sample_weight=weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        theirs = linear_model.LogisticRegressionCV(
+            Cs=Cs, cv=cv, solver="newton-cholesky", tol=1e-10, max_iter=1000,
+            scoring=scoring or "accuracy", l1_ratios=(0.0,), use_legacy_attributes=True,
+        ).fit(X, y, sample_weight=weights)
+    np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
+    np.testing.assert_array_equal(ours.C_, theirs.C_)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-4)
+
+
+# (estimator, its held-out errors or scores): the regressors' repeated-rows cases
+_REGRESSORS_CV = [
+    (LassoCV(n_alphas=8, tol=1e-10), "mse_path_"),
+    (ElasticNetCV(l1_ratio=[0.3, 0.9], n_alphas=6, tol=1e-13), "mse_path_"),
+    (RidgeCV(alphas=[1e-3, 1e-2, 0.1, 1.0], tol=1e-12), "scores_"),
+    (RidgeCV(alphas=[1e-3, 0.1, 1.0], tol=1e-12, scoring="neg_mean_absolute_error"),
+     "scores_"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_REGRESSORS_CV)))
+def test_integer_weights_are_repeated_rows_for_the_regressors(diabetes, case):
+    """Integer weights (zeros included) give the model, the held-out errors or scores
+    and the choice of the rows repeated that many times (0: removed), on the same folds
+    expressed on the repeated rows; a row twice in a training part weighs twice."""
+    X, y = diabetes
+    X, y = X[:200], y[:200]
+    counts = np.random.default_rng(case).integers(0, 4, len(y))
+    model, attribute = _REGRESSORS_CV[case]
+    kfold = list(KFold(3, shuffle=True, random_state=0).split(X))
+    twice = [(np.concatenate([train, train[:20]]), test) for train, test in kfold]
+    for splits in (kfold, twice):
+        X_rep, y_rep, splits_rep = _repeated(X, y, counts, splits)
+        weighted = clone(model).set_params(cv=splits).fit(X, y, sample_weight=counts)
+        repeated = clone(model).set_params(cv=splits_rep).fit(X_rep, y_rep)
+        np.testing.assert_allclose(getattr(weighted, attribute),
+                                   getattr(repeated, attribute), rtol=1e-6, atol=1e-9)
+        assert weighted.alpha_ == pytest.approx(repeated.alpha_, rel=1e-12)
+        np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-6)
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_log_loss"])
+def test_integer_weights_are_repeated_rows_for_logistic_regression_cv(cancer, scoring):
+    X, y = cancer
+    X, y = X[:240, :12], y[:240]
+    counts = np.random.default_rng(1).integers(0, 4, len(y))
+    splits = list(StratifiedKFold(3, shuffle=True, random_state=0).split(X, y))
+    X_rep, y_rep, splits_rep = _repeated(X, y, counts, splits)
+    # tol: the strongest penalty is flat, a gap of 1e-12 leaves its θ 2e-7 apart
+    options = dict(Cs=[1e-2, 0.1, 1.0, 10.0], tol=1e-14, scoring=scoring)
+    weighted = LogisticRegressionCV(cv=splits, **options).fit(X, y, sample_weight=counts)
+    repeated = LogisticRegressionCV(cv=splits_rep, **options).fit(X_rep, y_rep)
+    np.testing.assert_allclose(weighted.scores_[1], repeated.scores_[1], atol=1e-6)
+    np.testing.assert_allclose(weighted.coefs_paths_[1], repeated.coefs_paths_[1], atol=1e-5)
+    if scoring is not None:  # accuracies tie: compare the choice on the log loss
+        np.testing.assert_array_equal(weighted.C_, repeated.C_)
+        np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-5)
+    # Three classes, one-vs-rest: each class's paths and refit weigh the rows alike.
+    labels = np.digitize(X[:, 0], [-0.5, 0.5])
+    options["scoring"] = "neg_log_loss"
+    splits = list(KFold(3, shuffle=True, random_state=0).split(X))
+    X_rep, labels_rep, splits_rep = _repeated(X, labels, counts, splits)
+    weighted = LogisticRegressionCV(cv=splits, **options).fit(X, labels, sample_weight=counts)
+    repeated = LogisticRegressionCV(cv=splits_rep, **options).fit(X_rep, labels_rep)
+    np.testing.assert_array_equal(weighted.C_, repeated.C_)
+    for label in weighted.classes_:
+        np.testing.assert_allclose(weighted.scores_[label], repeated.scores_[label],
+                                   atol=1e-6)
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-5)
+
+
+def test_sample_weight_forms_and_zero_weight_folds(diabetes):
+    X, y = diabetes
+    X, y = X[:120], y[:120]
+    splits = list(KFold(3).split(X))
+    options = dict(n_alphas=5, tol=1e-10)
+    plain = LassoCV(cv=splits, **options).fit(X, y)
+    # a number, or equal weights, is the unweighted problem (only ratios matter)
+    for weights in (2.5, np.full(len(y), 0.5), list(np.ones(len(y)))):
+        same = LassoCV(cv=splits, **options).fit(X, y, sample_weight=weights)
+        np.testing.assert_allclose(same.mse_path_, plain.mse_path_, rtol=1e-9)
+        assert same.alpha_ == plain.alpha_
+    zero_test = np.ones(len(y))
+    zero_test[splits[1][1]] = 0.0
+    with pytest.raises(ValueError, match="fold 1: the sample weights of its held-out rows"):
+        LassoCV(cv=splits, **options).fit(X, y, sample_weight=zero_test)
+    with pytest.raises(ValueError, match="non-negative"):
+        RidgeCV(cv=splits).fit(X, y, sample_weight=-np.ones(len(y)))
+    with pytest.raises(ValueError, match="entries but X has"):
+        LogisticRegressionCV(cv=3).fit(X, y > 150, sample_weight=np.ones(5))
+
+
+def test_weighted_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, cancer,
+                                                                    tmp_path):
+    """A dask vector of weights chunked like y, or a grid's stored weights (used when
+    none are given), weigh the folds' paths, the held-out errors and the refit as the
+    same weights in memory."""
+    X, y = diabetes
+    weights = np.random.default_rng(2).integers(0, 4, len(y)).astype(float)
+    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=6, eps=1e-2,
+                   tol=1e-10)
+    here = LassoCV(**options).fit(X, y, sample_weight=weights)
+    X_dask = da.from_array(X, chunks=(150, 5))
+    there = LassoCV(**options).fit(X_dask, da.from_array(y, chunks=150),
+                                   sample_weight=da.from_array(weights, chunks=150))
+    _same_choice(there, here)
+    grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150, sample_weight=weights)
+    _same_choice(LassoCV(**options).fit(grid), here)
+    ridge = dict(cv=options["cv"], scoring="neg_mean_squared_error", tol=1e-10)
+    np.testing.assert_allclose(RidgeCV(**ridge).fit(X_dask, y, sample_weight=weights).scores_,
+                               RidgeCV(**ridge).fit(X, y, sample_weight=weights).scores_,
+                               rtol=1e-6)
+    X, y = cancer
+    X, y = X[:300, :10], y[:300]
+    weights = np.random.default_rng(3).uniform(0.0, 2.0, len(y))
+    here = LogisticRegressionCV(Cs=5, tol=1e-10).fit(X, y, sample_weight=weights)
+    there = LogisticRegressionCV(Cs=5, tol=1e-10).fit(
+        da.from_array(X, chunks=(100, 10)), da.from_array(y, chunks=100),
+        sample_weight=da.from_array(weights, chunks=100))
+    np.testing.assert_array_equal(there.C_, here.C_)
+    np.testing.assert_allclose(there.scores_[1], here.scores_[1], atol=1e-12)
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)
+    # Three classes on a grid with stored weights: each class's paths on its cells.
+    labels = np.digitize(X[:, 0], [-0.5, 0.5]).astype(float)
+    here = LogisticRegressionCV(Cs=4, tol=1e-10).fit(X, labels, sample_weight=weights)
+    grid = dask_scd.to_grid(X, labels, tmp_path / "c", row_chunk=100, sample_weight=weights)
+    there = LogisticRegressionCV(Cs=4, tol=1e-10).fit(grid)
+    np.testing.assert_array_equal(there.C_, here.C_)
+    for label in here.classes_:
+        np.testing.assert_allclose(there.scores_[label], here.scores_[label], atol=1e-12)
+    np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)

@@ -19,8 +19,10 @@ from dask_scd.estimators.multiclass import _classes, _targets
 from dask_scd.estimators.path_cv import (
     ModelScores,
     accuracies,
+    check_fold_weights,
     check_grid_size,
     cv_inputs,
+    cv_weights,
     folds,
     mean_squared_errors,
     r2_scores,
@@ -60,9 +62,24 @@ _CV_NOTES = """
 """
 
 
+_SAMPLE_WEIGHT = """
+            Non-negative weights of the examples (a number: the same for every row; a
+            dask vector chunked like y for a dask X; a grid's stored weights when
+            omitted). Each fold's path weighs its training rows by w, the held-out
+            scores are weighted by w, and the refit uses w: integer weights are the
+            rows repeated, with the same folds.
+"""
+
+
 def _doc(template: str) -> str:
     return (template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n"))
             .replace("{cv_notes}", _CV_NOTES.strip("\n")))
+
+
+def _fit_doc(method):
+    """``{sample_weight}`` in a ``fit`` docstring."""
+    method.__doc__ = method.__doc__.replace("{sample_weight}", _SAMPLE_WEIGHT.strip("\n"))
+    return method
 
 
 class _CrossValidated:
@@ -88,26 +105,31 @@ class _LinearModelCV(_CrossValidated, _Regressor):
     def _ratios(self) -> np.ndarray:
         return np.array([1.0])
 
-    def fit(self, X, y=None):
+    @_fit_doc
+    def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the path, then refit the best point on all of X.
 
         Parameters
         ----------
         X : array-like or sparse matrix of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+{sample_weight}
 
         Returns
         -------
         self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
+        weights = cv_weights(data, sample_weight)
         X, y, labels = cv_inputs(data)
         y = None if y is None else np.asarray(y, dtype=np.float64)
         ratios = self._ratios()
-        grids = np.array([self._grid(X, y, ratio) for ratio in ratios])
+        grids = np.array([self._grid(X, y, ratio, weights) for ratio in ratios])
         splits = folds(self.cv, X, np.asarray(labels, dtype=np.float64), classifier=False)
+        check_fold_weights(splits, weights)
         jobs = [{"y": y, "train": train, "test": test, "score": mean_squared_errors,
-                 "order": np.arange(grids.shape[1]),
+                 "weights": weights, "order": np.arange(grids.shape[1]),
                  "path_options": self._path_options(
                      alphas=grids[r], loss="squared", penalty=_penalty(ratio),
                      l1_ratio=float(ratio), fit_intercept=self.fit_intercept)}
@@ -128,13 +150,14 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         self._refit_problem = {"loss": "squared", "penalty": _penalty(self.l1_ratio_),
                                "alpha": self.alpha_, "l1_ratio": self.l1_ratio_,
                                "fit_intercept": self.fit_intercept}
-        self._set_fitted(self._fit_models(data, [data.y]), single_output=True)
+        self._set_fitted(self._fit_models(data, [data.y], _refit_weights(data, weights)),
+                         single_output=True)
         return self
 
-    def _grid(self, X, y, ratio: float) -> np.ndarray:
+    def _grid(self, X, y, ratio: float, weights=None) -> np.ndarray:
         """The alphas, decreasing: given, or scikit-learn's log grid from the exact
-        alpha_max of all of X (the same grid for every fold; a dask array's or a grid's
-        reduced over its cells)."""
+        alpha_max of all of X, weighted by ``weights`` (the same grid for every fold; a
+        dask array's or a grid's reduced over its cells)."""
         alphas = self.alphas
         if alphas is not None and not isinstance(alphas, numbers.Integral):
             values = np.asarray(alphas, dtype=np.float64).ravel()
@@ -144,8 +167,8 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         n_alphas = check_grid_size(self.n_alphas if alphas is None else alphas, "n_alphas")
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps={self.eps!r} must be in (0, 1)")
-        return alpha_grid(max_alpha(X, y, "squared", ratio, self.fit_intercept), n_alphas,
-                          self.eps)
+        return alpha_grid(max_alpha(X, y, "squared", ratio, self.fit_intercept,
+                                    sample_weight=weights), n_alphas, self.eps)
 
 
 def _penalty(ratio: float) -> str:
@@ -284,28 +307,33 @@ class RidgeCV(_CrossValidated, _Regressor):
         self.random_state = random_state
         self.verbose = verbose
 
-    def fit(self, X, y=None):
+    @_fit_doc
+    def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the alphas, then refit the best one on all of X.
 
         Parameters
         ----------
         X : array-like or sparse matrix of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+{sample_weight}
 
         Returns
         -------
         self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
+        weights = cv_weights(data, sample_weight)
         X, y, labels = cv_inputs(data)
         y = None if y is None else np.asarray(y, dtype=np.float64)
         alphas = np.asarray(self.alphas, dtype=np.float64).ravel()
         if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
             raise ValueError(f"alphas must be finite numbers > 0, got {self.alphas!r}")
         splits = folds(self.cv, X, np.asarray(labels, dtype=np.float64), classifier=False)
+        check_fold_weights(splits, weights)
         score = r2_scores if self.scoring is None else ModelScores(
             _point_model(Ridge(), X.shape[1]), self.scoring)
-        jobs = [{"y": y, "train": train, "test": test, "score": score,
+        jobs = [{"y": y, "train": train, "test": test, "score": score, "weights": weights,
                  "order": np.argsort(alphas)[::-1],
                  "path_options": self._path_options(
                      alphas=alphas, loss="squared", penalty="l2",
@@ -318,7 +346,8 @@ class RidgeCV(_CrossValidated, _Regressor):
         self.alpha_, self.best_score_ = float(alphas[best]), float(self.scores_[:, best].mean())
         self._refit_problem = {"loss": "squared", "penalty": "l2", "alpha": self.alpha_,
                                "l1_ratio": 0.0, "fit_intercept": self.fit_intercept}
-        self._set_fitted(self._fit_models(data, [data.y]), single_output=True)
+        self._set_fitted(self._fit_models(data, [data.y], _refit_weights(data, weights)),
+                         single_output=True)
         return self
 
     __doc__ = _doc("""Ridge with alpha chosen by cross-validation on a certified path.
@@ -337,7 +366,9 @@ class RidgeCV(_CrossValidated, _Regressor):
     scoring : str or callable, default=None
         A scikit-learn scorer name or callable; None: R² (scikit-learn's default).
         Efficient leave-one-out (scikit-learn's ``cv=None``) is not offered: None means
-        5 folds here.
+        5 folds here. With ``sample_weight`` the held-out scores are weighted (as in
+        scikit-learn's leave-one-out; its ``RidgeCV`` with a ``cv`` weighs only the fits
+        unless metadata routing is enabled).
 {cv_parameters}
 
     Attributes
@@ -384,7 +415,8 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     def _loss_name(self) -> str:
         return "logistic"
 
-    def fit(self, X, y=None):
+    @_fit_doc
+    def fit(self, X, y=None, sample_weight=None):
         """Cross-validate C (and l1_ratio), then refit the best on all of X.
 
         Parameters
@@ -393,6 +425,11 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         y : array-like of shape (n_samples,)
             Class labels; more than two classes: one model per class against the rest,
             each with its own C.
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+{sample_weight}
+            ``C`` maps to ``alpha = 1/(C·Σw)``, Σw over the fold's training rows for
+            its path and over all rows for the refit (scikit-learn's
+            ``C Σ w_i loss_i + penalty``).
 
         Returns
         -------
@@ -403,6 +440,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         if len(self.classes_) < 2:
             raise ValueError("This solver needs samples of at least 2 classes in the data, "
                              f"but the data contains only one class: {self.classes_[0]!r}")
+        weights = cv_weights(data, sample_weight)
         X, y, labels = cv_inputs(data)
         Cs, ratios = self._Cs(), self._ratios()
         self.Cs_, self.l1_ratios_ = Cs, ratios
@@ -412,12 +450,14 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         else:
             targets = [_targets(labels, label) for label in positive]
         splits = folds(self.cv, X, labels, classifier=True)
+        check_fold_weights(splits, weights)
         score = accuracies if self.scoring is None else ModelScores(
             _point_model(LogisticRegression(), X.shape[1]), self.scoring)
         order = np.argsort(Cs, kind="stable")  # the path's order: C increasing
         jobs = [{"y": target, "train": train, "test": test, "score": score, "order": order,
+                 "weights": weights,
                  "path_options": self._path_options(
-                     alphas=1.0 / (Cs * len(train)), loss="logistic",
+                     alphas=1.0 / (Cs * _total(weights, train)), loss="logistic",
                      penalty=self.penalty, l1_ratio=float(ratio),
                      fit_intercept=self.fit_intercept)}
                 for target in targets for ratio in ratios for train, test in splits]
@@ -425,12 +465,13 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         self._select(results, targets, splits, Cs, ratios)
         if self.refit:
             fitted = []
+            total = _total(weights, np.arange(X.shape[0]))
             for k, target in enumerate(targets):
                 self._refit_problem = {
                     "loss": "logistic", "penalty": self.penalty,
-                    "alpha": 1.0 / (self.C_[k] * X.shape[0]),
+                    "alpha": 1.0 / (self.C_[k] * total),
                     "l1_ratio": float(self.l1_ratio_[k]), "fit_intercept": self.fit_intercept}
-                fitted.extend(self._fit_models(data, [target]))
+                fitted.extend(self._fit_models(data, [target], _refit_weights(data, weights)))
             self._set_fitted(fitted, single_output=False)
         return self
 
@@ -495,10 +536,11 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     __doc__ = _doc("""Logistic regression with C chosen by cross-validation on certified paths.
 
     Each binary model minimizes ``(1/n) Σ log(1 + exp(−y_i(x_iᵀθ + b))) +
-    alpha·(l1_ratio‖θ‖₁ + (1 − l1_ratio)/2‖θ‖²)`` with ``alpha = 1/(C·n)``, scikit-learn's
-    ``C``. Each fold runs the path of the Cs from the smallest (warm-started), keeps the C
-    (and l1_ratio) of the best mean held-out score and refits it on all of X. More than
-    two classes: one model per class against the rest, each with its own C.
+    alpha·(l1_ratio‖θ‖₁ + (1 − l1_ratio)/2‖θ‖²)`` with ``alpha = 1/(C·n)`` (``1/(C·Σw)``
+    with sample weights), scikit-learn's ``C``. Each fold runs the path of the Cs from the
+    smallest (warm-started), keeps the C (and l1_ratio) of the best mean held-out score
+    and refits it on all of X. More than two classes: one model per class against the
+    rest, each with its own C.
 
     Parameters
     ----------
@@ -544,6 +586,21 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     -----
 {cv_notes}
     """)
+
+
+def _total(weights, rows) -> float:
+    """Σw over ``rows`` (their number without weights; a repeated index counts again)."""
+    return float(len(rows)) if weights is None else float(np.sum(weights[rows]))
+
+
+def _refit_weights(data, weights):
+    """The refit's weights: the given ones (numpy; a dask X's as a dask vector chunked
+    like its rows), or None."""
+    if weights is None or data.kind != "dask":
+        return weights
+    import dask.array as da
+
+    return da.from_array(weights, chunks=(data.X.chunks[0],))
 
 
 def _point_model(model, n_features: int):

@@ -8,6 +8,10 @@ with weight 0 on the held-out rows (the weighted objective ``(1/Σw) Σ w_i ℓ_
 exactly the training rows' own), run here one fold after the other, each point a fit on
 the cluster; the held-out rows are scored by a lazy product of X with the path's
 coefficients.
+
+With sample weights w, a fold's path weighs its training rows by w (times how often each
+is a training row) and its held-out scores are weighted by w on the held-out rows: with
+integer weights, the folds of the rows repeated w_i times.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from dask_scd.data.inputs import is_dask, is_grid
 from dask_scd.estimators.fitting import _current_client
 from dask_scd.paths import path
 from dask_scd.result import dask_scores
-from dask_scd.validation import collect_warnings, reissue
+from dask_scd.validation import check_sample_weight, collect_warnings, reissue
 
 
 def cv_inputs(data) -> tuple:
@@ -34,6 +38,35 @@ def cv_inputs(data) -> tuple:
         return data.X, None, grid_labels(data.X)
     labels = np.asarray(data.y.compute() if is_dask(data.y) else data.y)
     return data.X, labels, labels
+
+
+def cv_weights(data, sample_weight):
+    """The examples' weights as numpy float64 (a dask vector computed here, n numbers, as
+    the labels are; a number: that weight for every row; a grid's stored weights when
+    none are given), checked; None without weights."""
+    from dask_scd.estimators.base import _base_weights
+
+    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
+        sample_weight = np.full(int(data.X.shape[0]), float(sample_weight))
+    weights = _base_weights(data, sample_weight)
+    if weights is None:
+        return None
+    weights = np.asarray(weights.compute() if is_dask(weights) else weights,
+                         dtype=np.float64)
+    check_sample_weight(weights, int(data.X.shape[0]))  # raises on bad weights
+    return weights
+
+
+def check_fold_weights(splits: list, weights) -> None:
+    """Every fold needs training rows and held-out rows of positive weight."""
+    if weights is None:
+        return
+    for k, (train, test) in enumerate(splits):
+        for rows, part in ((train, "training"), (test, "held-out")):
+            if not np.sum(weights[rows]) > 0.0:
+                raise ValueError(f"fold {k}: the sample weights of its {part} rows sum to "
+                                 "zero (each fold needs rows of positive weight on both "
+                                 "sides)")
 
 
 def distributed(X) -> bool:
@@ -79,23 +112,28 @@ def _fold_task(X, job: dict):
         return fold_path(X, **job), collected
 
 
-def fold_path(X, y, train, test, path_options: dict, score, order) -> dict:
+def fold_path(X, y, train, test, path_options: dict, score, order, weights=None) -> dict:
     """The path on the training rows, scored on the test rows.
 
-    ``score(margins, X_test, y_test, coefs, intercepts)`` gives one score per point from
-    the test margins (n_test, n_alphas; a dask array for dask or grid X, the scores then
-    lazy too); ``order`` is the permutation that sorts the caller's grid into the path's
-    (decreasing alpha): the results come back in the caller's order. y None: a grid's
-    own labels (±1 for a classification loss). Returns scores, coefs (n_alphas,
-    n_features), intercepts, iterations, alphas and relative duality gaps.
+    ``score(margins, X_test, y_test, coefs, intercepts, weights)`` gives one score per
+    point from the test margins (n_test, n_alphas; a dask array for dask or grid X, the
+    scores then lazy too) and the test rows' weights (None: unweighted); ``order`` is
+    the permutation that sorts the caller's grid into the path's (decreasing alpha):
+    the results come back in the caller's order. y None: a grid's own labels (±1 for a
+    classification loss). ``weights``: the weights of all of X's rows (numpy), or None.
+    Returns scores, coefs (n_alphas, n_features), intercepts, iterations, alphas and
+    relative duality gaps.
     """
     if distributed(X):
-        result, X_test, margins, y_test = _weighted_fold(X, y, train, test, path_options)
+        result, X_test, margins, y_test = _weighted_fold(X, y, train, test, path_options,
+                                                         weights)
     else:
-        result = path(X[train], y[train], **path_options)
+        sample_weight = None if weights is None else weights[train]
+        result = path(X[train], y[train], sample_weight=sample_weight, **path_options)
         X_test, y_test = X[test], y[test]
         margins = np.asarray(X_test @ result.coefs) + result.intercepts
-    scores = score(margins, X_test, y_test, result.coefs, result.intercepts)
+    test_weights = None if weights is None else weights[test]
+    scores = score(margins, X_test, y_test, result.coefs, result.intercepts, test_weights)
     scores = np.asarray(scores.compute() if is_dask(scores) else scores, dtype=np.float64)
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
@@ -104,12 +142,15 @@ def fold_path(X, y, train, test, path_options: dict, score, order) -> dict:
             "alphas": result.alphas[back], "dual_gaps": result.dual_gaps[back]}
 
 
-def _weighted_fold(X, y, train, test, path_options: dict) -> tuple:
+def _weighted_fold(X, y, train, test, path_options: dict, sample_weight=None) -> tuple:
     """(path, X_test, margins, y_test) of a fold of a dask array or a grid: the path of
     all of X weighted by how often each row is a training row (0 on the held-out rows;
-    times a grid's stored weights), and the held-out rows' margins as a dask array."""
+    times ``sample_weight``, else a grid's stored weights), and the held-out rows'
+    margins as a dask array."""
     weights = np.bincount(train, minlength=X.shape[0]).astype(np.float64)
-    if is_grid(X) and X.has_weights:
+    if sample_weight is not None:
+        weights *= sample_weight
+    elif is_grid(X) and X.has_weights:
         weights *= np.concatenate([X.read_weights(r) for r in range(X.n_row_chunks)])
     if is_grid(X) and y is not None:
         # Targets other than the grid's labels (one class against the rest): its cells
@@ -137,25 +178,37 @@ def grid_labels(grid, classes=None) -> np.ndarray:
     return labels if classes is None else np.where(labels == classes[1], 1.0, -1.0)
 
 
-def mean_squared_errors(margins, X_test, y_test, coefs, intercepts) -> np.ndarray:
-    """Mean squared error of each point's predictions."""
-    return np.mean((np.asarray(y_test, dtype=np.float64)[:, None] - margins) ** 2, axis=0)
+def _mean(values, weights):
+    """The mean of each column of ``values`` (numpy or dask), weighted by ``weights``
+    (numpy, one per row) when given."""
+    if weights is None:
+        return np.mean(values, axis=0)
+    return (values * weights[:, None]).sum(axis=0) / np.sum(weights)
 
 
-def r2_scores(margins, X_test, y_test, coefs, intercepts) -> np.ndarray:
-    """R² of each point's predictions (scikit-learn's ``r2_score``: 1.0 for a perfect
-    fit of constant y, 0.0 for an imperfect one)."""
+def mean_squared_errors(margins, X_test, y_test, coefs, intercepts,
+                        weights=None) -> np.ndarray:
+    """Mean squared error of each point's predictions (weighted: scikit-learn's
+    ``np.average`` of the squared residuals)."""
+    return _mean((np.asarray(y_test, dtype=np.float64)[:, None] - margins) ** 2, weights)
+
+
+def r2_scores(margins, X_test, y_test, coefs, intercepts, weights=None) -> np.ndarray:
+    """R² of each point's predictions (scikit-learn's ``r2_score``, weighted when given:
+    1.0 for a perfect fit of constant y, 0.0 for an imperfect one)."""
     y_test = np.asarray(y_test, dtype=np.float64)
-    residual = np.sum((y_test[:, None] - margins) ** 2, axis=0)
-    total = float(np.sum((y_test - y_test.mean()) ** 2))
+    w = np.ones(len(y_test)) if weights is None else weights
+    residual = np.sum((y_test[:, None] - margins) ** 2 * w[:, None], axis=0)
+    total = float(np.sum(w * (y_test - np.average(y_test, weights=w)) ** 2))
     if total == 0.0:
         return np.where(residual == 0.0, 1.0, 0.0)
     return 1.0 - residual / total
 
 
-def accuracies(margins, X_test, y_test, coefs, intercepts) -> np.ndarray:
-    """Accuracy of each point's labels (±1 targets; a margin > 0 predicts +1)."""
-    return np.mean((margins > 0) == (np.asarray(y_test)[:, None] > 0), axis=0)
+def accuracies(margins, X_test, y_test, coefs, intercepts, weights=None) -> np.ndarray:
+    """Accuracy of each point's labels (±1 targets; a margin > 0 predicts +1), weighted
+    when given."""
+    return _mean((margins > 0) == (np.asarray(y_test)[:, None] > 0), weights)
 
 
 class ModelScores:
@@ -165,12 +218,14 @@ class ModelScores:
     def __init__(self, template, scoring):
         self.template, self.scoring = template, scoring
 
-    def __call__(self, margins, X_test, y_test, coefs, intercepts) -> np.ndarray:
+    def __call__(self, margins, X_test, y_test, coefs, intercepts,
+                 weights=None) -> np.ndarray:
         scorer = check_scoring(self.template, scoring=self.scoring)
+        extra = {} if weights is None else {"sample_weight": weights}
         values = []
         for k in range(coefs.shape[1]):
             hold(self.template, coefs[:, k], intercepts[k])
-            values.append(scorer(self.template, X_test, y_test))
+            values.append(scorer(self.template, X_test, y_test, **extra))
         return np.array(values, dtype=np.float64)
 
 
