@@ -509,3 +509,65 @@ def test_block_scd_on_a_one_hot_grid_with_weights_is_repeated_rows(client, tmp_p
     assert weighted.dual_gap_ <= TIGHT
     assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
     np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-4)
+
+
+# ------------------------------------------------------------------------ cocoa
+
+
+SPLITS = [("features", "squared"), ("features", "logistic"), ("features", "squared_hinge"),
+          ("examples", "squared"), ("examples", "logistic"), ("examples", "squared_hinge"),
+          ("examples", "hinge")]
+
+
+@pytest.mark.parametrize("split, loss", SPLITS)
+def test_cocoa_weights_are_repeated_rows_and_zero_weights_removed_rows(split, loss):
+    """Both splits (the registry test above runs cocoa's default one): the weighted local
+    solvers, γ and the certificate; an example of weight 0 is gone."""
+    X, y, weights = _data()
+    y = _labels(y, loss)
+    rows = np.repeat(np.arange(len(y)), weights)
+    options = dict(loss=loss, alpha=0.05, tol=TIGHT, max_iter=20000, random_state=0,
+                   solver="cocoa", split=split)
+    weighted = dask_scd.fit(X, y, sample_weight=weights, **options)
+    repeated = dask_scd.fit(X[rows], y[rows], **options)
+    assert weighted.dual_gap_ <= TIGHT and weighted.extras_["split"] == split
+    assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
+    kept = weights > 0
+    zero = dask_scd.fit(X, y, sample_weight=kept.astype(float), **options)
+    subset = dask_scd.fit(X[kept], y[kept], **options)
+    assert zero.primal_ == pytest.approx(subset.primal_, rel=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_cocoa_weights_reach_the_parts_on_a_cluster(client, tmp_path):
+    """A dask vector's weights and a grid's stored ones travel with the labels to every
+    part: three rounds on the cluster are those in memory, bit for bit, by feature and by
+    example for every loss (so is the optimum, above); and one fit to the optimum each."""
+    X, y, weights = _data(n=60, p=6)
+    options = dict(alpha=0.05, random_state=0, solver="cocoa", n_partitions=3)
+    rounds = dict(tol=1e-14, max_iter=3, **options)  # the parts: 3 row chunks or blocks
+
+    def same(on_cluster, in_memory):
+        assert on_cluster.n_iter_ == in_memory.n_iter_ == 3
+        assert on_cluster.history_.relative_gap == in_memory.history_.relative_gap
+        np.testing.assert_array_equal(on_cluster.coef_, in_memory.coef_)
+        assert on_cluster.intercept_ == in_memory.intercept_
+
+    for split, loss in SPLITS:
+        labels = _labels(y, loss)
+        same(dask_scd.fit(da.from_array(X, chunks=(20, 2)), da.from_array(labels, chunks=20),
+                          sample_weight=da.from_array(weights, chunks=25), loss=loss,
+                          split=split, **rounds),
+             dask_scd.fit(X, labels, sample_weight=weights, loss=loss, split=split, **rounds))
+    labels = _labels(y, "logistic")
+    grid = to_grid(X, labels, tmp_path / "g", row_chunk=20,
+                   blocks=[[0, 1], [2, 3], [4, 5]], sample_weight=weights)
+    rows = np.repeat(np.arange(len(y)), weights)
+    for split in ("features", "examples"):
+        same(dask_scd.fit(grid, loss="logistic", split=split, **rounds),
+             dask_scd.fit(X, labels, sample_weight=weights, loss="logistic", split=split,
+                          **rounds))
+        weighted = dask_scd.fit(grid, loss="logistic", split=split, tol=1e-11, **options)
+        repeated = dask_scd.fit(X[rows], labels[rows], loss="logistic", split=split,
+                                tol=TIGHT, **options)
+        assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8), split

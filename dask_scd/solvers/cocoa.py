@@ -18,6 +18,10 @@ chunks (dual), assembled once on a worker each from the cells (no X reaches the 
 every later task of a part runs where the part is, and only the shared vector, the
 updates and a few scalars move. For numpy / scipy.sparse X the parts are slices solved
 here, by the same functions: the same model, bit for bit.
+
+Sample weights v (mean 1) travel with the labels: every part by example keeps its rows'
+v, the labels that every part by feature reads carry all of them (a grid's stored
+weights, or a dask vector's chunks, reach the workers that way, never through X).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.data.cells import WeightedLabels
 from dask_scd.data.memory import InMemory
 from dask_scd.result import History
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
@@ -63,6 +68,11 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
         to 1e-9 by feature, 496 by example, whose rows all span the same 20 directions).
     client : distributed.Client, optional
         Dask input only: default the current client, else an in-process cluster.
+
+    With sample weights (``data.weights`` in memory, a Source's ``sample_weight``) the
+    objective is the weighted one, (1/n) Σ v_i ℓ_i + g(θ) with v of mean 1: weighted SCD
+    epochs by feature, SDCA's weighted epochs on u = a/v by example, and γ and the
+    certificate of the weighted problem (:mod:`~dask_scd.solvers.cocoa_ops`).
 
     The Run's extras hold ``rounds`` (round, step γ, relative gap per round),
     ``n_partitions``, ``split`` and ``aggregation``.
@@ -149,7 +159,7 @@ class _Cluster:
 
 def _memory_parts(data: InMemory, problem, settings) -> dict:
     """K slices of in-memory X (contiguous columns or rows)."""
-    X, y = data.X, data.y
+    X, y, weights = data.X, data.y, data.weights
     by_features = settings["split"] == "features"
     n_lines = X.shape[1] if by_features else X.shape[0]
     K = settings["n_partitions"] or min(IN_MEMORY_PARTITIONS, n_lines)
@@ -158,19 +168,23 @@ def _memory_parts(data: InMemory, problem, settings) -> dict:
     logistic = problem.loss == "logistic"
     if by_features:
         Xc = X.tocsc() if hasattr(X, "tocsc") else X
-        parts = [ops.make_part(Xc[:, lo:hi], "columns", logistic=logistic)
+        parts = [ops.make_part(Xc[:, lo:hi], "columns", logistic=logistic, weights=weights)
                  for lo, hi in zip(bounds[:-1], bounds[1:])]
     else:
         Xr = X.tocsr() if hasattr(X, "tocsr") else X
-        parts = [ops.make_part(Xr[lo:hi], "rows", y[lo:hi])
+        parts = [ops.make_part(Xr[lo:hi], "rows", y[lo:hi],
+                               weights=None if weights is None else weights[lo:hi])
                  for lo, hi in zip(bounds[:-1], bounds[1:])]
     sizes = np.diff(bounds)
+    if weights is not None:  # what the tasks of every row read: the labels with their v
+        y = WeightedLabels(y, weights)
     return {"parts": parts, "sizes": sizes, "y": y, "n_samples": X.shape[0],
             "n_features": X.shape[1], "n_row_sq": _row_sq_sum(parts)}
 
 
 def _row_sq_sum(parts) -> float:
-    """Σ_i ‖x_i‖² (= Σ_j ‖x_j‖²) from the parts' line norms."""
+    """Σ_i ‖x_i‖² (= Σ_j ‖x_j‖²) from the parts' line norms (Σ_i v_i ‖x_i‖² by feature
+    with weights; only the dual reads it)."""
     return float(sum(float(p.sq_norms.sum()) for p in parts))
 
 
@@ -181,7 +195,9 @@ def _check_parts(K, n_lines, what):
 
 def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
     """K parts of a dask array or Grid, each assembled from its cells on a worker: runs
-    of column blocks (by feature) or of row chunks (by example)."""
+    of column blocks (by feature) or of row chunks (by example). With sample weights the
+    labels of every row chunk carry them (:meth:`~dask_scd.data.sources.Source.connect`)
+    and a part by feature reads them all, for its weighted column norms."""
     cells, labels = source.connect(here.runtime.client)
     by_features = settings["split"] == "features"
     units = len(source.blocks) if by_features else source.n_row_chunks
@@ -198,7 +214,8 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
         where = f"part {k} ({what} {group[0]}–{group[-1]})"
         if by_features:
             part_cells = [[cells[r][b] for b in group] for r in range(R)]
-            parts.append(here.submit(ops.assemble_part, part_cells, "columns", where, None,
+            weights = labels if source.weighted else None
+            parts.append(here.submit(ops.assemble_part, part_cells, "columns", where, weights,
                                      logistic, part=k))
         else:
             part_cells = [list(cells[r]) for r in group]
@@ -325,14 +342,17 @@ class _Dual:
         scatters = [here.submit(ops.part_scatter, p, a, 1.0 / self.alpha_n, part=k)
                     for k, (p, a) in enumerate(zip(self.parts, self.duals))]
         self.coef = here.gather(here.submit(ops.ordered_sum, *scatters))
-        self.total = here.gather(here.submit(ops.dual_total, *self.duals))
+        sums = [here.submit(ops.part_dual_sum, p, a, part=k)
+                for k, (p, a) in enumerate(zip(self.parts, self.duals))]
+        self.total = here.gather(here.submit(ops.dual_total, *sums))
         self.certified = None
 
     def certify(self) -> obj.Certificate:
         """The SDCA certificate of a projected onto Σa = 0, with w and b recomputed for it
         (two passes over each part)."""
         here, problem, K = self.here, self.problem, self.K
-        sums = [here.submit(ops.dual_sign_sums, a, part=k) for k, a in enumerate(self.duals)]
+        sums = [here.submit(ops.dual_sign_sums, p, a, part=k)
+                for k, (p, a) in enumerate(zip(self.parts, self.duals))]
         scales = here.submit(ops.dual_projection, problem, *sums)
         scatters = [here.submit(ops.part_projected_scatter, p, a, scales, self.alpha_n, part=k)
                     for k, (p, a) in enumerate(zip(self.parts, self.duals))]

@@ -140,7 +140,7 @@ register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton"
                            "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),),
                 weighted=(*SMOOTH, MULTINOMIAL)))
 register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
-    "client", "n_partitions", "local_epochs", "aggregation", "split")))
+    "client", "n_partitions", "local_epochs", "aggregation", "split"), weighted=ANY_LOSS))
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
