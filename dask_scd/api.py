@@ -115,9 +115,10 @@ def fit(
         ``(1/Σw) Σ w_i loss(y_i, x_iᵀθ + b)``, certified by the weighted duality gap
         (docs/objectives.md). A dask vector is rechunked like y. A grid written with
         ``to_grid(..., sample_weight=...)`` carries its weights; passing sample_weight
-        replaces them. Solved by "newton" (smooth losses), "sdca" (L2, every loss), "gram"
-        (squared loss) and "block_newton" (Dask, smooth losses), which "auto" picks among
-        ("scd", "duhl" and "block_scd" raise a ValueError).
+        replaces them. Solved by "newton" (smooth losses), "sdca" (L2, every loss), "scd"
+        (smooth losses), "duhl", "gram" (squared loss), "block_newton" and "block_scd"
+        (Dask, smooth losses), which "auto" picks among, and "cocoa" (every loss, in
+        memory or over Dask, when named); "newton" for the hinge raises a ValueError.
         The caller's array is never modified.
     coef_init : array of shape (n_features,), optional
         Warm start: the engines with a primal iterate ("gram", "scd", "newton" for the
