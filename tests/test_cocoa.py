@@ -11,6 +11,7 @@ from scipy.optimize import minimize_scalar
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data.cells import WeightedLabels
 from dask_scd.solvers import cocoa_ops as ops
 
 
@@ -28,35 +29,47 @@ def _classification(n=200, p=16, seed=0):
     return X, np.where(y > 0, 1.0, -1.0)
 
 
-def _column_parts(X, K, logistic=False):
+def _column_parts(X, K, logistic=False, weights=None):
     bounds = np.linspace(0, X.shape[1], K + 1).astype(int)
-    return [ops.make_part(X[:, lo:hi], "columns", logistic=logistic)
+    return [ops.make_part(X[:, lo:hi], "columns", logistic=logistic, weights=weights)
             for lo, hi in zip(bounds[:-1], bounds[1:])], bounds
 
 
-def _row_parts(X, y, K):
+def _row_parts(X, y, K, weights=None):
     bounds = np.linspace(0, X.shape[0], K + 1).astype(int)
-    return [ops.make_part(X[lo:hi], "rows", y[lo:hi])
+    return [ops.make_part(X[lo:hi], "rows", y[lo:hi],
+                          weights=None if weights is None else weights[lo:hi])
             for lo, hi in zip(bounds[:-1], bounds[1:])], bounds
+
+
+def _weights(n, weighted):
+    """Sample weights of mean 1 with zeros, or None."""
+    if not weighted:
+        return None
+    v = np.random.default_rng(11).integers(0, 4, n).astype(float)
+    return v * n / v.sum()
 
 
 # ------------------------------------------------------------- the adaptive step
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("loss, l1_ratio", [("squared", 0.0), ("squared", 1.0),
                                             ("squared", 0.5), ("logistic", 0.0),
                                             ("logistic", 1.0)])
-def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio):
+def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio, weighted):
     X, y = _regression() if loss == "squared" else _classification()
     problem = obj.Problem(loss, 0.05, l1_ratio, True)
     n, K = len(y), 4
-    parts, bounds = _column_parts(X, K, loss == "logistic")
+    v = _weights(n, weighted)
+    parts, bounds = _column_parts(X, K, loss == "logistic", v)
+    targets = y if v is None else WeightedLabels(y, v)  # what the tasks read
     rng = np.random.default_rng(3)
     coef = 0.3 * rng.standard_normal(X.shape[1])  # not the optimum: a real step to take
     intercept = 0.2
     margins = X @ coef + intercept
-    updates = [ops.primal_solve(part, y, margins, coef[lo:hi], intercept, problem, 1, seed,
-                                k == 0)
+    updates = [ops.primal_solve(part, targets, margins, coef[lo:hi], intercept, problem, 1,
+                                seed, k == 0)
                for k, (part, lo, hi, seed) in enumerate(zip(parts, bounds[:-1], bounds[1:],
                                                              range(K)))]
     direction = ops.primal_direction(*updates)
@@ -65,50 +78,55 @@ def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio
 
     def objective(gamma):
         z = margins + gamma * direction["margins"]
-        return (obj.loss_value(loss, y, z).sum() / n
+        return (obj.weighted_sum(obj.loss_value(loss, y, z), v) / n
                 + obj.penalty_value(problem, coef + gamma * direction["coef"]))
 
-    gamma = ops.primal_gamma(problem, y, margins, coef, direction["coef"],
+    gamma = ops.primal_gamma(problem, targets, margins, coef, direction["coef"],
                              direction["margins"])
     best = minimize_scalar(objective, bounds=(0.0, 20.0), method="bounded",
                            options={"xatol": 1e-12})
     assert gamma > 0.0
     assert objective(gamma) <= best.fun + 1e-13 * abs(best.fun)
     assert abs(gamma - best.x) <= 1e-5 * max(1.0, abs(best.x))
-    if loss == "squared" and l1_ratio == 0.0:  # the closed form of the line minimization
+    if loss == "squared" and l1_ratio == 0.0 and not weighted:  # the closed form
         u, d = direction["margins"], direction["coef"]
         nalpha = n * problem.alpha
         closed = -((margins - y) @ u + nalpha * coef @ d) / (u @ u + nalpha * d @ d)
         assert gamma == pytest.approx(closed, rel=1e-12)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("loss", ["squared", "logistic", "hinge", "squared_hinge"])
 @pytest.mark.parametrize("rho", [0.0, 0.3])
-def test_dual_gamma_maximizes_the_dual_along_the_direction(loss, rho):
+def test_dual_gamma_maximizes_the_dual_along_the_direction(loss, rho, weighted):
+    """With weights v the dual values are u = a/v (0 where v = 0), the dual reads a = v∘u."""
     X, y = _regression() if loss == "squared" else _classification()
     problem = obj.Problem(loss, 0.05, 0.0, True)
     n, K = len(y), 4
     alpha_n = problem.alpha * n
-    parts, bounds = _row_parts(X, y, K)
+    v = _weights(n, weighted)
+    parts, bounds = _row_parts(X, y, K, v)
+    scale = np.ones(n) if v is None else v
     intercept = 0.1
     rng = np.random.default_rng(5)
     if loss == "squared":
         a = y - 0.5 + 0.1 * rng.standard_normal(n)
     else:
         a = np.clip(rng.uniform(0.05, 0.6, n), 1e-3, 1 - 1e-3) * y
-    coef = X.T @ a / alpha_n
-    total = float(a.sum())
+    a = np.where(scale > 0, a, 0.0)
+    coef = X.T @ (scale * a) / alpha_n
+    total = float((scale * a).sum())
     updates = [ops.dual_solve(part, a[lo:hi], coef, intercept, rho, total, problem, alpha_n, 1,
                               k)
                for k, (part, lo, hi) in enumerate(zip(parts, bounds[:-1], bounds[1:]))]
     direction = ops.dual_direction(*[ops.dual_summary(u) for u in updates])
     delta = np.concatenate([u["delta"] for u in updates])
-    assert np.allclose(direction["coef"], X.T @ delta / alpha_n, atol=1e-12)
+    assert np.allclose(direction["coef"], X.T @ (scale * delta) / alpha_n, atol=1e-12)
 
     def dual(gamma):
-        moved = a + gamma * delta
+        moved = scale * (a + gamma * delta)
         s = moved.sum()
-        return (obj.dual_loss(loss, y, moved).sum() - intercept * s - 0.5 * rho * s * s) / n \
+        return (obj.dual_loss(loss, y, moved, v).sum() - intercept * s - 0.5 * rho * s * s) / n \
             - 0.5 * problem.alpha * np.sum((coef + gamma * direction["coef"]) ** 2)
 
     gamma = ops.dual_gamma(problem, n, coef, intercept, rho, direction["coef"],
@@ -118,7 +136,7 @@ def test_dual_gamma_maximizes_the_dual_along_the_direction(loss, rho):
                            method="bounded", options={"xatol": 1e-12})
     assert np.isfinite(dual(gamma))
     assert dual(gamma) >= -best.fun - 1e-13 * abs(best.fun)
-    if loss == "squared" and rho == 0.0:  # the dual's closed form, with b
+    if loss == "squared" and rho == 0.0 and not weighted:  # the dual's closed form, with b
         u, dw = delta, direction["coef"]
         closed = (u @ y - a @ u - intercept * u.sum() - n * problem.alpha * coef @ dw) / (
             u @ u + n * problem.alpha * dw @ dw)

@@ -310,8 +310,8 @@ class _Primal:
 
 
 class _Dual:
-    """By example: part k owns the dual values a_k of its rows (they stay on its worker);
-    the client holds w and the intercept's multiplier b."""
+    """By example: part k owns the dual values a_k of its rows (they stay on its worker;
+    u_k = a_k/v with sample weights); the client holds w and the intercept's multiplier b."""
 
     def __init__(self, here, parts: dict, problem, settings):
         self.here, self.problem, self.settings = here, problem, settings
