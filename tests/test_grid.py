@@ -518,6 +518,32 @@ def test_damage_found_after_cells_were_decoded_directly(tmp_path, damage):
     np.testing.assert_array_equal(grid.read_cell(5, 1).toarray(), X[50:60][:, grid.blocks[1]].toarray())
 
 
+@pytest.mark.parametrize("damage", ["swap", "garble", "truncate"])
+def test_dense_cell_damaged_after_it_was_checked(tmp_path, damage):
+    """A dense cell read again whose frame ends with the content checksum it had when its
+    CRC was checked is not checked again: one damaged after that read (another cell's
+    intact frame in its place, garbled, truncated) is still refused with its name."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 8))
+    root = tmp_path / "g"
+    grid = to_grid(X, np.ones(60), root, row_chunk=10, blocks=2)
+    cols = grid.blocks[1]
+    for _ in range(2):  # checked, then recognized
+        np.testing.assert_array_equal(grid.read_cell(3, 1), X[30:40][:, cols])
+    chunk = _chunk_file(root, grid, 3, 1)
+    raw = chunk.read_bytes()
+    if damage == "swap":
+        chunk.write_bytes(_chunk_file(root, grid, 4, 1).read_bytes())
+    elif damage == "garble":
+        chunk.write_bytes(raw[:8] + bytes(b ^ 0x5A for b in raw[8:]))
+    else:
+        chunk.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 3, block 1\)"):
+        grid.read_cell(3, 1)
+    chunk.write_bytes(raw)  # put back: recognized again
+    np.testing.assert_array_equal(grid.read_cell(3, 1), X[30:40][:, cols])
+
+
 def test_missing_labels_chunk(tmp_path):
     grid = to_grid(np.ones((20, 2)), np.ones(20), tmp_path / "g", row_chunk=5)
     (tmp_path / "g" / "y" / "c" / "3").unlink()

@@ -161,8 +161,8 @@ def test_at_most_two_row_chunks_in_memory(tmp_path, monkeypatch):
     read = sdca_grid.read_row_chunk
     live, peak, reads = [0], [0], [0]
 
-    def counted(grid, r):
-        chunk = read(grid, r)
+    def counted(grid, r, *memory):
+        chunk = read(grid, r, *memory)
         live[0] += 1
         reads[0] += 1
         peak[0] = max(peak[0], live[0])
@@ -185,8 +185,8 @@ def test_next_chunk_is_read_while_one_is_processed(tmp_path, monkeypatch):
     done = {r: threading.Event() for r in range(grid.n_row_chunks)}
     live, seen = [0], []
 
-    def counted(grid, r):
-        chunk = read(grid, r)
+    def counted(grid, r, *memory):
+        chunk = read(grid, r, *memory)
         live[0] += 1
         weakref.finalize(chunk, lambda: live.__setitem__(0, live[0] - 1))
         done[r].set()
@@ -215,6 +215,27 @@ def test_next_chunk_is_read_while_one_is_processed(tmp_path, monkeypatch):
         stream.close()
     assert seen == [(3, 2), (0, 2), (4, 2), (1, 2), (2, 1)]
     assert live[0] == 0
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dense_row_chunks_read_into_two_buffers(tmp_path, blocks, dtype):
+    # The cells side by side in grid column order, as np.hstack of the cells, each read
+    # into the buffer the read before last used.
+    X, y = _data("logistic")
+    grid = to_grid(X.astype(dtype), y, tmp_path / "g.zarr", row_chunk=ROW_CHUNK,
+                   blocks=blocks)
+    memory = sdca_grid.ChunkMemory(grid)
+    seen = []
+    for r in [4, 0, 3, 3, 1, 2]:
+        chunk = sdca_grid.read_row_chunk(grid, r, memory)
+        expected = np.hstack([grid.read_cell(r, b) for b in range(grid.n_blocks)])
+        values = chunk.matrix.data.reshape(chunk.stop - chunk.start, N_FEATURES)
+        np.testing.assert_array_equal(values, expected)
+        assert values.dtype == dtype
+        seen.append(next(k for k, buf in enumerate(memory.buffers)
+                         if np.shares_memory(buf, values)))
+    assert seen == [1, 0, 1, 0, 1, 0]
 
 
 def test_estimator_on_a_grid(tmp_path):

@@ -16,7 +16,30 @@ from .codec import checksum, packed_size, unpack_csc
 from .layout import FORMAT, READABLE_VERSIONS, GridCorruptionError, _row_bounds
 from .partition import validate_blocks
 
-__all__ = ["read_cell", "read_labels"]
+__all__ = ["CellBuffers", "read_cell", "read_dense_row_chunk", "read_labels"]
+
+
+class CellBuffers:
+    """Memory reused from one dense cell's read to the next (one reading thread's own):
+    the compressed frame and, where the caller decodes into no array of its own, the
+    decoded values. A fresh 1.3 MB array per cell costs its page faults at every read:
+    decoding a 4,096 x 40 float64 cell takes ~5 ms into new memory, ~3 into reused."""
+
+    def __init__(self):
+        self._frame = np.empty(0, dtype=np.uint8)
+        self._values = np.empty(0, dtype=np.uint8)
+
+    def frame(self, nbytes: int) -> np.ndarray:
+        if self._frame.size < nbytes:
+            self._frame = np.empty(nbytes, dtype=np.uint8)
+        return self._frame[:nbytes]
+
+    def values(self, shape: tuple, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if self._values.size < nbytes:
+            self._values = np.empty(nbytes, dtype=np.uint8)
+        return self._values[:nbytes].view(dtype).reshape(shape)
 
 
 class _Reader:
@@ -40,6 +63,9 @@ class _Reader:
         self._arrays: dict[str, object] = {}
         self._cell_nnz = None
         self._checksums = None
+        # (r, b) -> the last 4 bytes of a dense cell's zstd frame whose decoded values
+        # passed the checks (finite, CRC): see _read_dense.
+        self._verified_frames: dict = {}
 
     def _array(self, name: str, cache: bool = True):
         arr = self._arrays.get(name)
@@ -106,7 +132,10 @@ class _Reader:
     def where(self, r: int, b: int) -> str:
         return f"cell (row chunk {r}, block {b}) of grid {self.path}"
 
-    def read_cell(self, r: int, b: int):
+    def read_cell(self, r: int, b: int, buffers: CellBuffers | None = None, into=None):
+        """Cell (r, b); a dense one decoded into ``into`` (an array of at least a chunk's
+        values, C order) or ``buffers``' memory when given (the cell is then a view of
+        it, valid until the next read into the same memory)."""
         n_rc = len(self.bounds) - 1
         if not (0 <= r < n_rc and 0 <= b < len(self.sizes)):
             raise IndexError(f"no cell ({r}, {b}) in a {n_rc} x {len(self.sizes)} grid")
@@ -114,13 +143,21 @@ class _Reader:
         try:
             if self.is_sparse:
                 return self._read_sparse(r, b, where)
-            return self._read_dense(r, b, where)
+            return self._read_dense(r, b, where, buffers, into)
         except GridCorruptionError:
             raise
         except Exception as exc:  # decompression, missing node, bad metadata...
             raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
 
-    def _read_dense(self, r: int, b: int, where: str) -> np.ndarray:
+    def _read_dense(self, r: int, b: int, where: str, buffers=None, into=None) -> np.ndarray:
+        """The dense cell, checked: finite values and the CRC of the table.
+
+        A cell read again whose zstd frame ends with the same content checksum as when it
+        passed those checks (the frame's last 4 bytes: XXH64 of the decoded values, which
+        zstd itself compares while decoding) holds the values checked then: the checks
+        are not repeated (the CRC costs half a decode: 1.1 of 3 ms for a 4,096 x 40 float64
+        cell). A cell swapped with another, moved or modified ends with another checksum
+        and is checked again."""
         name = f"X/block_{b}"
         arr = self._array(name)
         n, size = int(self.bounds[-1]), self.sizes[b]
@@ -131,22 +168,38 @@ class _Reader:
                 f"expected {(n, size)} / {(row_chunk, size)}"
             )
         self._require_chunk_file(name, f"c/{r}/0", where)
+        trailer = None
         if _one_zstd_frame(arr):
-            cell = self._decode_dense(name, r, arr.dtype, (row_chunk, size), where)
+            cell, trailer = self._decode_dense(name, r, arr.dtype, (row_chunk, size), where,
+                                               buffers, into)
+            if trailer is not None and self._verified_frames.get((r, b)) == trailer:
+                return cell
         else:
             cell = np.asarray(arr[self.bounds[r] : self.bounds[r + 1]])
         if not np.isfinite(cell).all():
             raise GridCorruptionError(f"{where}: cell holds missing or non-finite values")
         self._verify(cell, (0, r, b), where)
+        if trailer is not None and self.checksums() is not None:
+            self._verified_frames[(r, b)] = trailer
         return cell
 
-    def _decode_dense(self, name: str, r: int, dtype, shape: tuple, where: str) -> np.ndarray:
+    def _decode_dense(self, name: str, r: int, dtype, shape: tuple, where: str,
+                      buffers=None, into=None):
         """Rows ``bounds[r]:bounds[r + 1]`` of dense chunk ``r`` of array ``name``, its one
         zstd frame decoded straight into the cell (zarr's path costs a third more: its
-        event loop, a decoded copy, a copy into the selection)."""
+        event loop, a decoded copy, a copy into the selection), and the frame's content
+        checksum (its last 4 bytes; None where the frame has none)."""
+        buffers = buffers or CellBuffers()
         with open(self._chunk_path(name, f"c/{r}/0"), "rb") as f:
-            frame = f.read()
-        chunk = np.empty(shape, dtype=np.dtype(dtype).newbyteorder("<"))
+            nbytes = os.fstat(f.fileno()).st_size
+            frame = buffers.frame(nbytes)
+            if f.readinto(frame) != nbytes:
+                raise GridCorruptionError(f"{where}: chunk file changed while read")
+        dtype = np.dtype(dtype).newbyteorder("<")
+        if into is None:
+            chunk = buffers.values(shape, dtype)
+        else:
+            chunk = into.reshape(-1)[: shape[0] * shape[1]].view(dtype).reshape(shape)
         # The last value of a chunk is finite, or zarr's fill NaN in the padding of the last
         # row chunk, never these bytes: still there after decoding, the frame was short.
         last = chunk.reshape(-1)[-1:].view(np.uint8)
@@ -154,7 +207,8 @@ class _Reader:
         _ZSTD.decode(frame, out=chunk)  # refuses a frame longer than the chunk
         if (last == 0xFF).all():
             raise GridCorruptionError(f"{where}: chunk file holds fewer values than a chunk")
-        return chunk[: self.bounds[r + 1] - self.bounds[r]]
+        trailer = bytes(frame[-4:]) if _frame_has_checksum(frame) else None
+        return chunk[: self.bounds[r + 1] - self.bounds[r]], trailer
 
     def _read_sparse(self, r: int, b: int, where: str) -> sp.csc_matrix:
         rows, size = int(self.bounds[r + 1] - self.bounds[r]), self.sizes[b]
@@ -244,6 +298,13 @@ class _Reader:
 _ZSTD = numcodecs.Zstd()  # zarr's own zstd decoder (numcodecs is zarr's dependency)
 
 
+def _frame_has_checksum(frame: np.ndarray) -> bool:
+    """Does a zstd frame (magic number 0xFD2FB528, then the frame header descriptor) end
+    with the checksum of its content (the descriptor's bit 2)?"""
+    return (len(frame) >= 9 and bytes(frame[:4]) == b"\x28\xb5\x2f\xfd"
+            and bool(frame[4] & 0x04))
+
+
 def _one_zstd_frame(arr) -> bool:
     """Are the array's chunks stored as ``to_grid`` writes them: little-endian bytes in
     one zstd frame per chunk file?"""
@@ -289,6 +350,30 @@ def read_cell(path: str, grid_id: str, r: int, b: int):
     """Cell (row chunk r, block b) of the store at ``path``, checked against its checksum:
     a task function of Grid.X's graph and of the data layer (top-level so it pickles)."""
     return _reader(path, grid_id).read_cell(r, b)
+
+
+def read_dense_row_chunk(path: str, grid_id: str, r: int, out: np.ndarray,
+                         buffers: CellBuffers) -> np.ndarray:
+    """Row chunk r of a dense grid, its cells side by side in grid column order (as
+    ``np.hstack`` of its cells), decoded into ``out`` (C order, at least the row chunk's
+    rows and the grid's columns, the grid's dtype); returns ``out[:rows]``.
+
+    One cell is decoded straight into ``out``; more are decoded into ``buffers``, each
+    copied into its columns. Every cell is checked as :func:`read_cell` checks it."""
+    reader = _reader(path, grid_id)
+    if out.dtype != reader.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-ordered {reader.dtype} array, got {out.dtype}")
+    rows = int(reader.bounds[r + 1] - reader.bounds[r])
+    if len(reader.sizes) == 1:
+        cell = reader.read_cell(r, 0, buffers, into=out)
+        if not np.shares_memory(cell, out):  # read through zarr
+            out[:rows] = cell
+        return out[:rows]
+    lo = 0
+    for b, size in enumerate(reader.sizes):
+        out[:rows, lo : lo + size] = reader.read_cell(r, b, buffers)
+        lo += size
+    return out[:rows]
 
 
 def read_labels(path: str, grid_id: str, r: int) -> np.ndarray:

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.grid.read import read_cell, read_labels
+from dask_scd.grid.read import CellBuffers, read_cell, read_dense_row_chunk, read_labels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
@@ -60,13 +60,37 @@ class RowChunk:
     matrix: MajorMatrix
 
 
-def read_row_chunk(grid, r: int) -> RowChunk:
-    """Read and decode the cells of row chunk ``r`` into one matrix (CSR when sparse)."""
-    cells = [read_cell(grid.path, grid.grid_id, r, b) for b in range(grid.n_blocks)]
-    X = sp.hstack(cells, format="csr") if grid.is_sparse else np.hstack(cells)
+def read_row_chunk(grid, r: int, memory: "ChunkMemory | None" = None) -> RowChunk:
+    """Read and decode the cells of row chunk ``r`` into one matrix (CSR when sparse).
+
+    A dense one is decoded into ``memory``'s next buffer when given (the chunk is then a
+    view of it, valid until the read after next)."""
+    if grid.is_sparse:
+        cells = [read_cell(grid.path, grid.grid_id, r, b) for b in range(grid.n_blocks)]
+        X = sp.hstack(cells, format="csr")
+    elif memory is None:
+        X = np.hstack([read_cell(grid.path, grid.grid_id, r, b) for b in range(grid.n_blocks)])
+    else:
+        X = read_dense_row_chunk(grid.path, grid.grid_id, r, memory.next(), memory.cells)
     matrix = MajorMatrix.from_array(X, "rows")
     bounds = grid.row_bounds
     return RowChunk(r, int(bounds[r]), int(bounds[r + 1]), matrix)
+
+
+class ChunkMemory:
+    """Two row-chunk buffers, used in turn (the chunk being stepped on and the one being
+    read), and the reading thread's cell buffers: the reads of a dense grid allocate
+    nothing (fresh memory costs its page faults at every read)."""
+
+    def __init__(self, grid):
+        shape = (max(grid.row_chunks, default=0), grid.shape[1])
+        self.buffers = [np.empty(shape, dtype=grid.dtype) for _ in range(2)]
+        self.cells = CellBuffers()
+        self.turn = 0
+
+    def next(self) -> np.ndarray:
+        self.turn ^= 1
+        return self.buffers[self.turn]
 
 
 class ChunkStream:
@@ -76,16 +100,19 @@ class ChunkStream:
         self.grid = grid
         self.pool = ThreadPoolExecutor(1)
         self.passes = 0
+        self.memory = None if grid.is_sparse else ChunkMemory(grid)
 
     def each(self, order, work) -> None:
         """``work(chunk)`` for the row chunks in ``order``; chunk k + 1 is read while
-        ``work`` runs on chunk k, and chunk k is released before chunk k + 2 is read."""
+        ``work`` runs on chunk k, and chunk k is released before chunk k + 2 is read (into
+        chunk k's buffer, on a dense grid: ``work`` must not keep a chunk)."""
         self.passes += 1
-        pending = self.pool.submit(read_row_chunk, self.grid, int(order[0]))
+        pending = self.pool.submit(read_row_chunk, self.grid, int(order[0]), self.memory)
         for k in range(len(order)):
             chunk, pending = pending.result(), None
             if k + 1 < len(order):
-                pending = self.pool.submit(read_row_chunk, self.grid, int(order[k + 1]))
+                pending = self.pool.submit(read_row_chunk, self.grid, int(order[k + 1]),
+                                           self.memory)
             work(chunk)
             chunk = None  # noqa: F841 (dropped before the next read: two chunks at most)
 
