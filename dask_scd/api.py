@@ -140,7 +140,10 @@ def fit(
         every ``sync_every`` epochs, 0 never; several threads are not bit-reproducible,
         see docs/engines/sdca.md). ``solver="sdca"`` on a Grid runs out of core, row chunk
         by row chunk in this process (``check_every``: certify every k epochs, default the
-        in-memory schedule; ``chunk_order``: "random", default, or "sequential").
+        in-memory schedule; ``chunk_order``: "random", default, or "sequential";
+        ``spill``: False, default, True or a directory: a dense grid's row chunks kept
+        decoded in a temporary file after the first pass, which later passes read back
+        instead of decoding the grid; it takes the grid's decoded size on disk).
 
     Returns
     -------

@@ -238,6 +238,53 @@ def test_dense_row_chunks_read_into_two_buffers(tmp_path, blocks, dtype):
     assert seen == [1, 0, 1, 0, 1, 0]
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_spilled_row_chunks_give_the_same_fit(tmp_path, monkeypatch):
+    # spill: the grid's cells are decoded once (the first pass), later passes read the
+    # decoded rows back; the iterates are the same bit for bit.
+    X, y = _data("logistic")
+    grid = _grid(tmp_path, X, y)
+    kw = dict(loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4, random_state=2,
+              solver="sdca")
+    plain = dask_scd.fit(grid, **kw)
+    decode = sdca_grid.read_dense_row_chunk
+    decoded = []
+
+    def counted(path, grid_id, r, *args):
+        decoded.append(r)
+        return decode(path, grid_id, r, *args)
+
+    monkeypatch.setattr(sdca_grid, "read_dense_row_chunk", counted)
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    for spill in (True, spill_dir):
+        decoded.clear()
+        spilled = dask_scd.fit(grid, spill=spill, **kw)
+        assert sorted(decoded) == list(range(5))  # the first pass only
+        assert spilled.extras_["read_passes"] == plain.extras_["read_passes"] == 6
+        np.testing.assert_array_equal(spilled.coef_, plain.coef_)
+        assert spilled.intercept_ == plain.intercept_
+        assert spilled.history_.relative_gap == plain.history_.relative_gap
+    assert list(spill_dir.iterdir()) == []  # unlinked from the start
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_spill_that_fails_falls_back_to_the_grid(tmp_path, monkeypatch):
+    X, y = _data("logistic")
+    grid = _grid(tmp_path, X, y)
+    kw = dict(loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=3, random_state=2,
+              solver="sdca")
+    plain = dask_scd.fit(grid, **kw)
+
+    def full(fd, data, offset):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sdca_grid.os, "pwrite", full)
+    with pytest.warns(RuntimeWarning, match="spilling decoded row chunks.*No space left"):
+        spilled = dask_scd.fit(grid, spill=True, **kw)
+    np.testing.assert_array_equal(spilled.coef_, plain.coef_)
+
+
 def test_estimator_on_a_grid(tmp_path):
     X, y = _data("squared_hinge")
     grid = _grid(tmp_path, X, y)
@@ -259,6 +306,15 @@ def test_refusals(tmp_path):
         dask_scd.fit(grid, check_every=0, **kw)
     with pytest.raises(ValueError, match="chunk_order must be one of"):
         dask_scd.fit(grid, chunk_order="backwards", **kw)
+    with pytest.raises(ValueError, match="spill must be True, False or a directory"):
+        dask_scd.fit(grid, spill=3, **kw)
+    with pytest.raises(ValueError, match="is not a directory"):
+        dask_scd.fit(grid, spill=str(tmp_path / "nowhere"), **kw)
+    with pytest.raises(ValueError, match="apply to solver='sdca' on a Grid"):
+        dask_scd.fit(X, y, spill=True, **kw)
+    sparse = to_grid(sp.csr_matrix(X), y, tmp_path / "s.zarr", row_chunk=ROW_CHUNK)
+    with pytest.raises(ValueError, match="spill keeps a dense grid's row chunks"):
+        dask_scd.fit(sparse, spill=True, **kw)
     with pytest.raises(ValueError, match="apply to solver='sdca' on a Grid"):
         dask_scd.fit(X, y, check_every=2, **kw)
     with pytest.raises(ValueError, match="L2 problems only"):

@@ -120,7 +120,7 @@ register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squ
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH,
                 weighted=SMOOTH))
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
-                options=("n_threads", "sync_every", "check_every", "chunk_order"),
+                options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
                 grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",
                 weighted=ANY_LOSS))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",

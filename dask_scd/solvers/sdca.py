@@ -184,7 +184,7 @@ class _Shrinking:
 
 
 # Options of out-of-core SDCA on a Grid (dask_scd.solvers.sdca_grid) only.
-GRID_OPTIONS = ("check_every", "chunk_order")
+GRID_OPTIONS = ("check_every", "chunk_order", "spill")
 
 
 def _settings(engine: dict, device_name: str) -> dict:
