@@ -14,7 +14,8 @@ the original feature order once, at the end.
 
 Memory: at most two row chunks (the one being stepped on and the one being read: a
 ``ThreadPoolExecutor(1)`` reads and decodes chunk k + 1 while the numba kernel, which
-releases the GIL, steps on chunk k), w (p floats; twice while a certificate is summed),
+releases the GIL, steps on chunk k; a dense grid's are two reused buffers, used in turn,
+:class:`ChunkMemory`), w (p floats; twice while a certificate is summed),
 and five vectors of n floats: the dual variables a, the labels, the squared norms of the
 rows, and, while a certificate is summed, the margins X w and the certified a.
 
@@ -23,7 +24,11 @@ every row chunk (the exact Xᵀa/(αn) of the dual point, which the running w dr
 by rounding and, with an intercept, by the projection of a onto Σ a_i = 0). They are
 summed during epoch e + 1's read pass, each row chunk before the steps on it (a row's
 a_i only moves when its row chunk is visited, and w is a copy), so a certificate costs
-no read of its own except after the last epoch. The primal objective is taken at w with
+no read of its own except after the last epoch.
+
+Decoding is the cost of a read (~3 ms of zstd for a 4,096 x 120 float64 row chunk, about
+the SDCA steps on it): with ``spill``, a dense grid's row chunks are decoded once and
+kept decoded in a temporary file (:class:`Spill`), which the later passes read back. The primal objective is taken at w with
 its best intercept, the dual at a: each bound is valid on its own, so their difference
 is a duality gap.
 """
