@@ -1144,7 +1144,8 @@ def log(*a):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help=f"{QUICK.n} generated rows and only the rows {QUICK_ROWS} "
+                   help=f"{QUICK.n} generated rows and only the rows "
+                        f"{', '.join(QUICK_ROWS).replace('%', '%%')} "
                         "(unless --rows), small budgets: a try of the harness")
     p.add_argument("--rows", default=None,
                    help="regular expression: run the rows whose name it matches")
