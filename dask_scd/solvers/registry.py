@@ -99,7 +99,7 @@ def weights_refusal(solver: str, loss: str) -> str:
     if not weighted_engines(loss):
         return f"no engine takes sample weights for loss={loss!r}"
     return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
-            f"that do: {weighted_engines(loss)} (solver='auto' picks one of them)")
+            f"that do: {weighted_engines(loss)} (solver='auto' picks an engine that does)")
 
 
 def _function(entry: str):
