@@ -24,13 +24,13 @@ every row chunk (the exact Xᵀa/(αn) of the dual point, which the running w dr
 by rounding and, with an intercept, by the projection of a onto Σ a_i = 0). They are
 summed during epoch e + 1's read pass, each row chunk before the steps on it (a row's
 a_i only moves when its row chunk is visited, and w is a copy), so a certificate costs
-no read of its own except after the last epoch.
+no read of its own except after the last epoch. The primal objective is taken at w with
+its best intercept, the dual at a: each bound is valid on its own, so their difference
+is a duality gap.
 
 Decoding is the cost of a read (~3 ms of zstd for a 4,096 x 120 float64 row chunk, about
 the SDCA steps on it): with ``spill``, a dense grid's row chunks are decoded once and
-kept decoded in a temporary file (:class:`Spill`), which the later passes read back. The primal objective is taken at w with
-its best intercept, the dual at a: each bound is valid on its own, so their difference
-is a duality gap.
+kept decoded in a temporary file (:class:`Spill`), which the later passes read back.
 """
 
 from __future__ import annotations
@@ -72,16 +72,16 @@ def read_row_chunk(grid, r: int, memory: "ChunkMemory | None" = None,
                    spill: "Spill | None" = None) -> RowChunk:
     """Read and decode the cells of row chunk ``r`` into one matrix (CSR when sparse).
 
-    A dense one is decoded into ``memory``'s next buffer when given (the chunk is then a
-    view of it, valid until the read after next); with a ``spill`` (dense grids), a row
-    chunk spilled before is read back from it instead, and one read from the grid is
-    spilled."""
+    A dense one is decoded into ``memory``'s next buffer (the chunk is then a view of it,
+    valid until the read after next; fresh buffers when none is given); with a ``spill``
+    (dense grids), a row chunk spilled before is read back from it instead, and one read
+    from the grid is spilled."""
     if grid.is_sparse:
         cells = [read_cell(grid.path, grid.grid_id, r, b) for b in range(grid.n_blocks)]
         X = sp.hstack(cells, format="csr")
-    elif memory is None:
-        X = np.hstack([read_cell(grid.path, grid.grid_id, r, b) for b in range(grid.n_blocks)])
     else:
+        if memory is None:  # a read of its own (np.empty: the unused buffer is not touched)
+            memory = ChunkMemory(grid)
         out = memory.next()
         X = spill.read(r, out) if spill is not None else None
         if X is None:
@@ -158,15 +158,15 @@ class Spill:
 class ChunkStream:
     """Passes over a grid's row chunks, each chunk read one ahead by a background thread.
 
-    ``spill``: None, or a directory (None inside: the system's temporary directory) where
+    ``spill``: False, True or a directory (True: the system's temporary directory) where
     a dense grid's row chunks are kept decoded after their first read (:class:`Spill`)."""
 
-    def __init__(self, grid, spill=None):
+    def __init__(self, grid, spill=False):
         self.grid = grid
         self.pool = ThreadPoolExecutor(1)
         self.passes = 0
         self.memory = None if grid.is_sparse else ChunkMemory(grid)
-        self.spill = None if spill is None else Spill(grid, spill[0])
+        self.spill = None if spill is False else Spill(grid, None if spill is True else spill)
 
     def each(self, order, work) -> None:
         """``work(chunk)`` for the row chunks in ``order``; chunk k + 1 is read while
@@ -216,8 +216,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     if problem.fit_intercept:
         intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
     dual_coef = dual_start(problem, y, intercept)
-    spill = settings["spill"]
-    stream = ChunkStream(grid, None if spill is False else (None if spill is True else spill,))
+    stream = ChunkStream(grid, settings["spill"])
     try:
         state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
         row_sq_norms = state.row_sq_norms
