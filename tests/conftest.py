@@ -107,6 +107,17 @@ def shared_dataset(name: str):
     return X, y
 
 
+@pytest.fixture(scope="module")
+def client():
+    """A 2-worker in-process LocalCluster's client, shared by a module's tests (a module
+    that needs another cluster defines its own ``client``)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as c:
+        yield c
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -24,13 +24,6 @@ def data(tmp_path_factory):
     return X, y, open_grid(path)
 
 
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
-        yield c
-
-
 CASES = [
     ("logistic", "l2", True), ("logistic", "l1", True), ("logistic", "elasticnet", False),
     ("squared_hinge", "l2", True), ("squared", "l1", True), ("squared", "l2", False),

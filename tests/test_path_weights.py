@@ -6,19 +6,11 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from distributed import Client, LocalCluster
 
 import dask_scd
 from dask_scd.objectives import Problem
 
 TIGHT = 1e-12
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
-        yield c
 
 
 def _data(n=60, p=80, seed=0, loss="squared"):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
-from distributed import Client, LocalCluster
 from scipy.special import entr, expit
 from sklearn import linear_model, svm
 from sklearn.datasets import dump_svmlight_file, make_classification
@@ -251,13 +250,6 @@ def test_weighted_gap_bounds_and_vanishes(loss):
 
 
 # --------------------------------------------------------------- dask and grid input
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
-        yield c
 
 
 def test_dask_weights_rechunked_like_y(client):
