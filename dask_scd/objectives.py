@@ -497,7 +497,8 @@ def _weighted_hinge_intercept(y, margins, weights) -> float:
 # ------------------------------------------------------------- flat directions
 
 
-def best_shift(problem: Problem, values, linear: float = 0.0, curvature: float = 0.0) -> float:
+def best_shift(problem: Problem, values, linear: float = 0.0, curvature: float = 0.0,
+               presorted: bool = False) -> float:
     """argmin_c linear·c + curvature/2·c² + Σ_k g(c − values_k), g(t) = αρ|t| + α(1−ρ)/2 t².
 
     The one-dimensional problem behind a *flat direction*: on a complete one-hot group
@@ -506,18 +507,30 @@ def best_shift(problem: Problem, values, linear: float = 0.0, curvature: float =
     (``linear = curvature = 0``). With a loss model along the direction it is one
     coordinate of the coarse Newton step of the block engine. The derivative
     ``linear + curvature·c + l1·Σ sign(c − v_k) + l2·Σ (c − v_k)`` is monotone and
-    piecewise linear between the sorted values; the root is found exactly.
+    piecewise linear between the sorted values; the root is found exactly, by bisection
+    over the breakpoints (O(log k) once the values are sorted: ``presorted`` says they
+    are, for a caller that solves many such problems on the same values).
     """
-    v = np.sort(np.asarray(values, dtype=np.float64))
+    v = np.asarray(values, dtype=np.float64) if presorted else \
+        np.sort(np.asarray(values, dtype=np.float64))
     k = len(v)
     l1, l2 = problem.l1, problem.l2
     total = float(v.sum())
     slope = l2 * k + curvature  # of the derivative between breakpoints
     if l1 == 0.0 or k == 0:
         return float((l2 * total - linear) / slope) if slope > 0 else 0.0
-    # f'(v_m + 0), with m + 1 values at or below v_m (distinct values).
-    right = linear + curvature * v + l1 * (2 * np.arange(1, k + 1) - k) + l2 * (k * v - total)
-    m = int(np.searchsorted(right, 0.0, side="left"))
+
+    def right(i):  # f'(v_i + 0), with i + 1 values at or below v_i (distinct values)
+        return linear + curvature * v[i] + l1 * (2 * (i + 1) - k) + l2 * (k * v[i] - total)
+
+    lo, hi = 0, k  # the first breakpoint where f'(v_m + 0) ≥ 0 (k if none)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if right(mid) < 0.0:
+            lo = mid + 1
+        else:
+            hi = mid
+    m = lo
     if m < k:
         left = linear + curvature * v[m] + l1 * (2 * m - k) + l2 * (k * v[m] - total)
         if left <= 0.0 or slope <= 0.0:

@@ -18,7 +18,8 @@ from dask_scd.result import History
 _VERSION = 1
 
 
-def save_checkpoint(path, *, coef, intercept, epoch, rng, history: History, signature: dict):
+def save_checkpoint(path, *, coef, intercept, epoch, rng, history: History, signature: dict,
+                    engine: dict | None = None):
     """Write the state to ``path`` (an .npz file) through a temporary file and a rename."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -30,6 +31,7 @@ def save_checkpoint(path, *, coef, intercept, epoch, rng, history: History, sign
         "rng_state": rng.bit_generator.state,
         "history": history.as_dict(),
         "signature": signature,
+        "engine": engine or {},
     }
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=directory)
     try:
@@ -82,6 +84,7 @@ def load_checkpoint(path, signature: dict, rng) -> dict | None:
             "intercept": float(meta["intercept"]),
             "epoch": int(meta["epoch"]),
             "history": History.from_dict(meta["history"]),
+            "engine": dict(meta.get("engine") or {}),
         }
     except Exception as exc:
         raise ValueError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); "

@@ -409,11 +409,14 @@ class EpochHooks:
         return load_checkpoint(self.checkpoint, self.signature, rng)
 
     def after_epoch(self, epoch, coef, intercept, cert, history, rng, tol,
-                    original_order) -> bool:
-        """Checkpoint if due; call the callback. Returns True to stop."""
+                    original_order, engine=None) -> bool:
+        """Checkpoint if due; call the callback. Returns True to stop. ``engine``: the
+        engine's own state (JSON), saved with the checkpoint for a resume to continue
+        with the same steps."""
         if self.checkpoint and (epoch % self.every == 0 or cert.relative_gap <= tol):
             save_checkpoint(self.checkpoint, coef=coef, intercept=intercept, epoch=epoch,
-                            rng=rng, history=history, signature=self.signature)
+                            rng=rng, history=history, signature=self.signature,
+                            engine=engine)
         return bool(self.callback is not None and self.callback({
             "epoch": epoch, "coef": original_order(coef), "intercept": intercept,
             "relative_gap": cert.relative_gap,

@@ -106,12 +106,15 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     if v is not None:  # the weighted losses v_i·ℓ_i
         d1, d2 = d1 * v, d2 * v
     view = cell_view(cell)
-    if view is None:
-        return {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
-    # Under the squared loss ℓ'' = 1: h is the same in every epoch (and the same bits).
-    constant_h = loss == "squared" and v is None
     # The cubic bound's Σ|x|³ counts every example once: not with weights.
     cube = loss == "logistic" and v is None
+    if view is None:  # the intercept: a column of ones, Σ|x|³ = the rows
+        stats = {"g": np.array([d1.sum()]), "h": np.array([d2.sum()])}
+        if cube:
+            stats["cube"] = np.array([float(len(margins))])
+        return stats
+    # Under the squared loss ℓ'' = 1: h is the same in every epoch (and the same bits).
+    constant_h = loss == "squared" and v is None
     stored = None if gram else getattr(view, "stored_columns", None)
     if stored is not None:  # sums at the cell's stored columns only (see _summed)
         h = view.squared_sums()[stored] if constant_h else view.stored_sums(d2, squared=True)
@@ -139,12 +142,16 @@ def _summed(partials, key: str, width: int) -> np.ndarray:
 
 
 def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block: bool,
-                    *partials) -> dict:
+                    *partials, provable: bool = False) -> dict:
     """Sum the partial statistics (in order) and take the prox-Newton coordinate step.
 
     θ*_j = S(h_j θ_j − g_j, αρ)/(h_j + α(1−ρ)) (the SCD paper's θ* = T/(T'+λ)); for the
     intercept, b* = b − g/h. Returns the direction and the model decrease of each
     coordinate that the Armijo test compares with.
+
+    ``provable`` (a pure block under the logistic loss): the step is final, each
+    coordinate's Newton step scaled by the largest 4⁻ᵏ for which the cubic bound proves
+    the Armijo decrease (:func:`provable_steps`), so no line search follows.
     """
     width = len(theta)
     g = _summed(partials, "g", width) / n_samples
@@ -166,6 +173,13 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     # otherwise block_choose scales it.
     out = {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
            "theta": target, "delta": direction}
+    if provable:
+        if "cube" not in partials[0]:  # no bound: no step this epoch, trials the next
+            zero = np.zeros(width)
+            return {**out, "theta": np.array(theta, dtype=np.float64), "delta": zero,
+                    "direction": zero, "unsure": int(np.count_nonzero(direction))}
+        cube = _summed(partials, "cube", width) / n_samples
+        return provable_steps(out, g, h, cube)
     if "cube" in partials[0]:
         cube = _summed(partials, "cube", width) / n_samples
         out["proven"] = _cubic_accepts(model, h, direction, cube)
@@ -173,13 +187,49 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
 
 
 def block_direction_from(problem: obj.Problem, n_samples: int, start: tuple, block,
-                         *partials) -> dict:
+                         provable: bool, *partials) -> dict:
     """:func:`block_direction` with θ_B read from the epoch's start: ``start`` is (θ in
     grid order, b), sent to each worker once per epoch rather than a block's slice of it
     inside every task; ``block`` the block's column slice, or None for the intercept."""
     coef, intercept = start
     theta = np.array([intercept]) if block is None else coef[block].copy()
-    return block_direction(problem, n_samples, theta, block is None, *partials)
+    return block_direction(problem, n_samples, theta, block is None, *partials,
+                           provable=provable)
+
+
+# Step sizes a provable step may take: 1, 1/4, ..., 4⁻⁷ (the bound's cubic term shrinks
+# as t³ against the model's t, so a small enough one always proves).
+PROVABLE_STEPS = 0.25 ** np.arange(8)
+
+
+def provable_steps(out: dict, g, h, cube) -> dict:
+    """The final step of a pure logistic block without a line search.
+
+    Its coordinates touch disjoint examples, so the block's objective change is the sum
+    of theirs, each bounded by Taylor with remainder (:func:`scalar.logistic_taylor_bound`,
+    exact in g and h). Each coordinate takes the largest t in :data:`PROVABLE_STEPS`
+    whose bound lies below the Armijo line at tΔ: a certain decrease, the same test the
+    trials would pass, from the statistics the direction already summed. ``unsure``
+    counts the coordinates cut below the full step (their trials might have accepted
+    more): the engine runs the line search on that block next epoch.
+    """
+    theta, d, l1, l2 = out["start"], out["direction"], out["l1"], out["l2"]
+    chosen = np.zeros(len(d))
+    left = d != 0.0
+    for t in PROVABLE_STEPS:
+        index = np.flatnonzero(left)
+        if not len(index):
+            break
+        step = t * d[index]
+        model = g[index] * step + _penalty(l1, l2, theta[index] + step) - \
+            _penalty(l1, l2, theta[index])
+        bound = scalar.logistic_taylor_bound(model, h[index], step, cube[index])
+        ok = (bound <= _ARMIJO * model) & (model < 0.0)
+        chosen[index[ok]] = t
+        left[index[ok]] = False
+    delta = chosen * d
+    unsure = int(np.count_nonzero((chosen < 1.0) & (d != 0.0)))
+    return {**out, "theta": theta + delta, "delta": delta, "unsure": unsure}
 
 
 def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
@@ -265,6 +315,7 @@ def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
     tried = d != 0.0
     if "proven" in direction:
         tried &= ~direction["proven"]
+    unsure = int(np.count_nonzero(tried))
     chosen = np.ones(len(d))
     index = np.flatnonzero(tried)
     if len(index):
@@ -275,7 +326,7 @@ def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
         first = np.argmax(accept, axis=0)  # the largest accepted step size
         chosen[index] = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
     delta = chosen * d
-    return {"theta": theta + delta, "delta": delta}
+    return {"theta": theta + delta, "delta": delta, "unsure": unsure}
 
 
 def _exact_line(theta, d, linear, quadratic, l1, l2) -> float:

@@ -151,6 +151,11 @@ class _BlockSCD:
                 raise ValueError(f"memory_budget={self.memory_budget} bytes is smaller than one "
                                  f"block's cells ({int(self.block_bytes.max())} bytes)")
         self.moved = {"bytes_moved": 0, "swaps": 0, "rounds": {"blocks": [], "swaps": []}}
+        # Pure logistic blocks take provable steps without a line search (one stage per
+        # block instead of two), except those whose last step was unsure: those run the
+        # trials this epoch (see _provable).
+        self.bounded = problem.loss == "logistic" and not source.weighted
+        self.unsure = set()
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -208,6 +213,7 @@ class _BlockSCD:
         if saved is not None:
             coef, intercept, epoch, history = (saved["coef"], saved["intercept"], saved["epoch"],
                                                saved["history"])
+            self.unsure = set(saved.get("engine", {}).get("unsure", []))
         elif self.warm is not None:
             coef, intercept = self.warm
         elif self.problem.fit_intercept:
@@ -227,7 +233,7 @@ class _BlockSCD:
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
             if hooks.after_epoch(epoch, coef, intercept, cert, history, self.rng, tol,
-                                 self._original_order):
+                                 self._original_order, {"unsure": sorted(self.unsure)}):
                 stopped = True
                 break
         return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
@@ -316,7 +322,8 @@ class _BlockSCD:
                                          (margins, pending[0], cells, labels), pending[1],
                                          problem.loss, gram)
                 margins, stats = fused.item(0), fused.item(1)
-            fixed = (problem, n, start, block)
+            provable = self._provable(b, pure)
+            fixed = (problem, n, start, block, provable)
             # The direction and the step are summed inside the tasks that read them
             # (inline reductions); a Gram block's matrices and a wide block's statistics
             # over many row chunks take a tree of tasks.
@@ -326,7 +333,7 @@ class _BlockSCD:
             else:
                 step = direction = runtime.inline_reduce(ops.block_direction_from, fixed,
                                                          stats)
-            if not ((pure or gram) and problem.loss == "squared"):
+            if not (provable or (pure or gram) and problem.loss == "squared"):
                 trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
                                           direction, problem, pure)
                 if tree:
@@ -340,6 +347,7 @@ class _BlockSCD:
         if pending is not None:
             margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
         results = runtime.gather(steps)
+        self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
         coef = coef.copy()
         for b, step in results.items():
             if b == INTERCEPT:
@@ -347,6 +355,17 @@ class _BlockSCD:
             else:
                 coef[self.slices[b]] = step["theta"]
         return coef, intercept, margins
+
+    def _provable(self, b, pure: bool) -> bool:
+        """Whether block ``b`` takes a provable step (no line search) this epoch: a pure
+        block under the unweighted logistic loss whose last step was sure, i.e. took
+        every coordinate's full Newton step (:func:`block_ops.provable_steps`). A block
+        whose step was cut, or whose trials had to try a coordinate, runs the trials
+        until a step of it is sure again: the line search is kept where it can take more
+        than the bound proves, and skipped (one stage fewer per block) where the bound
+        already proves the full step. The choice depends on the iterates alone, never
+        on the workers."""
+        return self.bounded and pure and b not in self.unsure
 
     # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
     # each at up to min(width, rows) columns per row chunk) would weigh more than this in

@@ -64,13 +64,14 @@ def coarse_newton(problem, g, h, blocks, sweeps=100) -> np.ndarray:
             return np.linalg.lstsq(system, -(g + problem.l2 * sums), rcond=None)[0]
     c = np.zeros(k)
     residual = g.copy()  # g + h c
+    ordered = [np.sort(-theta) for theta in blocks]  # best_shift's breakpoints, sorted once
     for _ in range(sweeps):
         biggest = 0.0
         for b in range(k):
             curvature = h[b, b]
             linear = residual[b] - curvature * c[b]
             if b < len(blocks):
-                new = obj.best_shift(problem, -blocks[b], linear, curvature)
+                new = obj.best_shift(problem, ordered[b], linear, curvature, presorted=True)
             else:
                 new = -linear / curvature if curvature > 0 else c[b]
             delta = new - c[b]
