@@ -550,3 +550,66 @@ def test_l1_certificate_is_the_in_memory_one(onehot, clients):
     problem = obj.Problem("logistic", ALPHA, 1.0, True)
     reference = obj.certificate(problem, X, y, result.coef_, result.intercept_)
     assert result.dual_gap_ == pytest.approx(reference.relative_gap, rel=1e-8, abs=1e-14)
+
+
+def test_provable_steps_are_certain_decreases(rng):
+    """Logistic, pure block, no line search: every coordinate's step is one of 4^-k of
+    its Newton step (or 0), its true objective change is below the Armijo line, and the
+    coordinates whose bound could not prove the full step are counted as unsure."""
+    from dask_scd import objectives as obj
+    from dask_scd.kernels.scalar import ARMIJO
+    from dask_scd.solvers import block_ops as ops
+
+    n, p = 4000, 30
+    weights = np.r_[np.ones(p - 10), np.full(10, 1e-3)]  # rare columns take long steps
+    cols = rng.choice(p, n, p=weights / weights.sum())
+    X = sp.csc_matrix((np.ones(n), (np.arange(n), cols)), shape=(n, p))
+    y = np.sign(rng.normal(size=n))
+    margins = 3.0 * rng.normal(size=n)
+    problem = obj.Problem("logistic", 1e-7, 0.5, True)
+    theta = 0.3 * rng.normal(size=p)
+    stats = [ops.block_stats(X[:n // 2], y[:n // 2], margins[:n // 2], "logistic"),
+             ops.block_stats(X[n // 2:], y[n // 2:], margins[n // 2:], "logistic")]
+    full = ops.block_direction(problem, n, theta, False, *stats)
+    step = ops.block_direction(problem, n, theta, False, *stats, provable=True)
+    moving = full["direction"] != 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(moving, step["delta"] / full["direction"], 0.0)
+    assert np.all(np.isin(ratio[moving], np.r_[ops.PROVABLE_STEPS, 0.0]))
+    assert step["unsure"] == np.count_nonzero(ratio[moving] < 1.0) > 0
+    assert np.count_nonzero(ratio == 1.0) > p // 2
+    np.testing.assert_array_equal(step["theta"], theta + step["delta"])
+    # Each coordinate's true change (its examples are its own) is below the Armijo line.
+    base = obj.loss_value("logistic", y, margins)
+    moved = obj.loss_value("logistic", y, margins + X @ step["delta"])
+    change = np.bincount(cols, moved - base, minlength=p) / n + \
+        obj.penalty_terms(problem, theta + step["delta"]) - obj.penalty_terms(problem, theta)
+    g = sum(s["g"] for s in stats) / n
+    model = g * step["delta"] + obj.penalty_terms(problem, theta + step["delta"]) - \
+        obj.penalty_terms(problem, theta)
+    assert np.all(change[moving] <= ARMIJO * model[moving] + 1e-15)
+    assert np.all(model[ratio > 0] < 0)
+
+
+def test_unsure_blocks_run_the_trials_and_resume_alike(clients, tmp_path):
+    """Rare one-hot values at a weak alpha: some blocks' provable steps are cut, so they
+    run the line search in the next epoch; the set is saved with the checkpoint and a
+    resumed fit takes the same steps as one that never stopped."""
+    import json
+
+    X, y, blocks = make_onehot(4000, 4, [5, 50, 500, 2000], random_state=0)
+    grid = to_grid(X, y, str(tmp_path / "rare.zarr"), row_chunk=1000, blocks=blocks)
+    client = clients(2)
+    checkpoint = tmp_path / "fit.npz"
+    kw = dict(loss="logistic", alpha=1e-6, tol=1e-15, solver="block_scd", random_state=0,
+              client=client)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        dask_scd.fit(grid, max_iter=2, checkpoint=checkpoint, **kw)
+        meta = json.loads(str(np.load(checkpoint)["meta"]))
+        assert meta["engine"]["unsure"]  # some block runs the trials in epoch 3
+        resumed = dask_scd.fit(grid, max_iter=5, checkpoint=checkpoint, resume=True, **kw)
+        straight = dask_scd.fit(grid, max_iter=5, **kw)
+    np.testing.assert_array_equal(resumed.coef_, straight.coef_)
+    assert resumed.intercept_ == straight.intercept_
+    assert straight.history_.primal == sorted(straight.history_.primal, reverse=True)
