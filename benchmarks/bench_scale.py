@@ -11,7 +11,9 @@ Columns: per method, the time to a relative objective error (P − P*)/|P*| of 1
 1e-6 against a reference optimum P* (the smallest objective any run of the row reached;
 our in-memory fits run at tol=1e-10), iterations, non-zeros per second per worker, time
 per iteration and peak memory. Every run has a wall-clock cap and reads "over cap" when
-it hits it.
+it hits it. On the grid: ``auto``, ``block_scd``, ``block_newton`` and ``cocoa`` (CoCoA
+with adaptive aggregation, one part per worker, split by feature); ``--grid-solvers``
+picks some of them.
 
 Run ``python benchmarks/bench_scale.py`` (full: 2M rows, hours on 2 cores) or ``--quick``
 (200k rows). See benchmarks/README.md.
@@ -943,10 +945,15 @@ def cluster(memory_limit="4GiB", local_directory=None):
                         memory_limit=memory_limit, dashboard_address=None, **kw)
 
 
+# The engines run on the grid: CoCoA (K = the 2 workers, adaptive aggregation, split by
+# feature: its parts are column blocks) against the block engines.
+GRID_SOLVERS = ("auto", "block_scd", "block_newton", "cocoa")
+
+
 def run_grid(solver, grid, row, alpha, cap, client, nnz) -> Outcome:
     """Ours on the grid through the cluster; block engines stopped by a callback at cap."""
     kw = {"client": client}
-    if solver != "auto" or grid.nnz * 12 > 256 * 2**20:
+    if solver != "cocoa" and (solver != "auto" or grid.nnz * 12 > 256 * 2**20):
         start = time.perf_counter()
         # auto below in_memory_limit fits on the client, in memory: no callback there
         kw["callback"] = lambda info: time.perf_counter() - start > cap
@@ -1168,6 +1175,8 @@ def parse_args(argv=None):
     p.add_argument("--skip", default="", help="comma-separated columns: " + ", ".join(COLUMNS))
     p.add_argument("--rows", type=int, default=None, help="rows of the data (n)")
     p.add_argument("--cap", type=float, default=None, help="seconds per run")
+    p.add_argument("--grid-solvers", default=",".join(GRID_SOLVERS),
+                   help="comma-separated engines run on the grid (default: %(default)s)")
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--output", type=Path, default=RESULTS)
     p.add_argument("--workdir", type=Path, default=DATA)
@@ -1220,6 +1229,10 @@ def main(argv=None):
 
         sizes = replace(sizes, ooc_rows=args.ooc_rows)
     rows = select_rows(args.only)
+    grid_solvers = tuple(g.strip() for g in args.grid_solvers.split(",") if g.strip())
+    if not set(grid_solvers) <= set(GRID_SOLVERS):
+        raise SystemExit(f"unknown grid engines {sorted(set(grid_solvers) - set(GRID_SOLVERS))}; "
+                         f"known: {GRID_SOLVERS}")
     skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     unknown = skip - set(COLUMNS)
     if unknown:
@@ -1295,7 +1308,7 @@ def main(argv=None):
                                  solver="block_scd", client=client)
             for res in results:
                 log(f"== grid, {res.row.key}")
-                for solver in ("auto", "block_scd", "block_newton"):
+                for solver in grid_solvers:
                     o = run_grid(solver, grid, res.row, res.alpha, sizes.cap, client, nnz)
                     res.outcomes.append(o)
                     log(f"  {o.name} → {o.solver}: {o.status or 'ok'}, {o.iterations} it, "
