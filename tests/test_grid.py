@@ -667,3 +667,26 @@ def test_dense_chunk_of_another_length_is_refused(tmp_path, into):
     with pytest.raises(GridCorruptionError, match=rf"cell \(row chunk 1, block {into}\)"):
         grid.read_cell(1, into)
     grid.read_cell(2, into)
+
+
+def test_pure_block_pattern_from_csr_equals_the_general_one():
+    """The counting-sort transpose of a canonical CSR matrix gives the CSC pattern of its
+    non-zeros (explicit zeros left out) that the general conversion gives, and the same
+    pure blocks as the dense array."""
+    import scipy.sparse as sp
+
+    from dask_scd.grid import partition
+
+    rng = np.random.default_rng(0)
+    for seed in range(10):
+        X = sp.random(300, 40, density=0.1, random_state=seed, format="csr")
+        X.data[rng.random(X.nnz) < 0.2] = 0.0  # explicit zeros do not count
+        general = sp.csc_matrix(X != 0)
+        general.sort_indices()
+        indptr, indices, shape = partition._nonzero_pattern_csc(X)
+        assert shape == X.shape
+        np.testing.assert_array_equal(indptr, general.indptr)
+        np.testing.assert_array_equal(indices, general.indices)
+        blocks = partition.detect_pure_blocks(X)
+        assert [b.tolist() for b in blocks] == \
+            [b.tolist() for b in partition.detect_pure_blocks(X.toarray())]

