@@ -114,6 +114,8 @@ def pure_blocks(X) -> list | None:
     n, p = X.shape
     X = sp.csr_matrix(X)  # not a copy when X is CSR
     used = np.bincount(X.indices, minlength=p) > 0
-    rows = int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1
-    blocks = [b[used[b]] for b in detect_pure_blocks(X[:max(rows, min(n, 1000))])]
+    rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1,
+               min(n, 1000))
+    # All rows: X itself (a slice of every row would copy it, 0.2 s on 20M non-zeros).
+    blocks = [b[used[b]] for b in detect_pure_blocks(X if rows >= n else X[:rows])]
     return [b for b in blocks if len(b)]
