@@ -298,3 +298,37 @@ def test_a_task_whose_home_left_with_every_worker_runs_on_a_newcomer():
         future = client.submit(_inc, 1, workers=[home], allow_other_workers=True, pure=False)
         cluster.scale(1)  # a new worker, at a new address
         assert future.result(timeout=30) == 2
+
+
+def test_a_task_reaching_no_worker_while_a_newcomer_registers_is_released():
+    """The race behind a rare hang: the scheduler awaits its plugins between adding a
+    worker and moving its no-worker tasks, so a task submitted in that window reaches
+    no-worker after the plugin's add_worker ran. The plugin's transition hook releases
+    its stale restrictions and moves it to processing once the transition is over."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from dask_scd.runtime.cluster import _stale_homes_plugin
+
+    moved, callbacks = [], []
+    ts = SimpleNamespace(state="no-worker", loose_restrictions=True,
+                         worker_restrictions={"tcp://gone:1"})
+    scheduler = SimpleNamespace(
+        tasks={"k": ts}, workers={"tcp://new:2": object()}, running={object()},
+        loop=SimpleNamespace(add_callback=lambda f, *a: callbacks.append((f, a))),
+        transitions=lambda recs, stimulus_id: moved.append(recs))
+    plugin = _stale_homes_plugin()
+    asyncio.run(plugin.start(scheduler))
+    plugin.transition("k", "waiting", "processing")  # other transitions: untouched
+    assert ts.worker_restrictions == {"tcp://gone:1"} and not callbacks
+    plugin.transition("k", "waiting", "no-worker")
+    assert ts.worker_restrictions == set() and ts.loose_restrictions is False
+    (f, args), = callbacks
+    f(*args)
+    assert moved == [{"k": "processing"}]
+    # A task whose named worker is still there keeps its restrictions.
+    kept = SimpleNamespace(state="no-worker", loose_restrictions=True,
+                           worker_restrictions={"tcp://new:2"})
+    scheduler.tasks["j"] = kept
+    plugin.transition("j", "waiting", "no-worker")
+    assert kept.worker_restrictions == {"tcp://new:2"} and len(callbacks) == 1

@@ -64,13 +64,41 @@ def _stale_homes_plugin():
     class StaleHomes(SchedulerPlugin):
         name = STALE_HOMES
         idempotent = True  # registered once per scheduler, whatever the number of fits
+        scheduler = None
+
+        async def start(self, scheduler):
+            self.scheduler = scheduler
+
+        @staticmethod
+        def _stale(ts, scheduler) -> bool:
+            return bool(ts.loose_restrictions and ts.worker_restrictions
+                        and not any(a in scheduler.workers for a in ts.worker_restrictions))
 
         def add_worker(self, scheduler, worker):  # runs before the no-worker tasks move
             for ts in list(scheduler.unrunnable):
-                if (ts.loose_restrictions and ts.worker_restrictions
-                        and not any(a in scheduler.workers for a in ts.worker_restrictions)):
+                if self._stale(ts, scheduler):
                     ts.worker_restrictions = set()
                     ts.loose_restrictions = False
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            # A task that reaches no-worker while a newcomer registers (the scheduler
+            # awaits its plugins between adding the worker and moving the no-worker
+            # tasks) misses add_worker above: release it here, and move it once this
+            # transition is over.
+            scheduler = self.scheduler
+            if finish != "no-worker" or scheduler is None or not scheduler.running:
+                return
+            ts = scheduler.tasks.get(key)
+            if ts is not None and self._stale(ts, scheduler):
+                ts.worker_restrictions = set()
+                ts.loose_restrictions = False
+                scheduler.loop.add_callback(self._move, key)
+
+        def _move(self, key):
+            scheduler = self.scheduler
+            ts = scheduler.tasks.get(key)
+            if ts is not None and ts.state == "no-worker" and scheduler.running:
+                scheduler.transitions({key: "processing"}, stimulus_id=f"stale-homes-{key}")
 
     return StaleHomes()
 
