@@ -299,6 +299,33 @@ def _row_axpy_shared(data, indices, dense, start, end, scale, w, hot):
                 w[j] += scale * data[idx]
 
 
+@njit(inline="always")
+def _publish(slots, thread, own):
+    """Publish this thread's Σa changes in its slot; returns the others' published sum."""
+    slots[thread, 0] = own
+    others = 0.0
+    for j in range(slots.shape[0]):
+        if j != thread:
+            others += slots[j, 0]
+    return others
+
+
+@njit(inline="always")
+def _thread_step(data, indices, indptr, dense, n_features, y, unit_dual, w, i, loss,
+                 alpha_n, row_sq_norms, weights, weighted, intercept, rho, dual_sum):
+    """One thread's dual step on row i against w (read only): a_i moved in place.
+    Returns (v·t, the row's line start and end); v·t = 0 when a_i does not move."""
+    v = weights[i] if weighted else 1.0
+    if v == 0.0:
+        return 0.0, 0, 0
+    start, end = _line(dense, indptr, i, n_features)
+    margin = _row_dot(data, indices, dense, start, end, w)
+    q = v * (row_sq_norms[i] / alpha_n + rho)
+    t = _dual_step(loss, y[i], unit_dual[i], margin + intercept + rho * dual_sum, q)
+    unit_dual[i] += t
+    return v * t, start, end
+
+
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_thread_epoch(
     data, indices, indptr, dense, n_features, y, unit_dual, coef, order,
@@ -322,30 +349,17 @@ def sdca_thread_epoch(
     max_delta = 0.0
     own = 0.0
     others = 0.0
-    n_threads = slots.shape[0]
     n_visits = order.shape[0]
     for k in range(n_visits):
         if k % publish == 0:
-            slots[thread, 0] = own
-            others = 0.0
-            for j in range(n_threads):
-                if j != thread:
-                    others += slots[j, 0]
+            others = _publish(slots, thread, own)
         if k + AHEAD < n_visits:
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
-        i = order[k]
-        v = weights[i] if weighted else 1.0
-        if v == 0.0:
+        scaled, start, end = _thread_step(
+            data, indices, indptr, dense, n_features, y, unit_dual, coef, order[k], loss,
+            alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum + others + own)
+        if scaled == 0.0:
             continue
-        start, end = _line(dense, indptr, i, n_features)
-        margin = _row_dot(data, indices, dense, start, end, coef)
-        q = v * (row_sq_norms[i] / alpha_n + rho)
-        shifted = margin + intercept + rho * (base_sum + others + own)
-        t = _dual_step(loss, y[i], unit_dual[i], shifted, q)
-        if t == 0.0:
-            continue
-        unit_dual[i] += t
-        scaled = v * t
         own += scaled
         _row_axpy_shared(data, indices, dense, start, end, scaled / alpha_n, coef, hot)
         max_delta = max(max_delta, abs(scaled))
@@ -392,7 +406,6 @@ def sdca_thread_epoch_local(
     max_delta = 0.0
     own = 0.0
     others = 0.0
-    n_threads = slots.shape[0]
     n_visits = order.shape[0]
     for j in range(n_features):
         local[j] = coef[j]
@@ -401,28 +414,15 @@ def sdca_thread_epoch_local(
         if k % publish == 0:
             if k > 0:
                 _merge_local(coef, local, snapshot)
-            slots[thread, 0] = own
-            others = 0.0
-            for j in range(n_threads):
-                if j != thread:
-                    others += slots[j, 0]
-        i = order[k]
-        v = weights[i] if weighted else 1.0
-        if v == 0.0:
+            others = _publish(slots, thread, own)
+        scaled, start, end = _thread_step(
+            data, indices, indptr, dense, n_features, y, unit_dual, local, order[k], loss,
+            alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum + others + own)
+        if scaled == 0.0:
             continue
-        start, end = _line(dense, indptr, i, n_features)
-        margin = _row_dot(data, indices, dense, start, end, local)
-        q = v * (row_sq_norms[i] / alpha_n + rho)
-        shifted = margin + intercept + rho * (base_sum + others + own)
-        t = _dual_step(loss, y[i], unit_dual[i], shifted, q)
-        if t == 0.0:
-            continue
-        unit_dual[i] += t
-        scaled = v * t
         own += scaled
         _row_axpy(data, indices, dense, start, end, scaled / alpha_n, local)
         max_delta = max(max_delta, abs(scaled))
     _merge_local(coef, local, snapshot)
     slots[thread, 0] = own
     return max_delta
-

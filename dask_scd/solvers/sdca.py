@@ -290,26 +290,20 @@ class _Epochs:
         m, weights = self.epoch_matrix, self.weights
         unit = np.ones(0) if weights is None else weights
 
+        common = (m.data, m.indices, m.indptr, m.dense, m.n_minor, self.y, dual_coef, coef)
+        step = (self.loss_code, alpha_n, row_sq_norms, unit, weights is not None, intercept,
+                rho, float(dual_sum[0]), slots)
         if m.dense:  # a private copy of w per thread, merged every MERGE_DENSE visits
             copies = np.empty((2 * (len(self.bounds) - 1), len(coef)))
 
             def thread(k, lo, hi):
-                return sdca.sdca_thread_epoch_local(
-                    m.data, m.indices, m.indptr, m.dense, m.n_minor, self.y, dual_coef,
-                    coef, order[lo:hi], self.loss_code, alpha_n, row_sq_norms, unit,
-                    weights is not None, intercept, rho, float(dual_sum[0]), slots, k,
-                    MERGE_DENSE, copies[2 * k], copies[2 * k + 1])
-
-            jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
-            max_delta = max(self._map(thread, jobs))
-            return max_delta, False, weighted_dual(dual_coef, self.weights).sum()
-
-        def thread(k, lo, hi):
-            return sdca.sdca_thread_epoch(
-                m.data, m.indices, m.indptr, m.dense, m.n_minor, self.y, dual_coef, coef,
-                order[lo:hi], self.loss_code, alpha_n, row_sq_norms, unit,
-                weights is not None, intercept, rho, float(dual_sum[0]), slots, k, PUBLISH,
-                self.hot)
+                return sdca.sdca_thread_epoch_local(*common, order[lo:hi], *step, k,
+                                                    MERGE_DENSE, copies[2 * k],
+                                                    copies[2 * k + 1])
+        else:
+            def thread(k, lo, hi):
+                return sdca.sdca_thread_epoch(*common, order[lo:hi], *step, k, PUBLISH,
+                                              self.hot)
 
         jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
         max_delta = max(self._map(thread, jobs))
