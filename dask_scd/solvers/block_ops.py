@@ -173,15 +173,14 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     # otherwise block_choose scales it.
     out = {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
            "theta": target, "delta": direction}
+    cube = _summed(partials, "cube", width) / n_samples if "cube" in partials[0] else None
     if provable:
-        if "cube" not in partials[0]:  # no bound: no step this epoch, trials the next
+        if cube is None:  # no bound: no step this epoch, trials the next
             zero = np.zeros(width)
             return {**out, "theta": np.array(theta, dtype=np.float64), "delta": zero,
                     "direction": zero, "unsure": int(np.count_nonzero(direction))}
-        cube = _summed(partials, "cube", width) / n_samples
         return provable_steps(out, g, h, cube)
-    if "cube" in partials[0]:
-        cube = _summed(partials, "cube", width) / n_samples
+    if cube is not None:
         out["proven"] = _cubic_accepts(model, h, direction, cube)
     return out
 
