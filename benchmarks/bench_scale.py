@@ -507,8 +507,12 @@ def warm_up(X, y):
                                      max_iter=3, solver=solver)
 
 
-def in_memory_engines(row) -> tuple:
-    return ("auto", "newton", "scd") + (("sdca",) if row.penalty == "l2" else ())
+MEM_SOLVERS = ("auto", "newton", "scd", "sdca")
+
+
+def in_memory_engines(row, chosen=MEM_SOLVERS) -> tuple:
+    """The in-memory engines run on a row (SDCA has no L1 penalty)."""
+    return tuple(s for s in chosen if s != "sdca" or row.penalty == "l2")
 
 
 # -------------------------------------------------------------- peers, in a forked child
@@ -1177,6 +1181,8 @@ def parse_args(argv=None):
     p.add_argument("--cap", type=float, default=None, help="seconds per run")
     p.add_argument("--grid-solvers", default=",".join(GRID_SOLVERS),
                    help="comma-separated engines run on the grid (default: %(default)s)")
+    p.add_argument("--mem-solvers", default=",".join(MEM_SOLVERS),
+                   help="comma-separated engines run in memory (default: %(default)s)")
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--output", type=Path, default=RESULTS)
     p.add_argument("--workdir", type=Path, default=DATA)
@@ -1233,6 +1239,10 @@ def main(argv=None):
     if not set(grid_solvers) <= set(GRID_SOLVERS):
         raise SystemExit(f"unknown grid engines {sorted(set(grid_solvers) - set(GRID_SOLVERS))}; "
                          f"known: {GRID_SOLVERS}")
+    mem_solvers = tuple(g.strip() for g in args.mem_solvers.split(",") if g.strip())
+    if not set(mem_solvers) <= set(MEM_SOLVERS):
+        raise SystemExit(f"unknown in-memory engines {sorted(set(mem_solvers) - set(MEM_SOLVERS))}; "
+                         f"known: {MEM_SOLVERS}")
     skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     unknown = skip - set(COLUMNS)
     if unknown:
@@ -1259,7 +1269,7 @@ def main(argv=None):
         log(f"== {row.key}: alpha = {alpha:.4g} [{time.perf_counter() - started:.0f} s]")
         res = RowResult(row, alpha, [])
         if "ours-mem" not in skip:
-            for solver in in_memory_engines(row):
+            for solver in in_memory_engines(row, mem_solvers):
                 o = run_ours_forked(f"ours {solver}", Xc if solver == "scd" else X, y,
                                     row, alpha, sizes.cap, nnz, solver=solver)
                 res.outcomes.append(o)

@@ -613,3 +613,70 @@ def test_unsure_blocks_run_the_trials_and_resume_alike(clients, tmp_path):
     np.testing.assert_array_equal(resumed.coef_, straight.coef_)
     assert resumed.intercept_ == straight.intercept_
     assert straight.history_.primal == sorted(straight.history_.primal, reverse=True)
+
+
+# ------------------------------------------------------------ collective iterations
+
+
+@pytest.mark.parametrize("loss,penalty", [("logistic", "l2"), ("logistic", "l1"),
+                                          ("squared", "elasticnet")])
+def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeypatch, loss,
+                                                        penalty):
+    """One task per worker exchanging statistics directly gives the same iterates as the
+    task graph, bit for bit (pure blocks, the Gram block, the intercept, the coarse step
+    over all or over the non-zero coefficients), on 2 and 4 workers."""
+    from dask_scd.solvers.block_scd import _BlockSCD
+
+    *_, grid, _ = onehot
+    monkeypatch.setattr(_BlockSCD, "collective", False)
+    graph = _fixed_epochs(grid, clients(2), loss, epochs=4, penalty=penalty)
+    monkeypatch.setattr(_BlockSCD, "collective", True)
+
+    def no_graph(*args, **kwargs):
+        raise AssertionError("a collective iteration fell back to the task graph")
+
+    monkeypatch.setattr(_BlockSCD, "_graph_epoch", no_graph)
+    for workers in (2, 4):
+        together = _fixed_epochs(grid, clients(workers), loss, epochs=4, penalty=penalty)
+        np.testing.assert_array_equal(together.coef_, graph.coef_)
+        assert together.intercept_ == graph.intercept_
+        np.testing.assert_array_equal(together.history_.primal, graph.history_.primal)
+    if penalty == "l1":
+        assert 0 < np.count_nonzero(graph.coef_) < graph.coef_.size
+
+
+def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
+    """A member that cannot meet the others (here: its exchange fails in the second
+    iteration) makes the engine redo that iteration as a task graph from the same
+    margins: the same model as an undisturbed fit, and the fit goes on collectively."""
+    from dask_scd.runtime import collective
+    from dask_scd.solvers.block_scd import _BlockSCD
+
+    *_, grid, _ = onehot
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster,
+                                                                 set_as_default=False) as c:
+        undisturbed = _fixed_epochs(grid, c, "logistic", epochs=4, penalty="l1")
+        graph_epochs = []
+        real_graph = _BlockSCD._graph_epoch
+
+        def counted(self, *args, **kwargs):
+            graph_epochs.append(1)
+            return real_graph(self, *args, **kwargs)
+
+        real_exchange = collective.Member.exchange
+        exchanges = []
+
+        def failing(self, part):
+            exchanges.append(self.token)
+            if len(set(exchanges)) == 2 and self.stage == 3:  # iteration 2, mid-epoch
+                raise collective.Aborted("lost")
+            return real_exchange(self, part)
+
+        monkeypatch.setattr(_BlockSCD, "_graph_epoch", counted)
+        monkeypatch.setattr(collective.Member, "exchange", failing)
+        disturbed = _fixed_epochs(grid, c, "logistic", epochs=4, penalty="l1")
+    assert len(graph_epochs) == 1  # iteration 2 alone, then collective again
+    assert len(set(exchanges)) == disturbed.n_iter_ >= 3  # each iteration tried collectively
+    np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
+    assert disturbed.intercept_ == undisturbed.intercept_

@@ -25,7 +25,9 @@ mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpo
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 
 import numpy as np
 
@@ -33,9 +35,11 @@ from dask_scd import objectives as obj
 from dask_scd.data.cells import hold_cells, inspect_cell
 from dask_scd.data.sources import Source
 from dask_scd.result import History
-from dask_scd.runtime import passes, strategies
+from dask_scd.runtime import collective, passes, strategies
 from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
+from dask_scd.solvers import block_collective
 from dask_scd.solvers import block_ops as ops
+from dask_scd.solvers.block_collective import BlockPlan
 from dask_scd.solvers.base import Options, Run
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
@@ -156,6 +160,8 @@ class _BlockSCD:
         # trials this epoch (see _provable).
         self.bounded = problem.loss == "logistic" and not source.weighted
         self.unsure = set()
+        self._registered = set()  # workers with the collective iterations' mailbox
+        self._collective_ran = False
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -225,10 +231,7 @@ class _BlockSCD:
             epoch += 1
             self.runtime.assign_homes()  # a worker may have been lost or added
             order = self._block_order(cert)
-            coef, intercept, margins = self._epoch(margins, order, coef, intercept, cert.primal)
-            state = {"coef": coef, "intercept": intercept}
-            if self.coarse:  # see dask_scd.solvers.coarse
-                state = self._coarse_step(margins, state)
+            state = self._iteration(margins, order, coef, intercept, cert.primal)
             margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
@@ -279,11 +282,146 @@ class _BlockSCD:
         return {int(b) for b in chosen}
 
     def release(self):
-        """Unpin the cells a residency policy held on the workers."""
+        """Unpin the cells a residency policy held on the workers; drop what the
+        collective iterations kept for this fit."""
         if self.residency is not None:
             self.runtime.run_on_rows(hold_cells, [])
+        if self._collective_ran:
+            with contextlib.suppress(Exception):
+                self.client.run(block_collective.forget_fit, self.runtime._fit_token)
 
-    def _epoch(self, margins, order, coef, intercept, primal):
+    def _plan(self, order) -> list:
+        """What the epoch does with each block of ``order``, in that order."""
+        loss, plan = self.problem.loss, []
+        for b in order:
+            pure = b == INTERCEPT or self.source.purity[b]
+            block = None if b == INTERCEPT else self.slices[b]
+            # An impure block small enough takes the exact Newton step of its Gram matrix.
+            gram = not pure and (1 if block is None else block.stop - block.start) <= self.gram_max
+            provable = self._provable(b, pure)
+            plan.append(BlockPlan(b, block, pure, gram, gram or self._tree(block), provable,
+                                  not (provable or (pure or gram) and loss == "squared")))
+        return plan
+
+    def _iteration(self, margins, order, coef, intercept, primal):
+        """One epoch over the blocks of ``order`` and the coarse step: collectively where
+        it can (:mod:`dask_scd.solvers.block_collective`), else as a task graph; the same
+        bits either way. Returns the state {"coef", "intercept"} after it (a future of it
+        from the task graph)."""
+        plan = self._plan(order)
+        slack = 1e-13 * abs(primal)
+        if self._collective_fits(plan):
+            state = self._collective_iteration(margins, plan, coef, intercept, slack)
+            if state is not None:
+                # Sent to the workers once, as a task of its own: the certificate's tasks
+                # read it there (and recompute it from nothing but this value).
+                return self.runtime.submit(ops.held, state, name="state")
+        results, margins = self._graph_epoch(margins, plan, coef, intercept, slack)
+        self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
+        coef = coef.copy()
+        for b, step in results.items():
+            if b == INTERCEPT:
+                intercept = float(step["theta"][0])
+            else:
+                coef[self.slices[b]] = step["theta"]
+        state = {"coef": coef, "intercept": intercept}
+        if self.coarse:  # see dask_scd.solvers.coarse
+            state = self._coarse_step(margins, state)
+        return state
+
+    # A collective epoch sends every block's statistics to every member: not where one
+    # block's, over all row chunks, would weigh more than this (the task graph sums those
+    # in a tree of tasks, each holding a few row chunks' parts).
+    COLLECTIVE_BYTES = 128 * 2**20
+    collective = True  # run epochs collectively where possible (False: task graphs only)
+
+    def _collective_fits(self, plan) -> bool:
+        if not (self.collective and self.source.on_disk):
+            return False
+        R = self.source.n_row_chunks
+        for p in plan:
+            if p.block is not None:
+                width = min(p.block.stop - p.block.start, int(self.rows.max()))
+                per_row = width * width * 8 if p.gram else width * 32
+                if R * per_row > self.COLLECTIVE_BYTES:
+                    return False
+        return True
+
+    def _members(self) -> tuple[list, list]:
+        """The members of a collective epoch: one per home worker (every worker when the
+        groups have no homes: a single member), with the groups each runs."""
+        homes = self.runtime.group_homes
+        addresses, groups = [], []
+        for g, home in enumerate(homes):
+            if home not in addresses:
+                addresses.append(home)
+                groups.append([])
+            groups[addresses.index(home)].append(g)
+        return addresses, groups
+
+    def _collective_iteration(self, margins, plan, coef, intercept, slack):
+        """The iteration as one task per worker exchanging statistics directly
+        (:func:`block_collective.epoch_member`); the state after it, or None where a
+        member was lost or could not meet the others (the caller runs the task graph
+        from the same margins)."""
+        runtime, client = self.runtime, self.client
+        addresses, groups = self._members()
+        single = addresses == [None]
+        if not single:
+            new = [a for a in addresses if a not in self._registered]
+            if new:
+                client.run(collective.register, workers=new)
+                self._registered.update(new)
+        token = f"epoch-{uuid.uuid4().hex}"
+        self._collective_ran = True
+        coarse = None
+        if self.coarse:
+            coarse = (self.runtime._fit_token, self.offsets, None)
+        members = []
+        for i, (address, mine) in enumerate(zip(addresses, groups)):
+            rows = [runtime.groups[g] for g in mine]
+            if coarse is not None and self.problem.l1 <= 0.0:
+                coarse = coarse[:2] + ([[self.row_sums[r] for r in group] for group in rows],)
+            place = {} if single else {"workers": [address], "allow_other_workers": True}
+            members.append(runtime.submit(
+                block_collective.epoch_member, token, i, addresses, mine,
+                [margins.parts[g] for g in mine], margins.pick,
+                [[self.cells[r] for r in group] for group in rows],
+                [[self.labels[r] for r in group] for group in rows],
+                (coef, intercept), plan, self.problem, self.source.n_samples, slack,
+                self.MEMBER_TIMEOUT, coarse, name="epoch_member", retries=0, **place))
+        result = None
+        try:
+            remaining, checked, pause = list(members), time.monotonic(), 0.001
+            while remaining:
+                # The futures' states are the client's own (its event loop updates them):
+                # polling them costs no message.
+                time.sleep(pause)
+                pause = min(2 * pause, 0.02)
+                if any(f.status in ("error", "cancelled", "lost") for f in remaining):
+                    raise collective.Aborted("a member failed")
+                remaining = [f for f in remaining if f.status != "finished"]
+                if remaining and not single and time.monotonic() - checked > 1.0:
+                    checked = time.monotonic()
+                    if not set(addresses) <= set(client.scheduler_info()["workers"]):
+                        raise collective.Aborted("a member's worker left")
+            results = runtime.gather(members)
+            if any(r is not None and "aborted" in r for r in results):
+                raise collective.Aborted("a member could not meet the others")
+            result = results[0]
+        except Exception:  # noqa: BLE001 - whatever went wrong, the task graph redoes it
+            with contextlib.suppress(Exception):
+                client.run(collective.abort, token)
+            client.cancel(members)
+            return None
+        finally:
+            del members
+        self.unsure = set(result["unsure"])
+        return result["state"]
+
+    MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
+
+    def _graph_epoch(self, margins, plan, coef, intercept, slack):
         """Submit one pass over the blocks as a single graph; wait only for its end.
 
         ``margins`` are :class:`~dask_scd.runtime.cluster.Rows`: every stage runs as one
@@ -292,7 +430,6 @@ class _BlockSCD:
         """
         runtime, labels = self.runtime, self.labels
         problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
-        slack = 1e-13 * abs(primal)
         steps = {}
         # The step of the previous block is applied by the task that computes the next
         # block's statistics (one stage fewer per block).
@@ -300,61 +437,47 @@ class _BlockSCD:
         # θ at the start of the epoch, sent to each worker once (a task, not scattered
         # data: a copy lost with a worker is recomputed); a block's task reads its slice.
         start = runtime.submit(ops.held, (coef, intercept), name="epoch_start")
-        for b in order:
-            pure = b == INTERCEPT or self.source.purity[b]
-            cells = [None if b == INTERCEPT else self.cells[r][b] for r in range(R)]
-            block = None if b == INTERCEPT else self.slices[b]
-            # An impure block small enough takes the exact Newton step of its Gram matrix.
-            gram = not pure and (1 if block is None else block.stop - block.start) <= self.gram_max
-            wide = self._tree(block)
-            tree = gram or wide
+        for p in plan:
+            cells = [None if p.block is None else self.cells[r][p.b] for r in range(R)]
+            wide = self._tree(p.block)
             if pending is None:
                 stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
-                                         problem.loss, gram)
+                                         problem.loss, p.gram)
             elif wide:
                 # Not fused: a fused task's statistics live as long as its margins (one
                 # result), i.e. through the line search; a wide block's are large.
                 margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
                 stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
-                                         problem.loss, gram)
+                                         problem.loss, p.gram)
             else:
                 fused = runtime.map_rows(ops.apply_then_stats,
                                          (margins, pending[0], cells, labels), pending[1],
-                                         problem.loss, gram)
+                                         problem.loss, p.gram)
                 margins, stats = fused.item(0), fused.item(1)
-            provable = self._provable(b, pure)
-            fixed = (problem, n, start, block, provable)
+            fixed = (problem, n, start, p.block, p.provable)
             # The direction and the step are summed inside the tasks that read them
             # (inline reductions); a Gram block's matrices and a wide block's statistics
             # over many row chunks take a tree of tasks.
-            if tree:
+            if p.tree:
                 step = direction = runtime.submit(ops.block_direction_from, *fixed,
                                                   *runtime.tree_sum(stats))
             else:
                 step = direction = runtime.inline_reduce(ops.block_direction_from, fixed,
                                                          stats)
-            if not (provable or (pure or gram) and problem.loss == "squared"):
+            if p.trials:
                 trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
-                                          direction, problem, pure)
-                if tree:
+                                          direction, problem, p.pure)
+                if p.tree:
                     step = runtime.submit(ops.block_choose, direction, n, slack,
                                           *runtime.tree_sum(trials))
                 else:
                     step = runtime.inline_reduce(ops.block_choose, (direction, n, slack),
                                                  trials)
             pending = (cells, step)
-            steps[b] = runtime.evaluate(step)
+            steps[p.b] = runtime.evaluate(step)
         if pending is not None:
             margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
-        results = runtime.gather(steps)
-        self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
-        coef = coef.copy()
-        for b, step in results.items():
-            if b == INTERCEPT:
-                intercept = float(step["theta"][0])
-            else:
-                coef[self.slices[b]] = step["theta"]
-        return coef, intercept, margins
+        return runtime.gather(steps), margins
 
     def _provable(self, b, pure: bool) -> bool:
         """Whether block ``b`` takes a provable step (no line search) this epoch: a pure

@@ -1,0 +1,138 @@
+"""Exchanges between long-running tasks, worker to worker, without the scheduler.
+
+A block-SCD epoch as a task graph is one stage of tasks per block: every block waits for
+the scheduler to start the next stage's tasks and for the statistics to move between
+workers through it, ~25 ms on a small cluster where the arithmetic of a block takes a
+few. An epoch run *collectively* is one long task per worker (a "member"), and the members
+exchange each block's partial statistics directly: a member sends its part to the others
+over the workers' own connections (a handler of this module, :func:`register`) and waits
+for theirs in a mailbox. Each member then sums all the parts in row-chunk order itself,
+the same bits as the task graph.
+
+Nothing here decides what is exchanged; :mod:`dask_scd.solvers.block_collective` does.
+A member that waits too long, or whose exchange the client aborted (a worker was lost),
+raises :class:`Aborted`, and the engine runs that epoch as a task graph instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+HANDLER = "dask_scd_mail"
+
+_box: dict = {}  # (token, stage, member) -> the member's part
+_aborted: set = set()  # tokens of aborted exchanges
+_cond = threading.Condition()
+
+
+class Aborted(RuntimeError):
+    """A collective exchange that cannot finish: a member was lost, or waited too long."""
+
+
+def _deliver(key: tuple, value) -> None:
+    with _cond:
+        if key[0] not in _aborted:
+            _box[key] = value
+        _cond.notify_all()
+
+
+async def _mail(key=None, payload=None):
+    """(worker handler) a part sent by another member."""
+    _deliver(tuple(key), payload)
+
+
+def register(dask_worker=None) -> bool:
+    """(on a worker, by ``client.run``) install the mailbox's handler; idempotent."""
+    dask_worker.handlers[HANDLER] = _mail
+    return True
+
+
+def abort(token: str, dask_worker=None) -> bool:
+    """(on a worker, by ``client.run``) abort the exchange ``token``: its waiting members
+    raise :class:`Aborted`, its parts are dropped."""
+    with _cond:
+        _aborted.add(token)
+        for key in [k for k in _box if k[0] == token]:
+            del _box[key]
+        _cond.notify_all()
+    return True
+
+
+def forget(token: str) -> None:
+    """Drop what is left of a finished exchange (an aborted one's mark included)."""
+    with _cond:
+        _aborted.discard(token)
+        for key in [k for k in _box if k[0] == token]:
+            del _box[key]
+
+
+class Member:
+    """One member of an exchange, inside its task: ``addresses[i]`` is member i's worker."""
+
+    def __init__(self, token: str, index: int, addresses: list, timeout: float = 600.0):
+        from distributed import get_worker
+
+        self.token, self.index, self.addresses = token, index, list(addresses)
+        self.timeout = timeout
+        self.worker = get_worker()
+        self.stage = 0
+        self._sent = []
+        if self.worker.address != self.addresses[index]:
+            # The task moved: its worker was lost and the scheduler ran it elsewhere. The
+            # other members cannot be met again here: the engine reruns the epoch.
+            raise Aborted(f"member {index} runs on {self.worker.address}, "
+                          f"not on {self.addresses[index]}")
+
+    def exchange(self, part):
+        """Send ``part`` to every other member and return every member's part, in member
+        order (``part`` itself at this member's place)."""
+        from distributed.protocol import to_serialize
+
+        key = (self.token, self.stage, self.index)
+        self.stage += 1
+        loop = self.worker.loop.asyncio_loop
+        for i, address in enumerate(self.addresses):
+            if i == self.index:
+                continue
+            if address == self.worker.address:  # another member in this worker
+                _deliver(key, part)
+                continue
+            coro = self.worker.rpc(address).dask_scd_mail(key=list(key),
+                                                          payload=to_serialize(part))
+            self._sent.append(asyncio.run_coroutine_threadsafe(coro, loop))
+        parts = []
+        for i in range(len(self.addresses)):
+            parts.append(part if i == self.index else self._receive((key[0], key[1], i)))
+        return parts
+
+    def _receive(self, key):
+        deadline = time.monotonic() + self.timeout
+        with _cond:
+            while key not in _box:
+                if self.token in _aborted:
+                    raise Aborted(f"exchange {self.token} aborted")
+                self._check_sent()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Aborted(f"member {self.index} waited {self.timeout:.0f} s for "
+                                  f"member {key[2]} at stage {key[1]}")
+                _cond.wait(min(left, 0.5))
+            return _box.pop(key)
+
+    def _check_sent(self):
+        done = [f for f in self._sent if f.done()]
+        for f in done:
+            self._sent.remove(f)
+            if f.exception() is not None:
+                raise Aborted(f"member {self.index} could not send: {f.exception()!r}")
+
+    def close(self):
+        """Wait for this member's sends to finish (their errors raise)."""
+        for f in self._sent:
+            try:
+                f.result(timeout=self.timeout)
+            except Exception as e:  # noqa: BLE001 - any failure of a send aborts
+                raise Aborted(f"member {self.index} could not send: {e!r}") from e
+        self._sent = []

@@ -1,0 +1,200 @@
+"""A block-SCD iteration run collectively: one long task per worker instead of a stage
+of tasks per block.
+
+The task graph of an epoch (:meth:`_BlockSCD._epoch`) spends most of a block's time
+waiting for the scheduler: the next block's tasks start only once the scheduler has
+heard that the last ones ended, and the row chunks' statistics reach the other workers
+through it. Here each worker runs one task (a *member*) over all of its groups of row
+chunks for the whole epoch, and the members swap each block's statistics directly
+(:mod:`dask_scd.runtime.collective`). Every member then calls the very functions the task
+graph calls — :func:`block_ops.apply_then_stats`, :func:`block_ops.block_direction_from`,
+:func:`block_ops.block_trials`, :func:`block_ops.block_choose`, then the coarse step's
+:func:`block_ops.coarse_stats`, :func:`block_ops.coarse_direction`,
+:func:`block_ops.coarse_trials`, :func:`block_ops.coarse_apply` — on the same values in
+the same row-chunk order, so the iteration gives the same bits either way, and the model
+stays independent of the workers.
+
+A member returns the state (θ, b) after the iteration and nothing the later tasks read:
+the certificate's fresh margins are computed from that state, so no task's lineage ever
+holds a member (a lost worker's results are recomputed by ordinary tasks; a member could
+not run again on its own).
+
+Where the task graph sums a block's statistics in a tree of tasks (a Gram block, a very
+wide one over many row chunks), each member sums them in the same tree, locally
+(:func:`tree_sum`). An epoch whose statistics would be too large to send to every member
+runs as a task graph, as does one whose member was lost (:class:`collective.Aborted`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_scd.runtime import passes
+from dask_scd.runtime.cluster import _picked
+from dask_scd.runtime.collective import Aborted, Member
+from dask_scd.solvers import block_ops as ops
+
+INTERCEPT = -1  # the intercept's block index (as in block_scd)
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What the epoch does with one block: the same decisions for both ways of running it."""
+
+    b: int  # the block (INTERCEPT for the intercept)
+    block: slice | None  # its columns in grid order, None for the intercept
+    pure: bool
+    gram: bool  # an impure block small enough for the exact Newton step of its Gram matrix
+    tree: bool  # statistics summed in a tree of tasks (a Gram block, or a wide one)
+    provable: bool  # a final step without a line search
+    trials: bool  # a line search follows the direction
+
+
+def epoch_member(token: str, index: int, addresses: list, groups: list, margins: list,
+                 pick, cells: list, labels: list, start, plan: list, problem, n_samples: int,
+                 slack: float, timeout: float, coarse=None) -> dict | None:
+    """(task) One member's share of a collective iteration: the epoch, then the coarse step.
+
+    ``groups``: the indices of this member's groups of row chunks; ``margins[k]`` the
+    margins of group k (a list per row chunk, element ``pick`` of each where not None);
+    ``cells[k][i]`` row chunk i of group k's cells (one per block), ``labels[k][i]`` its
+    labels; ``coarse``: None (no coarse step) or (fit key, offsets, row sums per group or
+    None to take them over the non-zero coefficients).
+
+    Returns, from member 0 only (every member computes the same): {"state": (θ, b) after
+    the iteration, "unsure": the blocks whose step was unsure}; the other members None.
+    A member that cannot meet the others returns {"aborted": why} (not an error: the
+    engine runs the iteration as a task graph).
+    """
+    try:
+        member = Member(token, index, addresses, timeout)
+        state, unsure = _iterate(member, groups, margins, pick, cells, labels, start, plan,
+                                 problem, n_samples, slack, coarse)
+        member.close()
+    except Aborted as e:
+        return {"aborted": str(e)}
+    return {"state": state, "unsure": unsure} if index == 0 else None
+
+
+def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem, n_samples,
+             slack, coarse):
+    rows = [list(_picked(m, pick)) for m in margins]
+    loss = problem.loss
+    coef, intercept = np.array(start[0], dtype=np.float64), float(start[1])
+    thetas, unsure = {}, []
+    pending = None  # (column of the cells, step) of the block before
+
+    def everyone(mine):
+        """Every row chunk's value in row order: this member's and the others'."""
+        parts = member.exchange(dict(zip(groups, mine)))
+        merged = {g: values for part in parts for g, values in part.items()}
+        return [value for g in sorted(merged) for value in merged[g]]
+
+    for p in plan:
+        column = [[None if p.block is None else row_cells[p.b] for row_cells in group]
+                  for group in cells]
+        stats = []
+        for k in range(len(groups)):
+            per_row = []
+            for i, y in enumerate(labels[k]):
+                if pending is None:
+                    per_row.append(ops.block_stats(column[k][i], y, rows[k][i], loss, p.gram))
+                else:
+                    rows[k][i], s = ops.apply_then_stats(rows[k][i], pending[0][k][i],
+                                                         column[k][i], y, pending[1], loss,
+                                                         p.gram)
+                    per_row.append(s)
+            stats.append(per_row)
+        summed = tree_sum if p.tree else list
+        direction = ops.block_direction_from(problem, n_samples, start, p.block, p.provable,
+                                             *summed(everyone(stats)))
+        step = direction
+        if p.trials:
+            trials = [[ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
+                       for i, y in enumerate(labels[k])] for k in range(len(groups))]
+            step = ops.block_choose(direction, n_samples, slack, *summed(everyone(trials)))
+        pending = (column, step)
+        thetas[p.b] = (p.block, step["theta"])
+        if step.get("unsure", 0):
+            unsure.append(int(p.b))
+    if pending is not None:
+        for k in range(len(groups)):
+            for i in range(len(rows[k])):
+                rows[k][i] = ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
+    # The state after the epoch, as the engine builds it from the steps.
+    coef = coef.copy()
+    for b, (block, theta) in thetas.items():
+        if b == INTERCEPT:
+            intercept = float(theta[0])
+        else:
+            coef[block] = theta
+    state = {"coef": coef, "intercept": intercept}
+    if coarse is None:
+        return state, unsure
+    # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
+    fit_key, offsets, row_sums = coarse
+    if row_sums is None:
+        row_sums = _active_row_sums(fit_key, groups, cells, coef, offsets,
+                                    problem.fit_intercept)
+    sums = [list(group) for group in row_sums]
+    stats = [[ops.coarse_stats(sums[k][i], y, rows[k][i], loss)
+              for i, y in enumerate(labels[k])] for k in range(len(groups))]
+    direction = ops.coarse_direction(problem, n_samples, offsets, state, *everyone(stats))
+    if loss == "squared":
+        return ops.coarse_apply(problem, n_samples, offsets, state, direction), unsure
+    trials = [[ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+               for i, y in enumerate(labels[k])] for k in range(len(groups))]
+    return ops.coarse_apply(problem, n_samples, offsets, state, direction,
+                            *everyone(trials)), unsure
+
+
+# S over the non-zero coefficients of the running fit, per row chunk, made again only
+# where the support changed (late epochs of an L1 fit keep it): {"fit", "rows": {(g, i):
+# (support, S)}}. One fit's at a time per worker process.
+_active = {"fit": None, "rows": {}}
+_active_lock = threading.Lock()
+
+
+def _active_row_sums(fit_key, groups, cells, coef, offsets, with_intercept) -> list:
+    support = coef != 0.0
+    out = []
+    with _active_lock:
+        if _active["fit"] != fit_key:
+            _active["fit"], _active["rows"] = fit_key, {}
+        held = _active["rows"]
+        for k, g in enumerate(groups):
+            per_row = []
+            for i, row_cells in enumerate(cells[k]):
+                kept = held.get((g, i))
+                if kept is None or not np.array_equal(kept[0], support):
+                    kept = (support, ops.active_row_sums(row_cells, coef, offsets,
+                                                         with_intercept))
+                    held[(g, i)] = kept
+                per_row.append(kept[1])
+            out.append(per_row)
+    return out
+
+
+def forget_fit(fit_key, dask_worker=None) -> bool:
+    """(on a worker, by ``client.run``) drop a finished fit's cached S."""
+    with _active_lock:
+        if _active["fit"] == fit_key:
+            _active["fit"], _active["rows"] = None, {}
+    return True
+
+
+def tree_sum(partials: list, split_every: int = 4) -> list:
+    """The partial sums :meth:`ClusterRuntime.tree_sum` leaves of row-chunk results, the
+    same runs of consecutive row chunks summed level by level (the same bits)."""
+    if len(partials) <= split_every:
+        return [passes.sum_partials(*partials)]
+    while True:
+        partials = [passes.sum_partials(*partials[i:i + split_every])
+                    for i in range(0, len(partials), split_every)]
+        if len(partials) <= split_every:
+            return partials
+
+
