@@ -641,6 +641,8 @@ def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeyp
         np.testing.assert_array_equal(together.coef_, graph.coef_)
         assert together.intercept_ == graph.intercept_
         np.testing.assert_array_equal(together.history_.primal, graph.history_.primal)
+        np.testing.assert_array_equal(together.history_.relative_gap,
+                                      graph.history_.relative_gap)
     if penalty == "l1":
         assert 0 < np.count_nonzero(graph.coef_) < graph.coef_.size
 
@@ -680,3 +682,36 @@ def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
     assert len(set(exchanges)) == disturbed.n_iter_ >= 3  # each iteration tried collectively
     np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
     assert disturbed.intercept_ == undisturbed.intercept_
+
+
+def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
+    """Margins the members should have kept but did not find (their worker process was
+    replaced between iterations) are recomputed from (θ, b) by ordinary tasks, and that
+    iteration runs as the task graph: the same model."""
+    from dask_scd.solvers import block_collective
+    from dask_scd.solvers.block_scd import _BlockSCD
+
+    *_, grid, _ = onehot
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster,
+                                                                 set_as_default=False) as c:
+        undisturbed = _fixed_epochs(grid, c, "squared", epochs=4)
+        graph_epochs = []
+        real_graph = _BlockSCD._graph_epoch
+
+        def counted(self, *args, **kwargs):
+            graph_epochs.append(1)
+            return real_graph(self, *args, **kwargs)
+
+        def forget(state):
+            if state["epoch"] == 2:
+                with block_collective._kept_lock:
+                    block_collective._kept.clear()
+
+        monkeypatch.setattr(_BlockSCD, "_graph_epoch", counted)
+        disturbed = _fixed_epochs(grid, c, "squared", epochs=4, callback=forget)
+    assert len(graph_epochs) == 1
+    np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
+    assert disturbed.intercept_ == undisturbed.intercept_
+    np.testing.assert_array_equal(disturbed.history_.relative_gap,
+                                  undisturbed.history_.relative_gap)

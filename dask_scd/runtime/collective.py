@@ -88,24 +88,46 @@ class Member:
     def exchange(self, part):
         """Send ``part`` to every other member and return every member's part, in member
         order (``part`` itself at this member's place)."""
+        key = self._next_key(self.index)
+        for i in range(len(self.addresses)):
+            if i != self.index:
+                self._send(i, key, part)
+        return [part if i == self.index else self._receive((key[0], key[1], i))
+                for i in range(len(self.addresses))]
+
+    def gather(self, part, root: int = 0):
+        """Every member's part at member ``root`` (a list in member order); None at the
+        others."""
+        key = self._next_key(self.index)
+        if self.index != root:
+            self._send(root, key, part)
+            return None
+        return [part if i == root else self._receive((key[0], key[1], i))
+                for i in range(len(self.addresses))]
+
+    def broadcast(self, value=None, root: int = 0):
+        """Member ``root``'s ``value`` at every member."""
+        key = self._next_key(root)
+        if self.index != root:
+            return self._receive(key)
+        for i in range(len(self.addresses)):
+            if i != root:
+                self._send(i, key, value)
+        return value
+
+    def _next_key(self, sender: int) -> tuple:
+        self.stage += 1
+        return (self.token, self.stage - 1, sender)
+
+    def _send(self, i: int, key: tuple, part):
         from distributed.protocol import to_serialize
 
-        key = (self.token, self.stage, self.index)
-        self.stage += 1
-        loop = self.worker.loop.asyncio_loop
-        for i, address in enumerate(self.addresses):
-            if i == self.index:
-                continue
-            if address == self.worker.address:  # another member in this worker
-                _deliver(key, part)
-                continue
-            coro = self.worker.rpc(address).dask_scd_mail(key=list(key),
-                                                          payload=to_serialize(part))
-            self._sent.append(asyncio.run_coroutine_threadsafe(coro, loop))
-        parts = []
-        for i in range(len(self.addresses)):
-            parts.append(part if i == self.index else self._receive((key[0], key[1], i)))
-        return parts
+        address = self.addresses[i]
+        if address == self.worker.address:  # another member in this worker
+            _deliver(key, part)
+            return
+        coro = self.worker.rpc(address).dask_scd_mail(key=list(key), payload=to_serialize(part))
+        self._sent.append(asyncio.run_coroutine_threadsafe(coro, self.worker.loop.asyncio_loop))
 
     def _receive(self, key):
         deadline = time.monotonic() + self.timeout

@@ -165,9 +165,18 @@ def _correlation(problem, n_samples: int, total: dict) -> np.ndarray:
     return (scales[0] * total["xt_pos"] + scales[1] * total["xt_neg"]) / n_samples
 
 
+def slim_total(problem: obj.Problem, n_samples: int, total: dict) -> dict:
+    """What :func:`dual_loss_sum` reads of the summed statistics: the sign counts and κ,
+    computed once (the same bits), in place of the per-feature sums."""
+    return {"pos": total["pos"], "neg": total["neg"],
+            "kappa": _lasso_kappa(problem, n_samples, total)}
+
+
 def _lasso_kappa(problem, n_samples, total) -> float | None:
     """κ of the rescaled lasso dual point (the same bits wherever it is computed), or None
     where it does not apply (no ``n_samples``, or not a pure L1 penalty)."""
+    if "kappa" in total:  # a slim_total
+        return total["kappa"]
     if n_samples is None or problem.l1 <= 0.0 or problem.l2 > 0.0:
         return None
     top = float(np.abs(_correlation(problem, n_samples, total)).max(initial=0.0))

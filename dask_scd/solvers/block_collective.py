@@ -14,10 +14,13 @@ graph calls — :func:`block_ops.apply_then_stats`, :func:`block_ops.block_direc
 the same row-chunk order, so the iteration gives the same bits either way, and the model
 stays independent of the workers.
 
-A member returns the state (θ, b) after the iteration and nothing the later tasks read:
-the certificate's fresh margins are computed from that state, so no task's lineage ever
-holds a member (a lost worker's results are recomputed by ordinary tasks; a member could
-not run again on its own).
+The members then compute the certificate of the new state (:func:`_certify`: fresh
+margins from (θ, b), the statistics summed at member 0) and keep those margins in their
+worker process for the next iteration's members. A member returns the state and the
+certificate to the client and nothing any task reads, so no task's lineage ever holds a
+member (a member could not run again on its own): a lost worker's results are recomputed
+by ordinary tasks, and margins that are not where a member expects them (its worker was
+replaced) make the engine recompute them from the state by ordinary tasks, the same bits.
 
 Where the task graph sums a block's statistics in a tree of tasks (a Gram block, a very
 wide one over many row chunks), each member sums them in the same tree, locally
@@ -53,30 +56,104 @@ class BlockPlan:
     trials: bool  # a line search follows the direction
 
 
-def epoch_member(token: str, index: int, addresses: list, groups: list, margins: list,
-                 pick, cells: list, labels: list, start, plan: list, problem, n_samples: int,
-                 slack: float, timeout: float, coarse=None) -> dict | None:
-    """(task) One member's share of a collective iteration: the epoch, then the coarse step.
+def epoch_member(token: str, index: int, addresses: list, groups: list, margins, pick,
+                 cells: list, labels: list, start, plan: list, problem, n_samples: int,
+                 slack: float, timeout: float, coarse=None, certify=None) -> dict | None:
+    """(task) One member's share of a collective iteration: the epoch, the coarse step,
+    then the certificate with the next iteration's margins.
 
     ``groups``: the indices of this member's groups of row chunks; ``margins[k]`` the
-    margins of group k (a list per row chunk, element ``pick`` of each where not None);
+    margins of group k (a list per row chunk, element ``pick`` of each where not None),
+    or ``margins`` None: those this worker kept from the iteration ``certify[3]``;
     ``cells[k][i]`` row chunk i of group k's cells (one per block), ``labels[k][i]`` its
     labels; ``coarse``: None (no coarse step) or (fit key, offsets, row sums per group or
-    None to take them over the non-zero coefficients).
+    None to take them over the non-zero coefficients); ``certify``: None, or (fit key,
+    rows of each row chunk per group, offsets, the token of the iteration whose margins
+    to read or None).
 
     Returns, from member 0 only (every member computes the same): {"state": (θ, b) after
-    the iteration, "unsure": the blocks whose step was unsure}; the other members None.
-    A member that cannot meet the others returns {"aborted": why} (not an error: the
-    engine runs the iteration as a task graph).
+    the iteration, "unsure": the blocks whose step was unsure, "certified": the
+    certificate's result (:func:`passes.certificate`) with ``certify``}; the other
+    members None. A member that cannot meet the others, or lacks the margins it should
+    have kept, returns {"aborted": why} (not an error: the engine runs the iteration as a
+    task graph).
     """
     try:
         member = Member(token, index, addresses, timeout)
+        if margins is None:
+            margins, pick = _kept_margins(certify[0], groups, certify[3]), None
         state, unsure = _iterate(member, groups, margins, pick, cells, labels, start, plan,
                                  problem, n_samples, slack, coarse)
+        certified = None
+        if certify is not None:
+            certified = _certify(member, groups, cells, labels, state, problem, n_samples,
+                                 certify)
         member.close()
     except Aborted as e:
         return {"aborted": str(e)}
-    return {"state": state, "unsure": unsure} if index == 0 else None
+    if index != 0:
+        return None
+    return {"state": state, "unsure": unsure, "certified": certified}
+
+
+def _certify(member, groups, cells, labels, state, problem, n_samples, certify):
+    """:meth:`ClusterRuntime.certify` among the members: fresh margins from ``state`` and
+    the certificate on them, the same calls in the same order (the statistics summed at
+    member 0, the dual sums too). Every member keeps its margins for the next iteration;
+    member 0 returns the certificate's result."""
+    fit_key, n_rows, offsets, _ = certify
+    margins, stats = [], []
+    for k in range(len(groups)):
+        fresh = [passes.certificate_pass(cells[k][i], n_rows[k][i], y, state, offsets,
+                                         problem, True) for i, y in enumerate(labels[k])]
+        margins.append([f[0] for f in fresh])
+        stats.append([f[1] for f in fresh])
+    parts = member.gather(dict(zip(groups, stats)))
+    del stats
+    total = slim = None
+    if parts is not None:  # member 0
+        level = tree_sum(_in_row_order(parts))
+        total = level[0] if len(level) == 1 else passes.sum_partials(*level)
+        slim = passes.slim_total(problem, n_samples, total)
+    slim = member.broadcast(slim)
+    duals = [[passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
+              for i, y in enumerate(labels[k])] for k in range(len(groups))]
+    parts = member.gather(dict(zip(groups, duals)))
+    _keep_margins(fit_key, groups, member.token, margins)
+    if parts is None:
+        return None
+    return passes.certificate(problem, n_samples, state, total, *_in_row_order(parts))
+
+
+def _in_row_order(parts) -> list:
+    """Every row chunk's value in row order from the members' {group: [values]}."""
+    merged = {g: values for part in parts for g, values in part.items()}
+    return [value for g in sorted(merged) for value in merged[g]]
+
+
+# The margins of the running fits' last collective certificate, per group of row chunks
+# held by this worker process: {(fit key, group): (iteration token, [margins per row
+# chunk])}. The next iteration's member reads them here instead of from a task's result
+# (a member's result in a lineage could not be recomputed on its own).
+_kept: dict = {}
+_kept_lock = threading.Lock()
+
+
+def _keep_margins(fit_key, groups, token, margins):
+    with _kept_lock:
+        for g, values in zip(groups, margins):
+            _kept[(fit_key, g)] = (token, values)
+
+
+def _kept_margins(fit_key, groups, token) -> list:
+    with _kept_lock:
+        out = []
+        for g in groups:
+            kept = _kept.get((fit_key, g))
+            if kept is None or kept[0] != token:
+                raise Aborted(f"the margins of group {g} are not kept here")
+            out.append(list(kept[1]))
+        return out
 
 
 def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem, n_samples,
@@ -89,9 +166,7 @@ def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem,
 
     def everyone(mine):
         """Every row chunk's value in row order: this member's and the others'."""
-        parts = member.exchange(dict(zip(groups, mine)))
-        merged = {g: values for part in parts for g, values in part.items()}
-        return [value for g in sorted(merged) for value in merged[g]]
+        return _in_row_order(member.exchange(dict(zip(groups, mine))))
 
     for p in plan:
         column = [[None if p.block is None else row_cells[p.b] for row_cells in group]
@@ -179,10 +254,13 @@ def _active_row_sums(fit_key, groups, cells, coef, offsets, with_intercept) -> l
 
 
 def forget_fit(fit_key, dask_worker=None) -> bool:
-    """(on a worker, by ``client.run``) drop a finished fit's cached S."""
+    """(on a worker, by ``client.run``) drop what a finished fit kept: its S, its margins."""
     with _active_lock:
         if _active["fit"] == fit_key:
             _active["fit"], _active["rows"] = None, {}
+    with _kept_lock:
+        for key in [k for k in _kept if k[0] == fit_key]:
+            del _kept[key]
     return True
 
 

@@ -112,6 +112,16 @@ def grid_order_start(source: Source, start):
     return np.array(start[0], dtype=np.float64)[source.feature_order], float(start[1])
 
 
+class _Kept:
+    """Margins kept in the workers by the members of the collective iteration ``token``
+    (:func:`block_collective.epoch_member`), not held by any future."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str):
+        self.token = token
+
+
 class _BlockSCD:
     """The solver loop: select → reduce → update → certify, one epoch at a time.
 
@@ -231,8 +241,8 @@ class _BlockSCD:
             epoch += 1
             self.runtime.assign_homes()  # a worker may have been lost or added
             order = self._block_order(cert)
-            state = self._iteration(margins, order, coef, intercept, cert.primal)
-            margins, (coef, intercept, cert) = self._certify(state)
+            margins, (coef, intercept, cert) = self._iteration(margins, order, coef, intercept,
+                                                               cert.primal)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
             if hooks.after_epoch(epoch, coef, intercept, cert, history, self.rng, tol,
@@ -304,18 +314,19 @@ class _BlockSCD:
         return plan
 
     def _iteration(self, margins, order, coef, intercept, primal):
-        """One epoch over the blocks of ``order`` and the coarse step: collectively where
-        it can (:mod:`dask_scd.solvers.block_collective`), else as a task graph; the same
-        bits either way. Returns the state {"coef", "intercept"} after it (a future of it
-        from the task graph)."""
+        """One epoch over the blocks of ``order``, the coarse step and the certificate:
+        collectively where it can (:mod:`dask_scd.solvers.block_collective`), else as a
+        task graph; the same bits either way. Returns (margins, (coef, intercept,
+        certificate)) after it; the margins are :class:`~dask_scd.runtime.cluster.Rows`,
+        or :class:`_Kept` where the members kept them."""
         plan = self._plan(order)
         slack = 1e-13 * abs(primal)
         if self._collective_fits(plan):
-            state = self._collective_iteration(margins, plan, coef, intercept, slack)
-            if state is not None:
-                # Sent to the workers once, as a task of its own: the certificate's tasks
-                # read it there (and recompute it from nothing but this value).
-                return self.runtime.submit(ops.held, state, name="state")
+            done = self._collective_iteration(margins, plan, coef, intercept, slack)
+            if done is not None:
+                return done
+        if isinstance(margins, _Kept):  # the same bits as the members' certificate's
+            margins, _ = self._certify({"coef": coef, "intercept": intercept})
         results, margins = self._graph_epoch(margins, plan, coef, intercept, slack)
         self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
         coef = coef.copy()
@@ -327,7 +338,7 @@ class _BlockSCD:
         state = {"coef": coef, "intercept": intercept}
         if self.coarse:  # see dask_scd.solvers.coarse
             state = self._coarse_step(margins, state)
-        return state
+        return self._certify(state)
 
     # A collective epoch sends every block's statistics to every member: not where one
     # block's, over all row chunks, would weigh more than this (the task graph sums those
@@ -361,9 +372,9 @@ class _BlockSCD:
 
     def _collective_iteration(self, margins, plan, coef, intercept, slack):
         """The iteration as one task per worker exchanging statistics directly
-        (:func:`block_collective.epoch_member`); the state after it, or None where a
-        member was lost or could not meet the others (the caller runs the task graph
-        from the same margins)."""
+        (:func:`block_collective.epoch_member`): (the margins the members kept, (coef,
+        intercept, certificate)), or None where a member was lost or could not meet the
+        others (the caller runs the task graph from the same margins)."""
         runtime, client = self.runtime, self.client
         addresses, groups = self._members()
         single = addresses == [None]
@@ -374,22 +385,28 @@ class _BlockSCD:
                 self._registered.update(new)
         token = f"epoch-{uuid.uuid4().hex}"
         self._collective_ran = True
-        coarse = None
-        if self.coarse:
-            coarse = (self.runtime._fit_token, self.offsets, None)
+        fit_key = self.runtime._fit_token
+        kept = margins.token if isinstance(margins, _Kept) else None
         members = []
         for i, (address, mine) in enumerate(zip(addresses, groups)):
             rows = [runtime.groups[g] for g in mine]
-            if coarse is not None and self.problem.l1 <= 0.0:
-                coarse = coarse[:2] + ([[self.row_sums[r] for r in group] for group in rows],)
+            coarse = None
+            if self.coarse:
+                sums = None if self.problem.l1 > 0.0 else \
+                    [[self.row_sums[r] for r in group] for group in rows]
+                coarse = (fit_key, self.offsets, sums)
+            certify = (fit_key, [[int(self.rows[r]) for r in group] for group in rows],
+                       self.offsets, kept)
             place = {} if single else {"workers": [address], "allow_other_workers": True}
             members.append(runtime.submit(
                 block_collective.epoch_member, token, i, addresses, mine,
-                [margins.parts[g] for g in mine], margins.pick,
+                None if kept else [margins.parts[g] for g in mine],
+                None if kept else margins.pick,
                 [[self.cells[r] for r in group] for group in rows],
                 [[self.labels[r] for r in group] for group in rows],
                 (coef, intercept), plan, self.problem, self.source.n_samples, slack,
-                self.MEMBER_TIMEOUT, coarse, name="epoch_member", retries=0, **place))
+                self.MEMBER_TIMEOUT, coarse, certify, name="epoch_member", retries=0,
+                **place))
         result = None
         try:
             remaining, checked, pause = list(members), time.monotonic(), 0.001
@@ -397,7 +414,7 @@ class _BlockSCD:
                 # The futures' states are the client's own (its event loop updates them):
                 # polling them costs no message.
                 time.sleep(pause)
-                pause = min(2 * pause, 0.02)
+                pause = min(2 * pause, 0.01)
                 if any(f.status in ("error", "cancelled", "lost") for f in remaining):
                     raise collective.Aborted("a member failed")
                 remaining = [f for f in remaining if f.status != "finished"]
@@ -417,7 +434,9 @@ class _BlockSCD:
         finally:
             del members
         self.unsure = set(result["unsure"])
-        return result["state"]
+        certified = result["certified"]
+        return _Kept(token), (certified["coef"], float(certified["intercept"]),
+                              certified["certificate"])
 
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
