@@ -715,3 +715,32 @@ def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
     assert disturbed.intercept_ == undisturbed.intercept_
     np.testing.assert_array_equal(disturbed.history_.relative_gap,
                                   undisturbed.history_.relative_gap)
+
+
+def test_a_member_runs_its_groups_on_its_workers_threads(onehot, monkeypatch):
+    """One worker of two threads: its member runs its two groups of row chunks on both
+    threads at once, the same bits as the task graph."""
+    from dask_scd.solvers.block_scd import _BlockSCD
+
+    *_, grid, _ = onehot
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster,
+                                                                 set_as_default=False) as c:
+        monkeypatch.setattr(_BlockSCD, "collective", False)
+        graph = _fixed_epochs(grid, c, "logistic", epochs=3, penalty="l1")
+        monkeypatch.setattr(_BlockSCD, "collective", True)
+        pools = []
+        from dask_scd.solvers import block_collective
+
+        real = block_collective._GroupPool.__init__
+
+        def counted(self, worker, n_groups):
+            real(self, worker, n_groups)
+            pools.append(self.pool is not None)
+
+        monkeypatch.setattr(block_collective._GroupPool, "__init__", counted)
+        together = _fixed_epochs(grid, c, "logistic", epochs=3, penalty="l1")
+    assert pools and all(pools)
+    np.testing.assert_array_equal(together.coef_, graph.coef_)
+    assert together.intercept_ == graph.intercept_
+    np.testing.assert_array_equal(together.history_.relative_gap, graph.history_.relative_gap)

@@ -82,12 +82,13 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
         member = Member(token, index, addresses, timeout)
         if margins is None:
             margins, pick = _kept_margins(certify[0], groups, certify[3]), None
-        state, unsure = _iterate(member, groups, margins, pick, cells, labels, start, plan,
-                                 problem, n_samples, slack, coarse)
-        certified = None
-        if certify is not None:
-            certified = _certify(member, groups, cells, labels, state, problem, n_samples,
-                                 certify)
+        with _GroupPool(member.worker, len(groups)) as each:
+            state, unsure = _iterate(member, each, groups, margins, pick, cells, labels, start,
+                                     plan, problem, n_samples, slack, coarse)
+            certified = None
+            if certify is not None:
+                certified = _certify(member, each, groups, cells, labels, state, problem,
+                                     n_samples, certify)
         member.close()
     except Aborted as e:
         return {"aborted": str(e)}
@@ -96,18 +97,46 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
     return {"state": state, "unsure": unsure, "certified": certified}
 
 
-def _certify(member, groups, cells, labels, state, problem, n_samples, certify):
+class _GroupPool:
+    """``each(fn)``: [fn(k) for every group k of a member], the groups on the worker's
+    threads at once (the kernels release the GIL); each group's arithmetic is the same
+    whichever thread runs it."""
+
+    def __init__(self, worker, n_groups: int):
+        threads = int(getattr(getattr(worker, "state", None), "nthreads", 1) or 1)
+        self.n_groups = n_groups
+        self.pool = None
+        if min(threads, n_groups) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(min(threads, n_groups),
+                                           thread_name_prefix="dask-scd-member")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def __call__(self, fn) -> list:
+        if self.pool is None:
+            return [fn(k) for k in range(self.n_groups)]
+        return list(self.pool.map(fn, range(self.n_groups)))
+
+
+def _certify(member, each, groups, cells, labels, state, problem, n_samples, certify):
     """:meth:`ClusterRuntime.certify` among the members: fresh margins from ``state`` and
     the certificate on them, the same calls in the same order (the statistics summed at
     member 0, the dual sums too). Every member keeps its margins for the next iteration;
     member 0 returns the certificate's result."""
     fit_key, n_rows, offsets, _ = certify
-    margins, stats = [], []
-    for k in range(len(groups)):
-        fresh = [passes.certificate_pass(cells[k][i], n_rows[k][i], y, state, offsets,
-                                         problem, True) for i, y in enumerate(labels[k])]
-        margins.append([f[0] for f in fresh])
-        stats.append([f[1] for f in fresh])
+    fresh = each(lambda k: [passes.certificate_pass(cells[k][i], n_rows[k][i], y, state,
+                                                    offsets, problem, True)
+                            for i, y in enumerate(labels[k])])
+    margins = [[f[0] for f in group] for group in fresh]
+    stats = [[f[1] for f in group] for group in fresh]
+    del fresh
     parts = member.gather(dict(zip(groups, stats)))
     del stats
     total = slim = None
@@ -116,8 +145,8 @@ def _certify(member, groups, cells, labels, state, problem, n_samples, certify):
         total = level[0] if len(level) == 1 else passes.sum_partials(*level)
         slim = passes.slim_total(problem, n_samples, total)
     slim = member.broadcast(slim)
-    duals = [[passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
-              for i, y in enumerate(labels[k])] for k in range(len(groups))]
+    duals = each(lambda k: [passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
+                            for i, y in enumerate(labels[k])])
     parts = member.gather(dict(zip(groups, duals)))
     _keep_margins(fit_key, groups, member.token, margins)
     if parts is None:
@@ -156,7 +185,7 @@ def _kept_margins(fit_key, groups, token) -> list:
         return out
 
 
-def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem, n_samples,
+def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, problem, n_samples,
              slack, coarse):
     rows = [list(_picked(m, pick)) for m in margins]
     loss = problem.loss
@@ -171,8 +200,8 @@ def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem,
     for p in plan:
         column = [[None if p.block is None else row_cells[p.b] for row_cells in group]
                   for group in cells]
-        stats = []
-        for k in range(len(groups)):
+
+        def stats_of(k, p=p, column=column, pending=pending):
             per_row = []
             for i, y in enumerate(labels[k]):
                 if pending is None:
@@ -182,23 +211,25 @@ def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem,
                                                          column[k][i], y, pending[1], loss,
                                                          p.gram)
                     per_row.append(s)
-            stats.append(per_row)
+            return per_row
+
+        stats = each(stats_of)
         summed = tree_sum if p.tree else list
         direction = ops.block_direction_from(problem, n_samples, start, p.block, p.provable,
                                              *summed(everyone(stats)))
         step = direction
         if p.trials:
-            trials = [[ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
-                       for i, y in enumerate(labels[k])] for k in range(len(groups))]
+            trials = each(lambda k, p=p, column=column, direction=direction: [
+                ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
+                for i, y in enumerate(labels[k])])
             step = ops.block_choose(direction, n_samples, slack, *summed(everyone(trials)))
         pending = (column, step)
         thetas[p.b] = (p.block, step["theta"])
         if step.get("unsure", 0):
             unsure.append(int(p.b))
     if pending is not None:
-        for k in range(len(groups)):
-            for i in range(len(rows[k])):
-                rows[k][i] = ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
+        rows = each(lambda k: [ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
+                               for i in range(len(rows[k]))])
     # The state after the epoch, as the engine builds it from the steps.
     coef = coef.copy()
     for b, (block, theta) in thetas.items():
@@ -212,16 +243,16 @@ def _iterate(member, groups, margins, pick, cells, labels, start, plan, problem,
     # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
     fit_key, offsets, row_sums = coarse
     if row_sums is None:
-        row_sums = _active_row_sums(fit_key, groups, cells, coef, offsets,
+        row_sums = _active_row_sums(each, fit_key, groups, cells, coef, offsets,
                                     problem.fit_intercept)
     sums = [list(group) for group in row_sums]
-    stats = [[ops.coarse_stats(sums[k][i], y, rows[k][i], loss)
-              for i, y in enumerate(labels[k])] for k in range(len(groups))]
+    stats = each(lambda k: [ops.coarse_stats(sums[k][i], y, rows[k][i], loss)
+                            for i, y in enumerate(labels[k])])
     direction = ops.coarse_direction(problem, n_samples, offsets, state, *everyone(stats))
     if loss == "squared":
         return ops.coarse_apply(problem, n_samples, offsets, state, direction), unsure
-    trials = [[ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
-               for i, y in enumerate(labels[k])] for k in range(len(groups))]
+    trials = each(lambda k: [ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+                             for i, y in enumerate(labels[k])])
     return ops.coarse_apply(problem, n_samples, offsets, state, direction,
                             *everyone(trials)), unsure
 
@@ -233,24 +264,26 @@ _active = {"fit": None, "rows": {}}
 _active_lock = threading.Lock()
 
 
-def _active_row_sums(fit_key, groups, cells, coef, offsets, with_intercept) -> list:
+def _active_row_sums(each, fit_key, groups, cells, coef, offsets, with_intercept) -> list:
     support = coef != 0.0
-    out = []
     with _active_lock:
         if _active["fit"] != fit_key:
             _active["fit"], _active["rows"] = fit_key, {}
-        held = _active["rows"]
-        for k, g in enumerate(groups):
-            per_row = []
-            for i, row_cells in enumerate(cells[k]):
-                kept = held.get((g, i))
-                if kept is None or not np.array_equal(kept[0], support):
-                    kept = (support, ops.active_row_sums(row_cells, coef, offsets,
-                                                         with_intercept))
-                    held[(g, i)] = kept
-                per_row.append(kept[1])
-            out.append(per_row)
-    return out
+        held = dict(_active["rows"])
+
+    def group(k):
+        per_row = []
+        for i, row_cells in enumerate(cells[k]):
+            kept = held.get((groups[k], i))
+            if kept is None or not np.array_equal(kept[0], support):
+                kept = (support, ops.active_row_sums(row_cells, coef, offsets, with_intercept))
+                with _active_lock:
+                    if _active["fit"] == fit_key:
+                        _active["rows"][(groups[k], i)] = kept
+            per_row.append(kept[1])
+        return per_row
+
+    return each(group)
 
 
 def forget_fit(fit_key, dask_worker=None) -> bool:
