@@ -643,6 +643,11 @@ def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeyp
         np.testing.assert_array_equal(together.history_.primal, graph.history_.primal)
         np.testing.assert_array_equal(together.history_.relative_gap,
                                       graph.history_.relative_gap)
+        seconds = together.extras_["member_seconds"]
+        assert len(seconds) == together.n_iter_
+        assert all(s["epoch_and_coarse"] > 0 and s["certificate"] > 0 and s["waiting"] >= 0
+                   for s in seconds)
+    assert "member_seconds" not in graph.extras_
     if penalty == "l1":
         assert 0 < np.count_nonzero(graph.coef_) < graph.coef_.size
 

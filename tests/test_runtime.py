@@ -114,3 +114,21 @@ def test_grid_store_reads_the_cells(tmp_path, rng):
     rows = GridStore(grid, "rows")
     assert rows.bounds.tolist() == [0, 20, 40, 50]
     np.testing.assert_allclose(rows.scatter(v), X[:, order].T @ v)
+
+
+def test_tune_malloc_only_under_dasks_trim_setting(monkeypatch):
+    """The mmap threshold is raised only in a process started with dask's
+    MALLOC_TRIM_THRESHOLD_ (a nanny's worker), once; elsewhere nothing changes."""
+    import platform
+
+    from dask_scd.runtime import collective
+
+    monkeypatch.setattr(collective, "_malloc_tuned", False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    assert collective.tune_malloc() is False
+    assert collective._malloc_tuned is False
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert collective.tune_malloc() is glibc
+    assert collective._malloc_tuned is True
+    assert collective.tune_malloc() is False  # once per process

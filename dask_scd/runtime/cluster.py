@@ -113,6 +113,13 @@ def release_stale_homes(client) -> bool:
     return True
 
 
+def _tune_malloc(dask_worker=None) -> bool:
+    """(on a worker, by ``client.run``) :func:`collective.tune_malloc`."""
+    from dask_scd.runtime.collective import tune_malloc
+
+    return tune_malloc()
+
+
 class Rows:
     """Per-row-chunk values held as one future per group of row chunks (a list each, in
     row order): what :meth:`ClusterRuntime.map_rows` returns and takes.
@@ -237,6 +244,8 @@ class ClusterRuntime:
         self.group_homes = [None] * len(self.groups)
         if pin:
             release_stale_homes(client)
+        with contextlib.suppress(Exception):  # a speed-up only (see tune_malloc)
+            client.run(_tune_malloc)
         self.assign_homes()
 
     def _slots(self) -> list:

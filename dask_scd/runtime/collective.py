@@ -17,6 +17,7 @@ raises :class:`Aborted`, and the engine runs that epoch as a task graph instead.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -68,6 +69,38 @@ def forget(token: str) -> None:
             del _box[key]
 
 
+# glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 4 * 2**20  # blocks below this come from the heap
+TRIM_THRESHOLD = 64 * 2**20  # free heap kept at its top before it is returned
+_malloc_tuned = False
+
+
+def tune_malloc() -> bool:
+    """In a worker process that dask's nanny started with ``MALLOC_TRIM_THRESHOLD_`` (its
+    default, 64 KiB, to hand memory back to the OS), glibc keeps its mmap threshold at
+    128 KiB: every array of a row chunk's length (a 62,500-row chunk's margins are
+    500 KB) is then a fresh mmap, zero-filled page by page, and freed with munmap. A
+    member allocates such arrays for every block; measured on the 500k Criteo-like grid
+    (2 worker processes) an iteration took 1.0 s so and 0.72 s with the threshold raised.
+    This raises the mmap threshold to 4 MiB and the trim threshold to 64 MiB, once per
+    process (memory above them is still returned to the OS). Returns whether it did;
+    nothing happens off glibc or without that variable."""
+    global _malloc_tuned
+    if _malloc_tuned or "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        done = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and \
+            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    except (OSError, AttributeError):
+        done = False
+    _malloc_tuned = True
+    return done
+
+
 class Member:
     """One member of an exchange, inside its task: ``addresses[i]`` is member i's worker."""
 
@@ -77,7 +110,9 @@ class Member:
         self.token, self.index, self.addresses = token, index, list(addresses)
         self.timeout = timeout
         self.worker = get_worker()
+        tune_malloc()
         self.stage = 0
+        self.waited = 0.0  # seconds spent waiting for the other members' parts
         self._sent = []
         if self.worker.address != self.addresses[index]:
             # The task moved: its worker was lost and the scheduler ran it elsewhere. The
@@ -130,6 +165,13 @@ class Member:
         self._sent.append(asyncio.run_coroutine_threadsafe(coro, self.worker.loop.asyncio_loop))
 
     def _receive(self, key):
+        began = time.monotonic()
+        try:
+            return self._wait_for(key)
+        finally:
+            self.waited += time.monotonic() - began
+
+    def _wait_for(self, key):
         deadline = time.monotonic() + self.timeout
         with _cond:
             while key not in _box:

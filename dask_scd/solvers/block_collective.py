@@ -31,6 +31,7 @@ runs as a task graph, as does one whose member was lost (:class:`collective.Abor
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,19 +83,23 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
         member = Member(token, index, addresses, timeout)
         if margins is None:
             margins, pick = _kept_margins(certify[0], groups, certify[3]), None
+        began = time.perf_counter()
         with _GroupPool(member.worker, len(groups)) as each:
             state, unsure = _iterate(member, each, groups, margins, pick, cells, labels, start,
                                      plan, problem, n_samples, slack, coarse)
+            epoch_done = time.perf_counter()
             certified = None
             if certify is not None:
                 certified = _certify(member, each, groups, cells, labels, state, problem,
                                      n_samples, certify)
         member.close()
+        timing = (epoch_done - began, time.perf_counter() - epoch_done)
     except Aborted as e:
         return {"aborted": str(e)}
     if index != 0:
         return None
-    return {"state": state, "unsure": unsure, "certified": certified}
+    return {"state": state, "unsure": unsure, "certified": certified,
+            "waited": member.waited, "timing": timing}
 
 
 class _GroupPool:

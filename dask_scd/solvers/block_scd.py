@@ -100,7 +100,11 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
             engine.release()
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
-    extras = engine.moved if residency is not None else {}
+    extras = dict(engine.moved) if residency is not None else {}
+    if engine.member_seconds:  # where a collective iteration's time went (member 0)
+        extras["member_seconds"] = [
+            {"waiting": w, "epoch_and_coarse": e, "certificate": c}
+            for w, e, c in engine.member_seconds]
     return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras,
                stopped_by_callback=run["stopped_by_callback"])
 
@@ -172,6 +176,9 @@ class _BlockSCD:
         self.unsure = set()
         self._registered = set()  # workers with the collective iterations' mailbox
         self._collective_ran = False
+        # Per collective iteration, member 0's (waiting for the others, epoch and coarse
+        # step, certificate) seconds: where the time of an iteration goes.
+        self.member_seconds = []
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -434,6 +441,7 @@ class _BlockSCD:
         finally:
             del members
         self.unsure = set(result["unsure"])
+        self.member_seconds.append((float(result["waited"]),) + tuple(result["timing"]))
         certified = result["certified"]
         return _Kept(token), (certified["coef"], float(certified["intercept"]),
                               certified["certificate"])
