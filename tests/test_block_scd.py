@@ -636,7 +636,7 @@ def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeyp
         raise AssertionError("a collective iteration fell back to the task graph")
 
     monkeypatch.setattr(_BlockSCD, "_graph_epoch", no_graph)
-    for workers in (2, 4):
+    for workers in (1, 2, 4):  # one worker of one thread: a single member, anywhere
         together = _fixed_epochs(grid, clients(workers), loss, epochs=4, penalty=penalty)
         np.testing.assert_array_equal(together.coef_, graph.coef_)
         assert together.intercept_ == graph.intercept_

@@ -102,7 +102,8 @@ def tune_malloc() -> bool:
 
 
 class Member:
-    """One member of an exchange, inside its task: ``addresses[i]`` is member i's worker."""
+    """One member of an exchange, inside its task: ``addresses[i]`` is member i's worker
+    (None for the one member of a cluster of one worker thread, which runs anywhere)."""
 
     def __init__(self, token: str, index: int, addresses: list, timeout: float = 600.0):
         from distributed import get_worker
@@ -114,7 +115,7 @@ class Member:
         self.stage = 0
         self.waited = 0.0  # seconds spent waiting for the other members' parts
         self._sent = []
-        if self.worker.address != self.addresses[index]:
+        if self.addresses[index] is not None and self.worker.address != self.addresses[index]:
             # The task moved: its worker was lost and the scheduler ran it elsewhere. The
             # other members cannot be met again here: the engine reruns the epoch.
             raise Aborted(f"member {index} runs on {self.worker.address}, "
