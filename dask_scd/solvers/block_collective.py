@@ -1,7 +1,7 @@
 """A block-SCD iteration run collectively: one long task per worker instead of a stage
 of tasks per block.
 
-The task graph of an epoch (:meth:`_BlockSCD._epoch`) spends most of a block's time
+The task graph of an epoch (:meth:`_BlockSCD._graph_epoch`) spends most of a block's time
 waiting for the scheduler: the next block's tasks start only once the scheduler has
 heard that the last ones ended, and the row chunks' statistics reach the other workers
 through it. Here each worker runs one task (a *member*) over all of its groups of row
@@ -41,14 +41,12 @@ from dask_scd.runtime.cluster import _picked
 from dask_scd.runtime.collective import Aborted, Member
 from dask_scd.solvers import block_ops as ops
 
-INTERCEPT = -1  # the intercept's block index (as in block_scd)
-
 
 @dataclass(frozen=True)
 class BlockPlan:
     """What the epoch does with one block: the same decisions for both ways of running it."""
 
-    b: int  # the block (INTERCEPT for the intercept)
+    b: int  # the block (block_ops.INTERCEPT for the intercept)
     block: slice | None  # its columns in grid order, None for the intercept
     pure: bool
     gram: bool  # an impure block small enough for the exact Newton step of its Gram matrix
@@ -194,8 +192,7 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
              slack, coarse):
     rows = [list(_picked(m, pick)) for m in margins]
     loss = problem.loss
-    coef, intercept = np.array(start[0], dtype=np.float64), float(start[1])
-    thetas, unsure = {}, []
+    thetas, unsure = [], []
     pending = None  # (column of the cells, step) of the block before
 
     def everyone(mine):
@@ -229,20 +226,15 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
                 for i, y in enumerate(labels[k])])
             step = ops.block_choose(direction, n_samples, slack, *summed(everyone(trials)))
         pending = (column, step)
-        thetas[p.b] = (p.block, step["theta"])
+        thetas.append((p.block, step["theta"]))
         if step.get("unsure", 0):
             unsure.append(int(p.b))
     if pending is not None:
         rows = each(lambda k: [ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
                                for i in range(len(rows[k]))])
     # The state after the epoch, as the engine builds it from the steps.
-    coef = coef.copy()
-    for b, (block, theta) in thetas.items():
-        if b == INTERCEPT:
-            intercept = float(theta[0])
-        else:
-            coef[block] = theta
-    state = {"coef": coef, "intercept": intercept}
+    state = ops.state_after(start[0], start[1], thetas)
+    coef = state["coef"]
     if coarse is None:
         return state, unsure
     # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.

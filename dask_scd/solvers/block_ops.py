@@ -26,6 +26,21 @@ from dask_scd.runtime.passes import _ordered_sum, scattered_sum, sum_partials
 from dask_scd.solvers.coarse_level import RowSums
 from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 
+INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
+
+
+def state_after(coef, intercept: float, steps) -> dict:
+    """The state {"coef", "intercept"} after an epoch's block steps: ``steps`` pairs each
+    block's columns (a slice, None for the intercept) with its new θ_B; θ is copied."""
+    coef = np.array(coef, dtype=np.float64)
+    for block, theta in steps:
+        if block is None:
+            intercept = float(theta[0])
+        else:
+            coef[block] = theta
+    return {"coef": coef, "intercept": float(intercept)}
+
+
 # ------------------------------------------------------------------- labels
 
 

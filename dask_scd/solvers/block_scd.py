@@ -40,9 +40,8 @@ from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
 from dask_scd.solvers import block_collective
 from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers.block_collective import BlockPlan
+from dask_scd.solvers.block_ops import INTERCEPT
 from dask_scd.solvers.base import Options, Run
-
-INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 SELECTIONS = ("shuffle", "cyclic", "gap")
 
 
@@ -336,13 +335,9 @@ class _BlockSCD:
             margins, _ = self._certify({"coef": coef, "intercept": intercept})
         results, margins = self._graph_epoch(margins, plan, coef, intercept, slack)
         self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
-        coef = coef.copy()
-        for b, step in results.items():
-            if b == INTERCEPT:
-                intercept = float(step["theta"][0])
-            else:
-                coef[self.slices[b]] = step["theta"]
-        state = {"coef": coef, "intercept": intercept}
+        state = ops.state_after(coef, intercept, [
+            (None if b == INTERCEPT else self.slices[b], step["theta"])
+            for b, step in results.items()])
         if self.coarse:  # see dask_scd.solvers.coarse
             state = self._coarse_step(margins, state)
         return self._certify(state)
@@ -359,7 +354,7 @@ class _BlockSCD:
         R = self.source.n_row_chunks
         for p in plan:
             if p.block is not None:
-                width = min(p.block.stop - p.block.start, int(self.rows.max()))
+                width = self._stats_width(p.block)
                 per_row = width * width * 8 if p.gram else width * 32
                 if R * per_row > self.COLLECTIVE_BYTES:
                     return False
@@ -414,7 +409,6 @@ class _BlockSCD:
                 (coef, intercept), plan, self.problem, self.source.n_samples, slack,
                 self.MEMBER_TIMEOUT, coarse, certify, name="epoch_member", retries=0,
                 **place))
-        result = None
         try:
             remaining, checked, pause = list(members), time.monotonic(), 0.001
             while remaining:
@@ -438,8 +432,6 @@ class _BlockSCD:
                 client.run(collective.abort, token)
             client.cancel(members)
             return None
-        finally:
-            del members
         self.unsure = set(result["unsure"])
         self.member_seconds.append((float(result["waited"]),) + tuple(result["timing"]))
         certified = result["certified"]
@@ -530,8 +522,11 @@ class _BlockSCD:
         R = self.source.n_row_chunks
         if block is None or R <= ClusterRuntime.INLINE_GROUPS:
             return False
-        width = min(block.stop - block.start, int(self.rows.max()))
-        return R * width * 32 > self.TREE_BYTES
+        return R * self._stats_width(block) * 32 > self.TREE_BYTES
+
+    def _stats_width(self, block) -> int:
+        """Columns a row chunk's statistics of ``block`` may hold: at most one per row."""
+        return min(block.stop - block.start, int(self.rows.max()))
 
     def _coarse_step(self, margins, state):
         """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
