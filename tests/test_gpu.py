@@ -108,7 +108,9 @@ def test_scd_epoch_matches_cpu_and_reference(rng, dtype, sparse, loss, l1_ratio,
 @pytest.mark.parametrize("dtype,sparse", LAYOUTS)
 @pytest.mark.parametrize("loss", ["squared", "hinge", "logistic", "squared_hinge"])
 @pytest.mark.parametrize("rho", [0.0, 0.7])
-def test_sdca_epoch_matches_cpu_and_reference(rng, dtype, sparse, loss, rho):
+def test_sdca_epoch_matches_cpu_and_reference(rng, dtype, sparse, loss, rho, monkeypatch):
+    """With one block in the grid the GPU epoch is the CPU's, step for step."""
+    monkeypatch.setattr(cuda, "SIMULATOR_BLOCKS", 1)
     X, dense, y = _data(rng, dtype, sparse)
     problem = obj.Problem(loss=loss, alpha=0.05, l1_ratio=0.0, fit_intercept=rho > 0)
     n, p = dense.shape
@@ -161,6 +163,40 @@ def test_disjoint_columns_epoch_is_order_free(rng):
     ])
     np.testing.assert_allclose(coef, expected, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(margins, X @ expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("loss", ["squared", "hinge", "logistic"])
+def test_sdca_epoch_of_concurrent_blocks_takes_eso_steps(rng, sparse, loss, monkeypatch):
+    """B blocks stride over the order (block b: rows order[b], order[b + B], ...), and each
+    row's curvature is scaled by the ESO factor β = 1 + (B − 1)(ω − 1)/(n − 1), ω the most
+    rows sharing a feature: the simulator runs the blocks one after another, which is the
+    CPU epoch over that visiting order with ‖x_i‖² scaled by β."""
+    blocks = 3
+    monkeypatch.setattr(cuda, "SIMULATOR_BLOCKS", blocks)
+    X, dense, y = _data(rng, np.float64, sparse)
+    n, p = dense.shape
+    alpha_n = 0.05 * n
+    code = obj.LOSS_CODES[loss]
+    omega = int((dense != 0).sum(axis=0).max()) if sparse else n
+    beta = 1.0 + (blocks - 1) * (omega - 1) / (n - 1)
+    assert beta > 1.0
+    order = rng.permutation(n)
+    m = MajorMatrix.from_array(X, "rows")
+    a0 = 0.3 * y
+    ga, gw, gtotal = a0.copy(), dense.T @ a0 / alpha_n, np.array([a0.sum()])
+    g = _on_device(m)
+    cuda.sdca_epoch(g.data, g.indices, g.indptr, g.dense, p, y, ga, gw, order, code,
+                    alpha_n, m.sq_norms(), 0.0, 0.0, gtotal)
+    visits = np.concatenate([order[b::blocks] for b in range(blocks)])
+    a, w, total = a0.copy(), dense.T @ a0 / alpha_n, np.array([a0.sum()])
+    cpu.sdca_epoch(m.data, m.indices, m.indptr, m.dense, p, y, a, w, visits, code, alpha_n,
+                   beta * m.sq_norms(), 0.0, 0.0, total)
+    np.testing.assert_allclose(ga, a, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(gw, w, rtol=1e-10, atol=1e-13)
+    assert not np.allclose(ga, a0)
+    assert device.dual_concurrency(g, n) == blocks
+    assert device.dual_concurrency(m, n) == 1
 
 
 def test_device_arrays_stay_on_device(rng):

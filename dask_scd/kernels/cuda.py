@@ -217,38 +217,51 @@ def scd_epoch(
 @cuda.jit
 def _sdca_kernel(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, stats,
+    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, stats, beta, rho_beta,
 ):
-    """Block b takes the dual step of row order[b]; stats[0] ← max |Δa_i|."""
+    """Block b takes the dual steps of rows order[b], order[b + B], … (B blocks in the
+    grid), one after another; stats[0] ← max |Δa_i|. The curvature of row i is
+    beta‖x_i‖²/(αn) + rho_beta·rho: the ESO bound for B rows stepping at once."""
     cache = cuda.shared.array((2, _SHARED), float64)
     step = cuda.shared.array(1, float64)
     tid = cuda.threadIdx.x
     n_threads = cuda.blockDim.x
-    i = order[cuda.blockIdx.x]
-    start, end = _line(dense, indptr, i, n_features)
-    part = 0.0
-    for idx in range(start + tid, end, n_threads):
-        k, x = _entry(data, indices, dense, False, start, idx)
-        part += x * coef[k]
-    margin, _ = _block_sums(cache, part, 0.0)
-    if tid == 0:
-        # Σ a_i is raced by the other blocks: one thread reads it and decides the step.
-        q = row_sq_norms[i] / alpha_n + rho
-        shifted = margin + intercept + rho * dual_sum[0]
-        t = scalar.dual_step(loss, y[i], dual_coef[i], shifted, q)
-        step[0] = t
+    for r in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
+        i = order[r]
+        start, end = _line(dense, indptr, i, n_features)
+        part = 0.0
+        for idx in range(start + tid, end, n_threads):
+            k, x = _entry(data, indices, dense, False, start, idx)
+            part += x * coef[k]
+        margin, _ = _block_sums(cache, part, 0.0)
+        if tid == 0:
+            # Σ a_i is raced by the other blocks: one thread reads it and decides the step.
+            q = beta * row_sq_norms[i] / alpha_n + rho_beta * rho
+            shifted = margin + intercept + rho * dual_sum[0]
+            t = scalar.dual_step(loss, y[i], dual_coef[i], shifted, q)
+            step[0] = t
+            if t != 0.0:
+                dual_coef[i] += t
+                cuda.atomic.add(dual_sum, 0, t)
+                cuda.atomic.max(stats, 0, abs(t))
+        cuda.syncthreads()
+        # Every thread reads the step before any passes the next row's first barrier,
+        # after which thread 0 may write the next one.
+        t = step[0]
         if t != 0.0:
-            dual_coef[i] += t
-            cuda.atomic.add(dual_sum, 0, t)
-            cuda.atomic.max(stats, 0, abs(t))
-    cuda.syncthreads()
-    t = step[0]
-    if t == 0.0:
-        return
-    scale = t / alpha_n
-    for idx in range(start + tid, end, n_threads):
-        k, x = _entry(data, indices, dense, False, start, idx)
-        cuda.atomic.add(coef, k, scale * x)  # w += t x_i/(αn), raced by other blocks
+            scale = t / alpha_n
+            for idx in range(start + tid, end, n_threads):
+                k, x = _entry(data, indices, dense, False, start, idx)
+                cuda.atomic.add(coef, k, scale * x)  # w += t x_i/(αn), raced by other blocks
+        # The block's own adds are done before any of its threads reads w for the next row.
+        cuda.syncthreads()
+
+
+@cuda.jit
+def _count_minor(indices, counts):
+    """counts[k] ← how many stored entries have minor index k (rows sharing feature k)."""
+    for idx in range(cuda.grid(1), indices.shape[0], cuda.gridsize(1)):
+        cuda.atomic.add(counts, indices[idx], 1)
 
 
 def sdca_epoch(
@@ -257,23 +270,85 @@ def sdca_epoch(
 ):
     """One asynchronous epoch of SDCA on the GPU; see :func:`cpu.sdca_epoch`.
 
-    ``order`` holds distinct rows (a block owns its a_i for the launch). ``dual_coef``,
-    ``coef`` and ``dual_sum`` are updated in place. Returns max |Δa_i|.
+    ``order`` holds distinct rows (a block owns its a_i while it steps on it). The grid
+    holds :func:`dual_blocks` blocks, so that many rows step at once, each from a w that
+    the others are changing. Their steps are made safe together by the expected
+    separable overapproximation (ESO) of parallel coordinate descent (Richtárik and
+    Takáč; for the dual, Takáč, Bijral, Richtárik and Srebro 2013): with B rows at once,
+    out of n, and at most ω rows sharing a feature, the data part of each row's curvature
+    is scaled by β = 1 + (B − 1)(ω − 1)/(n − 1), and the intercept's multiplier term, which
+    every row shares (ω = n), by B. The caller's ``rho`` is the method of multipliers' ρ
+    (see :func:`dual_concurrency`). ``dual_coef``, ``coef`` and ``dual_sum`` are updated
+    in place. Returns max |Δa_i|.
     """
     n_rows = len(order)
     if n_rows == 0:
         return 0.0
-    threads = threads_per_block(_mean_line(data, dense, n_features, len(dual_coef)))
+    n_lines = len(dual_coef)
+    mean_line = _mean_line(data, dense, n_features, n_lines)
+    threads = threads_per_block(mean_line)
+    blocks = dual_blocks(n_rows, mean_line)
+    omega = _max_rows_per_feature(indices, dense, n_features, n_lines)
+    beta = 1.0 + (blocks - 1) * (omega - 1) / max(n_lines - 1, 1)
     written = dual_coef, coef, dual_sum
     d_dual_coef, d_coef, d_dual_sum = map(_device, written)
     stats = cuda.to_device(np.zeros(1))
-    _sdca_kernel[n_rows, threads](
+    _sdca_kernel[blocks, threads](
         data, indices, indptr, dense, n_features, _device(y), d_dual_coef, d_coef,
         _device(order), loss, alpha_n, _device(row_sq_norms), intercept, rho, d_dual_sum,
-        stats,
+        stats, beta, float(blocks),
     )
     _copy_back(written, (d_dual_coef, d_coef, d_dual_sum))
     return float(stats.copy_to_host()[0])
+
+
+# Thread blocks a multiprocessor holds at once (compute capability 7 to 9: at most 32
+# blocks and 2048 threads), and the blocks of a dual epoch under numba's simulator, which
+# runs blocks one after another (a small number still exercises the strided loop).
+_BLOCKS_PER_SM = 32
+_THREADS_PER_SM = 2048
+SIMULATOR_BLOCKS = 2
+
+
+def dual_blocks(n_rows: int, mean_line: float) -> int:
+    """Blocks of a dual epoch's grid: as many as the GPU runs at once, at most n_rows."""
+    try:
+        sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+        per_sm = min(_BLOCKS_PER_SM, _THREADS_PER_SM // threads_per_block(mean_line))
+        capacity = sms * per_sm
+    except AttributeError:  # the simulator has no device to ask
+        capacity = SIMULATOR_BLOCKS
+    return max(1, min(int(n_rows), capacity))
+
+
+def dual_concurrency(data, dense, n_features, n_rows) -> int:
+    """How many rows of a dual epoch over this device matrix step at once
+    (:func:`dual_blocks`). The engines divide their multiplier ρ by it: the B rows' steps
+    on the shared Σa then add up to one step of ρ, as one row's does on the CPU."""
+    return dual_blocks(n_rows, _mean_line(data, dense, n_features, n_rows))
+
+
+# ω of the matrices seen lately, by the identity of their indices array (counted once per
+# matrix, not per epoch; the array is held so that its identity is not reused).
+_OMEGA: dict = {}
+_OMEGA_KEPT = 8
+
+
+def _max_rows_per_feature(indices, dense, n_features, n_rows) -> int:
+    """ω: the most rows that share one feature (every row, for a dense matrix)."""
+    if dense or n_rows <= 1:
+        return max(int(n_rows), 1)
+    hit = _OMEGA.get(id(indices))
+    if hit is not None and hit[0] is indices:
+        return hit[1]
+    counts = cuda.to_device(np.zeros(max(int(n_features), 1), dtype=np.int32))
+    if indices.shape[0] > 0:
+        _count_minor[min(1024, (indices.shape[0] + 255) // 256), 256](indices, counts)
+    omega = max(int(counts.copy_to_host().max()), 1)
+    if len(_OMEGA) >= _OMEGA_KEPT:
+        _OMEGA.pop(next(iter(_OMEGA)))
+    _OMEGA[id(indices)] = (indices, omega)
+    return omega
 
 
 # ------------------------------------------------------------------------ transfers

@@ -366,20 +366,22 @@ class _Dual:
         local = self.dual_coef[lines]
         sq_norms = self.row_sq_norms[lines]
         y = self.y[lines]
+        # B rows step at once on a GPU: ρ/B keeps their joint step on Σa at one ρ's.
+        rho = self.rho / device.dual_concurrency(m, len(lines))
         for _ in range(epochs):
             dual_sum = np.array([self.dual().sum()])  # Σa over all rows, carried by the kernel
             order = rng.permutation(len(lines))
             if self.weights is None:
                 kernels.sdca_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y, local,
                                    self.coef, order, p.loss_code, self.alpha_n, sq_norms,
-                                   self.intercept, self.rho, dual_sum)
+                                   self.intercept, rho, dual_sum)
             else:
                 sdca.sdca_weighted_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y,
                                          local, self.coef, order, p.loss_code, self.alpha_n,
                                          sq_norms, self.weights[lines], self.intercept,
-                                         self.rho, dual_sum)
+                                         rho, dual_sum)
             self.dual_coef[lines] = local
-            self.intercept += self.rho * dual_sum[0]
+            self.intercept += rho * dual_sum[0]
 
     def final(self):
         # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.

@@ -309,7 +309,10 @@ class _Primal:
         # The GPU epoch returns no violation: the cheap movement test stands in for it
         # (an epoch that nearly stopped moving ends the subproblem; certificates decide).
         max_delta, max_coef = self.kernels.scd_epoch(*args)
-        moving = max_delta > CertificateSchedule().gate * max_coef
+        # max_delta counts the intercept's step: with every θ_j at 0, the intercept's
+        # rounding jitter (atomic adds in any order) must not read as movement.
+        scale = max(max_coef, abs(float(self.intercept[0])))
+        moving = max_delta > CertificateSchedule().gate * scale
         return max_delta, max_coef, np.inf if moving else 0.0
 
     def objective(self, problem, margins, coef) -> float:

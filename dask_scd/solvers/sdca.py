@@ -58,6 +58,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     alpha_n = problem.alpha * n_samples
     row_sq_norms = matrix.sq_norms()
     rho = PENALTY_SCALE * float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
+    rho /= device.dual_concurrency(epoch_matrix, n_samples)  # B rows at once on a GPU
     schedule = CertificateSchedule()
     intercept = 0.0
     if problem.fit_intercept:
