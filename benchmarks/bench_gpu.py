@@ -284,7 +284,8 @@ def main(argv=None) -> int:
 
 def _simulator() -> bool:
     """Under numba's CUDA simulator, whose blocks' threads are Python threads: 4 threads
-    per block and a short switch interval keep a tiny run to seconds."""
+    per block and a short switch interval keep a tiny run to seconds; one block per dual
+    epoch makes it the CPU's epoch, so the two models agree to rounding."""
     from numba import config
 
     if not config.ENABLE_CUDASIM:
@@ -292,6 +293,7 @@ def _simulator() -> bool:
     from dask_scd.kernels import cuda
 
     cuda.MAX_THREADS = 4
+    cuda.SIMULATOR_BLOCKS = 1
     sys.setswitchinterval(1e-4)
     return True
 
