@@ -121,8 +121,12 @@ def fit_once(case: Case, X, y, where: str, max_iter: int):
     return result, time.perf_counter() - start
 
 
-def tpa_table(n: int, tiny: bool, max_iter: int,
-              warm_up: bool = True) -> tuple[list[str], list[dict]]:
+def _wanted(row: str, match: str | None) -> bool:
+    return match is None or match in row
+
+
+def tpa_table(n: int, tiny: bool, max_iter: int, warm_up: bool = True,
+              match: str | None = None) -> tuple[list[str], list[dict]]:
     columns = ["problem", "n x p", "CPU s/epoch", "GPU s/epoch", "CPU epochs, s to 1e-6",
                "GPU epochs, s to 1e-6", "speed-up", "\\|P_gpu − P_cpu\\| / \\|P_cpu\\|",
                "bound (larger gap)"]
@@ -130,7 +134,8 @@ def tpa_table(n: int, tiny: bool, max_iter: int,
     for layout in LAYOUTS:
         Xs, y_reg, y_cls = make_data(n, layout, tiny)
         for case in CASES:
-            if case.solver not in device.GPU_ENGINES:
+            if case.solver not in device.GPU_ENGINES or not _wanted(f"{case.name}, {layout}",
+                                                                      match):
                 continue
             X = Xs[case.solver]
             y = y_reg if case.loss == "squared" else y_cls
@@ -183,16 +188,20 @@ def duhl_problem(name: str, n: int, tiny: bool):
     return X, y_cls, obj.Problem("hinge", 1e-2, 0.0, True), max(2, n // 256)
 
 
-def duhl_table(n: int, tiny: bool, max_rounds: int,
-               warm_up: bool = True) -> tuple[list[str], list[dict]]:
+def duhl_table(n: int, tiny: bool, max_rounds: int, warm_up: bool = True,
+               match: str | None = None) -> tuple[list[str], list[dict]]:
     columns = ["problem: fast memory", "rounds", "reached 1e-4", "swaps",
                "bytes moved", "× X", "wall (s)"]
     lines, records = _head(columns), []
     for name in DUHL_CASES:
+        if not any(_wanted(f"{name}: {label}", match) for label, _, _ in RESIDENCIES):
+            continue
         X, y, problem, chunk = duhl_problem(name, n, tiny)
         if warm_up:
             _duhl(X[:400], y[:400], problem, "duhl", chunk, 2, X[:400].nbytes)
         for label, residency, share in RESIDENCIES:
+            if not _wanted(f"{name}: {label}", match):
+                continue
             result, seconds = _duhl(X, y, problem, residency, chunk, max_rounds,
                                     X.nbytes // share)
             record = {"row": f"{name}: {label}", "result": result, "seconds": seconds,
@@ -247,6 +256,8 @@ def parse_args(argv=None):
                              " under the simulator nothing is written without it)")
     parser.add_argument("--only", choices=("tpa", "duhl"), default=None,
                         help="run one part only: the TPA-SCD table or the DuHL table")
+    parser.add_argument("--match", default=None,
+                        help="run only the rows whose name contains this text")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -270,10 +281,10 @@ def main(argv=None) -> int:
     # The simulator compiles nothing: no warm-up there.
     parts = [header(args, n, max_iter, max_rounds, simulator)]
     if args.only in (None, "tpa"):
-        tpa, _ = tpa_table(n, args.tiny, max_iter, warm_up=not simulator)
+        tpa, _ = tpa_table(n, args.tiny, max_iter, not simulator, args.match)
         parts += ["### TPA-SCD: the GPU against one CPU thread\n", *tpa]
     if args.only in (None, "duhl"):
-        duhl, _ = duhl_table(n, args.tiny, max_rounds, warm_up=not simulator)
+        duhl, _ = duhl_table(n, args.tiny, max_rounds, not simulator, args.match)
         parts += ["### DuHL: the GPU as fast memory\n", *duhl]
     text = "\n".join(parts)
     from _machine import print_and_append

@@ -169,9 +169,10 @@ def test_disjoint_columns_epoch_is_order_free(rng):
 @pytest.mark.parametrize("loss", ["squared", "hinge", "logistic"])
 def test_sdca_epoch_of_concurrent_blocks_takes_eso_steps(rng, sparse, loss, monkeypatch):
     """B blocks stride over the order (block b: rows order[b], order[b + B], ...), and each
-    row's curvature is scaled by the ESO factor β = 1 + (B − 1)(ω − 1)/(n − 1), ω the most
-    rows sharing a feature: the simulator runs the blocks one after another, which is the
-    CPU epoch over that visiting order with ‖x_i‖² scaled by β."""
+    row's curvature is the smaller ESO bound: ‖x_i‖² scaled by β = 1 + (B − 1)(ω − 1)/(n − 1),
+    ω the most rows sharing a feature, or (1 − β′)‖x_i‖² + β′λ_max(XᵀX), β′ = (B − 1)/(n − 1).
+    The simulator runs the blocks one after another: the CPU epoch over that visiting
+    order with ‖x_i‖² replaced by that bound."""
     blocks = 3
     monkeypatch.setattr(cuda, "SIMULATOR_BLOCKS", blocks)
     X, dense, y = _data(rng, np.float64, sparse)
@@ -179,19 +180,26 @@ def test_sdca_epoch_of_concurrent_blocks_takes_eso_steps(rng, sparse, loss, monk
     alpha_n = 0.05 * n
     code = obj.LOSS_CODES[loss]
     omega = int((dense != 0).sum(axis=0).max()) if sparse else n
-    beta = 1.0 + (blocks - 1) * (omega - 1) / (n - 1)
-    assert beta > 1.0
+    shared = (blocks - 1) / (n - 1)
+    beta = 1.0 + shared * (omega - 1)
+    lam = np.linalg.eigvalsh(dense.T @ dense).max()
+    sq = (dense ** 2).sum(axis=1)
+    bound = np.minimum(beta * sq, (1 - shared) * sq + shared * lam)
+    assert (bound > sq).all()
     order = rng.permutation(n)
     m = MajorMatrix.from_array(X, "rows")
     a0 = 0.3 * y
     ga, gw, gtotal = a0.copy(), dense.T @ a0 / alpha_n, np.array([a0.sum()])
     g = _on_device(m)
+    omega_used, lam_used = cuda._eso_constants(g.data, g.indices, g.indptr, g.dense, p, n)
+    assert omega_used == omega and lam_used == pytest.approx(lam, rel=1e-6)
     cuda.sdca_epoch(g.data, g.indices, g.indptr, g.dense, p, y, ga, gw, order, code,
                     alpha_n, m.sq_norms(), 0.0, 0.0, gtotal)
     visits = np.concatenate([order[b::blocks] for b in range(blocks)])
     a, w, total = a0.copy(), dense.T @ a0 / alpha_n, np.array([a0.sum()])
     cpu.sdca_epoch(m.data, m.indices, m.indptr, m.dense, p, y, a, w, visits, code, alpha_n,
-                   beta * m.sq_norms(), 0.0, 0.0, total)
+                   np.minimum(beta * sq, (1 - shared) * sq + shared * lam_used), 0.0, 0.0,
+                   total)
     np.testing.assert_allclose(ga, a, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(gw, w, rtol=1e-10, atol=1e-13)
     assert not np.allclose(ga, a0)

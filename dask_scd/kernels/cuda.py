@@ -20,6 +20,7 @@ This module imports ``numba.cuda``: import it only through :mod:`dask_scd.kernel
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from numba import cuda, float64
 
 from dask_scd.kernels import scalar
@@ -217,11 +218,13 @@ def scd_epoch(
 @cuda.jit
 def _sdca_kernel(
     data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, stats, beta, rho_beta,
+    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, stats, beta, shared, spread,
+    rho_beta,
 ):
     """Block b takes the dual steps of rows order[b], order[b + B], … (B blocks in the
     grid), one after another; stats[0] ← max |Δa_i|. The curvature of row i is
-    beta‖x_i‖²/(αn) + rho_beta·rho: the ESO bound for B rows stepping at once."""
+    min(beta‖x_i‖², (1 − shared)‖x_i‖² + spread)/(αn) + rho_beta·rho: the ESO bounds
+    for B rows stepping at once (:func:`sdca_epoch`)."""
     cache = cuda.shared.array((2, _SHARED), float64)
     step = cuda.shared.array(1, float64)
     tid = cuda.threadIdx.x
@@ -236,7 +239,8 @@ def _sdca_kernel(
         margin, _ = _block_sums(cache, part, 0.0)
         if tid == 0:
             # Σ a_i is raced by the other blocks: one thread reads it and decides the step.
-            q = beta * row_sq_norms[i] / alpha_n + rho_beta * rho
+            sq = row_sq_norms[i]
+            q = min(beta * sq, (1.0 - shared) * sq + spread) / alpha_n + rho_beta * rho
             shifted = margin + intercept + rho * dual_sum[0]
             t = scalar.dual_step(loss, y[i], dual_coef[i], shifted, q)
             step[0] = t
@@ -271,15 +275,20 @@ def sdca_epoch(
     """One asynchronous epoch of SDCA on the GPU; see :func:`cpu.sdca_epoch`.
 
     ``order`` holds distinct rows (a block owns its a_i while it steps on it). The grid
-    holds :func:`dual_blocks` blocks, so that many rows step at once, each from a w that
-    the others are changing. Their steps are made safe together by the expected
-    separable overapproximation (ESO) of parallel coordinate descent (Richtárik and
-    Takáč; for the dual, Takáč, Bijral, Richtárik and Srebro 2013): with B rows at once,
-    out of n, and at most ω rows sharing a feature, the data part of each row's curvature
-    is scaled by β = 1 + (B − 1)(ω − 1)/(n − 1), and the intercept's multiplier term, which
-    every row shares (ω = n), by B. The caller's ``rho`` is the method of multipliers' ρ
-    (see :func:`dual_concurrency`). ``dual_coef``, ``coef`` and ``dual_sum`` are updated
-    in place. Returns max |Δa_i|.
+    holds :func:`dual_blocks` blocks, so B rows step at once, each from a w that the
+    others are changing. Their steps are made safe together by an expected separable
+    overapproximation (ESO) of parallel coordinate descent (Richtárik and Takáč; Qu and
+    Richtárik 2016), for B rows at once out of n, the smaller of two:
+
+    - by sparsity: ‖x_i‖² scaled by β = 1 + (B − 1)(ω − 1)/(n − 1), ω the most rows that
+      share a feature (n for dense rows);
+    - by spectrum: (1 − β′)‖x_i‖² + β′λ, β′ = (B − 1)/(n − 1) and λ the largest
+      eigenvalue of XᵀX (:func:`_spectral_norm`), small when rows are nearly orthogonal
+      even if dense.
+
+    The intercept's multiplier term, which every row shares, is scaled by B; the caller's
+    ``rho`` is the method of multipliers' ρ (see :func:`dual_concurrency`). ``dual_coef``,
+    ``coef`` and ``dual_sum`` are updated in place. Returns max |Δa_i|.
     """
     n_rows = len(order)
     if n_rows == 0:
@@ -288,15 +297,16 @@ def sdca_epoch(
     mean_line = _mean_line(data, dense, n_features, n_lines)
     threads = threads_per_block(mean_line)
     blocks = dual_blocks(n_rows, mean_line)
-    omega = _max_rows_per_feature(indices, dense, n_features, n_lines)
-    beta = 1.0 + (blocks - 1) * (omega - 1) / max(n_lines - 1, 1)
+    omega, lam = _eso_constants(data, indices, indptr, dense, n_features, n_lines)
+    shared = (blocks - 1) / max(n_lines - 1, 1)
+    beta = 1.0 + shared * (omega - 1)
     written = dual_coef, coef, dual_sum
     d_dual_coef, d_coef, d_dual_sum = map(_device, written)
     stats = cuda.to_device(np.zeros(1))
     _sdca_kernel[blocks, threads](
         data, indices, indptr, dense, n_features, _device(y), d_dual_coef, d_coef,
         _device(order), loss, alpha_n, _device(row_sq_norms), intercept, rho, d_dual_sum,
-        stats, beta, float(blocks),
+        stats, beta, shared, shared * lam, float(blocks),
     )
     _copy_back(written, (d_dual_coef, d_coef, d_dual_sum))
     return float(stats.copy_to_host()[0])
@@ -328,27 +338,73 @@ def dual_concurrency(data, dense, n_features, n_rows) -> int:
     return dual_blocks(n_rows, _mean_line(data, dense, n_features, n_rows))
 
 
-# ω of the matrices seen lately, by the identity of their indices array (counted once per
-# matrix, not per epoch; the array is held so that its identity is not reused).
-_OMEGA: dict = {}
-_OMEGA_KEPT = 8
+# The ESO constants (ω, λ) of the matrices seen lately, by the identity of their indices
+# array: computed once per matrix, not per epoch (the array is held so that its identity
+# is not reused).
+_ESO: dict = {}
+_ESO_KEPT = 8
+# λ is estimated on a sample of about this many stored entries, by this many power steps.
+_SPECTRAL_ENTRIES = 1 << 20
+_SPECTRAL_STEPS = 30
 
 
-def _max_rows_per_feature(indices, dense, n_features, n_rows) -> int:
-    """ω: the most rows that share one feature (every row, for a dense matrix)."""
-    if dense or n_rows <= 1:
-        return max(int(n_rows), 1)
-    hit = _OMEGA.get(id(indices))
+def _eso_constants(data, indices, indptr, dense, n_features, n_rows) -> tuple[int, float]:
+    """(ω, λ) of the device matrix: the most rows that share a feature, and the largest
+    eigenvalue of XᵀX (estimated; :func:`_spectral_norm`)."""
+    hit = _ESO.get(id(indices))
     if hit is not None and hit[0] is indices:
         return hit[1]
-    counts = cuda.to_device(np.zeros(max(int(n_features), 1), dtype=np.int32))
-    if indices.shape[0] > 0:
-        _count_minor[min(1024, (indices.shape[0] + 255) // 256), 256](indices, counts)
-    omega = max(int(counts.copy_to_host().max()), 1)
-    if len(_OMEGA) >= _OMEGA_KEPT:
-        _OMEGA.pop(next(iter(_OMEGA)))
-    _OMEGA[id(indices)] = (indices, omega)
-    return omega
+    if dense or n_rows <= 1:
+        omega = max(int(n_rows), 1)
+    else:
+        counts = cuda.to_device(np.zeros(max(int(n_features), 1), dtype=np.int32))
+        if indices.shape[0] > 0:
+            _count_minor[min(1024, (indices.shape[0] + 255) // 256), 256](indices, counts)
+        omega = max(int(counts.copy_to_host().max()), 1)
+    constants = omega, _spectral_norm(data, indices, indptr, dense, n_features, n_rows)
+    if len(_ESO) >= _ESO_KEPT:
+        _ESO.pop(next(iter(_ESO)))
+    _ESO[id(indices)] = (indices, constants)
+    return constants
+
+
+def _spectral_norm(data, indices, indptr, dense, n_features, n_rows) -> float:
+    """λ_max(XᵀX), estimated as n/m·λ_max(X_mᵀX_m) on m rows in 8 evenly spaced runs
+    (about :data:`_SPECTRAL_ENTRIES` stored entries copied to the host), by power steps.
+    A sample overestimates the spectrum of nearly orthogonal rows, and the ESO is then
+    only more careful; all rows are used when they are few."""
+    n_rows, n_features = int(n_rows), int(n_features)
+    stored = n_rows * n_features if dense else int(indices.shape[0])
+    per_row = max(stored / max(n_rows, 1), 1.0)
+    m = min(n_rows, max(1024, int(_SPECTRAL_ENTRIES / per_row)))
+    runs = 8 if m < n_rows else 1
+    length = m // runs
+    starts = np.linspace(0, n_rows - length, runs).astype(np.int64)
+    pieces = []
+    pointers = None if dense else _host(indptr)
+    for lo in starts:
+        hi = lo + length
+        if dense:
+            block = _host(data[lo * n_features:hi * n_features])
+            pieces.append(sp.csr_matrix(block.reshape(length, n_features), dtype=np.float64))
+        else:
+            a, b = int(pointers[lo]), int(pointers[hi])
+            values, columns = _host(data[a:b]), _host(indices[a:b])
+            pieces.append(sp.csr_matrix((values.astype(np.float64), columns,
+                                         pointers[lo:hi + 1] - a),
+                                        shape=(length, n_features)))
+    sample = sp.vstack(pieces, format="csr")
+    if sample.nnz == 0:
+        return 0.0
+    v = np.random.default_rng(0).normal(size=n_features)
+    lam = 0.0
+    for _ in range(_SPECTRAL_STEPS):
+        v = sample.T @ (sample @ v)
+        lam = float(np.linalg.norm(v))
+        if lam == 0.0:
+            return 0.0
+        v /= lam
+    return lam * n_rows / sample.shape[0]
 
 
 # ------------------------------------------------------------------------ transfers
@@ -361,6 +417,11 @@ def _mean_line(data, dense, n_minor, n_major):
 def _device(array):
     """The device copy of a host vector; a device array passes through."""
     return cuda.to_device(array) if isinstance(array, np.ndarray) else array
+
+
+def _host(array) -> np.ndarray:
+    """A host copy of a device array (a host array as it is)."""
+    return array.copy_to_host() if hasattr(array, "copy_to_host") else np.asarray(array)
 
 
 def _copy_back(hosts, devices):
