@@ -21,9 +21,16 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from numba import cuda, float64
 
-from dask_scd.kernels import scalar
+# numba-cuda 0.30 registers an overload of np.row_stack, an alias of np.vstack that numpy
+# 2.5 removed: its first kernel compilation then fails with an AttributeError (seen on an
+# H100 with numpy 2.5.2). The alias restores what it expects; nothing else reads it.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
+from numba import cuda, float64  # noqa: E402
+
+from dask_scd.kernels import scalar  # noqa: E402
 
 # Threads of a block's tree reduction in shared memory: the most a launch may use.
 _SHARED = 256
