@@ -126,3 +126,34 @@ def test_dense_path_with_intercept_is_certified(loss):
                       np.where(y > 0, 1.0, -1.0) if loss == "logistic" else y,
                       result.coefs[:, k], result.intercepts[k])
         assert ours == pytest.approx(cold.primal_, rel=2 * TOL)
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_shift_stats_batched_equals_row_by_row(fit_intercept):
+    """Rows that touch most blocks take the batched path (dense rows of S, one matrix
+    product per batch); it gives the row-by-row products to rounding, across several
+    batches and a partial last one."""
+    rng = np.random.default_rng(3)
+    n, k, width = 3 * kernels._SHIFT_BATCH + 17, 6, 5
+    p = k * width
+    cols = (np.arange(k) * width + rng.integers(0, width, size=(n, k))).ravel()
+    X = sp.csr_matrix((rng.normal(size=n * k), cols, np.arange(0, n * k + 1, k)), shape=(n, p))
+    shifted = np.full(p, -1, dtype=np.int64)
+    chosen = rng.choice(p, p // 2, replace=False)
+    shifted[chosen] = chosen // width
+    residual, curv = rng.normal(size=n), rng.random(n)
+    m = k + int(fit_intercept)
+    got = np.empty(m), np.empty((m, m))
+    want = np.empty(m), np.empty((m, m))
+    kernels.shift_stats(X.data, X.indices, X.indptr, False, n, p, shifted, k, residual, curv,
+                        fit_intercept, *got)
+    kernels._shift_stats_rows(X.data, X.indices, X.indptr, False, n, p, shifted, k, residual,
+                              curv, fit_intercept, *want)
+    S = np.zeros((n, m))
+    for j in chosen:
+        S[:, shifted[j]] += X[:, j].toarray().ravel()
+    if fit_intercept:
+        S[:, k] = 1.0
+    np.testing.assert_allclose(got[0], S.T @ residual, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[1], S.T @ (curv[:, None] * S), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)

@@ -289,6 +289,10 @@ def column_cd_epoch(data, indices, indptr, dense, n_rows, order, grad, curv, col
 # ------------------------------------------------------------ block shifts (L1 models)
 
 
+# Rows of S gathered densely before one matrix product adds their SᵀDS (shift_stats).
+_SHIFT_BATCH = 128
+
+
 @njit(nogil=True, cache=True)
 def shift_stats(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residual, curv,
                 intercept, grad, hess):
@@ -298,7 +302,52 @@ def shift_stats(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residu
     S (n × k, + a ones column when ``intercept``) holds for every row the sum of its
     values in the shifted columns of each block: ``shifted[j]`` is column j's block, −1
     for a column that does not move. ``residual`` is r = g + D·XΔ, ``curv`` is D.
+
+    When rows touch many of the k blocks (one-hot fields: every row one value in every
+    field), S's rows are gathered densely, :data:`_SHIFT_BATCH` at a time, and each batch
+    adds S_bᵀ(D_b S_b) by one BLAS product; otherwise each row adds the products of the
+    blocks it touches (:func:`_shift_stats_rows`). The two differ by rounding.
     """
+    m = k + 1 if intercept else k
+    stored = data.shape[0] if not dense else n_rows * n_cols
+    if m > 256 or 3.0 * stored < m * n_rows:
+        _shift_stats_rows(data, indices, indptr, dense, n_rows, n_cols, shifted, k,
+                          residual, curv, intercept, grad, hess)
+        return
+    grad[:] = 0.0
+    hess[:, :] = 0.0
+    batch = _SHIFT_BATCH
+    Z = np.zeros((batch, m))
+    DZ = np.zeros((batch, m))
+    r = np.zeros(batch)
+    for lo in range(0, n_rows, batch):
+        rows = min(batch, n_rows - lo)
+        for t in range(rows):
+            i = lo + t
+            start, end = _line(dense, indptr, i, n_cols)
+            for idx in range(start, end):
+                b = shifted[_minor(dense, indices, idx, start)]
+                if b >= 0:
+                    Z[t, b] += data[idx]
+            if intercept:
+                Z[t, k] = 1.0
+            d = curv[i]
+            for b in range(m):
+                DZ[t, b] = d * Z[t, b]
+            r[t] = residual[i]
+        if rows < batch:  # the last batch: the rows past ``rows`` add nothing
+            Z[rows:, :] = 0.0
+            DZ[rows:, :] = 0.0
+            r[rows:] = 0.0
+        hess += np.dot(Z.T, DZ)
+        grad += np.dot(Z.T, r)
+        Z[:rows, :] = 0.0
+
+
+@njit(nogil=True, cache=True)
+def _shift_stats_rows(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residual, curv,
+                intercept, grad, hess):
+    """:func:`shift_stats` row by row: each row's k_i² products of the blocks it touches."""
     m = k + 1 if intercept else k
     grad[:] = 0.0
     hess[:, :] = 0.0
