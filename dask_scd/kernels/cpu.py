@@ -455,7 +455,13 @@ def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
 
     ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'').
     """
-    for r in range(n_major):
+    major_dot_range(data, indices, indptr, dense, 0, n_major, n_minor, v, out, squared)
+
+
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def major_dot_range(data, indices, indptr, dense, lo, hi, n_minor, v, out, squared):
+    """:func:`major_dot` for the lines lo ≤ r < hi (out[r] only for those)."""
+    for r in range(lo, hi):
         start, end = _line(dense, indptr, r, n_minor)
         if squared:
             s = 0.0

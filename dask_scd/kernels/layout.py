@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.kernels import cpu
+from dask_scd.kernels import cpu, threads
 
 _EMPTY_INDEX = np.zeros(0, dtype=np.int32)
 _NO_WEIGHTS = np.zeros(0)
@@ -70,7 +70,17 @@ class MajorMatrix:
     def dot(self, v, squared: bool = False) -> np.ndarray:
         """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns (A² if squared)."""
         out = np.empty(self.n_major, dtype=np.float64)
-        cpu.major_dot(*self._args(), np.ascontiguousarray(v, dtype=np.float64), out, squared)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        entries = self.n_major * self.n_minor if self.dense else len(self.data)
+        # Each line's sum is computed by one range, by the one compiled loop: the same bits
+        # on any number of threads.
+        head = (self.data, self.indices, self.indptr, self.dense)
+        ranges = threads.line_ranges(None if self.dense else self.indptr, self.n_major,
+                                     threads.usable(entries))
+        threads.run_all([
+            lambda lo=lo, hi=hi: cpu.major_dot_range(*head, lo, hi, self.n_minor, v, out,
+                                                     squared)
+            for lo, hi in ranges])
         return out
 
     def scatter(self, u, squared: bool = False) -> np.ndarray:

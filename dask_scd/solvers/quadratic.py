@@ -29,6 +29,7 @@ import scipy.sparse
 from dask_scd import objectives as obj
 from dask_scd.data.memory import pure_blocks
 from dask_scd.kernels import newton as kernels
+from dask_scd.kernels import threads
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.solvers.coarse_level import block_index, block_sums, memory_coarse, two_level
 
@@ -571,12 +572,12 @@ def l1_direction(design: Design, model: Model, working):
     share = nnz_w / max(design.nnz, 1.0)
     block_of = design.block_of
     epochs, passes = 0, 1.0
+    epoch = _ColumnEpoch(design, order, block_of)
+    args = (model.grad_rows, model.curv, col_curv, model.coef, delta, direction, problem.l1,
+            problem.l2, fit_b, delta_b)
     for epochs in range(1, _CD_MAX_COLUMNS + 1):
         passes += share
-        worst = kernels.column_cd_epoch(columns.data, columns.indices, columns.indptr,
-                                        columns.dense, n, order, model.grad_rows, model.curv,
-                                        col_curv, model.coef, delta, direction, problem.l1,
-                                        problem.l2, fit_b, delta_b)
+        worst = epoch.run(*args)
         if block_of is None:
             if worst <= target:
                 break
@@ -586,6 +587,65 @@ def l1_direction(design: Design, model: Model, working):
         elif worst <= target:
             break
     return delta, float(delta_b[0]), direction, passes, "column_cd"
+
+
+# A pure block's columns with fewer non-zeros than this run on one thread.
+_THREAD_MIN_NNZ = 100_000
+# The rows of the block-shift statistics are summed in this many ranges.
+_SHIFT_PARTS = 4
+
+
+class _ColumnEpoch:
+    """:func:`kernels.column_cd_epoch` over ``order``, its pure blocks' columns on threads.
+
+    The columns of a pure block touch disjoint rows, so their steps are independent: a
+    thread per share of the block's columns gives the very bits of the sequential epoch
+    (each column reads and writes only its own rows of ``direction``). The order's runs of
+    consecutive columns of one pure block (the working set is sorted, and one-hot fields
+    are ranges of columns) are split among the threads; everything else, the intercept
+    included, runs in order on the calling thread.
+    """
+
+    def __init__(self, design: Design, order, block_of):
+        self.columns = design.columns
+        self.n = design.rows.n_major
+        self.segments = [(order, None)]
+        n_threads = threads.usable(float(design.column_nnz[order[order >= 0]].sum()))
+        if block_of is None or n_threads == 1:
+            return
+        blocks = np.where(order >= 0, block_of[np.maximum(order, 0)], -1)
+        nnz = np.where(order >= 0, design.column_nnz[np.maximum(order, 0)], self.n)
+        cuts = np.flatnonzero(np.diff(blocks)) + 1
+        segments, serial = [], []
+        for run in np.split(np.arange(len(order)), cuts):
+            total = float(nnz[run].sum())
+            if blocks[run[0]] < 0 or total < _THREAD_MIN_NNZ or len(run) < 2:
+                serial.extend(run)
+                continue
+            if serial:
+                segments.append((order[np.array(serial)], None))
+                serial = []
+            shares = np.searchsorted(np.cumsum(nnz[run]),
+                                     total * np.arange(1, n_threads) / n_threads)
+            parts = [part for part in np.split(order[run], shares) if len(part)]
+            segments.append((None, parts))
+        if serial:
+            segments.append((order[np.array(serial)], None))
+        self.segments = segments
+
+    def run(self, *args) -> float:
+        """One epoch; the largest violation met (as the kernel's)."""
+        c = self.columns
+        head = (c.data, c.indices, c.indptr, c.dense, self.n)
+        worst = 0.0
+        for serial, parts in self.segments:
+            if parts is None:
+                worst = max(worst, kernels.column_cd_epoch(*head, serial, *args))
+                continue
+            worst = max(worst, *threads.run_all([
+                lambda part=part: kernels.column_cd_epoch(*head, part, *args)
+                for part in parts]))
+        return worst
 
 
 def block_shift(design: Design, model: Model, block_of, working, delta, direction,
@@ -654,9 +714,26 @@ def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, res
             kept = design._kept_shift = _KeptShift(n, k, fit_b)
         kept.move_to(design.columns, shifted, chosen)
         return kept.S.T @ residual / n, kept.hess / n, kept.S
-    grad, hess = np.empty(m), np.empty((m, m))
-    kernels.shift_stats(rows.data, rows.indices, rows.indptr, rows.dense, n, p, shifted, k,
-                        residual, curv, fit_b, grad, hess)
+    # In _SHIFT_PARTS fixed ranges of rows, summed in order: the same bits on any number
+    # of threads (run on several when there are).
+    ranges = threads.line_ranges(None if rows.dense else rows.indptr, n, _SHIFT_PARTS)
+    parts = [(np.empty(m), np.empty((m, m))) for _ in ranges]
+
+    def part(r):
+        lo, hi = ranges[r]
+        sub = rows.lines(lo, hi)
+        kernels.shift_stats(sub.data, sub.indices, sub.indptr, sub.dense, hi - lo, p, shifted,
+                            k, residual[lo:hi], curv[lo:hi], fit_b, *parts[r])
+
+    if threads.usable(design.nnz) > 1:
+        threads.run_all([lambda r=r: part(r) for r in range(len(ranges))])
+    else:
+        for r in range(len(ranges)):
+            part(r)
+    grad, hess = parts[0]
+    for g, h in parts[1:]:
+        grad += g
+        hess += h
     return grad / n, hess / n, None
 
 

@@ -1,0 +1,64 @@
+"""Threads for the in-memory kernels' long passes.
+
+The numba kernels release the GIL (``nogil=True``), so a pass over many lines can be cut
+into ranges run on several threads. Only passes whose ranges are independent are cut
+(each line's result written by one range), so a threaded pass gives the very bits of the
+single-threaded one, on any number of cores. A pass runs on one thread when it is short,
+or when it is called from a thread other than the main one: a fit inside a Dask worker,
+or in a user's thread pool, already has its parallelism.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+# Cores this process may run on (at most 8: the passes are memory-bound beyond that).
+THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else (os.cpu_count() or 1)))
+# Stored entries below which a pass stays on one thread (a hand-off costs ~0.1 ms).
+MIN_ENTRIES = 1_000_000
+
+_pool: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
+
+
+def usable(entries: float) -> int:
+    """Threads for a pass over ``entries`` stored entries, called from this thread."""
+    if THREADS == 1 or entries < MIN_ENTRIES:
+        return 1
+    if threading.current_thread() is not threading.main_thread():
+        return 1
+    return THREADS
+
+
+def run_all(calls: list) -> list:
+    """Call every callable, the first on this thread and the others on the pool; their
+    results in order."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(THREADS - 1, 1),
+                                       thread_name_prefix="dask_scd-pass")
+    jobs = [_pool.submit(call) for call in calls[1:]]
+    first = calls[0]()
+    return [first] + [job.result() for job in jobs]
+
+
+def line_ranges(indptr, n_lines: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` ranges [lo, hi) of lines with about equal stored entries (``indptr`` of
+    a sparse matrix; None for dense lines, all of one length)."""
+    parts = max(1, min(parts, n_lines))
+    if indptr is None:
+        cuts = np.linspace(0, n_lines, parts + 1).astype(np.int64)
+    else:
+        targets = np.linspace(indptr[0], indptr[n_lines], parts + 1)
+        cuts = np.searchsorted(indptr[:n_lines + 1], targets)
+        cuts[0], cuts[-1] = 0, n_lines
+        cuts = np.maximum.accumulate(cuts)
+    return [(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]

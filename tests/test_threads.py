@@ -1,0 +1,76 @@
+"""Threaded passes of the in-memory kernels give the bits of one thread.
+
+``dask_scd.kernels.threads`` cuts only passes whose ranges are independent (each line's
+result written by one range), so a fit on several threads must equal the fit on one,
+bit for bit. The size threshold is lowered so that small data takes the threaded paths.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dask_scd
+from dask_scd.datasets import make_onehot
+from dask_scd.kernels import threads
+from dask_scd.kernels.layout import MajorMatrix
+
+
+@pytest.fixture
+def threaded(monkeypatch):
+    monkeypatch.setattr(threads, "MIN_ENTRIES", 1)
+
+    def use(n):
+        monkeypatch.setattr(threads, "THREADS", n)
+    return use
+
+
+def test_line_ranges_cover_the_lines_in_order():
+    indptr = np.array([0, 5, 5, 6, 20, 21, 40])
+    for parts in (1, 2, 3, 6, 10):
+        ranges = threads.line_ranges(indptr, 6, parts)
+        assert ranges[0][0] == 0 and ranges[-1][1] == 6
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert all(hi > lo for lo, hi in ranges)
+    assert threads.line_ranges(None, 10, 3) == [(0, 3), (3, 6), (6, 10)]
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_dot_on_threads_is_the_one_thread_dot(threaded, dense, rng):
+    X = sp.random(301, 40, density=0.2, format="csr", random_state=0)
+    X = X.toarray() if dense else X
+    v = rng.normal(size=40)
+    m = MajorMatrix.from_array(X, "rows")
+    threaded(1)
+    want = m.dot(v), m.dot(v, squared=True)
+    threaded(3)
+    got = m.dot(v), m.dot(v, squared=True)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[0], X @ v, rtol=1e-12, atol=1e-12)
+
+
+def test_a_thread_other_than_the_main_one_runs_passes_on_itself(threaded):
+    threaded(4)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(threads.usable(10**9)))
+    worker.start()
+    worker.join()
+    assert seen == [1] and threads.usable(10**9) == 4
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+def test_l1_newton_on_pure_blocks_is_the_same_on_any_number_of_threads(threaded, loss):
+    """Column epochs split within pure blocks, block-shift statistics in fixed row ranges
+    and row-range products: 1, 2 and 3 threads give the same model, bit for bit."""
+    X, y = make_onehot(3000, 6, 20, task="classification" if loss == "logistic"
+                       else "regression", random_state=0)[:2]
+    fits = []
+    for n in (1, 2, 3):
+        threaded(n)
+        fits.append(dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=2e-4, tol=1e-10,
+                                 solver="newton"))
+    for fit in fits[1:]:
+        assert np.array_equal(fit.coef_, fits[0].coef_)
+        assert fit.intercept_ == fits[0].intercept_ and fit.n_iter_ == fits[0].n_iter_
+    assert fits[0].dual_gap_ <= 1e-10 and np.count_nonzero(fits[0].coef_) > 10
