@@ -422,12 +422,14 @@ def test_coordinate_descent_epochs_match_reference(rng, intercept):
     columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
     col_curv = (dense * dense).T @ curv / n
     order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
-    delta, direction, delta_b = np.zeros(p), np.zeros(n), np.zeros(1)
+    delta, delta_b = np.zeros(p), np.zeros(1)
+    packed = np.column_stack([grad, curv, np.zeros(n)])  # g, D, XΔ + Δb side by side
+    direction = packed[:, 2]
     ref_delta, ref_direction, ref_b = np.zeros(p), np.zeros(n), np.zeros(1)
     for _ in range(3):
-        worst = kernels.column_cd_epoch(columns.data, columns.indices, columns.indptr, False,
-                                        n, order, grad, curv, col_curv, coef, delta,
-                                        direction, problem.l1, problem.l2, intercept, delta_b)
+        worst = kernels.column_cd_epoch_packed(columns.data, columns.indices, columns.indptr,
+                                               False, n, order, packed, col_curv, coef, delta,
+                                               problem.l1, problem.l2, intercept, delta_b)
         ref_worst = reference.newton_column_cd_epoch(dense, order, grad, curv, coef,
                                                      ref_delta, ref_direction, problem.l1,
                                                      problem.l2, ref_b)

@@ -567,14 +567,19 @@ def l1_direction(design: Design, model: Model, working):
     floor = _CURVATURE_FLOOR * (2.0 if problem.loss == "squared_hinge" else 0.25) / n
     np.maximum(col_curv, floor * columns.sq_norms(), out=col_curv)
     order = np.append(working, -1) if fit_b else working.copy()
-    direction = np.zeros(n)
+    # The epochs read g, D and XΔ + Δb row by row in the order of each column's rows:
+    # packed side by side, one cache line per row visited instead of three.
+    packed = np.empty((n, 3))
+    packed[:, 0] = model.grad_rows
+    packed[:, 1] = model.curv
+    packed[:, 2] = 0.0
+    direction = packed[:, 2]  # a view: the epochs and the block shifts move it in place
     delta_b = np.zeros(1)
     share = nnz_w / max(design.nnz, 1.0)
     block_of = design.block_of
     epochs, passes = 0, 1.0
     epoch = _ColumnEpoch(design, order, block_of)
-    args = (model.grad_rows, model.curv, col_curv, model.coef, delta, direction, problem.l1,
-            problem.l2, fit_b, delta_b)
+    args = (packed, col_curv, model.coef, delta, problem.l1, problem.l2, fit_b, delta_b)
     for epochs in range(1, _CD_MAX_COLUMNS + 1):
         passes += share
         worst = epoch.run(*args)
@@ -586,7 +591,7 @@ def l1_direction(design: Design, model: Model, working):
             passes += block_shift(design, model, block_of, working, delta, direction, delta_b)
         elif worst <= target:
             break
-    return delta, float(delta_b[0]), direction, passes, "column_cd"
+    return delta, float(delta_b[0]), direction.copy(), passes, "column_cd"
 
 
 # A pure block's columns with fewer non-zeros than this run on one thread.
@@ -596,7 +601,8 @@ _SHIFT_PARTS = 4
 
 
 class _ColumnEpoch:
-    """:func:`kernels.column_cd_epoch` over ``order``, its pure blocks' columns on threads.
+    """:func:`kernels.column_cd_epoch_packed` over ``order``, its pure blocks' columns on
+    threads.
 
     The columns of a pure block touch disjoint rows, so their steps are independent: a
     thread per share of the block's columns gives the very bits of the sequential epoch
@@ -640,10 +646,10 @@ class _ColumnEpoch:
         worst = 0.0
         for serial, parts in self.segments:
             if parts is None:
-                worst = max(worst, kernels.column_cd_epoch(*head, serial, *args))
+                worst = max(worst, kernels.column_cd_epoch_packed(*head, serial, *args))
                 continue
             worst = max(worst, *threads.run_all([
-                lambda part=part: kernels.column_cd_epoch(*head, part, *args)
+                lambda part=part: kernels.column_cd_epoch_packed(*head, part, *args)
                 for part in parts]))
         return worst
 
