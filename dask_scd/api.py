@@ -92,9 +92,10 @@ def fit(
         ("newton"); for L1/elastic net "newton" when p ≤ 2000 and the loss is not squared,
         else "scd" (working sets, extrapolation). For a dask array or a grid, "auto" fits in
         memory below ``in_memory_limit`` bytes (stored bytes: the non-zeros of sparse
-        chunks); above, "block_newton" for an L2 penalty at any width (the p × p curvature
-        when p ≤ 2048 and the rows are cheap, else conjugate gradients on curvature
-        products), and for an L1 term when it forms the curvature, else "block_scd".
+        chunks); above, "block_newton" where it forms the p × p curvature (p ≤ 2048 and
+        the rows cheap); wider, "block_scd" for an L1 term, and for L2 on a grid of pure
+        blocks whose epochs run collectively, else "block_newton" by conjugate gradients
+        on curvature products.
         "cocoa" (never picked by "auto") runs in memory or over dask: X in K parts by
         feature or by example, combined by the exact step (docs/engines/cocoa.md).
     random_state : int, numpy Generator or None

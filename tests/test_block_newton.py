@@ -1,5 +1,6 @@
 """Proximal Newton over dask (solver="block_newton"): optimum, invariances, resume, auto."""
 
+import dataclasses
 import warnings
 
 import dask.array as da
@@ -162,3 +163,33 @@ def test_certificate_is_of_the_order_of_the_true_error(data, client, loss, penal
     assert ours.dual_gap_ <= 1e-6
     assert error <= ours.dual_gap_ + 1e-15  # honest
     assert ours.dual_gap_ <= 10 * max(error + optimum.dual_gap_, 1e-7)  # and tight
+
+
+def test_auto_on_a_wide_grid_of_pure_blocks_runs_block_scd(wide, client):
+    """Too wide for the p × p curvature: on a grid of pure blocks whose epochs run
+    collectively, auto takes block SCD for L2 too (exact block steps, one task per worker
+    and iteration); a grid with an impure block, or a dask array (task graphs), keeps
+    block Newton by conjugate gradients; with few features, block Newton either way."""
+    from dask_scd.solvers import registry
+    from dask_scd.solvers.block_scd import collective_on_pure_blocks
+
+    from dask_scd.data.sources import make_source
+
+    X, y, grid = wide
+    problem = dask_scd.Problem("logistic", 1.0 / X.shape[0], 0.0, True)
+    source = make_source(grid, None, "logistic", None)
+    assert all(source.purity) and collective_on_pure_blocks(source)
+    assert registry.dask_auto(source, problem) == "block_scd"
+    auto = dask_scd.fit(grid, loss="logistic", alpha=1.0 / X.shape[0], client=client,
+                        in_memory_limit=0, tol=1e-8)
+    assert auto.solver_ == "block_scd" and auto.dual_gap_ <= 1e-8
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=1.0 / X.shape[0], tol=1e-12)
+    assert auto.primal_ == pytest.approx(reference.primal_, rel=1e-8)
+
+    impure = dataclasses.replace(source, purity=[False] + list(source.purity[1:]))
+    assert not collective_on_pure_blocks(impure)
+    assert registry.dask_auto(impure, problem) == "block_newton"
+    Xd = da.from_array(X.tocsr(), chunks=(2000, 1000), asarray=False)
+    fit = dask_scd.fit(Xd, y, loss="logistic", alpha=1.0 / X.shape[0], client=client,
+                       in_memory_limit=0, tol=1e-6)
+    assert fit.solver_ == "block_newton"

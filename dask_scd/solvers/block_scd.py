@@ -125,6 +125,25 @@ class _Kept:
         self.token = token
 
 
+def _exchanged_bytes(source, width: int, gram: bool) -> int:
+    """Bytes a collective epoch sends for one block: its statistics over all row chunks
+    (``width`` columns a row chunk may hold; a Gram block's width² products)."""
+    per_row_chunk = width * width * 8 if gram else width * 32
+    return source.n_row_chunks * per_row_chunk
+
+
+def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
+    """Whether block SCD on ``source`` runs its epochs collectively (one task per worker,
+    :mod:`dask_scd.solvers.block_collective`) with every block pure: a grid whose blocks'
+    statistics stay within :attr:`_BlockSCD.COLLECTIVE_BYTES`, on which every block step
+    is exact. ``auto`` then prefers block SCD to block Newton's conjugate gradients."""
+    if not (_BlockSCD.collective and source.on_disk and all(source.purity)):
+        return False
+    most_rows = int(np.diff(source.row_bounds).max())
+    return all(_exchanged_bytes(source, min(block.stop - block.start, most_rows), False)
+               <= _BlockSCD.COLLECTIVE_BYTES for block in source.slices)
+
+
 class _BlockSCD:
     """The solver loop: select → reduce → update → certify, one epoch at a time.
 
@@ -351,14 +370,8 @@ class _BlockSCD:
     def _collective_fits(self, plan) -> bool:
         if not (self.collective and self.source.on_disk):
             return False
-        R = self.source.n_row_chunks
-        for p in plan:
-            if p.block is not None:
-                width = self._stats_width(p.block)
-                per_row = width * width * 8 if p.gram else width * 32
-                if R * per_row > self.COLLECTIVE_BYTES:
-                    return False
-        return True
+        return all(_exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
+                   <= self.COLLECTIVE_BYTES for p in plan if p.block is not None)
 
     def _members(self) -> tuple[list, list]:
         """The members of a collective epoch: one per home worker (every worker when the
