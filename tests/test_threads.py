@@ -74,3 +74,33 @@ def test_l1_newton_on_pure_blocks_is_the_same_on_any_number_of_threads(threaded,
         assert np.array_equal(fit.coef_, fits[0].coef_)
         assert fit.intercept_ == fits[0].intercept_ and fit.n_iter_ == fits[0].n_iter_
     assert fits[0].dual_gap_ <= 1e-10 and np.count_nonzero(fits[0].coef_) > 10
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_runs_threaded_passes(threaded):
+    """A child forked after the pool started gets a pool of its own (the parent's threads
+    do not exist in it): its threaded pass finishes, with the parent's bits."""
+    import os
+
+    threaded(3)
+    X = sp.random(500, 30, density=0.3, format="csr", random_state=1)
+    m = MajorMatrix.from_array(X, "rows")
+    v = np.arange(30, dtype=np.float64)
+    want = m.dot(v)  # starts the pool in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its pass gives the parent's bits
+        os.close(read)
+        ok = np.array_equal(m.dot(v), want)
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    import select
+    import signal
+
+    ready, _, _ = select.select([read], [], [], 120)
+    answer = os.read(read, 1) if ready else b"hung"
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert answer == b"1"

@@ -26,6 +26,16 @@ _pool: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 
 
+def _forget_pool() -> None:
+    """In a forked child the parent's pool threads do not exist: start a fresh pool."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def usable(entries: float) -> int:
     """Threads for a pass over ``entries`` stored entries, called from this thread."""
     if THREADS == 1 or entries < MIN_ENTRIES:
