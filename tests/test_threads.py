@@ -104,3 +104,18 @@ def test_a_forked_child_runs_threaded_passes(threaded):
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+def test_l2_newton_by_conjugate_gradients_is_the_same_on_any_number_of_threads(threaded):
+    """Wider than the Cholesky path (p = 3000): Hessian-vector products and the gradient's
+    scatter summed over fixed row ranges give one model on 1, 2 and 3 threads."""
+    X, y = make_onehot(3000, 6, 500, random_state=2)[:2]
+    fits = []
+    for n in (1, 2, 3):
+        threaded(n)
+        fits.append(dask_scd.fit(X, y, loss="logistic", alpha=1.0 / 3000, tol=1e-10,
+                                 solver="newton"))
+    assert fits[0].extras_.get("cg_products") or fits[0].n_iter_ > 0
+    for fit in fits[1:]:
+        assert np.array_equal(fit.coef_, fits[0].coef_) and fit.intercept_ == fits[0].intercept_
+    assert fits[0].dual_gap_ <= 1e-10

@@ -127,10 +127,22 @@ class Design:
     def signed_scatter(self, u) -> tuple[np.ndarray, np.ndarray]:
         """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows."""
         rows = self.rows
-        out = np.empty(rows.n_minor), np.empty(rows.n_minor)
-        kernels.signed_scatter(rows.data, rows.indices, rows.indptr, rows.dense, rows.n_major,
-                               rows.n_minor, np.ascontiguousarray(u, dtype=np.float64), *out)
-        return out
+        u = np.ascontiguousarray(u, dtype=np.float64)
+        ranges = _row_parts(rows)
+        outs = [(np.empty(rows.n_minor), np.empty(rows.n_minor)) for _ in ranges]
+
+        def part(k):
+            lo, hi = ranges[k]
+            sub = rows.lines(lo, hi)
+            kernels.signed_scatter(sub.data, sub.indices, sub.indptr, sub.dense, hi - lo,
+                                   rows.n_minor, u[lo:hi], *outs[k])
+
+        _run_parts(rows, part, len(ranges))
+        neg, pos = outs[0]
+        for more_neg, more_pos in outs[1:]:
+            neg += more_neg
+            pos += more_pos
+        return neg, pos
 
     @property
     def nnz(self) -> float:
@@ -463,9 +475,22 @@ def conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None):
         preconditioner = _diagonal_and_coarse(design, model, diagonal, s if schur else None,
                                               total)
 
+    ranges = _row_parts(rows)
+    outs = [out] + [np.empty(p) for _ in ranges[1:]]
+    sides = np.zeros(len(ranges))
+
+    def apply_part(k, v):
+        lo, hi = ranges[k]
+        sub = rows.lines(lo, hi)
+        sides[k] = kernels.hessian_vector(sub.data, sub.indices, sub.indptr, sub.dense,
+                                          hi - lo, p, curv[lo:hi], v, 0.0, outs[k])
+
     def apply(v):
-        side = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, n, p,
-                                      curv, v, 0.0, out)  # out = XᵀDXv, side = 1ᵀDXv
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        _run_parts(rows, lambda k: apply_part(k, v), len(ranges))
+        for more in outs[1:]:
+            np.add(outs[0], more, out=outs[0])  # outs[0] is ``out``
+        side = float(sum(sides))  # out = XᵀDXv, side = 1ᵀDXv, summed over the parts in order
         product = out / n + problem.l2 * v
         if schur:
             product -= s * (side / (n * total))
@@ -592,6 +617,28 @@ def l1_direction(design: Design, model: Model, working):
         elif worst <= target:
             break
     return delta, float(delta_b[0]), direction.copy(), passes, "column_cd"
+
+
+# Scatter passes (Xᵀu, XᵀDXv by rows) over at least threads.MIN_ENTRIES stored entries
+# are summed over this many fixed ranges of rows, run on threads where there are: their
+# rounding depends on the data's size, never on the number of cores.
+_SCATTER_PARTS = 4
+
+
+def _row_parts(rows) -> list[tuple[int, int]]:
+    entries = rows.n_major * rows.n_minor if rows.dense else len(rows.data)
+    parts = _SCATTER_PARTS if entries >= threads.MIN_ENTRIES else 1
+    return threads.line_ranges(None if rows.dense else rows.indptr, rows.n_major, parts)
+
+
+def _run_parts(rows, part, count: int) -> None:
+    """part(0), …, part(count − 1): on threads where a pass of ``rows`` may use them."""
+    entries = rows.n_major * rows.n_minor if rows.dense else len(rows.data)
+    if count > 1 and threads.usable(entries) > 1:
+        threads.run_all([lambda k=k: part(k) for k in range(count)])
+    else:
+        for k in range(count):
+            part(k)
 
 
 # A pure block's columns with fewer non-zeros than this run on one thread.
