@@ -67,16 +67,20 @@ class MajorMatrix:
     def _args(self):
         return self.data, self.indices, self.indptr, self.dense, self.n_major, self.n_minor
 
+    @property
+    def stored(self) -> int:
+        """Stored entries (every value of a dense matrix): the length of a pass."""
+        return self.n_major * self.n_minor if self.dense else len(self.data)
+
     def dot(self, v, squared: bool = False) -> np.ndarray:
         """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns (A² if squared)."""
         out = np.empty(self.n_major, dtype=np.float64)
         v = np.ascontiguousarray(v, dtype=np.float64)
-        entries = self.n_major * self.n_minor if self.dense else len(self.data)
         # Each line's sum is computed by one range, by the one compiled loop: the same bits
         # on any number of threads.
         head = (self.data, self.indices, self.indptr, self.dense)
         ranges = threads.line_ranges(None if self.dense else self.indptr, self.n_major,
-                                     threads.usable(entries))
+                                     threads.usable(self.stored))
         threads.run_all([
             lambda lo=lo, hi=hi: cpu.major_dot_range(*head, lo, hi, self.n_minor, v, out,
                                                      squared)

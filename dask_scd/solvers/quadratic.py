@@ -626,15 +626,13 @@ _SCATTER_PARTS = 4
 
 
 def _row_parts(rows) -> list[tuple[int, int]]:
-    entries = rows.n_major * rows.n_minor if rows.dense else len(rows.data)
-    parts = _SCATTER_PARTS if entries >= threads.MIN_ENTRIES else 1
+    parts = _SCATTER_PARTS if rows.stored >= threads.MIN_ENTRIES else 1
     return threads.line_ranges(None if rows.dense else rows.indptr, rows.n_major, parts)
 
 
 def _run_parts(rows, part, count: int) -> None:
     """part(0), …, part(count − 1): on threads where a pass of ``rows`` may use them."""
-    entries = rows.n_major * rows.n_minor if rows.dense else len(rows.data)
-    if count > 1 and threads.usable(entries) > 1:
+    if count > 1 and threads.usable(rows.stored) > 1:
         threads.run_all([lambda k=k: part(k) for k in range(count)])
     else:
         for k in range(count):
@@ -778,11 +776,7 @@ def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, res
         kernels.shift_stats(sub.data, sub.indices, sub.indptr, sub.dense, hi - lo, p, shifted,
                             k, residual[lo:hi], curv[lo:hi], fit_b, *parts[r])
 
-    if threads.usable(design.nnz) > 1:
-        threads.run_all([lambda r=r: part(r) for r in range(len(ranges))])
-    else:
-        for r in range(len(ranges)):
-            part(r)
+    _run_parts(rows, part, len(ranges))
     grad, hess = parts[0]
     for g, h in parts[1:]:
         grad += g
