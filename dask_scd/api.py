@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd.data import in_memory, is_dask_frame, make_source, read_input
+from dask_scd.data.memory import InMemory
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
@@ -169,7 +170,9 @@ def fit(
         engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
     _check_engine_options(engine_options, engine, solver, _is_distributed(X))
     identity = {"engine": engine.name, "problem": repr(problem), "data": _identity(data)}
-    with (fit_session(engine.data == "dask", engine_options, verbose, identity,
+    on_cluster = engine.data == "dask" or (engine.name in kernel_device.DASK_ENGINES
+                                           and not isinstance(data, InMemory))
+    with (fit_session(on_cluster, engine_options, verbose, identity,
                       performance_report),
           Progress(engine.name, tol, max_iter, verbose) as progress):
         options = Options(tol, max_iter, rng, progress, engine_options, device, start)
@@ -213,7 +216,7 @@ def _engine_and_device(solver, problem, data, requested, available, on_device=Fa
     allow; host chunks and grids (read from disk into host memory) run on the CPU.
     """
     engine = registry.resolve(solver, problem, data)
-    if engine.name in kernel_device.DASK_ENGINES:
+    if engine.name in kernel_device.DASK_ENGINES and not isinstance(data, InMemory):
         if on_device and requested == "cpu":
             raise ValueError("the chunks of X are in device memory (cupy): pass device='gpu' "
                              "(or 'auto') to run the block engines' CUDA kernels on them, or "

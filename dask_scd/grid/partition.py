@@ -310,3 +310,63 @@ def block_purity(X, blocks) -> tuple[list[bool], list[int]]:
     csc = sp.csc_matrix((np.ones(len(indices), dtype=np.bool_), indices, indptr), shape=shape)
     max_nnz = [row_nnz_max(csc[:, np.asarray(block, dtype=np.int64)]) for block in blocks]
     return [m <= 1 for m in max_nnz], max_nnz
+
+
+@numba.njit(cache=True, nogil=True)
+def _impure(indptr, indices, block_of, n_blocks):
+    """Which blocks some row of the CSR pattern holds two entries of."""
+    last = np.full(n_blocks, -1, dtype=np.int64)
+    impure = np.zeros(n_blocks, dtype=np.bool_)
+    for r in range(indptr.shape[0] - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            b = block_of[indices[k]]
+            if b < 0:
+                continue
+            if last[b] == r:
+                impure[b] = True
+            else:
+                last[b] = r
+    return impure
+
+
+@numba.njit(cache=True, nogil=True)
+def _restricted_pattern(indptr, indices, position):
+    """The CSR pattern of the columns whose ``position`` is ≥ 0, renumbered by it."""
+    n = indptr.shape[0] - 1
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    for r in range(n):
+        count = 0
+        for k in range(indptr[r], indptr[r + 1]):
+            if position[indices[k]] >= 0:
+                count += 1
+        out_ptr[r + 1] = out_ptr[r] + count
+    out = np.empty(out_ptr[n], dtype=np.int64)
+    for r in range(n):
+        at = out_ptr[r]
+        for k in range(indptr[r], indptr[r + 1]):
+            j = position[indices[k]]
+            if j >= 0:
+                out[at] = j
+                at += 1
+    return out_ptr, out
+
+
+def pure_on_all_rows(X, blocks: list) -> list[np.ndarray]:
+    """``blocks`` (detected on some rows of sparse ``X``) made pure on every row: the
+    blocks some row holds two stored entries of are coloured again, over all rows and
+    their columns only (:func:`detect_pure_blocks`). One pass over X's pattern."""
+    X = sp.csr_matrix(X)  # not a copy when X is CSR
+    block_of = np.full(X.shape[1], -1, dtype=np.int64)
+    for b, block in enumerate(blocks):
+        block_of[block] = b
+    impure = _impure(X.indptr, X.indices, block_of, len(blocks))
+    if not impure.any():
+        return list(blocks)
+    columns = np.concatenate([blocks[b] for b in np.flatnonzero(impure)])
+    position = np.full(X.shape[1], -1, dtype=np.int64)
+    position[columns] = np.arange(len(columns))
+    indptr, indices = _restricted_pattern(X.indptr, X.indices, position)
+    pattern = sp.csr_matrix((np.ones(len(indices), dtype=np.bool_), indices, indptr),
+                            shape=(X.shape[0], len(columns)))
+    again = [columns[b] for b in detect_pure_blocks(pattern)]
+    return [block for b, block in enumerate(blocks) if not impure[b]] + again

@@ -243,3 +243,117 @@ def major_sums(values, indptr, out):
         for k in range(indptr[j], indptr[j + 1]):
             s += values[k]
         out[j] = s
+
+
+# ------------------------------------------------- fused pure-block passes (in memory)
+
+
+@njit(inline="always")
+def _derivative_pair(loss, yi, z):
+    """(ℓ'(z), ℓ''(z)) of one example, the arithmetic of :func:`derivatives`."""
+    if loss == SQUARED:
+        return z - yi, 1.0
+    if loss == LOGISTIC:
+        u = yi * z
+        e = math.exp(-abs(u))
+        small = e / (1.0 + e)
+        return -yi * (small if u >= 0.0 else 1.0 / (1.0 + e)), small / (1.0 + e)
+    t = 1.0 - yi * z
+    if t > 0.0:
+        if loss == SQUARED_HINGE:
+            return -2.0 * yi * t, 2.0
+        return -yi, 0.0
+    return 0.0, 0.0
+
+
+@njit(nogil=True, cache=True)
+def pure_rows(data, indices, indptr, n_rows):
+    """A pure column-major cell by rows: (column of each row's entry, −1 for none; its
+    value). The fused passes stream over the rows in order instead of gathering them."""
+    column = np.full(n_rows, -1, dtype=np.int32)
+    value = np.zeros(n_rows)
+    for j in range(indptr.shape[0] - 1):
+        for k in range(indptr[j], indptr[j + 1]):
+            column[indices[k]] = j
+            value[indices[k]] = np.float64(data[k])
+    return column, value
+
+
+@njit(nogil=True, cache=True)
+def pure_apply(column, value, delta, margins):
+    """margins += X_cell Δ in place for a pure cell by rows (:func:`pure_rows`): each
+    margin takes one product, the bits of ŷ + X_cell Δ."""
+    for i in range(margins.shape[0]):
+        j = column[i]
+        if j >= 0:
+            margins[i] += value[i] * delta[j]
+
+
+@njit(nogil=True, cache=True)
+def pure_stats(prev_column, prev_value, prev_delta, shift, column, value, y, margins, loss,
+               g, h):
+    """One pass over the rows: the last block's step on the margins (a pure cell by rows,
+    ``prev_delta`` empty for none; ``shift``: the intercept's), then this pure cell's
+    g_j = Σ_i x_ij ℓ'(ŷ_i) and h_j = Σ_i x_ij² ℓ''(ŷ_i), summed in row order (the order
+    of a column-major cell's entries: the same sums)."""
+    g[:] = 0.0
+    h[:] = 0.0
+    applying = prev_delta.shape[0] > 0
+    for i in range(margins.shape[0]):
+        z = margins[i] + shift
+        if applying:
+            p = prev_column[i]
+            if p >= 0:
+                z += prev_value[i] * prev_delta[p]
+        margins[i] = z
+        j = column[i]
+        if j >= 0:
+            d1, d2 = _derivative_pair(loss, y[i], z)
+            x = value[i]
+            g[j] += x * d1
+            h[j] += x * x * d2
+
+
+@njit(nogil=True, cache=True)
+def shift_stats(prev_column, prev_value, prev_delta, y, margins, loss):
+    """The last block's step on the margins (as in :func:`pure_stats`), then
+    (Σ_i ℓ'(ŷ_i), Σ_i ℓ''(ŷ_i)): the intercept's statistics."""
+    s = 0.0
+    t = 0.0
+    applying = prev_delta.shape[0] > 0
+    for i in range(margins.shape[0]):
+        z = margins[i]
+        if applying:
+            p = prev_column[i]
+            if p >= 0:
+                z += prev_value[i] * prev_delta[p]
+        margins[i] = z
+        d1, d2 = _derivative_pair(loss, y[i], z)
+        s += d1
+        t += d2
+    return s, t
+
+
+@njit(nogil=True, cache=True)
+def rows_by_columns(indptr, indices, data, lo, hi, position, n_columns):
+    """Rows lo ≤ r < hi of a CSR matrix as a column-major (CSC) matrix of the columns
+    whose ``position`` is ≥ 0, renumbered by it: (indptr, row indices from 0, values),
+    rows ascending within each column. One counting pass and one filling pass."""
+    starts = np.zeros(n_columns + 1, dtype=np.int64)
+    for k in range(indptr[lo], indptr[hi]):
+        c = position[indices[k]]
+        if c >= 0:
+            starts[c + 1] += 1
+    for c in range(n_columns):
+        starts[c + 1] += starts[c]
+    rows = np.empty(starts[n_columns], dtype=np.int32)
+    values = np.empty(starts[n_columns], dtype=np.float64)
+    fill = starts[:n_columns].copy()
+    for r in range(lo, hi):
+        for k in range(indptr[r], indptr[r + 1]):
+            c = position[indices[k]]
+            if c >= 0:
+                rows[fill[c]] = r - lo
+                values[fill[c]] = data[k]
+                fill[c] += 1
+    return starts, rows, values

@@ -62,6 +62,9 @@ class GapOrder(BlockOrder):
         return [int(b) for b in np.argsort(block_gaps, kind="stable")[::-1]]
 
 
+BLOCK_ORDERS = ("shuffle", "cyclic", "gap")
+
+
 def block_order(name: str, slices) -> BlockOrder:
     """The block order called ``name`` ("shuffle", "cyclic" or "gap")."""
     orders = {"shuffle": ShuffleOrder, "cyclic": CyclicOrder}

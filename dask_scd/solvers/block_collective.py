@@ -40,6 +40,7 @@ from dask_scd.runtime import passes
 from dask_scd.runtime.cluster import _picked
 from dask_scd.runtime.collective import Aborted, Member
 from dask_scd.solvers import block_ops as ops
+from dask_scd.solvers.block_ops import INTERCEPT
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,22 @@ class BlockPlan:
     tree: bool  # statistics summed in a tree of tasks (a Gram block, or a wide one)
     provable: bool  # a final step without a line search
     trials: bool  # a line search follows the direction
+
+
+def plan_blocks(order, slices, purity, loss: str, gram_max: int, provable, tree) -> list:
+    """What an epoch does with each block of ``order``, in that order (a
+    :class:`BlockPlan` each): ``provable(b, pure)`` says whether block b takes a provable
+    step, ``tree(block)`` whether its statistics are summed in a tree."""
+    plan = []
+    for b in order:
+        pure = b == INTERCEPT or purity[b]
+        block = None if b == INTERCEPT else slices[b]
+        # An impure block small enough takes the exact Newton step of its Gram matrix.
+        gram = not pure and (1 if block is None else block.stop - block.start) <= gram_max
+        sure = provable(b, pure)
+        plan.append(BlockPlan(b, block, pure, gram, gram or tree(block), sure,
+                              not (sure or (pure or gram) and loss == "squared")))
+    return plan
 
 
 def epoch_member(token: str, index: int, addresses: list, groups: list, margins, pick,

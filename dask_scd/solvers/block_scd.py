@@ -39,10 +39,10 @@ from dask_scd.runtime import collective, passes, strategies
 from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
 from dask_scd.solvers import block_collective
 from dask_scd.solvers import block_ops as ops
-from dask_scd.solvers.block_collective import BlockPlan
+from dask_scd.solvers.block_collective import plan_blocks
 from dask_scd.solvers.block_ops import INTERCEPT
 from dask_scd.solvers.base import Options, Run
-SELECTIONS = ("shuffle", "cyclic", "gap")
+SELECTIONS = strategies.BLOCK_ORDERS
 
 
 # ------------------------------------------------------------------------- the engine
@@ -75,6 +75,12 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     memory_budget : int, bytes
         Default: a quarter of the grid.
     """
+    from dask_scd.data.memory import InMemory
+
+    if isinstance(source, InMemory):
+        from dask_scd.solvers.block_memory import fit_block_memory
+
+        return fit_block_memory(source, problem, options)
     engine_options = dict(options.engine)
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
@@ -327,16 +333,8 @@ class _BlockSCD:
 
     def _plan(self, order) -> list:
         """What the epoch does with each block of ``order``, in that order."""
-        loss, plan = self.problem.loss, []
-        for b in order:
-            pure = b == INTERCEPT or self.source.purity[b]
-            block = None if b == INTERCEPT else self.slices[b]
-            # An impure block small enough takes the exact Newton step of its Gram matrix.
-            gram = not pure and (1 if block is None else block.stop - block.start) <= self.gram_max
-            provable = self._provable(b, pure)
-            plan.append(BlockPlan(b, block, pure, gram, gram or self._tree(block), provable,
-                                  not (provable or (pure or gram) and loss == "squared")))
-        return plan
+        return plan_blocks(order, self.slices, self.source.purity, self.problem.loss,
+                           self.gram_max, self._provable, self._tree)
 
     def _iteration(self, margins, order, coef, intercept, primal):
         """One epoch over the blocks of ``order``, the coarse step and the certificate:

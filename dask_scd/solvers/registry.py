@@ -132,7 +132,9 @@ register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every"),
     weighted=ANY_LOSS))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
-register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "dask", losses=SMOOTH,
+# Block SCD runs a dask array or a Grid on the cluster, and in-memory X in this process
+# (dask_scd.solvers.block_memory: the same steps, the row chunks on threads).
+register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "any", losses=SMOOTH,
                 options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"), weighted=SMOOTH))
 register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
                 losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
