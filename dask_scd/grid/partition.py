@@ -356,15 +356,15 @@ def pure_on_all_rows(X, blocks: list) -> list[np.ndarray]:
     blocks some row holds two stored entries of are coloured again, over all rows and
     their columns only (:func:`detect_pure_blocks`). One pass over X's pattern."""
     X = sp.csr_matrix(X)  # not a copy when X is CSR
-    block_of = np.full(X.shape[1], -1, dtype=np.int64)
+    block_of = np.full(X.shape[1], -1, dtype=np.int32)
     for b, block in enumerate(blocks):
         block_of[block] = b
     impure = _impure(X.indptr, X.indices, block_of, len(blocks))
     if not impure.any():
         return list(blocks)
     columns = np.concatenate([blocks[b] for b in np.flatnonzero(impure)])
-    position = np.full(X.shape[1], -1, dtype=np.int64)
-    position[columns] = np.arange(len(columns))
+    position = np.full(X.shape[1], -1, dtype=np.int32)
+    position[columns] = np.arange(len(columns), dtype=np.int32)
     indptr, indices = _restricted_pattern(X.indptr, X.indices, position)
     pattern = sp.csr_matrix((np.ones(len(indices), dtype=np.bool_), indices, indptr),
                             shape=(X.shape[0], len(columns)))

@@ -357,3 +357,28 @@ def rows_by_columns(indptr, indices, data, lo, hi, position, n_columns):
                 values[fill[c]] = data[k]
                 fill[c] += 1
     return starts, rows, values
+
+
+@njit(nogil=True, cache=True)
+def rows_by_blocks(indptr, indices, data, lo, hi, position, block_of, offsets):
+    """Rows lo ≤ r < hi of a CSR matrix by blocks and rows, for the fused passes: for
+    block b and row r, the column (within b) of the row's entry in b, −1 for none, and
+    its value; with which blocks some row holds two entries of (impure: their by-rows
+    form is not used). One pass over the rows, writing each block's arrays in row order."""
+    n_blocks = offsets.shape[0] - 1
+    n = hi - lo
+    column = np.full((n_blocks, n), -1, dtype=np.int32)
+    value = np.zeros((n_blocks, n))
+    impure = np.zeros(n_blocks, dtype=np.bool_)
+    for r in range(lo, hi):
+        for k in range(indptr[r], indptr[r + 1]):
+            c = position[indices[k]]
+            if c < 0:
+                continue
+            b = block_of[c]
+            if column[b, r - lo] >= 0:
+                impure[b] = True
+            else:
+                column[b, r - lo] = c - offsets[b]
+                value[b, r - lo] = data[k]
+    return column, value, impure

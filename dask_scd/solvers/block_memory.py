@@ -68,7 +68,7 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     selection = engine_options.get("selection", "shuffle")
     if selection not in strategies.BLOCK_ORDERS:
         raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
-    engine = _Engine(data, problem, options.rng, selection, options.progress)
+    engine = _Engine(data, problem, options.rng, selection, options.progress, options.memo)
     try:
         run = engine.run(options.tol, options.max_iter, options.start,
                          engine_options.get("callback"))
@@ -111,9 +111,44 @@ def row_bounds(n_rows: int, entries: int) -> np.ndarray:
     return np.linspace(0, n_rows, min(parts, n_rows) + 1).astype(np.int64)
 
 
+def _on_threads(calls: list, n_threads: int) -> list:
+    """[call() for call in calls], in runs of consecutive calls, one run per thread."""
+    if n_threads <= 1 or len(calls) <= 1:
+        return [call() for call in calls]
+    runs = [run for run in np.array_split(np.arange(len(calls)), min(n_threads, len(calls)))]
+    done = threads.run_all([lambda run=run: [calls[i]() for i in run] for run in runs])
+    return [value for values in done for value in values]
+
+
 class _Engine:
-    def __init__(self, data, problem, rng, selection, progress):
+    # What depends on X alone (kept in Options.memo between the points of a path).
+    _LAYOUT = ("n", "n_features", "columns", "offsets", "slices", "rows", "cells", "labels",
+               "by_rows", "purity", "threads", "weighted")
+
+    def __init__(self, data, problem, rng, selection, progress, memo=None):
         self.problem, self.rng, self.progress = problem, rng, progress
+        kept = None if memo is None else memo.get("block_scd")
+        if kept is None:
+            self._lay_out(data)
+            kept = {name: getattr(self, name) for name in self._LAYOUT}
+            if memo is not None:
+                memo["block_scd"] = kept
+        else:
+            self.__dict__.update({name: kept[name] for name in self._LAYOUT})
+        self.order = strategies.block_order(selection, self.slices)
+        self.bounded = problem.loss == "logistic" and not data.weighted
+        self.unsure: set = set()
+        self.fit_key = f"memory-{uuid.uuid4().hex}"
+        self.row_sums = None
+        if problem.l1 <= 0.0:  # the coarse space's S over all columns (L1: over the support)
+            key = ("row_sums", problem.fit_intercept)
+            if key not in kept:
+                kept[key] = self.each(lambda k: ops.block_row_sums(self.cells[k],
+                                                                   problem.fit_intercept))
+            self.row_sums = kept[key]
+
+    def _lay_out(self, data):
+        """The blocks, the row chunks and their cells."""
         self.n, self.n_features = data.n_samples, data.n_features
         blocks = column_blocks(data)
         self.columns = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
@@ -121,46 +156,40 @@ class _Engine:
         self.offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
         self.slices = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1],
                                                             self.offsets[1:])]
-        self.order = strategies.block_order(selection, self.slices)
         bounds = row_bounds(self.n, data.nnz)
         self.rows = np.diff(bounds).astype(int)
-        self.cells, self.labels = self._cells(data, bounds)
+        self.cells, self.labels, self.by_rows, self.purity = self._cells(data, bounds)
         self.threads = threads.usable(data.nnz) if len(self.cells) > 1 else 1
         self.weighted = data.weighted
-        reports = self.each(lambda k: [inspect_cell(cell, f"block {b} of row chunk {k}")
-                                       for b, cell in enumerate(self.cells[k])])
-        self.purity = [max(reports[k][b]["max_per_row"] for k in range(len(reports))) <= 1
-                       for b in range(len(self.slices))]
-        # Pure cells of a sparse X by rows too, for the fused passes (unweighted losses).
-        self.by_rows = None
-        if sp.issparse(data.X) and not data.weighted:
-            self.by_rows = self.each(lambda k: [
-                block_kernels.pure_rows(c.matrix.data, c.matrix.indices, c.matrix.indptr,
-                                        c.n_rows) if self.purity[b] else None
-                for b, c in enumerate(self.cells[k])])
-        self.bounded = problem.loss == "logistic" and not data.weighted
-        self.unsure: set = set()
-        self.fit_key = f"memory-{uuid.uuid4().hex}"
-        self.row_sums = None
-        if problem.l1 <= 0.0:  # the coarse space's S over all columns (L1: over the support)
-            self.row_sums = self.each(lambda k: ops.block_row_sums(self.cells[k],
-                                                                   problem.fit_intercept))
+        if data.weighted:  # the fused passes are for unweighted losses
+            self.by_rows = None
 
-    def _cells(self, data, bounds) -> tuple[list, list]:
-        """cells[k] = [the cells of row chunk k, one per block]; labels[k] = its labels
-        (with its sample weights, where there are). The row chunks are cut on threads."""
+    def _cells(self, data, bounds) -> tuple[list, list, list | None, list]:
+        """(cells, labels, by_rows, purity): cells[k] = [the cells of row chunk k, one per
+        block]; labels[k] = its labels (with its sample weights, where there are);
+        by_rows[k][b] = (column, value) of block b's pure cell by rows (a sparse X; else
+        None); purity[b]: no row holds two entries of block b. The row chunks are cut on
+        threads."""
         X, labels = data.X, []
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
+        chunks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        for lo, hi in chunks:
             y = np.ascontiguousarray(data.y[lo:hi], dtype=np.float64)
             labels.append(y if data.weights is None else
                           WeightedLabels(y, data.weights[lo:hi]))
         if not sp.issparse(X):
-            return [[CellView(np.ascontiguousarray(X[lo:hi][:, self.columns[s]]))
-                     for s in self.slices] for lo, hi in zip(bounds[:-1], bounds[1:])], labels
+            cells = [[CellView(np.ascontiguousarray(X[lo:hi][:, self.columns[s]]))
+                      for s in self.slices] for lo, hi in chunks]
+            reports = _on_threads([lambda k=k: [inspect_cell(cell, "X") for cell in cells[k]]
+                                   for k in range(len(cells))], threads.usable(data.nnz))
+            purity = [max(report[b]["max_per_row"] for report in reports) <= 1
+                      for b in range(len(self.slices))]
+            return cells, labels, None, purity
         X = sp.csr_matrix(X)  # not a copy when X is CSR
-        position = np.full(X.shape[1], -1, dtype=np.int64)
-        position[self.columns] = np.arange(len(self.columns))
         width = len(self.columns)
+        position = np.full(X.shape[1], -1, dtype=np.int32)
+        position[self.columns] = np.arange(width, dtype=np.int32)
+        block_of = np.repeat(np.arange(len(self.slices), dtype=np.int32),
+                             np.diff(self.offsets))
 
         def chunk(lo, hi):
             starts, rows, values = block_kernels.rows_by_columns(
@@ -172,20 +201,21 @@ class _Engine:
                 cells.append(CellView(sp.csc_matrix((values[a:b], rows[a:b], indptr),
                                                     shape=(hi - lo, s.stop - s.start),
                                                     copy=False)))
-            return cells
+            by_rows = block_kernels.rows_by_blocks(X.indptr, X.indices, X.data, lo, hi,
+                                                   position, block_of, self.offsets)
+            return cells, by_rows
 
-        calls = [lambda lo=lo, hi=hi: chunk(int(lo), int(hi))
-                 for lo, hi in zip(bounds[:-1], bounds[1:])]
-        if threads.usable(data.nnz) > 1:
-            return threads.run_all(calls), labels
-        return [call() for call in calls], labels
+        done = _on_threads([lambda lo=lo, hi=hi: chunk(lo, hi) for lo, hi in chunks],
+                           threads.usable(data.nnz))
+        impure = np.any([by_rows[2] for _, by_rows in done], axis=0)
+        purity = [not bool(flag) for flag in impure]
+        by_rows = [[(column[b], value[b]) if purity[b] else None
+                    for b in range(len(self.slices))] for _, (column, value, _) in done]
+        return [cells for cells, _ in done], labels, by_rows, purity
 
     def each(self, fn) -> list:
         """[fn(k) for every row chunk k], on this process's threads where there are."""
-        k = len(self.cells)
-        if self.threads <= 1:
-            return [fn(i) for i in range(k)]
-        return threads.run_all([lambda i=i: fn(i) for i in range(k)])
+        return _on_threads([lambda k=k: fn(k) for k in range(len(self.cells))], self.threads)
 
     def run(self, tol, max_iter, start, callback) -> dict:
         problem, history, epoch = self.problem, History(), 0
