@@ -507,7 +507,7 @@ def warm_up(X, y):
                                      max_iter=3, solver=solver)
 
 
-MEM_SOLVERS = ("auto", "newton", "scd", "sdca")
+MEM_SOLVERS = ("auto", "newton", "block_scd", "scd", "sdca")
 
 
 def in_memory_engines(row, chosen=MEM_SOLVERS) -> tuple:
@@ -1090,7 +1090,7 @@ def row_table(res: RowResult, nnz) -> str:
 def grid_ratio_table(results) -> str:
     head = ["row", "engine (grid)", "time / iteration, grid", "in-memory engine",
             "time / iteration, in memory", "ratio grid / in memory"]
-    pairs = (("block_scd", "scd"), ("auto", "auto"), ("block_newton", "newton"))
+    pairs = (("block_scd", "block_scd"), ("auto", "auto"), ("block_newton", "newton"))
     lines = []
     for res in results:
         by = {o.name: o for o in res.outcomes}

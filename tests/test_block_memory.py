@@ -124,6 +124,7 @@ def test_integer_weights_are_repeated_rows(onehot):
 
 
 def test_dense_x_takes_gram_steps_to_the_newton_optimum():
+    """Dense X: runs of 256 columns, impure blocks taking their Gram matrix's steps."""
     rng = np.random.default_rng(4)
     X = rng.standard_normal((600, 30))
     y = np.sign(X @ rng.standard_normal(30) + rng.standard_normal(600))
@@ -147,3 +148,20 @@ def test_dask_only_options_are_refused_and_the_callback_stops(onehot):
                          callback=lambda info: seen.append(info["epoch"]) or len(seen) == 2)
     assert seen == [1, 2] and r.n_iter_ == 2
     assert r.coef_.shape == (X.shape[1],)
+
+
+def test_an_x_without_values_and_unrelated_sparse_columns():
+    rng = np.random.default_rng(0)
+    y = np.sign(rng.standard_normal(300))
+    empty = dask_scd.fit(sp.csr_matrix((300, 20)), y, loss="logistic", alpha=1e-2,
+                         solver="block_scd")
+    assert not empty.coef_.any() and empty.dual_gap_ <= 1e-12
+    assert np.isclose(empty.intercept_, np.log(np.mean(y > 0) / np.mean(y < 0)))
+    # Unrelated sparse columns: the colouring's pure blocks (23 here).
+    X = sp.random(300, 500, density=0.02, random_state=0, format="csr")
+    ours = dask_scd.fit(X, y, loss="squared_hinge", alpha=1e-2, tol=1e-9,
+                        solver="block_scd", fit_intercept=False)
+    newton = dask_scd.fit(X, y, loss="squared_hinge", alpha=1e-2, tol=1e-11,
+                          solver="newton", fit_intercept=False)
+    assert ours.dual_gap_ <= 1e-9
+    assert abs(ours.primal_ - newton.primal_) <= 1e-8 * newton.primal_

@@ -98,6 +98,8 @@ def column_blocks(data) -> list[np.ndarray]:
         used = np.flatnonzero(np.bincount(sp.csr_matrix(X).indices, minlength=X.shape[1]))
     else:
         used = np.arange(X.shape[1])
+    if not len(used):  # X holds no value: one block of empty columns (θ stays 0)
+        used = np.arange(min(X.shape[1], BLOCK_COLUMNS))
     return [used[i:i + BLOCK_COLUMNS] for i in range(0, len(used), BLOCK_COLUMNS)]
 
 
