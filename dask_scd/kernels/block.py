@@ -382,3 +382,17 @@ def rows_by_blocks(indptr, indices, data, lo, hi, position, block_of, offsets):
                 column[b, r - lo] = c - offsets[b]
                 value[b, r - lo] = data[k]
     return column, value, impure
+
+
+@njit(nogil=True, cache=True)
+def pure_rmatvec_pair(column, value, pos, neg, width):
+    """(X_cellᵀ pos, X_cellᵀ neg) of a pure cell by rows, the rows read in order: each
+    column's sum in row order, as a column-major cell's entries give it."""
+    out_pos = np.zeros(width)
+    out_neg = np.zeros(width)
+    for i in range(column.shape[0]):
+        j = column[i]
+        if j >= 0:
+            out_pos[j] += value[i] * pos[i]
+            out_neg[j] += value[i] * neg[i]
+    return out_pos, out_neg

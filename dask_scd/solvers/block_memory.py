@@ -385,8 +385,12 @@ class _Engine:
         chunk, (coef, intercept, certificate)), the calls of the Dask engine's certificate
         in the same order."""
         problem, n, offsets = self.problem, self.n, self.offsets
-        fresh = self.each(lambda k: passes.certificate_pass(
-            self.cells[k], int(self.rows[k]), self.labels[k], state, offsets, problem, True))
+        if self.by_rows is not None:
+            fresh = self.each(lambda k: self._certificate_pass(k, state))
+        else:
+            fresh = self.each(lambda k: passes.certificate_pass(
+                self.cells[k], int(self.rows[k]), self.labels[k], state, offsets, problem,
+                True))
         margins = [f[0] for f in fresh]
         level = block_collective.tree_sum([f[1] for f in fresh])
         del fresh
@@ -396,3 +400,41 @@ class _Engine:
                                                          problem, slim, n))
         result = passes.certificate(problem, n, state, total, *duals)
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
+
+    def _certificate_pass(self, k, state) -> tuple:
+        """:func:`passes.certificate_pass` of row chunk k, its pure cells read by rows:
+        (fresh margins, the statistics of :func:`passes.certificate_stats`, every block
+        at full width)."""
+        problem, y = self.problem, self.labels[k]
+        margins = np.full(int(self.rows[k]), float(state["intercept"]))
+        coef = state["coef"]
+        for b, s in enumerate(self.slices):
+            theta = coef[s]
+            if not np.any(theta):
+                continue
+            if self.by_rows[k][b] is not None:
+                column, value = self.by_rows[k][b]
+                block_kernels.pure_apply(column, value, np.ascontiguousarray(theta), margins)
+            else:
+                margins += self.cells[k][b].matvec(theta)
+        a = -obj.loss_derivative(problem.loss, y, margins)
+        pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
+        xt_pos, xt_neg = [], []
+        for b, view in enumerate(self.cells[k]):
+            if self.by_rows[k][b] is not None:
+                column, value = self.by_rows[k][b]
+                x_pos, x_neg = block_kernels.pure_rmatvec_pair(column, value, pos, neg,
+                                                               view.n_columns)
+            else:
+                x_pos, x_neg = view.matrix.dot_pair(pos, neg)
+            xt_pos.append(x_pos)
+            xt_neg.append(x_neg)
+        return margins, {
+            "loss": np.array([float(obj.loss_value(problem.loss, y, margins).sum())]),
+            "pos": np.array([pos.sum()]),
+            "neg": np.array([neg.sum()]),
+            "xt_pos": np.concatenate(xt_pos) if xt_pos else np.zeros(0),
+            "xt_neg": np.concatenate(xt_neg) if xt_neg else np.zeros(0),
+            "margin_pos": np.array([obj.vdot(pos, margins)]),
+            "margin_neg": np.array([obj.vdot(neg, margins)]),
+        }

@@ -424,9 +424,15 @@ def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> 
     v = row_weights(y)
     y = labels(y)
     u = block_kernels.coarse_matvec(row_sums.counts, row_sums.column_of, shift)
-    base = obj.loss_value(loss, y, margins)
-    return {"trials": np.array([obj.weighted_sum(obj.loss_value(loss, y, margins + t * u) - base,
-                                                 v) for t in LINE_SEARCH_STEPS])}
+    # One pass, the changes summed directly (no difference of two losses; the logistic
+    # loss's by the product form: one exp and expm1 per row for all steps).
+    quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
+    code = obj.LOSS_CODES[loss]
+    if v is not None:
+        return {"trials": block_kernels.weighted_line_trials(y, margins, u, LINE_SEARCH_STEPS,
+                                                             quarters, code, v)}
+    return {"trials": block_kernels.line_trials(y, margins, u, LINE_SEARCH_STEPS, quarters,
+                                                code)}
 
 
 def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, direction: dict,
