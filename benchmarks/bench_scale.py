@@ -501,7 +501,7 @@ def warm_up(X, y):
         warnings.simplefilter("ignore")
         for loss in ("logistic", "squared"):
             for penalty in ("l2", "l1"):
-                for solver in ("auto", "newton", "scd", "sdca"):
+                for solver in ("auto", "newton", "block_scd", "scd", "sdca"):
                     with contextlib.suppress(Exception):
                         dask_scd.fit(Xs, ys, loss=loss, penalty=penalty, alpha=1e-3, tol=1e-4,
                                      max_iter=3, solver=solver)
