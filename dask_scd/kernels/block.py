@@ -28,6 +28,25 @@ _PRODUCT_FORM_MAX = 8.0
 # ----------------------------------------------------------------- loss derivatives
 
 
+@njit(inline="always")
+def _derivative_pair(loss, yi, z):
+    """(ℓ'(z), ℓ''(z)) of one example. Logistic: σ(−yz) and σ(yz)σ(−yz) = e/(1 + e)²
+    with e = exp(−|yz|), one exponential and no 1 − σ cancellation."""
+    if loss == SQUARED:
+        return z - yi, 1.0
+    if loss == LOGISTIC:
+        u = yi * z
+        e = math.exp(-abs(u))
+        small = e / (1.0 + e)
+        return -yi * (small if u >= 0.0 else 1.0 / (1.0 + e)), small / (1.0 + e)
+    t = 1.0 - yi * z
+    if t > 0.0:
+        if loss == SQUARED_HINGE:
+            return -2.0 * yi * t, 2.0
+        return -yi, 0.0
+    return 0.0, 0.0
+
+
 @njit(nogil=True, cache=True)
 def derivatives(loss, y, margins):
     """ℓ'(ŷ) and ℓ''(ŷ) in one pass (one exponential per example for the logistic loss)."""
@@ -35,23 +54,7 @@ def derivatives(loss, y, margins):
     d1 = np.empty(n)
     d2 = np.empty(n)
     for i in range(n):
-        yi, z = y[i], margins[i]
-        if loss == SQUARED:
-            d1[i], d2[i] = z - yi, 1.0
-        elif loss == LOGISTIC:
-            # σ(−yz) and σ(yz)σ(−yz) = e/(1 + e)² with e = exp(−|yz|): no 1 − σ cancellation
-            u = yi * z
-            e = math.exp(-abs(u))
-            small = e / (1.0 + e)
-            d1[i] = -yi * (small if u >= 0.0 else 1.0 / (1.0 + e))
-            d2[i] = small / (1.0 + e)
-        else:
-            t = 1.0 - yi * z
-            active = t > 0.0
-            if loss == SQUARED_HINGE:
-                d1[i], d2[i] = (-2.0 * yi * t, 2.0) if active else (0.0, 0.0)
-            else:
-                d1[i], d2[i] = (-yi, 0.0) if active else (0.0, 0.0)
+        d1[i], d2[i] = _derivative_pair(loss, y[i], margins[i])
     return d1, d2
 
 
@@ -246,24 +249,6 @@ def major_sums(values, indptr, out):
 
 
 # ------------------------------------------------- fused pure-block passes (in memory)
-
-
-@njit(inline="always")
-def _derivative_pair(loss, yi, z):
-    """(ℓ'(z), ℓ''(z)) of one example, the arithmetic of :func:`derivatives`."""
-    if loss == SQUARED:
-        return z - yi, 1.0
-    if loss == LOGISTIC:
-        u = yi * z
-        e = math.exp(-abs(u))
-        small = e / (1.0 + e)
-        return -yi * (small if u >= 0.0 else 1.0 / (1.0 + e)), small / (1.0 + e)
-    t = 1.0 - yi * z
-    if t > 0.0:
-        if loss == SQUARED_HINGE:
-            return -2.0 * yi * t, 2.0
-        return -yi, 0.0
-    return 0.0, 0.0
 
 
 @njit(nogil=True, cache=True)
