@@ -152,3 +152,14 @@ def test_l2_on_wide_fields_of_rare_columns_takes_block_scd(rng):
     weighted = InMemory(X, np.ones(X.shape[0]), np.ones(X.shape[0]))
     problem = obj.Problem("logistic", 1.0 / 60_000, 0.0, True)
     assert registry.resolve("auto", problem, weighted).name == "newton"
+
+
+def test_rows_of_more_values_than_blocks_skip_the_detection(rng):
+    """A row of 300 stored values needs 300 pure blocks, more than any engine uses: X is
+    not coloured (text-like rows make the colouring slow) and auto stays with Newton."""
+    X = sp.random(4000, 20000, density=0.016, random_state=0, format="lil")
+    X[0, :300] = 1.0
+    data = InMemory(X.tocsr(), np.ones(4000))
+    assert data.pure_blocks is None
+    problem = obj.Problem("logistic", 1.0 / 4000, 0.0, True)
+    assert registry.resolve("auto", problem, data).name == "newton"

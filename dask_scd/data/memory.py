@@ -24,6 +24,9 @@ from dask_scd.validation import (
 # its block leaves its shift to the fine level): all rows of a 500k-row Criteo-like set
 # (13M non-zeros) took 0.8 s, about 3 passes, once per fit.
 _DETECTION_NNZ = 20_000_000
+# The most pure blocks any engine uses (more, and the coarse level's k × k solve is no
+# longer cheap next to a product; block SCD takes runs of columns instead).
+MAX_BLOCKS = 256
 
 
 def in_memory(X, y, loss: str, sample_weight=None):
@@ -116,6 +119,10 @@ def pure_blocks(X) -> list | None:
     used = np.bincount(X.indices, minlength=p) > 0
     rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1,
                min(n, 1000))
+    # A row of k stored values needs k blocks: above MAX_BLOCKS, no engine would use them
+    # (and colouring text-like rows of hundreds of values is slow). Not detected.
+    if int(np.diff(X.indptr).max(initial=0)) > MAX_BLOCKS:
+        return None
     # All rows: X itself (a slice of every row would copy it, 0.2 s on 20M non-zeros).
     blocks = [b[used[b]] for b in detect_pure_blocks(X if rows >= n else X[:rows])]
     return [b for b in blocks if len(b)]

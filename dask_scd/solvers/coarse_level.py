@@ -26,10 +26,8 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
+from dask_scd.data.memory import MAX_BLOCKS  # noqa: F401  (the engines' bound, named here)
 from dask_scd.kernels import block as block_kernels
-
-# More blocks than this and the k × k solve is no longer cheap next to a product.
-MAX_BLOCKS = 256
 
 
 def compact_dtype(columns) -> np.dtype:
