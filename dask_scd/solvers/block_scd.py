@@ -422,6 +422,7 @@ class _BlockSCD:
                 **place))
         try:
             remaining, checked, pause = list(members), time.monotonic(), 0.001
+            results = {}
             while remaining:
                 # The futures' states are the client's own (its event loop updates them):
                 # polling them costs no message.
@@ -429,15 +430,20 @@ class _BlockSCD:
                 pause = min(2 * pause, 0.01)
                 if any(f.status in ("error", "cancelled", "lost") for f in remaining):
                     raise collective.Aborted("a member failed")
-                remaining = [f for f in remaining if f.status != "finished"]
+                finished = [f for f in remaining if f.status == "finished"]
+                for f in finished:
+                    # A member that gave up (its kept margins were lost with a replaced
+                    # worker, say) leaves the others waiting for its parts: end the
+                    # exchange now rather than at their timeout.
+                    results[f.key] = runtime.gather(f)
+                    if results[f.key] is not None and "aborted" in results[f.key]:
+                        raise collective.Aborted("a member could not meet the others")
+                remaining = [f for f in remaining if f not in finished]
                 if remaining and not single and time.monotonic() - checked > 1.0:
                     checked = time.monotonic()
                     if not set(addresses) <= set(client.scheduler_info()["workers"]):
                         raise collective.Aborted("a member's worker left")
-            results = runtime.gather(members)
-            if any(r is not None and "aborted" in r for r in results):
-                raise collective.Aborted("a member could not meet the others")
-            result = results[0]
+            result = results[members[0].key]
         except Exception:  # noqa: BLE001 - whatever went wrong, the task graph redoes it
             with contextlib.suppress(Exception):
                 client.run(collective.abort, token)
