@@ -170,8 +170,8 @@ def fit(
         engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
     _check_engine_options(engine_options, engine, solver, _is_distributed(X))
     identity = {"engine": engine.name, "problem": repr(problem), "data": _identity(data)}
-    on_cluster = engine.data == "dask" or (engine.name in kernel_device.DASK_ENGINES
-                                           and not isinstance(data, InMemory))
+    # The Dask engines on dask input (block_scd runs in-memory X in this process).
+    on_cluster = engine.name in kernel_device.DASK_ENGINES and not isinstance(data, InMemory)
     with (fit_session(on_cluster, engine_options, verbose, identity,
                       performance_report),
           Progress(engine.name, tol, max_iter, verbose) as progress):

@@ -252,21 +252,8 @@ def major_sums(values, indptr, out):
 
 
 @njit(nogil=True, cache=True)
-def pure_rows(data, indices, indptr, n_rows):
-    """A pure column-major cell by rows: (column of each row's entry, −1 for none; its
-    value). The fused passes stream over the rows in order instead of gathering them."""
-    column = np.full(n_rows, -1, dtype=np.int32)
-    value = np.zeros(n_rows)
-    for j in range(indptr.shape[0] - 1):
-        for k in range(indptr[j], indptr[j + 1]):
-            column[indices[k]] = j
-            value[indices[k]] = np.float64(data[k])
-    return column, value
-
-
-@njit(nogil=True, cache=True)
 def pure_apply(column, value, delta, margins):
-    """margins += X_cell Δ in place for a pure cell by rows (:func:`pure_rows`): each
+    """margins += X_cell Δ in place for a pure cell by rows (:func:`rows_by_blocks`): each
     margin takes one product, the bits of ŷ + X_cell Δ."""
     for i in range(margins.shape[0]):
         j = column[i]

@@ -97,12 +97,7 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
     grid column order and "width" the number of columns; :func:`sum_partials` adds them
     in place (the same sums).
     """
-    v = row_weights(y)
-    y = labels(y)
-    a = -obj.loss_derivative(problem.loss, y, margins)
-    if v is not None:
-        a = a * v  # the dual point of the weighted losses v_i·ℓ_i
-    pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
+    v, y, pos, neg = signed_dual_point(problem, y, margins)
     xt_pos, xt_neg, columns = [], [], []
     offset, stored_any = 0, False
     for cell in cells:
@@ -123,18 +118,36 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
         xt_pos.append(x_pos)
         xt_neg.append(x_neg)
         del view
-    out = {
-        "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
-        "pos": np.array([pos.sum()]),
-        "neg": np.array([neg.sum()]),
-        "xt_pos": np.concatenate(xt_pos),
-        "xt_neg": np.concatenate(xt_neg),
-        "margin_pos": np.array([obj.vdot(pos, margins)]),
-        "margin_neg": np.array([obj.vdot(neg, margins)]),
-    }
+    out = certificate_sums(problem, y, v, margins, pos, neg, xt_pos, xt_neg)
     if stored_any:
         out.update(cols=np.concatenate(columns), width=offset, sparse=("xt_pos", "xt_neg"))
     return out
+
+
+def signed_dual_point(problem: obj.Problem, y, margins) -> tuple:
+    """(v, y, a₊, a₋): the sample weights (or None), the labels, and the positive and
+    negative parts of the dual point a = −v∘ℓ'(ŷ) of one row chunk."""
+    v = row_weights(y)
+    y = labels(y)
+    a = -obj.loss_derivative(problem.loss, y, margins)
+    if v is not None:
+        a = a * v  # the dual point of the weighted losses v_i·ℓ_i
+    return v, y, np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
+
+
+def certificate_sums(problem: obj.Problem, y, v, margins, pos, neg, xt_pos: list,
+                     xt_neg: list) -> dict:
+    """One row chunk's certificate statistics from its dual point's parts and the cells'
+    products Xᵀa₊, Xᵀa₋ (one per block, in grid column order)."""
+    return {
+        "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
+        "pos": np.array([pos.sum()]),
+        "neg": np.array([neg.sum()]),
+        "xt_pos": np.concatenate(xt_pos) if xt_pos else np.zeros(0),
+        "xt_neg": np.concatenate(xt_neg) if xt_neg else np.zeros(0),
+        "margin_pos": np.array([obj.vdot(pos, margins)]),
+        "margin_neg": np.array([obj.vdot(neg, margins)]),
+    }
 
 
 def dual_loss_sum(y, margins, problem: obj.Problem, total: dict,

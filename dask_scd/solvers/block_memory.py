@@ -411,7 +411,7 @@ class _Engine:
     def _certificate_pass(self, k, state) -> tuple:
         """:func:`passes.certificate_pass` of row chunk k, its pure cells read by rows:
         (fresh margins, the statistics of :func:`passes.certificate_stats`, every block
-        at full width)."""
+        at full width). Unweighted (the by-rows form exists only then)."""
         problem, y = self.problem, self.labels[k]
         margins = np.full(int(self.rows[k]), float(state["intercept"]))
         coef = state["coef"]
@@ -424,8 +424,7 @@ class _Engine:
                 block_kernels.pure_apply(column, value, np.ascontiguousarray(theta), margins)
             else:
                 margins += self.cells[k][b].matvec(theta)
-        a = -obj.loss_derivative(problem.loss, y, margins)
-        pos, neg = np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
+        v, y, pos, neg = passes.signed_dual_point(problem, y, margins)
         xt_pos, xt_neg = [], []
         for b, view in enumerate(self.cells[k]):
             if self.by_rows[k][b] is not None:
@@ -436,12 +435,5 @@ class _Engine:
                 x_pos, x_neg = view.matrix.dot_pair(pos, neg)
             xt_pos.append(x_pos)
             xt_neg.append(x_neg)
-        return margins, {
-            "loss": np.array([float(obj.loss_value(problem.loss, y, margins).sum())]),
-            "pos": np.array([pos.sum()]),
-            "neg": np.array([neg.sum()]),
-            "xt_pos": np.concatenate(xt_pos) if xt_pos else np.zeros(0),
-            "xt_neg": np.concatenate(xt_neg) if xt_neg else np.zeros(0),
-            "margin_pos": np.array([obj.vdot(pos, margins)]),
-            "margin_neg": np.array([obj.vdot(neg, margins)]),
-        }
+        return margins, passes.certificate_sums(problem, y, v, margins, pos, neg, xt_pos,
+                                                xt_neg)

@@ -338,16 +338,9 @@ def _block_steps_pay(data) -> bool:
     one-hot fields (pure blocks, detected last: it reads X)."""
     from dask_scd.kernels.threads import MIN_ENTRIES
 
-    n, p = data.shape
+    p = data.shape[1]  # (dense X has no pure blocks: _has_fields says no without a pass)
     return (not data.weighted and data.nnz >= MIN_ENTRIES and p > _NEWTON_GRAM_MAX
-            and getattr(data, "X", None) is not None and _is_sparse(data.X)
             and data.nnz <= _BLOCK_MAX_FILL * p and _has_fields(data))
-
-
-def _is_sparse(X) -> bool:
-    import scipy.sparse as sp
-
-    return sp.issparse(X)
 
 
 # The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
