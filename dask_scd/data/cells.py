@@ -244,6 +244,64 @@ class DeviceCellView:
         return self._kernels.inspect(self.columns)
 
 
+class PureRows:
+    """A pure cell (no row holds two of its entries) by rows, the layout the block
+    engine's fused passes read in row order (:func:`~dask_scd.kernels.block.pure_stats`):
+    ``column[i]`` the cell column of row i's entry (−1: none), or its position among
+    ``stored`` (the cell's :attr:`CellView.stored_columns`) where there are such;
+    ``value[i]`` the entry. ``width``: the length of what the passes sum into."""
+
+    __slots__ = ("column", "value", "stored", "width")
+
+    def __init__(self, column, value, stored, width):
+        self.column, self.value, self.stored, self.width = column, value, stored, width
+
+    @property
+    def nbytes(self) -> int:
+        return self.column.nbytes + self.value.nbytes
+
+    def compact(self, theta) -> np.ndarray:
+        """θ of the cell's columns as the passes index it (at the stored columns)."""
+        theta = theta if self.stored is None else theta[self.stored]
+        return np.ascontiguousarray(theta, dtype=np.float64)
+
+
+class _NotPure:
+    """What :func:`pure_rows` keeps for a cell that has no by-rows form."""
+
+    nbytes = 0
+
+
+_NOT_PURE = _NotPure()
+
+
+def pure_rows(cell) -> PureRows | None:
+    """The by-rows form of a pure sparse cell held on the host, or None (an impure,
+    dense or device cell, the intercept, or a chunk of a dask array, which a task wraps
+    anew each time). Made once per cell: a grid cell's in the cell cache next to the
+    cell (counted in its bytes, evicted with the others), a :class:`CellView`'s on it."""
+    if isinstance(cell, CellRef):
+        found = CACHE.get(cell.key + ("rows",), lambda: _by_rows(cell_view(cell)))
+    elif isinstance(cell, CellView):
+        found = cell.__dict__.get("_by_rows")
+        if found is None:
+            found = cell.__dict__["_by_rows"] = _by_rows(cell)
+    else:
+        return None
+    return None if found is _NOT_PURE else found
+
+
+def _by_rows(view) -> PureRows | _NotPure:
+    if not isinstance(view, CellView) or not view.by_columns or view.matrix.dense:
+        return _NOT_PURE
+    stored = view.stored_columns
+    m = view.matrix if stored is None else view._stored[1]
+    column, value, pure = block_kernels.csc_by_rows(m.data, m.indices, m.indptr, view.n_rows)
+    if not pure:
+        return _NOT_PURE
+    return PureRows(column, value, stored, m.n_major)
+
+
 def cell_view(cell) -> CellView | DeviceCellView | None:
     """Resolve a cell argument of a task (None stays None: the intercept's ones).
 

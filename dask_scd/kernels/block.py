@@ -368,3 +368,34 @@ def pure_rmatvec_pair(column, value, pos, neg, width):
             out_pos[j] += value[i] * pos[i]
             out_neg[j] += value[i] * neg[i]
     return out_pos, out_neg
+
+
+@njit(nogil=True, cache=True)
+def csc_by_rows(data, indices, indptr, n_rows):
+    """A column-major cell by rows: (column, value, pure), column[i] the line of row i's
+    entry (−1: none), value[i] that entry; ``pure`` False (and the arrays incomplete)
+    where a row holds two entries."""
+    column = np.full(n_rows, -1, dtype=np.int32)
+    value = np.zeros(n_rows)
+    for j in range(indptr.shape[0] - 1):
+        for k in range(indptr[j], indptr[j + 1]):
+            r = indices[k]
+            if column[r] >= 0:
+                return column, value, False
+            column[r] = j
+            value[r] = data[k]
+    return column, value, True
+
+
+@njit(nogil=True, cache=True)
+def pure_block_stats(column, value, y, margins, loss, g, h):
+    """:func:`pure_stats` without a step to apply, reading the margins only."""
+    g[:] = 0.0
+    h[:] = 0.0
+    for i in range(margins.shape[0]):
+        j = column[i]
+        if j >= 0:
+            d1, d2 = _derivative_pair(loss, y[i], margins[i])
+            x = value[i]
+            g[j] += x * d1
+            h[j] += x * x * d2

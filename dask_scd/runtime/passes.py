@@ -15,7 +15,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cache import CACHE
-from dask_scd.data.cells import cell_view, labels, row_weights
+from dask_scd.data.cells import cell_view, labels, pure_rows, row_weights
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import TRIAL_STEPS
 
@@ -33,7 +33,8 @@ def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarra
 def certificate_pass(cells: list, n_rows: int, y, state: dict, offsets,
                      problem: obj.Problem, compact: bool = False) -> tuple:
     """:func:`refresh_margins` then :func:`certificate_stats` of one row chunk, in one
-    task: (margins, stats), the same bits as the two apart.
+    task: (margins, stats), the same bits as the two apart. With ``compact`` (the block
+    engine's) the pure cells are also read by rows (:func:`~dask_scd.data.cells.pure_rows`).
 
     Out of core, each cell read for the margins is kept for the statistics while the
     process has room for it (:meth:`CellCache.has_room`), so the certificate reads a cell
@@ -41,7 +42,7 @@ def certificate_pass(cells: list, n_rows: int, y, state: dict, offsets,
     """
     kept = []
     margins = cells_matvec(cells, state["coef"], offsets,
-                           np.full(n_rows, float(state["intercept"])), kept)
+                           np.full(n_rows, float(state["intercept"])), kept, compact)
     return margins, certificate_stats(kept, y, margins, problem, compact)
 
 
@@ -51,16 +52,22 @@ def same(value):
     return value
 
 
-def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None = None):
+def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None = None,
+                 by_rows: bool = False):
     """out += Σ_b X_cell(b) θ_b over a row chunk's cells (a block of zeros is skipped);
     returns ``out``.
 
     ``kept``: a list that receives every cell, the ones read here as their views while
     the process has room for them (:meth:`CellCache.has_room`), for a second pass.
+    ``by_rows``: pure cells are read by rows (each margin takes one product: the same
+    bits).
     """
     for b, cell in enumerate(cells):
         theta = coef[offsets[b]:offsets[b + 1]]
-        if np.any(theta):
+        rows = pure_rows(cell) if by_rows and np.any(theta) else None
+        if rows is not None:
+            block_kernels.pure_apply(rows.column, rows.value, rows.compact(theta), out)
+        elif np.any(theta):
             view = cell_view(cell)
             out += view.matvec(theta)
             if kept is not None and CACHE.has_room():
@@ -101,6 +108,21 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
     xt_pos, xt_neg, columns = [], [], []
     offset, stored_any = 0, False
     for cell in cells:
+        rows = pure_rows(cell) if compact else None
+        if rows is not None:
+            x_pos, x_neg = block_kernels.pure_rmatvec_pair(rows.column, rows.value, pos, neg,
+                                                           rows.width)
+            if rows.stored is None:
+                width = len(x_pos)
+                columns.append(offset + np.arange(width))
+            else:
+                width = cell_view(cell).n_columns
+                columns.append(offset + rows.stored)
+                stored_any = True
+            offset += width
+            xt_pos.append(x_pos)
+            xt_neg.append(x_neg)
+            continue
         view = cell_view(cell)
         stored = getattr(view, "stored_columns", None) if compact else None
         if stored is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import cell_view, labels, row_weights
+from dask_scd.data.cells import cell_view, labels, pure_rows, row_weights
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
@@ -94,16 +94,70 @@ def apply_step(margins, cell, step: dict) -> np.ndarray:
         return margins
     if cell is None:
         return margins + delta[0]
+    rows = pure_rows(cell)
+    if rows is not None:  # each margin takes one product: the bits of ŷ + X_cell Δ
+        out = np.array(margins, dtype=np.float64)
+        block_kernels.pure_apply(rows.column, rows.value, rows.compact(delta), out)
+        return out
     return margins + cell_view(cell).matvec(delta)
+
+
+_NO_STEP = (np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0))
 
 
 def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
                      gram: bool = False) -> tuple:
     """:func:`apply_step` of one block, then :func:`block_stats` of the next on the new
-    margins: one task where two would follow each other (the same arithmetic, the same
-    bits). Returns (margins, stats)."""
-    margins = apply_step(margins, cell, step)
-    return margins, block_stats(next_cell, y, margins, loss, gram)
+    margins: one task where two would follow each other. Returns (margins, stats).
+
+    Where the next block is pure (or the intercept) and the losses unweighted, the two
+    are one pass over the rows (:func:`~dask_scd.kernels.block.pure_stats`): the last
+    step is added to each margin as it is read (by rows too where its cell is pure)."""
+    rows = None if gram or row_weights(y) is not None else (
+        _INTERCEPT_ROWS if next_cell is None else pure_rows(next_cell))
+    if rows is None:
+        margins = apply_step(margins, cell, step)
+        return margins, block_stats(next_cell, y, margins, loss, gram)
+    delta, shift, last = step["delta"], 0.0, _NO_STEP
+    if np.any(delta):
+        if cell is None:
+            shift = float(delta[0])
+        else:
+            prev = pure_rows(cell)
+            if prev is None:
+                margins = apply_step(margins, cell, step)
+            else:
+                last = (prev.column, prev.value, prev.compact(delta))
+    out = np.array(margins, dtype=np.float64)
+    return out, _pure_stats(next_cell, rows, labels(y), out, loss, last, shift)
+
+
+_INTERCEPT_ROWS = object()  # the intercept's "cell": every row, by rows
+
+
+def _pure_stats(cell, rows, y, margins, loss: str, last=_NO_STEP, shift: float = 0.0):
+    """:func:`block_stats` of a pure block (or the intercept) on unweighted losses, in
+    one pass over the rows that first adds ``last`` (a pure cell by rows and its step)
+    and ``shift`` (the intercept's) to ``margins``, in place."""
+    code = obj.LOSS_CODES[loss]
+    if rows is _INTERCEPT_ROWS:
+        if shift != 0.0:  # (the intercept does not follow itself)
+            margins += shift
+        g, h = block_kernels.shift_stats(*last, y, margins, code)
+        stats = {"g": np.array([g]), "h": np.array([h])}
+        if loss == "logistic":
+            stats["cube"] = np.array([float(len(margins))])
+        return stats
+    g, h = np.empty(rows.width), np.empty(rows.width)
+    block_kernels.pure_stats(*last, shift, rows.column, rows.value, y, margins, code, g, h)
+    stats = {"g": g, "h": h}
+    if loss == "logistic":
+        cube = cell_view(cell).cube_sums()
+        stats["cube"] = cube if rows.stored is None else cube[rows.stored]
+    if rows.stored is not None:  # sums at the cell's stored columns only (see _summed)
+        stats.update(cols=rows.stored, width=cell_view(cell).n_columns,
+                     sparse=tuple(k for k in stats))
+    return stats
 
 
 # ------------------------------------------------------------- one block iteration
@@ -113,9 +167,15 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     """Partial sums of g = Xᵀℓ'(ŷ) and h = (X∘X)ᵀℓ''(ŷ) over one row chunk.
 
     With ``gram`` also the block's weighted Gram matrix X_Bᵀ diag(ℓ''(ŷ)) X_B, for an exact
-    Newton step on an impure block.
+    Newton step on an impure block. A pure cell with unweighted losses is read by rows
+    (:func:`_pure_stats`), as :func:`apply_then_stats` reads it.
     """
     v = row_weights(y)
+    if not gram and v is None and cell is not None:
+        rows = pure_rows(cell)
+        if rows is not None:
+            return _pure_stats(cell, rows, labels(y), np.array(margins, dtype=np.float64),
+                               loss)
     y = labels(y)
     d1, d2 = block_kernels.derivatives(obj.LOSS_CODES[loss], y, margins)
     if v is not None:  # the weighted losses v_i·ℓ_i
