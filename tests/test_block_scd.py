@@ -722,6 +722,58 @@ def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
                                   undisturbed.history_.relative_gap)
 
 
+def test_fixed_parts_not_kept_end_the_iteration_alike(onehot, monkeypatch):
+    """The members send the parts of a block's statistics that do not change between
+    epochs once per fit; where the others no longer hold them (a replaced worker), that
+    iteration runs as the task graph: the same model."""
+    from dask_scd.solvers import block_collective
+    from dask_scd.solvers.block_scd import _BlockSCD
+
+    *_, grid, _ = onehot
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster,
+                                                                 set_as_default=False) as c:
+        undisturbed = _fixed_epochs(grid, c, "logistic", epochs=4)
+        graph_epochs = []
+        real_graph = _BlockSCD._graph_epoch
+
+        def counted(self, *args, **kwargs):
+            graph_epochs.append(1)
+            return real_graph(self, *args, **kwargs)
+
+        held = []
+
+        def forget(state):
+            with block_collective._static_lock:
+                held.append(len(block_collective._static))
+                if state["epoch"] == 2:
+                    block_collective._static.clear()
+
+        monkeypatch.setattr(_BlockSCD, "_graph_epoch", counted)
+        disturbed = _fixed_epochs(grid, c, "logistic", epochs=4, callback=forget)
+    assert held[0] > 0  # the others' cells' fixed parts, kept after the first iteration
+    assert len(graph_epochs) == 1
+    np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
+    assert disturbed.intercept_ == undisturbed.intercept_
+
+
+def test_a_certificate_that_ends_the_fit_is_whole():
+    """Iterations that do not end a fit send the client their certificate without the
+    correlation Xᵀa/n (and the coordinate gaps, where nothing reads them); one at or
+    below the tolerance is sent whole."""
+    from dask_scd import objectives as obj
+    from dask_scd.solvers.block_collective import _slimmed
+
+    gaps, corr = np.ones(3), np.arange(3.0)
+    far = {"coef": gaps, "certificate": obj.Certificate(1.0, 0.5, gaps, 0.0, corr)}
+    near = {"coef": gaps, "certificate": obj.Certificate(1.0, 1.0 - 1e-9, gaps, 0.0, corr)}
+    slim = _slimmed(far, 1e-6)["certificate"]
+    assert slim.correlation is None and slim.coordinate_gaps is None
+    assert slim.relative_gap == far["certificate"].relative_gap
+    assert _slimmed(far, -1e-6)["certificate"].coordinate_gaps is gaps
+    assert _slimmed(near, 1e-6) is near
+
+
 def test_a_member_runs_its_groups_on_its_workers_threads(onehot, monkeypatch):
     """One worker of two threads: its member runs its two groups of row chunks on both
     threads at once, the same bits as the task graph."""

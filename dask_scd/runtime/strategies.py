@@ -26,6 +26,7 @@ class BlockOrder:
     """Order of the blocks in one epoch."""
 
     name = ""
+    uses_gaps = False  # whether order() reads the certificate's coordinate gaps
 
     def order(self, n_blocks: int, cert, rng) -> list[int]:
         raise NotImplementedError
@@ -53,6 +54,7 @@ class GapOrder(BlockOrder):
     """Decreasing block duality gap, from the last certificate's coordinate gaps."""
 
     name = "gap"
+    uses_gaps = True
 
     def __init__(self, slices):
         self.slices = slices

@@ -30,12 +30,14 @@ runs as a task graph, as does one whose member was lost (:class:`collective.Abor
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from dask_scd.data.cells import CellRef
 from dask_scd.runtime import passes
 from dask_scd.runtime.cluster import _picked
 from dask_scd.runtime.collective import Aborted, Member
@@ -80,12 +82,14 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
 
     ``groups``: the indices of this member's groups of row chunks; ``margins[k]`` the
     margins of group k (a list per row chunk, element ``pick`` of each where not None),
-    or ``margins`` None: those this worker kept from the iteration ``certify[3]``;
-    ``cells[k][i]`` row chunk i of group k's cells (one per block), ``labels[k][i]`` its
+    or ``margins`` None: those this worker kept from the iteration ``certify[3]``, and
+    ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]`` row chunk i of group k's cells (one per block), ``labels[k][i]`` its
     labels; ``coarse``: None (no coarse step) or (fit key, offsets, row sums per group or
     None to take them over the non-zero coefficients); ``certify``: None, or (fit key,
     rows of each row chunk per group, offsets, the token of the iteration whose margins
-    to read or None).
+    to read or None, ``slim``: None, or the tolerance above which the certificate
+    returned leaves out what only a final one needs: see :func:`_slimmed`, ``resend``:
+    whether to send the statistics' fixed parts again, see :class:`_StaticParts`).
 
     Returns, from member 0 only (every member computes the same): {"state": (θ, b) after
     the iteration, "unsure": the blocks whose step was unsure, "certified": the
@@ -98,23 +102,45 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
         member = Member(token, index, addresses, timeout)
         if margins is None:
             margins, pick = _kept_margins(certify[0], groups, certify[3]), None
+        if start is None:
+            start = _kept_state(certify[0], certify[3])
         began = time.perf_counter()
+        static = None if certify is None else _StaticParts(certify[0], addresses,
+                                                           problem.loss, certify[5])
         with _GroupPool(member.worker, len(groups)) as each:
             state, unsure = _iterate(member, each, groups, margins, pick, cells, labels, start,
-                                     plan, problem, n_samples, slack, coarse)
+                                     plan, problem, n_samples, slack, coarse, static)
             epoch_done = time.perf_counter()
             certified = None
             if certify is not None:
                 certified = _certify(member, each, groups, cells, labels, state, problem,
                                      n_samples, certify)
         member.close()
+        if static is not None:
+            static.commit()
         timing = (epoch_done - began, time.perf_counter() - epoch_done)
     except Aborted as e:
         return {"aborted": str(e)}
     if index != 0:
         return None
+    if certified is not None and certify[4] is not None:
+        certified = _slimmed(certified, certify[4])
     return {"state": state, "unsure": unsure, "certified": certified,
             "waited": member.waited, "timing": timing}
+
+
+def _slimmed(certified: dict, slim: float) -> dict:
+    """The certificate's result as the client needs it after an iteration that does not
+    end the fit (relative gap above |``slim``|): without the per-feature correlation
+    Xᵀa/n (warm starts and screening read a final certificate's), and without the
+    coordinate gaps where ``slim`` ≥ 0 (the engine's block order and residency read
+    them otherwise). Two vectors of the model's width less to send every iteration."""
+    cert = certified["certificate"]
+    if cert.relative_gap <= abs(slim):
+        return certified
+    gaps = cert.coordinate_gaps if slim < 0 else None
+    return {**certified, "certificate": dataclasses.replace(cert, correlation=None,
+                                                            coordinate_gaps=gaps)}
 
 
 class _GroupPool:
@@ -150,7 +176,7 @@ def _certify(member, each, groups, cells, labels, state, problem, n_samples, cer
     the certificate on them, the same calls in the same order (the statistics summed at
     member 0, the dual sums too). Every member keeps its margins for the next iteration;
     member 0 returns the certificate's result."""
-    fit_key, n_rows, offsets, _ = certify
+    fit_key, n_rows, offsets = certify[:3]
     fresh = each(lambda k: [passes.certificate_pass(cells[k][i], n_rows[k][i], y, state,
                                                     offsets, problem, True)
                             for i, y in enumerate(labels[k])])
@@ -168,7 +194,7 @@ def _certify(member, each, groups, cells, labels, state, problem, n_samples, cer
     duals = each(lambda k: [passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
                             for i, y in enumerate(labels[k])])
     parts = member.gather(dict(zip(groups, duals)))
-    _keep_margins(fit_key, groups, member.token, margins)
+    _keep_margins(fit_key, groups, member.token, margins, state)
     if parts is None:
         return None
     return passes.certificate(problem, n_samples, state, total, *_in_row_order(parts))
@@ -188,10 +214,21 @@ _kept: dict = {}
 _kept_lock = threading.Lock()
 
 
-def _keep_margins(fit_key, groups, token, margins):
+def _keep_margins(fit_key, groups, token, margins, state):
+    """Keep this member's fresh margins and the state they belong to (the next
+    iteration's start: the client then sends neither)."""
     with _kept_lock:
         for g, values in zip(groups, margins):
             _kept[(fit_key, g)] = (token, values)
+        _kept[(fit_key, "state")] = (token, (state["coef"], float(state["intercept"])))
+
+
+def _kept_state(fit_key, token) -> tuple:
+    with _kept_lock:
+        kept = _kept.get((fit_key, "state"))
+        if kept is None or kept[0] != token:
+            raise Aborted("the state of the last iteration is not kept here")
+        return kept[1]
 
 
 def _kept_margins(fit_key, groups, token) -> list:
@@ -206,15 +243,25 @@ def _kept_margins(fit_key, groups, token) -> list:
 
 
 def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, problem, n_samples,
-             slack, coarse):
+             slack, coarse, static=None):
     rows = [list(_picked(m, pick)) for m in margins]
     loss = problem.loss
     thetas, unsure = [], []
     pending = None  # (column of the cells, step) of the block before
 
-    def everyone(mine):
-        """Every row chunk's value in row order: this member's and the others'."""
-        return _in_row_order(member.exchange(dict(zip(groups, mine))))
+    def everyone(mine, column=None):
+        """Every row chunk's value in row order: this member's and the others'. With
+        ``column`` (the cells of a block's statistics ``mine``), the parts the others
+        already hold are not sent again (:class:`_StaticParts`)."""
+        if static is None or column is None:
+            return _in_row_order(member.exchange(dict(zip(groups, mine))))
+        sent = {g: [static.strip(cell, part) for cell, part in zip(column[k], mine[k])]
+                for k, g in enumerate(groups)}
+        parts = member.exchange(sent)
+        parts = [dict(zip(groups, mine)) if i == member.index else
+                 {g: [static.restore(part) for part in values] for g, values in got.items()}
+                 for i, got in enumerate(parts)]
+        return _in_row_order(parts)
 
     for p in plan:
         column = [[None if p.block is None else row_cells[p.b] for row_cells in group]
@@ -235,7 +282,7 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
         stats = each(stats_of)
         summed = tree_sum if p.tree else list
         direction = ops.block_direction_from(problem, n_samples, start, p.block, p.provable,
-                                             *summed(everyone(stats)))
+                                             *summed(everyone(stats, column)))
         step = direction
         if p.trials:
             trials = each(lambda k, p=p, column=column, direction=direction: [
@@ -269,6 +316,63 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
                              for i, y in enumerate(labels[k])])
     return ops.coarse_apply(problem, n_samples, offsets, state, direction,
                             *everyone(trials)), unsure
+
+
+# The parts of a block's statistics that are the same in every epoch of a fit (functions
+# of the cell alone): held by every member process for the others' cells, {(fit key, cell
+# key): {name: value}}; and, per fit and set of members, the cells whose parts this
+# process has sent to the others in an iteration that completed.
+_static: dict = {}
+_static_sent: dict = {}
+_static_lock = threading.Lock()
+
+
+class _StaticParts:
+    """A block's statistics of a row chunk, as sent to the other members: their parts that
+    do not change between epochs (the stored columns, Σ|x|³, and (X∘X)ᵀ1 under the
+    squared loss) are sent in the first iteration of a fit only; the members keep the
+    others' and put them back (:meth:`restore`), the same values. A member missing them
+    (a replaced worker) ends the iteration (:class:`Aborted`: the task graph runs it)."""
+
+    def __init__(self, fit_key, addresses, loss: str, resend: bool = False):
+        self.fit_key = fit_key
+        self.names = ("cols", "cube", "width", "sparse") + (("h",) if loss == "squared"
+                                                            else ())
+        self.peers = (fit_key, tuple(addresses))
+        with _static_lock:
+            if resend:  # the last iteration did not complete collectively: send them all
+                _static_sent.pop(self.peers, None)
+            self.held = set(_static_sent.get(self.peers, ()))
+        self.sending: set = set()
+
+    def strip(self, cell, stats: dict) -> dict:
+        key = getattr(cell, "key", None)
+        if not isinstance(cell, CellRef) or not any(n in stats for n in self.names):
+            return stats
+        if key in self.held:
+            return {**{k: v for k, v in stats.items() if k not in self.names}, "_held": key}
+        self.sending.add(key)
+        return {**stats, "_cell": key}
+
+    def restore(self, stats: dict) -> dict:
+        if "_held" in stats:
+            with _static_lock:
+                kept = _static.get((self.fit_key, stats["_held"]))
+            if kept is None:
+                raise Aborted(f"the statistics' fixed parts of {stats['_held']} are not "
+                              "kept here")
+            return {**{k: v for k, v in stats.items() if k != "_held"}, **kept}
+        if "_cell" in stats:
+            kept = {k: stats[k] for k in self.names if k in stats}
+            with _static_lock:
+                _static[(self.fit_key, stats["_cell"])] = kept
+            return {k: v for k, v in stats.items() if k != "_cell"}
+        return stats
+
+    def commit(self):
+        """The iteration completed: the others hold what this member sent."""
+        with _static_lock:
+            _static_sent.setdefault(self.peers, set()).update(self.sending)
 
 
 # S over the non-zero coefficients of the running fit, per row chunk, made again only
@@ -308,6 +412,10 @@ def forget_fit(fit_key, dask_worker=None) -> bool:
     with _kept_lock:
         for key in [k for k in _kept if k[0] == fit_key]:
             del _kept[key]
+    with _static_lock:
+        for table in (_static, _static_sent):
+            for key in [k for k in table if k[0] == fit_key]:
+                del table[key]
     return True
 
 

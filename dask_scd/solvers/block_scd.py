@@ -198,6 +198,8 @@ class _BlockSCD:
         # trials this epoch (see _provable).
         self.bounded = problem.loss == "logistic" and not source.weighted
         self.unsure = set()
+        self._slim = None  # see run
+        self._resend = False  # see _collective_iteration
         self._registered = set()  # workers with the collective iterations' mailbox
         self._collective_ran = False
         # Per collective iteration, member 0's (waiting for the others, epoch and coarse
@@ -270,6 +272,9 @@ class _BlockSCD:
         stopped = False
         while cert.relative_gap > tol and epoch < max_iter:
             epoch += 1
+            # Iterations that do not end the fit return a certificate without what only a
+            # final one needs (see block_collective._slimmed).
+            self._slim = None if epoch == max_iter else (-tol if self._needs_gaps() else tol)
             self.runtime.assign_homes()  # a worker may have been lost or added
             order = self._block_order(cert)
             margins, (coef, intercept, cert) = self._iteration(margins, order, coef, intercept,
@@ -282,6 +287,11 @@ class _BlockSCD:
                 break
         return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
                 "certificate": cert, "stopped_by_callback": stopped}
+
+    def _needs_gaps(self) -> bool:
+        """Whether the block order or the residency reads every certificate's coordinate
+        gaps."""
+        return self.residency is not None or getattr(self.order, "uses_gaps", True)
 
     def _original_order(self, coef) -> np.ndarray:
         out = np.empty_like(coef)
@@ -409,7 +419,7 @@ class _BlockSCD:
                     [[self.row_sums[r] for r in group] for group in rows]
                 coarse = (fit_key, self.offsets, sums)
             certify = (fit_key, [[int(self.rows[r]) for r in group] for group in rows],
-                       self.offsets, kept)
+                       self.offsets, kept, self._slim, self._resend)
             place = {} if single else {"workers": [address], "allow_other_workers": True}
             members.append(runtime.submit(
                 block_collective.epoch_member, token, i, addresses, mine,
@@ -417,7 +427,8 @@ class _BlockSCD:
                 None if kept else margins.pick,
                 [[self.cells[r] for r in group] for group in rows],
                 [[self.labels[r] for r in group] for group in rows],
-                (coef, intercept), plan, self.problem, self.source.n_samples, slack,
+                None if kept else (coef, intercept), plan, self.problem,
+                self.source.n_samples, slack,
                 self.MEMBER_TIMEOUT, coarse, certify, name="epoch_member", retries=0,
                 **place))
         try:
@@ -448,7 +459,9 @@ class _BlockSCD:
             with contextlib.suppress(Exception):
                 client.run(collective.abort, token)
             client.cancel(members)
+            self._resend = True  # the others may lack what the members sent
             return None
+        self._resend = False
         self.unsure = set(result["unsure"])
         self.member_seconds.append((float(result["waited"]),) + tuple(result["timing"]))
         certified = result["certified"]
