@@ -803,9 +803,11 @@ def test_a_member_runs_its_groups_on_its_workers_threads(onehot, monkeypatch):
     np.testing.assert_array_equal(together.history_.relative_gap, graph.history_.relative_gap)
 
 
-def test_pure_cells_read_by_rows_give_the_column_sums():
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_pure_cells_read_by_rows_give_the_column_sums(one_hot):
     """A pure cell's statistics and margins through its by-rows form (the fused pass)
-    equal those of the column-major kernels; an impure cell has no by-rows form."""
+    equal those of the column-major kernels (a one-hot cell keeps no values); an impure
+    cell has no by-rows form."""
     from dask_scd.data.cells import CellView, pure_rows
     from dask_scd.solvers import block_ops as ops
 
@@ -813,10 +815,12 @@ def test_pure_cells_read_by_rows_give_the_column_sums():
     n, width = 500, 40
     rows = rng.choice(n, 300, replace=False)  # 200 rows without an entry
     cols = np.r_[rng.integers(0, 8, 150), rng.integers(30, 40, 150)]  # 22 empty columns
-    cell = sp.csc_matrix((rng.normal(size=300), (rows, cols)), shape=(n, width))
+    values = np.ones(300) if one_hot else rng.normal(size=300)
+    cell = sp.csc_matrix((values, (rows, cols)), shape=(n, width))
     y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     margins = rng.normal(size=n)
     step = {"delta": rng.normal(size=width)}
+    assert len(pure_rows(CellView(cell)).value) == (0 if one_hot else n)
     for loss in ("logistic", "squared"):
         view = CellView(cell)
         assert pure_rows(view) is not None and view.stored_columns is not None
@@ -834,3 +838,27 @@ def test_pure_cells_read_by_rows_give_the_column_sums():
     before = margins.copy()  # the task's input is not modified
     ops.block_stats(view, y, margins, "logistic")
     np.testing.assert_array_equal(margins, before)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
+def test_pure_cells_line_search_by_rows_gives_the_column_trials(loss):
+    """A pure cell's per-coordinate line-search trials read by rows equal the
+    column-major kernel's, at its stored columns."""
+    from dask_scd import objectives as obj
+    from dask_scd.data.cells import CellView
+    from dask_scd.solvers import block_ops as ops
+
+    rng = np.random.default_rng(1)
+    n, width = 400, 30
+    rows = rng.choice(n, 250, replace=False)
+    cols = np.r_[rng.integers(0, 5, 125), rng.integers(20, 30, 125)]
+    cell = sp.csc_matrix((rng.normal(size=250), (rows, cols)), shape=(n, width))
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    margins = rng.normal(size=n)
+    problem = obj.Problem(loss, 0.1, 0.0, True)
+    direction = {"direction": rng.normal(size=width)}
+    by_rows = ops.block_trials(CellView(cell), y, margins, direction, problem, True)
+    dense = ops.block_trials(CellView(cell.toarray()), y, margins, direction, problem, True)
+    full = np.zeros_like(dense["trials"])
+    full[:, by_rows["cols"]] = by_rows["trials"]
+    np.testing.assert_allclose(full, dense["trials"], rtol=1e-12, atol=1e-15)

@@ -249,16 +249,21 @@ class PureRows:
     engine's fused passes read in row order (:func:`~dask_scd.kernels.block.pure_stats`):
     ``column[i]`` the cell column of row i's entry (−1: none), or its position among
     ``stored`` (the cell's :attr:`CellView.stored_columns`) where there are such;
-    ``value[i]`` the entry. ``width``: the length of what the passes sum into."""
+    ``value[i]`` the entry (``value`` empty where every entry is 1: a one-hot cell by rows
+    is 4 bytes a row). ``width``: the length of what the passes sum into;
+    ``n_columns``: the cell's; ``cube``: Σ_i |x_ij|³ at those ``width`` columns. So the
+    passes that read a cell by rows never need its column-major form (out of core, only
+    one of the two may be held)."""
 
-    __slots__ = ("column", "value", "stored", "width")
+    __slots__ = ("column", "value", "stored", "width", "n_columns", "cube")
 
-    def __init__(self, column, value, stored, width):
+    def __init__(self, column, value, stored, width, n_columns, cube):
         self.column, self.value, self.stored, self.width = column, value, stored, width
+        self.n_columns, self.cube = n_columns, cube
 
     @property
     def nbytes(self) -> int:
-        return self.column.nbytes + self.value.nbytes
+        return self.column.nbytes + self.value.nbytes + self.cube.nbytes
 
     def compact(self, theta) -> np.ndarray:
         """θ of the cell's columns as the passes index it (at the stored columns)."""
@@ -299,7 +304,11 @@ def _by_rows(view) -> PureRows | _NotPure:
     column, value, pure = block_kernels.csc_by_rows(m.data, m.indices, m.indptr, view.n_rows)
     if not pure:
         return _NOT_PURE
-    return PureRows(column, value, stored, m.n_major)
+    if np.all(m.data == 1):
+        value = np.zeros(0)
+    cube = view.cube_sums()
+    return PureRows(column, value, stored, m.n_major, view.n_columns,
+                    cube if stored is None else cube[stored])
 
 
 def cell_view(cell) -> CellView | DeviceCellView | None:

@@ -251,6 +251,12 @@ def major_sums(values, indptr, out):
 # ------------------------------------------------- fused pure-block passes (in memory)
 
 
+@njit(inline="always")
+def _entry(value, i):
+    """Row i's entry of a pure cell by rows; an empty ``value``: every entry is 1 (one-hot)."""
+    return value[i] if value.shape[0] else 1.0
+
+
 @njit(nogil=True, cache=True)
 def pure_apply(column, value, delta, margins):
     """margins += X_cell Δ in place for a pure cell by rows (:func:`rows_by_blocks`): each
@@ -258,7 +264,7 @@ def pure_apply(column, value, delta, margins):
     for i in range(margins.shape[0]):
         j = column[i]
         if j >= 0:
-            margins[i] += value[i] * delta[j]
+            margins[i] += _entry(value, i) * delta[j]
 
 
 @njit(nogil=True, cache=True)
@@ -276,12 +282,12 @@ def pure_stats(prev_column, prev_value, prev_delta, shift, column, value, y, mar
         if applying:
             p = prev_column[i]
             if p >= 0:
-                z += prev_value[i] * prev_delta[p]
+                z += _entry(prev_value, i) * prev_delta[p]
         margins[i] = z
         j = column[i]
         if j >= 0:
             d1, d2 = _derivative_pair(loss, y[i], z)
-            x = value[i]
+            x = _entry(value, i)
             g[j] += x * d1
             h[j] += x * x * d2
 
@@ -298,7 +304,7 @@ def shift_stats(prev_column, prev_value, prev_delta, y, margins, loss):
         if applying:
             p = prev_column[i]
             if p >= 0:
-                z += prev_value[i] * prev_delta[p]
+                z += _entry(prev_value, i) * prev_delta[p]
         margins[i] = z
         d1, d2 = _derivative_pair(loss, y[i], z)
         s += d1
@@ -365,8 +371,9 @@ def pure_rmatvec_pair(column, value, pos, neg, width):
     for i in range(column.shape[0]):
         j = column[i]
         if j >= 0:
-            out_pos[j] += value[i] * pos[i]
-            out_neg[j] += value[i] * neg[i]
+            x = _entry(value, i)
+            out_pos[j] += x * pos[i]
+            out_neg[j] += x * neg[i]
     return out_pos, out_neg
 
 
@@ -396,6 +403,31 @@ def pure_block_stats(column, value, y, margins, loss, g, h):
         j = column[i]
         if j >= 0:
             d1, d2 = _derivative_pair(loss, y[i], margins[i])
-            x = value[i]
+            x = _entry(value, i)
             g[j] += x * d1
             h[j] += x * x * d2
+
+
+@njit(nogil=True, cache=True)
+def add_at_columns(total, columns, values):
+    """total[columns[k]] += values[k] (the columns distinct): a row chunk's statistics at
+    its stored columns added into the block's sums."""
+    for k in range(columns.shape[0]):
+        total[columns[k]] += values[k]
+
+
+@njit(nogil=True, cache=True)
+def pure_trials(column, value, y, margins, direction, steps, quarters, loss, width):
+    """:func:`coordinate_trials` of a pure cell by rows (``column``, ``value``): the rows
+    read in order, each coordinate's changes summed in the order of a column-major cell's
+    entries (the same sums)."""
+    out = np.zeros((steps.shape[0], width))
+    for i in range(column.shape[0]):
+        j = column[i]
+        if j < 0:
+            continue
+        x = _entry(value, i)
+        if x == 0.0 or direction[j] == 0.0:
+            continue
+        _add_changes(loss, y[i], margins[i], direction[j] * x, steps, quarters, out, j)
+    return out

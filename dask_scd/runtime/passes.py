@@ -116,7 +116,7 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
                 width = len(x_pos)
                 columns.append(offset + np.arange(width))
             else:
-                width = cell_view(cell).n_columns
+                width = rows.n_columns
                 columns.append(offset + rows.stored)
                 stored_any = True
             offset += width
@@ -290,7 +290,12 @@ def scattered_sum(partials, key, width: int | None = None) -> np.ndarray:
     total = np.zeros(first.shape[:-1] + (width,))
     for p in partials:
         if "cols" in p and key in p.get("sparse", (key,)):
-            total[..., p["cols"]] += p[key]
+            values = p[key]
+            if total.ndim == 1 and isinstance(values, np.ndarray) and values.dtype == np.float64:
+                # (one addition per stored column, as below, without numpy's temporaries)
+                block_kernels.add_at_columns(total, p["cols"], values)
+            else:
+                total[..., p["cols"]] += values
         else:
             total += p[key]
     return total

@@ -55,6 +55,9 @@ _DASK_ONLY = ("client", "checkpoint", "checkpoint_every", "resume", "residency",
               "memory_budget")
 
 
+_ONES = np.zeros(0)  # the values of a one-hot cell by rows: all 1
+
+
 def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     """Block SCD on :class:`~dask_scd.data.memory.InMemory` data.
 
@@ -213,7 +216,9 @@ class _Engine:
                            threads.usable(data.nnz))
         impure = np.any([by_rows[2] for _, by_rows in done], axis=0)
         purity = [not bool(flag) for flag in impure]
-        by_rows = [[(column[b], value[b]) if purity[b] else None
+        # One-hot X keeps no values by rows (the kernels take an empty one as all ones).
+        ones = bool(np.all(X.data == 1))
+        by_rows = [[(column[b], _ONES if ones else value[b]) if purity[b] else None
                     for b in range(len(self.slices))] for _, (column, value, _) in done]
         return [cells for cells, _ in done], labels, by_rows, purity
 

@@ -152,11 +152,9 @@ def _pure_stats(cell, rows, y, margins, loss: str, last=_NO_STEP, shift: float =
     block_kernels.pure_stats(*last, shift, rows.column, rows.value, y, margins, code, g, h)
     stats = {"g": g, "h": h}
     if loss == "logistic":
-        cube = cell_view(cell).cube_sums()
-        stats["cube"] = cube if rows.stored is None else cube[rows.stored]
+        stats["cube"] = rows.cube
     if rows.stored is not None:  # sums at the cell's stored columns only (see _summed)
-        stats.update(cols=rows.stored, width=cell_view(cell).n_columns,
-                     sparse=tuple(k for k in stats))
+        stats.update(cols=rows.stored, width=rows.n_columns, sparse=tuple(k for k in stats))
     return stats
 
 
@@ -333,6 +331,15 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
                     "trials": np.zeros((len(LINE_SEARCH_STEPS), 0))}
     v = row_weights(y)
     y = labels(y)
+    rows = pure_rows(cell) if pure and v is None else None
+    if rows is not None:  # read by rows, as its statistics were
+        quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
+        trials = block_kernels.pure_trials(rows.column, rows.value, y, margins,
+                                           rows.compact(d), LINE_SEARCH_STEPS, quarters,
+                                           problem.loss_code, rows.width)
+        if rows.stored is None:
+            return {"trials": trials}
+        return {"cols": rows.stored, "width": len(d), "sparse": ("trials",), "trials": trials}
     view = cell_view(cell)
     stored = getattr(view, "stored_columns", None) if pure else None
     if stored is not None:
