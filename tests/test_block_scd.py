@@ -862,3 +862,22 @@ def test_pure_cells_line_search_by_rows_gives_the_column_trials(loss):
     full = np.zeros_like(dense["trials"])
     full[:, by_rows["cols"]] = by_rows["trials"]
     np.testing.assert_allclose(full, dense["trials"], rtol=1e-12, atol=1e-15)
+
+
+def test_columns_without_a_value_do_not_hold_back_the_coarse_step(tmp_path, clients):
+    """to_grid's colouring puts the columns that never occur into its first block; the
+    coarse step shifts only the columns that hold a value, so block SCD converges as it
+    does without them (it stalled: the empty columns' penalty held the block's shift
+    back) and their coefficients stay 0."""
+    X, y, _ = make_onehot(3000, 4, 10, random_state=0)
+    X = sp.hstack([X, sp.csr_matrix((3000, 20_000))], format="csr")
+    grid = to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=1000)
+    assert len(grid.blocks[0]) > 20_000  # a value block holding the empty columns
+    alpha = 1.0 / 3000
+    kw = dict(loss="logistic", alpha=alpha, tol=1e-9, solver="block_scd", random_state=0)
+    memory = dask_scd.fit(X, y, **kw)
+    on_grid = dask_scd.fit(grid, client=clients(2), max_iter=3 * memory.n_iter_, **kw)
+    assert on_grid.dual_gap_ <= 1e-9 * abs(on_grid.history_.primal[-1]) * 1.0001
+    assert not np.any(on_grid.coef_[-20_000:])
+    np.testing.assert_allclose(on_grid.history_.primal[-1], memory.history_.primal[-1],
+                               rtol=1e-9)

@@ -382,7 +382,9 @@ def hold_cells(group, cells: list) -> dict:
 def inspect_cell(cell, where: str) -> dict:
     """Check a cell once before fitting: finite values and purity.
 
-    Returns ``{"max_per_row"}``: the most non-zeros one example has in the block.
+    Returns ``{"max_per_row"}``: the most non-zeros one example has in the block,
+    ``"nbytes"``, and ``"columns"``: which of its columns hold a value (``np.packbits``
+    of the mask; None for a device cell).
     """
     view = cell_view(cell)
     if isinstance(view, DeviceCellView):
@@ -394,7 +396,18 @@ def inspect_cell(cell, where: str) -> dict:
     check_feature_magnitude(largest, f" in {where}")
     if counts is None:
         counts = _nonzeros_per_row(view)
-    return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": view.nbytes}
+    columns = None
+    if not isinstance(view, DeviceCellView):
+        m = view.matrix
+        if m.dense:
+            held = np.any(m.data.reshape(view.n_rows, view.n_columns) != 0, axis=0)
+        elif view.by_columns:
+            held = np.diff(m.indptr) > 0
+        else:
+            held = np.bincount(m.indices, minlength=view.n_columns) > 0
+        columns = np.packbits(held)
+    return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": view.nbytes,
+            "columns": columns}
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:

@@ -83,13 +83,15 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
     ``groups``: the indices of this member's groups of row chunks; ``margins[k]`` the
     margins of group k (a list per row chunk, element ``pick`` of each where not None),
     or ``margins`` None: those this worker kept from the iteration ``certify[3]``, and
-    ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]`` row chunk i of group k's cells (one per block), ``labels[k][i]`` its
-    labels; ``coarse``: None (no coarse step) or (fit key, offsets, row sums per group or
-    None to take them over the non-zero coefficients); ``certify``: None, or (fit key,
-    rows of each row chunk per group, offsets, the token of the iteration whose margins
-    to read or None, ``slim``: None, or the tolerance above which the certificate
-    returned leaves out what only a final one needs: see :func:`_slimmed`, ``resend``:
-    whether to send the statistics' fixed parts again, see :class:`_StaticParts`).
+    ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]``
+    row chunk i of group k's cells (one per block), ``labels[k][i]`` its labels;
+    ``coarse``: None (no coarse step) or (fit key, offsets, row sums per group or None to
+    take them over the non-zero coefficients, the :class:`block_ops.CoarseSpace`);
+    ``certify``: None, or (fit key, rows of each row chunk per group, offsets, the token
+    of the iteration whose margins to read or None, ``slim``: None, or the tolerance
+    above which the certificate returned leaves out what only a final one needs (see
+    :func:`_slimmed`), ``resend``: whether to send the statistics' fixed parts again
+    (see :class:`_StaticParts`)).
 
     Returns, from member 0 only (every member computes the same): {"state": (θ, b) after
     the iteration, "unsure": the blocks whose step was unsure, "certified": the
@@ -302,19 +304,19 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
     if coarse is None:
         return state, unsure
     # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
-    fit_key, offsets, row_sums = coarse
+    fit_key, offsets, row_sums, space = coarse
     if row_sums is None:
         row_sums = _active_row_sums(each, fit_key, groups, cells, coef, offsets,
                                     problem.fit_intercept)
     sums = [list(group) for group in row_sums]
     stats = each(lambda k: [ops.coarse_stats(sums[k][i], y, rows[k][i], loss)
                             for i, y in enumerate(labels[k])])
-    direction = ops.coarse_direction(problem, n_samples, offsets, state, *everyone(stats))
+    direction = ops.coarse_direction(problem, n_samples, space, state, *everyone(stats))
     if loss == "squared":
-        return ops.coarse_apply(problem, n_samples, offsets, state, direction), unsure
+        return ops.coarse_apply(problem, n_samples, space, state, direction), unsure
     trials = each(lambda k: [ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
                              for i, y in enumerate(labels[k])])
-    return ops.coarse_apply(problem, n_samples, offsets, state, direction,
+    return ops.coarse_apply(problem, n_samples, space, state, direction,
                             *everyone(trials)), unsure
 
 

@@ -14,6 +14,7 @@ worker computed what.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -504,7 +505,8 @@ def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> 
 
 def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, direction: dict,
                  *trials) -> dict:
-    """The state moved by the coarse step (line-searched when ``trials`` are given)."""
+    """The state moved by the coarse step (line-searched when ``trials`` are given).
+    ``offsets``: the blocks' bounds, or a :class:`CoarseSpace`."""
     shift = direction["shift"]
     if not np.any(shift):
         return state
@@ -513,11 +515,14 @@ def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, dir
     if trials:
         change = _ordered_sum(p["trials"] for p in trials) / n_samples
         step = coarse_line_search(problem, change, direction["g"], shift, blocks)
+    offsets, live = _space(offsets)
     coef = state["coef"].copy()
     for b in range(len(offsets) - 1):
         part = coef[offsets[b]:offsets[b + 1]]
         if problem.l1 > 0.0:
             part[part != 0.0] += step * shift[b]
+        elif live is not None:
+            part[live[offsets[b]:offsets[b + 1]]] += step * shift[b]
         else:
             part += step * shift[b]
     intercept = state["intercept"]
@@ -527,10 +532,36 @@ def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, dir
 
 
 def _blocks(coef, offsets, problem) -> list:
-    """The coefficients each block shift moves: all of a block's, or with an L1 term its
+    """The coefficients each block shift moves: a block's columns that hold a value in X
+    (all of them but where a :class:`CoarseSpace` says otherwise), or with an L1 term its
     non-zero ones (:func:`active_row_sums`)."""
+    offsets, live = _space(offsets)
     blocks = [coef[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
     if problem.l1 > 0.0:
         blocks = [theta[theta != 0.0] for theta in blocks]
+    elif live is not None:
+        blocks = [theta[live[offsets[b]:offsets[b + 1]]] for b, theta in enumerate(blocks)]
     return blocks
+
+
+@dataclass(frozen=True)
+class CoarseSpace:
+    """The blocks' bounds ``offsets`` (grid column order) and ``live``: which columns hold
+    a value somewhere in X. A block shift moves the live columns only. A column without a
+    value (a grid's blocks may hold some: to_grid's colouring puts the columns that never
+    occur into its first block) takes no part in any margin, so shifting it would only
+    add to the penalty: with its α/2·θ² counted, the shifts of a block of 10 values and
+    231,793 empty columns came out ~10⁴ times too small, and block SCD stalled at a
+    relative gap of 4e-8 on a logistic L2 problem the in-memory engine certified to 1e-10
+    in 24 epochs."""
+
+    offsets: np.ndarray
+    live: np.ndarray | None = None
+
+
+def _space(offsets) -> tuple:
+    """(offsets, live mask or None) of ``offsets`` or a :class:`CoarseSpace`."""
+    if isinstance(offsets, CoarseSpace):
+        return offsets.offsets, offsets.live
+    return offsets, None
 

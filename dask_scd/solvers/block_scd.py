@@ -114,6 +114,19 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
                stopped_by_callback=run["stopped_by_callback"])
 
 
+def _live_columns(reports, slices) -> np.ndarray | None:
+    """Which columns (grid order) hold a value in some cell, from the cells' inspection
+    reports; None where all do (or a report does not say)."""
+    live = np.zeros(slices[-1].stop if slices else 0, dtype=bool)
+    for row in reports:
+        for report, block in zip(row, slices):
+            if report.get("columns") is None:
+                return None
+            width = block.stop - block.start
+            live[block] |= np.unpackbits(report["columns"], count=width).astype(bool)
+    return None if live.all() else live
+
+
 def grid_order_start(source: Source, start):
     """A warm start (θ in the original feature order, b) in the grid's column order."""
     if start is None:
@@ -222,6 +235,7 @@ class _BlockSCD:
                               for b in range(n_blocks)]
         self.block_bytes = np.array([sum(reports[r][b].get("nbytes", 0)
                                          for r in range(len(reports))) for b in range(n_blocks)])
+        self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
         if self.coarse:
             self.row_sums = [submit_row(r, ops.block_row_sums, self.cells[r],
                                         self.problem.fit_intercept)
@@ -417,7 +431,7 @@ class _BlockSCD:
             if self.coarse:
                 sums = None if self.problem.l1 > 0.0 else \
                     [[self.row_sums[r] for r in group] for group in rows]
-                coarse = (fit_key, self.offsets, sums)
+                coarse = (fit_key, self.offsets, sums, self.coarse_space)
             certify = (fit_key, [[int(self.rows[r]) for r in group] for group in rows],
                        self.offsets, kept, self._slim, self._resend)
             place = {} if single else {"workers": [address], "allow_other_workers": True}
@@ -575,8 +589,9 @@ class _BlockSCD:
             row_sums = self._active_row_sums(state["coef"])
         stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins),
                                  problem.loss)
-        direction = runtime.reduce(ops.coarse_direction, (problem, n, self.offsets, state), stats)
-        fixed = (problem, n, self.offsets, state, direction)
+        direction = runtime.reduce(ops.coarse_direction, (problem, n, self.coarse_space, state),
+                                   stats)
+        fixed = (problem, n, self.coarse_space, state, direction)
         if problem.loss == "squared":
             return runtime.submit(ops.coarse_apply, *fixed)
         trials = runtime.map_rows(ops.coarse_trials, (row_sums, self.labels, margins),
