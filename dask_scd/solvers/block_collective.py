@@ -90,8 +90,8 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
     ``certify``: None, or (fit key, rows of each row chunk per group, offsets, the token
     of the iteration whose margins to read or None, ``slim``: None, or the tolerance
     above which the certificate returned leaves out what only a final one needs (see
-    :func:`_slimmed`), ``resend``: whether to send the statistics' fixed parts again
-    (see :class:`_StaticParts`)).
+    :func:`_slimmed`), ``resend``: None to send the statistics whole, else whether to
+    send their fixed parts again (see :class:`_StaticParts`)).
 
     Returns, from member 0 only (every member computes the same): {"state": (θ, b) after
     the iteration, "unsure": the blocks whose step was unsure, "certified": the
@@ -107,8 +107,8 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
         if start is None:
             start = _kept_state(certify[0], certify[3])
         began = time.perf_counter()
-        static = None if certify is None else _StaticParts(certify[0], addresses,
-                                                           problem.loss, certify[5])
+        static = None if certify is None or certify[5] is None else _StaticParts(
+            certify[0], addresses, problem.loss, certify[5])
         with _GroupPool(member.worker, len(groups)) as each:
             state, unsure = _iterate(member, each, groups, margins, pick, cells, labels, start,
                                      plan, problem, n_samples, slack, coarse, static)

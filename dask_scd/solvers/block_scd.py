@@ -213,6 +213,7 @@ class _BlockSCD:
         self.unsure = set()
         self._slim = None  # see run
         self._resend = False  # see _collective_iteration
+        self._fixed_parts = {}  # see _keeps_fixed_parts
         self._registered = set()  # workers with the collective iterations' mailbox
         self._collective_ran = False
         # Per collective iteration, member 0's (waiting for the others, epoch and coarse
@@ -395,6 +396,23 @@ class _BlockSCD:
         return all(_exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
                    <= self.COLLECTIVE_BYTES for p in plan if p.block is not None)
 
+    def _keeps_fixed_parts(self, addresses) -> bool:
+        """Whether the members send the statistics' fixed parts once and keep the others'
+        (:class:`block_collective._StaticParts`): unmanaged memory of the order of the
+        other workers' cells' stored columns, so only where a worker's share of the grid
+        takes at most a quarter of its memory limit (in core; out of core the parts are
+        sent whole, as the task graph does)."""
+        key = tuple(addresses)
+        if key not in self._fixed_parts:
+            workers = {} if addresses == [None] else \
+                self.client.scheduler_info().get("workers", {})
+            limits = [workers.get(a, {}).get("memory_limit") or 0 for a in addresses]
+            share = float(np.sum(self.block_bytes)) / len(addresses)
+            # (no limit anywhere, or a single member: nothing is kept for another)
+            self._fixed_parts[key] = (not any(limits) if not all(limits)
+                                      else share <= 0.25 * min(limits))
+        return self._fixed_parts[key]
+
     def _members(self) -> tuple[list, list]:
         """The members of a collective epoch: one per home worker (every worker when the
         groups have no homes: a single member), with the groups each runs."""
@@ -433,7 +451,8 @@ class _BlockSCD:
                     [[self.row_sums[r] for r in group] for group in rows]
                 coarse = (fit_key, self.offsets, sums, self.coarse_space)
             certify = (fit_key, [[int(self.rows[r]) for r in group] for group in rows],
-                       self.offsets, kept, self._slim, self._resend)
+                       self.offsets, kept, self._slim,
+                       self._resend if self._keeps_fixed_parts(addresses) else None)
             place = {} if single else {"workers": [address], "allow_other_workers": True}
             members.append(runtime.submit(
                 block_collective.epoch_member, token, i, addresses, mine,
