@@ -228,7 +228,12 @@ def test_inspect_cell(layout, rng):
     X[3] = 0.0  # an empty row
     host, dev = _pair(X, layout)
     expected = data_cells.inspect_cell(host, "cell")
-    assert data_cells.inspect_cell(dev, "cell") == expected
+    got = data_cells.inspect_cell(dev, "cell")
+    # Which columns hold a value: the host's alone (a device cell's: None, all taken live).
+    held = np.unpackbits(expected.pop("columns"), count=X.shape[1]).astype(bool)
+    np.testing.assert_array_equal(held, np.any(X != 0, axis=0))
+    assert got.pop("columns") is None
+    assert got == expected
     assert expected["max_per_row"] == int(np.count_nonzero(X, axis=1).max())
     X[2, 1] = np.nan
     with pytest.raises(ValueError, match=r"NaN or infinity in cell \(row chunk 0"):
