@@ -689,18 +689,15 @@ def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
     assert disturbed.intercept_ == undisturbed.intercept_
 
 
-def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
-    """Margins the members should have kept but did not find (their worker process was
-    replaced between iterations) are recomputed from (θ, b) by ordinary tasks, and that
-    iteration runs as the task graph: the same model."""
-    from dask_scd.solvers import block_collective
+def _disturbed_fit(grid, monkeypatch, loss, forget):
+    """4 epochs on 2 in-process workers, undisturbed and with ``forget(state)`` as the
+    callback: (undisturbed, disturbed, how many iterations ran as the task graph)."""
     from dask_scd.solvers.block_scd import _BlockSCD
 
-    *_, grid, _ = onehot
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                       dashboard_address=":0") as cluster, Client(cluster,
                                                                  set_as_default=False) as c:
-        undisturbed = _fixed_epochs(grid, c, "squared", epochs=4)
+        undisturbed = _fixed_epochs(grid, c, loss, epochs=4)
         graph_epochs = []
         real_graph = _BlockSCD._graph_epoch
 
@@ -708,14 +705,27 @@ def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
             graph_epochs.append(1)
             return real_graph(self, *args, **kwargs)
 
-        def forget(state):
-            if state["epoch"] == 2:
-                with block_collective._kept_lock:
-                    block_collective._kept.clear()
-
         monkeypatch.setattr(_BlockSCD, "_graph_epoch", counted)
-        disturbed = _fixed_epochs(grid, c, "squared", epochs=4, callback=forget)
-    assert len(graph_epochs) == 1
+        disturbed = _fixed_epochs(grid, c, loss, epochs=4, callback=forget)
+    return undisturbed, disturbed, len(graph_epochs)
+
+
+def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
+    """Margins the members should have kept but did not find (their worker process was
+    replaced between iterations) are recomputed from (θ, b) by ordinary tasks, and that
+    iteration runs as the task graph: the same model."""
+    from dask_scd.solvers import block_collective
+
+    *_, grid, _ = onehot
+
+    def forget(state):
+        if state["epoch"] == 2:
+            with block_collective._kept_lock:
+                block_collective._kept.clear()
+
+    undisturbed, disturbed, graph_epochs = _disturbed_fit(grid, monkeypatch, "squared",
+                                                          forget)
+    assert graph_epochs == 1
     np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
     assert disturbed.intercept_ == undisturbed.intercept_
     np.testing.assert_array_equal(disturbed.history_.relative_gap,
@@ -727,32 +737,20 @@ def test_fixed_parts_not_kept_end_the_iteration_alike(onehot, monkeypatch):
     epochs once per fit; where the others no longer hold them (a replaced worker), that
     iteration runs as the task graph: the same model."""
     from dask_scd.solvers import block_collective
-    from dask_scd.solvers.block_scd import _BlockSCD
 
     *_, grid, _ = onehot
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster,
-                                                                 set_as_default=False) as c:
-        undisturbed = _fixed_epochs(grid, c, "logistic", epochs=4)
-        graph_epochs = []
-        real_graph = _BlockSCD._graph_epoch
+    held = []
 
-        def counted(self, *args, **kwargs):
-            graph_epochs.append(1)
-            return real_graph(self, *args, **kwargs)
+    def forget(state):
+        with block_collective._static_lock:
+            held.append(len(block_collective._static))
+            if state["epoch"] == 2:
+                block_collective._static.clear()
 
-        held = []
-
-        def forget(state):
-            with block_collective._static_lock:
-                held.append(len(block_collective._static))
-                if state["epoch"] == 2:
-                    block_collective._static.clear()
-
-        monkeypatch.setattr(_BlockSCD, "_graph_epoch", counted)
-        disturbed = _fixed_epochs(grid, c, "logistic", epochs=4, callback=forget)
+    undisturbed, disturbed, graph_epochs = _disturbed_fit(grid, monkeypatch, "logistic",
+                                                          forget)
     assert held[0] > 0  # the others' cells' fixed parts, kept after the first iteration
-    assert len(graph_epochs) == 1
+    assert graph_epochs == 1
     np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
     assert disturbed.intercept_ == undisturbed.intercept_
 

@@ -395,20 +395,6 @@ def csc_by_rows(data, indices, indptr, n_rows):
 
 
 @njit(nogil=True, cache=True)
-def pure_block_stats(column, value, y, margins, loss, g, h):
-    """:func:`pure_stats` without a step to apply, reading the margins only."""
-    g[:] = 0.0
-    h[:] = 0.0
-    for i in range(margins.shape[0]):
-        j = column[i]
-        if j >= 0:
-            d1, d2 = _derivative_pair(loss, y[i], margins[i])
-            x = _entry(value, i)
-            g[j] += x * d1
-            h[j] += x * x * d2
-
-
-@njit(nogil=True, cache=True)
 def add_at_columns(total, columns, values):
     """total[columns[k]] += values[k] (the columns distinct): a row chunk's statistics at
     its stored columns added into the block's sums."""

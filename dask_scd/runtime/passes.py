@@ -64,14 +64,15 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
     """
     for b, cell in enumerate(cells):
         theta = coef[offsets[b]:offsets[b + 1]]
-        rows = pure_rows(cell) if by_rows and np.any(theta) else None
-        if rows is not None:
-            block_kernels.pure_apply(rows.column, rows.value, rows.compact(theta), out)
-        elif np.any(theta):
-            view = cell_view(cell)
-            out += view.matvec(theta)
-            if kept is not None and CACHE.has_room():
-                cell = view
+        if np.any(theta):
+            rows = pure_rows(cell) if by_rows else None
+            if rows is not None:
+                block_kernels.pure_apply(rows.column, rows.value, rows.compact(theta), out)
+            else:
+                view = cell_view(cell)
+                out += view.matvec(theta)
+                if kept is not None and CACHE.has_room():
+                    cell = view
         if kept is not None:
             kept.append(cell)
     return out
@@ -113,13 +114,11 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
             x_pos, x_neg = block_kernels.pure_rmatvec_pair(rows.column, rows.value, pos, neg,
                                                            rows.width)
             if rows.stored is None:
-                width = len(x_pos)
-                columns.append(offset + np.arange(width))
+                columns.append(offset + np.arange(rows.n_columns))
             else:
-                width = rows.n_columns
                 columns.append(offset + rows.stored)
                 stored_any = True
-            offset += width
+            offset += rows.n_columns
             xt_pos.append(x_pos)
             xt_neg.append(x_neg)
             continue

@@ -85,8 +85,8 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
     or ``margins`` None: those this worker kept from the iteration ``certify[3]``, and
     ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]``
     row chunk i of group k's cells (one per block), ``labels[k][i]`` its labels;
-    ``coarse``: None (no coarse step) or (fit key, offsets, row sums per group or None to
-    take them over the non-zero coefficients, the :class:`block_ops.CoarseSpace`);
+    ``coarse``: None (no coarse step) or (fit key, the :class:`block_ops.CoarseSpace`,
+    row sums per group or None to take them over the non-zero coefficients);
     ``certify``: None, or (fit key, rows of each row chunk per group, offsets, the token
     of the iteration whose margins to read or None, ``slim``: None, or the tolerance
     above which the certificate returned leaves out what only a final one needs (see
@@ -304,9 +304,9 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
     if coarse is None:
         return state, unsure
     # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
-    fit_key, offsets, row_sums, space = coarse
+    fit_key, space, row_sums = coarse
     if row_sums is None:
-        row_sums = _active_row_sums(each, fit_key, groups, cells, coef, offsets,
+        row_sums = _active_row_sums(each, fit_key, groups, cells, coef, space.offsets,
                                     problem.fit_intercept)
     sums = [list(group) for group in row_sums]
     stats = each(lambda k: [ops.coarse_stats(sums[k][i], y, rows[k][i], loss)

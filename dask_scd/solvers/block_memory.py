@@ -314,7 +314,7 @@ class _Engine:
     def _cell(self, k, b):
         return None if b == INTERCEPT else self.cells[k][b]
 
-    _NONE = (np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0), 0.0)
+    _NONE = (*ops.NO_STEP, 0.0)  # no step to apply: no cell by rows, no shift
 
     def _pending(self, k, margins, pending) -> tuple:
         """The last block's step for a fused pass over row chunk k: (its cell by rows and

@@ -103,7 +103,8 @@ def apply_step(margins, cell, step: dict) -> np.ndarray:
     return margins + cell_view(cell).matvec(delta)
 
 
-_NO_STEP = (np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0))
+# A fused pass's "last step" when there is none: (cell by rows: columns, values; Δ).
+NO_STEP = (np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0))
 
 
 def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
@@ -119,7 +120,7 @@ def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
     if rows is None:
         margins = apply_step(margins, cell, step)
         return margins, block_stats(next_cell, y, margins, loss, gram)
-    delta, shift, last = step["delta"], 0.0, _NO_STEP
+    delta, shift, last = step["delta"], 0.0, NO_STEP
     if np.any(delta):
         if cell is None:
             shift = float(delta[0])
@@ -130,13 +131,13 @@ def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
             else:
                 last = (prev.column, prev.value, prev.compact(delta))
     out = np.array(margins, dtype=np.float64)
-    return out, _pure_stats(next_cell, rows, labels(y), out, loss, last, shift)
+    return out, _pure_stats(rows, labels(y), out, loss, last, shift)
 
 
 _INTERCEPT_ROWS = object()  # the intercept's "cell": every row, by rows
 
 
-def _pure_stats(cell, rows, y, margins, loss: str, last=_NO_STEP, shift: float = 0.0):
+def _pure_stats(rows, y, margins, loss: str, last=NO_STEP, shift: float = 0.0):
     """:func:`block_stats` of a pure block (or the intercept) on unweighted losses, in
     one pass over the rows that first adds ``last`` (a pure cell by rows and its step)
     and ``shift`` (the intercept's) to ``margins``, in place."""
@@ -173,8 +174,7 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
     if not gram and v is None and cell is not None:
         rows = pure_rows(cell)
         if rows is not None:
-            return _pure_stats(cell, rows, labels(y), np.array(margins, dtype=np.float64),
-                               loss)
+            return _pure_stats(rows, labels(y), np.array(margins, dtype=np.float64), loss)
     y = labels(y)
     d1, d2 = block_kernels.derivatives(obj.LOSS_CODES[loss], y, margins)
     if v is not None:  # the weighted losses v_i·ℓ_i

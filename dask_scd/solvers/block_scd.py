@@ -306,7 +306,7 @@ class _BlockSCD:
     def _needs_gaps(self) -> bool:
         """Whether the block order or the residency reads every certificate's coordinate
         gaps."""
-        return self.residency is not None or getattr(self.order, "uses_gaps", True)
+        return self.residency is not None or self.order.uses_gaps
 
     def _original_order(self, coef) -> np.ndarray:
         out = np.empty_like(coef)
@@ -449,7 +449,7 @@ class _BlockSCD:
             if self.coarse:
                 sums = None if self.problem.l1 > 0.0 else \
                     [[self.row_sums[r] for r in group] for group in rows]
-                coarse = (fit_key, self.offsets, sums, self.coarse_space)
+                coarse = (fit_key, self.coarse_space, sums)
             certify = (fit_key, [[int(self.rows[r]) for r in group] for group in rows],
                        self.offsets, kept, self._slim,
                        self._resend if self._keeps_fixed_parts(addresses) else None)
