@@ -232,46 +232,68 @@ def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):
             key = signs.tobytes()
             stable = stable + 1 if key == pattern else 0
             pattern = key
-            if stable >= _STABLE_EPOCHS and key not in tried:
-                tried.add(key)
+            # A step costs a factorization of |S|³/3 against |W|² per epoch: it waits for
+            # a pattern stable that many epochs at least, so it stays cheap next to them.
+            wait = max(_STABLE_EPOCHS, np.count_nonzero(signs) ** 3 // (3 * len(order) ** 2))
+            if stable >= wait and key not in tried:
+                stable = 0
                 jump = _support_step(system, problem, coef, signs)
                 if jump is not None:
                     jump_gradient = system.gradient(jump)
                     jump_cert = system.certificate(problem, jump, jump_gradient)
                     if jump_cert.primal <= cert.primal:
                         coef, gradient, cert = jump, jump_gradient, jump_cert
+                        jump = coef
+                if jump is not coef:  # no progress from this pattern: not tried again
+                    tried.add(key)
         best, since_best = (cert.gap, 0) if cert.gap < best else (best, since_best + 1)
     return coef, epoch
 
 
 def _support_step(system: GramSystem, problem, coef, signs):
-    """The exact minimizer on the support of θ with its signs, if it keeps them.
+    """A step towards the exact minimizer on the support of θ with its signs.
 
     Coordinate descent finds the support and the signs of a lasso early, then creeps
     towards the optimum along correlated columns (one-hot fields without an intercept:
     2.1e-5 after 1000 epochs on Adult). With the signs s fixed on the support S the
-    problem is quadratic: (H_SS + l2·I) θ_S = Xᵀy_S/n − l1·s. If that θ_S keeps the
-    signs, it is the optimum of the problem restricted to S; the caller keeps it when
-    its objective is no higher. None where H_SS + l2·I is singular or a sign flips.
+    problem is quadratic: (H_SS + l2·I) θ_S = Xᵀy_S/n − l1·s. Its minimizer θ* is taken
+    nearest to θ_S (where the columns are collinear it is not unique), and the step goes
+    from θ_S towards θ* as far as the signs hold: the whole way if θ* keeps them (the
+    optimum of the problem restricted to S), else up to the first coordinate that reaches
+    zero, which leaves the support. Along that segment the quadratic only decreases, so
+    the step never costs objective; the caller still keeps it only when its objective is
+    no higher (rounding). None where the step does not move.
     """
     support = np.flatnonzero(signs)
     if len(support) == 0:
         return None
+    start = coef[support]
     matrix = system.gram[np.ix_(support, support)] + problem.l2 * np.eye(len(support))
     rhs = system.xty[support] - problem.l1 * signs[support]
+    residual = rhs - matrix @ start
     try:
-        theta = scipy.linalg.cho_solve(scipy.linalg.cho_factor(matrix), rhs)
+        move = scipy.linalg.cho_solve(scipy.linalg.cho_factor(matrix), residual)
     except np.linalg.LinAlgError:
-        theta = None
-    if theta is None or not np.all(np.isfinite(theta)) or \
-            np.linalg.norm(matrix @ theta - rhs) > 1e-9 * max(np.linalg.norm(rhs), 1e-300):
+        move = None
+    if move is None or not np.all(np.isfinite(move)) or \
+            np.linalg.norm(matrix @ move - residual) > 1e-9 * max(np.linalg.norm(rhs), 1e-300):
         # Collinear columns (one-hot fields that each sum to 1, no intercept): Cholesky
-        # fails or returns noise; the least-squares solution of least norm instead. Along
-        # H's null space the objective changes by (l1·s − Xᵀy/n)ᵀv only, which the
-        # caller's objective test weighs.
-        theta = scipy.linalg.lstsq(matrix, rhs, cond=1e-12)[0]
-    if not np.all(np.sign(theta) == signs[support]):
+        # fails or returns noise; the least-norm correction instead, which keeps θ_S's
+        # component along H's null space (the objective there changes by (l1·s − Xᵀy/n)ᵀv
+        # only, which the caller's objective test weighs).
+        move = scipy.linalg.lstsq(matrix, residual, cond=1e-12)[0]
+    if not np.all(np.isfinite(move)):
         return None
+    # The largest t ≤ 1 with sign(θ_S + t·move) = s: coordinates moving towards zero stop it.
+    towards_zero = move * signs[support] < 0.0
+    limits = -start[towards_zero] / move[towards_zero]
+    step = min(1.0, float(limits.min())) if len(limits) else 1.0
+    if step <= 0.0:
+        return None
+    theta = start + step * move
+    if step < 1.0:  # the coordinate that reached zero leaves the support exactly
+        theta[towards_zero] = np.where(limits <= step, 0.0, theta[towards_zero])
+    theta[np.sign(theta) != signs[support]] = 0.0  # rounding across zero
     out = np.zeros_like(coef)
     out[support] = theta
     return out
