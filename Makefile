@@ -15,9 +15,11 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 # The suite includes the documentation build (tests/test_docs_examples.py) and the
-# examples at small size.
+# examples at small size. Its files run on up to 4 processes (one per core): a file's
+# tests share one process, and with it their module's cluster.
+TEST_PROCESSES ?= $(shell $(PYTHON) -c "import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))")
 test: $(STAMP)
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra -n $(TEST_PROCESSES) --dist loadfile tests
 
 # A one-node SLURM cluster from Debian's packages (root and apt-get, else a one-line skip),
 # the tests of tests/slurm/ on it (skipped by `make test` where no partition answers), and

@@ -280,10 +280,10 @@ def test_dask_weights_rechunked_like_y(client):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no "brought into memory" warning
         lasso = dask_scd.fit(da.from_array(wide, chunks=(20, 700)), yd, penalty="l1",
-                             alpha=0.05, sample_weight=wd, in_memory_limit=0, tol=1e-10,
+                             alpha=0.1, sample_weight=wd, in_memory_limit=0, tol=1e-10,
                              max_iter=5000)
     assert lasso.solver_ == "block_scd"
-    in_memory = dask_scd.fit(wide[rows], y[rows], penalty="l1", alpha=0.05, tol=TIGHT)
+    in_memory = dask_scd.fit(wide[rows], y[rows], penalty="l1", alpha=0.1, tol=TIGHT)
     assert lasso.primal_ == pytest.approx(in_memory.primal_, rel=1e-8)
 
 
