@@ -838,6 +838,41 @@ def test_pure_cells_read_by_rows_give_the_column_sums(one_hot):
     np.testing.assert_array_equal(margins, before)
 
 
+def test_a_pure_grid_cell_is_cached_by_rows_only(tmp_path, monkeypatch):
+    """The passes read a pure grid cell by rows: its column-major form is read to make
+    that form, once, and not cached beside it (out of core the two shared the cache and
+    both were read again each pass); an impure cell's column-major form is cached, and
+    read once too."""
+    from dask_scd.data import cache as cell_cache
+    from dask_scd.data import cells
+    from dask_scd.data.cells import CellRef
+
+    X, y = make_onehot(200, 3, 6, random_state=0)[:2]
+    X = sp.hstack([X, sp.random(200, 3, density=0.9, random_state=0)]).tocsr()  # impure
+    fields = [np.arange(6 * k, 6 * k + 6) for k in range(3)] + [np.arange(18, 21)]
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=100, blocks=fields)
+    cache = cell_cache.CellCache(1 << 30)
+    monkeypatch.setattr(cells, "CACHE", cache)
+    pure = [b for b in range(grid.n_blocks) if grid.purity[b]]
+    impure = [b for b in range(grid.n_blocks) if not grid.purity[b]]
+    assert pure and impure
+    for _pass in range(2):
+        for r in range(grid.n_row_chunks):
+            for b in range(grid.n_blocks):
+                ref = CellRef(grid.path, grid.grid_id, r, b, grid.store_version)
+                rows = cells.pure_rows(ref)
+                assert (rows is not None) == (b in pure)
+                if rows is None:
+                    assert cells.cell_view(ref).n_columns == len(fields[b])
+    cells_read = grid.n_row_chunks * grid.n_blocks
+    assert cache.counts["reads"] == cells_read  # each cell once, over both passes
+    held = {key[-1] if key[-1] != "rows" else key[-2:] for key in cache._items}
+    for b in pure:
+        assert (b, "rows") in held and b not in held
+    for b in impure:
+        assert b in held and (b, "rows") in held  # (the "not pure" mark)
+
+
 @pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
 def test_pure_cells_line_search_by_rows_gives_the_column_trials(loss):
     """A pure cell's per-coordinate line-search trials read by rows equal the

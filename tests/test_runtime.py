@@ -132,3 +132,17 @@ def test_tune_malloc_only_under_dasks_trim_setting(monkeypatch):
     assert collective.tune_malloc() is glibc
     assert collective._malloc_tuned is True
     assert collective.tune_malloc() is False  # once per process
+
+
+def test_malloc_thresholds_shrink_with_the_memory_limit():
+    """glibc's free memory kept by the raised thresholds is unmanaged memory: under a
+    small memory limit they shrink with it (a 640 MiB worker out of core stalled above
+    dask's pause threshold with 64 MiB kept), and below 4 MiB of limit nothing changes."""
+    from dask_scd.runtime.collective import MMAP_THRESHOLD, TRIM_THRESHOLD, malloc_thresholds
+
+    MiB = 2**20
+    assert malloc_thresholds(None) == (TRIM_THRESHOLD, MMAP_THRESHOLD)
+    assert malloc_thresholds(8 << 30) == (TRIM_THRESHOLD, MMAP_THRESHOLD)
+    assert malloc_thresholds(640 * MiB) == (20 * MiB, 20 * MiB // 16)
+    trim, mmap = malloc_thresholds(64 * MiB)
+    assert trim == 2 * MiB and mmap == 128 * 2**10  # glibc's default: nothing to raise

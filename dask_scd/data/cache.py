@@ -129,7 +129,7 @@ class CellCache:
         else:
             self._lru.max_bytes = value
 
-    def get(self, key, load):
+    def get(self, key, load, read: bool = True):
         with self._sizing:
             if self._lru is None:
                 # Sized at first use, inside a task: at import time (while a task is being
@@ -158,7 +158,32 @@ class CellCache:
         if recent is not None and recent[0] == key:
             return recent[1]
         value = load()
-        self.reads += 1
+        self.reads += int(read)
+        self._keep(key, group, value)
+        return value
+
+    def lookup(self, key) -> tuple:
+        """(value, True) where ``key`` is held (pinned, cached or the row chunk's last
+        read), else (None, False); nothing is read."""
+        if key in self._pinned:
+            return self._pinned[key], True
+        if self._lru is not None:
+            value, hit = self._lru.lookup(key)
+            if hit:
+                return value, True
+        group = key[:5] if isinstance(key, tuple) else key
+        recent = self._recent.get(group)
+        if recent is not None and recent[0] == key:
+            return recent[1], True
+        return None, False
+
+    def keep(self, key, value):
+        """Cache ``value``, read by the caller, as :meth:`get` would have after reading it
+        (not counted as a read again)."""
+        self.get(key, lambda: value, read=False)
+
+    def _keep(self, key, group, value):
+        lru = self._lru
         size = _nbytes(value)
         with lru.lock:
             if key not in lru.keys and size <= lru.max_bytes and self._make_room(size):
@@ -166,7 +191,6 @@ class CellCache:
                 self._recent.pop(group, None)
             else:
                 self._keep_recent(group, key, value, size)
-        return value
 
     def _keep_recent(self, group, key, value, size: int):
         """Keep the last cell read for a row chunk that the LRU had no room for: the next

@@ -286,7 +286,7 @@ def pure_rows(cell) -> PureRows | None:
     anew each time). Made once per cell: a grid cell's in the cell cache next to the
     cell (counted in its bytes, evicted with the others), a :class:`CellView`'s on it."""
     if isinstance(cell, CellRef):
-        found = CACHE.get(cell.key + ("rows",), lambda: _by_rows(cell_view(cell)))
+        found = CACHE.get(cell.key + ("rows",), lambda: _ref_by_rows(cell))
     elif isinstance(cell, CellView):
         found = cell.__dict__.get("_by_rows")
         if found is None:
@@ -294,6 +294,27 @@ def pure_rows(cell) -> PureRows | None:
     else:
         return None
     return None if found is _NOT_PURE else found
+
+
+def _ref_by_rows(cell) -> PureRows | _NotPure:
+    """A grid cell's by-rows form, made from its column-major form: the cached one if
+    there is one, else read for this alone and not cached (the passes read a pure cell
+    by rows only, so out of core the two forms would share the cache and both be read
+    again each pass). An impure cell's column-major form is cached: it is what its passes
+    read."""
+    view, cached = CACHE.lookup(cell.key)
+    if not cached:
+        view = _read_view(cell)
+    found = _by_rows(view)
+    if found is _NOT_PURE and not cached:
+        CACHE.keep(cell.key, view)
+    return found
+
+
+def _read_view(cell) -> CellView:
+    from dask_scd.grid import read_cell
+
+    return CellView(read_cell(cell.path, cell.grid_id, cell.r, cell.b))
 
 
 def _by_rows(view) -> PureRows | _NotPure:
@@ -320,12 +341,7 @@ def cell_view(cell) -> CellView | DeviceCellView | None:
     if cell is None or isinstance(cell, (CellView, DeviceCellView)):
         return cell
     if isinstance(cell, CellRef):
-        from dask_scd.grid import read_cell
-
-        def load():
-            return CellView(read_cell(cell.path, cell.grid_id, cell.r, cell.b))
-
-        return CACHE.get(cell.key, load)
+        return CACHE.get(cell.key, lambda: _read_view(cell))
     if on_device(cell):
         return DeviceCellView(cell)
     return CellView(cell)

@@ -73,6 +73,7 @@ def forget(token: str) -> None:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 4 * 2**20  # blocks below this come from the heap
 TRIM_THRESHOLD = 64 * 2**20  # free heap kept at its top before it is returned
+_DEFAULT_MMAP_THRESHOLD = 128 * 2**10
 _malloc_tuned = False
 
 
@@ -84,21 +85,43 @@ def tune_malloc() -> bool:
     member allocates such arrays for every block; measured on the 500k Criteo-like grid
     (2 worker processes) an iteration took 1.0 s so and 0.72 s with the threshold raised.
     This raises the mmap threshold to 4 MiB and the trim threshold to 64 MiB, once per
-    process (memory above them is still returned to the OS). Returns whether it did;
-    nothing happens off glibc or without that variable."""
+    process (memory above them is still returned to the OS). Under a memory limit both
+    are scaled down with it (the trim threshold at most 1/32 of the limit, the mmap
+    threshold 1/16 of that): the free memory glibc then keeps is unmanaged memory, and
+    with 64 MiB kept a 640 MiB worker out of core sat above dask's pause threshold and
+    stalled. Returns whether it did; nothing happens off glibc or without that
+    variable."""
     global _malloc_tuned
     if _malloc_tuned or "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+        return False
+    _malloc_tuned = True
+    trim, mmap = malloc_thresholds(_memory_limit())
+    if mmap <= _DEFAULT_MMAP_THRESHOLD:
         return False
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        done = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and \
-            libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+        return libc.mallopt(_M_MMAP_THRESHOLD, mmap) == 1 and \
+            libc.mallopt(_M_TRIM_THRESHOLD, trim) == 1
     except (OSError, AttributeError):
-        done = False
-    _malloc_tuned = True
-    return done
+        return False
+
+
+def malloc_thresholds(memory_limit: int | None) -> tuple[int, int]:
+    """(trim threshold, mmap threshold) in bytes for a worker of ``memory_limit`` bytes
+    (None or 0: no limit)."""
+    trim = TRIM_THRESHOLD if not memory_limit else min(TRIM_THRESHOLD, memory_limit // 32)
+    return trim, min(MMAP_THRESHOLD, trim // 16)
+
+
+def _memory_limit() -> int | None:
+    try:
+        from distributed import get_worker
+
+        return get_worker().memory_manager.memory_limit
+    except (ImportError, ValueError, AttributeError):
+        return None
 
 
 class Member:
