@@ -341,6 +341,36 @@ def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monke
     assert loads[-2:] == [(0, 2), (0, 2)]
 
 
+def test_a_paused_worker_s_cache_gives_memory_back(monkeypatch):
+    """Above the pause threshold a worker runs no task, so nothing else frees memory (a
+    13M-row fit on 640 MiB workers waited for ever at 521 MiB): the cache drops its
+    least recently used cells until the process is 10 % below the threshold, and keeps
+    its bound and ceiling there."""
+    from dask_scd.data import cache as cell_cache
+
+    resident = [1000]
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: resident[0])
+    freed = []
+    monkeypatch.setattr(cell_cache, "release_free_memory", lambda: freed.append(1))
+    cache = cell_cache.CellCache(10_000, ceiling=None)
+    cache.pause_at = 2000
+    assert cache.relieve() == 0 and not freed  # below the threshold: nothing to do
+    for k in range(10):
+        cache.get(k, lambda: np.zeros(10))  # 80 bytes each
+    resident[0] = 2100  # paused
+    assert cache.relieve() == 320  # 2100 − 0.9·2000 = 300 bytes: four cells
+    assert list(cache._items) == [4, 5, 6, 7, 8, 9] and freed == [1]
+    assert cache.max_bytes == 480 and cache.ceiling == 1800
+
+
+def test_paused_workers_get_the_cache_relief(client):
+    from dask_scd.runtime.cluster import CACHE_RELIEF, relieve_paused_workers
+
+    assert relieve_paused_workers(client)
+    assert all(client.run(lambda dask_worker: CACHE_RELIEF in dask_worker.periodic_callbacks)
+               .values())
+
+
 def test_cache_is_sized_from_what_the_worker_has_left(clients):
     from dask_scd.data import cache as cell_cache
 

@@ -230,6 +230,31 @@ class CellCache:
 
     _bytes = nbytes
 
+    def relieve(self) -> int:
+        """Called while the worker is paused (its process memory above the pause
+        threshold): its tasks wait, so nothing else will free memory, and a fit would
+        wait for ever. Drops the row chunks' last reads and least-recently-used cells
+        until the process is 10 % below the threshold, returns the freed heap to the OS,
+        and lowers the cache's bound to what is left and its ceiling to that target, so
+        that it does not fill up to the same point again. Pinned cells stay. Returns the
+        bytes dropped."""
+        lru = self._lru
+        if self.pause_at is None or lru is None:
+            return 0
+        target = int(0.9 * self.pause_at)
+        excess = _resident_bytes() - target
+        if excess <= 0:
+            return 0
+        with lru.lock:
+            dropped = sum(_nbytes(value) for _, value in self._recent.values())
+            self._recent.clear()
+            while dropped < excess and lru.nbytes:
+                dropped += lru.evict_oldest()
+            lru.max_bytes = lru.nbytes
+            self.ceiling = target if self.ceiling is None else min(self.ceiling, target)
+        release_free_memory()
+        return dropped
+
     @property
     def counts(self) -> dict:
         """Bytes loaded into the cache, loads and evictions since the process started."""
@@ -244,6 +269,18 @@ class CellCache:
         if self._lru is not None:
             self._lru.clear()
 
+
+
+def release_free_memory() -> bool:
+    """Hand the free memory of the C heap back to the OS (glibc's ``malloc_trim``):
+    arrays just dropped leave the process's resident memory, which is what dask's pause
+    and resume read. False off glibc."""
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
 def _nbytes(value) -> int:

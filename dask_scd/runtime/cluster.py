@@ -113,6 +113,46 @@ def release_stale_homes(client) -> bool:
     return True
 
 
+CACHE_RELIEF = "dask_scd-cache-relief"
+
+
+def _cache_relief_plugin():
+    """A worker plugin: every 250 ms, while the worker is paused, its cell cache gives
+    memory back (:meth:`~dask_scd.data.cache.CellCache.relieve`)."""
+    from distributed import WorkerPlugin
+    from distributed.core import Status
+    from tornado.ioloop import PeriodicCallback
+
+    class CacheRelief(WorkerPlugin):
+        def setup(self, worker):
+            from dask_scd.data.cache import CACHE
+
+            def check():
+                if worker.status == Status.paused:
+                    CACHE.relieve()
+
+            callback = PeriodicCallback(check, 250)
+            worker.periodic_callbacks[CACHE_RELIEF] = callback
+            callback.start()
+
+        def teardown(self, worker):
+            callback = worker.periodic_callbacks.pop(CACHE_RELIEF, None)
+            if callback is not None:
+                callback.stop()
+
+    return CacheRelief()
+
+
+def relieve_paused_workers(client) -> bool:
+    """Register :func:`_cache_relief_plugin` on the client's workers (present and
+    future). Returns False where it could not be registered."""
+    try:
+        client.register_plugin(_cache_relief_plugin(), name=CACHE_RELIEF)
+    except Exception:  # an old or unreachable cluster: the fit does not depend on it
+        return False
+    return True
+
+
 def _tune_malloc(dask_worker=None) -> bool:
     """(on a worker, by ``client.run``) :func:`collective.tune_malloc`."""
     from dask_scd.runtime.collective import tune_malloc
@@ -246,6 +286,7 @@ class ClusterRuntime:
             release_stale_homes(client)
         with contextlib.suppress(Exception):  # a speed-up only (see tune_malloc)
             client.run(_tune_malloc)
+        relieve_paused_workers(client)
         self.assign_homes()
 
     def _slots(self) -> list:
