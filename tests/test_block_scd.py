@@ -385,7 +385,7 @@ def test_cache_is_sized_from_what_the_worker_has_left(clients):
     assert limit == 2 * 2**30 and pause == int(0.8 * limit)
     assert 0 < bound <= 0.5 * (0.8 * limit - resident) + 50 * 2**20  # resident moved a bit
     assert ceiling - bound < 0.8 * limit
-    assert ceiling >= 0.85 * pause  # tasks' arrays beyond half the headroom: not all cells go
+    assert ceiling >= int(0.85 * pause)  # tasks' arrays beyond half the headroom: not all cells go
 
 
 def test_no_vector_of_examples_reaches_the_client(onehot, clients, monkeypatch):
