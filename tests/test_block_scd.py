@@ -344,7 +344,7 @@ def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monke
 def test_a_paused_worker_s_cache_gives_memory_back(monkeypatch):
     """Above the pause threshold a worker runs no task, so nothing else frees memory (a
     13M-row fit on 640 MiB workers waited for ever at 521 MiB): the cache drops its
-    least recently used cells until the process is 15 % below the threshold, and keeps
+    least recently used cells until the process is 10 % below the threshold, and keeps
     its bound and ceiling there."""
     from dask_scd.data import cache as cell_cache
 
@@ -358,9 +358,9 @@ def test_a_paused_worker_s_cache_gives_memory_back(monkeypatch):
     for k in range(10):
         cache.get(k, lambda: np.zeros(10))  # 80 bytes each
     resident[0] = 2100  # paused
-    assert cache.relieve() == 400  # 2100 − 0.85·2000 = 400 bytes: five cells
-    assert list(cache._items) == [5, 6, 7, 8, 9] and freed == [1]
-    assert cache.max_bytes == 400 and cache.ceiling == 1700
+    assert cache.relieve() == 320  # 2100 − 0.9·2000 = 300 bytes: four cells
+    assert list(cache._items) == [4, 5, 6, 7, 8, 9] and freed == [1]
+    assert cache.max_bytes == 480 and cache.ceiling == 1800
 
 
 def test_paused_workers_get_the_cache_relief(client):

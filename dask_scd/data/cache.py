@@ -199,7 +199,7 @@ class CellCache:
         the process stays below its pause threshold; it replaces the row chunk's previous
         one."""
         self._recent.pop(group, None)
-        if self.pause_at is not None and _resident_bytes() + size > _RECENT * self.pause_at:
+        if self.pause_at is not None and _resident_bytes() + size > 0.9 * self.pause_at:
             return
         self._recent[group] = (key, value)
 
@@ -234,15 +234,14 @@ class CellCache:
         """Called while the worker is paused (its process memory above the pause
         threshold): its tasks wait, so nothing else will free memory, and a fit would
         wait for ever. Drops the row chunks' last reads and least-recently-used cells
-        until the process is 15 % below the threshold (room for the row chunks' last
-        reads, kept up to 95 % of it), returns the freed heap to the OS,
+        until the process is 10 % below the threshold, returns the freed heap to the OS,
         and lowers the cache's bound to what is left and its ceiling to that target, so
         that it does not fill up to the same point again. Pinned cells stay. Returns the
         bytes dropped."""
         lru = self._lru
         if self.pause_at is None or lru is None:
             return 0
-        target = int(_RELIEVED * self.pause_at)
+        target = int(0.9 * self.pause_at)
         excess = _resident_bytes() - target
         if excess <= 0:
             return 0
@@ -270,11 +269,6 @@ class CellCache:
         if self._lru is not None:
             self._lru.clear()
 
-
-
-# Shares of the pause threshold: the row chunks' last reads are kept below _RECENT of it;
-# a paused worker's cache drops cells until the process is below _RELIEVED of it.
-_RECENT, _RELIEVED = 0.95, 0.85
 
 
 def release_free_memory() -> bool:
