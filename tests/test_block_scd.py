@@ -904,6 +904,34 @@ def test_a_pure_grid_cell_is_cached_by_rows_only(tmp_path, monkeypatch):
         assert b in held and (b, "rows") in held  # (the "not pure" mark)
 
 
+def test_out_of_core_block_iterations_read_each_pure_cell_once(tmp_path, monkeypatch):
+    """With no room in the cache, the block iterations of one row chunk (the last step's
+    apply fused with the next block's statistics, then its line search) read each cell
+    once: the last block's cell is read before the next one's, which the row chunk keeps
+    for its line search and the next apply (the other way round, three reads a cell)."""
+    from dask_scd.data import cache as cell_cache
+    from dask_scd.data import cells
+    from dask_scd.data.cells import CellRef
+    from dask_scd.solvers import block_ops as ops
+
+    X, y = make_onehot(200, 4, 6, random_state=0)[:2]
+    fields = [np.arange(6 * k, 6 * k + 6) for k in range(4)]
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=200, blocks=fields)
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
+    cache = cell_cache.CellCache(0, ceiling=1000)
+    cache.pause_at = 1 << 40
+    monkeypatch.setattr(cells, "CACHE", cache)
+    refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(4)]
+    labels = np.asarray(grid.read_labels(0), dtype=np.float64)
+    margins = np.zeros(len(labels))
+    for b in range(3):
+        step = {"delta": np.full(6, 0.1)}
+        margins, _ = ops.apply_then_stats(margins, refs[b], refs[b + 1], labels, step,
+                                          "logistic")
+        assert cells.pure_rows(refs[b + 1]) is not None  # the line search's read
+    assert cache.counts["reads"] == 4
+
+
 @pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
 def test_pure_cells_line_search_by_rows_gives_the_column_trials(loss):
     """A pure cell's per-coordinate line-search trials read by rows equal the

@@ -285,6 +285,8 @@ def pure_rows(cell) -> PureRows | None:
     dense or device cell, the intercept, or a chunk of a dask array, which a task wraps
     anew each time). Made once per cell: a grid cell's in the cell cache next to the
     cell (counted in its bytes, evicted with the others), a :class:`CellView`'s on it."""
+    if isinstance(cell, PureRows):  # kept by a first pass for a second
+        return cell
     if isinstance(cell, CellRef):
         found = CACHE.get(cell.key + ("rows",), lambda: _ref_by_rows(cell))
     elif isinstance(cell, CellView):

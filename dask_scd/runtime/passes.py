@@ -57,8 +57,9 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
     """out += Σ_b X_cell(b) θ_b over a row chunk's cells (a block of zeros is skipped);
     returns ``out``.
 
-    ``kept``: a list that receives every cell, the ones read here as their views while
-    the process has room for them (:meth:`CellCache.has_room`), for a second pass.
+    ``kept``: a list that receives every cell, the ones read here as their views (a pure
+    cell read by rows: its :class:`~dask_scd.data.cells.PureRows`) while the process has
+    room for them (:meth:`CellCache.has_room`), for a second pass.
     ``by_rows``: pure cells are read by rows (each margin takes one product: the same
     bits).
     """
@@ -68,6 +69,8 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
             rows = pure_rows(cell) if by_rows else None
             if rows is not None:
                 block_kernels.pure_apply(rows.column, rows.value, rows.compact(theta), out)
+                if kept is not None and CACHE.has_room():
+                    cell = rows
             else:
                 view = cell_view(cell)
                 out += view.matvec(theta)

@@ -115,21 +115,25 @@ def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
     Where the next block is pure (or the intercept) and the losses unweighted, the two
     are one pass over the rows (:func:`~dask_scd.kernels.block.pure_stats`): the last
     step is added to each margin as it is read (by rows too where its cell is pure)."""
-    rows = None if gram or row_weights(y) is not None else (
+    fused = not gram and row_weights(y) is None
+    delta = step["delta"]
+    # The last block's cell is read before the next one's: out of core a row chunk keeps
+    # its last read, which the next block's line search and apply read again (read in
+    # the other order, each cell was read three times an epoch).
+    prev = pure_rows(cell) if fused and cell is not None and np.any(delta) else None
+    rows = None if not fused else (
         _INTERCEPT_ROWS if next_cell is None else pure_rows(next_cell))
     if rows is None:
         margins = apply_step(margins, cell, step)
         return margins, block_stats(next_cell, y, margins, loss, gram)
-    delta, shift, last = step["delta"], 0.0, NO_STEP
+    shift, last = 0.0, NO_STEP
     if np.any(delta):
         if cell is None:
             shift = float(delta[0])
+        elif prev is None:
+            margins = apply_step(margins, cell, step)
         else:
-            prev = pure_rows(cell)
-            if prev is None:
-                margins = apply_step(margins, cell, step)
-            else:
-                last = (prev.column, prev.value, prev.compact(delta))
+            last = (prev.column, prev.value, prev.compact(delta))
     out = np.array(margins, dtype=np.float64)
     return out, _pure_stats(rows, labels(y), out, loss, last, shift)
 
