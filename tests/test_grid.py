@@ -223,6 +223,26 @@ def test_dask_auto_blocks_detected_on_first_rows(tmp_path, monkeypatch):
     assert not all(grid.purity)
 
 
+def test_columns_unseen_in_the_detection_rows_get_a_block_of_their_own(tmp_path, monkeypatch):
+    """A streamed input's columns without a value in the detection rows (a field's rare
+    values) go to a last block of their own: in the colouring's first block, the most
+    frequent field, the first of them to occur later made that block impure."""
+    rng = np.random.default_rng(3)
+    Xnp, groups = one_hot(rng, 400, [3, 4, 5])
+    late = [2, 6, 11]  # one value of each field, taken only from row 250 on
+    Xnp[:250] = 0.0
+    for field in groups:  # the first 250 rows: every field's value among its others
+        Xnp[np.arange(250), rng.choice([j for j in field if j not in late], 250)] = 1.0
+    monkeypatch.setattr(grid_write, "DETECT_ROWS", 200)
+    X = da.from_array(sp.csr_matrix(Xnp), chunks=(50, 12), asarray=False)
+    grid = to_grid(X, np.zeros(400), tmp_path / "g", row_chunk=64)
+    check_round_trip(grid, Xnp, np.zeros(400))
+    assert sorted(grid.blocks[-1].tolist()) == late
+    assert all(grid.purity[:-1])
+    in_memory = to_grid(sp.csr_matrix(Xnp), np.zeros(400), tmp_path / "m", row_chunk=64)
+    assert all(in_memory.purity)  # detected on every row: no block apart
+
+
 def test_dask_unknown_chunks(tmp_path):
     X = da.from_array(np.ones((10, 3)), chunks=5)
     X = X[X[:, 0] > 0]  # unknown row chunk sizes

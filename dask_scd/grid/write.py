@@ -62,12 +62,31 @@ def _detection_sample(source: RowReader, row_chunk: int):
     return sample[:DETECT_ROWS]
 
 
+def _unseen_apart(blocks: list, sample) -> list[np.ndarray]:
+    """The columns without a value in a streamed input's detection rows, taken out of
+    the blocks the colouring gave them (its first: they conflict with nothing there) and
+    put last, in a block of their own. In the first block, the most frequent field, the
+    first of them to occur in a later row made that block impure for the whole grid."""
+    if sp.issparse(sample):
+        seen = np.asarray(sample.getnnz(axis=0)) > 0
+    else:
+        seen = np.count_nonzero(np.asarray(sample), axis=0) > 0
+    if seen.all():
+        return blocks
+    kept = [b[seen[b]] for b in blocks]
+    return [b for b in kept if len(b)] + [np.flatnonzero(~seen).astype(np.int64)]
+
+
 def _resolve_blocks(blocks, source: RowReader, names, row_chunk: int) -> list[np.ndarray]:
     p = source.shape[1]
     if blocks is None and source.default_blocks is not None:
         return [np.asarray(b, dtype=np.int64) for b in source.default_blocks]
     if blocks is None or (isinstance(blocks, str) and blocks == "detect"):
-        return detect_pure_blocks(_detection_sample(source, row_chunk))
+        sample = _detection_sample(source, row_chunk)
+        found = detect_pure_blocks(sample)
+        if sample.shape[0] < source.shape[0]:
+            found = _unseen_apart(found, sample)
+        return found
     if isinstance(blocks, str):
         if blocks != "names":
             raise ValueError(
@@ -330,7 +349,8 @@ def to_grid(
         Dataset, else as "detect".  "detect": pure blocks found by greedy
         colouring (:func:`detect_pure_blocks`) on all rows of in-memory
         inputs or on the first ``DETECT_ROWS`` (100 000) rows of streamed
-        ones (dask arrays, libsvm files).  "names": group ``"var=value"`` feature names by ``var``
+        ones (dask arrays, libsvm files), whose columns without a value in
+        those rows then form a last block of their own.  "names": group ``"var=value"`` feature names by ``var``
         (:func:`blocks_from_names`).  int k: consecutive blocks of k
         features (sensible for dense data).  A list must partition
         ``range(n_features)``.
