@@ -361,6 +361,13 @@ def test_a_paused_worker_s_cache_gives_memory_back(monkeypatch):
     assert cache.relieve() == 320  # 2100 − 0.9·2000 = 300 bytes: four cells
     assert list(cache._items) == [4, 5, 6, 7, 8, 9] and freed == [1]
     assert cache.max_bytes == 480 and cache.ceiling == 1800
+    # The next fit starts from what the worker has left then, not from this fit's low.
+    budgets = []
+    monkeypatch.setattr(cell_cache, "_cache_budget",
+                        lambda held=0: budgets.append(held) or (5000, 9000, 2000))
+    assert cache.renew() and budgets == [480]  # the cells it holds are not counted as used
+    assert cache.max_bytes == 5000 and cache.ceiling == 9000
+    assert not cache.renew()  # once per relief
 
 
 def test_paused_workers_get_the_cache_relief(client):

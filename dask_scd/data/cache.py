@@ -100,6 +100,7 @@ class CellCache:
         self._pinning = threading.local()  # the hold running in this thread, if any
         self._recent: dict = {}  # row chunk -> (key, value): see _keep_recent
         self.pause_at = None  # resident bytes at which the worker pauses, or None
+        self.relieved = False  # a relief lowered the bound (see renew)
         self.reads = 0  # loads from the store (every miss)
 
     def hold(self, group, resolve) -> dict:
@@ -252,8 +253,22 @@ class CellCache:
                 dropped += lru.evict_oldest()
             lru.max_bytes = lru.nbytes
             self.ceiling = target if self.ceiling is None else min(self.ceiling, target)
+            self.relieved = True
         release_free_memory()
         return dropped
+
+    def renew(self) -> bool:
+        """At a fit's start, in a worker whose cache a relief lowered (:meth:`relieve`):
+        its bound and ceiling from what the worker has left now, so that one fit that
+        ran short of memory does not leave the next ones with a cache of nothing.
+        Returns whether it did."""
+        if not self.relieved or self._lru is None:
+            return False
+        bound, ceiling, pause_at = _cache_budget(held=self._lru.nbytes)
+        with self._lru.lock:
+            self._lru.max_bytes = bound
+            self.ceiling, self.pause_at, self.relieved = ceiling, pause_at, False
+        return True
 
     @property
     def counts(self) -> dict:
@@ -293,9 +308,9 @@ def _resident_bytes() -> int:
     return psutil.Process().memory_info().rss
 
 
-def _cache_budget() -> tuple[int, int | None, int | None]:
+def _cache_budget(held: int = 0) -> tuple[int, int | None, int | None]:
     """(bound in bytes, resident-memory ceiling, pause threshold in bytes) for this
-    process's cell cache.
+    process's cell cache, which holds ``held`` bytes now (not counted as used).
 
     In a dask worker with a memory limit: half of what is left below the pause threshold
     (or the terminate threshold, or the limit) after the memory already resident, and the
@@ -311,7 +326,7 @@ def _cache_budget() -> tuple[int, int | None, int | None]:
     if not limit:
         return 1 << 30, None, None
     fraction = manager.memory_pause_fraction or manager.memory_terminate_fraction or 1.0
-    resident = _resident_bytes()
+    resident = _resident_bytes() - held
     pause_at = int(fraction * limit)
     bound = max(0, int(0.5 * (pause_at - resident)))
     # The ceiling leaves room for the tasks' own arrays, but not twice: where they take

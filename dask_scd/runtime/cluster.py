@@ -154,9 +154,12 @@ def relieve_paused_workers(client) -> bool:
 
 
 def _tune_malloc(dask_worker=None) -> bool:
-    """(on a worker, by ``client.run``) :func:`collective.tune_malloc`."""
+    """(on a worker, by ``client.run``, when a fit starts) :func:`collective.tune_malloc`,
+    and the cell cache's budget renewed where a relief lowered it (``CellCache.renew``)."""
+    from dask_scd.data.cache import CACHE
     from dask_scd.runtime.collective import tune_malloc
 
+    CACHE.renew()
     return tune_malloc()
 
 
