@@ -445,10 +445,24 @@ def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
 
     def columns():
         for cell in cells:
-            view = cell_view(cell)
-            yield view.matvec(np.ones(view.n_columns))
+            yield _cell_matvec(cell, lambda n_columns: np.ones(n_columns))
 
     return RowSums.from_columns(columns(), with_intercept)
+
+
+def _cell_matvec(cell, vector_of) -> np.ndarray:
+    """X_cell v for v = ``vector_of(n_columns)``: a pure cell by rows (the form its passes
+    read and the cache holds: out of core, reading its column-major form for this was a
+    read more of every cell), any other by its view. The same bits: a pure cell's row
+    holds one entry at most."""
+    rows = pure_rows(cell)
+    if rows is not None:
+        out = np.zeros(len(rows.column))
+        block_kernels.pure_apply(rows.column, rows.value, rows.compact(vector_of(rows.n_columns)),
+                                 out)
+        return out
+    view = cell_view(cell)
+    return view.matvec(vector_of(view.n_columns))
 
 
 def active_row_sums(cells: list, coef, offsets, with_intercept: bool) -> RowSums:
@@ -458,8 +472,8 @@ def active_row_sums(cells: list, coef, offsets, with_intercept: bool) -> RowSums
 
     def columns():
         for b, cell in enumerate(cells):
-            view = cell_view(cell)
-            yield view.matvec((coef[offsets[b]:offsets[b + 1]] != 0.0).astype(np.float64))
+            live = (coef[offsets[b]:offsets[b + 1]] != 0.0).astype(np.float64)
+            yield _cell_matvec(cell, lambda n_columns, live=live: live)
 
     return RowSums.from_columns(columns(), with_intercept)
 
