@@ -153,15 +153,20 @@ class CellCache:
             return value
         if hit:
             return value
-        # (kind, path, grid, version, row chunk): see CellRef.key
-        group = key[:5] if isinstance(key, tuple) else key
-        recent = self._recent.get(group)
-        if recent is not None and recent[0] == key:
-            return recent[1]
+        value, hit = self._last_read(key)
+        if hit:
+            return value
         value = load()
         self.reads += int(read)
-        self._keep(key, group, value)
+        self._keep(key, value)
         return value
+
+    def _last_read(self, key) -> tuple:
+        """(value, True) where ``key`` is its row chunk's last read (see _keep_recent)."""
+        recent = self._recent.get(_group(key))
+        if recent is not None and recent[0] == key:
+            return recent[1], True
+        return None, False
 
     def lookup(self, key) -> tuple:
         """(value, True) where ``key`` is held (pinned, cached or the row chunk's last
@@ -172,26 +177,22 @@ class CellCache:
             value, hit = self._lru.lookup(key)
             if hit:
                 return value, True
-        group = key[:5] if isinstance(key, tuple) else key
-        recent = self._recent.get(group)
-        if recent is not None and recent[0] == key:
-            return recent[1], True
-        return None, False
+        return self._last_read(key)
 
     def keep(self, key, value):
         """Cache ``value``, read by the caller, as :meth:`get` would have after reading it
         (not counted as a read again)."""
         self.get(key, lambda: value, read=False)
 
-    def _keep(self, key, group, value):
+    def _keep(self, key, value):
         lru = self._lru
         size = _nbytes(value)
         with lru.lock:
             if key not in lru.keys and size <= lru.max_bytes and self._make_room(size):
                 lru.insert(key, value, size)
-                self._recent.pop(group, None)
+                self._recent.pop(_group(key), None)
             else:
-                self._keep_recent(group, key, value, size)
+                self._keep_recent(_group(key), key, value, size)
 
     def _keep_recent(self, group, key, value, size: int):
         """Keep the last cell read for a row chunk that the LRU had no room for: the next
@@ -298,6 +299,12 @@ def release_free_memory() -> bool:
         return False
 
 
+def _group(key):
+    """The row chunk of a cell's key, (kind, path, grid, version, row chunk): see
+    ``CellRef.key``; any other key is its own."""
+    return key[:5] if isinstance(key, tuple) else key
+
+
 def _nbytes(value) -> int:
     return getattr(value, "nbytes", 0)
 
@@ -314,7 +321,8 @@ def _cache_budget(held: int = 0) -> tuple[int, int | None, int | None]:
 
     In a dask worker with a memory limit: half of what is left below the pause threshold
     (or the terminate threshold, or the limit) after the memory already resident, and the
-    ceiling ``resident + bound`` or 85 % of the threshold, whichever is higher. Outside a worker, or without a limit: 1 GiB, no ceiling.
+    ceiling ``resident + bound`` or 85 % of the threshold, whichever is higher. Outside
+    a worker, or without a limit: 1 GiB, no ceiling.
     """
     try:
         from distributed import get_worker

@@ -270,6 +270,13 @@ class PureRows:
         theta = theta if self.stored is None else theta[self.stored]
         return np.ascontiguousarray(theta, dtype=np.float64)
 
+    def matvec(self, theta) -> np.ndarray:
+        """X_cell θ (θ of the cell's columns): the bits of :meth:`CellView.matvec`, a row
+        holding one entry at most."""
+        out = np.zeros(len(self.column))
+        block_kernels.pure_apply(self.column, self.value, self.compact(theta), out)
+        return out
+
 
 class _NotPure:
     """What :func:`pure_rows` keeps for a cell that has no by-rows form."""

@@ -124,6 +124,8 @@ def _cache_relief_plugin():
     from tornado.ioloop import PeriodicCallback
 
     class CacheRelief(WorkerPlugin):
+        idempotent = True  # registered once per cluster, whatever the number of fits
+
         def setup(self, worker):
             from dask_scd.data.cache import CACHE
 

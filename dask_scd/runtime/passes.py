@@ -66,16 +66,14 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
     for b, cell in enumerate(cells):
         theta = coef[offsets[b]:offsets[b + 1]]
         if np.any(theta):
-            rows = pure_rows(cell) if by_rows else None
-            if rows is not None:
-                block_kernels.pure_apply(rows.column, rows.value, rows.compact(theta), out)
-                if kept is not None and CACHE.has_room():
-                    cell = rows
+            read = pure_rows(cell) if by_rows else None
+            if read is not None:
+                block_kernels.pure_apply(read.column, read.value, read.compact(theta), out)
             else:
-                view = cell_view(cell)
-                out += view.matvec(theta)
-                if kept is not None and CACHE.has_room():
-                    cell = view
+                read = cell_view(cell)
+                out += read.matvec(theta)
+            if kept is not None and CACHE.has_room():
+                cell = read
         if kept is not None:
             kept.append(cell)
     return out

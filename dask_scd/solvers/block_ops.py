@@ -453,16 +453,9 @@ def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
 def _cell_matvec(cell, vector_of) -> np.ndarray:
     """X_cell v for v = ``vector_of(n_columns)``: a pure cell by rows (the form its passes
     read and the cache holds: out of core, reading its column-major form for this was a
-    read more of every cell), any other by its view. The same bits: a pure cell's row
-    holds one entry at most."""
-    rows = pure_rows(cell)
-    if rows is not None:
-        out = np.zeros(len(rows.column))
-        block_kernels.pure_apply(rows.column, rows.value, rows.compact(vector_of(rows.n_columns)),
-                                 out)
-        return out
-    view = cell_view(cell)
-    return view.matvec(vector_of(view.n_columns))
+    read more of every cell), any other by its view."""
+    form = pure_rows(cell) or cell_view(cell)
+    return form.matvec(vector_of(form.n_columns))
 
 
 def active_row_sums(cells: list, coef, offsets, with_intercept: bool) -> RowSums:

@@ -236,15 +236,14 @@ def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):
             # a pattern stable that many epochs at least, so it stays cheap next to them.
             wait = max(_STABLE_EPOCHS, np.count_nonzero(signs) ** 3 // (3 * len(order) ** 2))
             if stable >= wait and key not in tried:
-                stable = 0
+                stable, moved = 0, False
                 jump = _support_step(system, problem, coef, signs)
                 if jump is not None:
                     jump_gradient = system.gradient(jump)
                     jump_cert = system.certificate(problem, jump, jump_gradient)
                     if jump_cert.primal <= cert.primal:
-                        coef, gradient, cert = jump, jump_gradient, jump_cert
-                        jump = coef
-                if jump is not coef:  # no progress from this pattern: not tried again
+                        coef, gradient, cert, moved = jump, jump_gradient, jump_cert, True
+                if not moved:  # no progress from this pattern: not tried again
                     tried.add(key)
         best, since_best = (cert.gap, 0) if cert.gap < best else (best, since_best + 1)
     return coef, epoch
