@@ -332,3 +332,26 @@ def test_a_task_reaching_no_worker_while_a_newcomer_registers_is_released():
     scheduler.tasks["j"] = kept
     plugin.transition("j", "waiting", "no-worker")
     assert kept.worker_restrictions == {"tcp://new:2"} and len(callbacks) == 1
+
+
+def test_a_task_reaching_no_worker_before_a_newcomer_runs_is_released():
+    """A newcomer registered but not yet running takes the no-worker tasks when its
+    status changes, by their restrictions: a task that reached no-worker then, its named
+    worker gone, waited for ever (seen under load). Its restrictions are released at
+    once; it is moved by the scheduler when the newcomer runs, not by the plugin."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from dask_scd.runtime.cluster import _stale_homes_plugin
+
+    callbacks = []
+    ts = SimpleNamespace(state="no-worker", loose_restrictions=True,
+                         worker_restrictions={"tcp://gone:1"})
+    scheduler = SimpleNamespace(
+        tasks={"k": ts}, workers={"tcp://new:2": object()}, running=set(),
+        loop=SimpleNamespace(add_callback=lambda f, *a: callbacks.append((f, a))))
+    plugin = _stale_homes_plugin()
+    asyncio.run(plugin.start(scheduler))
+    plugin.transition("k", "waiting", "no-worker")
+    assert ts.worker_restrictions == set() and ts.loose_restrictions is False
+    assert not callbacks

@@ -84,15 +84,19 @@ def _stale_homes_plugin():
             # A task that reaches no-worker while a newcomer registers (the scheduler
             # awaits its plugins between adding the worker and moving the no-worker
             # tasks) misses add_worker above: release it here, and move it once this
-            # transition is over.
+            # transition is over. Released also while no worker runs: a newcomer
+            # registered but not yet running takes the no-worker tasks when its status
+            # changes, by their restrictions, which add_worker had no task to clear
+            # (a rare hang under load: the task waited for ever).
             scheduler = self.scheduler
-            if finish != "no-worker" or scheduler is None or not scheduler.running:
+            if finish != "no-worker" or scheduler is None:
                 return
             ts = scheduler.tasks.get(key)
             if ts is not None and self._stale(ts, scheduler):
                 ts.worker_restrictions = set()
                 ts.loose_restrictions = False
-                scheduler.loop.add_callback(self._move, key)
+                if scheduler.running:
+                    scheduler.loop.add_callback(self._move, key)
 
         def _move(self, key):
             scheduler = self.scheduler
