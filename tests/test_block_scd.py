@@ -335,10 +335,34 @@ def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monke
                 cache.get((*cell, r, b), load((r, b)))
     assert loads == [(0, 0), (1, 0), (0, 1), (1, 1)]
     assert cache.nbytes == 0 and cache.counts["reads"] == 4
-    resident[0] = 1900  # near the pause threshold: nothing more is kept
+    # Near the pause threshold the row chunks' last reads are still kept while they take
+    # at most an eighth of it (250 bytes here: out of core a worker sits there, and a
+    # cell read twice a pass costs more than one cell per row chunk), not beyond.
+    resident[0] = 1900
     cache.get((*cell, 0, 2), load((0, 2)))
     cache.get((*cell, 0, 2), load((0, 2)))
-    assert loads[-2:] == [(0, 2), (0, 2)]
+    assert loads[-1:] == [(0, 2)]
+    big = (lambda key: (lambda: loads.append(key) or np.zeros(30)))  # 240 bytes
+    cache.get((*cell, 0, 3), big((0, 3)))
+    cache.get((*cell, 0, 3), big((0, 3)))
+    assert loads[-2:] == [(0, 3), (0, 3)]  # 80 + 240 bytes held would pass 250
+
+
+def test_a_task_keeps_a_row_chunk_s_cells_for_its_second_pass_near_the_threshold(
+        monkeypatch):
+    """The certificate's margins and statistics read a row chunk's cells once even where
+    the process sits above 80 % of its pause threshold (out of core it does most of the
+    time): a task keeps up to an eighth of the threshold of cells for its second pass."""
+    from dask_scd.data import cache as cell_cache
+
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1900)
+    cache = cell_cache.CellCache(0, ceiling=1000)
+    assert cache.has_room(10**12)  # no pause threshold known: always
+    cache.pause_at = 2000
+    assert cache.has_room(0) and cache.has_room(250)
+    assert not cache.has_room(251)
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
+    assert cache.has_room(10**6)  # well below the threshold: any amount
 
 
 def test_a_paused_worker_s_cache_gives_memory_back(monkeypatch):
@@ -990,3 +1014,63 @@ def test_columns_without_a_value_do_not_hold_back_the_coarse_step(tmp_path, clie
     assert not np.any(on_grid.coef_[-20_000:])
     np.testing.assert_allclose(on_grid.history_.primal[-1], memory.history_.primal[-1],
                                rtol=1e-9)
+
+
+def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, monkeypatch):
+    """One task per row chunk checks its cells and makes the coarse step's row sums: the
+    same reports and sums as the two apart, each cell read from the store once (out of
+    core a task per cell and one per row chunk read every cell twice)."""
+    from dask_scd.data import cache as cell_cache
+    from dask_scd.data import cells
+    from dask_scd.data.cells import CellRef
+    from dask_scd.solvers import block_ops as ops
+
+    X, y = make_onehot(300, 4, 6, random_state=1)[:2]
+    X = sp.hstack([X, sp.random(300, 5, density=0.5, random_state=2, format="csr")]).tocsr()
+    fields = [np.arange(6 * k, 6 * k + 6) for k in range(4)] + [np.arange(24, 29)]
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=300, blocks=fields)
+    refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(5)]
+    apart_reports = [cells.inspect_cell(ref, f"cell (row chunk 0, block {b})")
+                     for b, ref in enumerate(refs)]
+    apart = ops.block_row_sums(refs, True)
+
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
+    cache = cell_cache.CellCache(0, ceiling=1000)  # nothing fits: out of core
+    cache.pause_at = 1 << 40
+    monkeypatch.setattr(cells, "CACHE", cache)
+    reads = []
+    read_view = cells._read_view
+    monkeypatch.setattr(cells, "_read_view", lambda cell: reads.append(cell.b) or read_view(cell))
+    reports, sums = ops.inspect_row_chunk(refs, "row chunk 0", True, True)
+    assert reads == [0, 1, 2, 3, 4]
+    for got, want in zip(reports, apart_reports):
+        assert got["max_per_row"] == want["max_per_row"] and got["nbytes"] == want["nbytes"]
+        np.testing.assert_array_equal(got["columns"], want["columns"])
+    np.testing.assert_array_equal(sums.counts, apart.counts)
+    np.testing.assert_array_equal(sums.column_of, apart.column_of)
+    assert ops.inspect_row_chunk(refs, "row chunk 0", False, True)[1] is None
+
+
+def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatch):
+    """The preflight's check reads a cell's column-major form; once its by-rows form is
+    made, that form alone stays in the cache for a pure cell (in core both took a
+    cell's bytes, and a grid that fitted its workers' caches was read again each pass);
+    an impure cell keeps its column-major form."""
+    from dask_scd.data import cache as cell_cache
+    from dask_scd.data import cells
+    from dask_scd.data.cells import CellRef
+    from dask_scd.solvers import block_ops as ops
+
+    X, y = make_onehot(300, 3, 6, random_state=1)[:2]
+    X = sp.hstack([X, sp.random(300, 5, density=0.5, random_state=2, format="csr")]).tocsr()
+    fields = [np.arange(6 * k, 6 * k + 6) for k in range(3)] + [np.arange(18, 23)]
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=300, blocks=fields)
+    refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(4)]
+    cache = cell_cache.CellCache(1 << 30)
+    monkeypatch.setattr(cells, "CACHE", cache)
+    ops.inspect_row_chunk(refs, "row chunk 0", True, True)
+    kinds = sorted((key[-2], key[-1]) if key[-1] == "rows" else (key[-1], "columns")
+                   for key in cache._items)
+    assert kinds == [(0, "rows"), (1, "rows"), (2, "rows"), (3, "columns"), (3, "rows")]
+    assert cache.nbytes == sum(cells.pure_rows(ref).nbytes for ref in refs[:3]) + \
+        cells.cell_view(refs[3]).nbytes

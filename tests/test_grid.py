@@ -564,6 +564,36 @@ def test_dense_cell_damaged_after_it_was_checked(tmp_path, damage):
     np.testing.assert_array_equal(grid.read_cell(3, 1), X[30:40][:, cols])
 
 
+@pytest.mark.parametrize("damage", ["swap", "garble", "truncate"])
+def test_sparse_cell_damaged_after_it_was_checked(tmp_path, damage):
+    """A sparse cell read again whose frame ends with the content checksum it had when
+    it was checked skips the CRC and the checks (out of core a cell is read every
+    pass); one damaged after that read is still refused with its name. One-hot cells:
+    another row chunk's cell holds as many entries, so only its checksum tells it."""
+    from dask_scd.datasets import make_onehot
+
+    X, y = make_onehot(60, 2, 4, random_state=3)[:2]
+    root = tmp_path / "g"
+    grid = to_grid(X, y, root, row_chunk=10, blocks=[np.arange(4), np.arange(4, 8)])
+    want = X[30:40][:, grid.blocks[1]].toarray()
+    for _ in range(2):  # checked, then recognized
+        np.testing.assert_array_equal(grid.read_cell(3, 1).toarray(), want)
+    chunk = _chunk_file(root, grid, 3, 1)
+    raw = chunk.read_bytes()
+    if damage == "swap":
+        other = _chunk_file(root, grid, 4, 1).read_bytes()
+        assert other != raw and grid.cell_nnz[3, 1] == grid.cell_nnz[4, 1]
+        chunk.write_bytes(other)
+    elif damage == "garble":
+        chunk.write_bytes(raw[:8] + bytes(b ^ 0x5A for b in raw[8:]))
+    else:
+        chunk.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 3, block 1\)"):
+        grid.read_cell(3, 1)
+    chunk.write_bytes(raw)  # put back: recognized again
+    np.testing.assert_array_equal(grid.read_cell(3, 1).toarray(), want)
+
+
 def test_missing_labels_chunk(tmp_path):
     grid = to_grid(np.ones((20, 2)), np.ones(20), tmp_path / "g", row_chunk=5)
     (tmp_path / "g" / "y" / "c" / "3").unlink()
@@ -710,3 +740,23 @@ def test_pure_block_pattern_from_csr_equals_the_general_one():
         blocks = partition.detect_pure_blocks(X)
         assert [b.tolist() for b in blocks] == \
             [b.tolist() for b in partition.detect_pure_blocks(X.toarray())]
+
+
+def test_a_worker_s_reader_keeps_none_of_the_column_lists(tmp_path):
+    """Every worker opens a store's reader: it keeps the blocks' sizes, not their column
+    lists (a 600k-column store's held ~50 MiB in each worker), nor zarr's group; cells
+    and labels read through it as through the grid."""
+    from dask_scd.grid import read as grid_read
+
+    rng = np.random.default_rng(0)
+    X = sp.random(40, 30, density=0.2, random_state=1, format="csr")
+    y = np.sign(rng.standard_normal(40))
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=16,
+                   blocks=[np.arange(k, min(k + 8, 30)) for k in range(0, 30, 8)])
+    reader = grid_read._reader(grid.path, grid.grid_id)
+    assert not any(k in reader.attrs for k in ("blocks", "feature_names", "feature_order"))
+    assert not hasattr(reader, "group")
+    assert reader.sizes == [len(b) for b in grid.blocks]
+    got = sp.hstack([reader.read_cell(1, b) for b in range(len(grid.blocks))]).toarray()
+    np.testing.assert_array_equal(got, X[16:32][:, np.concatenate(grid.blocks)].toarray())
+    np.testing.assert_array_equal(reader.read_labels(2), y[32:])

@@ -146,3 +146,26 @@ def test_malloc_thresholds_shrink_with_the_memory_limit():
     assert malloc_thresholds(640 * MiB) == (20 * MiB, 20 * MiB // 16)
     trim, mmap = malloc_thresholds(64 * MiB)
     assert trim == 2 * MiB and mmap == 128 * 2**10  # glibc's default: nothing to raise
+
+
+@pytest.mark.parametrize("n_rows, slots", [(50, 2), (50, 3), (7, 4), (3, 2), (200, 1)])
+def test_row_chunk_groups_are_dealt_evenly_to_the_worker_threads(n_rows, slots):
+    """Groups of row chunks are a multiple of the worker threads (where there are that
+    many row chunks), so each thread's run of groups holds as many row chunks as any
+    other's to within one group: 13 groups of 50 row chunks on 2 workers gave one 27."""
+    import types
+
+    from dask_scd.runtime.cluster import ClusterRuntime
+
+    stub = types.SimpleNamespace(n_row_chunks=n_rows, pin=True,
+                                 row_counts=[262_144] * n_rows, GROUP_ROWS=1_048_576,
+                                 _slots=lambda: [f"w{k}" for k in range(slots)])
+    groups = ClusterRuntime._make_groups(stub)
+    assert [r for g in groups for r in g] == list(range(n_rows))
+    G = len(groups)
+    assert G == n_rows or G % slots == 0
+    per_slot = [sum(len(groups[g]) for g in range(G) if g * slots // G == s)
+                for s in range(min(slots, G))]
+    assert max(per_slot) - min(per_slot) <= max(len(g) for g in groups)
+    if (n_rows, slots) == (50, 2):
+        assert per_slot == [25, 25]

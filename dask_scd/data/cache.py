@@ -65,6 +65,15 @@ class ByteLRU:
             _, _, weight = self._lru.evict()
             return int(weight)
 
+    def discard(self, key) -> int:
+        """Drop ``key`` if held (not counted as an eviction); its bytes (0 if absent)."""
+        with self.lock:
+            if key not in self._lru:
+                return 0
+            size = int(self._lru.weights[key])
+            del self._lru[key]
+            return size
+
     def insert(self, key, value, size: int):
         """Keep ``value``; the caller has made room (older items go if it has not)."""
         with self.lock:
@@ -179,6 +188,14 @@ class CellCache:
                 return value, True
         return self._last_read(key)
 
+    def drop(self, key) -> int:
+        """Forget ``key`` (cached or its row chunk's last read): a form of a cell that
+        another has replaced. Returns the bytes dropped from the LRU."""
+        recent = self._recent.get(_group(key))
+        if recent is not None and recent[0] == key:
+            self._recent.pop(_group(key), None)
+        return 0 if self._lru is None else self._lru.discard(key)
+
     def keep(self, key, value):
         """Cache ``value``, read by the caller, as :meth:`get` would have after reading it
         (not counted as a read again)."""
@@ -190,26 +207,36 @@ class CellCache:
         with lru.lock:
             if key not in lru.keys and size <= lru.max_bytes and self._make_room(size):
                 lru.insert(key, value, size)
-                self._recent.pop(_group(key), None)
+                if size:  # (a marker of no bytes, "not pure", is not the last read)
+                    self._recent.pop(_group(key), None)
             else:
                 self._keep_recent(_group(key), key, value, size)
 
     def _keep_recent(self, group, key, value, size: int):
         """Keep the last cell read for a row chunk that the LRU had no room for: the next
         stages of the same block iteration read it again (statistics, line search, apply),
-        so a grid larger than the cache is still decoded once per pass. Kept only while
-        the process stays below its pause threshold; it replaces the row chunk's previous
-        one."""
+        so a grid larger than the cache is still decoded once per pass. It replaces the
+        row chunk's previous one. Kept while the row chunks' last reads take at most an
+        eighth of the pause threshold, or while the process stays below 90 % of it: out
+        of core a worker sits near its threshold, and reading every cell twice a pass
+        costs more time than one cell per row chunk costs memory."""
         self._recent.pop(group, None)
         if self.pause_at is not None and _resident_bytes() + size > 0.9 * self.pause_at:
-            return
+            held = sum(_nbytes(v) for _, v in self._recent.values())
+            if held + size > self.pause_at // 8:
+                return
         self._recent[group] = (key, value)
 
-    def has_room(self) -> bool:
-        """May a task keep the cells it has read for a while (beyond the cache)? True
-        where the process knows no pause threshold, else while it stays below 80 % of it
-        (the rest is for the tasks' own arrays)."""
-        return self.pause_at is None or _resident_bytes() < 0.8 * self.pause_at
+    def has_room(self, held: int = 0) -> bool:
+        """May a task that holds ``held`` bytes of cells beyond the cache keep one more
+        for a while? True where the process knows no pause threshold, else while it
+        stays below 80 % of it (the rest is for the tasks' own arrays), and always for
+        the first eighth of the threshold: a task that keeps one row chunk's cells for
+        a second pass costs that much at most, while reading them again costs a pass
+        over the store (out of core the process sits above 80 % most of the time)."""
+        if self.pause_at is None or held <= self.pause_at // 8:
+            return True
+        return _resident_bytes() < 0.8 * self.pause_at
 
     def _make_room(self, size: int) -> bool:
         """Drop old cells until ``size`` more bytes fit the bound and the process ceiling."""

@@ -307,7 +307,7 @@ def pure_rows(cell) -> PureRows | None:
 
 def _ref_by_rows(cell) -> PureRows | _NotPure:
     """A grid cell's by-rows form, made from its column-major form: the cached one if
-    there is one, else read for this alone and not cached (the passes read a pure cell
+    there is one (then dropped from the cache), else read for this alone and not cached (the passes read a pure cell
     by rows only, so out of core the two forms would share the cache and both be read
     again each pass). An impure cell's column-major form is cached: it is what its passes
     read."""
@@ -317,6 +317,11 @@ def _ref_by_rows(cell) -> PureRows | _NotPure:
     found = _by_rows(view)
     if found is _NOT_PURE and not cached:
         CACHE.keep(cell.key, view)
+    elif found is not _NOT_PURE and cached:
+        # Read for something else first (the preflight's check): the by-rows form
+        # replaces it, else a pure cell took its bytes twice in the cache (in core, a
+        # grid that fits was read again every pass).
+        CACHE.drop(cell.key)
     return found
 
 
@@ -334,8 +339,9 @@ def _by_rows(view) -> PureRows | _NotPure:
     column, value, pure = block_kernels.csc_by_rows(m.data, m.indices, m.indptr, view.n_rows)
     if not pure:
         return _NOT_PURE
-    if np.all(m.data == 1):
-        value = np.zeros(0)
+    if np.all(m.data == 1):  # one-hot: Σ|x|³ of a column is its count (the same bits)
+        return PureRows(column, np.zeros(0), stored, m.n_major, view.n_columns,
+                        np.diff(m.indptr).astype(np.float64))
     cube = view.cube_sums()
     return PureRows(column, value, stored, m.n_major, view.n_columns,
                     cube if stored is None else cube[stored])

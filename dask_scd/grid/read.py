@@ -4,6 +4,7 @@ dask arrays built on them."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numcodecs
@@ -50,14 +51,16 @@ class _Reader:
         self.identity = _identity(path)
         if self.identity is None:
             raise GridCorruptionError(_changed(path))
-        self.group = zarr.open_group(path, mode="r")
-        attrs = dict(self.group.attrs)
+        attrs = _store_attrs(path)
         if attrs.get("grid_id") != grid_id:
             raise GridCorruptionError(_changed(path))
         _check_attrs(path, attrs)
-        self.attrs = attrs
         self.bounds = np.asarray(attrs["row_bounds"], dtype=np.int64)
         self.sizes = [len(b) for b in attrs["blocks"]]
+        # The blocks' column lists (and names) are what a reader needs least and what
+        # weighs most: a 600k-column store's, parsed, held ~50 MiB in every worker
+        # (with zarr's group, which is not kept either: arrays open by their path).
+        self.attrs = {k: v for k, v in attrs.items() if k not in _LARGE_ATTRS}
         self.is_sparse = attrs["layout"] == "sparse"
         self.dtype = np.dtype(attrs["dtype"])
         self._arrays: dict[str, object] = {}
@@ -70,7 +73,7 @@ class _Reader:
     def _array(self, name: str, cache: bool = True):
         arr = self._arrays.get(name)
         if arr is None:
-            arr = self.group[name]
+            arr = zarr.open_array(store=self.path, path=name, mode="r")
             if cache:
                 self._arrays[name] = arr
         return arr
@@ -88,7 +91,7 @@ class _Reader:
     def _required(self, name: str):
         try:
             return self._array(name)
-        except KeyError:
+        except (KeyError, FileNotFoundError):
             raise GridCorruptionError(
                 f"grid store {self.path} has no {name!r} array ({_REWRITE})") from None
 
@@ -219,7 +222,7 @@ class _Reader:
         # Once one cell of this grid was found stored as to_grid stores them (one zstd
         # frame of bytes), the others are decoded without opening their zarr arrays; any
         # cell whose frame does not decode to its length goes through zarr.
-        packed = self._packed_frame(name, expected) if self._frames else None
+        packed, trailer = self._packed_frame(name, expected) if self._frames else (None, None)
         if packed is None:
             arr = self._array(name, cache=False)
             if arr.shape != (expected,):
@@ -227,12 +230,20 @@ class _Reader:
                     f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
                 )
             if _one_zstd_frame(arr) and arr.dtype == np.uint8:
-                packed = self._packed_frame(name, expected)
+                packed, trailer = self._packed_frame(name, expected)
                 self._frames = packed is not None
             if packed is None:
                 packed = np.asarray(arr[:])
-        self._verify(packed, (0, r, b), where)
+        # A cell read again whose frame ends with the content checksum it had when it
+        # passed the checks holds the bytes checked then (zstd compares that checksum
+        # while decoding; see _read_dense): out of core a cell is read every pass, and
+        # the CRC and the checks were a third of a read (1.1 of 3.3 ms a 3 MB cell).
+        checked = trailer is not None and self._verified_frames.get(("sparse", r, b)) == trailer
+        if not checked:
+            self._verify(packed, (0, r, b), where)
         data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where)
+        if checked:
+            return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
         if (
             indptr[0] != 0
             or indptr[-1] != nnz
@@ -241,22 +252,28 @@ class _Reader:
             or not np.isfinite(data).all()
         ):
             raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
+        if trailer is not None and self.checksums() is not None:
+            self._verified_frames[("sparse", r, b)] = trailer
         return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
 
     _frames = None  # are this grid's sparse cells one zstd frame each (see _read_sparse)?
 
-    def _packed_frame(self, name: str, expected: int) -> np.ndarray | None:
-        """A packed sparse cell (uint8) decoded straight from its one zstd frame (zarr's
-        path costs opening the array, its event loop and two copies: 7.5 ms of a 3 MB
-        cell's read become ~3), or None where the frame does not decode to ``expected``
-        bytes (zarr's path then reads it and reports what is wrong)."""
+    def _packed_frame(self, name: str, expected: int) -> tuple:
+        """(packed sparse cell (uint8) decoded straight from its one zstd frame, the
+        frame's content checksum or None): zarr's path costs opening the array, its
+        event loop and two copies (7.5 ms of a 3 MB cell's read become ~3). (None, None)
+        where the frame does not decode to ``expected`` bytes (zarr's path then reads it
+        and reports what is wrong)."""
         with open(self._chunk_path(name, "c/0"), "rb") as f:
             frame = f.read()
         try:
             raw = _ZSTD.decode(frame)
         except Exception:  # not a frame zstd reads: zarr's path says what it is
-            return None
-        return np.frombuffer(raw, dtype=np.uint8) if len(raw) == expected else None
+            return None, None
+        if len(raw) != expected:
+            return None, None
+        trailer = frame[-4:] if _frame_has_checksum(frame) else None
+        return np.frombuffer(raw, dtype=np.uint8), trailer
 
     def read_weights(self, r: int) -> np.ndarray:
         """Sample weights of row chunk r (stores written with ``sample_weight``)."""
@@ -316,6 +333,24 @@ def _one_zstd_frame(arr) -> bool:
 
 _READERS: dict = {}  # (path, grid_id) -> _Reader, the most recent MAX_READERS
 MAX_READERS = 64
+
+
+_LARGE_ATTRS = ("blocks", "feature_names", "feature_order")
+
+
+def _store_attrs(path: str) -> dict:
+    """The store's attributes, read from its ``zarr.json`` (nothing else of zarr's group
+    is kept); a store without one, through zarr."""
+    try:
+        with open(os.path.join(path, "zarr.json"), "rb") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        meta = None
+    except (OSError, ValueError) as exc:
+        raise GridCorruptionError(f"grid store {path}: cannot read zarr.json: {exc}") from exc
+    if isinstance(meta, dict) and isinstance(meta.get("attributes"), dict):
+        return meta["attributes"]
+    return dict(zarr.open_group(path, mode="r").attrs)
 
 
 def _reader(path: str, grid_id: str) -> _Reader:

@@ -316,9 +316,14 @@ class ClusterRuntime:
         R = self.n_row_chunks
         if not self.pin:
             return [[r] for r in range(R)]
-        G = max(1, min(len(self._slots()), R))
+        slots = max(1, len(self._slots()))
+        G = min(slots, R)
         if self.row_counts is not None:
-            G = min(R, max(G, -(-sum(self.row_counts) // self.GROUP_ROWS)))
+            G = max(G, -(-sum(self.row_counts) // self.GROUP_ROWS))
+            # A multiple of the worker threads: the groups are dealt to them in runs,
+            # and 13 groups on 2 workers gave one of them 27 row chunks of 50, which
+            # the other waited for at every stage.
+            G = min(R, -(-G // slots) * slots)
         return [[r for r in range(R) if r * G // R == g] for g in range(G)]
 
     def assign_homes(self):
@@ -353,26 +358,28 @@ class ClusterRuntime:
         key = f"{name or func.__name__}-{self._fit_token}-{self._n_submitted}"
         return self.client.submit(func, *args, key=key, **kwargs)
 
-    def submit_row(self, r, func, *args, name: str | None = None):
+    def submit_row(self, r, func, *args, name: str | None = None, **kwargs):
         """Submit a task of row chunk r on its home worker."""
-        return self.submit(func, *args, name=name, **self._placement(self.homes[r]))
+        return self.submit(func, *args, name=name, **self._placement(self.homes[r]),
+                           **kwargs)
 
     def gather(self, futures):
         return self.client.gather(futures)
 
-    def map_rows(self, func, per_row: tuple, *shared) -> Rows:
+    def map_rows(self, func, per_row: tuple, *shared, priority: int = 0) -> Rows:
         """``func(*row_args, *shared)`` for every row chunk, one task per group.
 
         ``per_row`` holds, per argument, either a list with one value per row chunk (cells,
         labels) or :class:`Rows` (results of an earlier :meth:`map_rows`); ``shared``
         arguments (futures too) are the same for every row chunk. Returns :class:`Rows`.
+        ``priority``: dask's (higher runs first among a worker's ready tasks).
         """
         parts = []
         picks = tuple(a.pick if isinstance(a, Rows) else None for a in per_row)
         for g, rows in enumerate(self.groups):
             args = [a.parts[g] if isinstance(a, Rows) else [a[r] for r in rows] for a in per_row]
             task = self.submit(_run_rows, func, picks, *args, *shared, name=func.__name__,
-                               **self._placement(self.group_homes[g]))
+                               priority=priority, **self._placement(self.group_homes[g]))
             parts.append(task)
         return Rows(parts)
 
@@ -425,7 +432,8 @@ class ClusterRuntime:
         left; ``first[i]``: the first row chunk of partial i (its sum runs there)."""
         while len(partials) > split_every:
             groups = range(0, len(partials), split_every)
-            partials = [self.submit_row(first[i], passes.sum_partials, *partials[i:i + split_every])
+            partials = [self.submit_row(first[i], passes.sum_partials,
+                                        *partials[i:i + split_every], priority=1)
                         for i in groups]
             first = [first[i] for i in groups]
         return partials
@@ -445,7 +453,7 @@ class ClusterRuntime:
             index = [(needed.index(g), i) for g, i in picks]
             level.append(self.submit_row(start, _sum_picked, index, partials.pick,
                                          *[partials.parts[g] for g in needed],
-                                         name="sum_partials"))
+                                         name="sum_partials", priority=1))
         return self._tree_levels(level, list(range(0, R, split_every)), split_every)
 
     def certify(self, problem, n_samples, cells, labels, rows, offsets, state):
@@ -461,11 +469,17 @@ class ClusterRuntime:
         # as soon as they are summed rather than kept with the margins for an epoch.
         fused = self.map_rows(passes.certificate_pass, (cells, [int(k) for k in rows], labels),
                               state, offsets, problem, True)
-        margins, stats = self.map_rows(passes.same, (fused.item(0),)), fused.item(1)
+        # The margins apart and the first sums run as soon as their parts exist (a
+        # higher priority than the next group's pass), and nothing here keeps the
+        # fused results: else a worker held every row chunk's statistics (~10 MB each
+        # on a 600k-column one-hot grid) until the last was made, and paused.
+        margins = self.map_rows(passes.same, (fused.item(0),), priority=1)
         # Per-feature sums of every row chunk: summed in a tree (what one task holds is
         # bounded), the same bits whatever the workers.
-        level = self.tree_sum(stats)
+        level = self.tree_sum(fused.item(1))
+        del fused
         total = level[0] if len(level) == 1 else self.submit(passes.sum_partials, *level)
+        del level
         dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total,
                              n_samples)
         result = self.reduce(passes.certificate, (problem, n_samples, state, total), dual).result()

@@ -59,10 +59,12 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
 
     ``kept``: a list that receives every cell, the ones read here as their views (a pure
     cell read by rows: its :class:`~dask_scd.data.cells.PureRows`) while the process has
-    room for them (:meth:`CellCache.has_room`), for a second pass.
+    room for them (:meth:`CellCache.has_room`: a row chunk's cells up to an eighth of the
+    pause threshold in any case), for a second pass.
     ``by_rows``: pure cells are read by rows (each margin takes one product: the same
     bits).
     """
+    held = 0
     for b, cell in enumerate(cells):
         theta = coef[offsets[b]:offsets[b + 1]]
         if np.any(theta):
@@ -72,8 +74,9 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
             else:
                 read = cell_view(cell)
                 out += read.matvec(theta)
-            if kept is not None and CACHE.has_room():
-                cell = read
+            size = int(getattr(read, "nbytes", 0))
+            if kept is not None and CACHE.has_room(held + size):
+                cell, held = read, held + size
         if kept is not None:
             kept.append(cell)
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import cell_view, labels, pure_rows, row_weights
+from dask_scd.data.cells import cell_view, inspect_cell, labels, pure_rows, row_weights
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
@@ -448,6 +448,32 @@ def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
             yield _cell_matvec(cell, lambda n_columns: np.ones(n_columns))
 
     return RowSums.from_columns(columns(), with_intercept)
+
+
+def inspect_row_chunk(cells: list, where: str, row_sums: bool, with_intercept: bool) -> tuple:
+    """(task) :func:`~dask_scd.data.cells.inspect_cell` of every cell of a row chunk, and
+    with ``row_sums`` its :func:`block_row_sums` too, each cell's sums made right after
+    its check: out of core the cell is then read once for both (it is the row chunk's
+    last read), where a task per cell and one per row chunk read every cell twice.
+    Returns (reports, row sums or None); ``where`` names the row chunk in an error."""
+    reports = []
+
+    def columns():
+        for b, cell in enumerate(cells):
+            reports.append(inspect_cell(cell, f"cell ({where}, block {b})"))
+            if row_sums:
+                yield _cell_matvec(cell, lambda n_columns: np.ones(n_columns))
+
+    if row_sums:
+        return reports, RowSums.from_columns(columns(), with_intercept)
+    for _ in columns():
+        pass
+    return reports, None
+
+
+def item(value, i: int):
+    """(task) ``value[i]``: one element of a task's tuple as a result of its own."""
+    return value[i]
 
 
 def _cell_matvec(cell, vector_of) -> np.ndarray:

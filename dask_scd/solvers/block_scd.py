@@ -32,7 +32,7 @@ import uuid
 import numpy as np
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import hold_cells, inspect_cell
+from dask_scd.data.cells import hold_cells
 from dask_scd.data.sources import Source
 from dask_scd.result import History
 from dask_scd.runtime import collective, passes, strategies
@@ -225,12 +225,12 @@ class _BlockSCD:
     def _preflight(self):
         """One pass over every cell: finite values, purity, and the coarse space's S_r."""
         submit_row = self.runtime.submit_row
-        reports = [
-            [submit_row(r, inspect_cell, self.cells[r][b], f"cell (row chunk {r}, block {b})")
-             for b in range(len(self.slices))]
-            for r in range(self.source.n_row_chunks)
-        ]
-        reports = self.runtime.gather(reports)
+        # One task per row chunk: a cell is read once for its check and its row sums.
+        fused = [submit_row(r, ops.inspect_row_chunk, self.cells[r], f"row chunk {r}",
+                            self.coarse, self.problem.fit_intercept)
+                 for r in range(self.source.n_row_chunks)]
+        reports = self.runtime.gather([submit_row(r, ops.item, fused[r], 0)
+                                       for r in range(self.source.n_row_chunks)])
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
                               for b in range(n_blocks)]
@@ -238,8 +238,7 @@ class _BlockSCD:
                                          for r in range(len(reports))) for b in range(n_blocks)])
         self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
         if self.coarse:
-            self.row_sums = [submit_row(r, ops.block_row_sums, self.cells[r],
-                                        self.problem.fit_intercept)
+            self.row_sums = [submit_row(r, ops.item, fused[r], 1)
                              for r in range(self.source.n_row_chunks)]
 
     # The runtime under the names the engines built on this class call it by.
