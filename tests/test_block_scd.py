@@ -1074,3 +1074,25 @@ def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatc
     assert kinds == [(0, "rows"), (1, "rows"), (2, "rows"), (3, "columns"), (3, "rows")]
     assert cache.nbytes == sum(cells.pure_rows(ref).nbytes for ref in refs[:3]) + \
         cells.cell_view(refs[3]).nbytes
+
+
+def test_a_classified_grid_s_labels_are_cached_at_one_byte_a_row(tmp_path, monkeypatch):
+    """Every task of a row chunk reads its labels: the cache keeps ±1 labels as int8 (out
+    of core, float64 labels took most of what a worker may keep beyond its cache) and
+    the tasks get the same float64 ±1; regression labels stay float64."""
+    from dask_scd.data import cache as cell_cache
+    from dask_scd.data import cells
+    from dask_scd.data.cells import LabelRef
+
+    X, y = make_onehot(50, 2, 3, random_state=0)[:2]
+    y = np.where(y > 0, "yes", "no")
+    grid = to_grid(X, np.where(y == "yes", 7.0, 3.0), tmp_path / "g", row_chunk=20)
+    cache = cell_cache.CellCache(1 << 30)
+    monkeypatch.setattr(cells, "CACHE", cache)
+    ref = LabelRef(grid.path, grid.grid_id, 1, (3.0, 7.0), grid.store_version)
+    got = cells.labels(ref)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.where(y[20:40] == "yes", 1.0, -1.0))
+    assert cache.nbytes == 20  # one byte a row
+    raw = cells.labels(LabelRef(grid.path, grid.grid_id, 2, None, grid.store_version))
+    assert raw.dtype == np.float64 and set(np.unique(raw)) <= {3.0, 7.0}

@@ -392,13 +392,16 @@ def labels(y) -> np.ndarray:
         def load():
             values = read_labels(y.path, y.grid_id, y.r)
             if y.classes is not None:
-                return np.where(values == y.classes[1], 1.0, -1.0)
+                return np.where(values == y.classes[1], 1, -1).astype(np.int8)
             values = np.asarray(values, dtype=np.float64)
             check_label_values(values)  # the client never reads a grid's real labels
             return values
 
-        # Cached after the ±1 mapping: every task of the row chunk reads them.
-        return CACHE.get(y.key, load)
+        # Cached after the ±1 mapping, as one byte a row: every task of the row chunk
+        # reads them, and out of core the row chunks' labels at 8 bytes a row took most
+        # of what the cache may keep beyond its bound (see CellCache._keep_recent).
+        values = CACHE.get(y.key, load)
+        return values.astype(np.float64) if values.dtype == np.int8 else values
     return np.asarray(y, dtype=np.float64)
 
 

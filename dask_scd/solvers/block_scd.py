@@ -291,7 +291,11 @@ class _BlockSCD:
             self._slim = None if epoch == max_iter else (-tol if self._needs_gaps() else tol)
             self.runtime.assign_homes()  # a worker may have been lost or added
             order = self._block_order(cert)
-            margins, (coef, intercept, cert) = self._iteration(margins, order, coef, intercept,
+            # Handed over, not kept here: the epoch's first stage reads these margins,
+            # and a reference held through the epoch kept them (~2 MB a row chunk) on
+            # the workers beside the ones the epoch makes.
+            box, margins = [margins], None
+            margins, (coef, intercept, cert) = self._iteration(box, order, coef, intercept,
                                                                cert.primal)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
@@ -360,27 +364,30 @@ class _BlockSCD:
         return plan_blocks(order, self.slices, self.source.purity, self.problem.loss,
                            self.gram_max, self._provable, self._tree)
 
-    def _iteration(self, margins, order, coef, intercept, primal):
+    def _iteration(self, box, order, coef, intercept, primal):
         """One epoch over the blocks of ``order``, the coarse step and the certificate:
         collectively where it can (:mod:`dask_scd.solvers.block_collective`), else as a
-        task graph; the same bits either way. Returns (margins, (coef, intercept,
-        certificate)) after it; the margins are :class:`~dask_scd.runtime.cluster.Rows`,
-        or :class:`_Kept` where the members kept them."""
+        task graph; the same bits either way. ``box``: a list holding the margins, which
+        the epoch takes out (so that nothing keeps them once read). Returns (margins,
+        (coef, intercept, certificate)) after it; the margins are
+        :class:`~dask_scd.runtime.cluster.Rows`, or :class:`_Kept` where the members
+        kept them."""
         plan = self._plan(order)
         slack = 1e-13 * abs(primal)
         if self._collective_fits(plan):
-            done = self._collective_iteration(margins, plan, coef, intercept, slack)
+            done = self._collective_iteration(box[0], plan, coef, intercept, slack)
             if done is not None:
                 return done
-        if isinstance(margins, _Kept):  # the same bits as the members' certificate's
-            margins, _ = self._certify({"coef": coef, "intercept": intercept})
-        results, margins = self._graph_epoch(margins, plan, coef, intercept, slack)
+        if isinstance(box[0], _Kept):  # the same bits as the members' certificate's
+            box[0], _ = self._certify({"coef": coef, "intercept": intercept})
+        results, margins = self._graph_epoch(box, plan, coef, intercept, slack)
         self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
         state = ops.state_after(coef, intercept, [
             (None if b == INTERCEPT else self.slices[b], step["theta"])
             for b, step in results.items()])
         if self.coarse:  # see dask_scd.solvers.coarse
             state = self._coarse_step(margins, state)
+        del margins  # the certificate makes them afresh: not kept beside its own
         return self._certify(state)
 
     # A collective epoch sends every block's statistics to every member: not where one
@@ -502,15 +509,17 @@ class _BlockSCD:
 
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
-    def _graph_epoch(self, margins, plan, coef, intercept, slack):
+    def _graph_epoch(self, box, plan, coef, intercept, slack):
         """Submit one pass over the blocks as a single graph; wait only for its end.
 
-        ``margins`` are :class:`~dask_scd.runtime.cluster.Rows`: every stage runs as one
+        ``box`` holds the margins (:class:`~dask_scd.runtime.cluster.Rows`), taken out
+        here so that only the stages reading them keep them. Every stage runs as one
         task per group of row chunks (:meth:`ClusterRuntime.map_rows`), every reduction
         sums the row chunks' parts in order (:meth:`ClusterRuntime.reduce`).
         """
         runtime, labels = self.runtime, self.labels
         problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
+        margins = box.pop()  # rebound stage by stage: each stage's are released once read
         steps = {}
         # The step of the previous block is applied by the task that computes the next
         # block's statistics (one stage fewer per block).
