@@ -212,3 +212,28 @@ def test_dual_over_zarr_row_chunks(tmp_path):
     assert run.converged(TOL) and run.extras["peak_bytes"] <= X.nbytes // 4
     reference = _reference(X, y, problem, "sdca")
     assert abs(run.certificate.primal - reference.primal_) <= 2 * TOL * reference.primal_
+
+
+@pytest.mark.parametrize("loss, alpha, top", [("squared", 0.1, 10), ("hinge", 0.05, 4)])
+def test_grid_tier_weighs_the_losses_with_the_grid_s_weights(tmp_path, loss, alpha, top):
+    """DuHL over a grid that stores sample weights reaches the weighted optimum, the one
+    the in-memory DuHL reaches with those weights (it read the grid without them)."""
+    rng = np.random.default_rng(3)
+    if loss == "squared":
+        X, y = _sparse_truth(600, 60, 6)
+    else:
+        X, y = _svm(600, 12)
+    w = rng.integers(1, top, size=X.shape[0]).astype(np.float64)
+    grid = to_grid(X, y, str(tmp_path / "w.zarr"), row_chunk=200, blocks=6, sample_weight=w)
+    problem = obj.Problem(loss, alpha, 1.0 if loss == "squared" else 0.0, True)
+    options = Options(TOL, 3000, np.random.default_rng(0),
+                      engine={"memory_budget": X.nbytes // 3})
+    run = fit_grid(open_grid(tmp_path / "w.zarr"), problem, options)
+    assert run.converged(TOL)
+    penalty = "l1" if loss == "squared" else "l2"
+    weighted = dask_scd.fit(X, y, loss=loss, alpha=alpha, penalty=penalty, sample_weight=w,
+                            solver="duhl", tol=TOL, max_iter=3000)
+    unweighted = dask_scd.fit(X, y, loss=loss, alpha=alpha, penalty=penalty, solver="duhl",
+                              tol=TOL, max_iter=3000)
+    assert abs(run.certificate.primal - weighted.primal_) <= 4 * TOL * weighted.primal_
+    assert abs(unweighted.primal_ - weighted.primal_) > 10 * TOL * weighted.primal_

@@ -89,7 +89,18 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     (primal) or a row chunk (dual), so ``chunk_size`` does not apply; coefficients come
     back in the original feature order. Labels of a classifier map to ±1 in sorted order.
     Every read the slow side makes (gap refreshes, certificates) is counted in
-    ``extras["slow_bytes_read"]``."""
+    ``extras["slow_bytes_read"]``. Sample weights the grid stores weigh the losses, as
+    in :func:`fit_duhl`."""
+    weights = None
+    if grid.has_weights:  # the weights the grid stores, as every other engine reads them
+        from dask_scd.validation import check_sample_weight
+
+        weights = check_sample_weight(
+            np.concatenate([grid.read_weights(r) for r in range(grid.n_row_chunks)]),
+            grid.shape[0], "the grid's sample weights")
+        if options.device == "gpu":
+            raise ValueError("sample weights are solved by the CPU epochs of solver='duhl': "
+                             "pass device='cpu'")
     axis = _axis(problem)
     settings = _settings(options.engine, 0)
     store = GridStore(grid, axis)
@@ -100,7 +111,7 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
             raise ValueError(f"loss={problem.loss!r} needs two classes in the grid's labels, "
                              f"got {len(values)}")
         y = np.where(y == values[1], 1.0, -1.0)
-    run = _run(store, y, problem, options, settings)
+    run = _run(store, y, problem, options, settings, weights)
     run.coef = grid.to_original_order(run.coef)
     return run
 
