@@ -538,51 +538,39 @@ def test_damage_found_after_cells_were_decoded_directly(tmp_path, damage):
     np.testing.assert_array_equal(grid.read_cell(5, 1).toarray(), X[50:60][:, grid.blocks[1]].toarray())
 
 
+@pytest.mark.parametrize("layout", ["dense", "sparse"])
 @pytest.mark.parametrize("damage", ["swap", "garble", "truncate"])
-def test_dense_cell_damaged_after_it_was_checked(tmp_path, damage):
-    """A dense cell read again whose frame ends with the content checksum it had when its
-    CRC was checked is not checked again: one damaged after that read (another cell's
-    intact frame in its place, garbled, truncated) is still refused with its name."""
-    rng = np.random.default_rng(5)
-    X = rng.normal(size=(60, 8))
+def test_cell_damaged_after_it_was_checked(tmp_path, layout, damage):
+    """A cell read again whose frame ends with the content checksum it had when it was
+    checked is not checked again (out of core a cell is read every pass): one damaged
+    after that read (another cell's intact frame in its place, garbled, truncated) is
+    still refused with its name. The sparse cells are one-hot: another row chunk's
+    cell holds as many entries, so only its checksum tells it."""
     root = tmp_path / "g"
-    grid = to_grid(X, np.ones(60), root, row_chunk=10, blocks=2)
-    cols = grid.blocks[1]
-    for _ in range(2):  # checked, then recognized
-        np.testing.assert_array_equal(grid.read_cell(3, 1), X[30:40][:, cols])
-    chunk = _chunk_file(root, grid, 3, 1)
-    raw = chunk.read_bytes()
-    if damage == "swap":
-        chunk.write_bytes(_chunk_file(root, grid, 4, 1).read_bytes())
-    elif damage == "garble":
-        chunk.write_bytes(raw[:8] + bytes(b ^ 0x5A for b in raw[8:]))
+    if layout == "dense":
+        X = np.random.default_rng(5).normal(size=(60, 8))
+        grid = to_grid(X, np.ones(60), root, row_chunk=10, blocks=2)
+        want = X[30:40][:, grid.blocks[1]]
     else:
-        chunk.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 3, block 1\)"):
-        grid.read_cell(3, 1)
-    chunk.write_bytes(raw)  # put back: recognized again
-    np.testing.assert_array_equal(grid.read_cell(3, 1), X[30:40][:, cols])
+        from dask_scd.datasets import make_onehot
 
+        X, y = make_onehot(60, 2, 4, random_state=3)[:2]
+        grid = to_grid(X, y, root, row_chunk=10, blocks=[np.arange(4), np.arange(4, 8)])
+        want = X[30:40][:, grid.blocks[1]].toarray()
 
-@pytest.mark.parametrize("damage", ["swap", "garble", "truncate"])
-def test_sparse_cell_damaged_after_it_was_checked(tmp_path, damage):
-    """A sparse cell read again whose frame ends with the content checksum it had when
-    it was checked skips the CRC and the checks (out of core a cell is read every
-    pass); one damaged after that read is still refused with its name. One-hot cells:
-    another row chunk's cell holds as many entries, so only its checksum tells it."""
-    from dask_scd.datasets import make_onehot
+    def read():
+        cell = grid.read_cell(3, 1)
+        return cell if layout == "dense" else cell.toarray()
 
-    X, y = make_onehot(60, 2, 4, random_state=3)[:2]
-    root = tmp_path / "g"
-    grid = to_grid(X, y, root, row_chunk=10, blocks=[np.arange(4), np.arange(4, 8)])
-    want = X[30:40][:, grid.blocks[1]].toarray()
     for _ in range(2):  # checked, then recognized
-        np.testing.assert_array_equal(grid.read_cell(3, 1).toarray(), want)
+        np.testing.assert_array_equal(read(), want)
     chunk = _chunk_file(root, grid, 3, 1)
     raw = chunk.read_bytes()
     if damage == "swap":
         other = _chunk_file(root, grid, 4, 1).read_bytes()
-        assert other != raw and grid.cell_nnz[3, 1] == grid.cell_nnz[4, 1]
+        assert other != raw
+        if layout == "sparse":
+            assert grid.cell_nnz[3, 1] == grid.cell_nnz[4, 1]
         chunk.write_bytes(other)
     elif damage == "garble":
         chunk.write_bytes(raw[:8] + bytes(b ^ 0x5A for b in raw[8:]))
@@ -591,7 +579,7 @@ def test_sparse_cell_damaged_after_it_was_checked(tmp_path, damage):
     with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 3, block 1\)"):
         grid.read_cell(3, 1)
     chunk.write_bytes(raw)  # put back: recognized again
-    np.testing.assert_array_equal(grid.read_cell(3, 1).toarray(), want)
+    np.testing.assert_array_equal(read(), want)
 
 
 def test_missing_labels_chunk(tmp_path):

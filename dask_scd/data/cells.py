@@ -307,9 +307,9 @@ def pure_rows(cell) -> PureRows | None:
 
 def _ref_by_rows(cell) -> PureRows | _NotPure:
     """A grid cell's by-rows form, made from its column-major form: the cached one if
-    there is one (then dropped from the cache), else read for this alone and not cached (the passes read a pure cell
-    by rows only, so out of core the two forms would share the cache and both be read
-    again each pass). An impure cell's column-major form is cached: it is what its passes
+    there is one (then dropped from the cache), else read for this alone and not cached
+    (the passes read a pure cell by rows only, so out of core the two forms would share
+    the cache and both be read again each pass). An impure cell's column-major form is cached: it is what its passes
     read."""
     view, cached = CACHE.lookup(cell.key)
     if not cached:

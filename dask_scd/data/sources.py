@@ -219,8 +219,8 @@ def make_source(X, y, loss: str, blocks, sample_weight=None) -> Source:
     """
     if isinstance(X, Grid):
         source = _grid_source(X, y, loss, blocks)
-        if sample_weight is None and X.has_weights:
-            sample_weight = np.concatenate([X.read_weights(r) for r in range(X.n_row_chunks)])
+        if sample_weight is None:
+            sample_weight = X.stored_weights()
     else:
         source = _dask_source(X, y, loss, blocks)
     source.sample_weight = _source_weights(sample_weight, source)

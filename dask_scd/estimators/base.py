@@ -400,10 +400,7 @@ def _score_arguments(X, y):
 def _base_weights(data: ModelInput, sample_weight):
     """The weights given (numpy, or dask for dask X), or a grid's stored weights; checked."""
     if sample_weight is None:
-        grid = data.X if data.kind == "grid" else None
-        if grid is None or not grid.has_weights:
-            return None
-        return np.concatenate([grid.read_weights(r) for r in range(grid.n_row_chunks)])
+        return data.X.stored_weights() if data.kind == "grid" else None
     if is_dask(sample_weight):
         return sample_weight
     if type(sample_weight).__module__.startswith("pandas"):

@@ -151,7 +151,7 @@ def _weighted_fold(X, y, train, test, path_options: dict, sample_weight=None) ->
     if sample_weight is not None:
         weights *= sample_weight
     elif is_grid(X) and X.has_weights:
-        weights *= np.concatenate([X.read_weights(r) for r in range(X.n_row_chunks)])
+        weights *= X.stored_weights()
     if is_grid(X) and y is not None:
         # Targets other than the grid's labels (one class against the rest): its cells
         # as a dask array, columns in grid order.

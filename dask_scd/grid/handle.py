@@ -165,6 +165,13 @@ class Grid:
         """Read the float64 sample weights of row chunk ``r``, shape (row_chunks[r],)."""
         return read_weights(self.path, self.grid_id, int(r))
 
+    def stored_weights(self) -> np.ndarray | None:
+        """The sample weights of every row (as stored, float64), or None if the store
+        holds none."""
+        if not self.has_weights:
+            return None
+        return np.concatenate([self.read_weights(r) for r in range(self.n_row_chunks)])
+
     def __repr__(self) -> str:
         kind = "sparse" if self.is_sparse else "dense"
         return (

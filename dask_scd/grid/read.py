@@ -242,18 +242,17 @@ class _Reader:
         if not checked:
             self._verify(packed, (0, r, b), where)
         data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where)
-        if checked:
-            return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
-        if (
-            indptr[0] != 0
-            or indptr[-1] != nnz
-            or (np.diff(indptr) < 0).any()
-            or (nnz and (indices.min() < 0 or indices.max() >= rows))
-            or not np.isfinite(data).all()
-        ):
-            raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
-        if trailer is not None and self.checksums() is not None:
-            self._verified_frames[("sparse", r, b)] = trailer
+        if not checked:
+            if (
+                indptr[0] != 0
+                or indptr[-1] != nnz
+                or (np.diff(indptr) < 0).any()
+                or (nnz and (indices.min() < 0 or indices.max() >= rows))
+                or not np.isfinite(data).all()
+            ):
+                raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
+            if trailer is not None and self.checksums() is not None:
+                self._verified_frames[("sparse", r, b)] = trailer
         return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
 
     _frames = None  # are this grid's sparse cells one zstd frame each (see _read_sparse)?

@@ -434,8 +434,10 @@ _penalty = scalar.penalty.py_func  # elementwise on arrays too
 # ------------------------------------------------------------------ coarse step
 
 
-def block_row_sums(cells: list, with_intercept: bool) -> RowSums:
-    """S_r = [X_cell(b) 1 for every block b] (+ a column of ones), compactly.
+def block_row_sums(cells, with_intercept: bool) -> RowSums:
+    """S_r = [X_cell(b) 1 for every block b] (+ a column of ones), compactly; ``cells``
+    a row chunk's cells in block order (a list, or a generator: each is read as its
+    column is made).
 
     The directions "shift a whole block" (and the intercept) span the slow subspace of
     coordinate descent on one-hot-like data: a complete one-hot block sums to the ones
@@ -456,24 +458,19 @@ def inspect_row_chunk(cells: list, where: str, row_sums: bool, with_intercept: b
     its check: out of core the cell is then read once for both (it is the row chunk's
     last read), where a task per cell and one per row chunk read every cell twice.
     Returns (reports, row sums or None); ``where`` names the row chunk in an error."""
+    def check(b, cell) -> dict:
+        return inspect_cell(cell, f"cell ({where}, block {b})")
+
+    if not row_sums:
+        return [check(b, cell) for b, cell in enumerate(cells)], None
     reports = []
 
-    def columns():
+    def inspected():
         for b, cell in enumerate(cells):
-            reports.append(inspect_cell(cell, f"cell ({where}, block {b})"))
-            if row_sums:
-                yield _cell_matvec(cell, lambda n_columns: np.ones(n_columns))
+            reports.append(check(b, cell))
+            yield cell
 
-    if row_sums:
-        return reports, RowSums.from_columns(columns(), with_intercept)
-    for _ in columns():
-        pass
-    return reports, None
-
-
-def item(value, i: int):
-    """(task) ``value[i]``: one element of a task's tuple as a result of its own."""
-    return value[i]
+    return reports, block_row_sums(inspected(), with_intercept)
 
 
 def _cell_matvec(cell, vector_of) -> np.ndarray:

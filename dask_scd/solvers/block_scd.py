@@ -26,6 +26,7 @@ mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpo
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
 import uuid
 
@@ -229,7 +230,7 @@ class _BlockSCD:
         fused = [submit_row(r, ops.inspect_row_chunk, self.cells[r], f"row chunk {r}",
                             self.coarse, self.problem.fit_intercept)
                  for r in range(self.source.n_row_chunks)]
-        reports = self.runtime.gather([submit_row(r, ops.item, fused[r], 0)
+        reports = self.runtime.gather([submit_row(r, operator.getitem, fused[r], 0)
                                        for r in range(self.source.n_row_chunks)])
         n_blocks = len(self.slices)
         self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
@@ -238,7 +239,7 @@ class _BlockSCD:
                                          for r in range(len(reports))) for b in range(n_blocks)])
         self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
         if self.coarse:
-            self.row_sums = [submit_row(r, ops.item, fused[r], 1)
+            self.row_sums = [submit_row(r, operator.getitem, fused[r], 1)
                              for r in range(self.source.n_row_chunks)]
 
     # The runtime under the names the engines built on this class call it by.

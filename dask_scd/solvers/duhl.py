@@ -38,6 +38,7 @@ from dask_scd.runtime.tiers import (DeviceMemory, GridStore, HostMemory, MatrixS
 from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import dual_certificate, primal_certificate
 from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start, weighted_dual
+from dask_scd.validation import check_sample_weight
 
 OPTIONS = ("memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh",
            "certify_every")
@@ -74,9 +75,7 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     steps on u = a/v (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`), and every gap
     is the weighted problem's; on the CPU.
     """
-    if data.weights is not None and options.device == "gpu":
-        raise ValueError("sample weights are solved by the CPU epochs of solver='duhl': "
-                         "pass device='cpu'")
+    _check_weighted_device(data.weights, options)
     axis = _axis(problem)
     n_lines = data.X.shape[1] if axis == "columns" else data.X.shape[0]
     settings = _settings(options.engine, n_lines)
@@ -91,16 +90,10 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     Every read the slow side makes (gap refreshes, certificates) is counted in
     ``extras["slow_bytes_read"]``. Sample weights the grid stores weigh the losses, as
     in :func:`fit_duhl`."""
-    weights = None
-    if grid.has_weights:  # the weights the grid stores, as every other engine reads them
-        from dask_scd.validation import check_sample_weight
-
-        weights = check_sample_weight(
-            np.concatenate([grid.read_weights(r) for r in range(grid.n_row_chunks)]),
-            grid.shape[0], "the grid's sample weights")
-        if options.device == "gpu":
-            raise ValueError("sample weights are solved by the CPU epochs of solver='duhl': "
-                             "pass device='cpu'")
+    # The weights the grid stores, scaled as every other engine reads them.
+    weights = check_sample_weight(grid.stored_weights(), grid.shape[0],
+                                  "the grid's sample weights")
+    _check_weighted_device(weights, options)
     axis = _axis(problem)
     settings = _settings(options.engine, 0)
     store = GridStore(grid, axis)
@@ -114,6 +107,12 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     run = _run(store, y, problem, options, settings, weights)
     run.coef = grid.to_original_order(run.coef)
     return run
+
+
+def _check_weighted_device(weights, options: Options):
+    if weights is not None and options.device == "gpu":
+        raise ValueError("sample weights are solved by the CPU epochs of solver='duhl': "
+                         "pass device='cpu'")
 
 
 def _axis(problem) -> str:
