@@ -748,3 +748,53 @@ def test_a_worker_s_reader_keeps_none_of_the_column_lists(tmp_path):
     got = sp.hstack([reader.read_cell(1, b) for b in range(len(grid.blocks))]).toarray()
     np.testing.assert_array_equal(got, X[16:32][:, np.concatenate(grid.blocks)].toarray())
     np.testing.assert_array_equal(reader.read_labels(2), y[32:])
+
+
+@pytest.mark.parametrize("sparse_", [True, False])
+def test_a_cell_read_into_reused_buffers_equals_a_fresh_read(tmp_path, sparse_):
+    """Cells read only to be made into something else (a pure cell's by-rows form) are
+    decoded into one reused memory: the same values as a fresh read, checked the same
+    (a frame that decodes short is refused, not read with stale bytes after it), and the
+    by-rows form made from them owns its arrays."""
+    from dask_scd.data import cells
+    from dask_scd.grid import read as grid_read
+    from dask_scd.grid.read import CellBuffers, SparseParts
+
+    rng = np.random.default_rng(3)
+    X = sp.random(60, 12, density=0.3, random_state=4, format="csr")
+    if not sparse_:
+        X = X.toarray()
+    y = np.sign(rng.standard_normal(60))
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=25, blocks=[np.arange(6), np.arange(6, 12)])
+    reader = grid_read._reader(grid.path, grid.grid_id)
+    buffers = CellBuffers()
+    for r in range(grid.n_row_chunks):
+        for b in range(2):
+            fresh = reader.read_cell(r, b)
+            got = reader.read_cell(r, b, buffers, parts=True)
+            if sparse_:
+                assert isinstance(got, SparseParts)
+                assert np.shares_memory(got.data, buffers._values)
+                got = sp.csc_matrix(got[:3], shape=got.shape)
+                np.testing.assert_array_equal(got.toarray(), fresh.toarray())
+            else:
+                np.testing.assert_array_equal(got, fresh)
+    if sparse_:
+        # a one-hot cell by rows, read through the reused memory, owns its arrays
+        onehot = sp.csr_matrix((np.ones(60), rng.integers(0, 5, 60), np.arange(61)),
+                               shape=(60, 5))
+        g2 = to_grid(onehot, y, tmp_path / "h", row_chunk=25, blocks=[np.arange(5)])
+        found = cells.pure_rows(cells.CellRef(g2.path, g2.grid_id, 1, 0, g2.store_version))
+        assert found.value.size == 0  # one-hot: no values kept
+        np.testing.assert_array_equal(found.column, onehot[25:50].indices)
+        assert not np.shares_memory(found.column, cells._read_buffers()._values)
+        np.testing.assert_array_equal(found.cube, np.bincount(onehot[25:50].indices,
+                                                              minlength=5))
+        # a frame decoding to fewer bytes than the cell's: refused
+        short = grid_read._ZSTD.encode(np.zeros(10, np.uint8))
+        path = reader._chunk_path("X/block_0/cell_0", "c/0")
+        with open(path, "wb") as f:
+            f.write(short)
+        reader._verified_frames.clear()
+        with pytest.raises(GridCorruptionError, match=r"row chunk 0, block 0"):
+            reader.read_cell(0, 0, buffers, parts=True)

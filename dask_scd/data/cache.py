@@ -9,6 +9,7 @@ chose (:meth:`CellCache.hold`). Nothing here knows what a cell is: an item weigh
 
 from __future__ import annotations
 
+import os
 import threading
 
 import zict
@@ -344,9 +345,28 @@ def _nbytes(value) -> int:
 
 
 def _resident_bytes() -> int:
+    """This process's resident set size: read from /proc/self/statm where there is one
+    (~3 µs; psutil's Process().memory_info() costs ~50 µs, and the cache asks at every
+    cell out of core), else from psutil."""
+    global _statm
+    pid = os.getpid()
+    if _statm is None or _statm[0] != pid:  # a forked child reads its own file
+        try:
+            _statm = (pid, os.open("/proc/self/statm", os.O_RDONLY))
+        except OSError:
+            _statm = (pid, None)
+    if _statm[1] is not None:
+        try:
+            return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            pass
     import psutil
 
     return psutil.Process().memory_info().rss
+
+
+_statm = None  # (pid, descriptor of its /proc/self/statm)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _cache_budget(held: int = 0) -> tuple[int, int | None, int | None]:

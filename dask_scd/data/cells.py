@@ -10,6 +10,7 @@ kernels (:class:`DeviceCellView`). Labels arrive the same way (:class:`LabelRef`
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +76,18 @@ class CellView:
         self._squared_sums = None
         self._cube_sums = None
         self._stored = None  # see stored_columns
+
+    @classmethod
+    def of_parts(cls, parts) -> CellView:
+        """A sparse grid cell's :class:`~dask_scd.grid.read.SparseParts` wrapped as they
+        are: column-major, nothing copied or checked again (its read checked it)."""
+        view = cls.__new__(cls)
+        view.n_rows, view.n_columns = parts.shape
+        view.by_columns = True
+        view.matrix = MajorMatrix(parts.data, parts.indices, parts.indptr, False,
+                                  view.n_columns, view.n_rows)
+        view._squared_sums = view._cube_sums = view._stored = None
+        return view
 
     @property
     def nbytes(self) -> int:
@@ -310,13 +323,22 @@ def _ref_by_rows(cell) -> PureRows | _NotPure:
     there is one (then dropped from the cache), else read for this alone and not cached
     (the passes read a pure cell by rows only, so out of core the two forms would share
     the cache and both be read again each pass). An impure cell's column-major form is cached: it is what its passes
-    read."""
+    read.
+
+    A cell read for this alone is decoded into this thread's reused memory
+    (:func:`_read_buffers`): the by-rows form is made from it and copies nothing of it,
+    and under a memory limit a fresh few-MB array is a fresh mmap whose page faults cost
+    as much as its decoding (a 3 MB one-hot cell: ~1 ms decoded into reused memory,
+    2-4 ms into new). The column-major form of an impure cell, kept, is copied out."""
     view, cached = CACHE.lookup(cell.key)
     if not cached:
-        view = _read_view(cell)
+        stored = _read(cell, _read_buffers(), parts=True)
+        view = CellView(stored) if isinstance(stored, np.ndarray) else CellView.of_parts(stored)
     found = _by_rows(view)
     if found is _NOT_PURE and not cached:
-        CACHE.keep(cell.key, view)
+        CACHE.keep(cell.key, CellView(stored.copy() if isinstance(stored, np.ndarray) else
+                                      sp.csc_matrix(tuple(a.copy() for a in stored[:3]),
+                                                    shape=stored.shape)))
     elif found is not _NOT_PURE and cached:
         # Read for something else first (the preflight's check): the by-rows form
         # replaces it, else a pure cell took its bytes twice in the cache (in core, a
@@ -326,9 +348,28 @@ def _ref_by_rows(cell) -> PureRows | _NotPure:
 
 
 def _read_view(cell) -> CellView:
+    return CellView(_read(cell))
+
+
+def _read(cell, buffers=None, parts=False):
     from dask_scd.grid import read_cell
 
-    return CellView(read_cell(cell.path, cell.grid_id, cell.r, cell.b))
+    return read_cell(cell.path, cell.grid_id, cell.r, cell.b, buffers, parts)
+
+
+_local = threading.local()
+
+
+def _read_buffers():
+    """This thread's :class:`~dask_scd.grid.read.CellBuffers` for cells read only to be
+    made into something else (a cell decoded into them is valid until the thread's next
+    such read)."""
+    buffers = getattr(_local, "buffers", None)
+    if buffers is None:
+        from dask_scd.grid.read import CellBuffers
+
+        buffers = _local.buffers = CellBuffers()
+    return buffers
 
 
 def _by_rows(view) -> PureRows | _NotPure:
@@ -339,8 +380,8 @@ def _by_rows(view) -> PureRows | _NotPure:
     column, value, pure = block_kernels.csc_by_rows(m.data, m.indices, m.indptr, view.n_rows)
     if not pure:
         return _NOT_PURE
-    if np.all(m.data == 1):  # one-hot: Σ|x|³ of a column is its count (the same bits)
-        return PureRows(column, np.zeros(0), stored, m.n_major, view.n_columns,
+    if not value.size:  # one-hot: Σ|x|³ of a column is its count (the same bits)
+        return PureRows(column, value, stored, m.n_major, view.n_columns,
                         np.diff(m.indptr).astype(np.float64))
     cube = view.cube_sums()
     return PureRows(column, value, stored, m.n_major, view.n_columns,

@@ -65,8 +65,10 @@ def pack_csc(cell: sp.csc_matrix, dtype) -> np.ndarray:
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts])
 
 
-def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell"):
-    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays."""
+def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell",
+               copy: bool = True):
+    """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays, or views of
+    ``buf`` (``copy=False``; aligned where ``buf`` is)."""
     dtype = np.dtype(dtype)
     if buf.size != packed_size(nnz, size, dtype) or buf[: len(_MAGIC)].tobytes() != _MAGIC:
         raise GridCorruptionError(f"{where}: packed sparse cell has a bad header or length")
@@ -74,7 +76,8 @@ def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell")
     offset = len(_MAGIC)
     out = []
     for part_dtype, count in ((dtype, nnz), (_indptr_dtype(nnz), size + 1), (np.int32, nnz)):
-        out.append(np.frombuffer(raw, dtype=part_dtype, count=count, offset=offset).copy())
+        part = np.frombuffer(raw, dtype=part_dtype, count=count, offset=offset)
+        out.append(part.copy() if copy or not part.flags.aligned else part)
         offset += count * np.dtype(part_dtype).itemsize
     data, indptr, indices = out
     return data, indices, indptr

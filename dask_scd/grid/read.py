@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import NamedTuple
 
 import numcodecs
 import numpy as np
@@ -41,6 +42,15 @@ class CellBuffers:
         if self._values.size < nbytes:
             self._values = np.empty(nbytes, dtype=np.uint8)
         return self._values[:nbytes].view(dtype).reshape(shape)
+
+
+class SparseParts(NamedTuple):
+    """A sparse cell's CSC arrays and shape, as read (checked, not wrapped)."""
+
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray
+    shape: tuple
 
 
 class _Reader:
@@ -135,17 +145,22 @@ class _Reader:
     def where(self, r: int, b: int) -> str:
         return f"cell (row chunk {r}, block {b}) of grid {self.path}"
 
-    def read_cell(self, r: int, b: int, buffers: CellBuffers | None = None, into=None):
+    def read_cell(self, r: int, b: int, buffers: CellBuffers | None = None, into=None,
+                  parts: bool = False):
         """Cell (r, b); a dense one decoded into ``into`` (an array of at least a chunk's
-        values, C order) or ``buffers``' memory when given (the cell is then a view of
-        it, valid until the next read into the same memory)."""
+        values, C order) or ``buffers``' memory when given, a sparse one's arrays views
+        of ``buffers``' memory when given (either cell valid until the next read into
+        the same memory). ``parts``: a sparse cell as its :class:`SparseParts`, not
+        wrapped in a scipy matrix (whose constructor copies views of a larger buffer and
+        checks what the cell's checks already proved)."""
         n_rc = len(self.bounds) - 1
         if not (0 <= r < n_rc and 0 <= b < len(self.sizes)):
             raise IndexError(f"no cell ({r}, {b}) in a {n_rc} x {len(self.sizes)} grid")
         where = self.where(r, b)
         try:
             if self.is_sparse:
-                return self._read_sparse(r, b, where)
+                found = self._read_sparse(r, b, where, buffers)
+                return found if parts else sp.csc_matrix(found[:3], shape=found.shape)
             return self._read_dense(r, b, where, buffers, into)
         except GridCorruptionError:
             raise
@@ -213,7 +228,7 @@ class _Reader:
         trailer = bytes(frame[-4:]) if _frame_has_checksum(frame) else None
         return chunk[: self.bounds[r + 1] - self.bounds[r]], trailer
 
-    def _read_sparse(self, r: int, b: int, where: str) -> sp.csc_matrix:
+    def _read_sparse(self, r: int, b: int, where: str, buffers=None) -> SparseParts:
         rows, size = int(self.bounds[r + 1] - self.bounds[r]), self.sizes[b]
         nnz = int(self.cell_nnz()[r, b])
         name = f"X/block_{b}/cell_{r}"
@@ -222,7 +237,8 @@ class _Reader:
         # Once one cell of this grid was found stored as to_grid stores them (one zstd
         # frame of bytes), the others are decoded without opening their zarr arrays; any
         # cell whose frame does not decode to its length goes through zarr.
-        packed, trailer = self._packed_frame(name, expected) if self._frames else (None, None)
+        packed, trailer = (self._packed_frame(name, expected, where, buffers) if self._frames
+                           else (None, None))
         if packed is None:
             arr = self._array(name, cache=False)
             if arr.shape != (expected,):
@@ -230,7 +246,7 @@ class _Reader:
                     f"{where}: {name} has shape {arr.shape}, expected {(expected,)}"
                 )
             if _one_zstd_frame(arr) and arr.dtype == np.uint8:
-                packed, trailer = self._packed_frame(name, expected)
+                packed, trailer = self._packed_frame(name, expected, where, buffers)
                 self._frames = packed is not None
             if packed is None:
                 packed = np.asarray(arr[:])
@@ -241,7 +257,8 @@ class _Reader:
         checked = trailer is not None and self._verified_frames.get(("sparse", r, b)) == trailer
         if not checked:
             self._verify(packed, (0, r, b), where)
-        data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where)
+        data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where,
+                                           copy=buffers is None)
         if not checked:
             if (
                 indptr[0] != 0
@@ -253,25 +270,43 @@ class _Reader:
                 raise GridCorruptionError(f"{where}: inconsistent sparse cell contents")
             if trailer is not None and self.checksums() is not None:
                 self._verified_frames[("sparse", r, b)] = trailer
-        return sp.csc_matrix((data, indices, indptr), shape=(rows, size))
+        return SparseParts(data, indices, indptr, (rows, size))
 
     _frames = None  # are this grid's sparse cells one zstd frame each (see _read_sparse)?
 
-    def _packed_frame(self, name: str, expected: int) -> tuple:
+    def _packed_frame(self, name: str, expected: int, where: str, buffers=None) -> tuple:
         """(packed sparse cell (uint8) decoded straight from its one zstd frame, the
         frame's content checksum or None): zarr's path costs opening the array, its
         event loop and two copies (7.5 ms of a 3 MB cell's read become ~3). (None, None)
         where the frame does not decode to ``expected`` bytes (zarr's path then reads it
-        and reports what is wrong)."""
+        and reports what is wrong). With ``buffers`` the frame is read into and decoded
+        into their memory: under a memory limit fresh arrays of a few MB are fresh mmaps,
+        and their page faults cost as much as the decoding."""
         with open(self._chunk_path(name, "c/0"), "rb") as f:
-            frame = f.read()
+            if buffers is None:
+                frame = f.read()
+            else:
+                nbytes = os.fstat(f.fileno()).st_size
+                frame = buffers.frame(nbytes)
+                if f.readinto(frame) != nbytes:
+                    raise GridCorruptionError(f"{where}: chunk file changed while read")
         try:
-            raw = _ZSTD.decode(frame)
+            if buffers is None:
+                raw = _ZSTD.decode(frame)
+            else:
+                raw = buffers.values((expected,), np.uint8)
+                # A packed cell never ends with 0xFF (its last byte is the high byte of
+                # a non-negative int32 row index, or of indptr's last, nnz): still there
+                # after decoding, the frame was short.
+                raw[-1:] = 0xFF
+                _ZSTD.decode(frame, out=raw)  # refuses a frame longer than ``expected``
+                if expected and raw[-1] == 0xFF:
+                    return None, None
         except Exception:  # not a frame zstd reads: zarr's path says what it is
             return None, None
         if len(raw) != expected:
             return None, None
-        trailer = frame[-4:] if _frame_has_checksum(frame) else None
+        trailer = bytes(frame[-4:]) if _frame_has_checksum(frame) else None
         return np.frombuffer(raw, dtype=np.uint8), trailer
 
     def read_weights(self, r: int) -> np.ndarray:
@@ -380,10 +415,13 @@ def _changed(path: str) -> str:
             "again with open_grid")
 
 
-def read_cell(path: str, grid_id: str, r: int, b: int):
+def read_cell(path: str, grid_id: str, r: int, b: int, buffers: CellBuffers | None = None,
+              parts: bool = False):
     """Cell (row chunk r, block b) of the store at ``path``, checked against its checksum:
-    a task function of Grid.X's graph and of the data layer (top-level so it pickles)."""
-    return _reader(path, grid_id).read_cell(r, b)
+    a task function of Grid.X's graph and of the data layer (top-level so it pickles).
+    With ``buffers`` the cell is a view of their memory, valid until their next read;
+    ``parts``: a sparse cell as its :class:`SparseParts`."""
+    return _reader(path, grid_id).read_cell(r, b, buffers, parts=parts)
 
 
 def read_dense_row_chunk(path: str, grid_id: str, r: int, out: np.ndarray,

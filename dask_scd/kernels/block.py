@@ -380,17 +380,24 @@ def pure_rmatvec_pair(column, value, pos, neg, width):
 @njit(nogil=True, cache=True)
 def csc_by_rows(data, indices, indptr, n_rows):
     """A column-major cell by rows: (column, value, pure), column[i] the line of row i's
-    entry (−1: none), value[i] that entry; ``pure`` False (and the arrays incomplete)
-    where a row holds two entries."""
+    entry (−1: none), value[i] that entry, ``value`` empty where every entry is 1 (a
+    one-hot cell by rows is its columns alone: no 8 bytes a row made and dropped);
+    ``pure`` False (and the arrays incomplete) where a row holds two entries."""
     column = np.full(n_rows, -1, dtype=np.int32)
-    value = np.zeros(n_rows)
+    ones = True
     for j in range(indptr.shape[0] - 1):
         for k in range(indptr[j], indptr[j + 1]):
             r = indices[k]
             if column[r] >= 0:
-                return column, value, False
+                return column, np.zeros(0), False
             column[r] = j
-            value[r] = data[k]
+            if data[k] != 1:
+                ones = False
+    if ones:
+        return column, np.zeros(0), True
+    value = np.zeros(n_rows)
+    for k in range(indices.shape[0]):
+        value[indices[k]] = data[k]
     return column, value, True
 
 
