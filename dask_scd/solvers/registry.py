@@ -128,6 +128,8 @@ register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
                           (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
                 unpenalized=True, weighted=(*SMOOTH, MULTINOMIAL)))
+register(Engine("lbfgs", "dask_scd.solvers.lbfgs:fit_lbfgs", "memory", losses=SMOOTH, l1=False,
+                weighted=SMOOTH))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every"),
     weighted=ANY_LOSS))
