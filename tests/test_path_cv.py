@@ -521,3 +521,51 @@ def test_weighted_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, c
     for label in here.classes_:
         np.testing.assert_allclose(there.scores_[label], here.scores_[label], atol=1e-12)
     np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)
+
+
+def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(diabetes, tmp_path,
+                                                                    monkeypatch):
+    """With a client, a dask array's or a grid's fold paths run from threads at once: each
+    fold's fits are the ones it would make alone (the same bits), its warnings reach the
+    caller, and the folds do run side by side."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from dask_scd.estimators import path_cv
+
+    X, y = diabetes
+    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=4, eps=1e-2,
+                   tol=1e-8, solver="block_newton")
+    grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150)
+    threads = set()
+    fold_task = path_cv._fold_task
+
+    def spy(X, job):
+        threads.add(threading.current_thread().name)
+        return fold_task(X, job)
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster):
+        monkeypatch.setattr(path_cv, "_fold_task", spy)
+        monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", 1)
+        in_turn = LassoCV(**options).fit(grid)
+        assert len(threads) == 1
+        threads.clear()
+        monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", 3)
+        at_once = LassoCV(**options).fit(grid)
+        assert len(threads) == 3  # one thread a fold
+        # the folds' warnings reach the caller, the same as when run in turn
+        caught = {}
+        for at_a_time in (1, 3):
+            monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", at_a_time)
+            with warnings.catch_warnings(record=True) as got:
+                warnings.simplefilter("always")
+                LassoCV(**(options | {"solver": "block_scd", "max_iter": 1,
+                                      "tol": 1e-14, "random_state": 0})).fit(grid)
+            caught[at_a_time] = sorted(str(w.message) for w in got
+                                       if issubclass(w.category, ConvergenceWarning))
+        assert caught[1] and caught[3] == caught[1]
+    np.testing.assert_array_equal(at_once.mse_path_, in_turn.mse_path_)
+    np.testing.assert_array_equal(at_once.coef_, in_turn.coef_)
+    assert at_once.alpha_ == in_turn.alpha_

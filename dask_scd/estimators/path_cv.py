@@ -5,9 +5,11 @@ every path point on its held-out rows.
 
 A dask array or a grid is never sliced: a fold's path is the weighted path of all of X
 with weight 0 on the held-out rows (the weighted objective ``(1/Σw) Σ w_i ℓ_i`` is then
-exactly the training rows' own), run here one fold after the other, each point a fit on
-the cluster; the held-out rows are scored by a lazy product of X with the path's
-coefficients.
+exactly the training rows' own), each point a fit on the cluster; with a client, up to
+``FOLDS_AT_ONCE`` folds' paths run side by side from threads here (each fit waits on its
+reductions, the others' tasks fill those waits; every fit's model is the one it would
+be alone), else one after the other. The held-out rows are scored by a lazy product of
+X with the path's coefficients.
 
 With sample weights w, a fold's path weighs its training rows by w (times how often each
 is a training row) and its held-out scores are weighted by w on the held-out rows: with
@@ -17,6 +19,7 @@ integer weights, the folds of the rows repeated w_i times.
 from __future__ import annotations
 
 import numbers
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from sklearn.base import is_classifier
@@ -88,14 +91,25 @@ def check_grid_size(value, name: str) -> int:
     return int(value)
 
 
+# Fold paths of a dask array or a grid run at once from this process's threads. Each
+# holds its fit's state on the workers (margins, a row chunk's statistics): a few at once
+# fill one another's waits without multiplying what a worker holds by the folds.
+FOLDS_AT_ONCE = 3
+
+
 def run_paths(X, jobs: list) -> list:
     """One :func:`fold_path` per job (a dict of its arguments), as tasks on the current
     ``distributed.Client`` when there is one (X sent once), else here in turn; the
-    warnings of every path are issued here. A dask array's or a grid's paths run here in
-    turn, their points on the cluster."""
+    warnings of every path are issued here, in the jobs' order. A dask array's or a
+    grid's paths run from threads here, ``FOLDS_AT_ONCE`` at a time, their points on
+    the cluster (here in turn without a client)."""
     client = _current_client()
-    if client is None or len(jobs) < 2 or distributed(X):
+    if client is None or len(jobs) < 2:
         outputs = [_fold_task(X, job) for job in jobs]
+    elif distributed(X):
+        with ThreadPoolExecutor(max_workers=min(len(jobs), FOLDS_AT_ONCE),
+                                thread_name_prefix="dask_scd-fold") as pool:
+            outputs = list(pool.map(lambda job: _fold_task(X, job), jobs))
     else:
         X_future = client.scatter(X, broadcast=False)
         futures = [client.submit(_fold_task, X_future, job, pure=False) for job in jobs]
