@@ -265,6 +265,11 @@ class CellCache:
     def nbytes(self) -> int:
         return 0 if self._lru is None else self._lru.nbytes
 
+    @property
+    def holds_cells(self) -> bool:
+        """Whether any cell is held: cached, pinned, or a row chunk's last read."""
+        return bool(self.nbytes or self._pinned or self._recent)
+
     _bytes = nbytes
 
     def relieve(self) -> int:
