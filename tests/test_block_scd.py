@@ -402,6 +402,32 @@ def test_paused_workers_get_the_cache_relief(client):
                .values())
 
 
+def test_spilling_is_held_off_only_where_it_cannot_reach_the_target():
+    """dask spills a worker's results until its process is below the target: where the
+    cells a fit holds (outside dask's data) keep it above whatever is spilled, spilling
+    only writes and reads back every result, and is held off; with room to gain, or no
+    cell held, dask's own setting stands."""
+    from types import SimpleNamespace
+
+    from dask_scd.runtime.cluster import spill_helps
+
+    def worker(process, managed, target=0.6):
+        return SimpleNamespace(
+            memory_manager=SimpleNamespace(memory_limit=1000, memory_target_fraction=target),
+            data=SimpleNamespace(fast=SimpleNamespace(total_weight=managed)),
+            monitor=SimpleNamespace(get_process_memory=lambda: process))
+
+    holding, empty = SimpleNamespace(holds_cells=True), SimpleNamespace(holds_cells=False)
+    assert not spill_helps(worker(900, 100), holding, 0.7)  # 800 outside dask > 600
+    assert spill_helps(worker(900, 400), holding, 0.7)  # spilling 300 reaches 600
+    assert spill_helps(worker(900, 100), empty, 0.7)  # not the fit's cells: dask decides
+    assert not spill_helps(worker(750, 10, target=False), holding, 0.7)  # target: spill's
+    plain = SimpleNamespace(memory_manager=SimpleNamespace(memory_limit=1000,
+                                                           memory_target_fraction=0.6),
+                            data={}, monitor=None)
+    assert spill_helps(plain, holding, 0.7)  # no spill buffer: nothing to decide
+
+
 def test_cache_is_sized_from_what_the_worker_has_left(clients):
     from dask_scd.data import cache as cell_cache
 
