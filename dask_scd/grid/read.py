@@ -208,11 +208,7 @@ class _Reader:
         event loop, a decoded copy, a copy into the selection), and the frame's content
         checksum (its last 4 bytes; None where the frame has none)."""
         buffers = buffers or CellBuffers()
-        with open(self._chunk_path(name, f"c/{r}/0"), "rb") as f:
-            nbytes = os.fstat(f.fileno()).st_size
-            frame = buffers.frame(nbytes)
-            if f.readinto(frame) != nbytes:
-                raise GridCorruptionError(f"{where}: chunk file changed while read")
+        frame = self._read_frame(name, f"c/{r}/0", where, buffers)
         dtype = np.dtype(dtype).newbyteorder("<")
         if into is None:
             chunk = buffers.values(shape, dtype)
@@ -282,14 +278,7 @@ class _Reader:
         and reports what is wrong). With ``buffers`` the frame is read into and decoded
         into their memory: under a memory limit fresh arrays of a few MB are fresh mmaps,
         and their page faults cost as much as the decoding."""
-        with open(self._chunk_path(name, "c/0"), "rb") as f:
-            if buffers is None:
-                frame = f.read()
-            else:
-                nbytes = os.fstat(f.fileno()).st_size
-                frame = buffers.frame(nbytes)
-                if f.readinto(frame) != nbytes:
-                    raise GridCorruptionError(f"{where}: chunk file changed while read")
+        frame = self._read_frame(name, "c/0", where, buffers)
         try:
             if buffers is None:
                 raw = _ZSTD.decode(frame)
@@ -308,6 +297,18 @@ class _Reader:
             return None, None
         trailer = bytes(frame[-4:]) if _frame_has_checksum(frame) else None
         return np.frombuffer(raw, dtype=np.uint8), trailer
+
+    def _read_frame(self, name: str, chunk: str, where: str, buffers=None):
+        """The bytes of chunk file ``chunk`` of array ``name``: into ``buffers``' frame
+        memory when given, else fresh."""
+        with open(self._chunk_path(name, chunk), "rb") as f:
+            if buffers is None:
+                return f.read()
+            nbytes = os.fstat(f.fileno()).st_size
+            frame = buffers.frame(nbytes)
+            if f.readinto(frame) != nbytes:
+                raise GridCorruptionError(f"{where}: chunk file changed while read")
+            return frame
 
     def read_weights(self, r: int) -> np.ndarray:
         """Sample weights of row chunk r (stores written with ``sample_weight``)."""

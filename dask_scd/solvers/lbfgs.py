@@ -29,12 +29,10 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.kernels import newton as kernels
-from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
 from dask_scd.result import History
 from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import DualMemory, primal_certificate
-from dask_scd.solvers.newton import _derivatives, _design, _start
+from dask_scd.solvers.newton import _derivatives, _design, _start, backtrack
 from dask_scd.solvers.newton_loop import Meter
 
 _MEMORY = 10  # (s, y) pairs kept: scipy's and glum's default
@@ -145,18 +143,6 @@ def _line_search(problem, y, margins, direction, loss_sum, coef, delta, slope,
                  weights=None) -> float:
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·∇Fᵀd (0 if none).
     O(n + p) per trial: the loss along the margins' direction, the penalty on θ."""
-    n = len(y)
-    base = loss_sum / n + obj.penalty_value(problem, coef)
-    noise = 1e-15 * abs(base)
-    t = 1.0
-    for _ in range(MAX_BACKTRACK):
-        if weights is None:
-            trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
-        else:
-            trial = kernels.weighted_loss_along(problem.loss_code, y, margins, weights,
-                                                direction, t) / n
-        trial += obj.penalty_value(problem, coef + t * delta)
-        if trial - base <= ARMIJO * t * slope + noise:
-            return t
-        t *= BACKTRACK
-    return 0.0
+    base = loss_sum / len(y) + obj.penalty_value(problem, coef)
+    return backtrack(problem, y, margins, direction, coef, delta, base, slope,
+                     1e-15 * abs(base), weights)

@@ -282,6 +282,16 @@ def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b
         # still can: take the unit step of the local model (the caller keeps the best
         # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
         return 1.0
+    return backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise,
+                     weights)
+
+
+def backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise,
+              weights=None) -> float:
+    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − ``base`` ≤ ARMIJO·t·``decrease`` +
+    ``noise`` (0 if none): F from the loss along ``margins + t·direction`` (O(n), no pass
+    over X) and the penalty at θ + tΔ."""
+    n = len(y)
     t = 1.0
     for _ in range(MAX_BACKTRACK):
         if weights is None:
