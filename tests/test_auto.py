@@ -139,19 +139,25 @@ def test_auto_lasso_on_adult_converges_in_default_epochs():
     assert result.solver_ == "newton" and result.dual_gap_ <= 1e-8
 
 
-def test_l2_on_wide_fields_of_rare_columns_takes_block_scd(rng):
-    """One-hot fields of rare columns (≤ 200 stored values each on average), ≥ 1M stored
-    entries: block SCD in memory; frequent columns, a small X or an L1 term: Newton."""
+def test_l2_on_large_one_hot_fields_takes_block_scd(rng, monkeypatch):
+    """One-hot fields wider than Newton's Gram, of ≥ _BLOCK_MIN_ENTRIES stored entries
+    (lowered here so the test stays small): block SCD in memory, whether the columns are
+    rare or frequent; a smaller X, a narrow one, an L1 term or sample weights: Newton."""
+    monkeypatch.setattr(registry, "_BLOCK_MIN_ENTRIES", 1_000_000)
     X = _onehot(60_000, 20, 1000, rng)  # 1.2M stored, p = 20k, 60 values per column
     assert _choice("logistic", "l2", 1.0 / 60_000, X) == "block_scd"
     assert _choice("squared", "l2", 1.0 / 60_000, X) == "block_scd"
     assert _choice("logistic", "l1", 1e-4, X) == "newton"
     frequent = _onehot(60_000, 20, 120, rng)  # p = 2400, 500 values per column
-    assert _choice("logistic", "l2", 1.0 / 60_000, frequent) == "newton"
+    assert _choice("logistic", "l2", 1.0 / 60_000, frequent) == "block_scd"
+    narrow = _onehot(60_000, 20, 90, rng)  # p = 1800: Newton forms XᵀDX
+    assert _choice("logistic", "l2", 1.0 / 60_000, narrow) == "newton"
     assert _choice("logistic", "l2", 1.0 / 4000, _onehot(4000, 20, 500, rng)) == "newton"
     weighted = InMemory(X, np.ones(X.shape[0]), np.ones(X.shape[0]))
     problem = obj.Problem("logistic", 1.0 / 60_000, 0.0, True)
     assert registry.resolve("auto", problem, weighted).name == "newton"
+    monkeypatch.undo()  # the real bound: 1.2M stored entries are too few to pay
+    assert _choice("logistic", "l2", 1.0 / 60_000, X) == "newton"
 
 
 def test_rows_of_more_values_than_blocks_skip_the_detection(rng):

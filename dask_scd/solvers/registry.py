@@ -283,8 +283,8 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
       (:func:`_hinge_passes`);
     - L2 with a smooth loss: "sdca" at ≈ 10·κ epochs against "newton" at ≈ 10 steps of
       its curvature (Cholesky of XᵀDX when p ≤ 2000 and cheaper than conjugate gradients),
-      ≈ 7 steps (one for the squared loss); and "block_scd" (≈ 25 passes) on one-hot
-      fields with rare columns (:func:`_block_steps_pay`);
+      ≈ 7 steps (one for the squared loss); and "block_scd" (≈ 25 passes) on large
+      one-hot fields (:func:`_block_steps_pay`);
     - L1 / elastic net: "newton" when its working set's Gram fits (p ≤ 2000) and the loss
       is not squared, or when X has pure blocks (one-hot fields: the block shifts of its
       inner solver, :func:`dask_scd.solvers.quadratic.block_shift`, take the directions
@@ -321,28 +321,28 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     return costs
 
 
-# Block SCD in memory (dask_scd.solvers.block_memory) on one-hot fields, L2: about 12–30
+# Block SCD in memory (dask_scd.solvers.block_memory) on one-hot fields, L2: about 6–30
 # epochs of ~2 passes (a fused pass over the blocks, the certificate), whatever the
-# columns' frequencies. Newton's conjugate gradients need more products where many
-# columns are rare (their curvature is ~α): Criteo-like 611k columns of 21–85 stored
-# values on average, logistic at α = 1/n to a certified 1e-6: 500k rows 6.6 s against
-# Newton's 8.4 s, 1M 11.1 against 16.6, 2M 19.3 against 24.2 (0.1/n: 31.4 against 42.5;
-# squared loss 16.9 against 19.5); but ten fields of 10k columns of 2,000 values each,
-# 2M rows: 4.2 s against 3.8, and 300k rows of 9.4k columns (319 values each): 1.1 s
-# against 0.5. Below 1M stored entries its set-up and per-block steps outweigh both.
+# columns' frequencies; Newton's conjugate gradients need more products where many
+# columns are rare (their curvature is ~α), and no fewer where they are frequent. Measured
+# (make_onehot, logistic at α = 1/n and 0.1/n, certified 1e-6, 2 threads): Criteo-like
+# 611k columns, 500k / 2M / 6M rows: 6.6 / 19.3 / 34.4 s against Newton's 8.4 / 24.2 /
+# 57.5; 1M × 100k (200 values a column): 3.3–3.9 against 3.6–3.7; 1M × 40k (1,000 a
+# column): 4.4–4.8 against 4.7–5.8; 2M × 10k (2,000 a column): 2.7 against 2.9–3.1;
+# 2M × 3k (13,000 a column): 4.4–4.8 against 5.2–5.4. Below ~8M stored entries its
+# set-up and per-block steps cost more than they save: 300k × 9.4k (6M): 0.40–0.48
+# against 0.35–0.39; 200k × 20k (2M): 0.39–0.46 against 0.33–0.36.
 _BLOCK_PASSES = 25.0
-_BLOCK_MAX_FILL = 200.0  # mean stored values per column at most this: rare columns
+_BLOCK_MIN_ENTRIES = 8_000_000
 
 
 def _block_steps_pay(data) -> bool:
-    """Whether block SCD in memory is a candidate: unweighted sparse X of ≥ 1M stored
-    entries, wider than Newton's Gram, whose columns hold few values on average, in
-    one-hot fields (pure blocks, detected last: it reads X)."""
-    from dask_scd.kernels.threads import MIN_ENTRIES
-
+    """Whether block SCD in memory is a candidate: unweighted sparse X of ≥ 8M stored
+    entries, wider than Newton's Gram, in one-hot fields (pure blocks, detected last: it
+    reads X)."""
     p = data.shape[1]  # (dense X has no pure blocks: _has_fields says no without a pass)
-    return (not data.weighted and data.nnz >= MIN_ENTRIES and p > _NEWTON_GRAM_MAX
-            and data.nnz <= _BLOCK_MAX_FILL * p and _has_fields(data))
+    return (not data.weighted and data.nnz >= _BLOCK_MIN_ENTRIES and p > _NEWTON_GRAM_MAX
+            and _has_fields(data))
 
 
 # The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
