@@ -305,6 +305,47 @@ def test_detect_pure_blocks_one_hot():
     assert sorted(map(tuple, blocks)) == sorted(tuple(g) for g in groups)
 
 
+def test_one_hot_fields_are_read_from_the_ranks_of_their_columns(monkeypatch):
+    """A canonical CSR X whose every column holds one rank in its rows (one-hot fields, a
+    value in each): its fields in one pass, in the greedy colouring's order, and the
+    greedy colouring's own blocks where it separates the fields; where it puts a rare
+    column in another field's block, the fields still. A missing value, an impure field
+    or an explicit zero that shifts the ranks: the greedy colouring."""
+    from dask_scd.datasets import make_onehot
+    from dask_scd.grid import partition
+
+    def greedy(X):
+        with monkeypatch.context() as m:
+            m.setattr(partition, "_fields_by_rank", lambda X: None)
+            return detect_pure_blocks(X)
+
+    X, _, fields = make_onehot(4000, 5, 20, random_state=0)  # frequent values: separated
+    blocks = detect_pure_blocks(X)
+    assert partition._fields_by_rank(X) is not None
+    assert [b.tolist() for b in blocks] == [b.tolist() for b in greedy(X)]
+    X, _, fields = make_onehot(2000, 4, [3, 1000, 1000, 4], random_state=1)
+    blocks = detect_pure_blocks(X)
+    used = np.bincount(X.indices, minlength=X.shape[1]) > 0
+    assert sorted(tuple(b[used[b]]) for b in blocks) == sorted(tuple(f[used[f]]) for f in fields)
+    coloured = sorted(tuple(b[used[b]]) for b in greedy(X))  # rare columns moved there
+    assert coloured != sorted(tuple(f[used[f]]) for f in fields)
+    assert all(block_purity(X, blocks)[0])
+    validate_blocks(blocks, X.shape[1])
+    # A row missing its first field's value: ranks shift, the colouring decides.
+    lil = X.tolil()
+    lil[0, int(fields[0][X[0].indices[0] - fields[0][0]])] = 0
+    missing = sp.csr_matrix(lil)
+    missing.eliminate_zeros()
+    assert partition._fields_by_rank(missing) is None
+    assert [b.tolist() for b in detect_pure_blocks(missing)] == [
+        b.tolist() for b in greedy(missing)]
+    # An explicit zero is no value: the ranks skip it.
+    explicit = X.copy()
+    explicit.data[0] = 0.0
+    assert partition._fields_by_rank(explicit) is None
+    assert partition._fields_by_rank(sp.csc_matrix(X)) is None  # CSR only
+
+
 def test_detect_pure_blocks_dense_columns_and_limits():
     rng = np.random.default_rng(6)
     X, _ = one_hot(rng, 300, [4, 4])

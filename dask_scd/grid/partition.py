@@ -226,6 +226,61 @@ def _greedy_colour(indptr, indices, order, n_rows, max_block_size, singleton):
     return assign, n_blocks
 
 
+@numba.njit(cache=True, nogil=True)
+def _column_ranks(indptr, indices, data, n_cols):
+    """(rank, counts, consistent): the rank of each column's stored non-zeros within their
+    rows (the k-th non-zero of a row has rank k; -1 for a column without one), their
+    count per column, and whether every column holds one rank in every row."""
+    rank = np.full(n_cols, -1, dtype=np.int64)
+    counts = np.zeros(n_cols, dtype=np.int64)
+    for r in range(indptr.shape[0] - 1):
+        k = 0
+        for q in range(indptr[r], indptr[r + 1]):
+            if data[q] == 0:
+                continue
+            j = indices[q]
+            if rank[j] < 0:
+                rank[j] = k
+            elif rank[j] != k:
+                return rank, counts, False
+            counts[j] += 1
+            k += 1
+    return rank, counts, True
+
+
+def _fields_by_rank(X) -> list[np.ndarray] | None:
+    """The fields of a one-hot design in one pass over a canonical CSR X, or None.
+
+    Where every column holds its non-zeros at one rank within their rows (the k-th
+    non-zero of a row belongs to field k: one-hot encoders lay out their fields so, a
+    value in every field), the columns of one rank are a pure block: the fields, in the
+    order the greedy colouring creates its blocks (by each block's most frequent column,
+    ties to the lower index; the columns without a non-zero join the first block). Where
+    the greedy colouring separates the fields these are its very blocks; where a rare
+    column of one field shares no row with the columns another's block holds so far, it
+    puts that column there, and the blocks are no longer the fields. Else None: a
+    missing value or an impure field shifts the ranks, and the greedy colouring runs (on
+    1M × 100k one-hot rows it took 0.47 s, this pass 0.03 s).
+    """
+    if not (sp.issparse(X) and X.format == "csr" and X.has_canonical_format):
+        return None
+    rank, counts, consistent = _column_ranks(X.indptr, X.indices, X.data, X.shape[1])
+    if not consistent:
+        return None
+    used = rank >= 0
+    if not used.any():
+        return None
+    # The greedy colouring's visiting order: decreasing count, ties to the lower index.
+    order = np.argsort(-counts, kind="stable")
+    first_visit = np.full(int(rank.max()) + 1, len(order), dtype=np.int64)
+    np.minimum.at(first_visit, rank[order], np.arange(len(order)))
+    creation = np.argsort(first_visit, kind="stable")  # the ranks in order of creation
+    block_rank = np.where(used, rank, creation[0])
+    members = np.argsort(block_rank, kind="stable")  # columns ascending within a rank
+    bounds = np.searchsorted(block_rank[members], np.arange(len(first_visit) + 1))
+    return [members[bounds[r]:bounds[r + 1]].astype(np.int64) for r in creation]
+
+
 def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]:
     """Partition the features into pure blocks by greedy colouring.
 
@@ -258,6 +313,10 @@ def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]
     """
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    if max_block_size is None:
+        fields = _fields_by_rank(X)
+        if fields is not None:
+            return fields
     indptr, indices, (n_rows, n_features) = _nonzero_pattern_csc(X)
     nnz = np.diff(indptr)
     # Stable sort so ties keep the original feature order (deterministic output).
