@@ -1,8 +1,11 @@
 """solver="auto" in memory: the engine with the fewest predicted passes over X."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd import objectives as obj
@@ -169,3 +172,48 @@ def test_rows_of_more_values_than_blocks_skip_the_detection(rng):
     assert data.pure_blocks is None
     problem = obj.Problem("logistic", 1.0 / 4000, 0.0, True)
     assert registry.resolve("auto", problem, data).name == "newton"
+
+
+def _rank_deficient(rng):
+    """sklearn's sample-weight check's data, its rows repeated: 57 rows of rank 15, p = 30."""
+    base = np.random.RandomState(42)
+    X = base.rand(15, 30)
+    y = base.randint(0, 3, size=15).astype(float)
+    counts = base.randint(0, 5, size=15)
+    return np.vstack([X.repeat(counts, axis=0), X, X]), np.hstack([y.repeat(counts), y, y])
+
+
+def test_the_lasso_with_p_at_least_n_takes_newton(rng):
+    """The squared loss's lasso with p ≥ n: proximal Newton (coordinate descent crawls
+    near the interpolating end); the elastic net, and n > p: SCD."""
+    X = rng.normal(size=(100, 300))
+    assert _choice("squared", "l1", 1e-3, X) == "newton"
+    assert _choice("squared", "elasticnet", 1e-3, X) == "scd"
+    assert _choice("squared", "l1", 1e-3, rng.normal(size=(400, 300))) == "scd"
+
+
+def test_auto_hands_a_stalled_coordinate_fit_over_to_newton(rng):
+    """n > p but X of rank 15 < p: "auto" runs SCD, which stops at max_iter short of tol
+    near the interpolating end; Newton then finishes from its iterate, to the optimum."""
+    from sklearn.linear_model import Lasso
+
+    X, y = _rank_deficient(rng)
+    alpha = 1e-3 * np.abs((X - X.mean(0)).T @ (y - y.mean())).max() / len(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # no warning: it converged
+        result = dask_scd.fit(X, y, penalty="l1", alpha=alpha, tol=1e-8, max_iter=200)
+    handed = result.extras_["handed_over_from"]
+    assert handed["solver"] == "scd" and handed["iterations"] == 200
+    assert handed["relative_gap"] > 1e-4  # SCD had stalled
+    assert result.solver_ == "newton" and result.converged_ and result.dual_gap_ <= 1e-8
+    assert result.n_iter_ > 200 and result.history_.iteration[-1] == result.n_iter_
+    assert result.history_.relative_gap[-1] == result.dual_gap_
+    with pytest.warns(ConvergenceWarning, match="solver='scd'"):  # a named engine stays
+        named = dask_scd.fit(X, y, penalty="l1", alpha=alpha, tol=1e-8, max_iter=200,
+                             solver="scd")
+    assert named.solver_ == "scd" and not named.converged_
+    reference = Lasso(alpha=alpha, tol=1e-14, max_iter=10**6).fit(X, y)
+    mine = obj.Problem("squared", alpha, 1.0, True)
+    ours = obj.certificate(mine, X, y, result.coef_, result.intercept_).primal
+    theirs = obj.certificate(mine, X, y, reference.coef_, reference.intercept_).primal
+    assert ours <= theirs * (1 + 1e-8)

@@ -286,7 +286,8 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
       ≈ 7 steps (one for the squared loss); and "block_scd" (≈ 25 passes) on large
       one-hot fields (:func:`_block_steps_pay`);
     - L1 / elastic net: "newton" when its working set's Gram fits (p ≤ 2000) and the loss
-      is not squared, or when X has pure blocks (one-hot fields: the block shifts of its
+      is not squared, for the squared loss's lasso with n ≤ p ≤ 2000
+      (:func:`_lasso_without_rank`), or when X has pure blocks (one-hot fields: the block shifts of its
       inner solver, :func:`dask_scd.solvers.quadratic.block_shift`, take the directions
       coordinate descent crawls along; Criteo-like 200k × 611k logistic L1: 11 steps to
       3e-11 against SCD's 94 epochs short of 1e-4); else "scd" (working sets with
@@ -302,7 +303,8 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     if problem.loss == "hinge":
         return _hinge_passes(problem, data)
     if problem.l1_ratio > 0:
-        if (problem.loss != "squared" and p <= _NEWTON_GRAM_MAX) or _has_blocks(data):
+        if ((problem.loss != "squared" and p <= _NEWTON_GRAM_MAX) or _has_blocks(data)
+                or _lasso_without_rank(problem, n, p)):
             costs["newton"] = 2.0
         costs["scd"] = 3.0
         return costs
@@ -368,6 +370,19 @@ def _hinge_passes(problem: Problem, data) -> dict[str, float]:
         cholesky = (p + 1) ** 3 / 3.0 / (_BLAS_SPEEDUP * max(data.nnz, 1))
         costs["newton"] = _HINGE_NEWTON_STEPS * (1.0 + cholesky)
     return costs
+
+
+def _lasso_without_rank(problem: Problem, n: int, p: int) -> bool:
+    """The lasso (no L2 part) of the squared loss with n ≤ p ≤ 2000 (Newton's working-set
+    Gram fits): near its interpolating end coordinate descent crawls, X having no full
+    column rank (dense, at 10⁻³·alpha_max, tol 1e-6: 100 × 1000, 300 × 400 and
+    500 × 1000 stopped at 1000 SCD epochs at gaps 8e-4 to 1e-1, as did the Gram engine;
+    proximal Newton, whose inner solves run on working sets, certified 1e-6 in 35–107
+    steps, 0.2–1.4 s). Wider (1000 × 5000: SCD stalled at 6e-3 in 2.3 s, Newton took
+    17.7 s) SCD stays, and ``fit`` hands it over to Newton where it stops short
+    (dask_scd.api._hand_over), as it does where rank is missing with n > p. The elastic
+    net's L2 part keeps SCD converging (266–722 epochs there)."""
+    return problem.loss == "squared" and problem.l2 == 0.0 and n <= p <= _NEWTON_GRAM_MAX
 
 
 def _has_blocks(data) -> bool:
