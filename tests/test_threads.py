@@ -5,6 +5,9 @@ result written by one range), so a fit on several threads must equal the fit on 
 bit for bit. The size threshold is lowered so that small data takes the threaded paths.
 """
 
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -119,3 +122,25 @@ def test_l2_newton_by_conjugate_gradients_is_the_same_on_any_number_of_threads(t
     for fit in fits[1:]:
         assert np.array_equal(fit.coef_, fits[0].coef_) and fit.intercept_ == fits[0].intercept_
     assert fits[0].dual_gap_ <= 1e-10
+
+
+def test_the_environment_caps_the_threads(monkeypatch):
+    """DASK_SCD_NUM_THREADS and NUMBA_NUM_THREADS cap the process's threads (the smaller
+    wins; what is not a positive integer is ignored): a process that limits its libraries
+    to one thread (make bench-peers) runs its passes on one."""
+    for name in threads.THREAD_LIMITS:
+        monkeypatch.delenv(name, raising=False)
+    cores = threads._threads()
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
+    assert threads._threads() == 1
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "64")
+    monkeypatch.setenv("DASK_SCD_NUM_THREADS", "1")
+    assert threads._threads() == 1
+    monkeypatch.setenv("DASK_SCD_NUM_THREADS", "zero")
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "0")
+    assert threads._threads() == cores
+    script = "from dask_scd.kernels import threads; print(threads.THREADS)"
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", DASK_SCD_NUM_THREADS="")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "1"

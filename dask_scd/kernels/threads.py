@@ -16,9 +16,25 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# Cores this process may run on (at most 8: the passes are memory-bound beyond that).
-THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                     else (os.cpu_count() or 1)))
+# Environment variables that cap the threads (the smallest set wins): our own, and
+# numba's, which a process limiting its libraries to one thread sets with OpenMP's and
+# BLAS's (make bench-peers does).
+THREAD_LIMITS = ("DASK_SCD_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def _threads() -> int:
+    """Cores this process may run on, at most 8 (the passes are memory-bound beyond
+    that), capped by :data:`THREAD_LIMITS` where set to a positive integer."""
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else (os.cpu_count() or 1))
+    for name in THREAD_LIMITS:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            cores = min(cores, int(value))
+    return max(1, min(8, cores))
+
+
+THREADS = _threads()
 # Stored entries below which a pass stays on one thread (a hand-off costs ~0.1 ms).
 MIN_ENTRIES = 1_000_000
 
