@@ -275,6 +275,48 @@ def run_cv(name, X, y):
             + md_table(["method", "time (s)", "alpha_"], rows) + "\n")
 
 
+# On a cluster: the folds' paths side by side (dask_scd.estimators.path_cv.FOLDS_AT_ONCE)
+# against one after the other, on a grid of the one-hot set, 2 worker processes of one
+# thread. Fewer alphas than in memory: every point is a fit on the cluster.
+CLUSTER_ALPHAS = 20
+
+
+def run_cv_cluster(name, X, y, workdir: Path):
+    """LassoCV(cv=5) on a grid through a 2-worker LocalCluster, its folds' paths 1 and
+    ``FOLDS_AT_ONCE`` at a time: time, alpha_, and whether the fits agree bit for bit."""
+    from distributed import Client, LocalCluster
+    from sklearn.model_selection import KFold
+
+    from dask_scd.estimators import path_cv
+
+    folds = KFold(5, shuffle=True, random_state=0)
+    grid = dask_scd.to_grid(X, y, workdir / "cv.zarr", row_chunk=max(1, X.shape[0] // 8),
+                            overwrite=True)
+    at_once = path_cv.FOLDS_AT_ONCE
+    rows, models = [], {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            Client(cluster):
+        for label, count in (("in turn", 1), (f"{at_once} at once", at_once)):
+            path_cv.FOLDS_AT_ONCE = count
+            log(f"  cv on the cluster, folds {label}")
+            try:
+                seconds, model = timed(lambda: dask_scd.LassoCV(
+                    cv=folds, n_alphas=CLUSTER_ALPHAS, eps=EPS, tol=TOL, solver="block_scd",
+                    random_state=0).fit(grid))
+            finally:
+                path_cv.FOLDS_AT_ONCE = at_once
+            log(f"    {seconds:.2f} s")
+            models[count] = model
+            rows.append([f"dask_scd.LassoCV, grid, folds {label}", f"{seconds:.2f}",
+                         f"{float(model.alpha_):.4g}"])
+    same = (np.array_equal(models[1].mse_path_, models[at_once].mse_path_)
+            and np.array_equal(models[1].coef_, models[at_once].coef_))
+    return (f"### {name}: LassoCV(cv=5) on a grid, 2 worker processes of 1 thread, "
+            f"{CLUSTER_ALPHAS} alphas, solver='block_scd'\n\n"
+            + md_table(["method", "time (s)", "alpha_"], rows)
+            + f"\nThe two runs' `mse_path_` and `coef_` are {'the same bits' if same else 'NOT the same bits'}.\n")
+
+
 # ------------------------------------------------------------------------- report
 
 
@@ -317,6 +359,8 @@ def main(argv=None):
     parser.add_argument("--ours-only", action="store_true", help="skip the peers")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="skip LassoCV on a grid through a 2-worker LocalCluster")
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
@@ -335,6 +379,13 @@ def main(argv=None):
         log(f"== {name}")
         sections.append(run_paths(name, X, y))
         sections.append(run_cv(name, X, y))
+    if not args.no_cluster:
+        import tempfile
+
+        name, X, y = datasets[-1]
+        log(f"== {name}, on a cluster")
+        with tempfile.TemporaryDirectory() as workdir:
+            sections.append(run_cv_cluster(name, X, y, Path(workdir)))
     elapsed = time.perf_counter() - started
     header = (
         f"## {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC — "

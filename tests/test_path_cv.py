@@ -569,3 +569,52 @@ def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(diabetes, tm
     np.testing.assert_array_equal(at_once.mse_path_, in_turn.mse_path_)
     np.testing.assert_array_equal(at_once.coef_, in_turn.coef_)
     assert at_once.alpha_ == in_turn.alpha_
+
+
+def test_collective_fits_of_folds_side_by_side_take_turns(diabetes, tmp_path, monkeypatch):
+    """Block SCD's collective iterations hold a worker's thread while their members wait
+    for each other: the folds' fits run from threads of this process take turns, so no
+    fit's members wait for another's on workers of one thread (they would until
+    MEMBER_TIMEOUT, then run the epoch as a task graph). Same bits as the folds in turn."""
+    from distributed import Client, LocalCluster
+
+    from dask_scd.estimators import path_cv
+    from dask_scd.solvers import block_scd
+
+    X, y = diabetes
+    monkeypatch.setattr(block_scd._BlockSCD, "MEMBER_TIMEOUT", 5.0)
+    graphs = []
+    graph_epoch = block_scd._BlockSCD._graph_epoch
+
+    def counting(self, *args, **kwargs):
+        graphs.append(1)
+        return graph_epoch(self, *args, **kwargs)
+
+    monkeypatch.setattr(block_scd._BlockSCD, "_graph_epoch", counting)
+    active, most = [0], [0]
+    members_iteration = block_scd._BlockSCD._members_iteration
+
+    def watched(self, *args, **kwargs):
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        try:
+            return members_iteration(self, *args, **kwargs)
+        finally:
+            active[0] -= 1
+
+    monkeypatch.setattr(block_scd._BlockSCD, "_members_iteration", watched)
+    options = dict(cv=KFold(5, shuffle=True, random_state=0), n_alphas=4, eps=1e-1,
+                   tol=1e-6, solver="block_scd", random_state=0, max_iter=30)
+    grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150)
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            Client(cluster):
+        monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", 3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            at_once = LassoCV(**options).fit(grid)
+            assert not graphs  # every iteration ran collectively: no member gave up
+            assert most[0] == 1  # one fit's members in flight at a time
+            monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", 1)
+            in_turn = LassoCV(**options).fit(grid)
+    np.testing.assert_array_equal(at_once.mse_path_, in_turn.mse_path_)
+    assert at_once.alpha_ == in_turn.alpha_

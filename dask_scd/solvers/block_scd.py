@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import threading
 import time
 import uuid
 
@@ -48,6 +49,14 @@ SELECTIONS = strategies.BLOCK_ORDERS
 
 # ------------------------------------------------------------------------- the engine
 
+
+# The collective iterations of the fits run from one client process (CV folds side by
+# side, dask_scd.estimators.path_cv) take turns. A member holds its worker's thread while
+# it waits for its partners' statistics: two fits' members, queued crosswise on workers
+# of one thread each, would wait for each other until MEMBER_TIMEOUT (LassoCV on a grid,
+# 2 workers of one thread, 3 folds at once: over 5 min where the folds in turn took
+# 167 s). Their other stages (certificates, coarse steps: ordinary tasks) still overlap.
+_COLLECTIVE_TURN = threading.RLock()
 
 def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run:
     """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`).
@@ -436,7 +445,12 @@ class _BlockSCD:
         """The iteration as one task per worker exchanging statistics directly
         (:func:`block_collective.epoch_member`): (the margins the members kept, (coef,
         intercept, certificate)), or None where a member was lost or could not meet the
-        others (the caller runs the task graph from the same margins)."""
+        others (the caller runs the task graph from the same margins). The fits of this
+        process take turns (:data:`_COLLECTIVE_TURN`)."""
+        with _COLLECTIVE_TURN:
+            return self._members_iteration(margins, plan, coef, intercept, slack)
+
+    def _members_iteration(self, margins, plan, coef, intercept, slack):
         runtime, client = self.runtime, self.client
         addresses, groups = self._members()
         single = addresses == [None]
