@@ -26,7 +26,7 @@ def _choice(loss, penalty, alpha, X):
 
 
 @pytest.mark.parametrize("loss,penalty,alpha,expected", [
-    ("squared", "l2", 1e-3, "gram"),            # n ≥ 4p, p ≤ 512: one pass, then O(p)
+    ("squared", "l2", 1e-3, "newton"),          # a small ridge: one exact Cholesky step
     ("squared", "l1", 1e-3, "gram"),
     ("hinge", "l2", 1e-3, "newton"),            # smoothed Newton: p small, band Cholesky
     ("hinge", "l2", 1.0, "sdca"),               # strongly regularized: a few SDCA epochs
@@ -37,6 +37,20 @@ def _choice(loss, penalty, alpha, X):
 ])
 def test_dense_choices(rng, loss, penalty, alpha, expected):
     assert _choice(loss, penalty, alpha, rng.normal(size=(2000, 20))) == expected
+
+
+def test_a_larger_ridge_takes_the_gram_engine_and_a_small_one_is_exact(rng):
+    """n ≥ 4p, p ≤ 512, XᵀX above _EXACT_FLOPS: the Gram engine (one pass, then O(p));
+    below, Newton's exact step, whose fit equals sklearn's direct solve to rounding."""
+    from sklearn.linear_model import Ridge
+
+    assert _choice("squared", "l2", 1e-3, rng.normal(size=(20_000, 20))) == "gram"
+    X = rng.normal(size=(300, 20))
+    y = X @ rng.normal(size=20) + rng.normal(size=300)
+    result = dask_scd.fit(X, y, alpha=1e-2)  # tol 1e-6, but exact
+    assert result.solver_ == "newton"
+    reference = Ridge(alpha=1e-2 * 300, solver="cholesky").fit(X, y)
+    np.testing.assert_allclose(result.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
 
 
 def test_sparse_one_hot_choices(rng):

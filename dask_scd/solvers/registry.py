@@ -267,6 +267,11 @@ _NEWTON_CG_PASSES = 9.0
 _RIDGE_CG_PASSES = 30.0  # one CG solve of ridge to 1e-6..1e-9 (one-hot 1M × 100k: 27–36)
 _NEWTON_GRAM_MAX = 2000  # above this many columns the Newton engine never forms XᵀDX
 _BLAS_SPEEDUP = 8.0
+# A ridge whose XᵀX and Cholesky cost at most this many flops (about a millisecond) is
+# solved by Newton's one exact step (to rounding) rather than to tol by an iterative
+# engine: the time is the same, the answer exact (a weighted fit then equals the fit of
+# its repeated rows to rounding, as scikit-learn's direct solvers give).
+_EXACT_FLOPS = 1e6
 # Primal SCD on an L2 problem: epochs grow with the primal conditioning, which the data's
 # statistics do not give cheaply; it is the fallback where the others do not apply.
 _SCD_EPOCHS = 1000.0
@@ -315,6 +320,8 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
         step = min(step, 3.0 + (data.gram_flops + p**3 / 3.0) / (_BLAS_SPEEDUP * max(data.nnz, 1)))
     if problem.loss == "squared":  # one exact step: Cholesky, or one CG solve to tol
         costs["newton"] = step if step < _NEWTON_CG_PASSES else _RIDGE_CG_PASSES
+        if p <= _NEWTON_GRAM_MAX and data.gram_flops + p**3 / 3.0 <= _EXACT_FLOPS:
+            costs["newton"] = 0.0  # a small ridge: solved exactly, whatever tol
     else:
         costs["newton"] = _NEWTON_STEPS * step
     costs["scd"] = _SCD_EPOCHS
