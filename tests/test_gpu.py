@@ -322,8 +322,8 @@ def test_duhl_with_device_memory_equals_host_memory(rng, sparse, loss, alpha, l1
 
 
 def test_gpu_auto_solver_takes_an_engine_with_gpu_kernels(rng):
-    X, y = _problem_data(rng, False, False, n=40, p=4)  # n ≥ 4p: "gram" on the CPU
-    assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4).solver_ == "gram"
+    X, y = _problem_data(rng, False, False, n=40, p=4)  # a tiny ridge: exact on the CPU
+    assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4).solver_ == "newton"
     on_gpu = dask_scd.fit(X, y, alpha=0.1, tol=1e-4, device="gpu")
     assert on_gpu.solver_ in ("scd", "sdca") and on_gpu.converged_  # kernels on the GPU
     with pytest.raises(ValueError, match="device='gpu' runs the engines"):
