@@ -188,7 +188,7 @@ def test_rows_of_more_values_than_blocks_skip_the_detection(rng):
     assert registry.resolve("auto", problem, data).name == "newton"
 
 
-def _rank_deficient(rng):
+def _rank_deficient():
     """sklearn's sample-weight check's data, its rows repeated: 57 rows of rank 15, p = 30."""
     base = np.random.RandomState(42)
     X = base.rand(15, 30)
@@ -206,12 +206,12 @@ def test_the_lasso_with_p_at_least_n_takes_newton(rng):
     assert _choice("squared", "l1", 1e-3, rng.normal(size=(400, 300))) == "scd"
 
 
-def test_auto_hands_a_stalled_coordinate_fit_over_to_newton(rng):
+def test_auto_hands_a_stalled_coordinate_fit_over_to_newton():
     """n > p but X of rank 15 < p: "auto" runs SCD, which stops at max_iter short of tol
     near the interpolating end; Newton then finishes from its iterate, to the optimum."""
     from sklearn.linear_model import Lasso
 
-    X, y = _rank_deficient(rng)
+    X, y = _rank_deficient()
     alpha = 1e-3 * np.abs((X - X.mean(0)).T @ (y - y.mean())).max() / len(y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)  # no warning: it converged

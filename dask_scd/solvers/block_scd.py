@@ -58,6 +58,7 @@ SELECTIONS = strategies.BLOCK_ORDERS
 # 167 s). Their other stages (certificates, coarse steps: ordinary tasks) still overlap.
 _COLLECTIVE_TURN = threading.RLock()
 
+
 def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run:
     """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`).
 

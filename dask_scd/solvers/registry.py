@@ -316,11 +316,13 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     kappa = data.mean_row_sq_norm / (problem.alpha * n)
     costs["sdca"] = max(_SDCA_MIN_EPOCHS, _SDCA_EPOCHS_PER_KAPPA * kappa)
     step = _NEWTON_CG_PASSES
+    cholesky = float("inf")  # flops of XᵀDX and its factor (only where Newton forms them)
     if p <= _NEWTON_GRAM_MAX:
-        step = min(step, 3.0 + (data.gram_flops + p**3 / 3.0) / (_BLAS_SPEEDUP * max(data.nnz, 1)))
+        cholesky = data.gram_flops + p**3 / 3.0
+        step = min(step, 3.0 + cholesky / (_BLAS_SPEEDUP * max(data.nnz, 1)))
     if problem.loss == "squared":  # one exact step: Cholesky, or one CG solve to tol
         costs["newton"] = step if step < _NEWTON_CG_PASSES else _RIDGE_CG_PASSES
-        if p <= _NEWTON_GRAM_MAX and data.gram_flops + p**3 / 3.0 <= _EXACT_FLOPS:
+        if cholesky <= _EXACT_FLOPS:
             costs["newton"] = 0.0  # a small ridge: solved exactly, whatever tol
     else:
         costs["newton"] = _NEWTON_STEPS * step
