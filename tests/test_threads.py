@@ -53,6 +53,19 @@ def test_dot_on_threads_is_the_one_thread_dot(threaded, dense, rng):
     np.testing.assert_allclose(got[0], X @ v, rtol=1e-12, atol=1e-12)
 
 
+def test_run_all_shares_the_calls_evenly_among_the_threads(threaded):
+    threaded(2)
+    names = threads.run_all([lambda k=k: (k, threading.current_thread().name)
+                             for k in range(4)])
+    assert [k for k, _ in names] == [0, 1, 2, 3]  # results in the calls' order
+    here = threading.current_thread().name
+    # Two consecutive calls on this thread, two on the pool: not one here and three there.
+    assert [name == here for _, name in names] == [True, True, False, False]
+    threaded(3)
+    names = threads.run_all([lambda: threading.current_thread().name for _ in range(7)])
+    assert names.count(here) == 2 and len(set(names)) <= 3
+
+
 def test_a_thread_other_than_the_main_one_runs_passes_on_itself(threaded):
     threaded(4)
     seen = []

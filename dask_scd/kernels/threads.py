@@ -62,18 +62,26 @@ def usable(entries: float) -> int:
 
 
 def run_all(calls: list) -> list:
-    """Call every callable, the first on this thread and the others on the pool; their
-    results in order."""
-    if len(calls) <= 1:
+    """Call every callable; their results in order. The calls are cut into one run of
+    consecutive calls per thread (at most :data:`THREADS`): the first run on this thread,
+    the others on the pool. (Handing the pool every call but the first left four parts on
+    two threads at 1 + 3: a pass took ¾ of its one-thread time, not ½.)"""
+    if len(calls) <= 1 or THREADS == 1:
         return [call() for call in calls]
     global _pool
     with _lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=max(THREADS - 1, 1),
                                        thread_name_prefix="dask_scd-pass")
-    jobs = [_pool.submit(call) for call in calls[1:]]
-    first = calls[0]()
-    return [first] + [job.result() for job in jobs]
+    cuts = np.linspace(0, len(calls), min(THREADS, len(calls)) + 1).astype(np.int64)
+    runs = [calls[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:])]
+    jobs = [_pool.submit(_in_turn, run) for run in runs[1:]]
+    first = _in_turn(runs[0])
+    return first + [value for job in jobs for value in job.result()]
+
+
+def _in_turn(calls: list) -> list:
+    return [call() for call in calls]
 
 
 def line_ranges(indptr, n_lines: int, parts: int) -> list[tuple[int, int]]:
