@@ -503,3 +503,60 @@ def test_weak_l1_logistic_on_adult_is_superlinear_and_matches_liblinear():
     history = result.history_
     for gap, primal in zip(history.relative_gap, history.primal):
         assert gap * abs(primal) >= primal - best - 1e-14  # P − D ≥ P − P*
+
+
+def test_block_row_sums_equal_the_sparse_product(rng):
+    """The coarse level's S = X Z, made in two passes over X's rows, equals the sparse
+    product X @ Z column for column, bit for bit, in the same compact dtype, the ones
+    columns dropped: one-hot counts (all ones: nothing stored), real values, signed and
+    large integers, an incomplete field, and blocks of a random sparse X."""
+    from dask_scd.solvers.coarse_level import RowSums, block_index, row_sums_of_blocks
+
+    def by_product(X, blocks):
+        block_of = block_index(X, blocks)
+        columns = np.concatenate(blocks)
+        Z = sp.csr_matrix((np.ones(len(columns)), (columns, block_of[columns])),
+                          shape=(X.shape[1], len(blocks)))
+        S = sp.csc_matrix(X @ Z, dtype=np.float64)
+        return RowSums.from_columns(S[:, [k]].toarray().ravel() for k in range(len(blocks)))
+
+    X, _, _ = make_onehot(3000, 6, 50, random_state=0)
+    X = X.tocsr()
+    fields = [np.arange(50 * f, 50 * f + 50) for f in range(6)]
+    real, signed, large = X.copy(), X.copy(), X.copy()
+    real.data = rng.normal(size=X.nnz)
+    signed.data = rng.integers(-3, 4, size=X.nnz).astype(float)
+    large.data = np.full(X.nnz, 300.0)
+    partial = X[:, 10:].tocsr()
+    random = sp.random(2000, 200, density=0.02, random_state=1, format="csr")
+    cases = [(X, fields, np.uint8), (real, fields, np.float64), (signed, fields, np.int16),
+             (large, fields, np.int16),
+             (partial, [np.arange(40)] + [f[10:] - 10 for f in fields[1:]], np.uint8),
+             (random, [np.arange(100), np.arange(100, 150), np.array([150, 170, 199])],
+              np.float64)]
+    for M, blocks, dtype in cases:
+        want = by_product(M, blocks)
+        got = row_sums_of_blocks(M, block_index(M, blocks), len(blocks))
+        assert got.counts.dtype == want.counts.dtype == dtype
+        assert np.array_equal(got.column_of, want.column_of)
+        assert np.array_equal(got.counts, want.counts)
+    assert row_sums_of_blocks(X, block_index(X, fields), 6).counts.shape == (3000, 0)
+
+
+def test_newton_reads_a_csc_x_by_rows_once(rng, monkeypatch):
+    """A CSC X is converted to rows once for the whole fit (the design, the pure-block
+    detection and the coarse level share it), and the fit equals the CSR one."""
+    X, y, _ = make_onehot(3000, 5, 40, random_state=0)
+    conversions = []
+    real = sp.csc_matrix.tocsr
+
+    def counted(self, *args, **kwargs):
+        conversions.append(self.shape)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sp.csc_matrix, "tocsr", counted)
+    by_columns = dask_scd.fit(X.tocsc(), y, loss="logistic", alpha=1e-3, solver="newton",
+                              tol=1e-9)
+    assert conversions.count(X.shape) == 1
+    by_rows = dask_scd.fit(X.tocsr(), y, loss="logistic", alpha=1e-3, solver="newton", tol=1e-9)
+    np.testing.assert_array_equal(by_columns.coef_, by_rows.coef_)

@@ -102,9 +102,16 @@ class InMemory:
         return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary
 
     @cached_property
+    def by_rows(self):
+        """X as CSR where it is sparse (X itself when it is CSR; another format converted
+        once, here, for every engine that reads rows), else X."""
+        X = self.X
+        return sp.csr_matrix(X) if sp.issparse(X) else X
+
+    @cached_property
     def pure_blocks(self) -> list | None:
         """:func:`pure_blocks` of X, detected once."""
-        return pure_blocks(self.X)
+        return pure_blocks(self.by_rows)
 
 
 def pure_blocks(X) -> list | None:

@@ -248,6 +248,53 @@ def major_sums(values, indptr, out):
         out[j] = s
 
 
+@njit(nogil=True, cache=True)
+def row_block_sums_range(data, indices, indptr, n_rows, block_of, k):
+    """What S = X Z (Z: the indicators of ``block_of``, −1 for no block) holds, without
+    forming it: per column of S, its smallest and largest value, whether all its values
+    are integers and whether all are 1. One pass over the CSR rows; each row's sums are
+    taken in storage order (the bits of ``X @ Z`` by scipy)."""
+    lo = np.full(k, np.inf)
+    hi = np.full(k, -np.inf)
+    integral = np.ones(k, dtype=np.bool_)
+    ones = np.ones(k, dtype=np.bool_)
+    row = np.zeros(k)
+    for i in range(n_rows):
+        for idx in range(indptr[i], indptr[i + 1]):
+            b = block_of[indices[idx]]
+            if b >= 0:
+                row[b] += data[idx]
+        for b in range(k):
+            v = row[b]
+            lo[b] = min(lo[b], v)
+            hi[b] = max(hi[b], v)
+            if v != np.floor(v):
+                integral[b] = False
+            if v != 1.0:
+                ones[b] = False
+            row[b] = 0.0
+    return lo, hi, integral, ones
+
+
+@njit(nogil=True, cache=True)
+def row_block_sums_fill(data, indices, indptr, n_rows, block_of, stored_of, out):
+    """out[i, stored_of[b]] = (X Z)[i, b] for every block b with stored_of[b] ≥ 0, the sums
+    as in :func:`row_block_sums_range`, cast to out's dtype (exact where the caller chose
+    it from that range)."""
+    k = stored_of.shape[0]
+    row = np.zeros(k)
+    for i in range(n_rows):
+        for idx in range(indptr[i], indptr[i + 1]):
+            b = block_of[indices[idx]]
+            if b >= 0:
+                row[b] += data[idx]
+        for b in range(k):
+            c = stored_of[b]
+            if c >= 0:
+                out[i, c] = row[b]
+            row[b] = 0.0
+
+
 # ------------------------------------------------- fused pure-block passes (in memory)
 
 

@@ -171,7 +171,7 @@ def _design(data: InMemory, problem: obj.Problem, memo: dict | None) -> Design:
     curvature (the squared loss, no sample weights) its Gram blocks are kept too."""
     if memo is not None and memo.get("design") is not None:
         return memo["design"]
-    design = Design.from_array(data.X, lambda: data.pure_blocks)
+    design = Design.from_array(data.X, lambda: data.pure_blocks, data.by_rows)
     if memo is not None:
         design.unit_curvature = problem.loss == "squared" and data.weights is None
         memo["design"] = design
@@ -205,7 +205,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     n, p = X.shape
     meter = Meter()
     start = time.perf_counter()
-    design = Design.from_array(X, lambda: data.pure_blocks)
+    design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
     meter.add("setup", 0.0, start)
     coef = np.zeros(p)
     intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \

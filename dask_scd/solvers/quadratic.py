@@ -89,7 +89,7 @@ class Design:
     def pure_blocks(self) -> list | None:
         """X's pure blocks (:func:`dask_scd.data.memory.pure_blocks`), found once."""
         if self.blocks is None:
-            self.blocks = lambda: pure_blocks(self.X)
+            self.blocks = lambda: pure_blocks(self.by_rows)
         if callable(self.blocks):
             self.blocks = self.blocks() or []
         return self.blocks or None
@@ -99,7 +99,7 @@ class Design:
         """(block of every column, S) for the CG preconditioner's coarse level, or None
         (:func:`dask_scd.solvers.coarse_level.memory_coarse`), built once."""
         if not self._coarse_built:
-            self._coarse = memory_coarse(self.X, self.pure_blocks)
+            self._coarse = memory_coarse(self.by_rows, self.pure_blocks)
             self._coarse_built = True
         return self._coarse
 
@@ -110,11 +110,21 @@ class Design:
             return self._coarse[0]
         return block_index(self.X, self.pure_blocks)
 
+    @property
+    def by_rows(self):
+        """X as a CSR matrix over the arrays of ``rows`` (no copy), or dense X."""
+        rows = self.rows
+        if rows.dense:
+            return self.X
+        return scipy.sparse.csr_matrix((rows.data, rows.indices, rows.indptr),
+                             shape=(rows.n_major, rows.n_minor), copy=False)
+
     @classmethod
-    def from_array(cls, X, blocks=None) -> Design:
+    def from_array(cls, X, blocks=None, by_rows=None) -> Design:
         """X by rows; ``blocks``: a function giving its pure blocks when a coarse level
-        first asks (default: detected on X)."""
-        rows = MajorMatrix.from_array(X, "rows")
+        first asks (default: detected on X); ``by_rows``: X as CSR where the caller has
+        it (a CSC X is converted once, not by every reader of its rows)."""
+        rows = MajorMatrix.from_array(X if by_rows is None else by_rows, "rows")
         n, p = X.shape
         if rows.dense:
             column_nnz = np.full(p, n, dtype=np.int64)
