@@ -156,17 +156,23 @@ def test_auto_lasso_on_adult_converges_in_default_epochs():
     assert result.solver_ == "newton" and result.dual_gap_ <= 1e-8
 
 
-def test_l2_on_large_one_hot_fields_takes_block_scd(rng, monkeypatch):
+def test_l2_on_large_one_hot_fields_of_rare_values_takes_block_scd(rng, monkeypatch):
     """One-hot fields wider than Newton's Gram, of ≥ _BLOCK_MIN_ENTRIES stored entries
-    (lowered here so the test stays small): block SCD in memory, whether the columns are
-    rare or frequent; a smaller X, a narrow one, an L1 term or sample weights: Newton."""
+    (lowered here so the test stays small), whose median column holds at most
+    _BLOCK_MAX_MEDIAN_COUNT values: block SCD in memory, from CSR or CSC. Columns of many
+    values each (Newton's conjugate gradients need few products), a smaller X, a narrow
+    one, an L1 term or sample weights: Newton."""
     monkeypatch.setattr(registry, "_BLOCK_MIN_ENTRIES", 1_000_000)
-    X = _onehot(60_000, 20, 1000, rng)  # 1.2M stored, p = 20k, 60 values per column
+    X = _onehot(60_000, 20, 5000, rng)  # 1.2M stored, p = 100k, ~12 values per column
+    assert registry._median_column_count(InMemory(X, np.ones(60_000))) <= 20
     assert _choice("logistic", "l2", 1.0 / 60_000, X) == "block_scd"
+    assert _choice("logistic", "l2", 1.0 / 60_000, X.tocsc()) == "block_scd"
     assert _choice("squared", "l2", 1.0 / 60_000, X) == "block_scd"
     assert _choice("logistic", "l1", 1e-4, X) == "newton"
-    frequent = _onehot(60_000, 20, 120, rng)  # p = 2400, 500 values per column
-    assert _choice("logistic", "l2", 1.0 / 60_000, frequent) == "block_scd"
+    frequent = _onehot(60_000, 20, 1000, rng)  # p = 20k, ~60 values per column
+    assert registry._median_column_count(InMemory(frequent, np.ones(60_000))) > 20
+    assert _choice("logistic", "l2", 1.0 / 60_000, frequent) == "newton"
+    assert _choice("logistic", "l2", 1.0 / 60_000, frequent.tocsc()) == "newton"
     narrow = _onehot(60_000, 20, 90, rng)  # p = 1800: Newton forms XᵀDX
     assert _choice("logistic", "l2", 1.0 / 60_000, narrow) == "newton"
     assert _choice("logistic", "l2", 1.0 / 4000, _onehot(4000, 20, 500, rng)) == "newton"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from dask_scd.objectives import LOSSES, MULTINOMIAL, Problem
 from dask_scd.solvers.coarse_level import MAX_BLOCKS
 
@@ -335,25 +337,42 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
 # Block SCD in memory (dask_scd.solvers.block_memory) on one-hot fields, L2: about 6–30
 # epochs of ~2 passes (a fused pass over the blocks, the certificate), whatever the
 # columns' frequencies; Newton's conjugate gradients need more products where many
-# columns are rare (their curvature is ~α), and no fewer where they are frequent. Measured
-# (make_onehot, logistic at α = 1/n and 0.1/n, certified 1e-6, 2 threads): Criteo-like
-# 611k columns, 500k / 2M / 6M rows: 6.6 / 19.3 / 34.4 s against Newton's 8.4 / 24.2 /
-# 57.5; 1M × 100k (200 values a column): 3.3–3.9 against 3.6–3.7; 1M × 40k (1,000 a
-# column): 4.4–4.8 against 4.7–5.8; 2M × 10k (2,000 a column): 2.7 against 2.9–3.1;
-# 2M × 3k (13,000 a column): 4.4–4.8 against 5.2–5.4. Below ~8M stored entries its
-# set-up and per-block steps cost more than they save: 300k × 9.4k (6M): 0.40–0.48
-# against 0.35–0.39; 200k × 20k (2M): 0.39–0.46 against 0.33–0.36.
+# columns are rare (their curvature is ~α), and few where columns are frequent. So the
+# median count of a column's stored values decides, not their mean (which the frequent
+# columns of a Zipf field dominate). Measured (make_onehot, logistic at α = 1/n and
+# 0.1/n, certified 1e-6, 2 threads; one thread in brackets), seconds, block SCD against
+# Newton: Criteo-like 611k columns, 1M rows (median 3 values a column): 5.3 / 9.3
+# against 6.6 / 13.8 [9.7 / 15.9 against 8.7 / 19.8]; 6M rows: 34.4 against 57.5 at 1/n;
+# 1M × 100k (median 45): 3.0 / 3.3 against 2.3 / 2.5 [5.1 against 2.5 at 1/n]; 2M × 3k
+# (median 13,000): 4.5 / 4.8 against 2.9 / 2.9. Below ~8M stored entries its set-up and
+# per-block steps cost more than they save: 300k × 9.4k (3M): 0.40–0.48 against
+# 0.35–0.39; 200k × 20k (2M): 0.39–0.46 against 0.33–0.36.
 _BLOCK_PASSES = 25.0
 _BLOCK_MIN_ENTRIES = 8_000_000
+_BLOCK_MAX_MEDIAN_COUNT = 20
 
 
 def _block_steps_pay(data) -> bool:
     """Whether block SCD in memory is a candidate: unweighted sparse X of ≥ 8M stored
-    entries, wider than Newton's Gram, in one-hot fields (pure blocks, detected last: it
-    reads X)."""
+    entries, wider than Newton's Gram, whose median column holds at most 20 values, in
+    one-hot fields (pure blocks, detected last: it reads X)."""
     p = data.shape[1]  # (dense X has no pure blocks: _has_fields says no without a pass)
     return (not data.weighted and data.nnz >= _BLOCK_MIN_ENTRIES and p > _NEWTON_GRAM_MAX
-            and _has_fields(data))
+            and _median_column_count(data) <= _BLOCK_MAX_MEDIAN_COUNT and _has_fields(data))
+
+
+def _median_column_count(data) -> float:
+    """The median number of stored values of X's columns that hold any (inf for dense X)."""
+    X = data.X
+    fmt = getattr(X, "format", None)
+    if fmt is None:  # dense
+        return float("inf")
+    if fmt == "csc":
+        counts = np.diff(X.indptr)
+    else:
+        counts = np.bincount(data.by_rows.indices, minlength=X.shape[1])
+    counts = counts[counts > 0]
+    return float(np.median(counts)) if len(counts) else float("inf")
 
 
 # The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
