@@ -775,6 +775,10 @@ def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
     assert len(set(exchanges)) == disturbed.n_iter_ >= 3  # each iteration tried collectively
     np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
     assert disturbed.intercept_ == undisturbed.intercept_
+    # The result says which iteration gave way, and why.
+    assert len(disturbed.extras_["collective_fallbacks"]) == 1
+    assert "lost" in disturbed.extras_["collective_fallbacks"][0]
+    assert "collective_fallbacks" not in undisturbed.extras_
 
 
 def _disturbed_fit(grid, monkeypatch, loss, forget):

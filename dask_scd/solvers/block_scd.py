@@ -121,6 +121,8 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
         extras["member_seconds"] = [
             {"waiting": w, "epoch_and_coarse": e, "certificate": c}
             for w, e, c in engine.member_seconds]
+    if engine.fallbacks:  # collective iterations redone as task graphs, and why
+        extras["collective_fallbacks"] = list(engine.fallbacks)
     return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras,
                stopped_by_callback=run["stopped_by_callback"])
 
@@ -230,6 +232,7 @@ class _BlockSCD:
         # Per collective iteration, member 0's (waiting for the others, epoch and coarse
         # step, certificate) seconds: where the time of an iteration goes.
         self.member_seconds = []
+        self.fallbacks = []  # why collective iterations gave way to the task graph
 
     # -- set-up ---------------------------------------------------------------------
 
@@ -510,7 +513,10 @@ class _BlockSCD:
                     if not set(addresses) <= set(client.scheduler_info()["workers"]):
                         raise collective.Aborted("a member's worker left")
             result = results[members[0].key]
-        except Exception:  # noqa: BLE001 - whatever went wrong, the task graph redoes it
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task graph redoes it
+            # ... but the fit says so: a member's own error (not a lost worker) would
+            # otherwise cost every epoch a collective attempt without a word.
+            self.fallbacks.append(f"{type(exc).__name__}: {exc}"[:200])
             with contextlib.suppress(Exception):
                 client.run(collective.abort, token)
             client.cancel(members)
