@@ -506,7 +506,8 @@ class _BlockSCD:
                     # exchange now rather than at their timeout.
                     results[f.key] = runtime.gather(f)
                     if results[f.key] is not None and "aborted" in results[f.key]:
-                        raise collective.Aborted("a member could not meet the others")
+                        raise collective.Aborted("a member could not meet the others: "
+                                                 + str(results[f.key]["aborted"]))
                 remaining = [f for f in remaining if f not in finished]
                 if remaining and not single and time.monotonic() - checked > 1.0:
                     checked = time.monotonic()
