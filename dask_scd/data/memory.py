@@ -109,6 +109,20 @@ class InMemory:
         return sp.csr_matrix(X) if sp.issparse(X) else X
 
     @cached_property
+    def median_column_count(self) -> float:
+        """The median number of stored values of X's columns that hold any (inf for dense
+        X), counted once: ``auto`` asks at every point of a path."""
+        X = self.X
+        if not sp.issparse(X):
+            return float("inf")
+        if X.format == "csc":
+            counts = np.diff(X.indptr)
+        else:
+            counts = np.bincount(self.by_rows.indices, minlength=X.shape[1])
+        counts = counts[counts > 0]
+        return float(np.median(counts)) if len(counts) else float("inf")
+
+    @cached_property
     def pure_blocks(self) -> list | None:
         """:func:`pure_blocks` of X, detected once."""
         return pure_blocks(self.by_rows)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-import numpy as np
-
 from dask_scd.objectives import LOSSES, MULTINOMIAL, Problem
 from dask_scd.solvers.coarse_level import MAX_BLOCKS
 
@@ -363,16 +361,7 @@ def _block_steps_pay(data) -> bool:
 
 def _median_column_count(data) -> float:
     """The median number of stored values of X's columns that hold any (inf for dense X)."""
-    X = data.X
-    fmt = getattr(X, "format", None)
-    if fmt is None:  # dense
-        return float("inf")
-    if fmt == "csc":
-        counts = np.diff(X.indptr)
-    else:
-        counts = np.bincount(data.by_rows.indices, minlength=X.shape[1])
-    counts = counts[counts > 0]
-    return float(np.median(counts)) if len(counts) else float("inf")
+    return data.median_column_count
 
 
 # The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
