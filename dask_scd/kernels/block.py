@@ -248,6 +248,15 @@ def major_sums(values, indptr, out):
         out[j] = s
 
 
+@njit(inline="always")
+def _block_sums_of_row(data, indices, indptr, i, block_of, row):
+    """row[b] += Σ of row i's values in block b (storage order; −1: no block)."""
+    for idx in range(indptr[i], indptr[i + 1]):
+        b = block_of[indices[idx]]
+        if b >= 0:
+            row[b] += data[idx]
+
+
 @njit(nogil=True, cache=True)
 def row_block_sums_range(data, indices, indptr, n_rows, block_of, k):
     """What S = X Z (Z: the indicators of ``block_of``, −1 for no block) holds, without
@@ -260,10 +269,7 @@ def row_block_sums_range(data, indices, indptr, n_rows, block_of, k):
     ones = np.ones(k, dtype=np.bool_)
     row = np.zeros(k)
     for i in range(n_rows):
-        for idx in range(indptr[i], indptr[i + 1]):
-            b = block_of[indices[idx]]
-            if b >= 0:
-                row[b] += data[idx]
+        _block_sums_of_row(data, indices, indptr, i, block_of, row)
         for b in range(k):
             v = row[b]
             lo[b] = min(lo[b], v)
@@ -284,10 +290,7 @@ def row_block_sums_fill(data, indices, indptr, n_rows, block_of, stored_of, out)
     k = stored_of.shape[0]
     row = np.zeros(k)
     for i in range(n_rows):
-        for idx in range(indptr[i], indptr[i + 1]):
-            b = block_of[indices[idx]]
-            if b >= 0:
-                row[b] += data[idx]
+        _block_sums_of_row(data, indices, indptr, i, block_of, row)
         for b in range(k):
             c = stored_of[b]
             if c >= 0:
