@@ -276,10 +276,16 @@ def threaded_client():
     """One worker thread in this process: the simulator's device arrays cannot be pickled,
     so they stay in the process that made them (a GPU cluster moves cupy chunks with
     distributed's cupy serializers instead)."""
+    import dask
     from distributed import Client, LocalCluster
 
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    # Without the worker's statistical profiler: every 10 ms it walks the frames of every
+    # thread of the process, and the simulator runs each CUDA thread as a Python thread
+    # (one `make test` run saw a test here crawl for over 40 minutes, the profiler's
+    # callback in the stacks; alone it takes seconds).
+    with dask.config.set({"distributed.worker.profile.enabled": False}), \
+            LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
         yield client
 
 
