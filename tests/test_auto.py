@@ -164,13 +164,13 @@ def test_l2_on_large_one_hot_fields_of_rare_values_takes_block_scd(rng, monkeypa
     one, an L1 term or sample weights: Newton."""
     monkeypatch.setattr(registry, "_BLOCK_MIN_ENTRIES", 1_000_000)
     X = _onehot(60_000, 20, 5000, rng)  # 1.2M stored, p = 100k, ~12 values per column
-    assert registry._median_column_count(InMemory(X, np.ones(60_000))) <= 20
+    assert InMemory(X, np.ones(60_000)).median_column_count <= 20
     assert _choice("logistic", "l2", 1.0 / 60_000, X) == "block_scd"
     assert _choice("logistic", "l2", 1.0 / 60_000, X.tocsc()) == "block_scd"
     assert _choice("squared", "l2", 1.0 / 60_000, X) == "block_scd"
     assert _choice("logistic", "l1", 1e-4, X) == "newton"
     frequent = _onehot(60_000, 20, 1000, rng)  # p = 20k, ~60 values per column
-    assert registry._median_column_count(InMemory(frequent, np.ones(60_000))) > 20
+    assert InMemory(frequent, np.ones(60_000)).median_column_count > 20
     assert _choice("logistic", "l2", 1.0 / 60_000, frequent) == "newton"
     assert _choice("logistic", "l2", 1.0 / 60_000, frequent.tocsc()) == "newton"
     narrow = _onehot(60_000, 20, 90, rng)  # p = 1800: Newton forms XᵀDX

@@ -137,8 +137,8 @@ def row_sums_of_blocks(X, block_of, k: int) -> RowSums:
     n = X.shape[0]
     head = (X.data, X.indices, X.indptr, n, block_of)
     lo, hi, integral, ones = block_kernels.row_block_sums_range(*head, k)
-    stored = np.flatnonzero(~ones) if n else np.arange(0)
-    stored_of = np.full(k, -1, dtype=np.int64)
+    stored = np.flatnonzero(~ones)
+    stored_of = np.full(k, -1, dtype=np.int64)  # −1: the ones vector, not stored
     stored_of[stored] = np.arange(len(stored))
     dtype = np.dtype(np.float64)
     if len(stored) == 0:
@@ -152,8 +152,7 @@ def row_sums_of_blocks(X, block_of, k: int) -> RowSums:
     counts = np.empty((n, len(stored)), dtype=dtype)
     if len(stored):
         block_kernels.row_block_sums_fill(*head, stored_of, counts)
-    column_of = np.where(ones, -1, stored_of) if n else np.full(k, -1, dtype=np.int64)
-    return RowSums(counts, column_of.astype(np.int64))
+    return RowSums(counts, stored_of)
 
 
 def two_level(inverse_diagonal, small, block_of, k: int):

@@ -117,7 +117,7 @@ class Design:
         if rows.dense:
             return self.X
         return scipy.sparse.csr_matrix((rows.data, rows.indices, rows.indptr),
-                             shape=(rows.n_major, rows.n_minor), copy=False)
+                                       shape=(rows.n_major, rows.n_minor), copy=False)
 
     @classmethod
     def from_array(cls, X, blocks=None, by_rows=None) -> Design:

@@ -356,12 +356,7 @@ def _block_steps_pay(data) -> bool:
     one-hot fields (pure blocks, detected last: it reads X)."""
     p = data.shape[1]  # (dense X has no pure blocks: _has_fields says no without a pass)
     return (not data.weighted and data.nnz >= _BLOCK_MIN_ENTRIES and p > _NEWTON_GRAM_MAX
-            and _median_column_count(data) <= _BLOCK_MAX_MEDIAN_COUNT and _has_fields(data))
-
-
-def _median_column_count(data) -> float:
-    """The median number of stored values of X's columns that hold any (inf for dense X)."""
-    return data.median_column_count
+            and data.median_column_count <= _BLOCK_MAX_MEDIAN_COUNT and _has_fields(data))
 
 
 # The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
