@@ -119,12 +119,12 @@ def row_bounds(n_rows: int, entries: int) -> np.ndarray:
 
 
 def _on_threads(calls: list, n_threads: int) -> list:
-    """[call() for call in calls], in runs of consecutive calls, one run per thread."""
-    if n_threads <= 1 or len(calls) <= 1:
+    """[call() for call in calls]: on this process's threads (:func:`threads.run_all`, a
+    run of consecutive calls per thread) where ``n_threads`` (:func:`threads.usable`)
+    allows more than one."""
+    if n_threads <= 1:
         return [call() for call in calls]
-    runs = [run for run in np.array_split(np.arange(len(calls)), min(n_threads, len(calls)))]
-    done = threads.run_all([lambda run=run: [calls[i]() for i in run] for run in runs])
-    return [value for values in done for value in values]
+    return threads.run_all(calls)
 
 
 class _Engine:
