@@ -1004,7 +1004,9 @@ def _ooc_main(args):
 def _cache_stats():
     from dask_scd.data.cache import CACHE
 
-    return [int(CACHE.nbytes), int(CACHE.max_bytes or 0), int(CACHE.counts["reads"])]
+    counts = CACHE.counts
+    return [int(CACHE.nbytes), int(CACHE.max_bytes or 0), int(counts["reads"]),
+            int(counts.get("spill_hits", 0)), int(counts.get("spill_bytes", 0))]
 
 
 def _parse_bytes(text) -> int:
@@ -1419,7 +1421,10 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
                                                             reverse=True)[:4])
             hwm = " / ".join(fmt_bytes(v) for v in res["vm_hwm"])
             cache = " / ".join(f"{fmt_bytes(a)} of {fmt_bytes(b)}, {c:,} reads"
-                               for a, b, c in res["cache"])
+                               + (f", {hits:,} from the spill file ({fmt_bytes(spilled)})"
+                                  if hits else "")
+                               for a, b, c, *more in res["cache"]
+                               for hits, spilled in [(more + [0, 0])[:2]])
             rows.append([label, fmt_bytes(memory), f"{stored / (2 * memory):.2f}x",
                          r["outcome"], res["epochs"], fmt_s(res["wall"]), fmt_s(per_epoch),
                          peaks, hwm, cache, fmt_bytes(res["client_peak"]),
@@ -1451,7 +1456,10 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
               "tiny; below it a worker pauses and the fit stalls)" if floor > limit else ""))
         + "; the engine's cell cache is bounded by the library (½ of pause threshold − "
         "resident), so out of core the cells cannot all stay cached: 'cell cache' gives what "
-        "it held at the end and how many cells each worker read from the store"
+        "it held at the end and how many cells each worker read from the store, and how "
+        "many it read back decoded from its spill file (dask_scd.data.spill: the cells its "
+        "cache had no room for, written once in the form the passes read; DASK_SCD_SPILL=0 "
+        "turns it off)"
         + f". block_scd, logistic L2 alpha = 1/n, {sizes.ooc_epochs} epochs, in a fresh "
         f"process each; the same fit with {fmt_bytes(incore)} workers (the grid fits in their "
         "cell caches) gives the in-core time per pass. Worker peak RSS polled every 0.2 s; VmHWM read at "

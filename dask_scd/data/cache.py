@@ -111,7 +111,10 @@ class CellCache:
         self._recent: dict = {}  # row chunk -> (key, value): see _keep_recent
         self.pause_at = None  # resident bytes at which the worker pauses, or None
         self.relieved = False  # a relief lowered the bound (see renew)
-        self.reads = 0  # loads from the store (every miss)
+        self.reads = 0  # loads from the store (every miss the spill did not serve)
+        # The second tier (dask_scd.data.spill.CellSpill, or None: off), made at first use
+        # from DASK_SCD_SPILL.
+        self.spill = _UNSET
 
     def hold(self, group, resolve) -> dict:
         """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
@@ -140,13 +143,21 @@ class CellCache:
         else:
             self._lru.max_bytes = value
 
-    def get(self, key, load, read: bool = True):
+    def get(self, key, load, read: bool = True, spill: bool = False):
+        """The value of ``key``: held, else ``load()`` (a read from the store, counted
+        in :attr:`reads` where ``read``) and kept if there is room. ``spill``: a value
+        the LRU has no room for goes to the second tier (:mod:`dask_scd.data.spill`),
+        from which a later miss reads it back instead of loading it."""
         with self._sizing:
             if self._lru is None:
                 # Sized at first use, inside a task: at import time (while a task is being
                 # unpacked) the worker and its memory limit are not reachable yet.
                 bound, self.ceiling, self.pause_at = _cache_budget()
                 self._lru = ByteLRU(bound, _nbytes)
+            if spill and self.spill is _UNSET:
+                from dask_scd.data.spill import from_environment
+
+                self.spill = from_environment()
         pinning = getattr(self._pinning, "keys", None)
         if key in self._pinned:
             if pinning is not None:
@@ -166,9 +177,13 @@ class CellCache:
         value, hit = self._last_read(key)
         if hit:
             return value
-        value = load()
-        self.reads += int(read)
-        self._keep(key, value)
+        second = self.spill if spill else None
+        value = None if second is None else second.get(key)
+        if value is None:
+            value = load()
+            self.reads += int(read)
+        if not self._keep(key, value) and second is not None:
+            second.put(key, value)
         return value
 
     def _last_read(self, key) -> tuple:
@@ -196,12 +211,14 @@ class CellCache:
             self._recent.pop(_group(key), None)
         return 0 if self._lru is None else self._lru.discard(key)
 
-    def keep(self, key, value):
+    def keep(self, key, value, spill: bool = False):
         """Cache ``value``, read by the caller, as :meth:`get` would have after reading it
         (not counted as a read again)."""
-        self.get(key, lambda: value, read=False)
+        self.get(key, lambda: value, read=False, spill=spill)
 
-    def _keep(self, key, value):
+    def _keep(self, key, value) -> bool:
+        """Cache ``value`` if the LRU has room; returns whether it did (else it is kept
+        as its row chunk's last read, if at all)."""
         lru = self._lru
         size = _nbytes(value)
         with lru.lock:
@@ -209,8 +226,9 @@ class CellCache:
                 lru.insert(key, value, size)
                 if size:  # (a marker of no bytes, "not pure", is not the last read)
                     self._recent.pop(_group(key), None)
-            else:
-                self._keep_recent(_group(key), key, value, size)
+                return True
+            self._keep_recent(_group(key), key, value, size)
+            return False
 
     def _keep_recent(self, group, key, value, size: int):
         """Keep the last cell read for a row chunk that the LRU had no room for: the next
@@ -315,16 +333,25 @@ class CellCache:
     def counts(self) -> dict:
         """Bytes loaded into the cache, loads and evictions since the process started."""
         lru = self._lru
+        spill = self.spill if self.spill is not _UNSET else None
+        spilled = {"spill_hits": 0 if spill is None else spill.hits,
+                   "spill_bytes": 0 if spill is None else spill.nbytes}
         if lru is None:
-            return {"bytes_moved": 0, "loads": 0, "evictions": 0, "reads": self.reads}
+            return {"bytes_moved": 0, "loads": 0, "evictions": 0, "reads": self.reads,
+                    **spilled}
         return {"bytes_moved": lru.bytes_moved, "loads": lru.loads, "evictions": lru.evictions,
-                "reads": self.reads}
+                "reads": self.reads, **spilled}
 
     def clear(self):
         self._recent.clear()
         if self._lru is not None:
             self._lru.clear()
+        if self.spill is not _UNSET and self.spill is not None:
+            self.spill.close()
 
+
+
+_UNSET = object()
 
 
 def release_free_memory() -> bool:

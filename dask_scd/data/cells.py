@@ -89,6 +89,20 @@ class CellView:
         view._squared_sums = view._cube_sums = view._stored = None
         return view
 
+    def to_spill(self) -> tuple:
+        """(arrays, meta) for the cell cache's spill file (:mod:`dask_scd.data.spill`)."""
+        m = self.matrix
+        return ((m.data, m.indices, m.indptr),
+                (self.n_rows, self.n_columns, self.by_columns, m.dense, m.n_major, m.n_minor))
+
+    @classmethod
+    def from_spill(cls, meta, arrays) -> CellView:
+        view = cls.__new__(cls)
+        view.n_rows, view.n_columns, view.by_columns, dense, n_major, n_minor = meta
+        view.matrix = MajorMatrix(*arrays, dense, n_major, n_minor)
+        view._squared_sums = view._cube_sums = view._stored = None
+        return view
+
     @property
     def nbytes(self) -> int:
         """Bytes of the stored values and indices (what the cell cache counts)."""
@@ -278,6 +292,17 @@ class PureRows:
     def nbytes(self) -> int:
         return self.column.nbytes + self.value.nbytes + self.cube.nbytes
 
+    def to_spill(self) -> tuple:
+        """(arrays, meta) for the cell cache's spill file (:mod:`dask_scd.data.spill`)."""
+        stored = () if self.stored is None else (self.stored,)
+        return ((self.column, self.value, self.cube) + stored,
+                (self.width, self.n_columns))
+
+    @classmethod
+    def from_spill(cls, meta, arrays) -> PureRows:
+        column, value, cube = arrays[:3]
+        return cls(column, value, arrays[3] if len(arrays) > 3 else None, *meta, cube)
+
     def compact(self, theta) -> np.ndarray:
         """θ of the cell's columns as the passes index it (at the stored columns)."""
         theta = theta if self.stored is None else theta[self.stored]
@@ -308,7 +333,7 @@ def pure_rows(cell) -> PureRows | None:
     if isinstance(cell, PureRows):  # kept by a first pass for a second
         return cell
     if isinstance(cell, CellRef):
-        found = CACHE.get(cell.key + ("rows",), lambda: _ref_by_rows(cell))
+        found = CACHE.get(cell.key + ("rows",), lambda: _ref_by_rows(cell), spill=True)
     elif isinstance(cell, CellView):
         found = cell.__dict__.get("_by_rows")
         if found is None:
@@ -338,7 +363,7 @@ def _ref_by_rows(cell) -> PureRows | _NotPure:
     if found is _NOT_PURE and not cached:
         CACHE.keep(cell.key, CellView(stored.copy() if isinstance(stored, np.ndarray) else
                                       sp.csc_matrix(tuple(a.copy() for a in stored[:3]),
-                                                    shape=stored.shape)))
+                                                    shape=stored.shape)), spill=True)
     elif found is not _NOT_PURE and cached:
         # Read for something else first (the preflight's check): the by-rows form
         # replaces it, else a pure cell took its bytes twice in the cache (in core, a
@@ -397,7 +422,10 @@ def cell_view(cell) -> CellView | DeviceCellView | None:
     if cell is None or isinstance(cell, (CellView, DeviceCellView)):
         return cell
     if isinstance(cell, CellRef):
-        return CACHE.get(cell.key, lambda: _read_view(cell))
+        # An impure cell's column-major form is what its passes read: out of core it goes
+        # to the spill file. (A pure cell's is read once, for its check and by-rows form.)
+        impure = CACHE.lookup(cell.key + ("rows",))[0] is _NOT_PURE
+        return CACHE.get(cell.key, lambda: _read_view(cell), spill=impure)
     if on_device(cell):
         return DeviceCellView(cell)
     return CellView(cell)
@@ -441,7 +469,7 @@ def labels(y) -> np.ndarray:
         # Cached after the ±1 mapping, as one byte a row: every task of the row chunk
         # reads them, and out of core the row chunks' labels at 8 bytes a row took most
         # of what the cache may keep beyond its bound (see CellCache._keep_recent).
-        values = CACHE.get(y.key, load)
+        values = CACHE.get(y.key, load, spill=True)
         return values.astype(np.float64) if values.dtype == np.int8 else values
     return np.asarray(y, dtype=np.float64)
 
