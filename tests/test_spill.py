@@ -151,12 +151,12 @@ def test_out_of_core_cells_are_decoded_once_then_read_from_the_spill(tmp_path, m
     cache = _out_of_core_cache(monkeypatch, tmp_path / "spill")
     os.mkdir(tmp_path / "spill")
     first = one_pass()
-    reads = cache.counts["reads"]
+    reads, hits = cache.counts["reads"], cache.counts["spill_hits"]
     assert reads == grid.n_row_chunks * (grid.n_blocks + 1)  # each cell and labels once
     second = one_pass()
     assert cache.counts["reads"] == reads  # nothing read from the store again
-    # (a row chunk's last cell is still held as its last read)
-    assert cache.counts["spill_hits"] == grid.n_row_chunks * grid.n_blocks
+    assert cache.counts["spill_hits"] - hits == grid.n_row_chunks * (grid.n_blocks + 1)
+    assert not cache._recent  # a spilled value is not kept in memory as well
     for got, again, want in zip(first, second, in_core):
         if isinstance(want, np.ndarray) and want.dtype == np.float64:  # labels as read
             np.testing.assert_array_equal(got, want)
@@ -164,6 +164,25 @@ def test_out_of_core_cells_are_decoded_once_then_read_from_the_spill(tmp_path, m
         else:
             _assert_same(got, want)
             _assert_same(again, want)
+
+
+def test_a_cell_the_cache_evicts_goes_to_the_spill(tmp_path, monkeypatch):
+    """A fit's first cells fill the cache, then make room for the others: the ones it
+    drops are spilled, not read from the store again."""
+    X, y = make_onehot(400, 3, 6, random_state=0)[:2]
+    grid = to_grid(X, y, tmp_path / "g", row_chunk=400,
+                   blocks=[np.arange(6 * k, 6 * k + 6) for k in range(3)])
+    refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(3)]
+    monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
+    cache = cell_cache.CellCache(2000, ceiling=None)  # room for one cell by rows (1.6 kB)
+    cache.spill = CellSpill(str(tmp_path))
+    monkeypatch.setattr(cells, "CACHE", cache)
+    first = [cells.pure_rows(ref) for ref in refs]
+    assert cache.counts["evictions"] == 2 and cache.counts["reads"] == 3
+    again = [cells.pure_rows(ref) for ref in refs]
+    assert cache.counts["reads"] == 3 and cache.counts["spill_hits"] >= 1
+    for got, want in zip(again, first):
+        _assert_same(got, want)
 
 
 def test_an_out_of_core_fit_through_the_spill_is_the_in_core_fit(tmp_path, monkeypatch):

@@ -22,8 +22,8 @@ class ByteLRU:
     evictions. An item heavier than the bound is not kept. Thread-safe.
     """
 
-    def __init__(self, max_bytes: float, weight):
-        self._weight = weight
+    def __init__(self, max_bytes: float, weight, on_evict=None):
+        self._weight, self._on_evict = weight, on_evict
         self.loads = self.evictions = self.bytes_moved = 0
         self._lru = zict.LRU(max_bytes, {}, weight=lambda k, v: weight(v),
                              on_evict=self._evicted)
@@ -31,6 +31,8 @@ class ByteLRU:
 
     def _evicted(self, key, value):
         self.evictions += 1
+        if self._on_evict is not None:
+            self._on_evict(key, value)
 
     @property
     def max_bytes(self) -> float:
@@ -102,7 +104,7 @@ class CellCache:
 
     def __init__(self, max_bytes: int | None, ceiling: int | None = None):
         self.ceiling = ceiling  # resident bytes the process should stay under, or None
-        self._lru = None if max_bytes is None else ByteLRU(max_bytes, _nbytes)
+        self._lru = None if max_bytes is None else ByteLRU(max_bytes, _nbytes, self._evicted)
         self._sizing = threading.Lock()
         # Cells a residency policy holds (see hold): outside the LRU, never evicted by it.
         self._pinned: dict = {}
@@ -115,6 +117,7 @@ class CellCache:
         # The second tier (dask_scd.data.spill.CellSpill, or None: off), made at first use
         # from DASK_SCD_SPILL.
         self.spill = _UNSET
+        self._spillable: set = set()  # keys read with spill=True
 
     def hold(self, group, resolve) -> dict:
         """Pin exactly the cells that ``resolve()`` reads, for ``group`` (a row chunk):
@@ -139,7 +142,7 @@ class CellCache:
     @max_bytes.setter
     def max_bytes(self, value: int):
         if self._lru is None:
-            self._lru = ByteLRU(value, _nbytes)
+            self._lru = ByteLRU(value, _nbytes, self._evicted)
         else:
             self._lru.max_bytes = value
 
@@ -153,7 +156,7 @@ class CellCache:
                 # Sized at first use, inside a task: at import time (while a task is being
                 # unpacked) the worker and its memory limit are not reachable yet.
                 bound, self.ceiling, self.pause_at = _cache_budget()
-                self._lru = ByteLRU(bound, _nbytes)
+                self._lru = ByteLRU(bound, _nbytes, self._evicted)
             if spill and self.spill is _UNSET:
                 from dask_scd.data.spill import from_environment
 
@@ -182,9 +185,27 @@ class CellCache:
         if value is None:
             value = load()
             self.reads += int(read)
-        if not self._keep(key, value) and second is not None:
-            second.put(key, value)
+        if second is None:
+            self._keep(key, value)
+            return value
+        self._spillable.add(key)  # spilled when the LRU has no room, or evicts it
+        if not self._keep(key, value, recent=False):
+            # Spilled, it is not kept as its row chunk's last read as well: read back
+            # from the file costs less than the memory (out of core a worker sits near
+            # its pause threshold).
+            group = _group(key)
+            if second.put(key, value):
+                self._recent.pop(group, None)
+            else:
+                self._keep_recent(group, key, value, _nbytes(value))
         return value
+
+    def _evicted(self, key, value):
+        """A value the LRU drops goes to the spill file if it may (a fit's first cells
+        fill the cache, then make room for the others: out of core they were read from
+        the store again)."""
+        if key in self._spillable and self.spill is not _UNSET and self.spill is not None:
+            self.spill.put(key, value)
 
     def _last_read(self, key) -> tuple:
         """(value, True) where ``key`` is its row chunk's last read (see _keep_recent)."""
@@ -216,9 +237,9 @@ class CellCache:
         (not counted as a read again)."""
         self.get(key, lambda: value, read=False, spill=spill)
 
-    def _keep(self, key, value) -> bool:
-        """Cache ``value`` if the LRU has room; returns whether it did (else it is kept
-        as its row chunk's last read, if at all)."""
+    def _keep(self, key, value, recent: bool = True) -> bool:
+        """Cache ``value`` if the LRU has room; returns whether it did (else, where
+        ``recent``, it is kept as its row chunk's last read, if at all)."""
         lru = self._lru
         size = _nbytes(value)
         with lru.lock:
@@ -227,7 +248,8 @@ class CellCache:
                 if size:  # (a marker of no bytes, "not pure", is not the last read)
                     self._recent.pop(_group(key), None)
                 return True
-            self._keep_recent(_group(key), key, value, size)
+            if recent:
+                self._keep_recent(_group(key), key, value, size)
             return False
 
     def _keep_recent(self, group, key, value, size: int):

@@ -347,8 +347,8 @@ def _ref_by_rows(cell) -> PureRows | _NotPure:
     """A grid cell's by-rows form, made from its column-major form: the cached one if
     there is one (then dropped from the cache), else read for this alone and not cached
     (the passes read a pure cell by rows only, so out of core the two forms would share
-    the cache and both be read again each pass). An impure cell's column-major form is cached: it is what its passes
-    read.
+    the cache and both be read again each pass). An impure cell's column-major form is
+    cached: it is what its passes read.
 
     A cell read for this alone is decoded into this thread's reused memory
     (:func:`_read_buffers`): the by-rows form is made from it and copies nothing of it,
