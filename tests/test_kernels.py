@@ -83,6 +83,21 @@ def test_block_order_matches_reference(k, block):
     assert np.count_nonzero(np.diff(block_of)) == -(-k // block) - 1
 
 
+@pytest.mark.parametrize("k,block,cuts", [(100, 8, [0, 37, 100]), (101, 32, [0, 5, 6, 64, 101]),
+                                         (40, 8, [0, 40]), (7, 4, [0, 3, 3, 7])])
+def test_block_order_made_by_shares_is_the_whole_order(k, block, cuts):
+    """The threads of an epoch fill their shares of the order from one set of draws: the
+    same order as made whole, however the shares cut the blocks."""
+    rows = np.sort(np.random.default_rng(1).choice(1000, size=k, replace=False))
+    whole = np.empty(k, dtype=np.int64)
+    sdca.block_order(rows, block, np.random.default_rng(3), whole)
+    perm, uniforms = sdca.block_order_draws(k, block, np.random.default_rng(3))
+    shares = np.full(k, -1, dtype=np.int64)
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        sdca.block_order_fill(rows, block, perm, uniforms, shares, lo, hi)
+    np.testing.assert_array_equal(shares, whole)
+
+
 @pytest.mark.parametrize("dtype,sparse", LAYOUTS)
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 @pytest.mark.parametrize("rho", [0.0, 0.7])

@@ -47,18 +47,40 @@ def block_order(rows, block, rng, out):
     Block ``b`` is ``rows[b·block : (b+1)·block]``. Draws ``rng.permutation(n_blocks)``
     then ``rng.random(len(rows))`` (Fisher–Yates within each block), in that order.
     """
-    k = rows.shape[0]
+    block_perm, uniforms = block_order_draws(rows.shape[0], block, rng)
+    block_order_fill(rows, block, block_perm, uniforms, out, 0, rows.shape[0])
+
+
+@njit(nogil=True, cache=True)
+def block_order_draws(k, block, rng):
+    """The draws of :func:`block_order` for ``k`` rows: (block permutation, uniforms)."""
     block_perm = rng.permutation(-(-k // block))
     uniforms = rng.random(k)
+    return block_perm, uniforms
+
+
+@njit(nogil=True, cache=True)
+def block_order_fill(rows, block, block_perm, uniforms, out, lo, hi):
+    """Positions ``lo:hi`` of :func:`block_order`'s ``out`` from its draws: the threads of
+    an epoch each make their own share of the order (on one thread the whole order took
+    15 ms of a 376 ms two-thread epoch on 1M dense rows, and the threads waited for it).
+    A block that straddles ``lo`` or ``hi`` is shuffled whole, its share copied."""
+    k = rows.shape[0]
+    shuffled = np.empty(block, dtype=out.dtype)
     pos = 0
     for b in block_perm:
+        if pos >= hi:
+            break
         start = b * block
         size = min(start + block, k) - start
-        for r in range(size):
-            out[pos + r] = rows[start + r]
-        for r in range(size - 1, 0, -1):
-            s = pos + int(uniforms[pos + r] * (r + 1))
-            out[pos + r], out[s] = out[s], out[pos + r]
+        if pos + size > lo:
+            for r in range(size):
+                shuffled[r] = rows[start + r]
+            for r in range(size - 1, 0, -1):
+                s = int(uniforms[pos + r] * (r + 1))
+                shuffled[r], shuffled[s] = shuffled[s], shuffled[r]
+            for r in range(max(lo - pos, 0), min(hi - pos, size)):
+                out[pos + r] = shuffled[r]
         pos += size
 
 

@@ -286,7 +286,10 @@ class _Epochs:
         # multiplier then diverges); one scalar written by every thread at every step
         # would bounce between the cores. Each thread publishes its own changes every
         # PUBLISH visits and reads the others' (sdca.sdca_thread_epoch).
-        order = _block_order(self.all_rows, self.rng)
+        # The draws here, the order made by the threads, each its own share.
+        rows = self.all_rows
+        perm, uniforms = sdca.block_order_draws(len(rows), _ROW_BLOCK, self.rng)
+        order = np.empty_like(rows)
         slots = np.zeros((len(self.bounds) - 1, sdca.SLOT))
         m, weights = self.epoch_matrix, self.weights
         unit = np.ones(0) if weights is None else weights
@@ -298,11 +301,13 @@ class _Epochs:
             copies = np.empty((2 * (len(self.bounds) - 1), len(coef)))
 
             def thread(k, lo, hi):
+                sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
                 return sdca.sdca_thread_epoch_local(*common, order[lo:hi], *step, k,
                                                     MERGE_DENSE, copies[2 * k],
                                                     copies[2 * k + 1])
         else:
             def thread(k, lo, hi):
+                sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
                 return sdca.sdca_thread_epoch(*common, order[lo:hi], *step, k, PUBLISH,
                                               self.hot)
 
@@ -315,10 +320,13 @@ class _Epochs:
         """(max |Δa_i|, settled) of each thread's epoch."""
         kernels, m, y, loss = self.kernels, self.epoch_matrix, self.y, self.loss_code
         if self.shrinking is None:
-            order = _block_order(self.all_rows, self.rng)
-            weights = self.weights
+            rows, weights = self.all_rows, self.weights
+            perm, uniforms = sdca.block_order_draws(len(rows), _ROW_BLOCK, self.rng)
+            order = np.empty_like(rows)
 
-            def plain(piece, dual_sum):
+            def plain(lo, hi, dual_sum):
+                sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
+                piece = order[lo:hi]
                 if weights is not None:
                     return sdca.sdca_weighted_epoch(
                         m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef,
@@ -329,8 +337,8 @@ class _Epochs:
                     piece, loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
                 ), False
 
-            pieces = [order[lo:hi] for lo, hi in self._ranges()]
-            return self._map(plain, list(zip(pieces, sums)))
+            return self._map(plain, [(lo, hi, dual_sum)
+                                     for (lo, hi), dual_sum in zip(self._ranges(), sums)])
 
         return [self.shrinking.epoch(self.matrix, y, dual_coef, coef, loss, alpha_n,
                                      row_sq_norms, intercept, rho, sums[0], self.rng,
