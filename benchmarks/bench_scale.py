@@ -1009,6 +1009,14 @@ def _cache_stats():
             int(counts.get("spill_hits", 0)), int(counts.get("spill_bytes", 0))]
 
 
+def _cache_cell(held, bound, reads, spill_hits=0, spill_bytes=0) -> str:
+    """A worker's :func:`_cache_stats` as the out-of-core table gives them."""
+    text = f"{fmt_bytes(held)} of {fmt_bytes(bound)}, {reads:,} reads"
+    if spill_hits:
+        text += f", {spill_hits:,} from the spill file ({fmt_bytes(spill_bytes)})"
+    return text
+
+
 def _parse_bytes(text) -> int:
     from dask.utils import parse_bytes
 
@@ -1420,11 +1428,7 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
             peaks = " / ".join(fmt_bytes(v) for v in sorted(res["worker_peaks"],
                                                             reverse=True)[:4])
             hwm = " / ".join(fmt_bytes(v) for v in res["vm_hwm"])
-            cache = " / ".join(f"{fmt_bytes(a)} of {fmt_bytes(b)}, {c:,} reads"
-                               + (f", {hits:,} from the spill file ({fmt_bytes(spilled)})"
-                                  if hits else "")
-                               for a, b, c, *more in res["cache"]
-                               for hits, spilled in [(more + [0, 0])[:2]])
+            cache = " / ".join(_cache_cell(*worker) for worker in res["cache"])
             rows.append([label, fmt_bytes(memory), f"{stored / (2 * memory):.2f}x",
                          r["outcome"], res["epochs"], fmt_s(res["wall"]), fmt_s(per_epoch),
                          peaks, hwm, cache, fmt_bytes(res["client_peak"]),

@@ -204,8 +204,14 @@ class CellCache:
         """A value the LRU drops goes to the spill file if it may (a fit's first cells
         fill the cache, then make room for the others: out of core they were read from
         the store again)."""
-        if key in self._spillable and self.spill is not _UNSET and self.spill is not None:
-            self.spill.put(key, value)
+        if key in self._spillable and self._second is not None:
+            self._second.put(key, value)
+
+    @property
+    def _second(self):
+        """The spill file (:class:`~dask_scd.data.spill.CellSpill`), or None: off, or not
+        made yet."""
+        return None if self.spill is _UNSET else self.spill
 
     def _last_read(self, key) -> tuple:
         """(value, True) where ``key`` is its row chunk's last read (see _keep_recent)."""
@@ -355,7 +361,7 @@ class CellCache:
     def counts(self) -> dict:
         """Bytes loaded into the cache, loads and evictions since the process started."""
         lru = self._lru
-        spill = self.spill if self.spill is not _UNSET else None
+        spill = self._second
         spilled = {"spill_hits": 0 if spill is None else spill.hits,
                    "spill_bytes": 0 if spill is None else spill.nbytes}
         if lru is None:
@@ -368,8 +374,9 @@ class CellCache:
         self._recent.clear()
         if self._lru is not None:
             self._lru.clear()
-        if self.spill is not _UNSET and self.spill is not None:
-            self.spill.close()
+        self._spillable.clear()
+        if self._second is not None:
+            self._second.close()
 
 
 

@@ -34,14 +34,19 @@ def compact_dtype(columns) -> np.dtype:
     """The smallest of uint8, int16 holding every value exactly, else float64."""
     if not columns:
         return np.dtype(np.uint8)
-    lo = min(float(c.min()) for c in columns)
-    hi = max(float(c.max()) for c in columns)
-    if not all(np.array_equal(c, np.round(c)) for c in columns):
-        return np.dtype(np.float64)
-    for dtype in (np.uint8, np.int16):
-        info = np.iinfo(dtype)
-        if info.min <= lo and hi <= info.max:
-            return np.dtype(dtype)
+    return _dtype_holding(min(float(c.min()) for c in columns),
+                          max(float(c.max()) for c in columns),
+                          all(np.array_equal(c, np.round(c)) for c in columns))
+
+
+def _dtype_holding(lo: float, hi: float, integral: bool) -> np.dtype:
+    """The smallest of uint8, int16 holding values in [lo, hi] exactly (integers only),
+    else float64."""
+    if integral:
+        for dtype in (np.uint8, np.int16):
+            info = np.iinfo(dtype)
+            if info.min <= lo and hi <= info.max:
+                return np.dtype(dtype)
     return np.dtype(np.float64)
 
 
@@ -140,15 +145,8 @@ def row_sums_of_blocks(X, block_of, k: int) -> RowSums:
     stored = np.flatnonzero(~ones)
     stored_of = np.full(k, -1, dtype=np.int64)  # −1: the ones vector, not stored
     stored_of[stored] = np.arange(len(stored))
-    dtype = np.dtype(np.float64)
-    if len(stored) == 0:
-        dtype = np.dtype(np.uint8)
-    elif integral[stored].all():
-        for candidate in (np.uint8, np.int16):
-            info = np.iinfo(candidate)
-            if info.min <= lo[stored].min() and hi[stored].max() <= info.max:
-                dtype = np.dtype(candidate)
-                break
+    dtype = np.dtype(np.uint8) if len(stored) == 0 else _dtype_holding(
+        lo[stored].min(), hi[stored].max(), bool(integral[stored].all()))
     counts = np.empty((n, len(stored)), dtype=dtype)
     if len(stored):
         block_kernels.row_block_sums_fill(*head, stored_of, counts)

@@ -160,6 +160,20 @@ def _block_order(rows, rng) -> np.ndarray:
     return out
 
 
+def _order_by_shares(rows, rng):
+    """``share(lo, hi)``: positions lo:hi of :func:`_block_order`'s order of ``rows``,
+    drawn here once and made by whichever thread asks for its share
+    (:func:`sdca.block_order_fill`: the same order)."""
+    perm, uniforms = sdca.block_order_draws(len(rows), _ROW_BLOCK, rng)
+    order = np.empty_like(rows)
+
+    def share(lo: int, hi: int) -> np.ndarray:
+        sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
+        return order[lo:hi]
+
+    return share
+
+
 @dataclass
 class _Shrinking:
     """liblinear's shrinking state, carried from epoch to epoch (see
@@ -286,10 +300,7 @@ class _Epochs:
         # multiplier then diverges); one scalar written by every thread at every step
         # would bounce between the cores. Each thread publishes its own changes every
         # PUBLISH visits and reads the others' (sdca.sdca_thread_epoch).
-        # The draws here, the order made by the threads, each its own share.
-        rows = self.all_rows
-        perm, uniforms = sdca.block_order_draws(len(rows), _ROW_BLOCK, self.rng)
-        order = np.empty_like(rows)
+        share = _order_by_shares(self.all_rows, self.rng)
         slots = np.zeros((len(self.bounds) - 1, sdca.SLOT))
         m, weights = self.epoch_matrix, self.weights
         unit = np.ones(0) if weights is None else weights
@@ -301,14 +312,12 @@ class _Epochs:
             copies = np.empty((2 * (len(self.bounds) - 1), len(coef)))
 
             def thread(k, lo, hi):
-                sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
-                return sdca.sdca_thread_epoch_local(*common, order[lo:hi], *step, k,
+                return sdca.sdca_thread_epoch_local(*common, share(lo, hi), *step, k,
                                                     MERGE_DENSE, copies[2 * k],
                                                     copies[2 * k + 1])
         else:
             def thread(k, lo, hi):
-                sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
-                return sdca.sdca_thread_epoch(*common, order[lo:hi], *step, k, PUBLISH,
+                return sdca.sdca_thread_epoch(*common, share(lo, hi), *step, k, PUBLISH,
                                               self.hot)
 
         jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
@@ -320,13 +329,10 @@ class _Epochs:
         """(max |Δa_i|, settled) of each thread's epoch."""
         kernels, m, y, loss = self.kernels, self.epoch_matrix, self.y, self.loss_code
         if self.shrinking is None:
-            rows, weights = self.all_rows, self.weights
-            perm, uniforms = sdca.block_order_draws(len(rows), _ROW_BLOCK, self.rng)
-            order = np.empty_like(rows)
+            share, weights = _order_by_shares(self.all_rows, self.rng), self.weights
 
             def plain(lo, hi, dual_sum):
-                sdca.block_order_fill(rows, _ROW_BLOCK, perm, uniforms, order, lo, hi)
-                piece = order[lo:hi]
+                piece = share(lo, hi)
                 if weights is not None:
                     return sdca.sdca_weighted_epoch(
                         m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef,
