@@ -560,3 +560,54 @@ def test_newton_reads_a_csc_x_by_rows_once(rng, monkeypatch):
     assert conversions.count(X.shape) == 1
     by_rows = dask_scd.fit(X.tocsr(), y, loss="logistic", alpha=1e-3, solver="newton", tol=1e-9)
     np.testing.assert_array_equal(by_columns.coef_, by_rows.coef_)
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_unit_curvature_epoch_is_the_packed_epoch_on_the_residual(rng, intercept):
+    """With a curvature of 1 (the squared loss without weights) the epoch kept on the
+    residual r = g + XΔ + Δb alone takes the steps of the epoch kept on (g, D, XΔ + Δb)."""
+    dense, _ = _sparse(rng)
+    n, p = dense.shape
+    problem = obj.Problem("squared", 0.05, 0.7, intercept)
+    grad = rng.normal(size=n)
+    coef = np.where(rng.random(p) < 0.5, rng.normal(size=p), 0.0)
+    columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
+    col_curv = (dense * dense).sum(axis=0) / n
+    order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
+    packed = np.column_stack([grad, np.ones(n), np.zeros(n)])
+    residual = grad.copy()
+    delta, delta_b, unit_delta, unit_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
+    head = (columns.data, columns.indices, columns.indptr, False, n, order)
+    for _ in range(4):
+        worst = kernels.column_cd_epoch_packed(*head, packed, col_curv, coef, delta,
+                                               problem.l1, problem.l2, intercept, delta_b)
+        unit = kernels.column_cd_epoch_unit(*head, residual, col_curv, coef, unit_delta,
+                                            problem.l1, problem.l2, intercept, unit_b)
+        np.testing.assert_allclose(unit_delta, delta, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(residual - grad, packed[:, 2], rtol=1e-10, atol=1e-13)
+        assert unit_b[0] == pytest.approx(delta_b[0], rel=1e-12, abs=1e-15)
+        assert unit == pytest.approx(worst, rel=1e-12)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_lasso_by_column_epochs_on_the_residual_finds_the_optimum(monkeypatch, fit_intercept):
+    """A one-hot lasso solved by column epochs (block shifts included) on the residual
+    alone, against the same fit by the epochs on (g, D, XΔ + Δb) and scikit-learn."""
+    X, y, _ = make_onehot(4000, 6, 40, task="regression", random_state=3)
+    problem = obj.Problem("squared", 2e-3, 1.0, fit_intercept)
+    _inner_solvers(monkeypatch, "columns")
+    runs = {}
+    for which in ("unit", "packed"):
+        with monkeypatch.context() as patch:
+            if which == "packed":
+                patch.setattr(quadratic, "_unit_curvature", lambda design, model: False)
+            runs[which] = newton.fit_newton(InMemory(X, y), problem, Options(
+                1e-10, 100, np.random.default_rng(0)))
+    unit, packed = runs["unit"], runs["packed"]
+    assert "solve:column_cd" in unit.extras["passes"]
+    assert unit.certificate.relative_gap <= 1e-10 and packed.certificate.relative_gap <= 1e-10
+    assert unit.certificate.primal == pytest.approx(packed.certificate.primal, rel=1e-10)
+    ref = linear_model.Lasso(alpha=2e-3, fit_intercept=fit_intercept, tol=1e-12,
+                             max_iter=100_000).fit(X.toarray(), y)
+    ref_primal = obj.certificate(problem, X, y, ref.coef_, float(ref.intercept_)).primal
+    assert unit.certificate.primal <= ref_primal * (1 + 1e-9)

@@ -84,6 +84,14 @@ class Design:
     _kept_gram: tuple | None = None
     _kept_shift: object = None  # _KeptShift
     _gram_spent: float = 0.0
+    _sq_norms: np.ndarray | None = None
+
+    @property
+    def column_sq_norms(self) -> np.ndarray:
+        """‖x_j‖² of every column, computed once."""
+        if self._sq_norms is None:
+            self._sq_norms = self.columns.sq_norms()
+        return self._sq_norms
 
     @property
     def pure_blocks(self) -> list | None:
@@ -174,29 +182,67 @@ class Design:
         """XᵀX/n on ``working`` from the kept block when it holds those columns; else
         the block of those and the kept ones together (the working sets of a path's
         points mostly grow), or of all columns once the blocks computed so far cost as
-        much as they do (then at most twice the least possible), kept in its place."""
+        much as they do (then at most twice the least possible), kept in its place.
+
+        A block that grows from sparse rows adds only the products of its new columns:
+        the kept ones' sums are the same bits a new block would compute (the same
+        products, added row by row in the same order)."""
         kept = self._kept_gram
         if kept is None or kept[0] != intercept or not np.all(kept[2][working] >= 0):
-            columns = working if kept is None or kept[0] != intercept \
-                else np.union1d(kept[1], working)
+            same = kept is not None and kept[0] == intercept
+            columns = np.union1d(kept[1], working) if same else working
             p = self.rows.n_minor
             share = float(self.column_nnz[columns].sum()) / max(self.nnz, 1.0)
-            cost = self.nnz + self.gram_flops * share * share  # a pass, and the products
-            self._gram_spent += cost
+            held = float(self.column_nnz[kept[1]].sum()) / max(self.nnz, 1.0) if same else 0.0
+            # a pass, and the products of the pairs not held
+            self._gram_spent += self.nnz + self.gram_flops * (share * share - held * held)
             if p <= GRAM_MAX and self.nnz + self.gram_flops <= self._gram_spent:
                 columns = np.arange(p)  # as much as the blocks so far cost: ski rental
             elif len(columns) > GRAM_MAX:
                 columns = working
             position = np.full(self.rows.n_minor, -1, dtype=np.int64)
             position[columns] = np.arange(len(columns))
-            kept = (intercept, columns, position, self._gram(columns, weights, intercept))
+            if same and not self.rows.dense and np.all(position[kept[1]] >= 0):
+                sums = self._grown_sums(kept, columns, position, intercept)
+            else:
+                sums = self._sums(columns, weights, intercept)
+            kept = (intercept, columns, position, self._normalized(sums), sums)
             self._kept_gram = kept
         index = kept[2][working]
         if intercept:
             index = np.append(index, len(kept[1]))
         return kept[3][np.ix_(index, index)]
 
+    def _grown_sums(self, kept, columns, position, intercept) -> np.ndarray:
+        """The un-normalized upper triangle of XᵀX on ``columns`` ⊇ the kept ones: the kept
+        sums moved to their new places, the new columns' pairs from one pass."""
+        old = position[kept[1]]
+        if intercept:
+            old = np.append(old, len(columns))
+        k = len(columns) + int(intercept)
+        out = np.zeros((k, k))
+        out[np.ix_(old, old)] = kept[4]
+        new = np.ones(k, dtype=np.bool_)
+        new[old] = False
+        rows, cols = self.rows, self.columns
+        added = columns[new[:len(columns)]]
+        kernels.gram_of_new_columns(rows.data, rows.indices, rows.indptr, cols.data,
+                                    cols.indices, cols.indptr, added, position, new,
+                                    intercept, out)
+        return out
+
+    def _normalized(self, sums) -> np.ndarray:
+        """XᵀDX/n from the sums of its upper triangle (sparse rows) or all of it (dense)."""
+        if not self.rows.dense:
+            sums = np.triu(sums) + np.triu(sums, 1).T
+        return sums / self.rows.n_major
+
     def _gram(self, working, weights, intercept) -> np.ndarray:
+        return self._normalized(self._sums(working, weights, intercept))
+
+    def _sums(self, working, weights, intercept) -> np.ndarray:
+        """Σ_i d_i x_i x_iᵀ on ``working`` (+ the ones column): its upper triangle from
+        sparse rows, all of it from dense ones."""
         n = self.rows.n_major
         k = len(working) + int(intercept)
         out = np.zeros((k, k))
@@ -207,8 +253,7 @@ class Design:
             position[working] = np.arange(len(working))
             kernels.weighted_gram(self.rows.data, self.rows.indices, self.rows.indptr, n,
                                   position, weights, intercept, out)
-            out = np.triu(out) + np.triu(out, 1).T
-        return out / n
+        return out
 
     def _dense_gram(self, working, weights, intercept, out) -> None:
         """Σ d_i x_i x_iᵀ as (√d·X)ᵀ(√d·X) over row chunks (numpy hands a product of a
@@ -594,27 +639,42 @@ def l1_direction(design: Design, model: Model, working):
     if np.isfinite(model.dual_target):
         target = max(target, model.dual_target)
     columns = design.columns
-    col_curv = columns.dot(model.curv, squared=True) / n  # Σ_i d_i x_ij² / n
-    # A column whose rows all sit far out on the logistic's tail has ~no curvature, and
-    # its model step ~(q ± l1)/0 (a 2e18 step stalled a weak-L1 fit at gap 0.86): the
-    # curvature is kept above a millionth of its largest value, d = 1/4 (2 for the squared
-    # hinge), which only such columns meet.
-    floor = _CURVATURE_FLOOR * (2.0 if problem.loss == "squared_hinge" else 0.25) / n
-    np.maximum(col_curv, floor * columns.sq_norms(), out=col_curv)
+    unit = _unit_curvature(design, model)
+    if unit:
+        col_curv = design.column_sq_norms / n  # Σ_i x_ij² / n, the same at every step
+    else:
+        col_curv = columns.dot(model.curv, squared=True) / n  # Σ_i d_i x_ij² / n
+        # A column whose rows all sit far out on the logistic's tail has ~no curvature,
+        # and its model step ~(q ± l1)/0 (a 2e18 step stalled a weak-L1 fit at gap 0.86):
+        # the curvature is kept above a millionth of its largest value, d = 1/4 (2 for the
+        # squared hinge), which only such columns meet.
+        floor = _CURVATURE_FLOOR * (2.0 if problem.loss == "squared_hinge" else 0.25) / n
+        np.maximum(col_curv, floor * design.column_sq_norms, out=col_curv)
     order = np.append(working, -1) if fit_b else working.copy()
-    # The epochs read g, D and XΔ + Δb row by row in the order of each column's rows:
-    # packed side by side, one cache line per row visited instead of three.
-    packed = np.empty((n, 3))
-    packed[:, 0] = model.grad_rows
-    packed[:, 1] = model.curv
-    packed[:, 2] = 0.0
-    direction = packed[:, 2]  # a view: the epochs and the block shifts move it in place
     delta_b = np.zeros(1)
+    if unit:
+        # The squared loss without weights: the model's residual r = g + XΔ + Δb is all
+        # the epochs read and write (XΔ + Δb = r − g at the end).
+        residual = model.grad_rows.copy()
+        direction = None
+        kernel = kernels.column_cd_epoch_unit
+        state = residual
+    else:
+        # The epochs read g, D and XΔ + Δb row by row in the order of each column's rows:
+        # packed side by side, one cache line per row visited instead of three.
+        packed = np.empty((n, 3))
+        packed[:, 0] = model.grad_rows
+        packed[:, 1] = model.curv
+        packed[:, 2] = 0.0
+        residual = None
+        direction = packed[:, 2]  # a view: the epochs and the block shifts move it in place
+        kernel = kernels.column_cd_epoch_packed
+        state = packed
     share = nnz_w / max(design.nnz, 1.0)
     block_of = design.block_of
     epochs, passes = 0, 1.0
-    epoch = _ColumnEpoch(design, order, block_of)
-    args = (packed, col_curv, model.coef, delta, problem.l1, problem.l2, fit_b, delta_b)
+    epoch = _ColumnEpoch(design, order, block_of, kernel)
+    args = (state, col_curv, model.coef, delta, problem.l1, problem.l2, fit_b, delta_b)
     for epochs in range(1, _CD_MAX_COLUMNS + 1):
         passes += share
         worst = epoch.run(*args)
@@ -623,10 +683,20 @@ def l1_direction(design: Design, model: Model, working):
                 break
         elif epochs & (epochs - 1) == 0:  # epochs 1, 2, 4, 8, ...: the block shifts, and an
             # epoch after them to measure (a coordinate's violation cannot see a shift)
-            passes += block_shift(design, model, block_of, working, delta, direction, delta_b)
+            passes += block_shift(design, model, block_of, working, delta, direction, delta_b,
+                                  residual)
         elif worst <= target:
             break
-    return delta, float(delta_b[0]), direction.copy(), passes, "column_cd"
+    direction = residual - model.grad_rows if direction is None else direction.copy()
+    return delta, float(delta_b[0]), direction, passes, "column_cd"
+
+
+def _unit_curvature(design: Design, model: Model) -> bool:
+    """Whether the model's curvature is 1 on every row (the squared loss without sample
+    weights)."""
+    if model.problem.loss != "squared":
+        return False
+    return design.unit_curvature or bool(np.all(model.curv == 1.0))
 
 
 # Scatter passes (Xᵀu, XᵀDXv by rows) over at least threads.MIN_ENTRIES stored entries
@@ -667,7 +737,8 @@ class _ColumnEpoch:
     included, runs in order on the calling thread.
     """
 
-    def __init__(self, design: Design, order, block_of):
+    def __init__(self, design: Design, order, block_of, kernel=None):
+        self.kernel = kernels.column_cd_epoch_packed if kernel is None else kernel
         self.columns = design.columns
         self.n = design.rows.n_major
         self.segments = [(order, None)]
@@ -699,20 +770,21 @@ class _ColumnEpoch:
         c = self.columns
         head = (c.data, c.indices, c.indptr, c.dense, self.n)
         worst = 0.0
+        kernel = self.kernel
         for serial, parts in self.segments:
             if parts is None:
-                worst = max(worst, kernels.column_cd_epoch_packed(*head, serial, *args))
+                worst = max(worst, kernel(*head, serial, *args))
                 continue
             worst = max(worst, *threads.run_all([
-                lambda part=part: kernels.column_cd_epoch_packed(*head, part, *args)
-                for part in parts]))
+                lambda part=part: kernel(*head, part, *args) for part in parts]))
         return worst
 
 
 def block_shift(design: Design, model: Model, block_of, working, delta, direction,
-                delta_b) -> float:
+                delta_b, residual=None) -> float:
     """The L1 model's exact minimum along the shifts of whole blocks (updates Δ, XΔ + Δb
-    and Δb in place); returns the passes over X it took.
+    and Δb in place; with a curvature of 1, ``residual`` r = g + XΔ + Δb in place of XΔ +
+    Δb, ``direction`` None); returns the passes over X it took.
 
     On one-hot data the columns of a field sum to the ones vector: moving every non-zero
     coefficient of a field by the same c (against the intercept or another field) barely
@@ -736,7 +808,11 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     shifted[chosen] = block_of[chosen]
     fit_b = problem.fit_intercept
     m = k + int(fit_b)
-    residual = model.grad_rows + model.curv * direction
+    if residual is None:
+        residual = model.grad_rows + model.curv * direction
+        moving = direction
+    else:
+        moving = residual  # a curvature of 1: r moves as XΔ + Δb does
     grad, hess, S = _shift_model(design, model.curv, shifted, chosen, k, fit_b, residual)
     values = model.coef[chosen] + delta[chosen]
     blocks = shifted[chosen]
@@ -755,9 +831,9 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     per_column[chosen] = shift[blocks]
     delta[chosen] += per_column[chosen]
     if S is not None:  # X·(the shift of each column) = S·c: no pass over X
-        direction += S @ shift
+        moving += S @ shift
         return 1.0
-    direction += rows.dot(per_column) + (shift[k] if fit_b else 0.0)
+    moving += rows.dot(per_column) + (shift[k] if fit_b else 0.0)
     return 2.0
 
 
