@@ -300,27 +300,40 @@ def run_cv_cluster(name, X, y, workdir: Path):
                             overwrite=True)
     at_once = path_cv.FOLDS_AT_ONCE
     rows, models = [], {}
+    cells = grid.n_row_chunks * len(grid.blocks)
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
-            Client(cluster):
+            Client(cluster) as client:
         for label, count in (("in turn", 1), (f"{at_once} at once", at_once)):
             path_cv.FOLDS_AT_ONCE = count
             log(f"  cv on the cluster, folds {label}")
+            before = sum(client.run(store_reads).values())
             try:
                 seconds, model = timed(lambda: dask_scd.LassoCV(
                     cv=folds, n_alphas=CLUSTER_ALPHAS, eps=EPS, tol=TOL, solver="block_scd",
                     random_state=0).fit(grid))
             finally:
                 path_cv.FOLDS_AT_ONCE = at_once
-            log(f"    {seconds:.2f} s")
+            reads = sum(client.run(store_reads).values()) - before
+            log(f"    {seconds:.2f} s, {reads} cell reads from the store")
             models[count] = model
             rows.append([f"dask_scd.LassoCV, grid, folds {label}", f"{seconds:.2f}",
-                         f"{float(model.alpha_):.4g}"])
+                         f"{float(model.alpha_):.4g}", f"{reads} ({reads / cells:.2f} a cell)"])
     same = (np.array_equal(models[1].mse_path_, models[at_once].mse_path_)
             and np.array_equal(models[1].coef_, models[at_once].coef_))
     return (f"### {name}: LassoCV(cv=5) on a grid, 2 worker processes of 1 thread, "
             f"{CLUSTER_ALPHAS} alphas, solver='block_scd'\n\n"
-            + md_table(["method", "time (s)", "alpha_"], rows)
-            + f"\nThe two runs' `mse_path_` and `coef_` are {'the same bits' if same else 'NOT the same bits'}.\n")
+            + md_table(["method", "time (s)", "alpha_",
+                        f"reads from the store ({cells} cells)"], rows)
+            + f"\nThe two runs' `mse_path_` and `coef_` are {'the same bits' if same else 'NOT the same bits'}. "
+            "The second run finds the cells the first left in the workers' caches.\n")
+
+
+def store_reads() -> int:
+    """Cells this worker has read from the store (its cell cache and spill file served
+    the other reads)."""
+    from dask_scd.data.cache import CACHE
+
+    return int(CACHE.counts["reads"])
 
 
 # ------------------------------------------------------------------------- report

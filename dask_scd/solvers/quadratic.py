@@ -194,8 +194,10 @@ class Design:
             p = self.rows.n_minor
             share = float(self.column_nnz[columns].sum()) / max(self.nnz, 1.0)
             held = float(self.column_nnz[kept[1]].sum()) / max(self.nnz, 1.0) if same else 0.0
-            # a pass, and the products of the pairs not held
-            self._gram_spent += self.nnz + self.gram_flops * (share * share - held * held)
+            # the products of the pairs not held, and a pass (growing: the new columns'
+            # rows alone)
+            read = (share - held) * self.gram_flops / max(self.nnz, 1.0) if same else 1.0
+            self._gram_spent += self.nnz * read + self.gram_flops * (share * share - held * held)
             if p <= GRAM_MAX and self.nnz + self.gram_flops <= self._gram_spent:
                 columns = np.arange(p)  # as much as the blocks so far cost: ski rental
             elif len(columns) > GRAM_MAX:
