@@ -589,6 +589,56 @@ def test_unit_curvature_epoch_is_the_packed_epoch_on_the_residual(rng, intercept
         assert unit == pytest.approx(worst, rel=1e-12)
 
 
+@pytest.mark.parametrize("intercept", [True, False])
+def test_pair_epoch_is_the_packed_epoch_on_the_residual(rng, intercept):
+    """The epoch kept on (r, D), r = g + D(XΔ + Δb), takes the steps of the epoch kept on
+    (g, D, XΔ + Δb), for any curvature."""
+    dense, _ = _sparse(rng)
+    n, p = dense.shape
+    problem = obj.Problem("logistic", 0.05, 0.7, intercept)
+    grad = rng.normal(size=n) * 0.3
+    curv = rng.uniform(0.01, 0.25, size=n)
+    coef = np.where(rng.random(p) < 0.5, rng.normal(size=p), 0.0)
+    columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
+    col_curv = (dense * dense).T @ curv / n
+    order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
+    packed = np.column_stack([grad, curv, np.zeros(n)])
+    pair = np.column_stack([grad, curv])
+    delta, delta_b, pair_delta, pair_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
+    head = (columns.data, columns.indices, columns.indptr, False, n, order)
+    for _ in range(4):
+        worst = kernels.column_cd_epoch_packed(*head, packed, col_curv, coef, delta,
+                                               problem.l1, problem.l2, intercept, delta_b)
+        got = kernels.column_cd_epoch_pair(*head, pair, col_curv, coef, pair_delta,
+                                           problem.l1, problem.l2, intercept, pair_b)
+        np.testing.assert_allclose(pair_delta, delta, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(pair[:, 0], grad + curv * packed[:, 2], rtol=1e-10,
+                                   atol=1e-13)
+        assert pair_b[0] == pytest.approx(delta_b[0], rel=1e-12, abs=1e-15)
+        assert got == pytest.approx(worst, rel=1e-12)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_logistic_l1_by_column_epochs_on_the_pair_finds_the_optimum(monkeypatch,
+                                                                    fit_intercept):
+    """A one-hot logistic L1 fit by column epochs on (r, D) (as for long X), block shifts
+    included, reaches the optimum of the fit by epochs on (g, D, XΔ)."""
+    X, y, _ = make_onehot(4000, 6, 40, random_state=3)
+    problem = obj.Problem("logistic", 1e-3, 1.0, fit_intercept)
+    _inner_solvers(monkeypatch, "columns")
+    runs = {}
+    for rows in (0, 10**9):  # every X long, none
+        with monkeypatch.context() as patch:
+            patch.setattr(quadratic, "PAIR_ROWS", rows)
+            runs[rows] = newton.fit_newton(InMemory(X, y), problem, Options(
+                1e-10, 100, np.random.default_rng(0)))
+    pair, packed = runs[0], runs[10**9]
+    assert "solve:column_cd" in pair.extras["passes"]
+    assert pair.certificate.relative_gap <= 1e-10 and packed.certificate.relative_gap <= 1e-10
+    assert pair.certificate.primal == pytest.approx(packed.certificate.primal, rel=1e-10)
+    np.testing.assert_allclose(pair.coef, packed.coef, atol=1e-5)
+
+
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_lasso_by_column_epochs_on_the_residual_finds_the_optimum(monkeypatch, fit_intercept):
     """A one-hot lasso solved by column epochs (block shifts included) on the residual

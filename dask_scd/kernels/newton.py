@@ -363,6 +363,53 @@ def column_cd_epoch_unit(data, indices, indptr, dense, n_rows, order, residual, 
     return worst
 
 
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def column_cd_epoch_pair(data, indices, indptr, dense, n_rows, order, pair, col_curv, coef,
+                         delta, l1, l2, intercept, delta_b):
+    """:func:`column_cd_epoch_packed` on two floats a row: ``pair`` (n × 2) holds the
+    model's residual r = g + D(XΔ + Δb) and the curvature D side by side, and XΔ + Δb is
+    left to the caller (one product X·Δ after the epochs). Two thirds of the packed
+    rows' bytes, for a long X whose rows outgrow the caches (one-hot 1M × 10k, an epoch
+    over every column: 0.23 s against 0.35 s). Returns the largest violation met before
+    each step.
+    """
+    n = float(n_rows)
+    worst = 0.0
+    for j in order:
+        if j < 0:
+            s = 0.0
+            h = 0.0
+            for i in range(n_rows):
+                s += pair[i, 0]
+                h += pair[i, 1]
+            if h <= 0.0:
+                continue
+            worst = max(worst, abs(s) / n)
+            step = -s / h
+            delta_b[0] += step
+            for i in range(n_rows):
+                pair[i, 0] += step * pair[i, 1]
+            continue
+        h = col_curv[j]
+        start, end = _line(dense, indptr, j, n_rows)
+        s = 0.0
+        for idx in range(start, end):
+            s += data[idx] * pair[_minor(dense, indices, idx, start), 0]
+        q = s / n
+        old = coef[j] + delta[j]
+        worst = max(worst, _violation(q, old, l1, l2))
+        if h + l2 <= 0.0:
+            continue
+        step = _prox_newton(old, q, h, l1, l2) - old
+        if step == 0.0:
+            continue
+        delta[j] += step
+        for idx in range(start, end):
+            i = _minor(dense, indices, idx, start)
+            pair[i, 0] += step * data[idx] * pair[i, 1]
+    return worst
+
+
 # ------------------------------------------------------------ block shifts (L1 models)
 
 

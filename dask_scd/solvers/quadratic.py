@@ -46,6 +46,10 @@ _BLAS_SPEEDUP = 8.0
 _CD_EXPECTED = 20
 _CD_MAX_GRAM = 5000
 _CD_MAX_COLUMNS = 50
+# From this many rows the L1 column epochs keep (r, D) and compute XΔ after them, rather
+# than keeping (g, D, XΔ): the rows' triples (24 bytes each, 3 MiB here) outgrow a core's
+# own cache, and the epochs are bound by its misses.
+PAIR_ROWS = 1 << 17
 # Coordinate-descent sweeps over the block shifts of an L1 model, at most.
 _SHIFT_SWEEPS = 2000
 # Incremental updates of a kept SᵀS of the block shifts before it is recomputed from S.
@@ -658,20 +662,24 @@ def l1_direction(design: Design, model: Model, working):
         # The squared loss without weights: the model's residual r = g + XΔ + Δb is all
         # the epochs read and write (XΔ + Δb = r − g at the end).
         residual = model.grad_rows.copy()
-        direction = None
-        kernel = kernels.column_cd_epoch_unit
-        state = residual
+        direction, kernel, state = None, kernels.column_cd_epoch_unit, residual
+    elif n >= PAIR_ROWS:
+        # r = g + D(XΔ + Δb) and D side by side; XΔ + Δb by one product at the end.
+        state = np.empty((n, 2))
+        state[:, 0] = model.grad_rows
+        state[:, 1] = model.curv
+        residual = state[:, 0]  # a view: the epochs and the block shifts move it in place
+        direction, kernel = None, kernels.column_cd_epoch_pair
     else:
         # The epochs read g, D and XΔ + Δb row by row in the order of each column's rows:
         # packed side by side, one cache line per row visited instead of three.
-        packed = np.empty((n, 3))
-        packed[:, 0] = model.grad_rows
-        packed[:, 1] = model.curv
-        packed[:, 2] = 0.0
+        state = np.empty((n, 3))
+        state[:, 0] = model.grad_rows
+        state[:, 1] = model.curv
+        state[:, 2] = 0.0
         residual = None
-        direction = packed[:, 2]  # a view: the epochs and the block shifts move it in place
+        direction = state[:, 2]  # a view: the epochs and the block shifts move it in place
         kernel = kernels.column_cd_epoch_packed
-        state = packed
     share = nnz_w / max(design.nnz, 1.0)
     block_of = design.block_of
     epochs, passes = 0, 1.0
@@ -686,10 +694,16 @@ def l1_direction(design: Design, model: Model, working):
         elif epochs & (epochs - 1) == 0:  # epochs 1, 2, 4, 8, ...: the block shifts, and an
             # epoch after them to measure (a coordinate's violation cannot see a shift)
             passes += block_shift(design, model, block_of, working, delta, direction, delta_b,
-                                  residual)
+                                  residual, unit)
         elif worst <= target:
             break
-    direction = residual - model.grad_rows if direction is None else direction.copy()
+    if unit:
+        return delta, float(delta_b[0]), residual - model.grad_rows, passes, "column_cd"
+    if direction is None:
+        direction = design.rows.dot(delta) + delta_b[0]
+        passes += 1.0
+    else:
+        direction = direction.copy()
     return delta, float(delta_b[0]), direction, passes, "column_cd"
 
 
@@ -783,10 +797,10 @@ class _ColumnEpoch:
 
 
 def block_shift(design: Design, model: Model, block_of, working, delta, direction,
-                delta_b, residual=None) -> float:
+                delta_b, residual=None, unit: bool = False) -> float:
     """The L1 model's exact minimum along the shifts of whole blocks (updates Δ, XΔ + Δb
-    and Δb in place; with a curvature of 1, ``residual`` r = g + XΔ + Δb in place of XΔ +
-    Δb, ``direction`` None); returns the passes over X it took.
+    and Δb in place; or, ``direction`` None, the residual r = g + D(XΔ + Δb) in place of
+    XΔ + Δb, ``unit`` where D = 1); returns the passes over X it took.
 
     On one-hot data the columns of a field sum to the ones vector: moving every non-zero
     coefficient of a field by the same c (against the intercept or another field) barely
@@ -810,11 +824,8 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     shifted[chosen] = block_of[chosen]
     fit_b = problem.fit_intercept
     m = k + int(fit_b)
-    if residual is None:
+    if direction is not None:
         residual = model.grad_rows + model.curv * direction
-        moving = direction
-    else:
-        moving = residual  # a curvature of 1: r moves as XΔ + Δb does
     grad, hess, S = _shift_model(design, model.curv, shifted, chosen, k, fit_b, residual)
     values = model.coef[chosen] + delta[chosen]
     blocks = shifted[chosen]
@@ -833,10 +844,16 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     per_column[chosen] = shift[blocks]
     delta[chosen] += per_column[chosen]
     if S is not None:  # X·(the shift of each column) = S·c: no pass over X
-        moving += S @ shift
-        return 1.0
-    moving += rows.dot(per_column) + (shift[k] if fit_b else 0.0)
-    return 2.0
+        moved, passes = S @ shift, 1.0
+    else:
+        moved, passes = rows.dot(per_column) + (shift[k] if fit_b else 0.0), 2.0
+    if direction is not None:
+        direction += moved
+    elif unit:
+        residual += moved
+    else:
+        residual += model.curv * moved
+    return passes
 
 
 def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, residual):
