@@ -563,58 +563,36 @@ def test_newton_reads_a_csc_x_by_rows_once(rng, monkeypatch):
 
 
 @pytest.mark.parametrize("intercept", [True, False])
-def test_unit_curvature_epoch_is_the_packed_epoch_on_the_residual(rng, intercept):
-    """With a curvature of 1 (the squared loss without weights) the epoch kept on the
-    residual r = g + XΔ + Δb alone takes the steps of the epoch kept on (g, D, XΔ + Δb)."""
+@pytest.mark.parametrize("kept", ["residual", "pair"])
+def test_epochs_kept_on_the_residual_are_the_packed_epoch(rng, intercept, kept):
+    """The epoch kept on (r, D), r = g + D(XΔ + Δb), and, for a curvature of 1 (the
+    squared loss without weights), the one kept on r alone, take the steps of the epoch
+    kept on (g, D, XΔ + Δb)."""
     dense, _ = _sparse(rng)
     n, p = dense.shape
-    problem = obj.Problem("squared", 0.05, 0.7, intercept)
-    grad = rng.normal(size=n)
-    coef = np.where(rng.random(p) < 0.5, rng.normal(size=p), 0.0)
-    columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
-    col_curv = (dense * dense).sum(axis=0) / n
-    order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
-    packed = np.column_stack([grad, np.ones(n), np.zeros(n)])
-    residual = grad.copy()
-    delta, delta_b, unit_delta, unit_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
-    head = (columns.data, columns.indices, columns.indptr, False, n, order)
-    for _ in range(4):
-        worst = kernels.column_cd_epoch_packed(*head, packed, col_curv, coef, delta,
-                                               problem.l1, problem.l2, intercept, delta_b)
-        unit = kernels.column_cd_epoch_unit(*head, residual, col_curv, coef, unit_delta,
-                                            problem.l1, problem.l2, intercept, unit_b)
-        np.testing.assert_allclose(unit_delta, delta, rtol=1e-12, atol=1e-15)
-        np.testing.assert_allclose(residual - grad, packed[:, 2], rtol=1e-10, atol=1e-13)
-        assert unit_b[0] == pytest.approx(delta_b[0], rel=1e-12, abs=1e-15)
-        assert unit == pytest.approx(worst, rel=1e-12)
-
-
-@pytest.mark.parametrize("intercept", [True, False])
-def test_pair_epoch_is_the_packed_epoch_on_the_residual(rng, intercept):
-    """The epoch kept on (r, D), r = g + D(XΔ + Δb), takes the steps of the epoch kept on
-    (g, D, XΔ + Δb), for any curvature."""
-    dense, _ = _sparse(rng)
-    n, p = dense.shape
-    problem = obj.Problem("logistic", 0.05, 0.7, intercept)
+    unit = kept == "residual"
+    problem = obj.Problem("squared" if unit else "logistic", 0.05, 0.7, intercept)
     grad = rng.normal(size=n) * 0.3
-    curv = rng.uniform(0.01, 0.25, size=n)
+    curv = np.ones(n) if unit else rng.uniform(0.01, 0.25, size=n)
     coef = np.where(rng.random(p) < 0.5, rng.normal(size=p), 0.0)
     columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
     col_curv = (dense * dense).T @ curv / n
     order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
     packed = np.column_stack([grad, curv, np.zeros(n)])
-    pair = np.column_stack([grad, curv])
-    delta, delta_b, pair_delta, pair_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
+    state = grad.copy() if unit else np.column_stack([grad, curv])
+    epoch = kernels.column_cd_epoch_unit if unit else kernels.column_cd_epoch_pair
+    delta, delta_b, kept_delta, kept_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
     head = (columns.data, columns.indices, columns.indptr, False, n, order)
     for _ in range(4):
         worst = kernels.column_cd_epoch_packed(*head, packed, col_curv, coef, delta,
                                                problem.l1, problem.l2, intercept, delta_b)
-        got = kernels.column_cd_epoch_pair(*head, pair, col_curv, coef, pair_delta,
-                                           problem.l1, problem.l2, intercept, pair_b)
-        np.testing.assert_allclose(pair_delta, delta, rtol=1e-12, atol=1e-15)
-        np.testing.assert_allclose(pair[:, 0], grad + curv * packed[:, 2], rtol=1e-10,
+        got = epoch(*head, state, col_curv, coef, kept_delta, problem.l1, problem.l2,
+                    intercept, kept_b)
+        np.testing.assert_allclose(kept_delta, delta, rtol=1e-12, atol=1e-15)
+        residual = state if unit else state[:, 0]
+        np.testing.assert_allclose(residual, grad + curv * packed[:, 2], rtol=1e-10,
                                    atol=1e-13)
-        assert pair_b[0] == pytest.approx(delta_b[0], rel=1e-12, abs=1e-15)
+        assert kept_b[0] == pytest.approx(delta_b[0], rel=1e-12, abs=1e-15)
         assert got == pytest.approx(worst, rel=1e-12)
 
 

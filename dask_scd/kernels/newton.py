@@ -232,6 +232,19 @@ def _violation(q, w, l1, l2):
     return max(abs(slope) - l1, 0.0)
 
 
+@njit(inline="always")
+def _column_step(q, j, coef, delta, h, l1, l2):
+    """(violation, step) of coordinate j of the model at θ_j + Δ_j, given its slope q and
+    curvature h; Δ_j moved by the step."""
+    old = coef[j] + delta[j]
+    violation = _violation(q, old, l1, l2)
+    if h + l2 <= 0.0:
+        return violation, 0.0
+    step = _prox_newton(old, q, h, l1, l2) - old
+    delta[j] += step
+    return violation, step
+
+
 @njit(nogil=True, cache=True)
 def gram_cd(hessian, q, coef, delta, l1, l2, intercept, target, max_epochs):
     """Cyclic :func:`gram_cd_epoch` until the violation of an epoch is ≤ ``target``, or
@@ -306,15 +319,10 @@ def column_cd_epoch_packed(data, indices, indptr, dense, n_rows, order, packed, 
         for idx in range(start, end):
             i = _minor(dense, indices, idx, start)
             s += data[idx] * (packed[i, 0] + packed[i, 1] * packed[i, 2])
-        q = s / n
-        old = coef[j] + delta[j]
-        worst = max(worst, _violation(q, old, l1, l2))
-        if h + l2 <= 0.0:
-            continue
-        step = _prox_newton(old, q, h, l1, l2) - old
+        violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
+        worst = max(worst, violation)
         if step == 0.0:
             continue
-        delta[j] += step
         for idx in range(start, end):
             packed[_minor(dense, indices, idx, start), 2] += step * data[idx]
     return worst
@@ -349,15 +357,10 @@ def column_cd_epoch_unit(data, indices, indptr, dense, n_rows, order, residual, 
         s = 0.0
         for idx in range(start, end):
             s += data[idx] * residual[_minor(dense, indices, idx, start)]
-        q = s / n
-        old = coef[j] + delta[j]
-        worst = max(worst, _violation(q, old, l1, l2))
-        if h + l2 <= 0.0:
-            continue
-        step = _prox_newton(old, q, h, l1, l2) - old
+        violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
+        worst = max(worst, violation)
         if step == 0.0:
             continue
-        delta[j] += step
         for idx in range(start, end):
             residual[_minor(dense, indices, idx, start)] += step * data[idx]
     return worst
@@ -395,15 +398,10 @@ def column_cd_epoch_pair(data, indices, indptr, dense, n_rows, order, pair, col_
         s = 0.0
         for idx in range(start, end):
             s += data[idx] * pair[_minor(dense, indices, idx, start), 0]
-        q = s / n
-        old = coef[j] + delta[j]
-        worst = max(worst, _violation(q, old, l1, l2))
-        if h + l2 <= 0.0:
-            continue
-        step = _prox_newton(old, q, h, l1, l2) - old
+        violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
+        worst = max(worst, violation)
         if step == 0.0:
             continue
-        delta[j] += step
         for idx in range(start, end):
             i = _minor(dense, indices, idx, start)
             pair[i, 0] += step * data[idx] * pair[i, 1]
