@@ -46,9 +46,9 @@ _BLAS_SPEEDUP = 8.0
 _CD_EXPECTED = 20
 _CD_MAX_GRAM = 5000
 _CD_MAX_COLUMNS = 50
-# From this many rows the L1 column epochs keep (r, D) and compute XΔ after them, rather
-# than keeping (g, D, XΔ): the rows' triples (24 bytes each, 3 MiB here) outgrow a core's
-# own cache, and the epochs are bound by its misses.
+# From this many rows the L1 column epochs over sparse columns keep (r, D) and compute XΔ
+# after them, rather than keeping (g, D, XΔ): the rows' triples (24 bytes each, 3 MiB
+# here) outgrow a core's own cache, and the epochs are bound by its misses.
 PAIR_ROWS = 1 << 17
 # Coordinate-descent sweeps over the block shifts of an L1 model, at most.
 _SHIFT_SWEEPS = 2000
@@ -663,8 +663,9 @@ def l1_direction(design: Design, model: Model, working):
         # the epochs read and write (XΔ + Δb = r − g at the end).
         residual = model.grad_rows.copy()
         direction, kernel, state = None, kernels.column_cd_epoch_unit, residual
-    elif n >= PAIR_ROWS:
-        # r = g + D(XΔ + Δb) and D side by side; XΔ + Δb by one product at the end.
+    elif n >= PAIR_ROWS and not columns.dense:
+        # r = g + D(XΔ + Δb) and D side by side; XΔ + Δb by one product at the end (a
+        # dense column reads its rows in order: no misses for the pair to save).
         state = np.empty((n, 2))
         state[:, 0] = model.grad_rows
         state[:, 1] = model.curv
