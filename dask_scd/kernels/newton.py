@@ -233,6 +233,17 @@ def _violation(q, w, l1, l2):
 
 
 @njit(inline="always")
+def _intercept_step(s, h, n, delta_b):
+    """(violation, step) of the intercept given the model's slope sum s = Σ_i r_i and its
+    curvature h = Σ_i d_i; Δb moved by the step (none where h ≤ 0)."""
+    if h <= 0.0:
+        return 0.0, 0.0
+    step = -s / h
+    delta_b[0] += step
+    return abs(s) / n, step
+
+
+@njit(inline="always")
 def _column_step(q, j, coef, delta, h, l1, l2):
     """(violation, step) of coordinate j of the model at θ_j + Δ_j, given its slope q and
     curvature h; Δ_j moved by the step."""
@@ -305,13 +316,11 @@ def column_cd_epoch_packed(data, indices, indptr, dense, n_rows, order, packed, 
             for i in range(n_rows):
                 s += packed[i, 0] + packed[i, 1] * packed[i, 2]
                 h += packed[i, 1]
-            if h <= 0.0:
-                continue
-            worst = max(worst, abs(s) / n)
-            step = -s / h
-            delta_b[0] += step
-            for i in range(n_rows):
-                packed[i, 2] += step
+            violation, step = _intercept_step(s, h, n, delta_b)
+            worst = max(worst, violation)
+            if step != 0.0:
+                for i in range(n_rows):
+                    packed[i, 2] += step
             continue
         h = col_curv[j]
         start, end = _line(dense, indptr, j, n_rows)
@@ -346,11 +355,11 @@ def column_cd_epoch_unit(data, indices, indptr, dense, n_rows, order, residual, 
             s = 0.0
             for i in range(n_rows):
                 s += residual[i]
-            worst = max(worst, abs(s) / n)
-            step = -s / n
-            delta_b[0] += step
-            for i in range(n_rows):
-                residual[i] += step
+            violation, step = _intercept_step(s, n, n, delta_b)
+            worst = max(worst, violation)
+            if step != 0.0:
+                for i in range(n_rows):
+                    residual[i] += step
             continue
         h = col_curv[j]
         start, end = _line(dense, indptr, j, n_rows)
@@ -385,13 +394,11 @@ def column_cd_epoch_pair(data, indices, indptr, dense, n_rows, order, pair, col_
             for i in range(n_rows):
                 s += pair[i, 0]
                 h += pair[i, 1]
-            if h <= 0.0:
-                continue
-            worst = max(worst, abs(s) / n)
-            step = -s / h
-            delta_b[0] += step
-            for i in range(n_rows):
-                pair[i, 0] += step * pair[i, 1]
+            violation, step = _intercept_step(s, h, n, delta_b)
+            worst = max(worst, violation)
+            if step != 0.0:
+                for i in range(n_rows):
+                    pair[i, 0] += step * pair[i, 1]
             continue
         h = col_curv[j]
         start, end = _line(dense, indptr, j, n_rows)
