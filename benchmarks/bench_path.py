@@ -56,11 +56,12 @@ N_ALPHAS = 100
 EPS = 1e-3
 CAP = 300.0  # seconds: a method still running then is stopped (--cap)
 CAP_OURS = None  # seconds for dask_scd's rows (--cap-ours); None: CAP
+OURS_ONLY = False  # --ours-only: dask_scd's rows alone (a check of a change of ours)
 
 
 def cap_of(method: str) -> float:
+    """The cap of a method's run: --cap-ours for ours where given, else --cap."""
     return CAP_OURS if CAP_OURS is not None and method.startswith("dask_scd") else CAP
-OURS_ONLY = False  # --ours-only: dask_scd's rows alone (a check of a change of ours)
 
 
 def log(message: str) -> None:

@@ -695,7 +695,7 @@ def l1_direction(design: Design, model: Model, working):
         elif epochs & (epochs - 1) == 0:  # epochs 1, 2, 4, 8, ...: the block shifts, and an
             # epoch after them to measure (a coordinate's violation cannot see a shift)
             passes += block_shift(design, model, block_of, working, delta, direction, delta_b,
-                                  residual, unit)
+                                  residual)
         elif worst <= target:
             break
     if unit:
@@ -743,19 +743,19 @@ _SHIFT_PARTS = 4
 
 
 class _ColumnEpoch:
-    """:func:`kernels.column_cd_epoch_packed` over ``order``, its pure blocks' columns on
-    threads.
+    """A column epoch ``kernel`` (:func:`kernels.column_cd_epoch_packed`, ``_pair`` or
+    ``_unit``) over ``order``, its pure blocks' columns on threads.
 
     The columns of a pure block touch disjoint rows, so their steps are independent: a
     thread per share of the block's columns gives the very bits of the sequential epoch
-    (each column reads and writes only its own rows of ``direction``). The order's runs of
+    (each column reads and writes only its own rows of the row state). The order's runs of
     consecutive columns of one pure block (the working set is sorted, and one-hot fields
     are ranges of columns) are split among the threads; everything else, the intercept
     included, runs in order on the calling thread.
     """
 
-    def __init__(self, design: Design, order, block_of, kernel=None):
-        self.kernel = kernels.column_cd_epoch_packed if kernel is None else kernel
+    def __init__(self, design: Design, order, block_of, kernel):
+        self.kernel = kernel
         self.columns = design.columns
         self.n = design.rows.n_major
         self.segments = [(order, None)]
@@ -798,10 +798,10 @@ class _ColumnEpoch:
 
 
 def block_shift(design: Design, model: Model, block_of, working, delta, direction,
-                delta_b, residual=None, unit: bool = False) -> float:
+                delta_b, residual=None) -> float:
     """The L1 model's exact minimum along the shifts of whole blocks (updates Δ, XΔ + Δb
     and Δb in place; or, ``direction`` None, the residual r = g + D(XΔ + Δb) in place of
-    XΔ + Δb, ``unit`` where D = 1); returns the passes over X it took.
+    XΔ + Δb); returns the passes over X it took.
 
     On one-hot data the columns of a field sum to the ones vector: moving every non-zero
     coefficient of a field by the same c (against the intercept or another field) barely
@@ -850,10 +850,8 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
         moved, passes = rows.dot(per_column) + (shift[k] if fit_b else 0.0), 2.0
     if direction is not None:
         direction += moved
-    elif unit:
-        residual += moved
     else:
-        residual += model.curv * moved
+        residual += model.curv * moved  # exact where D = 1
     return passes
 
 
