@@ -8,7 +8,7 @@ import os
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dask_scd.data import in_memory, is_dask_frame, make_source, read_input
+from dask_scd.data import in_memory, is_dask_frame, is_grid, make_source, read_input
 from dask_scd.data.memory import InMemory
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
@@ -165,7 +165,9 @@ def fit(
     data, classes, engine_options = _data(X, y, problem, solver, engine_options, sample_weight)
     start = check_start(coef_init, intercept_init, data.n_features, problem.fit_intercept)
     on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
-    engine, device = _engine_and_device(solver, problem, data, device, available, on_device)
+    given = "grid" if is_grid(X) else "dask" if _is_distributed(X) else "memory"
+    engine, device = _engine_and_device(solver, problem, data, device, available, on_device,
+                                        given)
     if (solver == "auto" and engine.name == "block_newton"
             and set(engine_options) & set(_RESIDENCY_OPTIONS)):
         engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
@@ -243,14 +245,15 @@ def _read(X, y):
     return X, y
 
 
-def _engine_and_device(solver, problem, data, requested, available, on_device=False):
+def _engine_and_device(solver, problem, data, requested, available, on_device=False,
+                       given=None):
     """The engine that runs, and where its epochs run ("cpu" or "gpu").
 
     The Dask engines run where the chunks are: chunks in device memory (a dask array of
     cupy arrays) take the cells' CUDA kernels, which ``device="gpu"`` or ``"auto"`` must
     allow; host chunks and grids (read from disk into host memory) run on the CPU.
     """
-    engine = registry.resolve(solver, problem, data)
+    engine = registry.resolve(solver, problem, data, given=given)
     if engine.name in kernel_device.DASK_ENGINES and not isinstance(data, InMemory):
         if on_device and requested == "cpu":
             raise ValueError("the chunks of X are in device memory (cupy): pass device='gpu' "

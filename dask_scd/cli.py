@@ -354,21 +354,18 @@ def _predict(args) -> int:
     """Decision values (squared loss) or labels of DATA, one a line."""
     import numpy as np
 
-    from dask_scd.data.inputs import read_input
     from dask_scd.result import dask_scores
 
     if args.out is not None:
         _check_writable(args.out)
     model = _read_model(args.model)
     coef = np.asarray(model["coef"], dtype=np.float64)
-    data = read_input(args.data, n_features=len(coef))
+    data = _read_data(args.data, len(coef))
     X = data.X
     if data.kind == "grid":
         scores = dask_scores(X.X, coef[X.feature_order][None, :],
                              np.array([model["intercept"]]))[:, 0].compute()
     else:
-        if X.shape[1] != len(coef):
-            raise ValueError(f"{args.data} has {X.shape[1]} features, the model {len(coef)}")
         scores = np.asarray(X @ coef).ravel() + model["intercept"]
     classes = model.get("classes")
     values = scores if classes is None else np.where(scores > 0, classes[1], classes[0])
@@ -379,6 +376,28 @@ def _predict(args) -> int:
     _write_atomically(args.out, text)
     print(f"wrote {len(values)} predictions to {args.out}", file=sys.stderr)
     return 0
+
+
+def _read_data(path: str, n_features: int):
+    """DATA (a grid store or a libsvm file) as a ModelInput of the model's width.
+
+    A grid must have that width. A libsvm file may be narrower (a test split whose last
+    features never occur) and is widened with zero columns; one wider is refused by name
+    (sklearn's own message names neither the file nor the model).
+    """
+    from dask_scd.data.inputs import read_input
+
+    data = read_input(path)  # a libsvm file at its own width: compared below
+    width = data.X.shape[1]
+    if width > n_features or (width < n_features and data.kind == "grid"):
+        # A narrower grid is a test split converted without its training set's width.
+        hint = "" if width > n_features else \
+            f" (convert its libsvm file with --n-features {n_features})"
+        raise ValueError(f"the model has {n_features} features, the data at {path} "
+                         f"has {width}{hint}")
+    if width < n_features:
+        data.X.resize(data.X.shape[0], n_features)  # CSR: only its shape changes
+    return data
 
 
 def _read_model(path: str) -> dict:

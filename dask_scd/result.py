@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dask_scd.validation import check_finite, check_matrix, check_n_features
+
 PLOT_EXTRA = "pip install dask-scd[plot]"
 
 
@@ -221,7 +223,15 @@ class FitResult:
         ndarray or dask array of shape (n_samples,) or (n_samples, n_classes)
             One column per class for ``loss="multinomial"``. A lazy dask array for a
             dask X (nothing is computed).
+
+        Raises
+        ------
+        ValueError
+            If X is not 2-D, not numeric, not of the fitted width or holds a NaN or an
+            infinity. A dask X's width is checked at once, its values chunk by chunk when
+            the result is computed (checking them now would compute X twice).
         """
+        X = self._check_X(X)
         if np.ndim(self.coef_) == 2:
             coef, intercept = np.asarray(self.coef_), np.asarray(self.intercept_)
             if _is_dask(X):
@@ -242,6 +252,11 @@ class FitResult:
         -------
         ndarray or dask array of shape (n_samples,)
             A lazy dask array for a dask X (nothing is computed).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`decision_function`: X of another width, or with NaN or infinity.
         """
         scores = self.decision_function(X)
         if self.classes_ is None:
@@ -258,6 +273,17 @@ class FitResult:
                                      meta=np.empty(0, dtype=classes.dtype))
         return _labels(scores, self.classes_)
 
+    def _check_X(self, X):
+        """X checked as the estimators check it at prediction time (2-D, numeric, finite,
+        of the fitted width); in-memory X converted as the engines read it."""
+        n_features = np.shape(self.coef_)[-1]
+        if _is_dask(X):
+            check_n_features(X, n_features)
+            return _finite_chunks(X)
+        X = check_matrix(X, bounded=False)
+        check_n_features(X, n_features)
+        return X
+
 
 def _labels(scores, classes):
     return np.where(scores > 0, classes[1], classes[0])
@@ -269,6 +295,23 @@ def _argmax(scores, classes):
 
 def _is_dask(obj) -> bool:
     return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
+
+
+def _finite_chunks(X):
+    """A dask X whose chunks are checked for NaN and infinity as they are computed."""
+    if X.dtype.kind != "f":  # integers cannot be NaN: no task added
+        return X
+    return X.map_blocks(_finite_chunk, dtype=X.dtype, meta=X._meta)
+
+
+def _finite_chunk(chunk, block_info=None):
+    """The chunk itself, once :func:`check_finite` found it finite."""
+    (rows, columns), index = block_info[0]["array-location"], block_info[0]["chunk-location"]
+    if np.isnan(rows[0]):  # unknown chunk sizes (a filtered X): the row within its chunk
+        check_finite(chunk, (0, columns[0]), f" of row chunk {index[0]}")
+    else:
+        check_finite(chunk, (rows[0], columns[0]))
+    return chunk
 
 
 def dask_scores(X, coef: np.ndarray, intercept: np.ndarray):

@@ -21,7 +21,6 @@ from dask_scd.objectives import (
     Problem,
 )
 
-
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
 
@@ -147,7 +146,7 @@ ENGINE_SPARSE_FORMATS = ("csr", "csc")
 MAX_VALUE = 1e100
 
 
-def check_matrix(X):
+def check_matrix(X, *, bounded: bool = True):
     """Check an in-memory design matrix.
 
     Returns X itself when the engines read it as it is (numpy, CSR, CSC), else a new
@@ -155,28 +154,118 @@ def check_matrix(X):
     arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
     with NaN for its missing values (xarray objects are read by
     :func:`dask_scd.data.read_input` first). The caller's object is never modified.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+    bounded : bool
+        Also refuse values beyond ``MAX_VALUE``: a fit's sums overflow there, a
+        prediction's product does not (False at prediction time).
     """
     X = _engine_matrix(X)
-    if sp.issparse(X):
-        values = X.data
-    else:
+    if not sp.issparse(X):
         X = np.asarray(X)
-        values = X
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X is empty: shape {X.shape}")
-    if values.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {values.dtype}")
-    if values.size == 0 or values.dtype.kind != "f":
+    X = as_engine_dtype(X)
+    values = X.data if sp.issparse(X) else X
+    if values.size == 0:
         return X
     largest = largest_magnitude(values)
     if not np.isfinite(largest):
-        bad = np.argwhere(~np.isfinite(values))[0]
-        where = f"stored value #{bad[0]}" if sp.issparse(X) else f"row {bad[0]}, column {bad[1]}"
-        raise ValueError(f"X contains NaN or infinity (first at {where})")
-    check_feature_magnitude(largest)
+        raise ValueError(_nonfinite_message(X))
+    if bounded:
+        check_feature_magnitude(largest)
     return X
+
+
+def check_finite(X, origin: tuple = (0, 0), where: str = "") -> None:
+    """Refuse NaN and infinity in X, naming which and where the first one is.
+
+    For a chunk of a dask array, checked when it is computed (the matrix as a whole may
+    never be in memory).
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix or pydata sparse array, 2-D
+    origin : tuple of int
+        Row and column of X's first entry in the array it is a chunk of: the place
+        reported is the array's.
+    where : str
+        Appended to the place (" of row chunk 3"), when the origin is not known.
+
+    Raises
+    ------
+    ValueError
+        If X holds a NaN or an infinity.
+    """
+    values = X.data if sp.issparse(X) or type(X).__module__.startswith("sparse") else X
+    values = np.asarray(values)
+    # Integers cannot be NaN; max/min find a non-finite value without a boolean temporary.
+    if values.dtype.kind == "f" and not np.isfinite(largest_magnitude(values)):
+        raise ValueError(_nonfinite_message(X, origin, where))
+
+
+def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
+    """The error of X's first NaN or infinity, row by row (the error path only)."""
+    if sp.issparse(X) or type(X).__module__.startswith("sparse"):
+        X = to_scipy(X)  # CSR: its stored values in row order
+        first = int(np.argmax(~np.isfinite(X.data)))
+        row = int(np.searchsorted(X.indptr, first, side="right")) - 1
+        column, value = int(X.indices[first]), X.data[first]
+    else:
+        X = np.asarray(X)
+        row, column = (int(i) for i in np.argwhere(~np.isfinite(X))[0])
+        value = X[row, column]
+    which = "NaN" if np.isnan(value) else "inf" if value > 0 else "-inf"
+    return (f"X contains NaN or infinity (first at row {origin[0] + row}, column "
+            f"{origin[1] + column}{where}): the value there is {which}")
+
+
+def check_n_features(X, n_features: int) -> None:
+    """Refuse an X whose width is not the fitted model's (from the shape alone: a dask
+    array is not computed).
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix or dask array
+    n_features : int
+        The number of features the model was fitted on.
+
+    Raises
+    ------
+    ValueError
+        If X is not 2-D or has another number of columns.
+    """
+    if len(X.shape) != 2:
+        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    if X.shape[1] != n_features:
+        raise ValueError(f"X has {X.shape[1]} features, but this model was fitted on "
+                         f"{n_features}")
+
+
+# The dtypes the engines read X in; every other numeric dtype (integers, bool, float16) is
+# converted to float64 once, before any engine is chosen or any statistic of X is taken:
+# ``auto``'s cost model and the engines then see the same values, and no sum of squares is
+# taken in a dtype that wraps (int8 row norms overflowed).
+ENGINE_DTYPES = (np.float64, np.float32)
+
+
+def engine_dtype(dtype) -> np.dtype:
+    """The dtype the engines read an X of ``dtype`` in (ValueError if not numeric)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise ValueError(f"X must be numeric, got dtype {dtype}")
+    return dtype if dtype in ENGINE_DTYPES else np.dtype(np.float64)
+
+
+def as_engine_dtype(X):
+    """X itself when its dtype is an engine's (float64, float32), else a float64 copy
+    (numpy, scipy.sparse or dask array alike; the caller's object is never modified)."""
+    dtype = engine_dtype(X.dtype)
+    return X if X.dtype == dtype else X.astype(dtype)
 
 
 def largest_magnitude(values) -> float:

@@ -247,3 +247,61 @@ def test_predict_with_a_fitted_model(svm_file, tmp_path, capsys, loss):
                                atol=1e-12)
     status, out, err = run(["predict", path, path], capsys)
     assert status == 1 and "is not a model written by dask-scd fit" in err
+
+
+@pytest.fixture(scope="module")
+def model_file(svm_file, tmp_path_factory):
+    """A logistic model of svm_file's 8 features, written by ``fit --out``."""
+    directory = tmp_path_factory.mktemp("model")
+    grid = directory / "grid.zarr"
+    assert main(["convert", str(svm_file[0]), str(grid), "--row-chunk", "100"]) == 0
+    path = directory / "model.json"
+    assert main(["fit", str(grid), "--loss", "logistic", "--alpha", "0.01", "--out",
+                 str(path), "--quiet"]) == 0
+    return path
+
+
+def _columns(X, n):
+    """X cut or widened (by a column of non-zeros: it occurs in a libsvm file) to n."""
+    return np.hstack([X, np.ones((len(X), 1))])[:, :n]
+
+
+def _grid_of(X, y, tmp_path):
+    path = tmp_path / "other.zarr"
+    dask_scd.to_grid(X, y, path, row_chunk=100)
+    return path
+
+
+def _svm_of(X, y, tmp_path):
+    path = tmp_path / "other.svm"
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    return path
+
+
+@pytest.mark.parametrize("write, width", [(_grid_of, 9), (_grid_of, 7), (_svm_of, 9)],
+                         ids=["wider grid", "narrower grid", "wider libsvm file"])
+def test_predict_refuses_data_of_another_width(svm_file, model_file, tmp_path, capsys,
+                                              write, width):
+    _, X, y = svm_file
+    data = write(_columns(X, width), y, tmp_path)
+    out_path = tmp_path / "predictions.txt"
+    status, out, err = run(["predict", model_file, data, "--out", out_path], capsys)
+    assert status == 1 and out == ""
+    hint = " (convert its libsvm file with --n-features 8)" if width < 8 else ""
+    assert err == (f"dask-scd: error: the model has 8 features, the data at {data} has "
+                   f"{width}{hint}\n")
+    assert not out_path.exists() and not list(tmp_path.glob("*.tmp-*"))
+    status, out, err = run(["predict", model_file, data], capsys)  # to standard output
+    assert status == 1 and out == "" and len(err.splitlines()) == 1
+
+
+def test_predict_widens_a_narrower_libsvm_file(svm_file, model_file, tmp_path, capsys):
+    """A test split whose last feature never occurs is read at the model's width."""
+    _, X, y = svm_file
+    model = json.loads(model_file.read_text())
+    data = _svm_of(X[:, :7], y, tmp_path)
+    status, out, err = run(["predict", model_file, data], capsys)
+    assert status == 0 and err == ""
+    scores = X[:, :7] @ np.array(model["coef"])[:7] + model["intercept"]
+    np.testing.assert_array_equal(np.array(out.split(), dtype=float),
+                                  np.where(scores > 0, 1.0, -1.0))

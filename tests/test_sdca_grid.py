@@ -317,7 +317,7 @@ def test_refusals(tmp_path):
         dask_scd.fit(sparse, spill=True, **kw)
     with pytest.raises(ValueError, match="apply to solver='sdca' on a Grid"):
         dask_scd.fit(X, y, check_every=2, **kw)
-    with pytest.raises(ValueError, match="L2 problems only"):
+    with pytest.raises(ValueError, match="with an L2 penalty only"):
         dask_scd.fit(grid, loss="logistic", penalty="l1", solver="sdca")
 
 

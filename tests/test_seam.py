@@ -93,7 +93,7 @@ def test_unknown_or_unsuitable_solver_on_dask_input(rng):
         dask_scd.fit(X, y, solver="nope")
     with pytest.raises(ValueError, match="smooth loss"):
         dask_scd.fit(X, y, loss="hinge", solver="block_scd")
-    with pytest.raises(ValueError, match="L2 problems only"):
+    with pytest.raises(ValueError, match="with an L2 penalty only.*the engines that solve it"):
         dask_scd.fit(X, y, loss="logistic", penalty="l1", solver="sdca")
 
 

@@ -78,7 +78,7 @@ def test_labels(data):
         ({"loss": "huber"}, "loss='huber' is not one of"),
         ({"penalty": "l0"}, "penalty='l0' is not one of"),
         ({"loss": "hinge", "penalty": "l1"}, "loss='hinge' needs penalty='l2'"),
-        ({"solver": "sdca", "penalty": "l1"}, "solver='sdca' solves L2 problems only"),
+        ({"solver": "sdca", "penalty": "l1"}, "solver='sdca' solves loss='squared' with an L2"),
         ({"solver": "quasi_newton"}, "solver='quasi_newton' is not one of"),
         ({"tol": 0.0}, "tol=0.0 must be a number > 0"),
         ({"max_iter": 0}, "max_iter=0 must be an integer"),

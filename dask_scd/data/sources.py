@@ -25,7 +25,13 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.cells import CellRef, LabelRef, WeightedLabels, labels, weighted_labels
 from dask_scd.grid import Grid, validate_blocks
-from dask_scd.validation import check_labels, check_sample_weight, to_scipy, warn
+from dask_scd.validation import (
+    as_engine_dtype,
+    check_labels,
+    check_sample_weight,
+    to_scipy,
+    warn,
+)
 
 
 @dataclass
@@ -179,7 +185,9 @@ class DaskSource(Source):
 
     def connect(self, client) -> tuple[list, list]:
         """Persist the chunks on the cluster; the labels go there as tasks (not scattered:
-        a lost copy is recomputed from its task)."""
+        a lost copy is recomputed from its task), each under a key of its own (pure=False):
+        a key hashed from the labels would be shared by every fit on them, the next fit's
+        task meeting the previous fit's release of it."""
         from distributed import futures_of
 
         persisted = client.persist(self.X)
@@ -189,9 +197,10 @@ class DaskSource(Source):
                  for r in range(self.n_row_chunks)]
         unit = self.unit_weights()
         if unit is None:
-            return cells, [client.submit(labels, self.label(r))
+            return cells, [client.submit(labels, self.label(r), pure=False)
                            for r in range(self.n_row_chunks)]
-        return cells, [client.submit(weighted_labels, self.label(r), self._chunk(unit, r))
+        return cells, [client.submit(weighted_labels, self.label(r), self._chunk(unit, r),
+                                     pure=False)
                        for r in range(self.n_row_chunks)]
 
     def materialize(self) -> tuple:
@@ -324,8 +333,7 @@ def _dask_source(X, y, loss, blocks) -> DaskSource:
     n, p = X.shape
     if n == 0 or p == 0:
         raise ValueError(f"X is empty: shape {X.shape}")
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    X = as_engine_dtype(X)  # before its stored size is taken: what the engines will read
     if blocks is None:
         bounds = np.concatenate([[0], np.cumsum(X.chunks[1])])
         blocks = [np.arange(bounds[b], bounds[b + 1]) for b in range(len(X.chunks[1]))]

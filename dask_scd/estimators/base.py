@@ -16,10 +16,17 @@ from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_o
 from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
 from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.objectives import CLASSIFICATION_LOSSES
-from dask_scd.validation import check_problem, check_sample_weight
+from dask_scd.validation import (
+    ENGINE_DTYPES,
+    ENGINE_SPARSE_FORMATS,
+    check_problem,
+    check_sample_weight,
+)
 
-_ACCEPT_SPARSE = ("csr", "csc")
-_DTYPES = (np.float64, np.float32)
+# What the engines read (the validation layer's one definition): scikit-learn's checks
+# convert any other numeric X to float64, as dask_scd.fit does.
+_ACCEPT_SPARSE = ENGINE_SPARSE_FORMATS
+_DTYPES = ENGINE_DTYPES
 
 
 class _LinearModel(BaseEstimator):

@@ -91,14 +91,32 @@ def _fit_on_cluster(client, X, targets: list, options: dict, previous: list) -> 
             results[k] = _keep_previous(X, y, options, *start)
     todo = [k for k in range(len(targets)) if results[k] is None]
     if todo:
-        X_future = client.scatter(X, broadcast=False)
-        futures = [client.submit(_fit_task, X_future, targets[k], _started(options, previous[k]),
-                                 pure=False)
-                   for k in todo]
-        for k, (result, collected) in zip(todo, client.gather(futures)):
+        jobs = [(targets[k], _started(options, previous[k])) for k in todo]
+        for k, (result, collected) in zip(todo, _run_on_cluster(client, _fit_task, X, jobs)):
             reissue(collected)
             results[k] = result
     return results
+
+
+def _run_on_cluster(client, func, X, jobs: list) -> list:
+    """``func(X, *job)`` for every job, as tasks on ``client`` with X sent once; their
+    results in the jobs' order.
+
+    X goes under a key of its own, not its content's hash: the scatter travels apart from
+    the release of the previous fit's X, so the next fit on the same X could reuse the key
+    while that release was still on its way to the scheduler, which then cancelled the new
+    tasks ("lost dependencies") or left them waiting for data no worker had. The tasks
+    and X are cancelled on the way out, a failure included: a failed task leaves none of
+    the others queued, running or held for a result nobody will read.
+    """
+    X_future = client.scatter(X, broadcast=False, hash=False)
+    futures = []
+    try:
+        for job in jobs:
+            futures.append(client.submit(func, X_future, *job, pure=False))
+        return client.gather(futures)
+    finally:
+        client.cancel([*futures, X_future])
 
 
 def _started(options: dict, start) -> dict:

@@ -27,7 +27,7 @@ from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
 
 from dask_scd.data.inputs import is_dask, is_grid
-from dask_scd.estimators.fitting import _current_client
+from dask_scd.estimators.fitting import _current_client, _run_on_cluster
 from dask_scd.paths import path
 from dask_scd.result import dask_scores
 from dask_scd.validation import check_sample_weight, collect_warnings, reissue
@@ -111,9 +111,7 @@ def run_paths(X, jobs: list) -> list:
                                 thread_name_prefix="dask_scd-fold") as pool:
             outputs = list(pool.map(lambda job: _fold_task(X, job), jobs))
     else:
-        X_future = client.scatter(X, broadcast=False)
-        futures = [client.submit(_fold_task, X_future, job, pure=False) for job in jobs]
-        outputs = client.gather(futures)
+        outputs = _run_on_cluster(client, _fold_task, X, [(job,) for job in jobs])
     results = []
     for result, collected in outputs:
         reissue(collected)

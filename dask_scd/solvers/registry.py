@@ -39,6 +39,15 @@ class Engine:
         Grid named by ``solver=`` (read row chunk by row chunk in the calling process,
         never materialized); empty: a Grid is read into memory first.
     weighted : the losses it solves with sample weights.
+    l2_only : the losses it solves with an L2 penalty only (no L1 term), where ``l1`` is
+        True for the others.
+    grid_weighted : the losses its ``grid_entry`` (out of core) solves with sample weights.
+    no_grid : the losses it does not solve on a grid.
+
+    What an engine declares here is what it solves, exactly: the conformance matrix
+    (tests/test_conformance.py) fits every declared combination against a reference and
+    checks that every other one is refused by :meth:`refusal`, naming the engines that
+    solve it.
     """
 
     name: str
@@ -51,6 +60,9 @@ class Engine:
     unpenalized: bool = False
     grid_entry: str = ""
     weighted: tuple = ()
+    l2_only: tuple = ()
+    grid_weighted: tuple = ()
+    no_grid: tuple = ()
 
     def entry_for(self, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss``."""
@@ -70,36 +82,69 @@ class Engine:
 
         return run
 
-    def refusal(self, problem: Problem, weighted: bool = False) -> str | None:
-        """Why this engine cannot solve ``problem`` (None if it can), with sample weights
-        when ``weighted``."""
-        if weighted and problem.loss not in self.weighted:
-            return weights_refusal(self.name, problem.loss)
-        if problem.unpenalized and not self.unpenalized:
-            return (f"solver={self.name!r} needs a penalty: penalty=None (no regularization, "
-                    "so no duality gap) is fitted by solver='newton' in memory only (dask "
-                    "input: solver='newton', or a larger in_memory_limit with 'auto')")
+    def kinds(self) -> tuple:
+        """The data kinds it takes: "memory" (numpy, scipy.sparse), "dask" (a dask array)
+        and "grid" (a grid store). An in-memory engine named for dask input reads X into
+        memory first; one with a ``grid_entry`` runs a grid out of core."""
+        return ("dask", "grid") if self.data == "dask" else ("memory", "dask", "grid")
+
+    def out_of_core(self, kind: str) -> bool:
+        """Whether a grid runs through its ``grid_entry`` (read chunk by chunk)."""
+        return kind == "grid" and bool(self.grid_entry)
+
+    def refusal(self, problem: Problem, weighted: bool = False, kind: str = "memory",
+                given: str | None = None) -> str | None:
+        """Why this engine cannot solve ``problem`` on data of ``kind`` (None if it can),
+        with sample weights when ``weighted``: what it lacks, and the engines that do
+        solve it (:func:`engines_solving`) on the caller's kind of data, ``given`` (dask
+        input read into memory is "memory" to the engine, "dask" or "grid" to the caller).
+        """
+        reason = self._lacks(problem, weighted, kind)
+        if reason is None:
+            return None
+        kind = given or kind
+        others = engines_solving(problem, kind, weighted)
+        where = {"memory": "in-memory X", "dask": "a dask array", "grid": "a grid"}[kind]
+        if others:
+            return f"{reason}; the engines that solve it on {where}: {others}"
+        return f"{reason}; no engine solves it on {where}"
+
+    def _lacks(self, problem: Problem, weighted: bool, kind: str) -> str | None:
+        name = repr(self.name)
+        if kind not in self.kinds():
+            return f"solver={name} needs a dask array or a Grid, got in-memory X"
         if problem.loss not in self.losses:
             if problem.loss == "hinge":
-                return (f"solver={self.name!r} needs a smooth loss; loss='hinge' is solved by "
-                        "solver='sdca' or 'newton' (in memory), or use loss='squared_hinge'")
-            return f"solver={self.name!r} solves loss in {self.losses}, got loss={problem.loss!r}"
-        if problem.l1_ratio > 0 and not self.l1:
-            return (f"solver={self.name!r} solves L2 problems only; use solver='scd' for "
-                    "L1/elasticnet")
+                return (f"solver={name} needs a smooth loss (loss='squared_hinge' is one), "
+                        "got loss='hinge'")
+            return f"solver={name} solves loss in {self.losses}, got loss={problem.loss!r}"
+        if kind == "grid" and problem.loss in self.no_grid:
+            return f"solver={name} does not fit loss={problem.loss!r} on a grid"
+        if problem.unpenalized and not self.unpenalized:
+            return (f"solver={name} needs a penalty: penalty=None (no regularization, so no "
+                    "duality gap) is fitted in memory")
+        if problem.l1_ratio > 0 and (not self.l1 or problem.loss in self.l2_only):
+            return (f"solver={name} solves loss={problem.loss!r} with an L2 penalty only, got "
+                    f"an L1 term (l1_ratio={problem.l1_ratio})")
+        if weighted:
+            losses = self.grid_weighted if self.out_of_core(kind) else self.weighted
+            if problem.loss not in losses:
+                how = " out of core on a grid" if self.out_of_core(kind) else ""
+                return (f"solver={name} does not take sample weights (given to fit or stored "
+                        f"in the grid) for loss={problem.loss!r}{how}")
         return None
 
 
+def engines_solving(problem: Problem, kind: str = "memory", weighted: bool = False) -> list:
+    """The engines that solve ``problem`` on data of ``kind`` ("memory", "dask", "grid"),
+    with sample weights when ``weighted``, as declared."""
+    return [name for name, engine in ENGINES.items()
+            if engine._lacks(problem, weighted, kind) is None]
+
+
 def weighted_engines(loss: str) -> list[str]:
-    """The engines that solve ``loss`` with sample weights."""
+    """The engines that solve ``loss`` with sample weights (in memory)."""
     return [name for name, engine in ENGINES.items() if loss in engine.weighted]
-
-
-def weights_refusal(solver: str, loss: str) -> str:
-    if not weighted_engines(loss):
-        return f"no engine takes sample weights for loss={loss!r}"
-    return (f"solver={solver!r} does not take sample weights for loss={loss!r}; the engines "
-            f"that do: {weighted_engines(loss)} (solver='auto' picks an engine that does)")
 
 
 def _function(entry: str):
@@ -119,6 +164,8 @@ register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squ
                 weighted=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH,
                 weighted=SMOOTH))
+# Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
+# its chunk epochs and certificate have no weights.
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
                 grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",
@@ -132,7 +179,7 @@ register(Engine("lbfgs", "dask_scd.solvers.lbfgs:fit_lbfgs", "memory", losses=SM
                 weighted=SMOOTH))
 register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
     "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every"),
-    weighted=ANY_LOSS))
+    weighted=ANY_LOSS, l2_only=("hinge",)))
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
 # Block SCD runs a dask array or a Grid on the cluster, and in-memory X in this process
 # (dask_scd.solvers.block_memory: the same steps, the row chunks on threads).
@@ -142,9 +189,11 @@ register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton"
                 losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
                 per_loss=((MULTINOMIAL,
                            "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),),
-                weighted=(*SMOOTH, MULTINOMIAL)))
+                weighted=(*SMOOTH, MULTINOMIAL), l2_only=(MULTINOMIAL,),
+                no_grid=(MULTINOMIAL,)))
 register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
-    "client", "n_partitions", "local_epochs", "aggregation", "split"), weighted=ANY_LOSS))
+    "client", "n_partitions", "local_epochs", "aggregation", "split"), weighted=ANY_LOSS,
+    l2_only=("hinge",)))
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
@@ -174,43 +223,47 @@ def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LI
     return engine.data == "memory" and not (on_disk and engine.grid_entry)
 
 
-def resolve(solver: str, problem: Problem, data, among=None) -> Engine:
+def data_kind(data) -> str:
+    """"memory" (:class:`~dask_scd.data.memory.InMemory`), "grid" (a grid source) or
+    "dask" (a dask array's source)."""
+    from dask_scd.data.memory import InMemory
+
+    if isinstance(data, InMemory):
+        return "memory"
+    return "grid" if getattr(data, "on_disk", False) else "dask"
+
+
+def resolve(solver: str, problem: Problem, data, among=None, given: str | None = None
+            ) -> Engine:
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
     ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
     the dask engine: :func:`runs_in_memory` has already said it stays distributed).
     ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
+    ``given``: the kind of the caller's X (:func:`data_kind`), where dask input was read
+    into memory: what a refusal is about, and which engines it names.
     """
-    from dask_scd.data.memory import InMemory
-
-    in_memory = isinstance(data, InMemory)
+    kind = data_kind(data)
     weighted = getattr(data, "weighted", False)
-    if problem.loss == MULTINOMIAL and not in_memory:
-        if problem.l1 > 0.0 or getattr(data, "grid", None) is not None:
-            raise ValueError(
-                "loss='multinomial' with an L1 term, or on a grid, is fitted in memory only "
-                "(solver='newton'): X is above in_memory_limit; pass a larger "
-                "in_memory_limit, or fit one binary model per class on the cluster with "
-                "LogisticRegression(multi_class='ovr')")
-        if solver == "auto":
-            solver = "block_newton"  # Newton-CG over row chunks
-    if solver == "auto":
+    if solver == "auto" and kind == "memory":
         if weighted:  # only the engines that take sample weights
             among = [name for name in weighted_engines(problem.loss)
                      if among is None or name in among]
-        solver = (_auto_in_memory(problem, data, among) if in_memory
-                  else _auto_dask(data, problem))
-        if not in_memory and problem.loss == "hinge":
+        solver = _auto_in_memory(problem, data, among)
+    elif solver == "auto":
+        solver = "block_newton" if problem.loss == MULTINOMIAL else _auto_dask(data, problem)
+        reason = get(solver).refusal(problem, weighted, kind, given)
+        if reason is not None:  # auto has no Dask engine for it: say how to fit it
             raise ValueError(
-                "the block-SCD engine needs a smooth loss; for the hinge use "
-                "loss='squared_hinge', or fit in memory with solver='sdca'"
-            )
+                f"X is above in_memory_limit, so solver='auto' runs a Dask engine, and none "
+                f"solves this problem on it ({reason}); pass a larger in_memory_limit to fit "
+                "it in memory" + (", or fit one binary model per class on the cluster with "
+                                  "LogisticRegression(multi_class='ovr')"
+                                  if problem.loss == MULTINOMIAL else ""))
     engine = get(solver)
-    reason = engine.refusal(problem, weighted)
+    reason = engine.refusal(problem, weighted, kind, given)
     if reason is not None:
         raise ValueError(reason)
-    if engine.data == "dask" and in_memory:
-        raise ValueError(f"solver={solver!r} needs a dask array or a Grid; got in-memory X")
     return engine
 
 
@@ -421,3 +474,55 @@ def _auto_in_memory(problem: Problem, data, among=None) -> str:
                         if name in among and get(name).refusal(problem) is None]
             costs = {fallback[0] if fallback else "scd": 1.0}
     return min(costs, key=costs.get)
+
+
+def capability_table() -> str:
+    """The capability matrix of every engine, as a markdown page (docs/capabilities.md,
+    which a test keeps equal to this): the data kinds it takes, the problems it solves on
+    each, with and without sample weights, read from the declarations alone."""
+    problems = [("l2", 0.0), ("l1 / elasticnet", 1.0)]
+    losses = (*ANY_LOSS, MULTINOMIAL)
+    lines = [
+        "# Capability matrix",
+        "",
+        "Generated from the engine registry (`dask_scd.solvers.registry.capability_table`;",
+        "`tests/test_conformance.py` checks this page against it, and fits every combination",
+        "marked here against an independent reference). A cell lists the losses the engine",
+        "solves on that data kind and penalty: `sq` squared, `log` logistic, `hinge`,",
+        "`sqh` squared hinge, `mn` multinomial; `w:` those it also solves with sample",
+        "weights. Any other combination is refused with a ValueError that names the engines",
+        "that solve it. In-memory engines named for dask input read X into memory first; on a",
+        "grid, `sdca` runs out of core.",
+        "",
+        "| engine | data kind | " + " | ".join(name for name, _ in problems) + " | penalty=None |",
+        "|---|---|" + "---|" * (len(problems) + 1),
+    ]
+    short = {"squared": "sq", "logistic": "log", "hinge": "hinge", "squared_hinge": "sqh",
+             MULTINOMIAL: "mn"}
+    for name, engine in ENGINES.items():
+        for kind in engine.kinds():
+            cells = []
+            for _, l1_ratio in problems:
+                cells.append(_cell(engine, kind, losses, short, l1_ratio, False))
+            cells.append(_cell(engine, kind, losses, short, 0.0, True))
+            where = kind + (" (out of core)" if engine.out_of_core(kind) else "")
+            lines.append(f"| `{name}` | {where} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(engine: Engine, kind: str, losses, short, l1_ratio: float, unpenalized: bool):
+    def solves(loss, weighted):
+        from dask_scd.validation import check_problem
+
+        penalty = None if unpenalized else "l1" if l1_ratio else "l2"
+        try:  # what no engine solves (the hinge with L1) is refused before any engine
+            problem = check_problem(loss, penalty, 1.0, 0.5, True)
+        except ValueError:
+            return False
+        return engine._lacks(problem, weighted, kind) is None
+
+    plain = [short[loss] for loss in losses if solves(loss, False)]
+    weighted = [short[loss] for loss in losses if solves(loss, True)]
+    if not plain:
+        return "—"
+    return ", ".join(plain) + (f"; w: {', '.join(weighted)}" if weighted else "; w: —")

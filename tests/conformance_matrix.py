@@ -1,0 +1,270 @@
+"""The conformance matrix (tests/test_conformance*.py): every combination the registry
+declares solves the problem asked.
+
+The rows are generated from :mod:`dask_scd.solvers.registry`, never written by hand: for
+every engine, every loss × penalty the problem check accepts × data kind ("memory",
+"dask", "grid") × weighted or not, the engine's own :meth:`~registry.Engine.refusal`
+says whether it is declared. A declared combination is fitted on a small problem, with
+the form of its input (numpy dense, CSR, CSC; X's dtype; fit_intercept; weights given
+to ``fit``, stored in the grid, or both) taken in turn over the engine's rows, and
+checked against an independent reference:
+
+- the objective of the returned model, recomputed here in numpy from the problem asked
+  (the weights that apply, X as the engines read it), is within 1e-7 of the reference
+  optimum (in-memory Newton at tol 1e-12; SDCA where Newton does not take the
+  problem);
+- the reported primal is that recomputed objective (the certificate is of the problem
+  asked, not of another one), and the reported gap bounds the true suboptimality.
+
+A combination that is not declared raises a ValueError naming the engines that do solve
+it. Adding an engine, a data kind or a capability to the registry adds its rows here.
+The rows on in-memory X and the refusals run in tests/test_conformance.py, those on dask
+arrays and grids (a shared cluster) in tests/test_conformance_cluster.py: two files, which
+``make test`` runs side by side.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import logsumexp
+from sklearn.exceptions import ConvergenceWarning
+
+import dask_scd
+from dask_scd.objectives import LOSSES, MULTINOMIAL
+from dask_scd.solvers import registry
+from dask_scd.validation import check_problem
+
+ALPHA = 0.02
+PENALTIES = ("l2", "l1", "elasticnet", None)
+KINDS = ("memory", "dask", "grid")
+CONTAINERS = {"memory": ("dense", "csr", "csc"), "dask": ("dask",), "grid": ("grid",)}
+DTYPES = (np.float64, np.float32, np.int8, np.int64, np.bool_)
+# Where the weights come from, for a weighted row on a grid (else given to fit).
+WEIGHT_SOURCES = ("given", "stored", "both")
+FIT_TOL = 1e-8
+AGREE = 1e-7  # relative distance of the objective to the reference optimum
+
+
+@dataclass(frozen=True)
+class Row:
+    engine: str
+    loss: str
+    penalty: str | None
+    kind: str
+    weighted: bool
+    container: str = ""
+    dtype: type = np.float64
+    fit_intercept: bool = True
+    weights_from: str = ""
+
+    @property
+    def id(self) -> str:
+        weights = f"w-{self.weights_from}" if self.weighted else "unweighted"
+        return "-".join(map(str, (self.engine, self.loss, self.penalty, self.container or
+                                  self.kind, weights, np.dtype(self.dtype).name,
+                                  "b" if self.fit_intercept else "nob")))
+
+
+def _problem(loss, penalty):
+    return check_problem(loss, penalty, ALPHA, 0.5, True)
+
+
+def _problems():
+    """Every loss × penalty that the problem check accepts (the others are refused for
+    every engine alike, before any engine is chosen)."""
+    for loss, penalty in itertools.product((*LOSSES, MULTINOMIAL), PENALTIES):
+        try:
+            _problem(loss, penalty)
+        except ValueError:
+            continue
+        yield loss, penalty
+
+
+def _matrix():
+    """(declared rows, refused rows), from the registry's declarations. The form of the
+    input is taken in turn over each engine's declared rows, so every container, dtype,
+    intercept and weight source meets every engine."""
+    declared, refused = [], []
+    for name, engine in registry.ENGINES.items():
+        k = 0
+        for (loss, penalty), kind, weighted in itertools.product(_problems(), KINDS,
+                                                                 (False, True)):
+            row = Row(name, loss, penalty, kind, weighted)
+            if engine.refusal(_problem(loss, penalty), weighted, kind) is not None:
+                refused.append(row)
+                continue
+            containers = CONTAINERS[kind]
+            sources = WEIGHT_SOURCES if kind == "grid" else ("given",)
+            declared.append(Row(
+                name, loss, penalty, kind, weighted, containers[k % len(containers)],
+                DTYPES[k % len(DTYPES)], (k // len(DTYPES)) % 2 == 0,
+                sources[k % len(sources)] if weighted else ""))
+            k += 1
+    return declared, refused
+
+
+DECLARED, REFUSED = _matrix()
+
+
+def _data():
+    """Small integer-valued X (about 40 % zeros: sparse containers hold real zeros), and
+    binary, three-class and real targets, with integer weights (some 0)."""
+    rng = np.random.default_rng(0)
+    n, p = 90, 5
+    X = rng.integers(-2, 3, size=(n, p)).astype(np.float64)
+    X[rng.random((n, p)) < 0.25] = 0.0
+    score = X @ rng.normal(size=p)
+    binary = np.where(score + rng.logistic(size=n) > 0, 7, 3)  # labels other than ±1
+    three = np.digitize(score + rng.logistic(size=n), [-1.0, 1.0])
+    real = score + 0.5 * rng.normal(size=n)
+    given = rng.integers(0, 4, size=n).astype(np.float64)
+    stored = rng.integers(1, 3, size=n).astype(np.float64)
+    return X, {"binary": binary, "three": three, "real": real}, given, stored
+
+
+X_BASE, TARGETS, GIVEN_WEIGHTS, STORED_WEIGHTS = _data()
+
+
+def _target(loss):
+    if loss == MULTINOMIAL:
+        return TARGETS["three"]
+    return TARGETS["real"] if loss == "squared" else TARGETS["binary"]
+
+
+def weights_of(row: Row):
+    """(weights given to fit, weights stored in the grid, the weights that apply)."""
+    if not row.weighted:
+        return None, None, None
+    given = GIVEN_WEIGHTS if row.weights_from in ("given", "both") else None
+    stored = STORED_WEIGHTS if row.weights_from in ("stored", "both") else None
+    return given, stored, given if given is not None else stored
+
+
+def _engine_values(dtype):
+    """X as the engines read it: the values of X in ``dtype``, as float64 (a float32 X is
+    read as it is; its values are small integers, exact in float32)."""
+    return X_BASE.astype(dtype).astype(np.float64)
+
+
+def _primal(row: Row, coef, intercept, classes, weights):
+    """The objective of the problem asked at (coef, intercept), in numpy."""
+    X = _engine_values(row.dtype)
+    y = _target(row.loss)
+    margins = X @ np.asarray(coef).T + intercept
+    if row.loss == MULTINOMIAL:
+        index = np.searchsorted(classes, y)
+        losses = logsumexp(margins, axis=1) - margins[np.arange(len(y)), index]
+    elif row.loss == "squared":
+        losses = 0.5 * (y - margins) ** 2
+    else:
+        signs = np.where(y == classes[1], 1.0, -1.0)
+        slack = np.maximum(0.0, 1.0 - signs * margins)
+        losses = {"logistic": np.logaddexp(0.0, -signs * margins), "hinge": slack,
+                  "squared_hinge": slack**2}[row.loss]
+    w = np.ones(len(y)) if weights is None else weights
+    value = float(np.dot(w, losses) / w.sum())
+    ratio = {"l2": 0.0, "l1": 1.0, "elasticnet": 0.5, None: None}[row.penalty]
+    if ratio is None:
+        return value
+    theta = np.ravel(coef)
+    return value + ALPHA * (ratio * np.abs(theta).sum() + (1 - ratio) / 2 * theta @ theta)
+
+
+_REFERENCES: dict = {}
+
+
+def _reference(row: Row, weights) -> float:
+    """The optimum of the problem asked, by in-memory Newton at tol 1e-12 (SDCA where
+    Newton does not take it: the weighted hinge)."""
+    key = (row.loss, row.penalty, row.fit_intercept, np.dtype(row.dtype).name,
+           row.weighted and row.weights_from)
+    if key not in _REFERENCES:
+        problem = _problem(row.loss, row.penalty)
+        solver = ("newton" if registry.get("newton").refusal(problem, weights is not None)
+                  is None else "sdca")
+        result = dask_scd.fit(_engine_values(row.dtype), _target(row.loss), loss=row.loss,
+                              penalty=row.penalty, alpha=ALPHA, l1_ratio=0.5,
+                              fit_intercept=row.fit_intercept, tol=1e-12, max_iter=100_000,
+                              solver=solver, sample_weight=weights)
+        _REFERENCES[key] = _primal(row, result.coef_, result.intercept_, result.classes_,
+                                   weights)
+    return _REFERENCES[key]
+
+
+@pytest.fixture(scope="module")
+def client():
+    """One in-process cluster of 2 workers for a test module's rows."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory):
+    """Grid stores, one per (target, dtype, stored weights), written on first use."""
+    root, written = tmp_path_factory.mktemp("grids"), {}
+
+    def grid(loss, dtype, stored):
+        key = (loss if loss in ("squared", MULTINOMIAL) else "binary",
+               np.dtype(dtype).name, stored is not None)
+        if key not in written:
+            path = root / "-".join(map(str, key))
+            dask_scd.to_grid(X_BASE.astype(dtype), _target(loss), path, row_chunk=30,
+                             blocks=[[0, 1, 2], [3, 4]], sample_weight=stored)
+            written[key] = path
+        return dask_scd.open_grid(written[key])
+
+    return grid
+
+
+def _input(row: Row, grids, stored):
+    """(X, y) in the row's container and dtype."""
+    X = X_BASE.astype(row.dtype)
+    y = _target(row.loss)
+    if row.container == "csr":
+        return sp.csr_matrix(X), y
+    if row.container == "csc":
+        return sp.csc_matrix(X), y
+    if row.container == "dask":
+        return da.from_array(X, chunks=(30, 3)), y
+    if row.container == "grid":
+        return grids(row.loss, row.dtype, stored), None
+    return X, y
+
+
+def fit_row(row: Row, grids, client, **extra):
+    given, stored, _ = weights_of(row)
+    X, y = _input(row, grids, stored)
+    options = dict(extra)
+    engine = registry.get(row.engine)
+    if row.kind != "memory" and "client" in engine.options:
+        options["client"] = client
+    return dask_scd.fit(X, y, loss=row.loss, penalty=row.penalty, alpha=ALPHA, l1_ratio=0.5,
+                        fit_intercept=row.fit_intercept, solver=row.engine,
+                        sample_weight=given, random_state=0, **options)
+
+
+def check_declared(row: Row, grids, client) -> None:
+    """Fit a declared row and check it against the reference (the module docstring)."""
+    _, _, weights = weights_of(row)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        result = fit_row(row, grids, client, tol=FIT_TOL, max_iter=20_000)
+    primal = _primal(row, result.coef_, result.intercept_, result.classes_, weights)
+    best = _reference(row, weights)
+    scale = max(abs(best), 1e-12)
+    # The certificate is of the problem asked: its primal is this objective at this model.
+    assert result.primal_ == pytest.approx(primal, rel=1e-9, abs=1e-12)
+    assert (primal - best) / scale <= AGREE
+    if row.penalty is not None:  # the gap bounds the true suboptimality (D ≤ P*)
+        assert primal - best <= result.dual_gap_ * abs(primal) + 1e-12 * scale
