@@ -41,7 +41,7 @@ from dask_scd.objectives import LOSSES, MULTINOMIAL
 from dask_scd.solvers import registry
 from dask_scd.validation import check_problem
 
-ALPHA = 0.02
+ALPHA = 0.05
 PENALTIES = ("l2", "l1", "elasticnet", None)
 KINDS = ("memory", "dask", "grid")
 CONTAINERS = {"memory": ("dense", "csr", "csc"), "dask": ("dask",), "grid": ("grid",)}

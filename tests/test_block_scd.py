@@ -720,8 +720,9 @@ def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeyp
     graph = _fixed_epochs(grid, clients(2), loss, epochs=4, penalty=penalty)
     monkeypatch.setattr(_BlockSCD, "collective", True)
 
-    def no_graph(*args, **kwargs):
-        raise AssertionError("a collective iteration fell back to the task graph")
+    def no_graph(self, *args, **kwargs):
+        raise AssertionError(f"a collective iteration fell back to the task graph: "
+                             f"{self.fallbacks}")
 
     monkeypatch.setattr(_BlockSCD, "_graph_epoch", no_graph)
     for workers in (1, 2, 4):  # one worker of one thread: a single member, anywhere
