@@ -40,6 +40,7 @@ import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.kernels import device
+from dask_scd.solvers import registry
 from dask_scd.solvers.base import Options
 from dask_scd.solvers.duhl import fit_duhl
 
@@ -77,7 +78,7 @@ RESIDENCIES = (("duhl, 25 %", "duhl", 4), ("sequential, 25 %", "sequential", 4),
 def tpa_rows() -> list[str]:
     """The names of the TPA-SCD table's rows, in order."""
     return [f"{c.name}, {layout}" for c in CASES for layout in LAYOUTS
-            if c.solver in device.GPU_ENGINES]
+            if registry.get(c.solver).gpu]
 
 
 def duhl_rows() -> list[str]:
@@ -134,7 +135,7 @@ def tpa_table(n: int, tiny: bool, max_iter: int, warm_up: bool = True,
     for layout in LAYOUTS:
         Xs, y_reg, y_cls = make_data(n, layout, tiny)
         for case in CASES:
-            if case.solver not in device.GPU_ENGINES or not _wanted(f"{case.name}, {layout}",
+            if not registry.get(case.solver).gpu or not _wanted(f"{case.name}, {layout}",
                                                                       match):
                 continue
             X = Xs[case.solver]

@@ -184,7 +184,7 @@ def fit(
             engine, run = _newton_from(engine.name, run, data, problem, options)
     if classes is None:
         classes = getattr(data, "classes", None)
-    return _result(run, engine.name, problem, penalty, tol, classes)
+    return _result(run, engine.name, problem, penalty, tol, classes, device)
 
 
 _RESIDENCY_OPTIONS = ("residency", "memory_budget")
@@ -264,16 +264,21 @@ def _engine_and_device(solver, problem, data, requested, available, on_device=Fa
                              "make them cupy arrays (X.map_blocks(cupy.asarray)); a grid's "
                              "cells are read into host memory")
         return engine, "gpu" if on_device else "cpu"
-    if available == "cpu" or engine.name in kernel_device.GPU_ENGINES:
-        return engine, available
-    if requested == "auto":
+    if available == "cpu":
         return engine, "cpu"
-    if solver == "auto":
+    weighted = getattr(data, "weighted", False)
+    kind = registry.data_kind(data)
+    reason = engine.refusal(problem, weighted, kind, given, device="gpu")
+    if reason is None:
+        return engine, "gpu"
+    if requested == "auto":  # the GPU where the engine's epochs run there, else the CPU
+        return engine, "cpu"
+    among = registry.engines_solving(problem, kind, weighted, device="gpu")
+    if solver == "auto" and among:
         # Among the engines with GPU kernels (the Gram engine's regime, n ≥ 4p, is then
         # the primal's: p coordinates, not n).
-        return registry.resolve("auto", problem, data, among=kernel_device.GPU_ENGINES), "gpu"
-    raise ValueError(f"device='gpu' runs the engines {list(kernel_device.GPU_ENGINES)}; "
-                     f"solver={engine.name!r} runs on the CPU only")
+        return registry.resolve("auto", problem, data, among=among), "gpu"
+    raise ValueError(f"device='gpu': {reason}")
 
 
 def _data(X, y, problem, solver, options, sample_weight=None):
@@ -306,7 +311,7 @@ def _data(X, y, problem, solver, options, sample_weight=None):
     return data, classes, options
 
 
-def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
+def _result(run: Run, solver, problem, penalty, tol, classes, device="cpu") -> FitResult:
     cert = run.certificate
     converged = run.converged(tol)
     if not converged and not run.stopped_by_callback:
@@ -328,7 +333,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes) -> FitResult:
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
         classes_=classes,
-        extras_=dict(run.extras),
+        extras_={**run.extras, "device": device},
         grad_norm_=run.grad_norm,
     )
 

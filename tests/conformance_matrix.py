@@ -50,6 +50,9 @@ DTYPES = (np.float64, np.float32, np.int8, np.int64, np.bool_)
 WEIGHT_SOURCES = ("given", "stored", "both")
 FIT_TOL = 1e-8
 AGREE = 1e-7  # relative distance of the objective to the reference optimum
+# On a GPU, under numba's CUDA simulator: a few rows, a few epochs.
+DEVICE_ROWS = 12
+DEVICE_EPOCHS = 2
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,20 @@ class Row:
     dtype: type = np.float64
     fit_intercept: bool = True
     weights_from: str = ""
+    device: str = "cpu"
 
     @property
     def id(self) -> str:
         weights = f"w-{self.weights_from}" if self.weighted else "unweighted"
         return "-".join(map(str, (self.engine, self.loss, self.penalty, self.container or
                                   self.kind, weights, np.dtype(self.dtype).name,
-                                  "b" if self.fit_intercept else "nob")))
+                                  "b" if self.fit_intercept else "nob", self.device)))
+
+    @property
+    def rows(self) -> slice:
+        """The examples it is fitted on: all of them, or the first DEVICE_ROWS on a GPU
+        (numba's simulator runs a kernel's threads in Python)."""
+        return slice(0, DEVICE_ROWS) if self.device == "gpu" else slice(None)
 
 
 def _problem(loss, penalty):
@@ -110,7 +120,29 @@ def _matrix():
     return declared, refused
 
 
+def _device_matrix():
+    """(declared rows, refused rows) on a GPU: in-memory X, every problem an engine solves
+    on the CPU, declared where its ``gpu`` losses take it (without weights), refused with
+    the engines that do otherwise. Dense and CSR X in turn."""
+    declared, refused = [], []
+    for name, engine in registry.ENGINES.items():
+        k = 0
+        for (loss, penalty), weighted in itertools.product(_problems(), (False, True)):
+            problem = _problem(loss, penalty)
+            if engine.refusal(problem, weighted, "memory") is not None:
+                continue  # refused on the CPU already: a row of the matrix above
+            row = Row(name, loss, penalty, "memory", weighted, ("dense", "csr")[k % 2],
+                      weights_from="given" if weighted else "", device="gpu")
+            if engine.refusal(problem, weighted, "memory", device="gpu") is None:
+                declared.append(row)
+                k += 1
+            else:
+                refused.append(row)
+    return declared, refused
+
+
 DECLARED, REFUSED = _matrix()
+DEVICE_DECLARED, DEVICE_REFUSED = _device_matrix()
 
 
 def _data():
@@ -132,7 +164,11 @@ def _data():
 X_BASE, TARGETS, GIVEN_WEIGHTS, STORED_WEIGHTS = _data()
 
 
-def _target(loss):
+def _target(row: Row):
+    return _target_of(row.loss)[row.rows]
+
+
+def _target_of(loss):
     if loss == MULTINOMIAL:
         return TARGETS["three"]
     return TARGETS["real"] if loss == "squared" else TARGETS["binary"]
@@ -142,21 +178,21 @@ def weights_of(row: Row):
     """(weights given to fit, weights stored in the grid, the weights that apply)."""
     if not row.weighted:
         return None, None, None
-    given = GIVEN_WEIGHTS if row.weights_from in ("given", "both") else None
-    stored = STORED_WEIGHTS if row.weights_from in ("stored", "both") else None
+    given = GIVEN_WEIGHTS[row.rows] if row.weights_from in ("given", "both") else None
+    stored = STORED_WEIGHTS[row.rows] if row.weights_from in ("stored", "both") else None
     return given, stored, given if given is not None else stored
 
 
-def _engine_values(dtype):
-    """X as the engines read it: the values of X in ``dtype``, as float64 (a float32 X is
-    read as it is; its values are small integers, exact in float32)."""
-    return X_BASE.astype(dtype).astype(np.float64)
+def _engine_values(row: Row):
+    """X as the engines read it: the values of X in the row's dtype, as float64 (a float32
+    X is read as it is; its values are small integers, exact in float32)."""
+    return X_BASE[row.rows].astype(row.dtype).astype(np.float64)
 
 
 def _primal(row: Row, coef, intercept, classes, weights):
     """The objective of the problem asked at (coef, intercept), in numpy."""
-    X = _engine_values(row.dtype)
-    y = _target(row.loss)
+    X = _engine_values(row)
+    y = _target(row)
     margins = X @ np.asarray(coef).T + intercept
     if row.loss == MULTINOMIAL:
         index = np.searchsorted(classes, y)
@@ -184,12 +220,12 @@ def _reference(row: Row, weights) -> float:
     """The optimum of the problem asked, by in-memory Newton at tol 1e-12 (SDCA where
     Newton does not take it: the weighted hinge)."""
     key = (row.loss, row.penalty, row.fit_intercept, np.dtype(row.dtype).name,
-           row.weighted and row.weights_from)
+           row.weighted and row.weights_from, row.device)
     if key not in _REFERENCES:
         problem = _problem(row.loss, row.penalty)
         solver = ("newton" if registry.get("newton").refusal(problem, weights is not None)
                   is None else "sdca")
-        result = dask_scd.fit(_engine_values(row.dtype), _target(row.loss), loss=row.loss,
+        result = dask_scd.fit(_engine_values(row), _target(row), loss=row.loss,
                               penalty=row.penalty, alpha=ALPHA, l1_ratio=0.5,
                               fit_intercept=row.fit_intercept, tol=1e-12, max_iter=100_000,
                               solver=solver, sample_weight=weights)
@@ -219,7 +255,7 @@ def grids(tmp_path_factory):
                np.dtype(dtype).name, stored is not None)
         if key not in written:
             path = root / "-".join(map(str, key))
-            dask_scd.to_grid(X_BASE.astype(dtype), _target(loss), path, row_chunk=30,
+            dask_scd.to_grid(X_BASE.astype(dtype), _target_of(loss), path, row_chunk=30,
                              blocks=[[0, 1, 2], [3, 4]], sample_weight=stored)
             written[key] = path
         return dask_scd.open_grid(written[key])
@@ -229,8 +265,8 @@ def grids(tmp_path_factory):
 
 def _input(row: Row, grids, stored):
     """(X, y) in the row's container and dtype."""
-    X = X_BASE.astype(row.dtype)
-    y = _target(row.loss)
+    X = X_BASE[row.rows].astype(row.dtype)
+    y = _target(row)
     if row.container == "csr":
         return sp.csr_matrix(X), y
     if row.container == "csc":
@@ -251,20 +287,26 @@ def fit_row(row: Row, grids, client, **extra):
         options["client"] = client
     return dask_scd.fit(X, y, loss=row.loss, penalty=row.penalty, alpha=ALPHA, l1_ratio=0.5,
                         fit_intercept=row.fit_intercept, solver=row.engine,
-                        sample_weight=given, random_state=0, **options)
+                        sample_weight=given, random_state=0, device=row.device, **options)
 
 
 def check_declared(row: Row, grids, client) -> None:
-    """Fit a declared row and check it against the reference (the module docstring)."""
+    """Fit a declared row and check it against the reference (the module docstring). On
+    a GPU (numba's simulator runs an epoch of 12 rows in seconds) the fit stops after
+    DEVICE_EPOCHS: its certificate must still be of the problem asked, and honest."""
     _, _, weights = weights_of(row)
+    on_gpu = row.device == "gpu"
     with warnings.catch_warnings():
-        warnings.simplefilter("error", ConvergenceWarning)
-        result = fit_row(row, grids, client, tol=FIT_TOL, max_iter=20_000)
+        warnings.simplefilter("ignore" if on_gpu else "error", ConvergenceWarning)
+        result = fit_row(row, grids, client, tol=FIT_TOL,
+                         max_iter=DEVICE_EPOCHS if on_gpu else 20_000)
+    assert result.extras_["device"] == row.device
     primal = _primal(row, result.coef_, result.intercept_, result.classes_, weights)
     best = _reference(row, weights)
     scale = max(abs(best), 1e-12)
     # The certificate is of the problem asked: its primal is this objective at this model.
     assert result.primal_ == pytest.approx(primal, rel=1e-9, abs=1e-12)
-    assert (primal - best) / scale <= AGREE
+    if not on_gpu:
+        assert (primal - best) / scale <= AGREE
     if row.penalty is not None:  # the gap bounds the true suboptimality (D ≤ P*)
         assert primal - best <= result.dual_gap_ * abs(primal) + 1e-12 * scale

@@ -326,7 +326,8 @@ def test_gpu_auto_solver_takes_an_engine_with_gpu_kernels(rng):
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4).solver_ == "newton"
     on_gpu = dask_scd.fit(X, y, alpha=0.1, tol=1e-4, device="gpu")
     assert on_gpu.solver_ in ("scd", "sdca") and on_gpu.converged_  # kernels on the GPU
-    with pytest.raises(ValueError, match="device='gpu' runs the engines"):
+    with pytest.raises(ValueError, match=r"device='gpu': solver='gram' runs .* on the CPU "
+                                         r"only; .* on a GPU: \['scd', 'sdca'\]"):
         dask_scd.fit(X, y, alpha=0.1, solver="gram", device="gpu")
     # "auto" never refuses: the Gram engine runs on the CPU.
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4, solver="gram", device="auto").converged_

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 
 DEVICES = ("cpu", "gpu", "auto")
-# The engines whose epochs have CUDA kernels.
-GPU_ENGINES = ("scd", "sdca")
 # Engines over dask whose cell kernels follow the cells (device memory or host).
 DASK_ENGINES = ("block_scd", "block_newton")
 

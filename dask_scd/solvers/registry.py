@@ -43,6 +43,8 @@ class Engine:
         True for the others.
     grid_weighted : the losses its ``grid_entry`` (out of core) solves with sample weights.
     no_grid : the losses it does not solve on a grid.
+    gpu : the losses its epochs solve on a GPU (``device="gpu"``, in-memory X), without
+        sample weights (its weighted epochs run on the CPU).
 
     What an engine declares here is what it solves, exactly: the conformance matrix
     (tests/test_conformance.py) fits every declared combination against a reference and
@@ -63,6 +65,7 @@ class Engine:
     l2_only: tuple = ()
     grid_weighted: tuple = ()
     no_grid: tuple = ()
+    gpu: tuple = ()
 
     def entry_for(self, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss``."""
@@ -93,24 +96,32 @@ class Engine:
         return kind == "grid" and bool(self.grid_entry)
 
     def refusal(self, problem: Problem, weighted: bool = False, kind: str = "memory",
-                given: str | None = None) -> str | None:
+                given: str | None = None, device: str = "cpu") -> str | None:
         """Why this engine cannot solve ``problem`` on data of ``kind`` (None if it can),
         with sample weights when ``weighted``: what it lacks, and the engines that do
         solve it (:func:`engines_solving`) on the caller's kind of data, ``given`` (dask
         input read into memory is "memory" to the engine, "dask" or "grid" to the caller).
         """
-        reason = self._lacks(problem, weighted, kind)
+        reason = self._lacks(problem, weighted, kind, device)
         if reason is None:
             return None
         kind = given or kind
-        others = engines_solving(problem, kind, weighted)
+        others = engines_solving(problem, kind, weighted, device)
         where = {"memory": "in-memory X", "dask": "a dask array", "grid": "a grid"}[kind]
+        where += " on a GPU" if device == "gpu" else ""
         if others:
             return f"{reason}; the engines that solve it on {where}: {others}"
         return f"{reason}; no engine solves it on {where}"
 
-    def _lacks(self, problem: Problem, weighted: bool, kind: str) -> str | None:
+    def _lacks(self, problem: Problem, weighted: bool, kind: str,
+               device: str = "cpu") -> str | None:
         name = repr(self.name)
+        if device == "gpu":
+            if problem.loss not in self.gpu or self.out_of_core(kind):
+                return f"solver={name} runs loss={problem.loss!r} on the CPU only"
+            if weighted:
+                return (f"solver={name} solves sample weights by its CPU epochs only; pass "
+                        "device='cpu'")
         if kind not in self.kinds():
             return f"solver={name} needs a dask array or a Grid, got in-memory X"
         if problem.loss not in self.losses:
@@ -135,11 +146,12 @@ class Engine:
         return None
 
 
-def engines_solving(problem: Problem, kind: str = "memory", weighted: bool = False) -> list:
+def engines_solving(problem: Problem, kind: str = "memory", weighted: bool = False,
+                    device: str = "cpu") -> list:
     """The engines that solve ``problem`` on data of ``kind`` ("memory", "dask", "grid"),
-    with sample weights when ``weighted``, as declared."""
+    with sample weights when ``weighted``, on ``device`` ("cpu", "gpu"), as declared."""
     return [name for name, engine in ENGINES.items()
-            if engine._lacks(problem, weighted, kind) is None]
+            if engine._lacks(problem, weighted, kind, device) is None]
 
 
 def weighted_engines(loss: str) -> list[str]:
@@ -163,13 +175,13 @@ def register(engine: Engine) -> Engine:
 register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",),
                 weighted=("squared",)))
 register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH,
-                weighted=SMOOTH))
+                weighted=SMOOTH, gpu=SMOOTH))
 # Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
 # its chunk epochs and certificate have no weights.
 register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
                 options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
                 grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",
-                weighted=ANY_LOSS))
+                weighted=ANY_LOSS, gpu=ANY_LOSS))
 register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
                 losses=(*SMOOTH, "hinge", MULTINOMIAL),
                 per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
@@ -492,10 +504,13 @@ def capability_table() -> str:
         "`sqh` squared hinge, `mn` multinomial; `w:` those it also solves with sample",
         "weights. Any other combination is refused with a ValueError that names the engines",
         "that solve it. In-memory engines named for dask input read X into memory first; on a",
-        "grid, `sdca` runs out of core.",
+        "grid, `sdca` runs out of core. On a GPU the engines' epochs run as CUDA kernels on",
+        "X in memory, L1 terms included where the CPU engine takes them (the block engines",
+        "run a dask array of cupy chunks on its GPUs: docs/gpu.md).",
         "",
-        "| engine | data kind | " + " | ".join(name for name, _ in problems) + " | penalty=None |",
-        "|---|---|" + "---|" * (len(problems) + 1),
+        "| engine | data kind | " + " | ".join(name for name, _ in problems)
+        + " | penalty=None | GPU (`device=\"gpu\"`) |",
+        "|---|---|" + "---|" * (len(problems) + 2),
     ]
     short = {"squared": "sq", "logistic": "log", "hinge": "hinge", "squared_hinge": "sqh",
              MULTINOMIAL: "mn"}
@@ -505,6 +520,9 @@ def capability_table() -> str:
             for _, l1_ratio in problems:
                 cells.append(_cell(engine, kind, losses, short, l1_ratio, False))
             cells.append(_cell(engine, kind, losses, short, 0.0, True))
+            gpu = [short[loss] for loss in losses if loss in engine.gpu]
+            cells.append(", ".join(gpu) + " (unweighted)"
+                         if gpu and not engine.out_of_core(kind) else "—")
             where = kind + (" (out of core)" if engine.out_of_core(kind) else "")
             lines.append(f"| `{name}` | {where} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
