@@ -14,7 +14,7 @@ from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.runtime.session import fit_session
-from dask_scd.solvers import registry
+from dask_scd.solvers import planner, registry
 from dask_scd.solvers.base import Options, Run
 from dask_scd.validation import (
     check_fit_args,
@@ -151,7 +151,10 @@ def fit(
     Returns
     -------
     FitResult
-        ``coef_``, ``intercept_``, ``dual_gap_`` (relative), ``n_iter_``, ``history_``.
+        ``coef_``, ``intercept_``, ``dual_gap_`` (relative), ``n_iter_``, ``history_``;
+        ``extras_["plan"]``: the engine, the device, the rule of
+        :mod:`dask_scd.solvers.planner` that chose them and the predicted passes where the
+        cost model did; ``extras_["device"]``: where the epochs ran.
     """
     problem = check_problem(loss, penalty, alpha, l1_ratio, fit_intercept)
     check_fit_args(tol, max_iter)
@@ -166,11 +169,9 @@ def fit(
     start = check_start(coef_init, intercept_init, data.n_features, problem.fit_intercept)
     on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
     given = "grid" if is_grid(X) else "dask" if _is_distributed(X) else "memory"
-    engine, device = _engine_and_device(solver, problem, data, device, available, on_device,
-                                        given)
-    if (solver == "auto" and engine.name == "block_newton"
-            and set(engine_options) & set(_RESIDENCY_OPTIONS)):
-        engine = registry.get("block_scd")  # a memory budget is the block engine's to keep
+    plan = planner.plan(solver, problem, data, requested=device, available=available,
+                        on_device=on_device, given=given, options=engine_options)
+    engine, device = plan.engine, plan.device
     _check_engine_options(engine_options, engine, solver, _is_distributed(X))
     identity = {"engine": engine.name, "problem": repr(problem), "data": _identity(data)}
     # The Dask engines on dask input (block_scd runs in-memory X in this process).
@@ -180,28 +181,11 @@ def fit(
           Progress(engine.name, tol, max_iter, verbose) as progress):
         options = Options(tol, max_iter, rng, progress, engine_options, device, start)
         run = engine.load()(data, problem, options)
-        if _hand_over(solver, engine, run, data, problem, tol, engine_options):
+        if planner.fit_hands_over(solver, engine, run, data, problem, tol, engine_options):
             engine, run = _newton_from(engine.name, run, data, problem, options)
     if classes is None:
         classes = getattr(data, "classes", None)
-    return _result(run, engine.name, problem, penalty, tol, classes, device)
-
-
-_RESIDENCY_OPTIONS = ("residency", "memory_budget")
-# The coordinate engines "auto" may choose for an L1 term in memory; where one stops
-# short of tol (coordinate descent crawls near a lasso's interpolating end when X has no
-# full column rank, which p ≥ n only hints at: LassoCV's refit on 57 rows of rank 15,
-# p = 30, stopped at a gap of 1e-2 after 1000 SCD epochs), proximal Newton finishes from
-# its iterate, as the paths do (dask_scd.paths).
-_HANDS_OVER = ("scd", "gram")
-
-
-def _hand_over(solver, engine, run: Run, data, problem, tol, engine_options) -> bool:
-    """Whether the in-memory run that ``solver="auto"`` chose ends in Newton's."""
-    return (solver == "auto" and engine.name in _HANDS_OVER and isinstance(data, InMemory)
-            and problem.l1 > 0.0 and not engine_options and not run.stopped_by_callback
-            and not run.converged(tol)
-            and registry.get("newton").refusal(problem, data.weighted) is None)
+    return _result(run, engine.name, problem, penalty, tol, classes, plan)
 
 
 def _newton_from(first: str, run: Run, data, problem, options: Options):
@@ -245,42 +229,6 @@ def _read(X, y):
     return X, y
 
 
-def _engine_and_device(solver, problem, data, requested, available, on_device=False,
-                       given=None):
-    """The engine that runs, and where its epochs run ("cpu" or "gpu").
-
-    The Dask engines run where the chunks are: chunks in device memory (a dask array of
-    cupy arrays) take the cells' CUDA kernels, which ``device="gpu"`` or ``"auto"`` must
-    allow; host chunks and grids (read from disk into host memory) run on the CPU.
-    """
-    engine = registry.resolve(solver, problem, data, given=given)
-    if engine.name in kernel_device.DASK_ENGINES and not isinstance(data, InMemory):
-        if on_device and requested == "cpu":
-            raise ValueError("the chunks of X are in device memory (cupy): pass device='gpu' "
-                             "(or 'auto') to run the block engines' CUDA kernels on them, or "
-                             "move them to the host (X.map_blocks(cupy.asnumpy))")
-        if not on_device and requested == "gpu":
-            raise ValueError("device='gpu' with dask input runs on chunks in device memory: "
-                             "make them cupy arrays (X.map_blocks(cupy.asarray)); a grid's "
-                             "cells are read into host memory")
-        return engine, "gpu" if on_device else "cpu"
-    if available == "cpu":
-        return engine, "cpu"
-    weighted = getattr(data, "weighted", False)
-    kind = registry.data_kind(data)
-    reason = engine.refusal(problem, weighted, kind, given, device="gpu")
-    if reason is None:
-        return engine, "gpu"
-    if requested == "auto":  # the GPU where the engine's epochs run there, else the CPU
-        return engine, "cpu"
-    among = registry.engines_solving(problem, kind, weighted, device="gpu")
-    if solver == "auto" and among:
-        # Among the engines with GPU kernels (the Gram engine's regime, n ≥ 4p, is then
-        # the primal's: p coordinates, not n).
-        return registry.resolve("auto", problem, data, among=among), "gpu"
-    raise ValueError(f"device='gpu': {reason}")
-
-
 def _data(X, y, problem, solver, options, sample_weight=None):
     """(data for the engine, classes, the options left for the engine)."""
     if not _is_distributed(X):
@@ -293,25 +241,20 @@ def _data(X, y, problem, solver, options, sample_weight=None):
     blocks = options.pop("blocks", None)
     limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
     source = make_source(X, y, problem.loss, blocks, sample_weight)
-    fits_in_memory = registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk)
-    if (source.weighted and solver == "auto" and not fits_in_memory
-            and problem.loss not in registry.get(registry.dask_auto(source, problem)).weighted):
-        warn(f"the Dask engine for this problem does not solve sample weights: this weighted "
-             f"fit brings X ({source.nbytes / 2**20:.0f} MiB stored) into memory")
-        fits_in_memory = True
-    if not fits_in_memory:
+    if not planner.runs_in_memory(solver, source, problem, limit):
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:
             warn(f"{name} applies to the block-SCD engine only; this fit runs in memory "
                  "(pass solver='block_scd' to use it)")
-    for name in ("client", "selection", "checkpoint_every", "resume", *_RESIDENCY_OPTIONS):
+    for name in ("client", "selection", "checkpoint_every", "resume",
+                 *planner.RESIDENCY_OPTIONS):
         options.pop(name, None)
     data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
     return data, classes, options
 
 
-def _result(run: Run, solver, problem, penalty, tol, classes, device="cpu") -> FitResult:
+def _result(run: Run, solver, problem, penalty, tol, classes, plan) -> FitResult:
     cert = run.certificate
     converged = run.converged(tol)
     if not converged and not run.stopped_by_callback:
@@ -333,7 +276,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes, device="cpu") -> F
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
         classes_=classes,
-        extras_={**run.extras, "device": device},
+        extras_={**run.extras, "device": plan.device, "plan": plan.as_dict()},
         grad_norm_=run.grad_norm,
     )
 

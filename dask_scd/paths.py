@@ -57,7 +57,7 @@ from dask_scd.data import in_memory, make_source
 from dask_scd.data.memory import InMemory
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
-from dask_scd.solvers import registry
+from dask_scd.solvers import planner, registry
 from dask_scd.solvers.base import Options
 from dask_scd.validation import (
     check_fit_args,
@@ -74,8 +74,6 @@ _CURVATURE_BOUND = {"squared": 1.0, "logistic": 0.25, "squared_hinge": 2.0}
 # Solve a point on the screened features only when at most this share of them is kept
 # (slicing X costs about a pass).
 _SCREEN_SHARE = 0.5
-# The in-memory engines that start from a given (θ, b) (Options.start).
-WARM_ENGINES = ("gram", "scd", "newton")
 # Tighter subproblem tolerances tried when a point solved on the screened features is
 # not yet certified on all of X (each a tenth of the last).
 _RETRIES = 3
@@ -351,7 +349,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                 sub = data  # the last try: all features
             tol = tol / 10.0
         n_iter = run.n_iter
-        if gap > settings.tol and settings.solver == "auto" and engine.name != "newton":
+        if planner.point_hands_over(settings.solver, engine, gap, settings.tol):
             # The engine "auto" chose stopped short of tol (the Gram engine's rounding
             # floor on correlated columns): proximal Newton finishes from where it is.
             engine = registry.get("newton")
@@ -408,7 +406,7 @@ def _objective(problem: obj.Problem, data: InMemory, coef, margins) -> float:
 def _kept(run, engine) -> np.ndarray | None:
     """Xᵀa/n of the dual point a = −ℓ'(Xθ + b) at the run's θ, from its certificate on all
     of X (the primal engines'; None: the next point computes it)."""
-    return run.certificate.correlation if engine.name in WARM_ENGINES else None
+    return run.certificate.correlation if engine.name in planner.WARM_ENGINES else None
 
 
 def _certificate_at(problem: obj.Problem, data: InMemory, coef, intercept: float, margins,
@@ -424,19 +422,10 @@ def _certificate_at(problem: obj.Problem, data: InMemory, coef, intercept: float
 
 def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str,
             warm: bool):
-    """The engine of a point and where it runs: with ``solver="auto"`` and a warm start on
-    the CPU, the cheapest of the engines that start from it (SDCA's dual iterate cannot:
-    Adult, 10 logistic L2 points from C = 0.01 to 10, 0.9 s by Newton alone against 7.4 s
-    with SDCA's five cold starts)."""
-    from dask_scd.api import _engine_and_device
-
-    if settings.solver == "auto" and warm and available == "cpu" and problem.loss != "hinge":
-        # With an L1 term, not the Gram engine: its coordinate epochs on the Gram matrix
-        # stall on correlated columns at small alphas (Adult lasso at 1e-3·alpha_max:
-        # relative gap 8e-3 after 1000 epochs, where Newton certifies 2e-10 in 2 steps).
-        among = WARM_ENGINES[1:] if problem.l1 > 0.0 else WARM_ENGINES
-        return registry.resolve("auto", problem, data, among=among), "cpu"
-    return _engine_and_device(settings.solver, problem, data, settings.device, available)
+    """The engine of a point and where it runs (:func:`planner.point_plan`)."""
+    plan = planner.point_plan(settings.solver, problem, data, requested=settings.device,
+                              available=available, warm=warm)
+    return plan.engine, plan.device
 
 
 def _run(engine, data: InMemory, problem: obj.Problem, settings: _Settings, tol: float,
@@ -564,7 +553,7 @@ def _distributed_path(X, y, grid, settings: _Settings, screening: bool,
     problem = settings.problem
     source = make_source(X, y, problem.loss, options.get("blocks"), sample_weight)
     limit = options.get("in_memory_limit", registry.IN_MEMORY_LIMIT)
-    if registry.runs_in_memory(settings.solver, source.nbytes, limit):
+    if planner.runs_in_memory(settings.solver, source, problem, limit):
         for name in ("blocks", "in_memory_limit", "client", "selection", "checkpoint",
                      "checkpoint_every", "resume", "callback", "residency", "memory_budget"):
             settings.engine.pop(name, None)

@@ -301,6 +301,8 @@ def check_declared(row: Row, grids, client) -> None:
         result = fit_row(row, grids, client, tol=FIT_TOL,
                          max_iter=DEVICE_EPOCHS if on_gpu else 20_000)
     assert result.extras_["device"] == row.device
+    assert result.extras_["plan"]["engine"] == row.engine
+    assert result.extras_["plan"]["rule"] == "named"
     primal = _primal(row, result.coef_, result.intercept_, result.classes_, weights)
     best = _reference(row, weights)
     scale = max(abs(best), 1e-12)

@@ -145,3 +145,28 @@ def test_the_layers_and_no_import_circle():
     config = PACKAGE.parent / "pyproject.toml"
     assert lint_imports(config_filename=str(config), no_cache=True) == 0, (
         "an import breaks the layers or closes a circle: run `.venv/bin/lint-imports`")
+
+
+def test_auto_is_decided_by_the_planner_alone():
+    """No module but the registry (declarations, cost model) and the planner resolves an
+    engine or decides where a fit runs; fit and path ask the planner."""
+    deciding = ("registry.resolve(", "registry.runs_in_memory(", "registry.dask_auto(",
+                "registry.predicted_passes(", "engines_solving(")
+    allowed = {PACKAGE / "solvers" / "registry.py", PACKAGE / "solvers" / "planner.py"}
+    for module in PACKAGE.rglob("*.py"):
+        if module in allowed:
+            continue
+        text = module.read_text()
+        assert not [call for call in deciding if call in text], module
+
+
+def test_every_result_carries_its_plan(rng):
+    X, y = rng.normal(size=(80, 4)), rng.normal(size=80)
+    auto = dask_scd.fit(X, y, alpha=0.1)
+    assert auto.extras_["plan"]["engine"] == auto.solver_
+    assert auto.extras_["plan"]["rule"] == "the fewest predicted passes over X"
+    assert auto.solver_ == min(auto.extras_["plan"]["predicted_passes"],
+                               key=auto.extras_["plan"]["predicted_passes"].get)
+    named = dask_scd.fit(X, y, alpha=0.1, solver="scd")
+    assert named.extras_["plan"] == {"engine": "scd", "device": "cpu", "rule": "named",
+                                     "predicted_passes": None}

@@ -11,7 +11,7 @@ from dask_scd.estimators.docstrings import _docstring
 from dask_scd.estimators.fitting import _fit_one
 from dask_scd.estimators.multiclass import _probabilities, _softmax
 from dask_scd.objectives import MULTINOMIAL
-from dask_scd.solvers import registry
+from dask_scd.solvers import planner
 from dask_scd.validation import check_problem
 
 MULTI_CLASS = ("auto", "multinomial", "ovr")
@@ -122,7 +122,7 @@ class LogisticRegression(_Classifier):
             return False
         if data.kind in ("native", "memory") or self.solver == "newton":
             return True
-        if self.solver == "auto" and registry.runs_in_memory("auto", _stored_bytes(data)):
+        if self.solver == "auto" and planner.auto_in_memory(_stored_bytes(data)):
             return True
         return data.kind == "dask" and self.penalty == "l2"
 

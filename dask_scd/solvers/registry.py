@@ -457,7 +457,7 @@ def _lasso_without_rank(problem: Problem, n: int, p: int) -> bool:
     proximal Newton, whose inner solves run on working sets, certified 1e-6 in 35–107
     steps, 0.2–1.4 s). Wider (1000 × 5000: SCD stalled at 6e-3 in 2.3 s, Newton took
     17.7 s) SCD stays, and ``fit`` hands it over to Newton where it stops short
-    (dask_scd.api._hand_over), as it does where rank is missing with n > p. The elastic
+    (dask_scd.solvers.planner.fit_hands_over), as it does where rank is missing with n > p. The elastic
     net's L2 part keeps SCD converging (266–722 epochs there)."""
     return problem.loss == "squared" and problem.l2 == 0.0 and n <= p <= _NEWTON_GRAM_MAX
 
