@@ -88,23 +88,36 @@ def _cell(value, fmt):
 def aggregation_table(problems, max_iter) -> str:
     import dask_scd
 
-    lines = ["| data | K | aggregation | rounds to 1e-3 | s to 1e-3 | rounds to 1e-5 | "
-             "s to 1e-5 | mean γ |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data | K | aggregation | rounds to 1e-3 | s to 1e-3 | rounds to 1e-5 | "
+        "s to 1e-5 | mean γ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, X, y, loss, alpha, _ in problems:
         for K in PARTS:
             for aggregation in AGGREGATIONS:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    result = dask_scd.fit(X, y, loss=loss, alpha=alpha, solver="cocoa",
-                                          tol=min(TARGETS), max_iter=max_iter, n_partitions=K,
-                                          aggregation=aggregation, random_state=0)
+                    result = dask_scd.fit(
+                        X,
+                        y,
+                        loss=loss,
+                        alpha=alpha,
+                        solver="cocoa",
+                        tol=min(TARGETS),
+                        max_iter=max_iter,
+                        n_partitions=K,
+                        aggregation=aggregation,
+                        random_state=0,
+                    )
                 cells = []
                 for target in TARGETS:
                     rounds, seconds = _reached(result.history_, target)
                     cells += [_cell(rounds, "{}"), _cell(seconds, "{:.2f}")]
                 gamma = float(np.mean(result.extras_["rounds"]["step"]))
-                lines.append(f"| {name} | {K} | {aggregation} | " + " | ".join(cells)
-                             + f" | {gamma:.2f} |")
+                lines.append(
+                    f"| {name} | {K} | {aggregation} | " + " | ".join(cells) + f" | {gamma:.2f} |"
+                )
                 print(lines[-1], flush=True)
     return "\n".join(lines)
 
@@ -115,10 +128,16 @@ def cluster_table(problems, max_iter) -> str:
 
     import dask_scd
 
-    lines = ["| data | engine | iterations | seconds to 1e-5 | relative gap |",
-             "|---|---|---|---|---|"]
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    lines = [
+        "| data | engine | iterations | seconds to 1e-5 | relative gap |",
+        "|---|---|---|---|---|",
+    ]
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         for name, X, y, loss, alpha, chunks in problems:
             if chunks is None:  # sparse: two row chunks, four column blocks
                 chunks = (-(-X.shape[0] // 2), -(-X.shape[1] // 4))
@@ -127,12 +146,22 @@ def cluster_table(problems, max_iter) -> str:
                 start = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    result = dask_scd.fit(Xd, y, loss=loss, alpha=alpha, solver=solver,
-                                          tol=1e-5, max_iter=max_iter, random_state=0,
-                                          **options)
+                    result = dask_scd.fit(
+                        Xd,
+                        y,
+                        loss=loss,
+                        alpha=alpha,
+                        solver=solver,
+                        tol=1e-5,
+                        max_iter=max_iter,
+                        random_state=0,
+                        **options,
+                    )
                 seconds = time.perf_counter() - start
-                lines.append(f"| {name} | {solver} | {result.n_iter_} | {seconds:.1f} | "
-                             f"{result.dual_gap_:.1e} |")
+                lines.append(
+                    f"| {name} | {solver} | {result.n_iter_} | {seconds:.1f} | "
+                    f"{result.dual_gap_:.1e} |"
+                )
                 print(lines[-1], flush=True)
     return "\n".join(lines)
 
@@ -147,17 +176,23 @@ def main(argv=None):
     problems = datasets(args.quick)
     dask_scd.fit(problems[-1][1][:200], problems[-1][2][:200], solver="cocoa")  # compile
     load = os.getloadavg()[0]
-    header = (f"\n## {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC — "
-              f"`{shlex.join(['python', 'benchmarks/bench_cocoa.py', *sys.argv[1:]])}`\n\n"
-              f"{cpu_model()}, load average {load:.1f} at the start. In memory: K parts "
-              "solved one after the other in this process (rounds as on a cluster; seconds "
-              "are all parts' work). One local epoch per round, at most 300 rounds (— : not "
-              "reached); the cluster runs at most 200 iterations.\n")
+    header = (
+        f"\n## {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC — "
+        f"`{shlex.join(['python', 'benchmarks/bench_cocoa.py', *sys.argv[1:]])}`\n\n"
+        f"{cpu_model()}, load average {load:.1f} at the start. In memory: K parts "
+        "solved one after the other in this process (rounds as on a cluster; seconds "
+        "are all parts' work). One local epoch per round, at most 300 rounds (— : not "
+        "reached); the cluster runs at most 200 iterations.\n"
+    )
     first = aggregation_table(problems, max_iter=300)
     second = cluster_table(problems, max_iter=200)
-    text = (header + "\n### Rounds to a relative gap, by aggregation and parts\n\n" + first
-            + "\n\n### CoCoA (K = 4) against block SCD on the same dask array "
-            "(LocalCluster, 2 workers x 1 thread)\n\n" + second + "\n")
+    text = (
+        header
+        + "\n### Rounds to a relative gap, by aggregation and parts\n\n"
+        + first
+        + "\n\n### CoCoA (K = 4) against block SCD on the same dask array "
+        "(LocalCluster, 2 workers x 1 thread)\n\n" + second + "\n"
+    )
     print_and_append(text, RESULTS, save=not args.no_save)
 
 

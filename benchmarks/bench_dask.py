@@ -61,17 +61,35 @@ ALPHA = 1e-4
 
 SIZES = {
     "quick": dict(
-        main_rows=100_000, main_chunk=25_000, profile_epochs=2, floor_epochs=3,
-        gap_budget=8.0, inmem_max_iter=300, inmem_budget=4.0,
-        scale_rows=200_000, scale_chunk=50_000, scale_epochs={"squared": 3, "logistic": 2},
-        ooc_rows=400_000, ooc_chunk=100_000, ooc_epochs=1,
+        main_rows=100_000,
+        main_chunk=25_000,
+        profile_epochs=2,
+        floor_epochs=3,
+        gap_budget=8.0,
+        inmem_max_iter=300,
+        inmem_budget=4.0,
+        scale_rows=200_000,
+        scale_chunk=50_000,
+        scale_epochs={"squared": 3, "logistic": 2},
+        ooc_rows=400_000,
+        ooc_chunk=100_000,
+        ooc_epochs=1,
         ooc_runs=[("512MiB", False, 15.0, 60.0), ("1GiB", False, 20.0, 90.0)],
     ),
     "full": dict(
-        main_rows=2_000_000, main_chunk=250_000, profile_epochs=3, floor_epochs=6,
-        gap_budget=120.0, inmem_max_iter=300, inmem_budget=45.0,
-        scale_rows=4_000_000, scale_chunk=500_000, scale_epochs={"squared": 12, "logistic": 2},
-        ooc_rows=12_000_000, ooc_chunk=500_000, ooc_epochs=2,
+        main_rows=2_000_000,
+        main_chunk=250_000,
+        profile_epochs=3,
+        floor_epochs=6,
+        gap_budget=120.0,
+        inmem_max_iter=300,
+        inmem_budget=45.0,
+        scale_rows=4_000_000,
+        scale_chunk=500_000,
+        scale_epochs={"squared": 12, "logistic": 2},
+        ooc_rows=12_000_000,
+        ooc_chunk=500_000,
+        ooc_epochs=2,
         ooc_runs=[("512MiB", False, 45.0, 900.0), ("1GiB", False, 120.0, 1200.0)],
     ),
 }
@@ -79,8 +97,16 @@ SIZES = {
 
 def _quiet():
     warnings.filterwarnings("ignore")
-    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",
-                 "distributed.core", "distributed.utils_perf", "bokeh", "tornado"):
+    for name in (
+        "distributed",
+        "distributed.worker",
+        "distributed.nanny",
+        "distributed.scheduler",
+        "distributed.core",
+        "distributed.utils_perf",
+        "bokeh",
+        "tornado",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -134,14 +160,18 @@ class Report:
         return "\n\n".join(self.parts) + "\n"
 
 
-
-
 def cluster(n_workers=2, memory_limit="4GiB", local_directory=None):
     from distributed import LocalCluster
 
     kwargs = {"local_directory": str(local_directory)} if local_directory else {}
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                        memory_limit=memory_limit, dashboard_address=None, **kwargs)
+    return LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=None,
+        **kwargs,
+    )
 
 
 def fit_kwargs(loss):
@@ -158,8 +188,14 @@ def onehot_blocks():
 def make_data(n, seed=0):
     from dask_scd.datasets import make_onehot
 
-    return make_onehot(n, n_fields=N_FIELDS, cardinality=CARDINALITY, set_valued=SET_VALUED,
-                       set_size=SET_SIZE, random_state=seed)
+    return make_onehot(
+        n,
+        n_fields=N_FIELDS,
+        cardinality=CARDINALITY,
+        set_valued=SET_VALUED,
+        set_size=SET_SIZE,
+        random_state=seed,
+    )
 
 
 def write_grid_in_memory(path, n, row_chunk, seed=0):
@@ -193,8 +229,14 @@ def write_grid_pieces(path, n, row_chunk, seed=0):
     for i, start in enumerate(range(0, n, row_chunk)):
         rows = min(row_chunk, n - start)
         part = dask.delayed(_piece, nout=2, pure=True)(i, rows, seed, truth)
-        xs.append(da.from_delayed(part[0], shape=(rows, N_FEATURES), dtype=np.float64,
-                                  meta=sp.csr_matrix((0, 0), dtype=np.float64)))
+        xs.append(
+            da.from_delayed(
+                part[0],
+                shape=(rows, N_FEATURES),
+                dtype=np.float64,
+                meta=sp.csr_matrix((0, 0), dtype=np.float64),
+            )
+        )
         ys.append(da.from_delayed(part[1], shape=(rows,), dtype=np.float64))
     X, y = da.concatenate(xs, axis=0), da.concatenate(ys, axis=0)
     with dask.config.set(scheduler="threads"):
@@ -203,8 +245,18 @@ def write_grid_pieces(path, n, row_chunk, seed=0):
 
 def write_grid_subprocess(path, n, row_chunk, seed=0) -> dict:
     """Run write_grid_pieces in a fresh process (so this process's RSS is not touched)."""
-    cmd = [sys.executable, __file__, "--_write-grid", str(path), "--_rows", str(n),
-           "--_row-chunk", str(row_chunk), "--_seed", str(seed)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--_write-grid",
+        str(path),
+        "--_rows",
+        str(n),
+        "--_row-chunk",
+        str(row_chunk),
+        "--_seed",
+        str(seed),
+    ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -212,12 +264,18 @@ def write_grid_subprocess(path, n, row_chunk, seed=0) -> dict:
 def _write_grid_main(args):
     t = time.perf_counter()
     grid = write_grid_pieces(args._write_grid, args._rows, args._row_chunk, args._seed)
-    print(json.dumps({
-        "seconds": time.perf_counter() - t, "nnz": grid.nnz, "shape": list(grid.shape),
-        "cells": [grid.n_row_chunks, grid.n_blocks],
-        "peak_rss": vm_hwm(),
-        "disk_bytes": _du(args._write_grid),
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - t,
+                "nnz": grid.nnz,
+                "shape": list(grid.shape),
+                "cells": [grid.n_row_chunks, grid.n_blocks],
+                "peak_rss": vm_hwm(),
+                "disk_bytes": _du(args._write_grid),
+            }
+        )
+    )
 
 
 def vm_hwm(pid="self") -> int:
@@ -361,7 +419,9 @@ def analyse_epochs(probe: EngineProbe, stream, n_workers, n_iterations):
         if tag is None or tag[0] < 1:
             continue
         compute = sum(s["stop"] - s["start"] for s in rec["startstops"] if s["action"] == "compute")
-        transfer = sum(s["stop"] - s["start"] for s in rec["startstops"] if s["action"] == "transfer")
+        transfer = sum(
+            s["stop"] - s["start"] for s in rec["startstops"] if s["action"] == "transfer"
+        )
         tasks[tag[:2]].append((key_split(rec["key"]), rec.get("worker"), compute, transfer, tag[2]))
     windows = defaultdict(dict)
     for epoch, phase, start, stop in probe.phases:
@@ -375,7 +435,9 @@ def analyse_epochs(probe: EngineProbe, stream, n_workers, n_iterations):
         e = {"epoch": epoch, "wall": w["certify"][1] - w["block"][0]}
         for phase in ("block", "coarse", "certify"):
             e[f"wall_{phase}"] = (w[phase][1] - w[phase][0]) if phase in w else 0.0
-        e["wall_client_between"] = e["wall"] - e["wall_block"] - e["wall_coarse"] - e["wall_certify"]
+        e["wall_client_between"] = (
+            e["wall"] - e["wall_block"] - e["wall_coarse"] - e["wall_certify"]
+        )
         per_prefix = defaultdict(float)
         n_tasks = defaultdict(int)
         for phase in ("block", "coarse", "certify"):
@@ -428,8 +490,9 @@ def profile_engine(client, grid, loss, epochs):
     n_workers = len(client.scheduler_info()["workers"])
     with EngineProbe(client) as probe, get_task_stream(client) as ts:
         t = time.perf_counter()
-        result = dask_scd.fit(grid, tol=1e-12, max_iter=epochs, solver="block_scd",
-                              client=client, **fit_kwargs(loss))
+        result = dask_scd.fit(
+            grid, tol=1e-12, max_iter=epochs, solver="block_scd", client=client, **fit_kwargs(loss)
+        )
         total = time.perf_counter() - t
     analysed = analyse_epochs(probe, ts.data, n_workers, grid.n_blocks + 1)
     return analysed, result, total, probe
@@ -470,8 +533,9 @@ def floor_epoch(client, R, pattern):
                 single = submit(floor_task, *previous, *extra, pure=False)
                 previous = []
             else:
-                previous = [submit(floor_task, chain[r % len(chain)], *extra, pure=False)
-                            for r in range(n)]
+                previous = [
+                    submit(floor_task, chain[r % len(chain)], *extra, pure=False) for r in range(n)
+                ]
                 if i == last_r:
                     chain = previous
         if single is not None:
@@ -485,8 +549,14 @@ def measure_floor(client, R, pattern, epochs):
     walls = [floor_epoch(client, R, pattern) for _ in range(epochs)]
     wall = float(np.median(walls))
     n_tasks = sum(n for stages in pattern for _, n in stages)
-    return {"wall_epoch": wall, "per_iteration": wall / len(pattern), "tasks_per_epoch": n_tasks,
-            "iterations": len(pattern), "per_task": wall / n_tasks, "walls": walls}
+    return {
+        "wall_epoch": wall,
+        "per_iteration": wall / len(pattern),
+        "tasks_per_epoch": n_tasks,
+        "iterations": len(pattern),
+        "per_task": wall / n_tasks,
+        "walls": walls,
+    }
 
 
 def describe_pattern(pattern) -> str:
@@ -509,8 +579,14 @@ def section_profile(report, client, grid, sizes):
         epochs, result, total, probe = profile_engine(client, grid, loss, sizes["profile_epochs"])
         pattern = probe.pattern(epochs[-1]["epoch"])
         floor = measure_floor(client, grid.n_row_chunks, pattern, sizes["floor_epochs"])
-        results[loss] = {"epochs": epochs, "mean": mean_epoch(epochs), "floor": floor,
-                         "gap": result.history_.relative_gap, "total": total, "pattern": pattern}
+        results[loss] = {
+            "epochs": epochs,
+            "mean": mean_epoch(epochs),
+            "floor": floor,
+            "gap": result.history_.relative_gap,
+            "total": total,
+            "pattern": pattern,
+        }
         prefix_order += [p for p in probe.prefix_order if p not in prefix_order]
     n_workers = len(client.scheduler_info()["workers"])
     it = grid.n_blocks + 1
@@ -532,42 +608,100 @@ def section_profile(report, client, grid, sizes):
         m = results[loss]["mean"]
         totals += [f"**{fmt_s(m['compute'])}**", f"{m['tasks']:.0f}", ""]
     rows.append(["**total**", *totals])
-    t1a = md_table(["task prefix", "squared: Σ compute / epoch", "tasks / epoch", "per task",
-                    "logistic: Σ compute / epoch", "tasks / epoch", "per task"], rows)
+    t1a = md_table(
+        [
+            "task prefix",
+            "squared: Σ compute / epoch",
+            "tasks / epoch",
+            "per task",
+            "logistic: Σ compute / epoch",
+            "tasks / epoch",
+            "per task",
+        ],
+        rows,
+    )
 
     # Table 1b: wall vs kernel vs overhead
     rows = []
     for loss in losses:
         m = results[loss]["mean"]
-        rows.append([
-            loss, f"{m['n_epochs_averaged']:.0f}", fmt_s(m["wall"]),
-            " / ".join(fmt_s(m[f"wall_{p}"]) for p in ("block", "coarse", "certify", "client_between")),
-            fmt_s(m["compute"]), fmt_s(m["kernel"]), fmt_s(m["busiest"]),
-            fmt_s(m["overhead"]), f"{m['overhead'] / m['wall']:.0%}",
-            fmt_s(m["wall"] / it), fmt_s(m["kernel"] / it), f"**{fmt_s(m['overhead'] / it)}**",
-            fmt_s((m["wall"] - m["busiest"]) / it),
-            " / ".join(fmt_s(m[f"submit_{p}"]) for p in ("block", "coarse", "certify")),
-            fmt_s(m["transfer"]),
-        ])
-    t1b = md_table(["loss", "epochs avg", "wall / epoch",
-                    "phases: block / coarse / certify / client", "Σ compute",
-                    f"kernel = Σ/{n_workers}", "kernel (busiest worker)",
-                    "overhead = wall − kernel", "overhead share",
-                    "wall / block it.", "kernel / block it.", "overhead / block it.",
-                    "(wall − busiest) / block it.", "client submit time: block / coarse / certify",
-                    "Σ transfer"], rows)
+        rows.append(
+            [
+                loss,
+                f"{m['n_epochs_averaged']:.0f}",
+                fmt_s(m["wall"]),
+                " / ".join(
+                    fmt_s(m[f"wall_{p}"]) for p in ("block", "coarse", "certify", "client_between")
+                ),
+                fmt_s(m["compute"]),
+                fmt_s(m["kernel"]),
+                fmt_s(m["busiest"]),
+                fmt_s(m["overhead"]),
+                f"{m['overhead'] / m['wall']:.0%}",
+                fmt_s(m["wall"] / it),
+                fmt_s(m["kernel"] / it),
+                f"**{fmt_s(m['overhead'] / it)}**",
+                fmt_s((m["wall"] - m["busiest"]) / it),
+                " / ".join(fmt_s(m[f"submit_{p}"]) for p in ("block", "coarse", "certify")),
+                fmt_s(m["transfer"]),
+            ]
+        )
+    t1b = md_table(
+        [
+            "loss",
+            "epochs avg",
+            "wall / epoch",
+            "phases: block / coarse / certify / client",
+            "Σ compute",
+            f"kernel = Σ/{n_workers}",
+            "kernel (busiest worker)",
+            "overhead = wall − kernel",
+            "overhead share",
+            "wall / block it.",
+            "kernel / block it.",
+            "overhead / block it.",
+            "(wall − busiest) / block it.",
+            "client submit time: block / coarse / certify",
+            "Σ transfer",
+        ],
+        rows,
+    )
 
     # Table 1c: every epoch (to show the spread)
     rows = []
     for loss in losses:
         for e in results[loss]["epochs"]:
-            rows.append([loss, e["epoch"], fmt_s(e["wall"]), fmt_s(e["wall_block"]),
-                         fmt_s(e["kernel_block"]), fmt_s(e["wall_coarse"]), fmt_s(e["wall_certify"]),
-                         fmt_s(e["kernel"]), fmt_s(e["overhead"]), fmt_s(e["overhead"] / it),
-                         f"{results[loss]['gap'][e['epoch'] - 1]:.3e}"])
-    t1c = md_table(["loss", "epoch", "wall", "block phase", "block kernel (Σ/n_workers)",
-                    "coarse phase", "certify phase", "kernel (all)", "overhead",
-                    "overhead / block it.", "relative gap"], rows)
+            rows.append(
+                [
+                    loss,
+                    e["epoch"],
+                    fmt_s(e["wall"]),
+                    fmt_s(e["wall_block"]),
+                    fmt_s(e["kernel_block"]),
+                    fmt_s(e["wall_coarse"]),
+                    fmt_s(e["wall_certify"]),
+                    fmt_s(e["kernel"]),
+                    fmt_s(e["overhead"]),
+                    fmt_s(e["overhead"] / it),
+                    f"{results[loss]['gap'][e['epoch'] - 1]:.3e}",
+                ]
+            )
+    t1c = md_table(
+        [
+            "loss",
+            "epoch",
+            "wall",
+            "block phase",
+            "block kernel (Σ/n_workers)",
+            "coarse phase",
+            "certify phase",
+            "kernel (all)",
+            "overhead",
+            "overhead / block it.",
+            "relative gap",
+        ],
+        rows,
+    )
 
     # Table 2: the floor
     rows = []
@@ -575,16 +709,33 @@ def section_profile(report, client, grid, sizes):
         m, f = results[loss]["mean"], results[loss]["floor"]
         engine_block = m["overhead_block"] / it
         engine_all = m["overhead"] / it
-        rows.append([
-            loss, f"{f['tasks_per_epoch'] / f['iterations']:.1f}", fmt_s(f["wall_epoch"]),
-            f"**{fmt_s(f['per_iteration'])}**", fmt_s(f["per_task"]),
-            fmt_s(engine_block), f"**{engine_block / f['per_iteration']:.2f}x**",
-            fmt_s(engine_all), f"{engine_all / f['per_iteration']:.2f}x",
-        ])
-    t2 = md_table(["loss (graph shape)", "tasks / iteration", "floor wall / epoch (median)",
-                   "floor / iteration", "floor / task", "engine overhead / block it. (block phase)",
-                   "engine / floor", "engine overhead / block it. (whole epoch)",
-                   "whole epoch / floor"], rows)
+        rows.append(
+            [
+                loss,
+                f"{f['tasks_per_epoch'] / f['iterations']:.1f}",
+                fmt_s(f["wall_epoch"]),
+                f"**{fmt_s(f['per_iteration'])}**",
+                fmt_s(f["per_task"]),
+                fmt_s(engine_block),
+                f"**{engine_block / f['per_iteration']:.2f}x**",
+                fmt_s(engine_all),
+                f"{engine_all / f['per_iteration']:.2f}x",
+            ]
+        )
+    t2 = md_table(
+        [
+            "loss (graph shape)",
+            "tasks / iteration",
+            "floor wall / epoch (median)",
+            "floor / iteration",
+            "floor / task",
+            "engine overhead / block it. (block phase)",
+            "engine / floor",
+            "engine overhead / block it. (whole epoch)",
+            "whole epoch / floor",
+        ],
+        rows,
+    )
     shapes = "\n".join(f"- {loss}: {describe_pattern(results[loss]['pattern'])}" for loss in losses)
 
     shape_note = (
@@ -600,7 +751,7 @@ def section_profile(report, client, grid, sizes):
         "Phases are timed on the client by wrapping the engine's methods `_BlockSCD._epoch` "
         "(block phase: submit the whole epoch, gather the steps), `_coarse_step` (coarse phase) "
         "and `_certify` (certify phase); 'client' is the rest of the epoch loop. Task compute "
-        "times come from `distributed.get_task_stream` (startstops with action \"compute\"), "
+        'times come from `distributed.get_task_stream` (startstops with action "compute"), '
         "each task attributed to its epoch, phase and block iteration by its key. kernel = "
         "Σ compute / n_workers (perfect parallelism); busiest worker = per block iteration "
         "(per phase outside the block phase), the largest compute of one worker, summed: a "
@@ -608,9 +759,13 @@ def section_profile(report, client, grid, sizes):
         f"epochs 2..{sizes['profile_epochs']} (epoch 1 is in table 1c).\n\n"
         f"Cell cache of each worker after these fits: hit rate of all cell reads "
         f"(cached bytes / bound): {cache_summary(client)}.\n\n"
-        "#### 1a. Task compute time per epoch, by task prefix\n\n" + t1a +
-        "\n\n#### 1b. Wall vs kernel vs overhead (per epoch, then per block iteration)\n\n" + t1b +
-        "\n\n#### 1c. Every epoch\n\n" + t1c)
+        "#### 1a. Task compute time per epoch, by task prefix\n\n"
+        + t1a
+        + "\n\n#### 1b. Wall vs kernel vs overhead (per epoch, then per block iteration)\n\n"
+        + t1b
+        + "\n\n#### 1c. Every epoch\n\n"
+        + t1c
+    )
     report.add(
         "### 2. The floor of dask.distributed (same cluster, same graph shape)\n\n"
         "No-op tasks (`client.submit(noop, *deps, pure=False)`) in the graph shape of one epoch "
@@ -623,7 +778,8 @@ def section_profile(report, client, grid, sizes):
         "The engine's block-phase overhead per block iteration (wall − Σ compute / n_workers of "
         "the block phase, / block iterations) is compared with the floor per iteration "
         "(target ≤ 1.5x); the last two columns charge the whole epoch's overhead (coarse step, "
-        "certificate, client work) to the block iterations.\n\n" + t2)
+        "certificate, client work) to the block iterations.\n\n" + t2
+    )
     return results
 
 
@@ -653,14 +809,22 @@ def section_scaling(report, grid, sizes):
                 client.run(_install_cache_counter)
                 with get_task_stream(client) as ts:
                     t = time.perf_counter()
-                    r = dask_scd.fit(grid, tol=target_tol, max_iter=max_iter,
-                                     solver="block_scd", client=client, **fit_kwargs(loss))
+                    r = dask_scd.fit(
+                        grid,
+                        tol=target_tol,
+                        max_iter=max_iter,
+                        solver="block_scd",
+                        client=client,
+                        **fit_kwargs(loss),
+                    )
                     runs[n_workers] = (r, time.perf_counter() - t)
                 cache[n_workers] = cache_summary(client)
             streams[n_workers] = _stream_totals(ts.data)
         h1, h2 = runs[1][0].history_, runs[2][0].history_
         reached = min(h1.relative_gap[-1], h2.relative_gap[-1]) <= target_tol
-        target = target_tol if reached else _round_target(max(h1.relative_gap[-1], h2.relative_gap[-1]))
+        target = (
+            target_tol if reached else _round_target(max(h1.relative_gap[-1], h2.relative_gap[-1]))
+        )
         per_epoch = {}
         for k, (r, _) in runs.items():
             steps = np.diff([0.0] + list(r.history_.seconds))
@@ -668,25 +832,51 @@ def section_scaling(report, grid, sizes):
         to = {k: _time_to(runs[k][0].history_, target) for k in runs}
         diff = float(np.max(np.abs(runs[1][0].coef_ - runs[2][0].coef_)))
         idiff = abs(runs[1][0].intercept_ - runs[2][0].intercept_)
-        rows.append([
-            loss, f"{len(h1)} / {len(h2)}", fmt_s(per_epoch[1]), fmt_s(per_epoch[2]),
-            f"**{per_epoch[1] / per_epoch[2]:.2f}x**",
-            f"{target:.0e}" + ("" if reached else f" (1e-4 not reached in max_iter={max_iter})"),
-            f"{fmt_s(to[1][0])} (ep {to[1][1]})", f"{fmt_s(to[2][0])} (ep {to[2][1]})",
-            f"**{to[1][0] / to[2][0]:.2f}x**" if to[1][0] and to[2][0] else "—",
-            fmt_s(runs[1][1]), fmt_s(runs[2][1]),
-            f"{diff:.1e} (intercept {idiff:.1e})",
-            f"{h1.relative_gap[-1]:.3e} / {h2.relative_gap[-1]:.3e}",
-        ])
+        rows.append(
+            [
+                loss,
+                f"{len(h1)} / {len(h2)}",
+                fmt_s(per_epoch[1]),
+                fmt_s(per_epoch[2]),
+                f"**{per_epoch[1] / per_epoch[2]:.2f}x**",
+                f"{target:.0e}"
+                + ("" if reached else f" (1e-4 not reached in max_iter={max_iter})"),
+                f"{fmt_s(to[1][0])} (ep {to[1][1]})",
+                f"{fmt_s(to[2][0])} (ep {to[2][1]})",
+                f"**{to[1][0] / to[2][0]:.2f}x**" if to[1][0] and to[2][0] else "—",
+                fmt_s(runs[1][1]),
+                fmt_s(runs[2][1]),
+                f"{diff:.1e} (intercept {idiff:.1e})",
+                f"{h1.relative_gap[-1]:.3e} / {h2.relative_gap[-1]:.3e}",
+            ]
+        )
         for k in (1, 2):
             st, r = streams[k], runs[k][0]
-            rows_b.append([loss, k, fmt_s(runs[k][1]), fmt_s(st["compute"]),
-                           fmt_s(st["compute"] / k), f"{st['compute'] / k / runs[k][1]:.0%}",
-                           fmt_s(st["transfer"]), st["tasks"], cache[k],
-                           ", ".join(f"{p} {fmt_s(st['per_task'][p])}"
-                                     for p in ("block_stats", "block_trials", "apply_step",
-                                               "refresh_margins", "certificate_stats", "coarse_stats")
-                                     if p in st["per_task"])])
+            rows_b.append(
+                [
+                    loss,
+                    k,
+                    fmt_s(runs[k][1]),
+                    fmt_s(st["compute"]),
+                    fmt_s(st["compute"] / k),
+                    f"{st['compute'] / k / runs[k][1]:.0%}",
+                    fmt_s(st["transfer"]),
+                    st["tasks"],
+                    cache[k],
+                    ", ".join(
+                        f"{p} {fmt_s(st['per_task'][p])}"
+                        for p in (
+                            "block_stats",
+                            "block_trials",
+                            "apply_step",
+                            "refresh_margins",
+                            "certificate_stats",
+                            "coarse_stats",
+                        )
+                        if p in st["per_task"]
+                    ),
+                ]
+            )
     report.add(
         "### 3. 1 vs 2 workers\n\n"
         f"Grid: {grid.shape[0]:,} rows, {grid.nnz:,} non-zeros ({fmt_bytes(grid_bytes(grid))} "
@@ -700,18 +890,46 @@ def section_scaling(report, grid, sizes):
         "history_.seconds increment of the epochs after the first; time to the target = "
         "history_.seconds at the first epoch whose certified gap ≤ target (epoch loop, setup "
         "excluded); 'total' is the whole fit call (preflight, initial intercept included).\n\n"
-        + md_table(["loss", "epochs (1w / 2w)", "1 worker / epoch", "2 workers / epoch", "speed-up",
-                    "gap target", "1 worker to target", "2 workers to target", "speed-up to target",
-                    "total 1w", "total 2w", "max |coef 1w − coef 2w|", "final gap 1w / 2w"], rows)
+        + md_table(
+            [
+                "loss",
+                "epochs (1w / 2w)",
+                "1 worker / epoch",
+                "2 workers / epoch",
+                "speed-up",
+                "gap target",
+                "1 worker to target",
+                "2 workers to target",
+                "speed-up to target",
+                "total 1w",
+                "total 2w",
+                "max |coef 1w − coef 2w|",
+                "final gap 1w / 2w",
+            ],
+            rows,
+        )
         + "\n\nWhere the time goes (task stream over the whole fit, preflight included): if the "
         "compute time per task grows with the second worker, the two workers are competing for "
         "the cores (the client and the scheduler need CPU too, and so does anything else running "
         "on the machine). Cell-cache hits are counted by wrapping the engine's per-process cache "
         "(`dask_scd.data.cache.CACHE.get`) on each worker with `client.run`; a miss reads, decompresses "
         "and converts the cell from the zarr store.\n\n"
-        + md_table(["loss", "workers", "fit wall", "Σ task compute", "Σ compute / workers",
-                    "busy share of wall", "Σ transfer", "tasks",
-                    "cell cache hits per worker (cached / bound)", "mean compute per task"], rows_b))
+        + md_table(
+            [
+                "loss",
+                "workers",
+                "fit wall",
+                "Σ task compute",
+                "Σ compute / workers",
+                "busy share of wall",
+                "Σ transfer",
+                "tasks",
+                "cell cache hits per worker (cached / bound)",
+                "mean compute per task",
+            ],
+            rows_b,
+        )
+    )
 
 
 def _install_cache_counter():
@@ -744,7 +962,9 @@ def cache_summary(client) -> str:
     stats = client.run(_read_cache_counter).values()
     return " / ".join(
         f"{s['hit'] / max(s['hit'] + s['miss'], 1):.0%} of {s['hit'] + s['miss']} "
-        f"({fmt_bytes(s['bytes'])} of {fmt_bytes(s['max_bytes'])})" for s in stats)
+        f"({fmt_bytes(s['bytes'])} of {fmt_bytes(s['max_bytes'])})"
+        for s in stats
+    )
 
 
 def _stream_totals(stream) -> dict:
@@ -754,11 +974,17 @@ def _stream_totals(stream) -> dict:
     per = defaultdict(list)
     for rec in stream:
         c = sum(s["stop"] - s["start"] for s in rec["startstops"] if s["action"] == "compute")
-        transfer += sum(s["stop"] - s["start"] for s in rec["startstops"] if s["action"] == "transfer")
+        transfer += sum(
+            s["stop"] - s["start"] for s in rec["startstops"] if s["action"] == "transfer"
+        )
         compute += c
         per[key_split(rec["key"])].append(c)
-    return {"compute": compute, "transfer": transfer, "tasks": len(stream),
-            "per_task": {p: float(np.mean(v)) for p, v in per.items()}}
+    return {
+        "compute": compute,
+        "transfer": transfer,
+        "tasks": len(stream),
+        "per_task": {p: float(np.mean(v)) for p, v in per.items()},
+    }
 
 
 def _round_target(gap):
@@ -783,38 +1009,67 @@ def section_time_to_gap(report, client, grid, X, y, sizes):
             return time.perf_counter() - start > budget
 
         t = time.perf_counter()
-        r = dask_scd.fit(grid, tol=target, max_iter=100_000, solver="block_scd", client=client,
-                         callback=stop, **fit_kwargs(loss))
+        r = dask_scd.fit(
+            grid,
+            tol=target,
+            max_iter=100_000,
+            solver="block_scd",
+            client=client,
+            callback=stop,
+            **fit_kwargs(loss),
+        )
         wall = time.perf_counter() - t
         to, ep = _time_to(r.history_, target)
         per_epoch = r.history_.seconds[-1] / max(r.n_iter_, 1)
-        rows.append([loss, "block_scd on the cluster (2 workers)",
-                     f"{fmt_s(to)} (ep {ep})" if to else f"not reached in {budget:.0f} s budget",
-                     r.n_iter_, fmt_s(per_epoch), f"{r.dual_gap_:.2e}", fmt_s(wall), ""])
+        rows.append(
+            [
+                loss,
+                "block_scd on the cluster (2 workers)",
+                f"{fmt_s(to)} (ep {ep})" if to else f"not reached in {budget:.0f} s budget",
+                r.n_iter_,
+                fmt_s(per_epoch),
+                f"{r.dual_gap_:.2e}",
+                fmt_s(wall),
+                "",
+            ]
+        )
         engine = r
         for solver in ("auto", "scd"):
             print(f"[bench_dask] time to 1e-6, {loss}: in memory, solver={solver}", flush=True)
             # max_iter from a 2-epoch probe, so that the fit stays within its time budget
             probe = dask_scd.fit(X, y, tol=target, max_iter=2, solver=solver, **fit_kwargs(loss))
             per = probe.history_.seconds[-1] / max(probe.n_iter_, 1)
-            max_iter = int(min(sizes["inmem_max_iter"], max(2, sizes["inmem_budget"] / max(per, 1e-3))))
+            max_iter = int(
+                min(sizes["inmem_max_iter"], max(2, sizes["inmem_budget"] / max(per, 1e-3)))
+            )
             t = time.perf_counter()
             m = dask_scd.fit(X, y, tol=target, max_iter=max_iter, solver=solver, **fit_kwargs(loss))
             wall = time.perf_counter() - t
             to, ep = _time_to(m.history_, target)
             per_epoch = m.history_.seconds[-1] / max(m.n_iter_, 1)
             diff = float(np.max(np.abs(m.coef_ - engine.coef_)))
-            rows.append([loss, f"in memory, solver={solver!r} → {m.solver_}",
-                         f"{fmt_s(to)} (ep {ep})" if to else f"not reached in {max_iter} epochs (budget)",
-                         m.n_iter_, fmt_s(per_epoch), f"{m.dual_gap_:.2e}", fmt_s(wall),
-                         f"{diff:.1e}"])
+            rows.append(
+                [
+                    loss,
+                    f"in memory, solver={solver!r} → {m.solver_}",
+                    f"{fmt_s(to)} (ep {ep})"
+                    if to
+                    else f"not reached in {max_iter} epochs (budget)",
+                    m.n_iter_,
+                    fmt_s(per_epoch),
+                    f"{m.dual_gap_:.2e}",
+                    fmt_s(wall),
+                    f"{diff:.1e}",
+                ]
+            )
             if solver == "auto":
                 auto[f"in memory ({loss})"] = m.solver_
     # What solver="auto" picks for the grid itself (one epoch is enough to see it).
     from distributed import Client  # noqa: F401
 
-    r_auto = dask_scd.fit(grid, tol=1e-12, max_iter=1, solver="auto", client=client,
-                          **fit_kwargs("squared"))
+    r_auto = dask_scd.fit(
+        grid, tol=1e-12, max_iter=1, solver="auto", client=client, **fit_kwargs("squared")
+    )
     nbytes = grid_bytes(grid)
     report.add(
         "### 4. Time to a relative duality gap of 1e-6: engine vs in memory\n\n"
@@ -825,14 +1080,29 @@ def section_time_to_gap(report, client, grid, X, y, sizes):
         f"to a {sizes['inmem_budget']:.0f} s budget, at most {sizes['inmem_max_iter']}). Times are history_.seconds (the epoch loop, setup excluded) of the first epoch "
         "whose certified gap ≤ 1e-6; 'total wall' is the whole fit call. The squared loss is fit "
         "on the same ±1 labels. 'max |Δcoef|' is against the engine's final coefficients.\n\n"
-        + md_table(["loss", "engine", "time to 1e-6", "epochs run", "time / epoch", "final gap",
-                    "total wall", "max |Δcoef| vs engine"], rows)
-        + f"\n\n`solver=\"auto\"` on this grid (nnz × 12 = {fmt_bytes(nbytes)}, default "
+        + md_table(
+            [
+                "loss",
+                "engine",
+                "time to 1e-6",
+                "epochs run",
+                "time / epoch",
+                "final gap",
+                "total wall",
+                "max |Δcoef| vs engine",
+            ],
+            rows,
+        )
+        + f'\n\n`solver="auto"` on this grid (nnz × 12 = {fmt_bytes(nbytes)}, default '
         f"`in_memory_limit` = 256 MiB): **{r_auto.solver_}**"
-        + ("" if nbytes > 256 * 2**20 else " (below the limit: X is materialized on the client "
-           "and fitted in memory)")
-        + ". In memory, `solver=\"auto\"` picks: "
-        + ", ".join(f"{k}: **{v}**" for k, v in auto.items()) + "."
+        + (
+            ""
+            if nbytes > 256 * 2**20
+            else " (below the limit: X is materialized on the client and fitted in memory)"
+        )
+        + '. In memory, `solver="auto"` picks: '
+        + ", ".join(f"{k}: **{v}**" for k, v in auto.items())
+        + "."
     )
 
 
@@ -884,9 +1154,12 @@ class RssPoller(threading.Thread):
 def _worker_stats(dask_worker=None):
     from dask_scd.data import cache as cell_cache
 
-    out = {"vm_hwm": vm_hwm(),
-           "cache_bytes": cell_cache.CACHE._bytes, "cache_max": cell_cache.CACHE.max_bytes,
-           "status": str(getattr(dask_worker, "status", "?"))}
+    out = {
+        "vm_hwm": vm_hwm(),
+        "cache_bytes": cell_cache.CACHE._bytes,
+        "cache_max": cell_cache.CACHE.max_bytes,
+        "status": str(getattr(dask_worker, "status", "?")),
+    }
     with contextlib.suppress(Exception):
         out["spilled_bytes"] = int(dask_worker.data.spilled_total.disk)
     return out
@@ -931,8 +1204,10 @@ def _ooc_fit_main(args):
     poller = RssPoller()
     poller.start()
     t0 = time.perf_counter()
-    with cluster(2, args._memory, local_directory=Path(args._ooc_fit).parent / "scratch") as c, \
-            Client(c) as client:
+    with (
+        cluster(2, args._memory, local_directory=Path(args._ooc_fit).parent / "scratch") as c,
+        Client(c) as client,
+    ):
         if args._cache_fix:
             client.register_plugin(_cache_bound_plugin())
         done = threading.Event()
@@ -943,30 +1218,56 @@ def _ooc_fit_main(args):
                     status = client.run(_worker_status, wait=True)
                 except Exception:  # a worker restarting
                     status = {}
-                emit("STATUS", {"t": time.perf_counter() - t0, "status": list(status.values()),
-                                "client_peak": poller.client_peak,
-                                "worker_peaks": list(poller.workers.values()),
-                                "worker_now": list(poller.now.values())})
+                emit(
+                    "STATUS",
+                    {
+                        "t": time.perf_counter() - t0,
+                        "status": list(status.values()),
+                        "client_peak": poller.client_peak,
+                        "worker_peaks": list(poller.workers.values()),
+                        "worker_now": list(poller.now.values()),
+                    },
+                )
 
         threading.Thread(target=report_status, daemon=True).start()
 
         def on_epoch(info):
-            emit("EPOCH", {"epoch": info["epoch"], "gap": info["relative_gap"],
-                           "t": time.perf_counter() - t0})
+            emit(
+                "EPOCH",
+                {
+                    "epoch": info["epoch"],
+                    "gap": info["relative_gap"],
+                    "t": time.perf_counter() - t0,
+                },
+            )
 
         t = time.perf_counter()
-        r = dask_scd.fit(grid, tol=1e-12, max_iter=args._epochs, solver="block_scd", client=client,
-                         callback=on_epoch, **fit_kwargs(args._loss))
+        r = dask_scd.fit(
+            grid,
+            tol=1e-12,
+            max_iter=args._epochs,
+            solver="block_scd",
+            client=client,
+            callback=on_epoch,
+            **fit_kwargs(args._loss),
+        )
         wall = time.perf_counter() - t
         done.set()
         poller.stop()
         stats = client.run(_worker_stats)
-    emit("RESULT", {
-        "wall": wall, "seconds": r.history_.seconds, "gaps": r.history_.relative_gap,
-        "epochs": len(r.history_), "client_peak": poller.client_peak,
-        "client_vm_hwm": vm_hwm(),
-        "worker_peaks": list(poller.workers.values()), "workers": list(stats.values()),
-    })
+    emit(
+        "RESULT",
+        {
+            "wall": wall,
+            "seconds": r.history_.seconds,
+            "gaps": r.history_.relative_gap,
+            "epochs": len(r.history_),
+            "client_peak": poller.client_peak,
+            "client_vm_hwm": vm_hwm(),
+            "worker_peaks": list(poller.workers.values()),
+            "workers": list(stats.values()),
+        },
+    )
 
 
 def run_ooc_fit(path, memory, epochs, loss, stall_after, timeout, cache_fix) -> dict:
@@ -974,12 +1275,23 @@ def run_ooc_fit(path, memory, epochs, loss, stall_after, timeout, cache_fix) -> 
     if it stalls: a worker paused for ``stall_after`` s in a row, or ``timeout`` s in all)."""
     import signal
 
-    cmd = [sys.executable, __file__, "--_ooc-fit", str(path), "--_memory", memory,
-           "--_epochs", str(epochs), "--_loss", loss] + (["--_cache-fix"] if cache_fix else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--_ooc-fit",
+        str(path),
+        "--_memory",
+        memory,
+        "--_epochs",
+        str(epochs),
+        "--_loss",
+        loss,
+    ] + (["--_cache-fix"] if cache_fix else [])
     err_path = Path(path).parent / f"ooc-{memory}-{int(cache_fix)}.stderr"
     err = open(err_path, "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
+    )
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
@@ -1005,19 +1317,29 @@ def run_ooc_fit(path, memory, epochs, loss, stall_after, timeout, cache_fix) -> 
     reader.join(timeout=5)
     err.close()
     if proc.returncode not in (0, None) and outcome == "finished":
-        errors = [line.strip() for line in open(err_path, errors="replace")
-                  if "Error" in line or "Exception" in line or "Killed" in line]
+        errors = [
+            line.strip()
+            for line in open(err_path, errors="replace")
+            if "Error" in line or "Exception" in line or "Killed" in line
+        ]
         last = errors[-1][:160] if errors else ""
-        outcome = f"failed (exit code {proc.returncode}): `{last}`" if last else \
-            f"failed (exit code {proc.returncode})"
+        outcome = (
+            f"failed (exit code {proc.returncode}): `{last}`"
+            if last
+            else f"failed (exit code {proc.returncode})"
+        )
     parsed = defaultdict(list)
     for line in lines:
         kind, _, body = line.partition(" ")
         with contextlib.suppress(ValueError):
             parsed[kind].append(json.loads(body))
-    return {"outcome": outcome, "status": parsed["STATUS"], "epochs": parsed["EPOCH"],
-            "result": parsed["RESULT"][-1] if parsed["RESULT"] else None,
-            "elapsed": time.perf_counter() - t0}
+    return {
+        "outcome": outcome,
+        "status": parsed["STATUS"],
+        "epochs": parsed["EPOCH"],
+        "result": parsed["RESULT"][-1] if parsed["RESULT"] else None,
+        "elapsed": time.perf_counter() - t0,
+    }
 
 
 def _peaks(values) -> str:
@@ -1029,15 +1351,21 @@ def _peaks(values) -> str:
 
 def section_out_of_core(report, sizes, workdir):
     path = workdir / "ooc.zarr"
-    print(f"[bench_dask] out of core: writing {sizes['ooc_rows']:,} rows piece by piece", flush=True)
+    print(
+        f"[bench_dask] out of core: writing {sizes['ooc_rows']:,} rows piece by piece", flush=True
+    )
     w = write_grid_subprocess(path, sizes["ooc_rows"], sizes["ooc_chunk"], seed=2)
     nbytes = w["nnz"] * 12
     rows = []
     for memory, cache_fix, stall_after, timeout in sizes["ooc_runs"]:
-        print(f"[bench_dask] out of core: fitting {sizes['ooc_epochs']} epoch(s), "
-              f"memory_limit={memory}, cache bound {'memory_limit/3' if cache_fix else 'library'}",
-              flush=True)
-        o = run_ooc_fit(path, memory, sizes["ooc_epochs"], "squared", stall_after, timeout, cache_fix)
+        print(
+            f"[bench_dask] out of core: fitting {sizes['ooc_epochs']} epoch(s), "
+            f"memory_limit={memory}, cache bound {'memory_limit/3' if cache_fix else 'library'}",
+            flush=True,
+        )
+        o = run_ooc_fit(
+            path, memory, sizes["ooc_epochs"], "squared", stall_after, timeout, cache_fix
+        )
         shutil.rmtree(workdir / "scratch", ignore_errors=True)
         res, last = o["result"], (o["status"][-1] if o["status"] else {})
         worker_peaks = res["worker_peaks"] if res else last.get("worker_peaks", [])
@@ -1046,23 +1374,45 @@ def section_out_of_core(report, sizes, workdir):
         if res:
             per_epoch = res["seconds"][-1] / max(res["epochs"], 1)
             wall = fmt_s(res["wall"])
-            cache = " / ".join(f"{fmt_bytes(s['cache_bytes'])} of {fmt_bytes(s['cache_max'])}"
-                               for s in res["workers"])
+            cache = " / ".join(
+                f"{fmt_bytes(s['cache_bytes'])} of {fmt_bytes(s['cache_max'])}"
+                for s in res["workers"]
+            )
             spilled = " / ".join(fmt_bytes(s.get("spilled_bytes", 0)) for s in res["workers"])
             ru = " / ".join(fmt_bytes(s["vm_hwm"]) for s in res["workers"])
             gaps = " → ".join(f"{g:.2e}" for g in res["gaps"])
             client = f"{fmt_bytes(client_peak)} (VmHWM {fmt_bytes(res['client_vm_hwm'])})"
         else:
-            per_epoch, wall, cache, spilled, ru = None, f"— ({fmt_s(o['elapsed'])} elapsed)", "—", "—", "—"
+            per_epoch, wall, cache, spilled, ru = (
+                None,
+                f"— ({fmt_s(o['elapsed'])} elapsed)",
+                "—",
+                "—",
+                "—",
+            )
             gaps = " → ".join(f"{e['gap']:.2e}" for e in o["epochs"]) or "no epoch finished"
             client = fmt_bytes(client_peak)
         paused = sum(1 for st in o["status"] if "paused" in st["status"])
-        rows.append([
-            memory, "memory_limit / 3 (plugin)" if cache_fix else "library (½ of pause − resident)", f"{ratio:.2f}x", o["outcome"], len(o["epochs"]), wall, fmt_s(per_epoch),
-            _peaks(worker_peaks),
-            max(0, len(worker_peaks) - 2), f"{paused} of {len(o['status'])}", ru, cache, spilled,
-            client, f"{max(client_peak, res['client_vm_hwm'] if res else 0) / nbytes:.1%}", gaps,
-        ])
+        rows.append(
+            [
+                memory,
+                "memory_limit / 3 (plugin)" if cache_fix else "library (½ of pause − resident)",
+                f"{ratio:.2f}x",
+                o["outcome"],
+                len(o["epochs"]),
+                wall,
+                fmt_s(per_epoch),
+                _peaks(worker_peaks),
+                max(0, len(worker_peaks) - 2),
+                f"{paused} of {len(o['status'])}",
+                ru,
+                cache,
+                spilled,
+                client,
+                f"{max(client_peak, res['client_vm_hwm'] if res else 0) / nbytes:.1%}",
+                gaps,
+            ]
+        )
     shutil.rmtree(path, ignore_errors=True)
     report.add(
         "### 5. Out of core\n\n"
@@ -1074,7 +1424,7 @@ def section_out_of_core(report, sizes, workdir):
         f"`to_grid`, which reads it one row chunk at a time: the writer's peak RSS (VmHWM) was "
         f"{fmt_bytes(w['peak_rss'])}, so X was never whole in memory. "
         "Each fit runs in a fresh process (the client; the LocalCluster's scheduler and nannies "
-        f"live in it too) on 2 workers x 1 thread, solver=\"block_scd\", squared loss, "
+        f'live in it too) on 2 workers x 1 thread, solver="block_scd", squared loss, '
         f"max_iter={sizes['ooc_epochs']}. RSS of the client and of every worker process is polled "
         "every 0.2 s (psutil; a worker restarted by its nanny is a new process, counted in "
         "'restarts'); worker status (running / paused) is polled every 2 s. A fit is killed when a worker stays paused (process memory > 80 % of "
@@ -1082,11 +1432,28 @@ def section_out_of_core(report, sizes, workdir):
         "the peak RSS of a process image, read at the end (not ru_maxrss, which Linux carries "
         "over from the parent across fork + exec). 'ratio' = uncompressed grid "
         "/ total memory_limit of the workers. The grid store is deleted afterwards.\n\n"
-        + md_table(["memory_limit / worker", "cell cache bound", "ratio", "outcome", "epochs done", "fit wall",
-                    "time / epoch", "worker peak RSS (poll, per process)", "worker restarts",
-                    "status polls with a paused worker", "worker VmHWM (end, live workers)", "cell cache at end",
-                    "spilled to disk (end)", "client peak RSS", "client peak / grid",
-                    "relative gap"], rows))
+        + md_table(
+            [
+                "memory_limit / worker",
+                "cell cache bound",
+                "ratio",
+                "outcome",
+                "epochs done",
+                "fit wall",
+                "time / epoch",
+                "worker peak RSS (poll, per process)",
+                "worker restarts",
+                "status polls with a paused worker",
+                "worker VmHWM (end, live workers)",
+                "cell cache at end",
+                "spilled to disk (end)",
+                "client peak RSS",
+                "client peak / grid",
+                "relative gap",
+            ],
+            rows,
+        )
+    )
 
 
 # ----------------------------------------------------------------------------------- main
@@ -1098,7 +1465,9 @@ def warm_up(client, workdir):
 
     grid, _, _ = write_grid_in_memory(workdir / "tiny.zarr", 20_000, 5_000, seed=9)
     for loss in ("squared", "logistic"):
-        dask_scd.fit(grid, tol=1e-12, max_iter=1, solver="block_scd", client=client, **fit_kwargs(loss))
+        dask_scd.fit(
+            grid, tol=1e-12, max_iter=1, solver="block_scd", client=client, **fit_kwargs(loss)
+        )
     shutil.rmtree(workdir / "tiny.zarr", ignore_errors=True)
 
 
@@ -1111,8 +1480,14 @@ def header(args, sizes, elapsed, git_start):
     import dask_scd
 
     load = os.getloadavg()
-    git = git_start if git_start == _git_state() else f"{git_start} at the start, {_git_state()} at the end"
-    cmd = " ".join(shlex.quote(a) for a in [".venv/bin/python", "benchmarks/bench_dask.py", *args.argv])
+    git = (
+        git_start
+        if git_start == _git_state()
+        else f"{git_start} at the start, {_git_state()} at the end"
+    )
+    cmd = " ".join(
+        shlex.quote(a) for a in [".venv/bin/python", "benchmarks/bench_dask.py", *args.argv]
+    )
     return (
         f"## {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {cpu_model()}, "
         f"{os.cpu_count()} cores (nproc), {fmt_bytes(psutil.virtual_memory().total)} RAM; "
@@ -1127,10 +1502,20 @@ def header(args, sizes, elapsed, git_start):
 def _git_state() -> str:
     root = HERE.parent
     try:
-        head = subprocess.run(["git", "log", "-1", "--format=%h", "--", "dask_scd"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "dask_scd"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "log", "-1", "--format=%h", "--", "dask_scd"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "dask_scd"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "git state unknown"
     return f"dask_scd/ at git {head}" + (" + uncommitted changes" if dirty else "")
@@ -1139,14 +1524,22 @@ def _git_state() -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, < 3 min")
-    p.add_argument("--no-save", action="store_true", help="print only, do not append to the results")
+    p.add_argument(
+        "--no-save", action="store_true", help="print only, do not append to the results"
+    )
     p.add_argument("--output", type=Path, default=RESULTS)
     p.add_argument("--workdir", type=Path, default=DATA, help="where the grid stores are written")
     p.add_argument("--ooc-rows", type=int, help="rows of the out-of-core grid (default: by size)")
-    p.add_argument("--ooc-runs", help="out-of-core fits, e.g. '512MiB,512MiB:fix,1GiB:fix' "
-                   "(':fix' = cell-cache bound set to memory_limit/3 by a worker plugin)")
-    p.add_argument("--only", default="profile,scaling,gap,ooc",
-                   help="comma-separated sections: profile (tables 1-2), scaling, gap, ooc")
+    p.add_argument(
+        "--ooc-runs",
+        help="out-of-core fits, e.g. '512MiB,512MiB:fix,1GiB:fix' "
+        "(':fix' = cell-cache bound set to memory_limit/3 by a worker plugin)",
+    )
+    p.add_argument(
+        "--only",
+        default="profile,scaling,gap,ooc",
+        help="comma-separated sections: profile (tables 1-2), scaling, gap, ooc",
+    )
     # internal: sub-processes
     p.add_argument("--_write-grid", dest="_write_grid", help=argparse.SUPPRESS)
     p.add_argument("--_rows", dest="_rows", type=int, help=argparse.SUPPRESS)
@@ -1176,8 +1569,9 @@ def main(argv=None):
         sizes["ooc_rows"] = args.ooc_rows
     if args.ooc_runs:
         stall, timeout = sizes["ooc_runs"][-1][2:]
-        sizes["ooc_runs"] = [(r.split(":")[0], r.endswith(":fix"), stall, timeout)
-                             for r in args.ooc_runs.split(",")]
+        sizes["ooc_runs"] = [
+            (r.split(":")[0], r.endswith(":fix"), stall, timeout) for r in args.ooc_runs.split(",")
+        ]
     only = set(args.only.split(","))
     workdir = args.workdir / ("quick" if args.quick else "full")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1187,8 +1581,9 @@ def main(argv=None):
     try:
         if only & {"profile", "gap"}:
             print(f"[bench_dask] writing the main grid ({sizes['main_rows']:,} rows)", flush=True)
-            grid, X, y = write_grid_in_memory(workdir / "main.zarr", sizes["main_rows"],
-                                              sizes["main_chunk"], seed=0)
+            grid, X, y = write_grid_in_memory(
+                workdir / "main.zarr", sizes["main_rows"], sizes["main_chunk"], seed=0
+            )
             with cluster(2) as c, Client(c) as client:
                 warm_up(client, workdir)
                 if "profile" in only:
@@ -1198,8 +1593,12 @@ def main(argv=None):
             del X, y
             gc.collect()
         if "scaling" in only:
-            print(f"[bench_dask] writing the scaling grid ({sizes['scale_rows']:,} rows)", flush=True)
-            write_grid_subprocess(workdir / "scale.zarr", sizes["scale_rows"], sizes["scale_chunk"], seed=1)
+            print(
+                f"[bench_dask] writing the scaling grid ({sizes['scale_rows']:,} rows)", flush=True
+            )
+            write_grid_subprocess(
+                workdir / "scale.zarr", sizes["scale_rows"], sizes["scale_chunk"], seed=1
+            )
             from dask_scd.grid import open_grid
 
             section_scaling(report, open_grid(workdir / "scale.zarr"), sizes)

@@ -83,19 +83,27 @@ def run(fit, data, problem, policy, chunk_size, max_iter, budget):
 
 def table(name, nbytes, rows, zarr=False) -> list[str]:
     seq = next(r for p, r, _ in rows if p == "sequential")
-    head = ("| policy | rounds | reached 1e-4 | swaps | bytes moved | × X | vs sequential "
-            "| wall (s) |" + (" slow side read |" if zarr else ""))
-    lines = [f"**{name}** (X: {nbytes / 2**20:.1f} MiB, budget 25 %)", "", head,
-             "|" + "---|" * (head.count("|") - 1)]
+    head = (
+        "| policy | rounds | reached 1e-4 | swaps | bytes moved | × X | vs sequential "
+        "| wall (s) |" + (" slow side read |" if zarr else "")
+    )
+    lines = [
+        f"**{name}** (X: {nbytes / 2**20:.1f} MiB, budget 25 %)",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+    ]
     for policy, r, seconds in rows:
         e = r.extras
         reached = r.converged(TOL)
         ratio = seq.extras["bytes_moved"] / max(e["bytes_moved"], 1)
         mark = "" if reached and seq.converged(TOL) else " (≥)" if not seq.converged(TOL) else ""
-        line = (f"| {policy} | {r.n_iter} | {'yes' if reached else 'no'} "
-                f"({r.certificate.relative_gap:.1e}) | {e['swaps']} | "
-                f"{e['bytes_moved'] / 2**20:.1f} MiB | {e['bytes_moved'] / nbytes:.2f} | "
-                f"{ratio:.1f}x{mark} | {seconds:.2f} |")
+        line = (
+            f"| {policy} | {r.n_iter} | {'yes' if reached else 'no'} "
+            f"({r.certificate.relative_gap:.1e}) | {e['swaps']} | "
+            f"{e['bytes_moved'] / 2**20:.1f} MiB | {e['bytes_moved'] / nbytes:.2f} | "
+            f"{ratio:.1f}x{mark} | {seconds:.2f} |"
+        )
         if zarr:
             line += f" {e['slow_bytes_read'] / 2**20:.0f} MiB |"
         lines.append(line)
@@ -112,8 +120,9 @@ def plot(curves, path):
     for ax, (name, nbytes, rows) in zip(np.atleast_1d(axes), curves):
         for policy, r, _ in rows:
             rounds = r.extras["rounds"]
-            ax.semilogy(np.array(rounds["bytes_moved"]) / nbytes, rounds["relative_gap"],
-                        label=policy)
+            ax.semilogy(
+                np.array(rounds["bytes_moved"]) / nbytes, rounds["relative_gap"], label=policy
+            )
         ax.axhline(TOL, color="gray", lw=0.5)
         ax.set_title(name)
         ax.set_xlabel("bytes moved into fast memory / bytes of X")
@@ -131,19 +140,29 @@ def main():
     args = parser.parse_args()
     out, curves = [], []
     warm = regression(200, 40, 4)
-    run(fit_duhl, InMemory(*warm), obj.Problem("squared", 0.1, 1.0, True), "duhl", 4, 5,
-        warm[0].nbytes)  # compile the kernels outside the timings
+    run(
+        fit_duhl,
+        InMemory(*warm),
+        obj.Problem("squared", 0.1, 1.0, True),
+        "duhl",
+        4,
+        5,
+        warm[0].nbytes,
+    )  # compile the kernels outside the timings
     out.append("### In memory (the slow side is the matrix; a load is a copy)\n")
     for name, X, y, problem, chunk, max_iter in cases(args.quick):
         rows = []
         for policy in POLICIES:
-            r, seconds = run(fit_duhl, InMemory(X, y), problem, policy, chunk, max_iter,
-                             X.nbytes // 4)
+            r, seconds = run(
+                fit_duhl, InMemory(X, y), problem, policy, chunk, max_iter, X.nbytes // 4
+            )
             rows.append((policy, r, seconds))
-            print(f"{name:18s} {policy:11s} rounds {r.n_iter:4d} "
-                  f"gap {r.certificate.relative_gap:.1e} "
-                  f"bytes {r.extras['bytes_moved'] / X.nbytes:7.2f} x  {seconds:6.2f} s",
-                  flush=True)
+            print(
+                f"{name:18s} {policy:11s} rounds {r.n_iter:4d} "
+                f"gap {r.certificate.relative_gap:.1e} "
+                f"bytes {r.extras['bytes_moved'] / X.nbytes:7.2f} x  {seconds:6.2f} s",
+                flush=True,
+            )
         out += table(name, X.nbytes, rows)
         curves.append((name, X.nbytes, rows))
     out.append("### RAM over a zarr grid on disk (a chunk is a column block of 4 features)\n")
@@ -158,10 +177,17 @@ def main():
             for policy in POLICIES:
                 r, seconds = run(fit_grid, grid, problem, policy, None, max_iter, X.nbytes // 4)
                 rows.append((policy, r, seconds))
-                print(f"zarr {name:13s} {policy:11s} rounds {r.n_iter:4d} bytes "
-                      f"{r.extras['bytes_moved'] / X.nbytes:7.2f} x  {seconds:6.2f} s", flush=True)
-            out += table(f"{name}, zarr grid {grid.n_row_chunks} x {grid.n_blocks} cells",
-                         X.nbytes, rows, zarr=True)
+                print(
+                    f"zarr {name:13s} {policy:11s} rounds {r.n_iter:4d} bytes "
+                    f"{r.extras['bytes_moved'] / X.nbytes:7.2f} x  {seconds:6.2f} s",
+                    flush=True,
+                )
+            out += table(
+                f"{name}, zarr grid {grid.n_row_chunks} x {grid.n_blocks} cells",
+                X.nbytes,
+                rows,
+                zarr=True,
+            )
     text = "\n".join([header(args)] + out)
     print(text)
     if not args.no_save:
@@ -175,17 +201,24 @@ def main():
 def header(args) -> str:
     root = HERE.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                                capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     command = "python benchmarks/bench_duhl.py " + " ".join(sys.argv[1:])
-    return (f"## {now} — {cpu_model()}, {platform.python_version()}, commit {commit}, "
-            f"load {os.getloadavg()[0]:.1f}\n\n`{command.strip()}`; one thread; "
-            f"local_epochs=2, gap memory refreshed by the certificate of every round; "
-            f"rounds capped per problem (sequential on the SVM does not reach 1e-4: its "
-            f"ratio is a lower bound, marked ≥).\n")
+    return (
+        f"## {now} — {cpu_model()}, {platform.python_version()}, commit {commit}, "
+        f"load {os.getloadavg()[0]:.1f}\n\n`{command.strip()}`; one thread; "
+        f"local_epochs=2, gap memory refreshed by the certificate of every round; "
+        f"rounds capped per problem (sequential on the SVM does not reach 1e-4: its "
+        f"ratio is a lower bound, marked ≥).\n"
+    )
 
 
 if __name__ == "__main__":

@@ -71,14 +71,18 @@ CASES = (
 )
 LAYOUTS = ("dense", "sparse")
 DUHL_CASES = ("lasso", "hinge SVM (dual)")
-RESIDENCIES = (("duhl, 25 %", "duhl", 4), ("sequential, 25 %", "sequential", 4),
-               ("all in GPU", "duhl", 1))
+RESIDENCIES = (
+    ("duhl, 25 %", "duhl", 4),
+    ("sequential, 25 %", "sequential", 4),
+    ("all in GPU", "duhl", 1),
+)
 
 
 def tpa_rows() -> list[str]:
     """The names of the TPA-SCD table's rows, in order."""
-    return [f"{c.name}, {layout}" for c in CASES for layout in LAYOUTS
-            if registry.get(c.solver).gpu]
+    return [
+        f"{c.name}, {layout}" for c in CASES for layout in LAYOUTS if registry.get(c.solver).gpu
+    ]
 
 
 def duhl_rows() -> list[str]:
@@ -97,8 +101,14 @@ def make_data(n: int, layout: str, tiny: bool, seed: int = 0):
         X = rng.normal(size=(n, p))
     else:
         p = 40 if tiny else 10_000
-        X = sp.random(n, p, density=(0.2 if tiny else 1e-3), format="csr", random_state=rng,
-                      data_rvs=rng.standard_normal)
+        X = sp.random(
+            n,
+            p,
+            density=(0.2 if tiny else 1e-3),
+            format="csr",
+            random_state=rng,
+            data_rvs=rng.standard_normal,
+        )
     beta = np.zeros(p)
     support = rng.choice(p, max(2, p // 20), replace=False)
     beta[support] = rng.normal(size=len(support))
@@ -116,9 +126,18 @@ def fit_once(case: Case, X, y, where: str, max_iter: int):
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a capped run warns; the table says "not reached"
-        result = dask_scd.fit(X, y, loss=case.loss, penalty=case.penalty, alpha=case.alpha,
-                              solver=case.solver, device=where, tol=TOL, max_iter=max_iter,
-                              random_state=0)
+        result = dask_scd.fit(
+            X,
+            y,
+            loss=case.loss,
+            penalty=case.penalty,
+            alpha=case.alpha,
+            solver=case.solver,
+            device=where,
+            tol=TOL,
+            max_iter=max_iter,
+            random_state=0,
+        )
     return result, time.perf_counter() - start
 
 
@@ -126,17 +145,25 @@ def _wanted(row: str, match: str | None) -> bool:
     return match is None or match in row
 
 
-def tpa_table(n: int, tiny: bool, max_iter: int, warm_up: bool = True,
-              match: str | None = None) -> tuple[list[str], list[dict]]:
-    columns = ["problem", "n x p", "CPU s/epoch", "GPU s/epoch", "CPU epochs, s to 1e-6",
-               "GPU epochs, s to 1e-6", "speed-up", "\\|P_gpu − P_cpu\\| / \\|P_cpu\\|",
-               "bound (larger gap)"]
+def tpa_table(
+    n: int, tiny: bool, max_iter: int, warm_up: bool = True, match: str | None = None
+) -> tuple[list[str], list[dict]]:
+    columns = [
+        "problem",
+        "n x p",
+        "CPU s/epoch",
+        "GPU s/epoch",
+        "CPU epochs, s to 1e-6",
+        "GPU epochs, s to 1e-6",
+        "speed-up",
+        "\\|P_gpu − P_cpu\\| / \\|P_cpu\\|",
+        "bound (larger gap)",
+    ]
     lines, records = _head(columns), []
     for layout in LAYOUTS:
         Xs, y_reg, y_cls = make_data(n, layout, tiny)
         for case in CASES:
-            if not registry.get(case.solver).gpu or not _wanted(f"{case.name}, {layout}",
-                                                                      match):
+            if not registry.get(case.solver).gpu or not _wanted(f"{case.name}, {layout}", match):
                 continue
             X = Xs[case.solver]
             y = y_reg if case.loss == "squared" else y_cls
@@ -154,10 +181,16 @@ def tpa_table(n: int, tiny: bool, max_iter: int, warm_up: bool = True,
 def _tpa_record(name, shape, runs) -> dict:
     (cpu, cpu_s), (gpu, gpu_s) = runs["cpu"], runs["gpu"]
     # Both objectives lie in [P*, P* + gap·|P|]: they agree to the larger certified gap.
-    return {"row": name, "shape": shape, "cpu": cpu, "gpu": gpu, "cpu_s": cpu_s,
-            "gpu_s": gpu_s,
-            "objective_gap": abs(gpu.primal_ - cpu.primal_) / abs(cpu.primal_),
-            "bound": max(cpu.dual_gap_, gpu.dual_gap_)}
+    return {
+        "row": name,
+        "shape": shape,
+        "cpu": cpu,
+        "gpu": gpu,
+        "cpu_s": cpu_s,
+        "gpu_s": gpu_s,
+        "objective_gap": abs(gpu.primal_ - cpu.primal_) / abs(cpu.primal_),
+        "bound": max(cpu.dual_gap_, gpu.dual_gap_),
+    }
 
 
 def _reached(result, seconds) -> str:
@@ -170,11 +203,13 @@ def _tpa_line(r) -> str:
     cpu, gpu = r["cpu"], r["gpu"]
     speed_up = r["cpu_s"] / r["gpu_s"]
     both = cpu.converged_ and gpu.converged_
-    return (f"| {r['row']} | {r['shape'][0]} x {r['shape'][1]} "
-            f"| {r['cpu_s'] / max(cpu.n_iter_, 1):.3g} | {r['gpu_s'] / max(gpu.n_iter_, 1):.3g} "
-            f"| {_reached(cpu, r['cpu_s'])} | {_reached(gpu, r['gpu_s'])} "
-            f"| {speed_up:.2f}x{'' if both else ' (same epochs cap)'} "
-            f"| {r['objective_gap']:.1e} | {r['bound']:.1e} |")
+    return (
+        f"| {r['row']} | {r['shape'][0]} x {r['shape'][1]} "
+        f"| {r['cpu_s'] / max(cpu.n_iter_, 1):.3g} | {r['gpu_s'] / max(gpu.n_iter_, 1):.3g} "
+        f"| {_reached(cpu, r['cpu_s'])} | {_reached(gpu, r['gpu_s'])} "
+        f"| {speed_up:.2f}x{'' if both else ' (same epochs cap)'} "
+        f"| {r['objective_gap']:.1e} | {r['bound']:.1e} |"
+    )
 
 
 # ------------------------------------------------------------------------------ DuHL
@@ -189,10 +224,18 @@ def duhl_problem(name: str, n: int, tiny: bool):
     return X, y_cls, obj.Problem("hinge", 1e-2, 0.0, True), max(2, n // 256)
 
 
-def duhl_table(n: int, tiny: bool, max_rounds: int, warm_up: bool = True,
-               match: str | None = None) -> tuple[list[str], list[dict]]:
-    columns = ["problem: fast memory", "rounds", "reached 1e-4", "swaps",
-               "bytes moved", "× X", "wall (s)"]
+def duhl_table(
+    n: int, tiny: bool, max_rounds: int, warm_up: bool = True, match: str | None = None
+) -> tuple[list[str], list[dict]]:
+    columns = [
+        "problem: fast memory",
+        "rounds",
+        "reached 1e-4",
+        "swaps",
+        "bytes moved",
+        "× X",
+        "wall (s)",
+    ]
     lines, records = _head(columns), []
     for name in DUHL_CASES:
         if not any(_wanted(f"{name}: {label}", match) for label, _, _ in RESIDENCIES):
@@ -203,10 +246,13 @@ def duhl_table(n: int, tiny: bool, max_rounds: int, warm_up: bool = True,
         for label, residency, share in RESIDENCIES:
             if not _wanted(f"{name}: {label}", match):
                 continue
-            result, seconds = _duhl(X, y, problem, residency, chunk, max_rounds,
-                                    X.nbytes // share)
-            record = {"row": f"{name}: {label}", "result": result, "seconds": seconds,
-                      "nbytes": X.nbytes}
+            result, seconds = _duhl(X, y, problem, residency, chunk, max_rounds, X.nbytes // share)
+            record = {
+                "row": f"{name}: {label}",
+                "result": result,
+                "seconds": seconds,
+                "nbytes": X.nbytes,
+            }
             records.append(record)
             lines.append(_duhl_line(record))
             print(lines[-1], flush=True)
@@ -214,10 +260,13 @@ def duhl_table(n: int, tiny: bool, max_rounds: int, warm_up: bool = True,
 
 
 def _duhl(X, y, problem, residency, chunk, max_rounds, budget):
-    engine = {"memory_budget": budget, "residency": residency, "local_epochs": 2,
-              "chunk_size": chunk}
-    options = Options(DUHL_TOL, max_rounds, np.random.default_rng(0), engine=engine,
-                      device="gpu")
+    engine = {
+        "memory_budget": budget,
+        "residency": residency,
+        "local_epochs": 2,
+        "chunk_size": chunk,
+    }
+    options = Options(DUHL_TOL, max_rounds, np.random.default_rng(0), engine=engine, device="gpu")
     start = time.perf_counter()
     result = fit_duhl(InMemory(X, y), problem, options)
     return result, time.perf_counter() - start
@@ -226,10 +275,12 @@ def _duhl(X, y, problem, residency, chunk, max_rounds, budget):
 def _duhl_line(r) -> str:
     result, extras = r["result"], r["result"].extras
     reached = "yes" if result.converged(DUHL_TOL) else "no"
-    return (f"| {r['row']} | {result.n_iter} | {reached} "
-            f"({result.certificate.relative_gap:.1e}) | {extras['swaps']} "
-            f"| {_size(extras['bytes_moved'])} | {extras['bytes_moved'] / r['nbytes']:.2f} "
-            f"| {r['seconds']:.3g} |")
+    return (
+        f"| {r['row']} | {result.n_iter} | {reached} "
+        f"({result.certificate.relative_gap:.1e}) | {extras['swaps']} "
+        f"| {_size(extras['bytes_moved'])} | {extras['bytes_moved'] / r['nbytes']:.2f} "
+        f"| {r['seconds']:.3g} |"
+    )
 
 
 def _head(columns) -> list[str]:
@@ -246,19 +297,39 @@ def _size(nbytes: int) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--tiny", action="store_true",
-                        help=f"{TINY_ROWS} rows and 2 epochs (what the simulator runs)")
-    parser.add_argument("--max-epochs", type=int, default=None,
-                        help="epochs cap of a TPA-SCD fit (default 500; 2 with --tiny)")
-    parser.add_argument("--max-rounds", type=int, default=None,
-                        help="rounds cap of a DuHL fit (default 300; 2 with --tiny)")
-    parser.add_argument("--output", type=Path, default=None,
-                        help="markdown file to append to (default benchmarks/results/gpu.md;"
-                             " under the simulator nothing is written without it)")
-    parser.add_argument("--only", choices=("tpa", "duhl"), default=None,
-                        help="run one part only: the TPA-SCD table or the DuHL table")
-    parser.add_argument("--match", default=None,
-                        help="run only the rows whose name contains this text")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help=f"{TINY_ROWS} rows and 2 epochs (what the simulator runs)",
+    )
+    parser.add_argument(
+        "--max-epochs",
+        type=int,
+        default=None,
+        help="epochs cap of a TPA-SCD fit (default 500; 2 with --tiny)",
+    )
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=None,
+        help="rounds cap of a DuHL fit (default 300; 2 with --tiny)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="markdown file to append to (default benchmarks/results/gpu.md;"
+        " under the simulator nothing is written without it)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("tpa", "duhl"),
+        default=None,
+        help="run one part only: the TPA-SCD table or the DuHL table",
+    )
+    parser.add_argument(
+        "--match", default=None, help="run only the rows whose name contains this text"
+    )
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -268,8 +339,10 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not device.gpu_available():
-        print("bench_gpu: numba.cuda finds no CUDA device (and NUMBA_ENABLE_CUDASIM is not "
-              "set): nothing measured, no results written")
+        print(
+            "bench_gpu: numba.cuda finds no CUDA device (and NUMBA_ENABLE_CUDASIM is not "
+            "set): nothing measured, no results written"
+        )
         return 0
     simulator = _simulator()
     if simulator:
@@ -318,12 +391,20 @@ def header(args, n, max_iter, max_rounds, simulator) -> str:
 
     root = HERE.parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                                capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):  # a copy of the tree without .git
         commit = os.environ.get("DASK_SCD_COMMIT", "unknown")
-    versions = [f"numpy {np.__version__}", f"scipy {scipy.__version__}",
-                f"numba {numba.__version__}"]
+    versions = [
+        f"numpy {np.__version__}",
+        f"scipy {scipy.__version__}",
+        f"numba {numba.__version__}",
+    ]
     for module in ("numba_cuda", "cupy"):
         try:
             versions.append(f"{module} {__import__(module).__version__}")
@@ -331,12 +412,14 @@ def header(args, n, max_iter, max_rounds, simulator) -> str:
             pass
     command = "python benchmarks/bench_gpu.py " + " ".join(args.argv)
     now = datetime.datetime.now().astimezone()
-    return (f"## {now:%Y-%m-%d %H:%M %Z} — {_gpu_name(simulator)}; CPU {cpu_model()}, "
-            f"Python {platform.python_version()}, {', '.join(versions)}, commit {commit}, "
-            f"load {os.getloadavg()[0]:.1f}\n\n`{command.strip()}`; {n} rows; CPU: one "
-            f"thread; TPA-SCD tol {TOL:g}, at most {max_iter} epochs; DuHL tol {DUHL_TOL:g}, "
-            f"at most {max_rounds} rounds, local_epochs=2. Times are the fit call's wall "
-            f"time after a warm-up fit that compiles the kernels.\n")
+    return (
+        f"## {now:%Y-%m-%d %H:%M %Z} — {_gpu_name(simulator)}; CPU {cpu_model()}, "
+        f"Python {platform.python_version()}, {', '.join(versions)}, commit {commit}, "
+        f"load {os.getloadavg()[0]:.1f}\n\n`{command.strip()}`; {n} rows; CPU: one "
+        f"thread; TPA-SCD tol {TOL:g}, at most {max_iter} epochs; DuHL tol {DUHL_TOL:g}, "
+        f"at most {max_rounds} rounds, local_epochs=2. Times are the fit call's wall "
+        f"time after a warm-up fit that compiles the kernels.\n"
+    )
 
 
 def _gpu_name(simulator: bool) -> str:

@@ -197,39 +197,108 @@ def make_rows(data: Dataset, alphas):
     squared = ("auto", "scd") if data.shape[1] <= 512 else ("scd",)
     warnings.filterwarnings("ignore", category=FutureWarning)
     rows = [
-        Row("Lasso", "squared", "l1", a_l1, 1.0, squared,
-            "Lasso", lambda tol, it: Lasso(alpha=a_l1, fit_intercept=False, tol=tol,
-                                           max_iter=it),
-            "columns", 10_000, True),
-        Row("ElasticNet l1_ratio=0.5", "squared", "elasticnet", 2 * a_l1, 0.5, squared,
-            "ElasticNet", lambda tol, it: ElasticNet(alpha=2 * a_l1, l1_ratio=0.5,
-                                                     fit_intercept=False, tol=tol,
-                                                     max_iter=it),
-            "columns", 10_000, True),
-        Row("L2 logistic", "logistic", "l2", a_cls, 0.0, ("scd", "sdca"),
+        Row(
+            "Lasso",
+            "squared",
+            "l1",
+            a_l1,
+            1.0,
+            squared,
+            "Lasso",
+            lambda tol, it: Lasso(alpha=a_l1, fit_intercept=False, tol=tol, max_iter=it),
+            "columns",
+            10_000,
+            True,
+        ),
+        Row(
+            "ElasticNet l1_ratio=0.5",
+            "squared",
+            "elasticnet",
+            2 * a_l1,
+            0.5,
+            squared,
+            "ElasticNet",
+            lambda tol, it: ElasticNet(
+                alpha=2 * a_l1, l1_ratio=0.5, fit_intercept=False, tol=tol, max_iter=it
+            ),
+            "columns",
+            10_000,
+            True,
+        ),
+        Row(
+            "L2 logistic",
+            "logistic",
+            "l2",
+            a_cls,
+            0.0,
+            ("scd", "sdca"),
             "LogisticRegression(liblinear)",
-            lambda tol, it: LogisticRegression(solver="liblinear", C=1.0 / (n * a_cls),
-                                               fit_intercept=False, tol=tol, max_iter=it),
-            "rows", 1_000, False),
-        Row("hinge SVM", "hinge", "l2", a_svm, 0.0, ("sdca",),
+            lambda tol, it: LogisticRegression(
+                solver="liblinear", C=1.0 / (n * a_cls), fit_intercept=False, tol=tol, max_iter=it
+            ),
+            "rows",
+            1_000,
+            False,
+        ),
+        Row(
+            "hinge SVM",
+            "hinge",
+            "l2",
+            a_svm,
+            0.0,
+            ("sdca",),
             "LinearSVC(hinge, dual)",
-            lambda tol, it: LinearSVC(loss="hinge", C=1.0 / (n * a_svm), fit_intercept=False,
-                                      dual=True, tol=tol, max_iter=it),
-            "rows", 100_000, False),
+            lambda tol, it: LinearSVC(
+                loss="hinge",
+                C=1.0 / (n * a_svm),
+                fit_intercept=False,
+                dual=True,
+                tol=tol,
+                max_iter=it,
+            ),
+            "rows",
+            100_000,
+            False,
+        ),
     ]
     if data.shape[1] <= 512:
         # scikit-learn's own Gram mode, for a like-for-like comparison with ours.
         rows += [
-            Row("Lasso, sklearn precompute=True", "squared", "l1", a_l1, 1.0, ("auto",),
+            Row(
+                "Lasso, sklearn precompute=True",
+                "squared",
+                "l1",
+                a_l1,
+                1.0,
+                ("auto",),
                 "Lasso(precompute=True)",
-                lambda tol, it: Lasso(alpha=a_l1, fit_intercept=False, tol=tol,
-                                      max_iter=it, precompute=True),
-                "columns", 10_000, True),
-            Row("ElasticNet l1_ratio=0.5, sklearn precompute=True", "squared", "elasticnet",
-                2 * a_l1, 0.5, ("auto",), "ElasticNet(precompute=True)",
-                lambda tol, it: ElasticNet(alpha=2 * a_l1, l1_ratio=0.5, fit_intercept=False,
-                                           tol=tol, max_iter=it, precompute=True),
-                "columns", 10_000, True),
+                lambda tol, it: Lasso(
+                    alpha=a_l1, fit_intercept=False, tol=tol, max_iter=it, precompute=True
+                ),
+                "columns",
+                10_000,
+                True,
+            ),
+            Row(
+                "ElasticNet l1_ratio=0.5, sklearn precompute=True",
+                "squared",
+                "elasticnet",
+                2 * a_l1,
+                0.5,
+                ("auto",),
+                "ElasticNet(precompute=True)",
+                lambda tol, it: ElasticNet(
+                    alpha=2 * a_l1,
+                    l1_ratio=0.5,
+                    fit_intercept=False,
+                    tol=tol,
+                    max_iter=it,
+                    precompute=True,
+                ),
+                "columns",
+                10_000,
+                True,
+            ),
         ]
     return rows
 
@@ -302,9 +371,19 @@ def our_fit(row, data, X, solver, max_iter, tol=1e-9):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         t0 = time.perf_counter()
-        r = dask_scd.fit(X, row.y(data), loss=row.loss, penalty=row.penalty, alpha=row.alpha,
-                         l1_ratio=row.l1_ratio, fit_intercept=False, tol=tol,
-                         max_iter=max_iter, solver=solver, random_state=0)
+        r = dask_scd.fit(
+            X,
+            row.y(data),
+            loss=row.loss,
+            penalty=row.penalty,
+            alpha=row.alpha,
+            l1_ratio=row.l1_ratio,
+            fit_intercept=False,
+            tol=tol,
+            max_iter=max_iter,
+            solver=solver,
+            random_state=0,
+        )
         total = time.perf_counter() - t0
     return r, total
 
@@ -326,10 +405,19 @@ def run_ours(row, data, solver, budget):
     primal_only = certify(row, data, X, r.coef_)
     final_gap = r.dual_gap_
     dual_value = r.primal_ - r.dual_gap_ * abs(r.primal_)
-    return OurRun(r.solver_, r.n_iter_, reached, final_gap, dual_value, primal_only,
-                  min(h.relative_gap), total,
-                  h.seconds[-1], float(np.mean(r.coef_ != 0)), r.n_iter_ >= max_iter
-                  and min(h.relative_gap) > TARGETS[-1])
+    return OurRun(
+        r.solver_,
+        r.n_iter_,
+        reached,
+        final_gap,
+        dual_value,
+        primal_only,
+        min(h.relative_gap),
+        total,
+        h.seconds[-1],
+        float(np.mean(r.coef_ != 0)),
+        r.n_iter_ >= max_iter and min(h.relative_gap) > TARGETS[-1],
+    )
 
 
 def run_sklearn(row, data, budget, dual_ref=None):
@@ -342,7 +430,7 @@ def run_sklearn(row, data, budget, dual_ref=None):
     per_iter = None
     uncapped = []  # certified gaps of the fits that stopped on their own tol
     for k in range(2, 15):
-        tol = 10.0 ** -k
+        tol = 10.0**-k
         remaining = budget - out.total
         if remaining <= 0:
             out.stopped = f"time budget {budget:.0f}s spent"
@@ -365,7 +453,9 @@ def run_sklearn(row, data, budget, dual_ref=None):
         if gap <= TARGETS[-1]:
             break
         if n_iter >= max_iter and max_iter < row.sklearn_max_iter:
-            out.stopped = f"time budget {budget:.0f}s spent (last fit capped at max_iter={max_iter})"
+            out.stopped = (
+                f"time budget {budget:.0f}s spent (last fit capped at max_iter={max_iter})"
+            )
             break
         if n_iter < max_iter:
             uncapped.append(gap)
@@ -414,8 +504,23 @@ def primal_epoch_times(data: Dataset, loss_code, y, with_intercept=False, repeat
         intercept = np.zeros(1)
         order = rng.permutation(p + 1 if with_intercept else p)
         t0 = time.perf_counter()
-        cpu.scd_epoch(m.data, m.indices, m.indptr, m.dense, n, y, margins, coef, intercept,
-                      order, loss_code, 0.0, l2, sq, cubes)
+        cpu.scd_epoch(
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            n,
+            y,
+            margins,
+            coef,
+            intercept,
+            order,
+            loss_code,
+            0.0,
+            l2,
+            sq,
+            cubes,
+        )
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -434,8 +539,21 @@ def dual_epoch_time(data: Dataset, repeats=3, alpha=1e-3):
         # ``intercept, rho, dual_sum`` (method of multipliers), all zero here.
         tail = (False,) if _SDCA_PAIRED else (0.0, 0.0, np.zeros(1))
         t0 = time.perf_counter()
-        cpu.sdca_epoch(m.data, m.indices, m.indptr, m.dense, p, data.y_reg, dual_coef, coef,
-                       order, 0, alpha * n, sq, *tail)
+        cpu.sdca_epoch(
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            p,
+            data.y_reg,
+            dual_coef,
+            coef,
+            order,
+            0,
+            alpha * n,
+            sq,
+            *tail,
+        )
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -450,15 +568,30 @@ def warm_up():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for dtype in (np.float64, np.float32):
-            for X in (Xd.astype(dtype), sp.csr_matrix(Xs, dtype=dtype),
-                      sp.csc_matrix(Xs, dtype=dtype), np.ascontiguousarray(Xd, dtype=dtype)):
-                for loss, penalty, solver in (("squared", "l1", "scd"), ("logistic", "l2", "scd"),
-                                              ("logistic", "l2", "sdca"),
-                                              ("hinge", "l2", "sdca")):
+            for X in (
+                Xd.astype(dtype),
+                sp.csr_matrix(Xs, dtype=dtype),
+                sp.csc_matrix(Xs, dtype=dtype),
+                np.ascontiguousarray(Xd, dtype=dtype),
+            ):
+                for loss, penalty, solver in (
+                    ("squared", "l1", "scd"),
+                    ("logistic", "l2", "scd"),
+                    ("logistic", "l2", "sdca"),
+                    ("hinge", "l2", "sdca"),
+                ):
                     for fi in (False, True):
-                        dask_scd.fit(X, y if loss == "squared" else yc, loss=loss,
-                                     penalty=penalty, alpha=0.1, fit_intercept=fi,
-                                     max_iter=2, solver=solver, random_state=0)
+                        dask_scd.fit(
+                            X,
+                            y if loss == "squared" else yc,
+                            loss=loss,
+                            penalty=penalty,
+                            alpha=0.1,
+                            fit_intercept=fi,
+                            max_iter=2,
+                            solver=solver,
+                            random_state=0,
+                        )
                 # scikit-learn's first fits too (lazy imports, first-call set-up).
                 Lasso(alpha=0.01, fit_intercept=False).fit(X, y)
                 ElasticNet(alpha=0.01, fit_intercept=False).fit(X, y)
@@ -497,8 +630,14 @@ def main_table_rows(results):
     out = []
     for data, row, ours, sk in results:
         for run in ours:
-            cells = [data.label, data.dtype, row.name, f"{row.alpha:.3g}",
-                     run.solver, f"{100 * run.nnz_frac:.0f}%"]
+            cells = [
+                data.label,
+                data.dtype,
+                row.name,
+                f"{row.alpha:.3g}",
+                run.solver,
+                f"{100 * run.nnz_frac:.0f}%",
+            ]
             for target in TARGETS:
                 hit = run.reached[target]
                 if hit is None:
@@ -508,8 +647,9 @@ def main_table_rows(results):
             cells += [_sec(run.total), _gap(run.final_gap)]
             for target in TARGETS:
                 t = sk.time_to(target)
-                cells.append(_sec(t) if t is not None else
-                             f"not reached (best {_gap(sk.best_gap)})")
+                cells.append(
+                    _sec(t) if t is not None else f"not reached (best {_gap(sk.best_gap)})"
+                )
             for target in TARGETS:
                 hit, t = run.reached[target], sk.time_to(target)
                 if hit is None or t is None:
@@ -524,23 +664,42 @@ def main_table_rows(results):
             if run.capped:
                 notes.append(f"ours capped at {run.epochs} epochs (time budget)")
             if row.loss == "hinge":
-                notes.append("hinge: sklearn's gap = (P(coef) − D_ours)/P with D_ours our "
-                             "best dual value (the margin-built dask_scd.certificate is "
-                             "loose for the hinge)")
+                notes.append(
+                    "hinge: sklearn's gap = (P(coef) − D_ours)/P with D_ours our "
+                    "best dual value (the margin-built dask_scd.certificate is "
+                    "loose for the hinge)"
+                )
             if run.solver == "sdca":
-                notes.append("dask_scd.certificate of our coef (margin-built dual): "
-                             f"{_gap(run.primal_only_gap)}")
-            notes.append("sklearn runs (tol: s, gap): " + ", ".join(
-                f"{tol:.0e}: {s:.3g}, {_gap(g)}" for tol, s, g, _ in sk.runs))
+                notes.append(
+                    "dask_scd.certificate of our coef (margin-built dual): "
+                    f"{_gap(run.primal_only_gap)}"
+                )
+            notes.append(
+                "sklearn runs (tol: s, gap): "
+                + ", ".join(f"{tol:.0e}: {s:.3g}, {_gap(g)}" for tol, s, g, _ in sk.runs)
+            )
             cells.append("; ".join(notes))
             out.append(cells)
     return out
 
 
-MAIN_HEADER = ["data", "dtype", "problem", "alpha", "ours solver", "nnz(coef)",
-               "ours to 1e-6 (loop)", "ours to 1e-9 (loop)", "ours total wall",
-               "ours final gap", "sklearn to 1e-6", "sklearn to 1e-9",
-               "speed-up 1e-6", "speed-up 1e-9", "notes"]
+MAIN_HEADER = [
+    "data",
+    "dtype",
+    "problem",
+    "alpha",
+    "ours solver",
+    "nnz(coef)",
+    "ours to 1e-6 (loop)",
+    "ours to 1e-9 (loop)",
+    "ours total wall",
+    "ours final gap",
+    "sklearn to 1e-6",
+    "sklearn to 1e-9",
+    "speed-up 1e-6",
+    "speed-up 1e-9",
+    "notes",
+]
 
 
 # --------------------------------------------------------------------------- main
@@ -548,13 +707,19 @@ MAIN_HEADER = ["data", "dtype", "problem", "alpha", "ours solver", "nnz(coef)",
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true",
-                   help="100k rows, sparse p scaled down 10x (smoke run, < 3 min)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="100k rows, sparse p scaled down 10x (smoke run, < 3 min)",
+    )
     p.add_argument("--rows", type=int, default=None, help="number of rows (default 1M)")
     p.add_argument("--output", type=Path, default=RESULTS, help="markdown file to append to")
     p.add_argument("--no-save", action="store_true", help="print only, append nothing")
-    p.add_argument("--only", default=None,
-                   help="comma list of data sets to run: dense64,dense32,sparse64,sparse32")
+    p.add_argument(
+        "--only",
+        default=None,
+        help="comma list of data sets to run: dense64,dense32,sparse64,sparse32",
+    )
     return p.parse_args(argv)
 
 
@@ -588,8 +753,10 @@ def main(argv=None):
     if args.only:
         keep = set(args.only.split(","))
         datasets = [d for d in datasets if f"{d.name}{d.dtype[-2:]}" in keep]
-    log(f"data generated in {time.perf_counter() - t0:.1f} s: "
-        + ", ".join(f"{d.label} {d.dtype} nnz={d.nnz}" for d in datasets))
+    log(
+        f"data generated in {time.perf_counter() - t0:.1f} s: "
+        + ", ".join(f"{d.label} {d.dtype} nnz={d.nnz}" for d in datasets)
+    )
 
     # ---- table 2: raw kernel throughput
     throughput = []
@@ -597,15 +764,28 @@ def main(argv=None):
         t_primal = primal_epoch_times(data, 0, data.y_reg)
         t_dual = dual_epoch_time(data)
         bpn = bytes_per_nnz(data)
-        for kind, t in (("primal SCD epoch (squared)", t_primal),
-                        ("dual SDCA epoch (squared)", t_dual)):
+        for kind, t in (
+            ("primal SCD epoch (squared)", t_primal),
+            ("dual SDCA epoch (squared)", t_dual),
+        ):
             gbs = data.nnz * bpn / t / 1e9
-            throughput.append([data.label, data.dtype, kind, f"{t:.3g} s",
-                               f"{data.nnz / t / 1e6:.0f} M/s", str(bpn), f"{gbs:.2f}",
-                               f"{100 * gbs / bandwidth:.0f}%"])
+            throughput.append(
+                [
+                    data.label,
+                    data.dtype,
+                    kind,
+                    f"{t:.3g} s",
+                    f"{data.nnz / t / 1e6:.0f} M/s",
+                    str(bpn),
+                    f"{gbs:.2f}",
+                    f"{100 * gbs / bandwidth:.0f}%",
+                ]
+            )
             log(" | ".join(throughput[-1]))
-    t2 = md_table(["data", "dtype", "kernel", "epoch", "nnz/s", "bytes/nnz", "X GB/s",
-                   "of read bw"], throughput)
+    t2 = md_table(
+        ["data", "dtype", "kernel", "epoch", "nnz/s", "bytes/nnz", "X GB/s", "of read bw"],
+        throughput,
+    )
 
     # ---- table 3: intercept cost on sparse one-hot data
     intercept_rows = []
@@ -613,9 +793,16 @@ def main(argv=None):
         for loss_code, loss, y in ((0, "squared", data.y_reg), (1, "logistic", data.y_cls)):
             t_without = primal_epoch_times(data, loss_code, y, False)
             t_with = primal_epoch_times(data, loss_code, y, True)
-            intercept_rows.append([data.label, data.dtype, f"ours: one SCD epoch, {loss}",
-                                   f"{t_without:.3g} s", f"{t_with:.3g} s",
-                                   f"{t_with / t_without:.3f}"])
+            intercept_rows.append(
+                [
+                    data.label,
+                    data.dtype,
+                    f"ours: one SCD epoch, {loss}",
+                    f"{t_without:.3g} s",
+                    f"{t_with:.3g} s",
+                    f"{t_with / t_without:.3f}",
+                ]
+            )
             log(" | ".join(intercept_rows[-1]))
         alpha = lasso_alpha(data)
         # With an intercept sklearn's sparse CD centers X implicitly: every coordinate
@@ -633,14 +820,20 @@ def main(argv=None):
                     est.fit(data.by_columns, data.y_reg)
                     ts.append(time.perf_counter() - t0)
             sk_times[fi] = float(np.median(ts))
-        intercept_rows.append([data.label, data.dtype,
-                               f"sklearn Lasso fit, max_iter={sk_iter}, tol=0 "
-                               f"(median of {repeats})",
-                               f"{sk_times[False]:.3g} s", f"{sk_times[True]:.3g} s",
-                               f"{sk_times[True] / sk_times[False]:.3f}"])
+        intercept_rows.append(
+            [
+                data.label,
+                data.dtype,
+                f"sklearn Lasso fit, max_iter={sk_iter}, tol=0 (median of {repeats})",
+                f"{sk_times[False]:.3g} s",
+                f"{sk_times[True]:.3g} s",
+                f"{sk_times[True] / sk_times[False]:.3f}",
+            ]
+        )
         log(" | ".join(intercept_rows[-1]))
-    t3 = md_table(["data", "dtype", "what", "without intercept", "with intercept", "ratio"],
-                  intercept_rows)
+    t3 = md_table(
+        ["data", "dtype", "what", "without intercept", "with intercept", "ratio"], intercept_rows
+    )
 
     # ---- table 1: time to certified gap
     results = []
@@ -649,13 +842,23 @@ def main(argv=None):
         for row in make_rows(data, alphas):
             ours = [run_ours(row, data, s, budget_ours) for s in row.solvers]
             dual_ref = max(r.dual_value for r in ours) if row.loss == "hinge" else None
-            twin = next((sk for d, r, _, sk in results if d.name == data.name
-                         and d.dtype == "float64" and r.name == row.name), None)
+            twin = next(
+                (
+                    sk
+                    for d, r, _, sk in results
+                    if d.name == data.name and d.dtype == "float64" and r.name == row.name
+                ),
+                None,
+            )
             if data.dtype == "float32" and not row.sklearn_float32 and twin is not None:
                 # liblinear converts float32 to float64, and X is float32-exact: the same
                 # problem as the float64 row, whose sweep is reused.
-                sk = SkRun(list(twin.runs), twin.stopped, "liblinear converts float32 to "
-                           "float64 (same problem as the float64 row: its sweep reused)")
+                sk = SkRun(
+                    list(twin.runs),
+                    twin.stopped,
+                    "liblinear converts float32 to "
+                    "float64 (same problem as the float64 row: its sweep reused)",
+                )
             else:
                 sk = run_sklearn(row, data, budget_sk, dual_ref)
             results.append((data, row, ours, sk))
@@ -679,24 +882,26 @@ def main(argv=None):
         "average (≈ 100% on an idle machine: lower means other processes competed and the "
         "wall-clock times below are inflated).\n"
     )
-    text = "\n".join([
-        header,
-        "### Time to a certified relative duality gap (fit_intercept=False)\n",
-        "Ours: one fit at tol=1e-9; time = epoch-loop seconds (history_) of the first epoch "
-        "whose gap ≤ target; 'total wall' includes setup. scikit-learn: one fit per tol "
-        "(1e-2, 1e-3, ...), each certified by dask_scd.certificate; time = fastest fit whose "
-        "certified gap ≤ target. Speed-up = sklearn time / ours (loop).\n",
-        t1,
-        f"\n### Raw kernel throughput (one epoch from θ = 0, ridge step, median of 3; dual rows in the fit's block-shuffled order)\n\n"
-        f"Measured read bandwidth: **{bandwidth:.2f} GB/s** (np.add.reduce over 2 GB "
-        "float64, one thread). 'X GB/s' counts X's bytes once per epoch (value + int32 "
-        "index when sparse); the kernels read each line twice (gradient pass + update) "
-        "and also touch margins/y (primal) or coef (dual).\n",
-        t2,
-        "\n### Intercept cost (sparse one-hot, one primal epoch from θ = 0, median of 3)\n",
-        t3,
-        "",
-    ])
+    text = "\n".join(
+        [
+            header,
+            "### Time to a certified relative duality gap (fit_intercept=False)\n",
+            "Ours: one fit at tol=1e-9; time = epoch-loop seconds (history_) of the first epoch "
+            "whose gap ≤ target; 'total wall' includes setup. scikit-learn: one fit per tol "
+            "(1e-2, 1e-3, ...), each certified by dask_scd.certificate; time = fastest fit whose "
+            "certified gap ≤ target. Speed-up = sklearn time / ours (loop).\n",
+            t1,
+            f"\n### Raw kernel throughput (one epoch from θ = 0, ridge step, median of 3; dual rows in the fit's block-shuffled order)\n\n"
+            f"Measured read bandwidth: **{bandwidth:.2f} GB/s** (np.add.reduce over 2 GB "
+            "float64, one thread). 'X GB/s' counts X's bytes once per epoch (value + int32 "
+            "index when sparse); the kernels read each line twice (gradient pass + update) "
+            "and also touch margins/y (primal) or coef (dual).\n",
+            t2,
+            "\n### Intercept cost (sparse one-hot, one primal epoch from θ = 0, median of 3)\n",
+            t3,
+            "",
+        ]
+    )
     print_and_append(text, args.output, save=not args.no_save)
 
 
@@ -704,10 +909,20 @@ def _library_version():
     """The git commit of the benchmarked library, and whether dask_scd/ had local edits."""
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "dask_scd"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.split("\n")
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "dask_scd"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return "unknown commit"
     changed = [line[3:] for line in dirty if line.strip()]
@@ -719,8 +934,6 @@ def _load():
         return f"{os.getloadavg()[0]:.1f}"
     except OSError:
         return "?"
-
-
 
 
 if __name__ == "__main__":

@@ -50,8 +50,14 @@ def synthetic(n_rows: int, sparse: bool):
     if sparse:
         p, per_row = 2000, 20
         columns = rng.integers(0, p, size=(n_rows, per_row))
-        X = sp.csr_matrix((np.ones(n_rows * per_row), columns.ravel(),
-                           np.arange(0, n_rows * per_row + 1, per_row)), shape=(n_rows, p))
+        X = sp.csr_matrix(
+            (
+                np.ones(n_rows * per_row),
+                columns.ravel(),
+                np.arange(0, n_rows * per_row + 1, per_row),
+            ),
+            shape=(n_rows, p),
+        )
         X.sum_duplicates()
     else:
         p = 100
@@ -73,8 +79,13 @@ def problems(n_rows: int) -> list:
         ("digits 1,797 × 64, /16", X / 16.0, y, "l1", 0.1),
         (f"dense {n_rows:,} × 100", dense, y_dense, "l2", 1.0),
         (f"sparse {n_rows:,} × 2,000 (20 non-zeros a row)", sparse, y_sparse, "l2", 1.0),
-        (f"sparse {small:,} × 2,000 (20 non-zeros a row)", sparse[:small], y_sparse[:small],
-         "l1", 0.1),
+        (
+            f"sparse {small:,} × 2,000 (20 non-zeros a row)",
+            sparse[:small],
+            y_sparse[:small],
+            "l1",
+            0.1,
+        ),
     ]
 
 
@@ -92,19 +103,28 @@ def row(name, X, y, penalty, C) -> str:
     rho = 1.0 if penalty == "l1" else 0.0
     ours, seconds = timed(lambda: LogisticRegression(C=C, penalty=penalty, tol=TOL).fit(X, y))
     solver = "saga" if penalty == "l1" else "lbfgs"
-    theirs, their_seconds = timed(lambda: linear_model.LogisticRegression(
-        C=C, l1_ratio=rho, solver=solver, tol=1e-8 if solver == "saga" else 1e-12,
-        max_iter=100_000).fit(X, y))
-    _, ovr_seconds = timed(lambda: LogisticRegression(C=C, penalty=penalty, tol=TOL,
-                                                      multi_class="ovr").fit(X, y))
+    theirs, their_seconds = timed(
+        lambda: linear_model.LogisticRegression(
+            C=C,
+            l1_ratio=rho,
+            solver=solver,
+            tol=1e-8 if solver == "saga" else 1e-12,
+            max_iter=100_000,
+        ).fit(X, y)
+    )
+    _, ovr_seconds = timed(
+        lambda: LogisticRegression(C=C, penalty=penalty, tol=TOL, multi_class="ovr").fit(X, y)
+    )
     problem = Problem("multinomial", alpha, rho, True)
     codes = np.searchsorted(ours.classes_, y)
     mine = certificate(problem, X, codes, ours.coef_, ours.intercept_)
     other = certificate(problem, X, codes, theirs.coef_, theirs.intercept_)
-    return (f"| {name} | {penalty}, C = {C:g} | {seconds:.2f} | {ours.n_iter_[0]} | "
-            f"{ours.dual_gap_[0]:.1e} | {solver} {their_seconds:.2f} | {theirs.n_iter_[0]} | "
-            f"{(mine.primal - other.primal) / other.primal:+.1e} | {other.relative_gap:.1e} | "
-            f"{ovr_seconds:.2f} |")
+    return (
+        f"| {name} | {penalty}, C = {C:g} | {seconds:.2f} | {ours.n_iter_[0]} | "
+        f"{ours.dual_gap_[0]:.1e} | {solver} {their_seconds:.2f} | {theirs.n_iter_[0]} | "
+        f"{(mine.primal - other.primal) / other.primal:+.1e} | {other.relative_gap:.1e} | "
+        f"{ovr_seconds:.2f} |"
+    )
 
 
 def dask_row(n_rows: int) -> str:
@@ -120,24 +140,35 @@ def dask_row(n_rows: int) -> str:
     alpha = 1.0 / n_rows
     dX = da.from_array(X, chunks=(-(-n_rows // 8), -1))
     dy = da.from_array(y, chunks=dX.chunks[0])
-    memory, memory_seconds = timed(lambda: dask_scd.fit(X, y, loss="multinomial",
-                                                        alpha=alpha, tol=TOL))
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=2,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    memory, memory_seconds = timed(
+        lambda: dask_scd.fit(X, y, loss="multinomial", alpha=alpha, tol=TOL)
+    )
+    with (
+        LocalCluster(
+            processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         dX = dX.persist()
-        result, seconds = timed(lambda: dask_scd.fit(dX, dy, loss="multinomial", alpha=alpha,
-                                                     tol=TOL, in_memory_limit=0))
+        result, seconds = timed(
+            lambda: dask_scd.fit(
+                dX, dy, loss="multinomial", alpha=alpha, tol=TOL, in_memory_limit=0
+            )
+        )
     gap = np.abs(result.coef_ - memory.coef_).max()
-    return (f"| dense {n_rows:,} × 100, dask array of 8 row chunks | l2, C = 1 | "
-            f"{result.solver_} {seconds:.2f} | {result.n_iter_} | {result.dual_gap_:.1e} | "
-            f"in memory (newton) {memory_seconds:.2f} | {memory.n_iter_} | "
-            f"max |Δcoef| {gap:.1e} | | |")
+    return (
+        f"| dense {n_rows:,} × 100, dask array of 8 row chunks | l2, C = 1 | "
+        f"{result.solver_} {seconds:.2f} | {result.n_iter_} | {result.dual_gap_:.1e} | "
+        f"in memory (newton) {memory_seconds:.2f} | {memory.n_iter_} | "
+        f"max |Δcoef| {gap:.1e} | | |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=50_000,
-                        help="rows of the synthetic problems (default 50,000)")
+    parser.add_argument(
+        "--rows", type=int, default=50_000, help="rows of the synthetic problems (default 50,000)"
+    )
     parser.add_argument("--no-save", action="store_true", help="print only")
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

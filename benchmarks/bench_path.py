@@ -148,19 +148,32 @@ def path_methods(X, y, alphas):
     from sklearn.linear_model import lasso_path
 
     methods = [
-        ("dask_scd.path", lambda: dask_scd.path(X, y, alphas=alphas, fit_intercept=False,
-                                                tol=TOL, random_state=0).coefs),
+        (
+            "dask_scd.path",
+            lambda: (
+                dask_scd.path(
+                    X, y, alphas=alphas, fit_intercept=False, tol=TOL, random_state=0
+                ).coefs
+            ),
+        ),
         ("sklearn lasso_path", lambda: lasso_path(X, y, alphas=alphas, tol=TOL)[1]),
     ]
     glum = optional("glum")
     if glum is None:
         methods.append(("glum", "not installed"))
     else:
+
         def glum_path():
             model = glum.GeneralizedLinearRegressor(
-                alpha_search=True, alphas=alphas, l1_ratio=1.0, fit_intercept=False,
-                family="normal", gradient_tol=TOL).fit(X, y)
+                alpha_search=True,
+                alphas=alphas,
+                l1_ratio=1.0,
+                fit_intercept=False,
+                family="normal",
+                gradient_tol=TOL,
+            ).fit(X, y)
             return np.asarray(model.coef_path_).T
+
         methods.append(("glum alpha_search", glum_path))
     skglm = optional("skglm")
     if skglm is None:
@@ -173,6 +186,7 @@ def path_methods(X, y, alphas):
         def skglm_path():
             solver = AndersonCD(tol=TOL, fit_intercept=False)
             return solver.path(X, y, Quadratic(), L1(1.0), alphas=alphas)[1]
+
         methods.append(("skglm AndersonCD.path", skglm_path))
     return methods
 
@@ -189,8 +203,9 @@ def run_paths(name, X, y):
             rows.append([method, "skipped: " + run, "", ""])
             continue
         log(f"  path: {method}")
-        out = capped(run, cap_of(method),
-                     lambda c: np.asarray(c.toarray() if sp.issparse(c) else c))
+        out = capped(
+            run, cap_of(method), lambda c: np.asarray(c.toarray() if sp.issparse(c) else c)
+        )
         if out is None:
             rows.append([method, f"> {cap_of(method):g} (stopped)", "", ""])
             continue
@@ -206,21 +221,37 @@ def run_paths(name, X, y):
     log("  single fits at the smallest alpha")
     singles = []
     for solver in ("auto", "newton"):
-        seconds, fitted = timed(lambda: dask_scd.fit(
-            X, y, penalty="l1", alpha=alphas[-1], fit_intercept=False, tol=TOL,
-            solver=solver, random_state=0))
-        singles.append(f"solver={solver!r}: {seconds:.2f} s ({fitted.solver_}, "
-                       f"{fitted.n_iter_} iterations, relative gap {fitted.dual_gap_:.1e})")
+        seconds, fitted = timed(
+            lambda: dask_scd.fit(
+                X,
+                y,
+                penalty="l1",
+                alpha=alphas[-1],
+                fit_intercept=False,
+                tol=TOL,
+                solver=solver,
+                random_state=0,
+            )
+        )
+        singles.append(
+            f"solver={solver!r}: {seconds:.2f} s ({fitted.solver_}, "
+            f"{fitted.n_iter_} iterations, relative gap {fitted.dual_gap_:.1e})"
+        )
         if solver == "auto":
             single = seconds
     ours = float(rows[0][1]) if rows[0][1][0].isdigit() else float("nan")
-    table = md_table(["method", "100-point path (s)", "max (P − P_best)/P_best",
-                      "nnz at the smallest alpha"], rows)
-    note = (f"\nOne cold `dask_scd.fit` at the smallest alpha ({alphas[-1]:.3g}), "
-            f"tol={TOL:g}: " + "; ".join(singles) + f". Our path / the first = "
-            f"{ours / single:.2f} (target ≤ 3).\n")
-    return f"### {name}: lasso path, {N_ALPHAS} alphas, eps={EPS:g}, no intercept\n\n" \
-        + table + note
+    table = md_table(
+        ["method", "100-point path (s)", "max (P − P_best)/P_best", "nnz at the smallest alpha"],
+        rows,
+    )
+    note = (
+        f"\nOne cold `dask_scd.fit` at the smallest alpha ({alphas[-1]:.3g}), "
+        f"tol={TOL:g}: " + "; ".join(singles) + f". Our path / the first = "
+        f"{ours / single:.2f} (target ≤ 3).\n"
+    )
+    return (
+        f"### {name}: lasso path, {N_ALPHAS} alphas, eps={EPS:g}, no intercept\n\n" + table + note
+    )
 
 
 # --------------------------------------------------------------------------- CV
@@ -230,19 +261,34 @@ def cv_methods(X, y, folds):
     from sklearn import linear_model
 
     methods = [
-        ("dask_scd.LassoCV", lambda: dask_scd.LassoCV(cv=folds, n_alphas=N_ALPHAS, eps=EPS,
-                                                      tol=TOL, random_state=0).fit(X, y)),
-        ("sklearn LassoCV", lambda: linear_model.LassoCV(cv=folds, alphas=N_ALPHAS, eps=EPS,
-                                                         tol=TOL).fit(X, y)),
+        (
+            "dask_scd.LassoCV",
+            lambda: dask_scd.LassoCV(
+                cv=folds, n_alphas=N_ALPHAS, eps=EPS, tol=TOL, random_state=0
+            ).fit(X, y),
+        ),
+        (
+            "sklearn LassoCV",
+            lambda: linear_model.LassoCV(cv=folds, alphas=N_ALPHAS, eps=EPS, tol=TOL).fit(X, y),
+        ),
     ]
     glum = optional("glum")
     if glum is None:
         methods.append(("glum", "not installed"))
     else:
-        methods.append(("glum GeneralizedLinearRegressorCV", lambda: glum.
-                        GeneralizedLinearRegressorCV(l1_ratio=1.0, cv=folds, n_alphas=N_ALPHAS,
-                                                     min_alpha_ratio=EPS, family="normal",
-                                                     gradient_tol=TOL).fit(X, y)))
+        methods.append(
+            (
+                "glum GeneralizedLinearRegressorCV",
+                lambda: glum.GeneralizedLinearRegressorCV(
+                    l1_ratio=1.0,
+                    cv=folds,
+                    n_alphas=N_ALPHAS,
+                    min_alpha_ratio=EPS,
+                    family="normal",
+                    gradient_tol=TOL,
+                ).fit(X, y),
+            )
+        )
     skglm = optional("skglm")
     if skglm is None:
         methods.append(("skglm", "not installed"))
@@ -251,11 +297,20 @@ def cv_methods(X, y, folds):
         from skglm.penalties import L1
         from skglm.solvers import AndersonCD
 
-        methods.append(("skglm GeneralizedLinearEstimatorCV (its own 5 folds)", lambda: skglm.
-                        GeneralizedLinearEstimatorCV(Quadratic(), L1(1.0),
-                                                     AndersonCD(tol=TOL, fit_intercept=True),
-                                                     cv=5, n_alphas=N_ALPHAS, eps=EPS,
-                                                     random_state=0).fit(X, y)))
+        methods.append(
+            (
+                "skglm GeneralizedLinearEstimatorCV (its own 5 folds)",
+                lambda: skglm.GeneralizedLinearEstimatorCV(
+                    Quadratic(),
+                    L1(1.0),
+                    AndersonCD(tol=TOL, fit_intercept=True),
+                    cv=5,
+                    n_alphas=N_ALPHAS,
+                    eps=EPS,
+                    random_state=0,
+                ).fit(X, y),
+            )
+        )
     return methods
 
 
@@ -278,8 +333,11 @@ def run_cv(name, X, y):
         seconds, alpha = out
         log(f"    {seconds:.2f} s")
         rows.append([method, f"{seconds:.2f}", f"{alpha:.4g}"])
-    return (f"### {name}: LassoCV(cv=5), {N_ALPHAS} alphas, intercept\n\n"
-            + md_table(["method", "time (s)", "alpha_"], rows) + "\n")
+    return (
+        f"### {name}: LassoCV(cv=5), {N_ALPHAS} alphas, intercept\n\n"
+        + md_table(["method", "time (s)", "alpha_"], rows)
+        + "\n"
+    )
 
 
 # On a cluster: the folds' paths side by side (dask_scd.estimators.path_cv.FOLDS_AT_ONCE)
@@ -297,36 +355,54 @@ def run_cv_cluster(name, X, y, workdir: Path):
     from dask_scd.estimators import path_cv
 
     folds = KFold(5, shuffle=True, random_state=0)
-    grid = dask_scd.to_grid(X, y, workdir / "cv.zarr", row_chunk=max(1, X.shape[0] // 8),
-                            overwrite=True)
+    grid = dask_scd.to_grid(
+        X, y, workdir / "cv.zarr", row_chunk=max(1, X.shape[0] // 8), overwrite=True
+    )
     at_once = path_cv.FOLDS_AT_ONCE
     rows, models = [], {}
     cells = grid.n_row_chunks * len(grid.blocks)
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         for label, count in (("in turn", 1), (f"{at_once} at once", at_once)):
             path_cv.FOLDS_AT_ONCE = count
             log(f"  cv on the cluster, folds {label}")
             before = sum(client.run(store_reads).values())
             try:
-                seconds, model = timed(lambda: dask_scd.LassoCV(
-                    cv=folds, n_alphas=CLUSTER_ALPHAS, eps=EPS, tol=TOL, solver="block_scd",
-                    random_state=0).fit(grid))
+                seconds, model = timed(
+                    lambda: dask_scd.LassoCV(
+                        cv=folds,
+                        n_alphas=CLUSTER_ALPHAS,
+                        eps=EPS,
+                        tol=TOL,
+                        solver="block_scd",
+                        random_state=0,
+                    ).fit(grid)
+                )
             finally:
                 path_cv.FOLDS_AT_ONCE = at_once
             reads = sum(client.run(store_reads).values()) - before
             log(f"    {seconds:.2f} s, {reads} cell reads from the store")
             models[count] = model
-            rows.append([f"dask_scd.LassoCV, grid, folds {label}", f"{seconds:.2f}",
-                         f"{float(model.alpha_):.4g}", f"{reads} ({reads / cells:.2f} a cell)"])
-    same = (np.array_equal(models[1].mse_path_, models[at_once].mse_path_)
-            and np.array_equal(models[1].coef_, models[at_once].coef_))
-    return (f"### {name}: LassoCV(cv=5) on a grid, 2 worker processes of 1 thread, "
-            f"{CLUSTER_ALPHAS} alphas, solver='block_scd'\n\n"
-            + md_table(["method", "time (s)", "alpha_",
-                        f"reads from the store ({cells} cells)"], rows)
-            + f"\nThe two runs' `mse_path_` and `coef_` are {'the same bits' if same else 'NOT the same bits'}. "
-            "The second run finds the cells the first left in the workers' caches.\n")
+            rows.append(
+                [
+                    f"dask_scd.LassoCV, grid, folds {label}",
+                    f"{seconds:.2f}",
+                    f"{float(model.alpha_):.4g}",
+                    f"{reads} ({reads / cells:.2f} a cell)",
+                ]
+            )
+    same = np.array_equal(models[1].mse_path_, models[at_once].mse_path_) and np.array_equal(
+        models[1].coef_, models[at_once].coef_
+    )
+    return (
+        f"### {name}: LassoCV(cv=5) on a grid, 2 worker processes of 1 thread, "
+        f"{CLUSTER_ALPHAS} alphas, solver='block_scd'\n\n"
+        + md_table(["method", "time (s)", "alpha_", f"reads from the store ({cells} cells)"], rows)
+        + f"\nThe two runs' `mse_path_` and `coef_` are {'the same bits' if same else 'NOT the same bits'}. "
+        "The second run finds the cells the first left in the workers' caches.\n"
+    )
 
 
 def store_reads() -> int:
@@ -364,8 +440,13 @@ def load_average() -> str:
 
 def library_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
 
@@ -376,13 +457,17 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=50_000, help="rows of the one-hot set")
     parser.add_argument("--quick", action="store_true", help="20000 one-hot rows")
     parser.add_argument("--cap", type=float, default=CAP, help="seconds per method")
-    parser.add_argument("--cap-ours", type=float, default=None,
-                        help="seconds for dask_scd's rows (default: --cap)")
+    parser.add_argument(
+        "--cap-ours", type=float, default=None, help="seconds for dask_scd's rows (default: --cap)"
+    )
     parser.add_argument("--ours-only", action="store_true", help="skip the peers")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS)
-    parser.add_argument("--no-cluster", action="store_true",
-                        help="skip LassoCV on a grid through a 2-worker LocalCluster")
+    parser.add_argument(
+        "--no-cluster",
+        action="store_true",
+        help="skip LassoCV on a grid through a 2-worker LocalCluster",
+    )
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
@@ -416,7 +501,8 @@ def main(argv=None):
         f"{library_commit()}; load average {load_start} at the start, {load_average()} at "
         f"the end.\nVersions: {versions()}. Each method runs alone in a forked process, "
         f"stopped after {CAP:g} s"
-        + (f" (dask_scd's after {CAP_OURS:g} s)" if CAP_OURS is not None else "") + ".\n"
+        + (f" (dask_scd's after {CAP_OURS:g} s)" if CAP_OURS is not None else "")
+        + ".\n"
         + ("Adult: absent (a8a, a9a.t not found), skipped.\n" if adult is None else "")
     )
     print_and_append("\n".join([header] + sections), args.output, save=not args.no_save)

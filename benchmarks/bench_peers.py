@@ -127,8 +127,11 @@ def snapml_regularizer(spec: Spec, n: int) -> float:
 
 def glum_params(spec: Spec) -> dict:
     """glum: deviance/(2n) + α(ρ‖θ‖₁ + (1−ρ)/2‖θ‖²); deviance/2 is our summed loss."""
-    return {"alpha": spec.alpha, "l1_ratio": spec.rho,
-            "family": "binomial" if spec.loss == "logistic" else "normal"}
+    return {
+        "alpha": spec.alpha,
+        "l1_ratio": spec.rho,
+        "family": "binomial" if spec.loss == "logistic" else "normal",
+    }
 
 
 # ------------------------------------------------------------------------ methods
@@ -164,7 +167,7 @@ def _optional(module: str):
 
 
 def _tols(first=-2, last=-12):
-    return tuple(10.0 ** k for k in range(first, last - 1, -1))
+    return tuple(10.0**k for k in range(first, last - 1, -1))
 
 
 def _penalized_note(spec):
@@ -185,48 +188,89 @@ def sklearn_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         if spec.penalty == "elasticnet":
             return [Skipped("scikit-learn", "elastic-net logistic rows are not benchmarked")]
         deprecated = inspect.signature(LogisticRegression).parameters["penalty"].default
-        pen = {"l1_ratio": float(l1)} if deprecated == "deprecated" else {
-            "penalty": "l1" if l1 else "l2"}
+        pen = (
+            {"l1_ratio": float(l1)}
+            if deprecated == "deprecated"
+            else {"penalty": "l1" if l1 else "l2"}
+        )
 
         def logreg(solver, **kw):
             return lambda tol, it: LogisticRegression(
-                C=C, solver=solver, tol=tol, max_iter=it, fit_intercept=fi, **pen, **kw)
+                C=C, solver=solver, tol=tol, max_iter=it, fit_intercept=fi, **pen, **kw
+            )
 
-        solvers = ("liblinear", "saga") if l1 else (
-            "lbfgs", "newton-cholesky", "liblinear", "sag", "saga")
+        solvers = (
+            ("liblinear", "saga")
+            if l1
+            else ("lbfgs", "newton-cholesky", "liblinear", "sag", "saga")
+        )
         for solver in solvers:
             if solver == "newton-cholesky" and not small_p:
-                out.append(Skipped(f"sklearn LogisticRegression({solver})",
-                                   f"forms a dense {p} x {p} Hessian"))
+                out.append(
+                    Skipped(
+                        f"sklearn LogisticRegression({solver})", f"forms a dense {p} x {p} Hessian"
+                    )
+                )
                 continue
             kw = {"intercept_scaling": spec.intercept_scaling} if solver == "liblinear" else {}
-            out.append(Method(
-                f"sklearn LogisticRegression({solver})", logreg(solver, **kw), _tols(),
-                "rows", max_iter=100_000 if solver in ("sag", "saga") else 10_000,
-                reference=(solver == ("liblinear" if l1 else
-                                      "newton-cholesky" if small_p else "lbfgs")),
-                note=_penalized_note(spec) if kw else ""))
+            out.append(
+                Method(
+                    f"sklearn LogisticRegression({solver})",
+                    logreg(solver, **kw),
+                    _tols(),
+                    "rows",
+                    max_iter=100_000 if solver in ("sag", "saga") else 10_000,
+                    reference=(
+                        solver == ("liblinear" if l1 else "newton-cholesky" if small_p else "lbfgs")
+                    ),
+                    note=_penalized_note(spec) if kw else "",
+                )
+            )
     elif spec.loss in ("hinge", "squared_hinge"):
         C = sklearn_C(spec, n)
         duals = (True,) if spec.loss == "hinge" else (True, False)
         for dual in duals:
-            out.append(Method(
-                f"sklearn LinearSVC(dual={dual})",
-                lambda tol, it, dual=dual: LinearSVC(
-                    C=C, loss=spec.loss, dual=dual, tol=tol, max_iter=it, fit_intercept=fi,
-                    intercept_scaling=spec.intercept_scaling),
-                _tols(), "rows", max_iter=1_000_000, reference=dual is (spec.loss == "hinge"),
-                note=_penalized_note(spec)))
+            out.append(
+                Method(
+                    f"sklearn LinearSVC(dual={dual})",
+                    lambda tol, it, dual=dual: LinearSVC(
+                        C=C,
+                        loss=spec.loss,
+                        dual=dual,
+                        tol=tol,
+                        max_iter=it,
+                        fit_intercept=fi,
+                        intercept_scaling=spec.intercept_scaling,
+                    ),
+                    _tols(),
+                    "rows",
+                    max_iter=1_000_000,
+                    reference=dual is (spec.loss == "hinge"),
+                    note=_penalized_note(spec),
+                )
+            )
     elif spec.penalty in ("l1", "elasticnet"):
         cls = Lasso if spec.penalty == "l1" else ElasticNet
         kw = {} if spec.penalty == "l1" else {"l1_ratio": spec.l1_ratio}
-        variants = ((False, True) if dense else (False,))
+        variants = (False, True) if dense else (False,)
         for pre in variants:
-            out.append(Method(
-                f"sklearn {cls.__name__}(cd{', precompute' if pre else ''})",
-                lambda tol, it, pre=pre: cls(alpha=spec.alpha, tol=tol, max_iter=it,
-                                             fit_intercept=fi, precompute=pre, **kw),
-                _tols(), "columns", max_iter=100_000, reference=not pre))
+            out.append(
+                Method(
+                    f"sklearn {cls.__name__}(cd{', precompute' if pre else ''})",
+                    lambda tol, it, pre=pre: cls(
+                        alpha=spec.alpha,
+                        tol=tol,
+                        max_iter=it,
+                        fit_intercept=fi,
+                        precompute=pre,
+                        **kw,
+                    ),
+                    _tols(),
+                    "columns",
+                    max_iter=100_000,
+                    reference=not pre,
+                )
+            )
     else:
         a_sk = sklearn_ridge_alpha(spec, n)
         for solver in ("cholesky", "sparse_cg", "lsqr", "sag", "saga"):
@@ -235,15 +279,28 @@ def sklearn_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
                 if min(n, p) > 5000:
                     out.append(Skipped(name, f"factors a dense {min(n, p)}² matrix"))
                     continue
-                out.append(Method(name, lambda tol, it: Ridge(
-                    alpha=a_sk, solver="cholesky", fit_intercept=fi), (DIRECT,), "rows",
-                    reference=True))
+                out.append(
+                    Method(
+                        name,
+                        lambda tol, it: Ridge(alpha=a_sk, solver="cholesky", fit_intercept=fi),
+                        (DIRECT,),
+                        "rows",
+                        reference=True,
+                    )
+                )
                 continue
-            out.append(Method(
-                name, lambda tol, it, solver=solver: Ridge(
-                    alpha=a_sk, solver=solver, tol=tol, max_iter=it, fit_intercept=fi),
-                _tols(), "rows", max_iter=100_000,
-                reference=(solver == "sparse_cg" and min(n, p) > 5000)))
+            out.append(
+                Method(
+                    name,
+                    lambda tol, it, solver=solver: Ridge(
+                        alpha=a_sk, solver=solver, tol=tol, max_iter=it, fit_intercept=fi
+                    ),
+                    _tols(),
+                    "rows",
+                    max_iter=100_000,
+                    reference=(solver == "sparse_cg" and min(n, p) > 5000),
+                )
+            )
     return out
 
 
@@ -253,26 +310,55 @@ def skglm_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         return [Skipped("skglm", skglm)]
     fi = spec.fit_intercept
     if spec.loss == "logistic":
-        return [Method("skglm SparseLogisticRegression",
-                       lambda tol, it: skglm.SparseLogisticRegression(
-                           alpha=spec.alpha, l1_ratio=spec.rho, tol=tol, max_iter=it,
-                           fit_intercept=fi),
-                       _tols(), "columns", max_iter=1000)]
+        return [
+            Method(
+                "skglm SparseLogisticRegression",
+                lambda tol, it: skglm.SparseLogisticRegression(
+                    alpha=spec.alpha, l1_ratio=spec.rho, tol=tol, max_iter=it, fit_intercept=fi
+                ),
+                _tols(),
+                "columns",
+                max_iter=1000,
+            )
+        ]
     if spec.loss == "hinge" and fi:
         return [Skipped("skglm LinearSVC", "fits no intercept (fit_intercept is ignored)")]
     if spec.loss == "hinge":
-        return [Method("skglm LinearSVC (dual CD)",
-                       lambda tol, it: skglm.LinearSVC(C=sklearn_C(spec, n), tol=tol,
-                                                       max_iter=it, fit_intercept=fi),
-                       _tols(), "columns", max_iter=1000)]
+        return [
+            Method(
+                "skglm LinearSVC (dual CD)",
+                lambda tol, it: skglm.LinearSVC(
+                    C=sklearn_C(spec, n), tol=tol, max_iter=it, fit_intercept=fi
+                ),
+                _tols(),
+                "columns",
+                max_iter=1000,
+            )
+        ]
     if spec.loss == "squared" and spec.penalty == "l1":
-        return [Method("skglm Lasso", lambda tol, it: skglm.Lasso(
-            alpha=spec.alpha, tol=tol, max_iter=it, fit_intercept=fi), _tols(), "columns",
-            max_iter=1000)]
+        return [
+            Method(
+                "skglm Lasso",
+                lambda tol, it: skglm.Lasso(
+                    alpha=spec.alpha, tol=tol, max_iter=it, fit_intercept=fi
+                ),
+                _tols(),
+                "columns",
+                max_iter=1000,
+            )
+        ]
     if spec.loss == "squared" and spec.penalty == "elasticnet":
-        return [Method("skglm ElasticNet", lambda tol, it: skglm.ElasticNet(
-            alpha=spec.alpha, l1_ratio=spec.l1_ratio, tol=tol, max_iter=it, fit_intercept=fi),
-            _tols(), "columns", max_iter=1000)]
+        return [
+            Method(
+                "skglm ElasticNet",
+                lambda tol, it: skglm.ElasticNet(
+                    alpha=spec.alpha, l1_ratio=spec.l1_ratio, tol=tol, max_iter=it, fit_intercept=fi
+                ),
+                _tols(),
+                "columns",
+                max_iter=1000,
+            )
+        ]
     return [Skipped("skglm", f"no estimator for loss={spec.loss}, penalty={spec.penalty}")]
 
 
@@ -286,15 +372,40 @@ def celer_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
     if spec.loss == "logistic":
         if fi or spec.penalty != "l1":
             return [Skipped("celer LogisticRegression", "fits no intercept (L1 only)")]
-        return [Method("celer LogisticRegression", lambda tol, it: celer.LogisticRegression(
-            C=sklearn_C(spec, n), tol=tol, max_iter=it), _tols(), "columns", max_iter=1000)]
+        return [
+            Method(
+                "celer LogisticRegression",
+                lambda tol, it: celer.LogisticRegression(
+                    C=sklearn_C(spec, n), tol=tol, max_iter=it
+                ),
+                _tols(),
+                "columns",
+                max_iter=1000,
+            )
+        ]
     if spec.penalty == "l1":
-        return [Method("celer Lasso", lambda tol, it: celer.Lasso(
-            alpha=spec.alpha, tol=tol, max_iter=it, fit_intercept=fi), _tols(), "columns",
-            max_iter=1000)]
-    return [Method("celer ElasticNet", lambda tol, it: celer.ElasticNet(
-        alpha=spec.alpha, l1_ratio=spec.l1_ratio, tol=tol, max_iter=it, fit_intercept=fi),
-        _tols(), "columns", max_iter=1000)]
+        return [
+            Method(
+                "celer Lasso",
+                lambda tol, it: celer.Lasso(
+                    alpha=spec.alpha, tol=tol, max_iter=it, fit_intercept=fi
+                ),
+                _tols(),
+                "columns",
+                max_iter=1000,
+            )
+        ]
+    return [
+        Method(
+            "celer ElasticNet",
+            lambda tol, it: celer.ElasticNet(
+                alpha=spec.alpha, l1_ratio=spec.l1_ratio, tol=tol, max_iter=it, fit_intercept=fi
+            ),
+            _tols(),
+            "columns",
+            max_iter=1000,
+        )
+    ]
 
 
 def glum_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
@@ -313,9 +424,22 @@ def glum_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         if solver == "irls-cd" and p > 5000:
             out.append(Skipped(name, f"forms a dense {p} x {p} Hessian"))
             continue
-        out.append(Method(name, lambda tol, it, solver=solver: glum.GeneralizedLinearRegressor(
-            solver=solver, gradient_tol=tol, max_iter=it, fit_intercept=spec.fit_intercept,
-            **params), _tols(), "columns", labels01=spec.loss == "logistic", max_iter=10_000))
+        out.append(
+            Method(
+                name,
+                lambda tol, it, solver=solver: glum.GeneralizedLinearRegressor(
+                    solver=solver,
+                    gradient_tol=tol,
+                    max_iter=it,
+                    fit_intercept=spec.fit_intercept,
+                    **params,
+                ),
+                _tols(),
+                "columns",
+                labels01=spec.loss == "logistic",
+                max_iter=10_000,
+            )
+        )
     return out
 
 
@@ -329,8 +453,12 @@ def snapml_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         # L1 needs its primal solver, which fits no intercept.
         return [Skipped("snapml", "its L1 (primal) solver fits no intercept")]
     lam = snapml_regularizer(spec, n)
-    common = {"regularizer": lam, "n_jobs": 1, "fit_intercept": spec.fit_intercept,
-              "intercept_scaling": spec.intercept_scaling}
+    common = {
+        "regularizer": lam,
+        "n_jobs": 1,
+        "fit_intercept": spec.fit_intercept,
+        "intercept_scaling": spec.intercept_scaling,
+    }
     classes = {"logistic": snapml.LogisticRegression, "squared": snapml.LinearRegression}
     if spec.loss in classes:
         cls = classes[spec.loss]
@@ -344,10 +472,17 @@ def snapml_methods(spec: Spec, n: int, p: int, dense: bool) -> list:
         return cls(tol=tol, max_iter=it, **common, **extra)
 
     # Snap ML's intercept_ is the weight of its constant column, not times its scaling.
-    return [Method(name, build, _tols(), "rows", max_iter=1_000_000,
-                   intercept_factor=spec.intercept_scaling if spec.fit_intercept else 1.0,
-                   note=_penalized_note(spec)
-                   if spec.fit_intercept else "")]
+    return [
+        Method(
+            name,
+            build,
+            _tols(),
+            "rows",
+            max_iter=1_000_000,
+            intercept_factor=spec.intercept_scaling if spec.fit_intercept else 1.0,
+            note=_penalized_note(spec) if spec.fit_intercept else "",
+        )
+    ]
 
 
 PEERS = (sklearn_methods, skglm_methods, celer_methods, glum_methods, snapml_methods)
@@ -459,8 +594,7 @@ def make_sparse(n, cardinality, seed=0) -> Data:
     """``make_onehot(n, 20, cardinality)``: 20 one-hot fields, 20 non-zeros per row; the
     regression target is its planted model plus noise (same X for both tasks)."""
     X, y_cls, _ = make_onehot(n, 20, cardinality, random_state=seed)
-    _, y_reg, _ = make_onehot(n, 20, cardinality, task="regression", noise=0.5,
-                              random_state=seed)
+    _, y_reg, _ = make_onehot(n, 20, cardinality, task="regression", noise=0.5, random_state=seed)
     return _both_layouts(f"one-hot {_count(n)}x{_count(X.shape[1])}", X, y_reg, y_cls)
 
 
@@ -499,8 +633,17 @@ def alpha_for_support(data: Data, loss, fraction, rho=1.0):
     penalty = "l1" if rho == 1.0 else "elasticnet"
     lo, hi = np.log(alpha) - 5.0, np.log(alpha) + 2.0  # more support below, less above
     for _ in range(12):
-        r = dask_scd.fit(data.columns, y, loss=loss, penalty=penalty, alpha=alpha,
-                         l1_ratio=rho, tol=1e-5, max_iter=2000, random_state=0)
+        r = dask_scd.fit(
+            data.columns,
+            y,
+            loss=loss,
+            penalty=penalty,
+            alpha=alpha,
+            l1_ratio=rho,
+            tol=1e-5,
+            max_iter=2000,
+            random_state=0,
+        )
         nnz = np.count_nonzero(r.coef_)
         if abs(nnz - want) <= max(1.0, 0.2 * want):
             break
@@ -524,40 +667,80 @@ def all_rows() -> list:
     for k, s in (("1/n", 1.0), ("0.1/n", 0.1), ("0.01/n", 0.01)):
         rows.append(Row(f"adult logistic L2 alpha={k}", "adult", "logistic", "l2", inv_n(s)))
     for f in (0.1, 0.5):
-        rows.append(Row(f"adult logistic L1 ~{f:.0%} nnz", "adult", "logistic", "l1",
-                        support("logistic", f)))
+        rows.append(
+            Row(
+                f"adult logistic L1 ~{f:.0%} nnz", "adult", "logistic", "l1", support("logistic", f)
+            )
+        )
     # Without an intercept liblinear's problem is ours (it penalizes its intercept): the
     # weaker L1 (at least half the features in) and L2 at C = 1 and 10 where it is fastest.
     for f in (0.5, 0.8):
-        rows.append(Row(f"adult logistic L1 ~{f:.0%} nnz no intercept", "adult", "logistic",
-                        "l1", support("logistic", f), fit_intercept=False))
+        rows.append(
+            Row(
+                f"adult logistic L1 ~{f:.0%} nnz no intercept",
+                "adult",
+                "logistic",
+                "l1",
+                support("logistic", f),
+                fit_intercept=False,
+            )
+        )
     for C in (1, 10):
-        rows.append(Row(f"adult logistic C={C} no intercept", "adult", "logistic", "l2",
-                        inv_n(1.0 / C), fit_intercept=False))
+        rows.append(
+            Row(
+                f"adult logistic C={C} no intercept",
+                "adult",
+                "logistic",
+                "l2",
+                inv_n(1.0 / C),
+                fit_intercept=False,
+            )
+        )
     for loss in ("hinge", "squared_hinge"):
         for C in (1, 10):
             rows.append(Row(f"adult {loss} C={C}", "adult", loss, "l2", inv_n(1.0 / C)))
     # liblinear and Snap ML penalize their intercept, so on the rows above none solves our
     # problem; without an intercept they solve exactly the same one.
     for C in (1, 10):
-        rows.append(Row(f"adult hinge C={C} no intercept", "adult", "hinge", "l2",
-                        inv_n(1.0 / C), fit_intercept=False))
+        rows.append(
+            Row(
+                f"adult hinge C={C} no intercept",
+                "adult",
+                "hinge",
+                "l2",
+                inv_n(1.0 / C),
+                fit_intercept=False,
+            )
+        )
     for f in (0.01, 0.1):
-        rows.append(Row(f"adult lasso ~{f:.0%} nnz", "adult", "squared", "l1",
-                        support("squared", f)))
-        rows.append(Row(f"adult elasticnet(0.5) ~{f:.0%} nnz", "adult", "squared",
-                        "elasticnet", support("squared", f, 0.5), 0.5))
+        rows.append(
+            Row(f"adult lasso ~{f:.0%} nnz", "adult", "squared", "l1", support("squared", f))
+        )
+        rows.append(
+            Row(
+                f"adult elasticnet(0.5) ~{f:.0%} nnz",
+                "adult",
+                "squared",
+                "elasticnet",
+                support("squared", f, 0.5),
+                0.5,
+            )
+        )
     for data in ("dense", "onehot"):
         rows.append(Row(f"{data} ridge alpha=1/n", data, "squared", "l2", inv_n(1.0)))
-        rows.append(Row(f"{data} lasso ~10% nnz", data, "squared", "l1",
-                        support("squared", 0.1)))
+        rows.append(Row(f"{data} lasso ~10% nnz", data, "squared", "l1", support("squared", 0.1)))
         rows.append(Row(f"{data} logistic L2 alpha=1/n", data, "logistic", "l2", inv_n(1.0)))
     rows.append(Row("onehot p>n ridge alpha=1/n", "onehot_wide", "squared", "l2", inv_n(1.0)))
     return rows
 
 
-QUICK_ROWS = ("adult logistic L2 alpha=1/n", "adult lasso ~10% nnz", "adult hinge C=1",
-              "dense lasso ~10% nnz", "onehot logistic L2 alpha=1/n")
+QUICK_ROWS = (
+    "adult logistic L2 alpha=1/n",
+    "adult lasso ~10% nnz",
+    "adult hinge C=1",
+    "dense lasso ~10% nnz",
+    "onehot logistic L2 alpha=1/n",
+)
 
 
 @dataclass(frozen=True)
@@ -706,12 +889,19 @@ def score(spec, data, value, setting) -> Run:
     dual = cert.dual
     if value.get("own_gap") is not None:  # ours: the fit's own (possibly tighter) dual
         dual = max(dual, value["own_primal"] - value["own_gap"] * abs(value["own_primal"]))
-    return Run(setting, value["seconds"], cert.primal, dual, value["n_iter"],
-               int(np.count_nonzero(value["coef"])))
+    return Run(
+        setting,
+        value["seconds"],
+        cert.primal,
+        dual,
+        value["n_iter"],
+        int(np.count_nonzero(value["coef"])),
+    )
 
 
-def run_peer(method: Method, spec: Spec, data: Data, p_work: float, budget: float,
-             cap: float) -> Outcome:
+def run_peer(
+    method: Method, spec: Spec, data: Data, p_work: float, budget: float, cap: float
+) -> Outcome:
     """The method from scratch at each ladder setting until its objective is within TARGET
     of ``p_work``, its objective stalls, a run is stopped at ``cap`` s or the budget is spent.
     """
@@ -756,9 +946,19 @@ def run_peer(method: Method, spec: Spec, data: Data, p_work: float, budget: floa
 def fit_ours(spec, X, y, solver, tol, max_iter):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return dask_scd.fit(X, y, loss=spec.loss, penalty=spec.penalty, alpha=spec.alpha,
-                            l1_ratio=spec.l1_ratio or 0.5, fit_intercept=spec.fit_intercept,
-                            tol=tol, max_iter=max_iter, solver=solver, random_state=0)
+        return dask_scd.fit(
+            X,
+            y,
+            loss=spec.loss,
+            penalty=spec.penalty,
+            alpha=spec.alpha,
+            l1_ratio=spec.l1_ratio or 0.5,
+            fit_intercept=spec.fit_intercept,
+            tol=tol,
+            max_iter=max_iter,
+            solver=solver,
+            random_state=0,
+        )
 
 
 def passes(result):
@@ -783,10 +983,18 @@ def _our_fit(spec, X, y, solver, tol, max_iter=1_000_000):
     t0 = time.perf_counter()
     r = fit_ours(spec, X, y, solver, tol, max_iter)
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "coef": r.coef_, "intercept": r.intercept_,
-            "n_iter": r.n_iter_, "own_primal": r.primal_, "own_gap": r.dual_gap_,
-            "converged": r.converged_, "solver": r.solver_, "passes": passes(r),
-            "history": (list(r.history_.primal), list(r.history_.relative_gap))}
+    return {
+        "seconds": seconds,
+        "coef": r.coef_,
+        "intercept": r.intercept_,
+        "n_iter": r.n_iter_,
+        "own_primal": r.primal_,
+        "own_gap": r.dual_gap_,
+        "converged": r.converged_,
+        "solver": r.solver_,
+        "passes": passes(r),
+        "history": (list(r.history_.primal), list(r.history_.relative_gap)),
+    }
 
 
 def too_big(solver, p):
@@ -835,8 +1043,9 @@ def run_ours(spec, data, solver, p_work, budget, cap) -> Outcome:
 
         status, value = isolated(fit, timeout)
         if status != "ok":
-            out.stopped = (f"run at tol={tol:.0e} stopped after {timeout:.0f} s"
-                           if status == "timeout" else "")
+            out.stopped = (
+                f"run at tol={tol:.0e} stopped after {timeout:.0f} s" if status == "timeout" else ""
+            )
             out.error = value if status == "error" else ""
             return None, None
         run = score(spec, data, value, tol)
@@ -846,9 +1055,14 @@ def run_ours(spec, data, solver, p_work, budget, cap) -> Outcome:
     run, value = attempt(TARGET, cap)
     if run is None:
         return out
-    out.certified = {"seconds": run.seconds, "n_iter": value["n_iter"],
-                     "passes": value["passes"], "gap": value["own_gap"],
-                     "converged": value["converged"], "history": value["history"]}
+    out.certified = {
+        "seconds": run.seconds,
+        "n_iter": value["n_iter"],
+        "passes": value["passes"],
+        "gap": value["own_gap"],
+        "converged": value["converged"],
+        "history": value["history"],
+    }
     certified = run
     reached = rel_error(run.primal, p_work) <= TARGET
     ladder = (1e-3, 1e-4, 1e-5) if reached else (1e-7, 1e-8)
@@ -876,12 +1090,13 @@ def our_reference(spec, data, cap):
     if info is None:
         return None, 0.0, f"ours: {reason}"
     y, _ = _targets(spec, data)
-    status, value = isolated(
-        lambda: _our_fit(spec, data.X(info[1]), y, "auto", REFERENCE_TOL), cap)
+    status, value = isolated(lambda: _our_fit(spec, data.X(info[1]), y, "auto", REFERENCE_TOL), cap)
     if status != "ok":
         return None, 0.0, f"ours tol={REFERENCE_TOL:.0e}: {status} {value or ''}".strip()
-    note = (f"ours tol={REFERENCE_TOL:.0e} ({value['solver']}, {value['n_iter']} epochs, "
-            f"gap {value['own_gap']:.0e}, {value['seconds']:.1f} s)")
+    note = (
+        f"ours tol={REFERENCE_TOL:.0e} ({value['solver']}, {value['n_iter']} epochs, "
+        f"gap {value['own_gap']:.0e}, {value['seconds']:.1f} s)"
+    )
     return score(spec, data, value, REFERENCE_TOL), value["intercept"], note
 
 
@@ -896,8 +1111,9 @@ def sklearn_reference(spec, data, methods, cap):
     status, value = isolated(lambda: _peer_fit(ref, setting, X, y_fit), cap)
     if status != "ok":
         return None, f"{ref.name} {_setting(setting)}: {status} {value or ''}".strip()
-    return score(spec, data, value, setting), (f"{ref.name} {_setting(setting)} "
-                                               f"({value['seconds']:.1f} s)")
+    return score(spec, data, value, setting), (
+        f"{ref.name} {_setting(setting)} ({value['seconds']:.1f} s)"
+    )
 
 
 def warm_up(spec, data, methods, ours=True):
@@ -906,9 +1122,13 @@ def warm_up(spec, data, methods, ours=True):
     n = data.shape[0]
     take = np.unique(np.linspace(0, n - 1, min(n, 400)).astype(int))
     columns = data.columns[take]
-    small = Data("slice", data.rows[take],
-                 columns.tocsc() if sp.issparse(columns) else np.asfortranarray(columns),
-                 data.y_reg[take], data.y_cls[take])
+    small = Data(
+        "slice",
+        data.rows[take],
+        columns.tocsc() if sp.issparse(columns) else np.asfortranarray(columns),
+        data.y_reg[take],
+        data.y_cls[take],
+    )
     y, _ = _targets(spec, small)
     for solver in our_solvers() if ours else ():
         if too_big(solver, data.shape[1]):
@@ -955,8 +1175,7 @@ def run_row(row: Row, data: Data, sizes: Sizes, large: bool) -> RowResult:
     warm_up(spec, data, [])
     mine, intercept, note = our_reference(spec, data, sizes.reference_cap)
     if mine is not None:
-        spec = replace(spec, intercept_scaling=intercept_scaling_for(spec, intercept,
-                                                                     mine.primal))
+        spec = replace(spec, intercept_scaling=intercept_scaling_for(spec, intercept, mine.primal))
     methods = [m for make in PEERS for m in make(spec, n, p, data.dense)]
     warm_up(spec, data, methods, ours=False)
     theirs, their_note = sklearn_reference(spec, data, methods, sizes.reference_cap)
@@ -983,8 +1202,9 @@ def run_row(row: Row, data: Data, sizes: Sizes, large: bool) -> RowResult:
     p_star = min(r.primal for r in every) if every else math.nan
     dual = max((r.dual for r in every), default=-math.inf)
     best = min(every, key=lambda r: r.primal) if every else None
-    return RowResult(row, data.name, spec, p_star, dual, notes, best.nnz if best else 0, p,
-                     ours, peers)
+    return RowResult(
+        row, data.name, spec, p_star, dual, notes, best.nnz if best else 0, p, ours, peers
+    )
 
 
 # ------------------------------------------------------------------------- output
@@ -1045,51 +1265,93 @@ def tightness(certified, p_star):
 
 
 def summary_table(results):
-    header = ["row", "data", "alpha", "nnz(θ*)", "P* certified to",
-              "ours auto to 1e-6 error", "ours auto fit(tol=1e-6): wall, epochs, passes",
-              "gap/error at 1e-6 (+iterates after)",
-              "best ours to 1e-6 error", "fastest peer", "peer time", "ratio (peer / ours auto)",
-              "flag"]
+    header = [
+        "row",
+        "data",
+        "alpha",
+        "nnz(θ*)",
+        "P* certified to",
+        "ours auto to 1e-6 error",
+        "ours auto fit(tol=1e-6): wall, epochs, passes",
+        "gap/error at 1e-6 (+iterates after)",
+        "best ours to 1e-6 error",
+        "fastest peer",
+        "peer time",
+        "ratio (peer / ours auto)",
+        "flag",
+    ]
     lines = []
     for res in results:
         auto = res.ours[0]
         t_auto = auto.hit(res.p_star).seconds if auto.hit(res.p_star) else None
         cert = auto.certified or {}
-        cert_cell = (f"{_sec(cert['seconds'])}, {cert['n_iter']} ep, "
-                     f"{cert['passes'] if cert['passes'] is not None else '—'}"
-                     f"{'' if cert['converged'] else ' (not converged)'}") if cert else "—"
+        cert_cell = (
+            (
+                f"{_sec(cert['seconds'])}, {cert['n_iter']} ep, "
+                f"{cert['passes'] if cert['passes'] is not None else '—'}"
+                f"{'' if cert['converged'] else ' (not converged)'}"
+            )
+            if cert
+            else "—"
+        )
         t_best, best = fastest(res.ours, res.p_star)
         t_peer, peer = fastest(res.peers, res.p_star)
         ratio = t_peer / t_auto if t_peer and t_auto else None
-        flag = ("**ours > 2x slower**" if ratio is not None and ratio < 0.5 else
-                "**ours (auto) not reached**" if t_auto is None and t_peer is not None else
-                "no peer reached" if t_peer is None else "")
-        lines.append([res.row.name, res.data_name, f"{res.spec.alpha:.3g}",
-                      f"{res.nnz}/{res.p}",
-                      f"{max(res.p_star - res.dual_bound, 0) / abs(res.p_star):.0e}",
-                      _sec(t_auto), cert_cell, tightness(cert, res.p_star),
-                      f"{_sec(t_best)} ({best.name})" if best else "—",
-                      peer.name if peer else "—", _sec(t_peer),
-                      f"{ratio:.2f}" if ratio is not None else "—", flag])
+        flag = (
+            "**ours > 2x slower**"
+            if ratio is not None and ratio < 0.5
+            else "**ours (auto) not reached**"
+            if t_auto is None and t_peer is not None
+            else "no peer reached"
+            if t_peer is None
+            else ""
+        )
+        lines.append(
+            [
+                res.row.name,
+                res.data_name,
+                f"{res.spec.alpha:.3g}",
+                f"{res.nnz}/{res.p}",
+                f"{max(res.p_star - res.dual_bound, 0) / abs(res.p_star):.0e}",
+                _sec(t_auto),
+                cert_cell,
+                tightness(cert, res.p_star),
+                f"{_sec(t_best)} ({best.name})" if best else "—",
+                peer.name if peer else "—",
+                _sec(t_peer),
+                f"{ratio:.2f}" if ratio is not None else "—",
+                flag,
+            ]
+        )
     return md_table(header, lines)
 
 
 def detail_table(results):
-    header = ["row", "method", "time to 1e-6 objective error (setting, iterations)",
-              "runs (setting: s, error)", "notes"]
+    header = [
+        "row",
+        "method",
+        "time to 1e-6 objective error (setting, iterations)",
+        "runs (setting: s, error)",
+        "notes",
+    ]
     lines = []
     for res in results:
         for o in res.ours + res.peers:
-            runs = ", ".join(f"{_setting(r.setting)}: {r.seconds:.3g}, "
-                             f"{rel_error(r.primal, res.p_star):.0e}" for r in o.runs)
+            runs = ", ".join(
+                f"{_setting(r.setting)}: {r.seconds:.3g}, {rel_error(r.primal, res.p_star):.0e}"
+                for r in o.runs
+            )
             notes = [x for x in (o.note, o.stopped, o.error and f"error: {o.error}") if x]
             if o.certified:
                 c = o.certified
-                notes.append(f"fit(tol=1e-6): {_sec(c['seconds'])}, n_iter_={c['n_iter']}, "
-                             f"passes={c['passes'] if c['passes'] is not None else '—'}, "
-                             f"certified gap {c['gap']:.1e}")
-            lines.append([res.row.name, o.name, _time_cell(o, res.p_star), runs or "—",
-                          "; ".join(notes)])
+                notes.append(
+                    f"fit(tol=1e-6): {_sec(c['seconds'])}, n_iter_={c['n_iter']}, "
+                    f"passes={c['passes'] if c['passes'] is not None else '—'}, "
+                    f"certified gap {c['gap']:.1e}"
+                )
+            lines.append(
+                [res.row.name, o.name, _time_cell(o, res.p_star), runs or "—", "; ".join(notes)]
+            )
     return md_table(header, lines)
 
 
@@ -1101,9 +1363,16 @@ def md_table(header, rows):
 
 def versions():
     out = []
-    for name, module in (("numpy", "numpy"), ("scipy", "scipy"), ("scikit-learn", "sklearn"),
-                         ("numba", "numba"), ("skglm", "skglm"), ("celer", "celer"),
-                         ("glum", "glum"), ("snapml", "snapml")):
+    for name, module in (
+        ("numpy", "numpy"),
+        ("scipy", "scipy"),
+        ("scikit-learn", "sklearn"),
+        ("numba", "numba"),
+        ("skglm", "skglm"),
+        ("celer", "celer"),
+        ("glum", "glum"),
+        ("snapml", "snapml"),
+    ):
         mod = _optional(module)
         if isinstance(mod, str):
             out.append(f"{name} not installed")
@@ -1124,10 +1393,20 @@ def library_commit():
     """The benchmarked library's commit, and whether dask_scd/ had local edits."""
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "dask_scd"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "dask_scd"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown commit"
     return f"commit {head}" + (" + uncommitted changes to dask_scd/" if dirty.strip() else "")
@@ -1149,15 +1428,23 @@ def log(*a):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true",
-                   help=f"{QUICK.n} generated rows and only the rows "
-                        f"{', '.join(QUICK_ROWS).replace('%', '%%')} "
-                        "(unless --rows), small budgets: a try of the harness")
-    p.add_argument("--rows", default=None,
-                   help="regular expression: run the rows whose name it matches")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK.n} generated rows and only the rows "
+        f"{', '.join(QUICK_ROWS).replace('%', '%%')} "
+        "(unless --rows), small budgets: a try of the harness",
+    )
+    p.add_argument(
+        "--rows", default=None, help="regular expression: run the rows whose name it matches"
+    )
     p.add_argument("--list", action="store_true", help="list the row names and exit")
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="multiply every time budget and cap (a busy machine needs more)")
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply every time budget and cap (a busy machine needs more)",
+    )
     p.add_argument("--output", type=Path, default=RESULTS, help="markdown file to append to")
     p.add_argument("--no-save", action="store_true", help="print only, append nothing")
     return p.parse_args(argv)
@@ -1196,8 +1483,13 @@ def main(argv=None):
     limits = threadpool_limits(limits=1)  # noqa: F841  (held for the whole run)
     sizes = QUICK if args.quick else FULL
     if args.scale != 1.0:
-        sizes = replace(sizes, **{k: getattr(sizes, k) * args.scale for k in (
-            "budget_small", "budget_large", "run_cap", "reference_cap")})
+        sizes = replace(
+            sizes,
+            **{
+                k: getattr(sizes, k) * args.scale
+                for k in ("budget_small", "budget_large", "run_cap", "reference_cap")
+            },
+        )
     rows = select_rows(args)
     command = " ".join([os.path.relpath(sys.executable)] + sys.argv)
     started = time.perf_counter()
@@ -1236,8 +1528,9 @@ def main(argv=None):
     parts = [header]
     if skipped_rows:
         parts.append("Rows skipped: " + "; ".join(f"{n} ({r})" for n, r in skipped_rows) + "\n")
-    absent = sorted({o.skipped for res in results for o in res.peers
-                     if "not installed" in o.skipped})
+    absent = sorted(
+        {o.skipped for res in results for o in res.peers if "not installed" in o.skipped}
+    )
     if absent:
         parts.append("Peers skipped: " + "; ".join(absent) + "\n")
     parts += [
@@ -1247,8 +1540,11 @@ def main(argv=None):
         "reference solver at tol=1e-12 and every run of the row; 'certified to' = "
         "(P* − D)/|P*| with D the best dual value of the row's runs. Ratio = fastest peer's "
         "time / ours (solver='auto'): > 1 means we are faster. All rows fit an intercept.\n",
-        summary_table(results), "",
-        "### Every method\n", detail_table(results), "",
+        summary_table(results),
+        "",
+        "### Every method\n",
+        detail_table(results),
+        "",
     ]
     text = "\n".join(parts)
     from _machine import print_and_append  # benchmarks/ is on sys.path when run as a script

@@ -89,7 +89,7 @@ class Sizes:
 FULL = Sizes(2_000_000, 600.0, 6_000_000, 3)
 QUICK = Sizes(200_000, 60.0, 600_000, 2)
 SPARK_LADDER = (1, 2, 5, 10, 20, 40, 80, 160, 320, 640, 1280)
-PEER_TOLS = tuple(10.0 ** -k for k in range(2, 11))
+PEER_TOLS = tuple(10.0**-k for k in range(2, 11))
 # A worker process holding the engine's state for 611k features peaks at ~310-380 MiB here
 # (measured on 60k- and 600k-row grids; 320 MiB workers sat at their pause threshold and
 # stalled): a limit below this floor only stalls.
@@ -154,8 +154,9 @@ def objective(loss, alpha, rho, X, y, coef, intercept) -> float:
     else:
         losses = 0.5 * (y - z) ** 2
     coef = np.asarray(coef, dtype=np.float64)
-    return float(losses.mean() + alpha * (rho * np.abs(coef).sum()
-                                          + 0.5 * (1.0 - rho) * coef @ coef))
+    return float(
+        losses.mean() + alpha * (rho * np.abs(coef).sum() + 0.5 * (1.0 - rho) * coef @ coef)
+    )
 
 
 def spark_label_std(y) -> float:
@@ -191,13 +192,16 @@ def spark_objective(loss, reg_param, elastic_net, X, y, coef, intercept) -> floa
     coef = np.asarray(coef, dtype=np.float64)
     if loss == "logistic":
         data = np.logaddexp(0.0, -y * z).mean()
-        return float(data + reg_param * (elastic_net * np.abs(coef).sum()
-                                         + 0.5 * (1 - elastic_net) * coef @ coef))
+        return float(
+            data
+            + reg_param * (elastic_net * np.abs(coef).sum() + 0.5 * (1 - elastic_net) * coef @ coef)
+        )
     s = spark_label_std(y)
     w = coef / s
-    return float(0.5 * ((y / s - z / s) ** 2).mean()
-                 + (reg_param / s) * (elastic_net * np.abs(w).sum()
-                                      + 0.5 * (1 - elastic_net) * w @ w))
+    return float(
+        0.5 * ((y / s - z / s) ** 2).mean()
+        + (reg_param / s) * (elastic_net * np.abs(w).sum() + 0.5 * (1 - elastic_net) * w @ w)
+    )
 
 
 def spark_objective_ours(loss, y, spark_value) -> float:
@@ -385,8 +389,17 @@ def run_ours(column, name, X, y, row, alpha, cap, nnz, workers=1, **kw) -> Outco
     with warnings.catch_warnings(), streamed(cap) as rec:
         warnings.simplefilter("ignore")
         try:
-            result = dask_scd.fit(X, y, loss=row.loss, penalty=row.penalty, alpha=alpha,
-                                  tol=OUR_TOL, max_iter=1_000_000, random_state=0, **kw)
+            result = dask_scd.fit(
+                X,
+                y,
+                loss=row.loss,
+                penalty=row.penalty,
+                alpha=alpha,
+                tol=OUR_TOL,
+                max_iter=1_000_000,
+                random_state=0,
+                **kw,
+            )
         except OverCap:
             out.status = "over cap"
         except Exception as exc:  # an engine refusing the problem
@@ -503,8 +516,16 @@ def warm_up(X, y):
             for penalty in ("l2", "l1"):
                 for solver in ("auto", "newton", "block_scd", "scd", "sdca"):
                     with contextlib.suppress(Exception):
-                        dask_scd.fit(Xs, ys, loss=loss, penalty=penalty, alpha=1e-3, tol=1e-4,
-                                     max_iter=3, solver=solver)
+                        dask_scd.fit(
+                            Xs,
+                            ys,
+                            loss=loss,
+                            penalty=penalty,
+                            alpha=1e-3,
+                            tol=1e-4,
+                            max_iter=3,
+                            solver=solver,
+                        )
 
 
 MEM_SOLVERS = ("auto", "newton", "block_scd", "scd", "sdca")
@@ -572,31 +593,72 @@ def peer_methods(row, alpha, n, p, sizes) -> list:
     if row.loss == "logistic":
         solver = "lbfgs" if row.penalty == "l2" else "saga"
         pen = {"l1_ratio": row.rho} if _sklearn_l1_ratio() else {"penalty": row.penalty}
-        out.append(Peer("sklearn", f"sklearn LogisticRegression({solver})",
-                        lambda tol, s=solver: LogisticRegression(
-                            C=C, solver=s, tol=tol, max_iter=100_000, **pen)))
-        out.append(Peer("sklearn", "sklearn LogisticRegression(newton-cholesky)",
-                        f"forms a dense {p} x {p} Hessian"))
+        out.append(
+            Peer(
+                "sklearn",
+                f"sklearn LogisticRegression({solver})",
+                lambda tol, s=solver: LogisticRegression(
+                    C=C, solver=s, tol=tol, max_iter=100_000, **pen
+                ),
+            )
+        )
+        out.append(
+            Peer(
+                "sklearn",
+                "sklearn LogisticRegression(newton-cholesky)",
+                f"forms a dense {p} x {p} Hessian",
+            )
+        )
     elif row.penalty == "l2":
         for solver in ("sparse_cg", "lsqr"):
-            out.append(Peer("sklearn", f"sklearn Ridge({solver})",
-                            lambda tol, s=solver: Ridge(alpha=alpha * n, solver=s, tol=tol,
-                                                        max_iter=100_000)))
+            out.append(
+                Peer(
+                    "sklearn",
+                    f"sklearn Ridge({solver})",
+                    lambda tol, s=solver: Ridge(
+                        alpha=alpha * n, solver=s, tol=tol, max_iter=100_000
+                    ),
+                )
+            )
     else:
-        out.append(Peer("sklearn", "sklearn Lasso(cd)",
-                        lambda tol: Lasso(alpha=alpha, tol=tol, max_iter=100_000), "columns"))
+        out.append(
+            Peer(
+                "sklearn",
+                "sklearn Lasso(cd)",
+                lambda tol: Lasso(alpha=alpha, tol=tol, max_iter=100_000),
+                "columns",
+            )
+        )
     # glum: its lbfgs for L2 (IRLS forms a dense p x p Hessian: skipped)
     glum = _optional("glum")
     if isinstance(glum, str):
         out.append(Peer("glum", "glum", glum))
     elif row.penalty == "l2":
         fam = "binomial" if row.loss == "logistic" else "normal"
-        out.append(Peer("glum", "glum (lbfgs)", lambda tol: glum.GeneralizedLinearRegressor(
-            family=fam, alpha=alpha, l1_ratio=0.0, solver="lbfgs", gradient_tol=tol,
-            max_iter=100_000), "columns", labels01=row.loss == "logistic"))
+        out.append(
+            Peer(
+                "glum",
+                "glum (lbfgs)",
+                lambda tol: glum.GeneralizedLinearRegressor(
+                    family=fam,
+                    alpha=alpha,
+                    l1_ratio=0.0,
+                    solver="lbfgs",
+                    gradient_tol=tol,
+                    max_iter=100_000,
+                ),
+                "columns",
+                labels01=row.loss == "logistic",
+            )
+        )
     else:
-        out.append(Peer("glum", "glum (irls-cd)", f"forms a dense {p} x {p} Hessian "
-                        "(lbfgs takes no L1 term)"))
+        out.append(
+            Peer(
+                "glum",
+                "glum (irls-cd)",
+                f"forms a dense {p} x {p} Hessian (lbfgs takes no L1 term)",
+            )
+        )
     # Snap ML: dual CD for L2 (intercept as a penalized constant column); its L1 (primal)
     # solver fits no intercept.
     snapml = _optional("snapml")
@@ -606,9 +668,22 @@ def peer_methods(row, alpha, n, p, sizes) -> list:
         out.append(Peer("snapml", "snapml", "its L1 (primal) solver fits no intercept"))
     else:
         cls = snapml.LogisticRegression if row.loss == "logistic" else snapml.LinearRegression
-        out.append(Peer("snapml", f"snapml {cls.__name__}(dual)", lambda tol, cls=cls: cls(
-            regularizer=alpha * n, dual=True, fit_intercept=True, intercept_scaling=100.0,
-            tol=tol, max_iter=1_000_000, n_jobs=1), "rows"))
+        out.append(
+            Peer(
+                "snapml",
+                f"snapml {cls.__name__}(dual)",
+                lambda tol, cls=cls: cls(
+                    regularizer=alpha * n,
+                    dual=True,
+                    fit_intercept=True,
+                    intercept_scaling=100.0,
+                    tol=tol,
+                    max_iter=1_000_000,
+                    n_jobs=1,
+                ),
+                "rows",
+            )
+        )
     # dask-ml on the sparse dask array (expected to fail: the error is recorded)
     dml = _optional("dask_ml.linear_model")
     if isinstance(dml, str):
@@ -617,9 +692,22 @@ def peer_methods(row, alpha, n, p, sizes) -> list:
         solvers = ("lbfgs", "admm") if row.penalty == "l2" else ("admm",)
         cls = dml.LogisticRegression if row.loss == "logistic" else dml.LinearRegression
         for s in solvers:
-            out.append(Peer("dask-ml", f"dask-ml {cls.__name__}({s})", lambda tol, s=s, cls=cls: cls(
-                penalty=row.penalty, C=C, solver=s, tol=tol, max_iter=10_000,
-                fit_intercept=True), "dask", tols=(1e-4, 1e-6, 1e-8)))
+            out.append(
+                Peer(
+                    "dask-ml",
+                    f"dask-ml {cls.__name__}({s})",
+                    lambda tol, s=s, cls=cls: cls(
+                        penalty=row.penalty,
+                        C=C,
+                        solver=s,
+                        tol=tol,
+                        max_iter=10_000,
+                        fit_intercept=True,
+                    ),
+                    "dask",
+                    tols=(1e-4, 1e-6, 1e-8),
+                )
+            )
     return out
 
 
@@ -674,6 +762,7 @@ def run_peer(peer: Peer, layouts, y, row, alpha, cap) -> Outcome:
             with contextlib.suppress(TypeError, ValueError):
                 it = int(np.max(it)) if it is not None else None
             return {"seconds": seconds, "coef": coef, "intercept": b, "n_iter": it}
+
         return go
 
     spent, best = 0.0, []
@@ -691,8 +780,9 @@ def run_peer(peer: Peer, layouts, y, row, alpha, cap) -> Outcome:
             out.status = f"error: {value}"
             break
         spent += value["seconds"]
-        P = objective(row.loss, alpha, row.rho, layouts["rows"], y, value["coef"],
-                      value["intercept"])
+        P = objective(
+            row.loss, alpha, row.rho, layouts["rows"], y, value["coef"], value["intercept"]
+        )
         out.points.append((value["seconds"], P, value["n_iter"]))
         out.iterations, out.seconds = value["n_iter"], value["seconds"]
         out.peak = f"+{fmt_bytes(value['added'])} (process)"
@@ -730,35 +820,58 @@ def _spark_main(args):
     import pyspark
     from pyspark.sql import SparkSession, functions as F
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench_scale")
-             .config("spark.driver.memory", spec["driver_memory"])
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench_scale")
+        .config("spark.driver.memory", spec["driver_memory"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     t = time.perf_counter()
-    df = (spark.read.format("libsvm").option("numFeatures", str(spec["p"]))
-          .load(spec["path"]).repartition(4))
+    df = (
+        spark.read.format("libsvm")
+        .option("numFeatures", str(spec["p"]))
+        .load(spec["path"])
+        .repartition(4)
+    )
     if spec["loss"] == "logistic":
         df = df.withColumn("label", (F.col("label") + 1.0) / 2.0)
     df = df.cache()
     rows = df.count()
-    print("LOADED", json.dumps({"seconds": time.perf_counter() - t, "rows": rows,
-                                "version": pyspark.__version__}), flush=True)
+    print(
+        "LOADED",
+        json.dumps(
+            {"seconds": time.perf_counter() - t, "rows": rows, "version": pyspark.__version__}
+        ),
+        flush=True,
+    )
 
     def estimator(max_iter):
         if spec["loss"] == "logistic":
             from pyspark.ml.classification import LogisticRegression
 
-            return LogisticRegression(maxIter=max_iter, regParam=spec["reg_param"],
-                                      elasticNetParam=spec["elastic_net"], tol=1e-12,
-                                      fitIntercept=True, standardization=False,
-                                      family="binomial")
+            return LogisticRegression(
+                maxIter=max_iter,
+                regParam=spec["reg_param"],
+                elasticNetParam=spec["elastic_net"],
+                tol=1e-12,
+                fitIntercept=True,
+                standardization=False,
+                family="binomial",
+            )
         from pyspark.ml.regression import LinearRegression
 
-        return LinearRegression(maxIter=max_iter, regParam=spec["reg_param"],
-                                elasticNetParam=spec["elastic_net"], tol=1e-12,
-                                fitIntercept=True, standardization=False, solver="l-bfgs")
+        return LinearRegression(
+            maxIter=max_iter,
+            regParam=spec["reg_param"],
+            elasticNetParam=spec["elastic_net"],
+            tol=1e-12,
+            fitIntercept=True,
+            standardization=False,
+            solver="l-bfgs",
+        )
 
     estimator(2).fit(df)  # warm-up: JIT and the first job's setup, not timed
     for max_iter in spec["ladder"]:
@@ -769,10 +882,20 @@ def _spark_main(args):
         out = Path(spec["workdir"]) / f"spark-{max_iter}.npy"
         np.save(out, coef)
         summary = model.summary
-        print("FIT", json.dumps({
-            "max_iter": max_iter, "seconds": seconds, "file": str(out),
-            "intercept": float(model.intercept), "iterations": int(summary.totalIterations),
-            "objective": float(summary.objectiveHistory[-1])}), flush=True)
+        print(
+            "FIT",
+            json.dumps(
+                {
+                    "max_iter": max_iter,
+                    "seconds": seconds,
+                    "file": str(out),
+                    "intercept": float(model.intercept),
+                    "iterations": int(summary.totalIterations),
+                    "objective": float(summary.objectiveHistory[-1]),
+                }
+            ),
+            flush=True,
+        )
         if sys.stdin.readline().strip() != "next":
             break
     spark.stop()
@@ -782,19 +905,33 @@ def run_spark(row, alpha, X, y, libsvm, cap, workdir) -> tuple[Outcome, dict]:
     """Spark at maxIter = 1, 2, 5, 10, 20, ... (each fit from scratch on the cached data)
     until a fit is within 1e-6 of the working P*, Spark stops before maxIter, or the
     ladder's fits have spent ``cap`` s. Returns the outcome and load facts."""
-    name = ("Spark LogisticRegression" if row.loss == "logistic" else
-            "Spark LinearRegression(l-bfgs)") + (" OWL-QN" if row.penalty == "l1" else " L-BFGS")
+    name = (
+        "Spark LogisticRegression" if row.loss == "logistic" else "Spark LinearRegression(l-bfgs)"
+    ) + (" OWL-QN" if row.penalty == "l1" else " L-BFGS")
     out = Outcome("spark", name, workers=2)
     reg = spark_reg_param(row.loss, alpha, row.rho, y)
-    spec = {"path": str(libsvm), "p": X.shape[1], "loss": row.loss, "reg_param": reg,
-            "elastic_net": row.rho, "ladder": list(SPARK_LADDER), "workdir": str(workdir),
-            # 8g held the 2M-row rows (5.5-6.5 GiB resident); the 3x table's data is
-            # 3x larger: the heap grows with it (within this 23.5 GiB machine)
-            "driver_memory": "8g" if X.shape[0] <= 3_000_000 else "14g"}
+    spec = {
+        "path": str(libsvm),
+        "p": X.shape[1],
+        "loss": row.loss,
+        "reg_param": reg,
+        "elastic_net": row.rho,
+        "ladder": list(SPARK_LADDER),
+        "workdir": str(workdir),
+        # 8g held the 2M-row rows (5.5-6.5 GiB resident); the 3x table's data is
+        # 3x larger: the heap grows with it (within this 23.5 GiB machine)
+        "driver_memory": "8g" if X.shape[0] <= 3_000_000 else "14g",
+    }
     cmd = [sys.executable, __file__, "--_spark", json.dumps(spec)]
     err = open(workdir / f"spark-{row.key}.stderr", "w")
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+        start_new_session=True,
+    )
     poller = Poller(pids=[proc.pid])
     poller.start()
     lines: list = []
@@ -839,17 +976,21 @@ def run_spark(row, alpha, X, y, libsvm, cap, workdir) -> tuple[Outcome, dict]:
             P = objective(row.loss, alpha, row.rho, X, y, coef, r["intercept"])
             spark_P = spark_objective(row.loss, reg, row.rho, X, y, coef, r["intercept"])
             out.points.append((r["seconds"], P, r["iterations"]))
-            out.iterations, out.seconds, out.passes = r["iterations"], r["seconds"], \
-                r["iterations"]
+            out.iterations, out.seconds, out.passes = r["iterations"], r["seconds"], r["iterations"]
             out.per_iteration = r["seconds"] / max(r["iterations"], 1)
-            out.note = (f"maxIter={r['max_iter']}; Spark's objectiveHistory[-1] "
-                        f"{r['objective']:.10g} vs its objective recomputed by us "
-                        f"{spark_P:.10g}; in our units {spark_objective_ours(row.loss, y, spark_P):.10g}"
-                        f" vs our P {P:.10g}")
+            out.note = (
+                f"maxIter={r['max_iter']}; Spark's objectiveHistory[-1] "
+                f"{r['objective']:.10g} vs its objective recomputed by us "
+                f"{spark_P:.10g}; in our units {spark_objective_ours(row.loss, y, spark_P):.10g}"
+                f" vs our P {P:.10g}"
+            )
             spent += r["seconds"]
             out.support = int(np.count_nonzero(coef))
-            done = (rel_error(P, row_pref.get(row.key, math.inf)) <= ERRORS[-1]
-                    or r["iterations"] < r["max_iter"] or spent >= cap)
+            done = (
+                rel_error(P, row_pref.get(row.key, math.inf)) <= ERRORS[-1]
+                or r["iterations"] < r["max_iter"]
+                or spent >= cap
+            )
             if spent >= cap and not done:
                 out.status = "over cap"
             try:
@@ -862,8 +1003,11 @@ def run_spark(row, alpha, X, y, libsvm, cap, workdir) -> tuple[Outcome, dict]:
                     out.status = "over cap"
                 break
     else:
-        out.status = "error: Spark did not load the data (see stderr)" if line != "TIMEOUT" \
+        out.status = (
+            "error: Spark did not load the data (see stderr)"
+            if line != "TIMEOUT"
             else "over cap (loading)"
+        )
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -912,8 +1056,14 @@ def write_grid_pieces(path, n, row_chunk, seed=3):
     for i, start in enumerate(range(0, n, row_chunk)):
         rows = min(row_chunk, n - start)
         part = dask.delayed(_piece, nout=2, pure=True)(i, rows, seed, truth)
-        xs.append(da.from_delayed(part[0], shape=(rows, p), dtype=np.float64,
-                                  meta=sp.csr_matrix((0, 0), dtype=np.float64)))
+        xs.append(
+            da.from_delayed(
+                part[0],
+                shape=(rows, p),
+                dtype=np.float64,
+                meta=sp.csr_matrix((0, 0), dtype=np.float64),
+            )
+        )
         ys.append(da.from_delayed(part[1], shape=(rows,), dtype=np.float64))
     X, y = da.concatenate(xs, axis=0), da.concatenate(ys, axis=0)
     with dask.config.set(scheduler="synchronous"):
@@ -929,9 +1079,19 @@ OOC_ROW_CHUNK = 262_144
 def _write_main(args):
     t = time.perf_counter()
     g = write_grid_pieces(args._write, args._rows, min(args._rows // 8, OOC_ROW_CHUNK))
-    print("RESULT", json.dumps({"seconds": time.perf_counter() - t, "nnz": int(g.nnz),
-                                "shape": list(g.shape), "peak_rss": vm_hwm(),
-                                "disk": _du(args._write)}), flush=True)
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "seconds": time.perf_counter() - t,
+                "nnz": int(g.nnz),
+                "shape": list(g.shape),
+                "peak_rss": vm_hwm(),
+                "disk": _du(args._write),
+            }
+        ),
+        flush=True,
+    )
 
 
 def _du(path) -> int:
@@ -947,8 +1107,14 @@ def cluster(memory_limit="4GiB", local_directory=None):
     from distributed import LocalCluster
 
     kw = {"local_directory": str(local_directory)} if local_directory else {}
-    return LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                        memory_limit=memory_limit, dashboard_address=None, **kw)
+    return LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=None,
+        **kw,
+    )
 
 
 # The engines run on the grid: CoCoA (K = the 2 workers, adaptive aggregation, split by
@@ -963,8 +1129,19 @@ def run_grid(solver, grid, row, alpha, cap, client, nnz) -> Outcome:
         start = time.perf_counter()
         # auto below in_memory_limit fits on the client, in memory: no callback there
         kw["callback"] = lambda info: time.perf_counter() - start > cap
-    out = run_ours("ours-grid", f"ours grid {solver}", grid, None, row, alpha, cap, nnz,
-                   workers=2, solver=solver, **kw)
+    out = run_ours(
+        "ours-grid",
+        f"ours grid {solver}",
+        grid,
+        None,
+        row,
+        alpha,
+        cap,
+        nnz,
+        workers=2,
+        solver=solver,
+        **kw,
+    )
     if solver == "block_newton" and out.status.startswith("error"):
         out.status = "refused: p > 2048"
         out.note = out.note or "block_newton refuses more than 2048 features"
@@ -987,26 +1164,50 @@ def _ooc_main(args):
     poller.start()
     with cluster(args._memory, Path(args._ooc).parent / "scratch") as c, Client(c) as client:
         t0 = time.perf_counter()
-        r = dask_scd.fit(grid, loss="logistic", penalty="l2", alpha=1.0 / n, tol=1e-12,
-                         max_iter=args._epochs, solver="block_scd", client=client,
-                         random_state=0)
+        r = dask_scd.fit(
+            grid,
+            loss="logistic",
+            penalty="l2",
+            alpha=1.0 / n,
+            tol=1e-12,
+            max_iter=args._epochs,
+            solver="block_scd",
+            client=client,
+            random_state=0,
+        )
         wall = time.perf_counter() - t0
         poller.stop()
         hwm = client.run(vm_hwm)
         cache = client.run(_cache_stats)
-    print("RESULT", json.dumps({
-        "wall": wall, "seconds": r.history_.seconds, "epochs": int(r.n_iter_),
-        "gap": r.history_.relative_gap, "worker_peaks": list(poller.workers.values()),
-        "vm_hwm": list(hwm.values()), "client_peak": poller.own,
-        "cache": list(cache.values())}), flush=True)
+    print(
+        "RESULT",
+        json.dumps(
+            {
+                "wall": wall,
+                "seconds": r.history_.seconds,
+                "epochs": int(r.n_iter_),
+                "gap": r.history_.relative_gap,
+                "worker_peaks": list(poller.workers.values()),
+                "vm_hwm": list(hwm.values()),
+                "client_peak": poller.own,
+                "cache": list(cache.values()),
+            }
+        ),
+        flush=True,
+    )
 
 
 def _cache_stats():
     from dask_scd.data.cache import CACHE
 
     counts = CACHE.counts
-    return [int(CACHE.nbytes), int(CACHE.max_bytes or 0), int(counts["reads"]),
-            int(counts.get("spill_hits", 0)), int(counts.get("spill_bytes", 0))]
+    return [
+        int(CACHE.nbytes),
+        int(CACHE.max_bytes or 0),
+        int(counts["reads"]),
+        int(counts.get("spill_hits", 0)),
+        int(counts.get("spill_bytes", 0)),
+    ]
 
 
 def _cache_cell(held, bound, reads, spill_hits=0, spill_bytes=0) -> str:
@@ -1024,11 +1225,20 @@ def _parse_bytes(text) -> int:
 
 
 def run_ooc(path, memory, epochs, timeout) -> dict:
-    cmd = [sys.executable, __file__, "--_ooc", str(path), "--_memory", str(memory),
-           "--_epochs", str(epochs)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--_ooc",
+        str(path),
+        "--_memory",
+        str(memory),
+        "--_epochs",
+        str(epochs),
+    ]
     err = open(Path(path).parent / f"ooc-{memory}.stderr", "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True
+    )
     try:
         stdout, _ = proc.communicate(timeout=timeout)
         outcome = "finished" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
@@ -1038,16 +1248,26 @@ def run_ooc(path, memory, epochs, timeout) -> dict:
         stdout, _ = proc.communicate()
         outcome = f"over cap ({timeout:.0f} s)"
     err.close()
-    res = [json.loads(line.split(" ", 1)[1]) for line in (stdout or "").splitlines()
-           if line.startswith("RESULT")]
+    res = [
+        json.loads(line.split(" ", 1)[1])
+        for line in (stdout or "").splitlines()
+        if line.startswith("RESULT")
+    ]
     return {"outcome": outcome, "result": res[-1] if res else None}
 
 
 def _quiet():
     warnings.filterwarnings("ignore")
-    for name in ("distributed", "distributed.worker", "distributed.nanny",
-                 "distributed.scheduler", "distributed.core", "distributed.utils_perf",
-                 "py4j", "tornado"):
+    for name in (
+        "distributed",
+        "distributed.worker",
+        "distributed.nanny",
+        "distributed.scheduler",
+        "distributed.core",
+        "distributed.utils_perf",
+        "py4j",
+        "tornado",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -1075,8 +1295,17 @@ def nnz_rate(o: Outcome, nnz) -> str:
 
 
 def row_table(res: RowResult, nnz) -> str:
-    head = ["method", "time to 1e-4", "time to 1e-6", "iterations", "time / iteration",
-            "nnz/s/worker (passes)", "peak memory", "status", "notes"]
+    head = [
+        "method",
+        "time to 1e-4",
+        "time to 1e-6",
+        "iterations",
+        "time / iteration",
+        "nnz/s/worker (passes)",
+        "peak memory",
+        "status",
+        "notes",
+    ]
     lines = []
     for o in res.outcomes:
         cells = []
@@ -1088,24 +1317,42 @@ def row_table(res: RowResult, nnz) -> str:
                 cells.append("—")
             else:
                 best = rel_error(o.best(), res.p_star)
-                cells.append(f"not reached (best {best:.1e})" if math.isfinite(best)
-                             else "not reached")
+                cells.append(
+                    f"not reached (best {best:.1e})" if math.isfinite(best) else "not reached"
+                )
         passes = f" ({o.passes:g})" if o.passes is not None else ""
-        lines.append([o.name + (f" → {o.solver}" if o.solver and o.solver not in o.name
-                                else ""), *cells,
-                      o.iterations if o.iterations is not None else "—",
-                      fmt_s(o.per_iteration), nnz_rate(o, nnz) + passes if
-                      nnz_rate(o, nnz) != "—" else "—", o.peak, o.status or "ok", o.note])
+        lines.append(
+            [
+                o.name + (f" → {o.solver}" if o.solver and o.solver not in o.name else ""),
+                *cells,
+                o.iterations if o.iterations is not None else "—",
+                fmt_s(o.per_iteration),
+                nnz_rate(o, nnz) + passes if nnz_rate(o, nnz) != "—" else "—",
+                o.peak,
+                o.status or "ok",
+                o.note,
+            ]
+        )
     return md_table(head, lines)
 
 
 def grid_ratio_table(results) -> str:
-    head = ["row", "engine (grid)", "time / iteration, grid", "in-memory engine",
-            "time / iteration, in memory", "ratio grid / in memory"]
+    head = [
+        "row",
+        "engine (grid)",
+        "time / iteration, grid",
+        "in-memory engine",
+        "time / iteration, in memory",
+        "ratio grid / in memory",
+    ]
     # A grid engine against the same engine in memory, or against in-memory auto where
     # auto ran that engine and the engine itself did not run in memory.
-    pairs = (("block_scd", "block_scd"), ("block_scd", "auto"), ("auto", "auto"),
-             ("block_newton", "newton"))
+    pairs = (
+        ("block_scd", "block_scd"),
+        ("block_scd", "auto"),
+        ("auto", "auto"),
+        ("block_newton", "newton"),
+    )
     lines = []
     for res in results:
         by = {o.name: o for o in res.outcomes}
@@ -1115,12 +1362,21 @@ def grid_ratio_table(results) -> str:
                 continue
             if m == "auto" != g and (f"ours {g}" in by or om.solver != g):
                 continue
-            ratio = (f"{og.per_iteration / om.per_iteration:.2f}"
-                     if og.per_iteration and om.per_iteration else "—")
-            lines.append([res.row.key, f"{g}" + (f" → {og.solver}" if og.solver else ""),
-                          fmt_s(og.per_iteration) if og.per_iteration else og.status or "—",
-                          f"{m}" + (f" → {om.solver}" if om.solver else ""),
-                          fmt_s(om.per_iteration), ratio])
+            ratio = (
+                f"{og.per_iteration / om.per_iteration:.2f}"
+                if og.per_iteration and om.per_iteration
+                else "—"
+            )
+            lines.append(
+                [
+                    res.row.key,
+                    f"{g}" + (f" → {og.solver}" if og.solver else ""),
+                    fmt_s(og.per_iteration) if og.per_iteration else og.status or "—",
+                    f"{m}" + (f" → {om.solver}" if om.solver else ""),
+                    fmt_s(om.per_iteration),
+                    ratio,
+                ]
+            )
     return md_table(head, lines)
 
 
@@ -1133,20 +1389,35 @@ def header(args, sizes, elapsed, n, p, nnz, commit) -> str:
 
     from _machine import cpu_model
 
-    vers = [f"numpy {np.__version__}", f"scipy {__import__('scipy').__version__}",
-            f"scikit-learn {sklearn.__version__}", f"dask {dask.__version__}",
-            f"distributed {distributed.__version__}", f"zarr {zarr.__version__}"]
-    for mod, label in (("pyspark", "pyspark"), ("dask_ml", "dask-ml"), ("glum", "glum"),
-                       ("snapml", "snapml")):
+    vers = [
+        f"numpy {np.__version__}",
+        f"scipy {__import__('scipy').__version__}",
+        f"scikit-learn {sklearn.__version__}",
+        f"dask {dask.__version__}",
+        f"distributed {distributed.__version__}",
+        f"zarr {zarr.__version__}",
+    ]
+    for mod, label in (
+        ("pyspark", "pyspark"),
+        ("dask_ml", "dask-ml"),
+        ("glum", "glum"),
+        ("snapml", "snapml"),
+    ):
         m = _optional(mod)
-        vers.append(f"{label} {getattr(m, '__version__', '?')}" if not isinstance(m, str)
-                    else f"{label} not installed")
+        vers.append(
+            f"{label} {getattr(m, '__version__', '?')}"
+            if not isinstance(m, str)
+            else f"{label} not installed"
+        )
     java = ""
     with contextlib.suppress(Exception):
-        java = subprocess.run(["java", "-version"], capture_output=True, text=True
-                              ).stderr.splitlines()[0]
-    cmd = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable),
-                                            "benchmarks/bench_scale.py", *args.argv])
+        java = subprocess.run(
+            ["java", "-version"], capture_output=True, text=True
+        ).stderr.splitlines()[0]
+    cmd = " ".join(
+        shlex.quote(a)
+        for a in [os.path.relpath(sys.executable), "benchmarks/bench_scale.py", *args.argv]
+    )
     load = os.getloadavg()
     return (
         f"## {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {cpu_model()}, "
@@ -1176,10 +1447,20 @@ def header(args, sizes, elapsed, n, p, nnz, commit) -> str:
 def library_commit() -> str:
     root = HERE.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "dask_scd"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "dask_scd"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown commit"
     return f"commit {head}" + (" + uncommitted changes to dask_scd/" if dirty.strip() else "")
@@ -1191,23 +1472,37 @@ def library_commit() -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"{QUICK.n:,} rows, {QUICK.cap:g} s cap")
-    p.add_argument("--only", default=None,
-                   help="comma-separated row keys: " + ", ".join(r.key for r in ROWS))
+    p.add_argument(
+        "--only", default=None, help="comma-separated row keys: " + ", ".join(r.key for r in ROWS)
+    )
     p.add_argument("--skip", default="", help="comma-separated columns: " + ", ".join(COLUMNS))
     p.add_argument("--rows", type=int, default=None, help="rows of the data (n)")
     p.add_argument("--cap", type=float, default=None, help="seconds per run")
-    p.add_argument("--grid-solvers", default=",".join(GRID_SOLVERS),
-                   help="comma-separated engines run on the grid (default: %(default)s)")
-    p.add_argument("--mem-solvers", default=",".join(MEM_SOLVERS),
-                   help="comma-separated engines run in memory (default: %(default)s)")
+    p.add_argument(
+        "--grid-solvers",
+        default=",".join(GRID_SOLVERS),
+        help="comma-separated engines run on the grid (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mem-solvers",
+        default=",".join(MEM_SOLVERS),
+        help="comma-separated engines run in memory (default: %(default)s)",
+    )
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--output", type=Path, default=RESULTS)
     p.add_argument("--workdir", type=Path, default=DATA)
-    p.add_argument("--ooc-rows", type=int, default=None,
-                   help="rows of the out-of-core grid (default 3x --rows)")
-    p.add_argument("--ooc-memory", default=None,
-                   help="memory_limit per worker of the limited run (default: stored / 3 / 2, "
-                        "at least the floor a worker needs)")
+    p.add_argument(
+        "--ooc-rows",
+        type=int,
+        default=None,
+        help="rows of the out-of-core grid (default 3x --rows)",
+    )
+    p.add_argument(
+        "--ooc-memory",
+        default=None,
+        help="memory_limit per worker of the limited run (default: stored / 3 / 2, "
+        "at least the floor a worker needs)",
+    )
     p.add_argument("--_spark", dest="_spark", help=argparse.SUPPRESS)
     p.add_argument("--_write", dest="_write", help=argparse.SUPPRESS)
     p.add_argument("--_rows", dest="_rows", type=int, help=argparse.SUPPRESS)
@@ -1245,8 +1540,12 @@ def main(argv=None):
     if args.rows or args.cap:
         from dataclasses import replace
 
-        sizes = replace(sizes, n=args.rows or sizes.n, cap=args.cap or sizes.cap,
-                        ooc_rows=3 * (args.rows or sizes.n))
+        sizes = replace(
+            sizes,
+            n=args.rows or sizes.n,
+            cap=args.cap or sizes.cap,
+            ooc_rows=3 * (args.rows or sizes.n),
+        )
     if args.ooc_rows:
         from dataclasses import replace
 
@@ -1254,12 +1553,16 @@ def main(argv=None):
     rows = select_rows(args.only)
     grid_solvers = tuple(g.strip() for g in args.grid_solvers.split(",") if g.strip())
     if not set(grid_solvers) <= set(GRID_SOLVERS):
-        raise SystemExit(f"unknown grid engines {sorted(set(grid_solvers) - set(GRID_SOLVERS))}; "
-                         f"known: {GRID_SOLVERS}")
+        raise SystemExit(
+            f"unknown grid engines {sorted(set(grid_solvers) - set(GRID_SOLVERS))}; "
+            f"known: {GRID_SOLVERS}"
+        )
     mem_solvers = tuple(g.strip() for g in args.mem_solvers.split(",") if g.strip())
     if not set(mem_solvers) <= set(MEM_SOLVERS):
-        raise SystemExit(f"unknown in-memory engines {sorted(set(mem_solvers) - set(MEM_SOLVERS))}; "
-                         f"known: {MEM_SOLVERS}")
+        raise SystemExit(
+            f"unknown in-memory engines {sorted(set(mem_solvers) - set(MEM_SOLVERS))}; "
+            f"known: {MEM_SOLVERS}"
+        )
     skip = {c.strip() for c in args.skip.split(",") if c.strip()}
     unknown = skip - set(COLUMNS)
     if unknown:
@@ -1287,11 +1590,21 @@ def main(argv=None):
         res = RowResult(row, alpha, [])
         if "ours-mem" not in skip:
             for solver in in_memory_engines(row, mem_solvers):
-                o = run_ours_forked(f"ours {solver}", Xc if solver == "scd" else X, y,
-                                    row, alpha, sizes.cap, nnz, solver=solver)
+                o = run_ours_forked(
+                    f"ours {solver}",
+                    Xc if solver == "scd" else X,
+                    y,
+                    row,
+                    alpha,
+                    sizes.cap,
+                    nnz,
+                    solver=solver,
+                )
                 res.outcomes.append(o)
-                log(f"  {o.name} → {o.solver}: {o.status or 'ok'}, {o.iterations} it, "
-                    f"best P {o.best():.12g}, {fmt_s(o.seconds)}")
+                log(
+                    f"  {o.name} → {o.solver}: {o.status or 'ok'}, {o.iterations} it, "
+                    f"best P {o.best():.12g}, {fmt_s(o.seconds)}"
+                )
         row_pref[row.key] = min((o.best() for o in res.outcomes), default=math.inf)
         for peer in peer_methods(row, alpha, n, p, sizes):
             if peer.column in skip:
@@ -1306,8 +1619,10 @@ def main(argv=None):
         if not libsvm.exists():
             t = time.perf_counter()
             write_libsvm(libsvm, X, y)
-            log(f"libsvm written in {time.perf_counter() - t:.1f} s "
-                f"({fmt_bytes(libsvm.stat().st_size)})")
+            log(
+                f"libsvm written in {time.perf_counter() - t:.1f} s "
+                f"({fmt_bytes(libsvm.stat().st_size)})"
+            )
         for res in results:
             log(f"== Spark, {res.row.key}")
             o, load = run_spark(res.row, res.alpha, X, y, libsvm, sizes.cap, workdir)
@@ -1325,8 +1640,11 @@ def main(argv=None):
         # to_grid's default blocks, as a user writes it: the pure blocks coloured on all
         # rows (the in-memory engine's too); the 26 fields as blocks take ~1.3x the epochs.
         grid = write_grid(gpath, X, y, None, max(n // 8, 1))
-        grid_info = {"seconds": time.perf_counter() - t, "disk": _du(gpath),
-                     "blocks": grid.n_blocks}
+        grid_info = {
+            "seconds": time.perf_counter() - t,
+            "disk": _du(gpath),
+            "blocks": grid.n_blocks,
+        }
         grid = dask_scd.open_grid(gpath)
         log(f"grid written in {grid_info['seconds']:.1f} s")
         with cluster(local_directory=workdir / "scratch") as c, Client(c) as client:
@@ -1334,15 +1652,24 @@ def main(argv=None):
             for loss in ("logistic", "squared"):
                 with contextlib.suppress(Exception), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    dask_scd.fit(grid, loss=loss, alpha=1e-3, tol=1e-12, max_iter=1,
-                                 solver="block_scd", client=client)
+                    dask_scd.fit(
+                        grid,
+                        loss=loss,
+                        alpha=1e-3,
+                        tol=1e-12,
+                        max_iter=1,
+                        solver="block_scd",
+                        client=client,
+                    )
             for res in results:
                 log(f"== grid, {res.row.key}")
                 for solver in grid_solvers:
                     o = run_grid(solver, grid, res.row, res.alpha, sizes.cap, client, nnz)
                     res.outcomes.append(o)
-                    log(f"  {o.name} → {o.solver}: {o.status or 'ok'}, {o.iterations} it, "
-                        f"best P {o.best():.12g}")
+                    log(
+                        f"  {o.name} → {o.solver}: {o.status or 'ok'}, {o.iterations} it, "
+                        f"best P {o.best():.12g}"
+                    )
         shutil.rmtree(gpath, ignore_errors=True)
 
     ooc_text = ""
@@ -1356,22 +1683,27 @@ def main(argv=None):
     parts = [header(args, sizes, elapsed, n, p, nnz, commit)]
     for res in results:
         load = res.spark_load
-        spark_load = (f" Spark {load.get('version', '?')}: libsvm read, repartitioned (4), "
-                      f"cached and counted in {fmt_s(load['seconds'])} (not in the times)."
-                      if load else "")
+        spark_load = (
+            f" Spark {load.get('version', '?')}: libsvm read, repartitioned (4), "
+            f"cached and counted in {fmt_s(load['seconds'])} (not in the times)."
+            if load
+            else ""
+        )
         nz = _support(res)
         parts.append(
             f"### {res.row.key}: {res.row.describe()} = {res.alpha:.4g}\n\n"
             f"P* = {res.p_star:.12g}; non-zero coefficients at the best run: {nz}.{spark_load}"
-            "\n\n" + row_table(res, nnz) + "\n")
+            "\n\n" + row_table(res, nnz) + "\n"
+        )
     if "ours-grid" not in skip:
-        parts.append("### Grid vs in memory, time per iteration\n\n"
-                     f"Grid: {n // 8:,}-row chunks x {grid_info.get('blocks')} blocks "
-                     "(to_grid's default: pure blocks coloured on all rows), written in "
-                     f"{fmt_s(grid_info.get('seconds'))}, {fmt_bytes(grid_info.get('disk', 0))}"
-                     " on disk; LocalCluster 2 workers x 1 thread, 4 GiB each. Time per "
-                     "iteration = history seconds / iterations.\n\n"
-                     + grid_ratio_table(results) + "\n")
+        parts.append(
+            "### Grid vs in memory, time per iteration\n\n"
+            f"Grid: {n // 8:,}-row chunks x {grid_info.get('blocks')} blocks "
+            "(to_grid's default: pure blocks coloured on all rows), written in "
+            f"{fmt_s(grid_info.get('seconds'))}, {fmt_bytes(grid_info.get('disk', 0))}"
+            " on disk; LocalCluster 2 workers x 1 thread, 4 GiB each. Time per "
+            "iteration = history seconds / iterations.\n\n" + grid_ratio_table(results) + "\n"
+        )
     if ooc_text:
         parts.append(ooc_text)
     text = "\n".join(parts)
@@ -1425,26 +1757,54 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
         if res:
             per_epoch = res["seconds"][-1] / max(res["epochs"], 1)
             per[label] = per_epoch
-            peaks = " / ".join(fmt_bytes(v) for v in sorted(res["worker_peaks"],
-                                                            reverse=True)[:4])
+            peaks = " / ".join(fmt_bytes(v) for v in sorted(res["worker_peaks"], reverse=True)[:4])
             hwm = " / ".join(fmt_bytes(v) for v in res["vm_hwm"])
             cache = " / ".join(_cache_cell(*worker) for worker in res["cache"])
-            rows.append([label, fmt_bytes(memory), f"{stored / (2 * memory):.2f}x",
-                         r["outcome"], res["epochs"], fmt_s(res["wall"]), fmt_s(per_epoch),
-                         peaks, hwm, cache, fmt_bytes(res["client_peak"]),
-                         " → ".join(f"{g:.2e}" for g in res["gap"])])
+            rows.append(
+                [
+                    label,
+                    fmt_bytes(memory),
+                    f"{stored / (2 * memory):.2f}x",
+                    r["outcome"],
+                    res["epochs"],
+                    fmt_s(res["wall"]),
+                    fmt_s(per_epoch),
+                    peaks,
+                    hwm,
+                    cache,
+                    fmt_bytes(res["client_peak"]),
+                    " → ".join(f"{g:.2e}" for g in res["gap"]),
+                ]
+            )
         else:
-            rows.append([label, fmt_bytes(memory), f"{stored / (2 * memory):.2f}x",
-                         r["outcome"], "—", "—", "—", "—", "—", "—", "—", "—"])
+            rows.append(
+                [
+                    label,
+                    fmt_bytes(memory),
+                    f"{stored / (2 * memory):.2f}x",
+                    r["outcome"],
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                ]
+            )
     shutil.rmtree(path, ignore_errors=True)
-    ratio = (f"{per['limited'] / per['in core']:.2f}" if "limited" in per and "in core" in per
-             else "—")
+    ratio = (
+        f"{per['limited'] / per['in core']:.2f}" if "limited" in per and "in core" in per else "—"
+    )
     scaled = ""
     if incore_epoch and "limited" in per:
         per_nnz = per["limited"] / w["nnz"] / (incore_epoch / nnz_incore)
-        scaled = (f" The 1x grid in core (block_scd, logistic-l2 row above): "
-                  f"{fmt_s(incore_epoch)} per epoch for {nnz_incore:,} non-zeros; per "
-                  f"non-zero the out-of-core pass costs {per_nnz:.2f}x that.")
+        scaled = (
+            f" The 1x grid in core (block_scd, logistic-l2 row above): "
+            f"{fmt_s(incore_epoch)} per epoch for {nnz_incore:,} non-zeros; per "
+            f"non-zero the out-of-core pass costs {per_nnz:.2f}x that."
+        )
     return (
         "### Out of core (3x grid)\n\n"
         f"Grid: {w['shape'][0]:,} rows, {w['nnz']:,} non-zeros = {fmt_bytes(stored)} stored "
@@ -1452,12 +1812,19 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
         f"written in {fmt_s(w['seconds'])} by a separate process from per-row-chunk delayed "
         f"make_onehot pieces (peak RSS {fmt_bytes(w['peak_rss'])}: never whole in memory), "
         f"row chunks of {min(w['shape'][0] // 8, OOC_ROW_CHUNK):,} rows. "
-        + (f"memory_limit per worker {fmt_bytes(floor)} (--ooc-memory); stored / 3 / 2 would "
-           f"be {fmt_bytes(limit)}" if memory is not None else
-           f"memory_limit per worker = stored / 3 / 2 = {fmt_bytes(limit)}"
-           + (f", raised to the floor {fmt_bytes(OOC_FLOOR)} (a worker process holding the "
-              "engine's state for 611k features peaks at ~310-380 MiB even when the grid is "
-              "tiny; below it a worker pauses and the fit stalls)" if floor > limit else ""))
+        + (
+            f"memory_limit per worker {fmt_bytes(floor)} (--ooc-memory); stored / 3 / 2 would "
+            f"be {fmt_bytes(limit)}"
+            if memory is not None
+            else f"memory_limit per worker = stored / 3 / 2 = {fmt_bytes(limit)}"
+            + (
+                f", raised to the floor {fmt_bytes(OOC_FLOOR)} (a worker process holding the "
+                "engine's state for 611k features peaks at ~310-380 MiB even when the grid is "
+                "tiny; below it a worker pauses and the fit stalls)"
+                if floor > limit
+                else ""
+            )
+        )
         + "; the engine's cell cache is bounded by the library (½ of pause threshold − "
         "resident), so out of core the cells cannot all stay cached: 'cell cache' gives what "
         "it held at the end and how many cells each worker read from the store, and how "
@@ -1468,10 +1835,25 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
         f"process each; the same fit with {fmt_bytes(incore)} workers (the grid fits in their "
         "cell caches) gives the in-core time per pass. Worker peak RSS polled every 0.2 s; VmHWM read at "
         "the end.\n\n"
-        + md_table(["run", "memory_limit / worker", "stored / total limit", "outcome",
-                    "epochs", "fit wall", "time / pass", "worker peak RSS (poll)",
-                    "worker VmHWM", "cell cache (end), cells read", "client peak RSS", "relative gap"], rows)
-        + f"\n\nTime per pass out of core / in core: **{ratio}**.{scaled}\n")
+        + md_table(
+            [
+                "run",
+                "memory_limit / worker",
+                "stored / total limit",
+                "outcome",
+                "epochs",
+                "fit wall",
+                "time / pass",
+                "worker peak RSS (poll)",
+                "worker VmHWM",
+                "cell cache (end), cells read",
+                "client peak RSS",
+                "relative gap",
+            ],
+            rows,
+        )
+        + f"\n\nTime per pass out of core / in core: **{ratio}**.{scaled}\n"
+    )
 
 
 if __name__ == "__main__":

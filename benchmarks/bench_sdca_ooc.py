@@ -45,10 +45,12 @@ from _machine import cpu_model, print_and_append
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "sdca_ooc.md"
 EPOCHS = 10
-RUNS = (("in memory (grid read first)", "memory"),
-        ("out of core, random chunk order", "random"),
-        ("out of core, chunks in storage order", "sequential"),
-        ("out of core, random chunk order, spill=True", "spill"))
+RUNS = (
+    ("in memory (grid read first)", "memory"),
+    ("out of core, random chunk order", "random"),
+    ("out of core, chunks in storage order", "sequential"),
+    ("out of core, random chunk order, spill=True", "spill"),
+)
 
 
 def write_grid(path: Path, n_rows: int, n_features: int, row_chunk: int) -> None:
@@ -108,14 +110,19 @@ def child(path: str, mode: str, epochs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:  # warm-up: numba kernels, zarr's readers
         warm = to_grid(small, labels, Path(tmp) / "warm.zarr", row_chunk=64, blocks=2)
         dask_scd.fit(warm, loss="logistic", solver="sdca", max_iter=2)
-        dask_scd.fit(*make_source(warm, None, "logistic", None).materialize(),
-                     loss="logistic", solver="sdca", max_iter=2)
+        dask_scd.fit(
+            *make_source(warm, None, "logistic", None).materialize(),
+            loss="logistic",
+            solver="sdca",
+            max_iter=2,
+        )
     baseline = _memory_kib("VmRSS")
     reset = _reset_peak()
     grid = open_grid(path)
     n = grid.shape[0]
-    kw = dict(loss="logistic", alpha=1.0 / n, solver="sdca", tol=1e-14, max_iter=epochs,
-              random_state=0)
+    kw = dict(
+        loss="logistic", alpha=1.0 / n, solver="sdca", tol=1e-14, max_iter=epochs, random_state=0
+    )
     read, passes = 0.0, None
     if mode == "memory":
         start = time.perf_counter()
@@ -124,24 +131,41 @@ def child(path: str, mode: str, epochs: int) -> None:
         start, cpu_start = time.perf_counter(), _cpu_seconds()
         result = dask_scd.fit(X, y, **kw)
     else:
-        engine = dict(chunk_order="random", spill=True) if mode == "spill" else dict(
-            chunk_order=mode)
+        engine = (
+            dict(chunk_order="random", spill=True) if mode == "spill" else dict(chunk_order=mode)
+        )
         start, cpu_start = time.perf_counter(), _cpu_seconds()
         result = dask_scd.fit(grid, **engine, **kw)
         passes = result.extras_["read_passes"]
     seconds = time.perf_counter() - start
     cpu = _cpu_seconds() - cpu_start
-    print(json.dumps(dict(seconds=seconds, cpu=cpu, read=read, passes=passes, gap=result.dual_gap_,
-                          epochs=result.n_iter_, peak_kib=_memory_kib("VmHWM") - baseline,
-                          baseline_kib=baseline, reset=reset,
-                          certificates=len(result.history_.iteration),
-                          load=os.getloadavg()[0])))
+    print(
+        json.dumps(
+            dict(
+                seconds=seconds,
+                cpu=cpu,
+                read=read,
+                passes=passes,
+                gap=result.dual_gap_,
+                epochs=result.n_iter_,
+                peak_kib=_memory_kib("VmHWM") - baseline,
+                baseline_kib=baseline,
+                reset=reset,
+                certificates=len(result.history_.iteration),
+                load=os.getloadavg()[0],
+            )
+        )
+    )
 
 
 def measure(path: Path, mode: str, epochs: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", str(path), mode, str(epochs)],
-                         check=True,
-                         capture_output=True, text=True, cwd=os.getcwd())
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(path), mode, str(epochs)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=os.getcwd(),
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -171,8 +195,11 @@ def main() -> None:
     in_memory = rows[0][1]["seconds"] / rows[0][1]["epochs"]
     in_memory_cpu = rows[0][1]["cpu"] / rows[0][1]["epochs"]
     reset = all(r["reset"] for _, r in rows)
-    peak_from = ("the reset" if reset else "the start (/proc/self/clear_refs refused the reset; "
-                 "the warm-up's peak counts too)")
+    peak_from = (
+        "the reset"
+        if reset
+        else "the start (/proc/self/clear_refs refused the reset; the warm-up's peak counts too)"
+    )
     lines = [
         f"## {datetime.datetime.now():%Y-%m-%d %H:%M}, {cpu_model()}, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}",
@@ -205,7 +232,8 @@ def main() -> None:
             f"| {label} | {per_epoch:.3f} | {per_epoch / in_memory:.2f} | {cpu:.3f} | "
             f"{cpu / in_memory_cpu:.2f} | {passes} | "
             f"{r['certificates']} | {peak / mib:.0f} | {limit / mib:.0f} | "
-            f"{peak / limit:.2f} | {r['gap']:.2e} | {r['load']:.1f} |")
+            f"{peak / limit:.2f} | {r['gap']:.2e} | {r['load']:.1f} |"
+        )
     lines.append("")
     print_and_append("\n".join(lines), RESULTS, save=not args.no_save)
 

@@ -33,9 +33,11 @@ from dask_scd.datasets import make_onehot
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "sdca.md"
 EPOCHS = 8
-RUNS = (("1 thread", dict(n_threads=1)),
-        ("2 threads, sync_every=1", dict(n_threads=2, sync_every=1)),
-        ("2 threads, wild (sync_every=0)", dict(n_threads=2, sync_every=0)))
+RUNS = (
+    ("1 thread", dict(n_threads=1)),
+    ("2 threads, sync_every=1", dict(n_threads=2, sync_every=1)),
+    ("2 threads, wild (sync_every=0)", dict(n_threads=2, sync_every=0)),
+)
 
 
 def problems(n_rows: int) -> list:
@@ -50,24 +52,38 @@ def fit(X, y, **threads):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         start = time.perf_counter()
-        result = dask_scd.fit(X, y, loss="logistic", alpha=1.0 / X.shape[0], solver="sdca",
-                              tol=1e-14, max_iter=EPOCHS, random_state=0, **threads)
+        result = dask_scd.fit(
+            X,
+            y,
+            loss="logistic",
+            alpha=1.0 / X.shape[0],
+            solver="sdca",
+            tol=1e-14,
+            max_iter=EPOCHS,
+            random_state=0,
+            **threads,
+        )
         return result, time.perf_counter() - start
 
 
 def table(name, X, y) -> list[str]:
-    lines = [f"**logistic L2, alpha = 1/n, {name}**", "",
-             f"| run | s / epoch, epochs alone | speed-up | s / epoch, whole fit | speed-up "
-             f"| relative gap after {EPOCHS} epochs |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"**logistic L2, alpha = 1/n, {name}**",
+        "",
+        f"| run | s / epoch, epochs alone | speed-up | s / epoch, whole fit | speed-up "
+        f"| relative gap after {EPOCHS} epochs |",
+        "|---|---|---|---|---|---|",
+    ]
     base = base_fit = None
     for label, threads in RUNS:
         result, seconds = fit(X, y, **threads)
         per_epoch = result.extras_["epoch_seconds"] / result.n_iter_
         per_fit = seconds / result.n_iter_
         base, base_fit = base or per_epoch, base_fit or per_fit
-        lines.append(f"| {label} | {per_epoch:.3f} | {base / per_epoch:.2f}x | {per_fit:.3f} | "
-                     f"{base_fit / per_fit:.2f}x | {result.dual_gap_:.2e} |")
+        lines.append(
+            f"| {label} | {per_epoch:.3f} | {base / per_epoch:.2f}x | {per_fit:.3f} | "
+            f"{base_fit / per_fit:.2f}x | {result.dual_gap_:.2e} |"
+        )
         print(lines[-1], flush=True)
     return lines
 

@@ -35,11 +35,17 @@ RESULTS = HERE / "results" / "weights.md"
 TOL = 1e-8
 # (engine, loss, penalty, alpha · n): the problems each engine is picked for by "auto",
 # and L1 problems for the coordinate engines named by hand (scd, duhl).
-CASES = (("newton", "logistic", "l2", 1.0), ("newton", "logistic", "l1", 10.0),
-         ("sdca", "logistic", "l2", 100.0), ("sdca", "hinge", "l2", 100.0),
-         ("gram", "squared", "l2", 1.0), ("block_newton", "logistic", "l2", 1.0),
-         ("scd", "logistic", "l1", 10.0), ("scd", "squared", "l1", 10.0),
-         ("duhl", "logistic", "l1", 10.0))
+CASES = (
+    ("newton", "logistic", "l2", 1.0),
+    ("newton", "logistic", "l1", 10.0),
+    ("sdca", "logistic", "l2", 100.0),
+    ("sdca", "hinge", "l2", 100.0),
+    ("gram", "squared", "l2", 1.0),
+    ("block_newton", "logistic", "l2", 1.0),
+    ("scd", "logistic", "l1", 10.0),
+    ("scd", "squared", "l1", 10.0),
+    ("duhl", "logistic", "l1", 10.0),
+)
 
 
 def data(n_rows: int):
@@ -68,11 +74,13 @@ def case_rows(solver, loss, penalty, alpha_n, X, y, weights) -> list[str]:
         chunks = n // 4
         Xd, yd = da.from_array(X, chunks=(chunks, 50)), da.from_array(y, chunks=chunks)
         plain, t_plain = timed(Xd, yd, **options)
-        weighted, t_weighted = timed(Xd, yd, sample_weight=da.from_array(weights, chunks=chunks),
-                                     **options)
+        weighted, t_weighted = timed(
+            Xd, yd, sample_weight=da.from_array(weights, chunks=chunks), **options
+        )
         m = len(rows) // 4 + 1
-        repeated, t_repeated = timed(da.from_array(X[rows], chunks=(m, 50)),
-                                     da.from_array(y[rows], chunks=m), **options)
+        repeated, t_repeated = timed(
+            da.from_array(X[rows], chunks=(m, 50)), da.from_array(y[rows], chunks=m), **options
+        )
     else:
         plain, t_plain = timed(X, y, **options)
         weighted, t_weighted = timed(X, y, sample_weight=weights, **options)
@@ -82,8 +90,10 @@ def case_rows(solver, loss, penalty, alpha_n, X, y, weights) -> list[str]:
     def cell(result, seconds):
         return f"{seconds:.2f} s, {result.n_iter_} it., {result.dual_gap_:.1e}"
 
-    return [f"| {solver} | {loss}, {penalty}, α = {alpha_n:g}/n | {cell(plain, t_plain)} | "
-            f"{cell(weighted, t_weighted)} | {cell(repeated, t_repeated)} | {agreement:.1e} |"]
+    return [
+        f"| {solver} | {loss}, {penalty}, α = {alpha_n:g}/n | {cell(plain, t_plain)} | "
+        f"{cell(weighted, t_weighted)} | {cell(repeated, t_repeated)} | {agreement:.1e} |"
+    ]
 
 
 def main() -> None:
@@ -94,16 +104,24 @@ def main() -> None:
     from distributed import Client, LocalCluster
 
     X, y_class, y_real, weights = data(args.rows)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         Xw, yw, yr, ww = data(2000)  # compile the kernels before timing
         for solver, loss, penalty, alpha_n in CASES:
             case_rows(solver, loss, penalty, alpha_n, Xw, yr if loss == "squared" else yw, ww)
         load_before = os.getloadavg()
-        body = [f"**dense {args.rows:,} × 50, integer weights in {{0, 1, 2, 3}} "
-                f"({int(weights.sum()):,} repeated rows), tol = {TOL:g}**", "",
-                "| engine | problem | unweighted | weighted | repeated rows | "
-                "\\|P_weighted − P_repeated\\| / P |", "|---|---|---|---|---|---|"]
+        body = [
+            f"**dense {args.rows:,} × 50, integer weights in {{0, 1, 2, 3}} "
+            f"({int(weights.sum()):,} repeated rows), tol = {TOL:g}**",
+            "",
+            "| engine | problem | unweighted | weighted | repeated rows | "
+            "\\|P_weighted − P_repeated\\| / P |",
+            "|---|---|---|---|---|---|",
+        ]
         for solver, loss, penalty, alpha_n in CASES:
             y = y_real if loss == "squared" else y_class
             body += case_rows(solver, loss, penalty, alpha_n, X, y, weights)

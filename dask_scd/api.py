@@ -169,16 +169,25 @@ def fit(
     start = check_start(coef_init, intercept_init, data.n_features, problem.fit_intercept)
     on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
     given = "grid" if is_grid(X) else "dask" if _is_distributed(X) else "memory"
-    plan = planner.plan(solver, problem, data, requested=device, available=available,
-                        on_device=on_device, given=given, options=engine_options)
+    plan = planner.plan(
+        solver,
+        problem,
+        data,
+        requested=device,
+        available=available,
+        on_device=on_device,
+        given=given,
+        options=engine_options,
+    )
     engine, device = plan.engine, plan.device
     _check_engine_options(engine_options, engine, solver, _is_distributed(X))
     identity = {"engine": engine.name, "problem": repr(problem), "data": _identity(data)}
     # The Dask engines on dask input (block_scd runs in-memory X in this process).
     on_cluster = engine.name in kernel_device.DASK_ENGINES and not isinstance(data, InMemory)
-    with (fit_session(on_cluster, engine_options, verbose, identity,
-                      performance_report),
-          Progress(engine.name, tol, max_iter, verbose) as progress):
+    with (
+        fit_session(on_cluster, engine_options, verbose, identity, performance_report),
+        Progress(engine.name, tol, max_iter, verbose) as progress,
+    ):
         options = Options(tol, max_iter, rng, progress, engine_options, device, start)
         run = engine.load()(data, problem, options)
         if planner.fit_hands_over(solver, engine, run, data, problem, tol, engine_options):
@@ -198,12 +207,23 @@ def _newton_from(first: str, run: Run, data, problem, options: Options):
     history = run.history
     offset = history.seconds[-1] if history.seconds else 0.0
     for k, it in enumerate(more.history.iteration):
-        history.append(run.n_iter + it, more.history.relative_gap[k], more.history.primal[k],
-                       offset + more.history.seconds[k])
-    extras = dict(more.extras, handed_over_from={"solver": first, "iterations": run.n_iter,
-                                                 "relative_gap": run.certificate.relative_gap})
-    return newton, dataclasses.replace(more, n_iter=run.n_iter + more.n_iter,
-                                       history=history, extras=extras)
+        history.append(
+            run.n_iter + it,
+            more.history.relative_gap[k],
+            more.history.primal[k],
+            offset + more.history.seconds[k],
+        )
+    extras = dict(
+        more.extras,
+        handed_over_from={
+            "solver": first,
+            "iterations": run.n_iter,
+            "relative_gap": run.certificate.relative_gap,
+        },
+    )
+    return newton, dataclasses.replace(
+        more, n_iter=run.n_iter + more.n_iter, history=history, extras=extras
+    )
 
 
 def _check_engine_options(options: dict, engine, solver: str, distributed: bool) -> None:
@@ -213,8 +233,11 @@ def _check_engine_options(options: dict, engine, solver: str, distributed: bool)
     if not unknown:
         return
     valid = list(engine.options) + (list(registry.DATA_OPTIONS) if distributed else [])
-    which = (f"solver='auto' runs {engine.name!r} on this data, which" if solver == "auto"
-             else f"solver={solver!r}")
+    which = (
+        f"solver='auto' runs {engine.name!r} on this data, which"
+        if solver == "auto"
+        else f"solver={solver!r}"
+    )
     takes = f"takes {', '.join(valid)}" if valid else "takes no keyword arguments"
     raise TypeError(f"unknown keyword arguments {unknown} for dask_scd.fit: {which} {takes}")
 
@@ -222,8 +245,12 @@ def _check_engine_options(options: dict, engine, solver: str, distributed: bool)
 def _read(X, y):
     """A path (grid store or libsvm file), an xarray object or dask data frames, read into
     X and y."""
-    if (isinstance(X, (str, os.PathLike)) or type(X).__module__.startswith("xarray")
-            or is_dask_frame(X) or is_dask_frame(y)):
+    if (
+        isinstance(X, (str, os.PathLike))
+        or type(X).__module__.startswith("xarray")
+        or is_dask_frame(X)
+        or is_dask_frame(y)
+    ):
         given = read_input(X, y)
         return given.X, given.y
     return X, y
@@ -245,10 +272,11 @@ def _data(X, y, problem, solver, options, sample_weight=None):
         return source, source.classes, options
     for name in ("checkpoint", "callback"):
         if options.pop(name, None) is not None:
-            warn(f"{name} applies to the block-SCD engine only; this fit runs in memory "
-                 "(pass solver='block_scd' to use it)")
-    for name in ("client", "selection", "checkpoint_every", "resume",
-                 *planner.RESIDENCY_OPTIONS):
+            warn(
+                f"{name} applies to the block-SCD engine only; this fit runs in memory "
+                "(pass solver='block_scd' to use it)"
+            )
+    for name in ("client", "selection", "checkpoint_every", "resume", *planner.RESIDENCY_OPTIONS):
         options.pop(name, None)
     data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
     return data, classes, options
@@ -258,10 +286,16 @@ def _result(run: Run, solver, problem, penalty, tol, classes, plan) -> FitResult
     cert = run.certificate
     converged = run.converged(tol)
     if not converged and not run.stopped_by_callback:
-        measure = (f"relative duality gap {cert.relative_gap:.3e}" if run.grad_norm is None
-                   else f"relative gradient norm ‖∇P‖∞/max(1, |P|) {run.grad_norm:.3e}")
-        warn(f"Did not converge after {run.n_iter} iterations of solver={solver!r}: "
-             f"{measure} > tol={tol:.1e}. Increase max_iter.", ConvergenceWarning)
+        measure = (
+            f"relative duality gap {cert.relative_gap:.3e}"
+            if run.grad_norm is None
+            else f"relative gradient norm ‖∇P‖∞/max(1, |P|) {run.grad_norm:.3e}"
+        )
+        warn(
+            f"Did not converge after {run.n_iter} iterations of solver={solver!r}: "
+            f"{measure} > tol={tol:.1e}. Increase max_iter.",
+            ConvergenceWarning,
+        )
     return FitResult(
         coef_=run.coef,
         intercept_=_intercept(run, problem),
@@ -292,8 +326,12 @@ def _intercept(run: Run, problem):
 def _identity(data) -> list:
     """What tells one data set from another (names a fit's default checkpoint)."""
     grid = getattr(data, "grid", None)
-    return [type(data).__name__, getattr(data, "n_samples", None),
-            getattr(data, "n_features", None), str(getattr(grid, "path", ""))]
+    return [
+        type(data).__name__,
+        getattr(data, "n_samples", None),
+        getattr(data, "n_features", None),
+        str(getattr(grid, "path", "")),
+    ]
 
 
 def _is_distributed(X) -> bool:

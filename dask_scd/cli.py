@@ -69,73 +69,128 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``dask-scd`` argument parser and its four subcommands."""
     from dask_scd import __version__
 
-    parser = _Parser(prog=PROG, description="Regularized linear models by coordinate "
-                     "descent, certified by their duality gap, on zarr grid stores.")
+    parser = _Parser(
+        prog=PROG,
+        description="Regularized linear models by coordinate "
+        "descent, certified by their duality gap, on zarr grid stores.",
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     defaults = {"formatter_class": argparse.ArgumentDefaultsHelpFormatter}
 
-    convert = commands.add_parser("convert", help="write a libsvm file as a grid store",
-                                  **defaults)
+    convert = commands.add_parser("convert", help="write a libsvm file as a grid store", **defaults)
     convert.add_argument("input", metavar="INPUT", help="libsvm / svmlight text file")
     convert.add_argument("output", metavar="OUT", help="directory of the grid store to write")
-    convert.add_argument("--row-chunk", type=_positive_int, default=100_000,
-                         help="examples per row chunk")
-    convert.add_argument("--column-block", type=_positive_int, default=None, metavar="M",
-                         help="consecutive blocks of M features (None: pure blocks "
-                              "detected by greedy colouring)")
-    convert.add_argument("--n-features", type=_positive_int, default=None, metavar="P",
-                         help="features of the grid, when the file's last ones never occur "
-                              "(None: the largest index in the file)")
+    convert.add_argument(
+        "--row-chunk", type=_positive_int, default=100_000, help="examples per row chunk"
+    )
+    convert.add_argument(
+        "--column-block",
+        type=_positive_int,
+        default=None,
+        metavar="M",
+        help="consecutive blocks of M features (None: pure blocks detected by greedy colouring)",
+    )
+    convert.add_argument(
+        "--n-features",
+        type=_positive_int,
+        default=None,
+        metavar="P",
+        help="features of the grid, when the file's last ones never occur "
+        "(None: the largest index in the file)",
+    )
     convert.add_argument("--overwrite", action="store_true", help="replace an existing store")
-    convert.add_argument("--weights", metavar="FILE", default=None,
-                         help="sample weights to store, one number per line of a text file")
+    convert.add_argument(
+        "--weights",
+        metavar="FILE",
+        default=None,
+        help="sample weights to store, one number per line of a text file",
+    )
 
     info = commands.add_parser("info", help="describe a grid store", **defaults)
     info.add_argument("grid", metavar="GRID", help="directory of a grid store")
 
-    fit = commands.add_parser("fit", help="fit a model on a grid store, printing its gap",
-                              **defaults)
+    fit = commands.add_parser(
+        "fit", help="fit a model on a grid store, printing its gap", **defaults
+    )
     fit.add_argument("grid", metavar="GRID", help="directory of a grid store")
     fit.add_argument("--loss", choices=LOSSES, default="squared", help="the loss")
     fit.add_argument("--penalty", choices=PENALTIES, default="l2", help="the penalty")
-    fit.add_argument("--alpha", type=_positive_float, default=1.0,
-                     help="regularization strength, per example")
-    fit.add_argument("--l1-ratio", type=_fraction, default=0.5,
-                     help="the L1 share of an elastic-net penalty")
-    fit.add_argument("--tol", type=_positive_float, default=1e-6,
-                     help="target relative duality gap")
+    fit.add_argument(
+        "--alpha", type=_positive_float, default=1.0, help="regularization strength, per example"
+    )
+    fit.add_argument(
+        "--l1-ratio", type=_fraction, default=0.5, help="the L1 share of an elastic-net penalty"
+    )
+    fit.add_argument(
+        "--tol", type=_positive_float, default=1e-6, help="target relative duality gap"
+    )
     fit.add_argument("--solver", choices=SOLVERS, default="auto", help="the engine")
-    fit.add_argument("--max-iter", type=_positive_int, default=1000,
-                     help="iterations of the engine at most")
+    fit.add_argument(
+        "--max-iter", type=_positive_int, default=1000, help="iterations of the engine at most"
+    )
     fit.add_argument("--no-intercept", action="store_true", help="fit no intercept")
     fit.add_argument("--random-state", type=int, default=0, help="the seed")
-    fit.add_argument("--scheduler-address", metavar="ADDR", default=None,
-                     help="a running dask scheduler (tcp://host:port); None: a local one")
-    fit.add_argument("--out", metavar="MODEL.json", default=None,
-                     help="write the model (coefficients, certificate, history) as JSON")
+    fit.add_argument(
+        "--scheduler-address",
+        metavar="ADDR",
+        default=None,
+        help="a running dask scheduler (tcp://host:port); None: a local one",
+    )
+    fit.add_argument(
+        "--out",
+        metavar="MODEL.json",
+        default=None,
+        help="write the model (coefficients, certificate, history) as JSON",
+    )
     fit.add_argument("--quiet", action="store_true", help="print only the summary line")
-    fit.add_argument("--checkpoint", metavar="PATH", default=None,
-                     help="checkpoint file (None: beside --out, else beside the grid, when the "
-                          "fit runs on a cluster or --resume is given)")
-    fit.add_argument("--checkpoint-every", type=_positive_int, default=5, metavar="K",
-                     help="write the checkpoint every K epochs")
-    fit.add_argument("--resume", action="store_true",
-                     help="continue from the checkpoint of an earlier run, if there is one")
-    fit.add_argument("--performance-report", metavar="report.html", default=None,
-                     help="write dask's performance report of the fit (a dask engine)")
+    fit.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        default=None,
+        help="checkpoint file (None: beside --out, else beside the grid, when the "
+        "fit runs on a cluster or --resume is given)",
+    )
+    fit.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=5,
+        metavar="K",
+        help="write the checkpoint every K epochs",
+    )
+    fit.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the checkpoint of an earlier run, if there is one",
+    )
+    fit.add_argument(
+        "--performance-report",
+        metavar="report.html",
+        default=None,
+        help="write dask's performance report of the fit (a dask engine)",
+    )
     _add_jobqueue_arguments(fit)
-    fit.add_argument("--weights", metavar="FILE", default=None,
-                     help="sample weights, one number per line of a text file (in place "
-                          "of the grid's stored weights)")
+    fit.add_argument(
+        "--weights",
+        metavar="FILE",
+        default=None,
+        help="sample weights, one number per line of a text file (in place "
+        "of the grid's stored weights)",
+    )
 
-    predict = commands.add_parser("predict", help="predict with a model written by fit --out",
-                                  **defaults)
+    predict = commands.add_parser(
+        "predict", help="predict with a model written by fit --out", **defaults
+    )
     predict.add_argument("model", metavar="MODEL.json", help="a model written by fit --out")
     predict.add_argument("data", metavar="DATA", help="a grid store or a libsvm file")
-    predict.add_argument("--out", metavar="PREDICTIONS.txt", default=None,
-                         help="one prediction a line (None: standard output)")
+    predict.add_argument(
+        "--out",
+        metavar="PREDICTIONS.txt",
+        default=None,
+        help="one prediction a line (None: standard output)",
+    )
     return parser
 
 
@@ -144,31 +199,70 @@ def _add_jobqueue_arguments(fit) -> None:
     variables, else what fits the partition: :func:`dask_scd.runtime.jobqueue.job_resources`)."""
     batch = fit.add_argument_group("workers as batch jobs (dask-jobqueue)")
     where = batch.add_mutually_exclusive_group()
-    where.add_argument("--slurm", metavar="PARTITION", default=None,
-                       help="run the workers as SLURM jobs in this partition")
-    where.add_argument("--pbs", metavar="QUEUE", default=None,
-                       help="run the workers as PBS jobs in this queue")
-    batch.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
-                       help="jobs kept running (adapt replaces those that end); "
-                            "$DASK_SCD_JOBS, else 2")
-    batch.add_argument("--cores", type=_positive_int, default=None, metavar="C",
-                       help="cores per job; $DASK_SCD_CORES, else a node's CPUs up to 8")
-    batch.add_argument("--processes", type=_positive_int, default=None, metavar="P",
-                       help="worker processes per job; $DASK_SCD_PROCESSES, else cores / 4")
-    batch.add_argument("--memory", default=None, metavar="M",
-                       help="memory per job, shared by its processes (16GiB, 16GB = 14.9GiB); "
-                            "$DASK_SCD_MEMORY, else 90%% of a node's share for the cores")
-    batch.add_argument("--walltime", default=None, metavar="T",
-                       help="HH:MM:SS per job; $DASK_SCD_WALLTIME, else the partition's "
-                            "limit up to 1 hour")
-    batch.add_argument("--account", default=None, metavar="A",
-                       help="account charged; $DASK_SCD_ACCOUNT")
-    batch.add_argument("--local-directory", default=None, metavar="DIR",
-                       help="node-local spill directory of the workers ($TMPDIR, /scratch)")
-    batch.add_argument("--wait", type=_positive_float, default=600.0, metavar="SECONDS",
-                       help="how long to wait for the workers to start")
-    batch.add_argument("--dry-run", action="store_true",
-                       help="print the job script and exit without submitting anything")
+    where.add_argument(
+        "--slurm",
+        metavar="PARTITION",
+        default=None,
+        help="run the workers as SLURM jobs in this partition",
+    )
+    where.add_argument(
+        "--pbs", metavar="QUEUE", default=None, help="run the workers as PBS jobs in this queue"
+    )
+    batch.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="jobs kept running (adapt replaces those that end); $DASK_SCD_JOBS, else 2",
+    )
+    batch.add_argument(
+        "--cores",
+        type=_positive_int,
+        default=None,
+        metavar="C",
+        help="cores per job; $DASK_SCD_CORES, else a node's CPUs up to 8",
+    )
+    batch.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=None,
+        metavar="P",
+        help="worker processes per job; $DASK_SCD_PROCESSES, else cores / 4",
+    )
+    batch.add_argument(
+        "--memory",
+        default=None,
+        metavar="M",
+        help="memory per job, shared by its processes (16GiB, 16GB = 14.9GiB); "
+        "$DASK_SCD_MEMORY, else 90%% of a node's share for the cores",
+    )
+    batch.add_argument(
+        "--walltime",
+        default=None,
+        metavar="T",
+        help="HH:MM:SS per job; $DASK_SCD_WALLTIME, else the partition's limit up to 1 hour",
+    )
+    batch.add_argument(
+        "--account", default=None, metavar="A", help="account charged; $DASK_SCD_ACCOUNT"
+    )
+    batch.add_argument(
+        "--local-directory",
+        default=None,
+        metavar="DIR",
+        help="node-local spill directory of the workers ($TMPDIR, /scratch)",
+    )
+    batch.add_argument(
+        "--wait",
+        type=_positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to wait for the workers to start",
+    )
+    batch.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the job script and exit without submitting anything",
+    )
 
 
 def main(argv=None) -> int:
@@ -201,9 +295,16 @@ def _convert(args) -> int:
         raise FileExistsError(f"{args.output} exists (pass --overwrite to replace it)")
     weights = _read_weights(args.weights)
     start = time.perf_counter()
-    grid = to_grid(args.input, None, args.output, row_chunk=args.row_chunk,
-                   blocks=args.column_block, overwrite=args.overwrite,
-                   n_features=args.n_features, sample_weight=weights)
+    grid = to_grid(
+        args.input,
+        None,
+        args.output,
+        row_chunk=args.row_chunk,
+        blocks=args.column_block,
+        overwrite=args.overwrite,
+        n_features=args.n_features,
+        sample_weight=weights,
+    )
     print(f"wrote {grid} in {time.perf_counter() - start:.2f}s")
     return 0
 
@@ -228,8 +329,9 @@ def _open(path: str):
     if not os.path.exists(path):
         raise FileNotFoundError(f"grid store not found: {path}")
     if not os.path.isdir(path):
-        raise ValueError(f"{path} is a file, not a grid store (convert it first: "
-                         f"{PROG} convert {path} OUT.zarr)")
+        raise ValueError(
+            f"{path} is a file, not a grid store (convert it first: {PROG} convert {path} OUT.zarr)"
+        )
     return open_grid(path)
 
 
@@ -238,11 +340,12 @@ def _info(args) -> int:
     kind = "sparse" if grid.is_sparse else "dense"
     sizes = [len(block) for block in grid.blocks]
     print(f"grid        {grid.path}")
-    print(f"shape       {grid.shape[0]} examples x {grid.shape[1]} features, {kind} "
-          f"{grid.dtype}, {grid.nnz} non-zeros")
+    print(
+        f"shape       {grid.shape[0]} examples x {grid.shape[1]} features, {kind} "
+        f"{grid.dtype}, {grid.nnz} non-zeros"
+    )
     print(f"row chunks  {grid.n_row_chunks} of {grid.row_chunk} examples")
-    print(f"blocks      {grid.n_blocks} (sizes {min(sizes)}-{max(sizes)}), "
-          f"{sum(grid.purity)} pure")
+    print(f"blocks      {grid.n_blocks} (sizes {min(sizes)}-{max(sizes)}), {sum(grid.purity)} pure")
     print(f"weights     {'stored' if grid.has_weights else 'none'}")
     if grid.feature_names is not None:
         names = ", ".join(grid.feature_names[:5])
@@ -262,8 +365,9 @@ def _fit(args) -> int:
         raise ValueError("--dry-run prints the job script of --slurm or --pbs: name one")
     if kind is not None and args.scheduler_address is not None:
         raise ValueError(f"--{kind} starts its own scheduler: drop --scheduler-address")
-    options = _checkpoint_options(args, on_cluster=kind is not None
-                                  or args.scheduler_address is not None)
+    options = _checkpoint_options(
+        args, on_cluster=kind is not None or args.scheduler_address is not None
+    )
     if args.performance_report is not None:
         _check_writable(args.performance_report, "--performance-report")
         options["performance_report"] = args.performance_report
@@ -289,8 +393,7 @@ def _checkpoint_options(args, on_cluster: bool) -> dict:
     if path is None:
         stem = os.path.splitext(args.out)[0] if args.out else os.path.normpath(args.grid)
         path = f"{stem}.ckpt.npz"
-    return {"checkpoint": path, "checkpoint_every": args.checkpoint_every,
-            "resume": args.resume}
+    return {"checkpoint": path, "checkpoint_every": args.checkpoint_every, "resume": args.resume}
 
 
 def _fit_on_jobs(dask_scd, grid, args, kind: str, options: dict) -> int:
@@ -301,26 +404,40 @@ def _fit_on_jobs(dask_scd, grid, args, kind: str, options: dict) -> int:
     queue = args.slurm if kind == "slurm" else args.pbs
     limits = jobqueue.partition_limits(queue) if kind == "slurm" and not args.dry_run else None
     resources = jobqueue.job_resources(
-        kind, queue=queue, jobs=args.jobs, cores=args.cores, processes=args.processes,
-        memory=args.memory, walltime=args.walltime, account=args.account, limits=limits)
+        kind,
+        queue=queue,
+        jobs=args.jobs,
+        cores=args.cores,
+        processes=args.processes,
+        memory=args.memory,
+        walltime=args.walltime,
+        account=args.account,
+        limits=limits,
+    )
     shared = os.path.dirname(os.path.abspath(options.get("checkpoint") or args.grid))
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    with jobqueue.make_cluster(resources, shared_directory=shared,
-                               local_directory=args.local_directory) as cluster:
+    with jobqueue.make_cluster(
+        resources, shared_directory=shared, local_directory=args.local_directory
+    ) as cluster:
         if args.dry_run:
             print(cluster.job_script())
-            print(f"{resources.jobs} jobs of {resources.processes} worker processes "
-                  f"(nothing submitted: --dry-run)")
+            print(
+                f"{resources.jobs} jobs of {resources.processes} worker processes "
+                f"(nothing submitted: --dry-run)"
+            )
             return 0
         from distributed import Client
 
         cluster.adapt(minimum_jobs=resources.jobs, maximum_jobs=resources.jobs)
         with Client(cluster) as client:
-            print(f"{kind} jobs: {resources.jobs} x ({resources.cores} cores, "
-                  f"{resources.processes} workers, {resources.memory}, {resources.walltime}) "
-                  f"in {queue}; dashboard {client.dashboard_link}")
-            jobqueue.wait_for_workers(client, cluster, resources.n_workers,
-                                      timeout=args.wait, limits=limits)
+            print(
+                f"{kind} jobs: {resources.jobs} x ({resources.cores} cores, "
+                f"{resources.processes} workers, {resources.memory}, {resources.walltime}) "
+                f"in {queue}; dashboard {client.dashboard_link}"
+            )
+            jobqueue.wait_for_workers(
+                client, cluster, resources.n_workers, timeout=args.wait, limits=limits
+            )
             if args.solver == "auto":
                 options["in_memory_limit"] = 0  # the jobs' workers fit it, not this process
             return _fit_and_report(dask_scd, grid, args, client=client, **options)
@@ -331,17 +448,27 @@ def _fit_and_report(dask_scd, grid, args, **engine_options) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = dask_scd.fit(
-            grid, loss=args.loss, penalty=args.penalty, alpha=args.alpha,
-            l1_ratio=args.l1_ratio, fit_intercept=not args.no_intercept, tol=args.tol,
-            max_iter=args.max_iter, solver=args.solver, random_state=args.random_state,
-            verbose=0 if args.quiet else 2, sample_weight=args.sample_weight,
+            grid,
+            loss=args.loss,
+            penalty=args.penalty,
+            alpha=args.alpha,
+            l1_ratio=args.l1_ratio,
+            fit_intercept=not args.no_intercept,
+            tol=args.tol,
+            max_iter=args.max_iter,
+            solver=args.solver,
+            random_state=args.random_state,
+            verbose=0 if args.quiet else 2,
+            sample_weight=args.sample_weight,
             **engine_options,
         )
     seconds = time.perf_counter() - start
     for warning in caught:
         print(f"{PROG}: warning: {_one_line(warning.message)}", file=sys.stderr)
-    print(f"fitted {result.solver_}: {result.n_iter_} epochs, relative gap "
-          f"{result.dual_gap_:.3e}, objective {result.primal_:.10g}, {seconds:.2f}s")
+    print(
+        f"fitted {result.solver_}: {result.n_iter_} epochs, relative gap "
+        f"{result.dual_gap_:.3e}, objective {result.primal_:.10g}, {seconds:.2f}s"
+    )
     if args.out is not None:
         _write_model(args.out, result, grid)
         print(f"wrote {args.out}")
@@ -363,8 +490,9 @@ def _predict(args) -> int:
     data = _read_data(args.data, len(coef))
     X = data.X
     if data.kind == "grid":
-        scores = dask_scores(X.X, coef[X.feature_order][None, :],
-                             np.array([model["intercept"]]))[:, 0].compute()
+        scores = dask_scores(X.X, coef[X.feature_order][None, :], np.array([model["intercept"]]))[
+            :, 0
+        ].compute()
     else:
         scores = np.asarray(X @ coef).ravel() + model["intercept"]
     classes = model.get("classes")
@@ -391,10 +519,14 @@ def _read_data(path: str, n_features: int):
     width = data.X.shape[1]
     if width > n_features or (width < n_features and data.kind == "grid"):
         # A narrower grid is a test split converted without its training set's width.
-        hint = "" if width > n_features else \
-            f" (convert its libsvm file with --n-features {n_features})"
-        raise ValueError(f"the model has {n_features} features, the data at {path} "
-                         f"has {width}{hint}")
+        hint = (
+            ""
+            if width > n_features
+            else f" (convert its libsvm file with --n-features {n_features})"
+        )
+        raise ValueError(
+            f"the model has {n_features} features, the data at {path} has {width}{hint}"
+        )
     if width < n_features:
         data.X.resize(data.X.shape[0], n_features)  # CSR: only its shape changes
     return data
@@ -437,14 +569,20 @@ def _check_writable(path: str, option: str = "--out") -> None:
 def _write_model(path: str, result, grid) -> None:
     """The model as JSON, written to a temporary file first: never half a file."""
     model = {
-        "loss": result.loss, "penalty": result.penalty, "alpha": result.alpha,
-        "l1_ratio": result.l1_ratio, "solver": result.solver_,
+        "loss": result.loss,
+        "penalty": result.penalty,
+        "alpha": result.alpha,
+        "l1_ratio": result.l1_ratio,
+        "solver": result.solver_,
         "coef": [float(value) for value in result.coef_],
         "intercept": float(result.intercept_),
         "classes": None if result.classes_ is None else [float(c) for c in result.classes_],
-        "dual_gap": float(result.dual_gap_), "primal": float(result.primal_),
-        "n_iter": int(result.n_iter_), "converged": bool(result.converged_),
-        "feature_names": grid.feature_names, "grid": grid.path,
+        "dual_gap": float(result.dual_gap_),
+        "primal": float(result.primal_),
+        "n_iter": int(result.n_iter_),
+        "converged": bool(result.converged_),
+        "feature_names": grid.feature_names,
+        "grid": grid.path,
         "history": result.history_.as_dict(),
     }
     _write_atomically(path, json.dumps(model, indent=1))

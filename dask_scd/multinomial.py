@@ -80,9 +80,11 @@ def check_class_weights(counts, fit_intercept: bool) -> None:
     (the loss falls as b_k does, and nothing pulls it back)."""
     if fit_intercept and not (counts > 0.0).all():
         empty = np.flatnonzero(~(counts > 0.0)).tolist()
-        raise ValueError(f"sample_weight gives the classes at indices {empty} a total weight "
-                         "of 0: with fit_intercept=True their intercepts have no finite "
-                         "optimum (drop those classes, or give them weight)")
+        raise ValueError(
+            f"sample_weight gives the classes at indices {empty} a total weight "
+            "of 0: with fit_intercept=True their intercepts have no finite "
+            "optimum (drop those classes, or give them weight)"
+        )
 
 
 def one_hot(codes, n_classes: int):
@@ -125,8 +127,18 @@ def penalty_value(problem: obj.Problem, W) -> float:
     return obj.penalty_value(problem, W.ravel())
 
 
-def certify(problem: obj.Problem, W, codes, probabilities, loss_total: float, xt_prob,
-            xt_onehot, column_sums_x, counts, weights=None) -> tuple[obj.Certificate, dict]:
+def certify(
+    problem: obj.Problem,
+    W,
+    codes,
+    probabilities,
+    loss_total: float,
+    xt_prob,
+    xt_onehot,
+    column_sums_x,
+    counts,
+    weights=None,
+) -> tuple[obj.Certificate, dict]:
     """Certificate of (W, b) from the gradient's own sums: no pass over X.
 
     With sample ``weights`` v the sums are the weighted ones (see the module's
@@ -190,8 +202,9 @@ def _rounded_down(dual: float) -> float:
     return dual - obj.DUAL_ROUNDING * abs(dual)
 
 
-def certificate(problem: obj.Problem, X, codes, coef, intercept,
-                sample_weight=None) -> obj.Certificate:
+def certificate(
+    problem: obj.Problem, X, codes, coef, intercept, sample_weight=None
+) -> obj.Certificate:
     """Duality-gap certificate of a multinomial model (ours or another library's).
 
     Parameters
@@ -218,14 +231,32 @@ def certificate(problem: obj.Problem, X, codes, coef, intercept,
     probabilities, _ = softmax_rows(margins)
     Y = one_hot(codes, K)
     xt = lambda M: np.asarray(X.T @ weighted_rows(M, v))  # noqa: E731
-    column_sums_x = (np.asarray(X.sum(axis=0)).ravel() if v is None
-                     else np.asarray(X.T @ v, dtype=np.float64).ravel())
-    cert = certify(problem, W, codes, probabilities, loss_sum(margins, codes, v),
-                   xt(probabilities), xt(Y), column_sums_x, class_counts(codes, K, v), v)[0]
+    column_sums_x = (
+        np.asarray(X.sum(axis=0)).ravel()
+        if v is None
+        else np.asarray(X.T @ v, dtype=np.float64).ravel()
+    )
+    cert = certify(
+        problem,
+        W,
+        codes,
+        probabilities,
+        loss_sum(margins, codes, v),
+        xt(probabilities),
+        xt(Y),
+        column_sums_x,
+        class_counts(codes, K, v),
+        v,
+    )[0]
     return transposed(cert)
 
 
 def transposed(cert: obj.Certificate) -> obj.Certificate:
     """``cert`` with its per-coefficient arrays of shape (K, n_features), as ``coef``."""
-    return obj.Certificate(cert.primal, cert.dual, cert.coordinate_gaps.T.copy(),
-                           cert.intercept_gap, cert.correlation.T.copy())
+    return obj.Certificate(
+        cert.primal,
+        cert.dual,
+        cert.coordinate_gaps.T.copy(),
+        cert.intercept_gap,
+        cert.correlation.T.copy(),
+    )

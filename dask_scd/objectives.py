@@ -327,8 +327,9 @@ def primal_certificate(
     return Certificate(primal, dual, coordinate_gaps, intercept_gap, correlation)
 
 
-def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef,
-                               weights=None) -> Certificate:
+def rescaled_lasso_certificate(
+    problem: Problem, cert: Certificate, y, a, coef, weights=None
+) -> Certificate:
     """For a pure L1 penalty, also try the rescaled dual point κa, κ = min(1, α/‖Xᵀa/n‖∞).
 
     κa is feasible for the lasso's constrained dual (no Lipschitzing term), which is the
@@ -337,12 +338,16 @@ def rescaled_lasso_certificate(problem: Problem, cert: Certificate, y, a, coef,
     """
     n = len(y)
     return rescaled_lasso_from_dual(
-        problem, cert, coef,
+        problem,
+        cert,
+        coef,
         lambda kappa: float(dual_loss(problem.loss, y, kappa * a, weights).sum()) / n,
     )
 
 
-def rescaled_lasso_from_dual(problem: Problem, cert: Certificate, coef, dual_loss_mean) -> Certificate:
+def rescaled_lasso_from_dual(
+    problem: Problem, cert: Certificate, coef, dual_loss_mean
+) -> Certificate:
     """:func:`rescaled_lasso_certificate` given ``dual_loss_mean(κ) = Σ_i −ℓ*(−κa_i) / n``."""
     if problem.l1 <= 0.0 or problem.l2 > 0.0 or cert.correlation is None:
         return cert
@@ -357,8 +362,9 @@ def rescaled_lasso_from_dual(problem: Problem, cert: Certificate, coef, dual_los
     return Certificate(cert.primal, dual, coordinate_gaps, intercept_gap, cert.correlation)
 
 
-def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
-                weights=None, correlation=None) -> Certificate:
+def certificate(
+    problem: Problem, X, y, coef, intercept: float, margins=None, weights=None, correlation=None
+) -> Certificate:
     """Duality-gap certificate of (θ, b) for in-memory X (numpy or scipy.sparse).
 
     Parameters
@@ -377,8 +383,10 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
     The multinomial loss has its own: :func:`dask_scd.multinomial.certificate`.
     """
     if problem.loss == MULTINOMIAL:
-        raise ValueError("loss='multinomial' has K coefficient vectors: certify it with "
-                         "dask_scd.multinomial.certificate(problem, X, codes, coef, intercept)")
+        raise ValueError(
+            "loss='multinomial' has K coefficient vectors: certify it with "
+            "dask_scd.multinomial.certificate(problem, X, codes, coef, intercept)"
+        )
     if margins is None:
         margins = np.asarray(X @ coef).ravel() + intercept
     sums = margin_sums(problem, y, margins, weights)
@@ -394,8 +402,9 @@ def certificate(problem: Problem, X, y, coef, intercept: float, margins=None,
         correlation,
         vdot(a, margins),
     )
-    return rescaled_lasso_certificate(problem, cert, y, a, np.asarray(coef, dtype=np.float64),
-                                      weights)
+    return rescaled_lasso_certificate(
+        problem, cert, y, a, np.asarray(coef, dtype=np.float64), weights
+    )
 
 
 def sdca_certificate(problem: Problem, y, dual_coef, coef, margins, weights=None) -> Certificate:
@@ -488,8 +497,9 @@ def _weighted_hinge_intercept(y, margins, weights) -> float:
     if candidates.size == 0:
         return 0.0
     # Right derivative at c: (weight of neg with −1−m ≤ c) − (weight of pos with 1−m > c).
-    slope = (neg_w[np.searchsorted(neg, candidates, side="right")]
-             - (pos_w[-1] - pos_w[np.searchsorted(pos, candidates, side="right")]))
+    slope = neg_w[np.searchsorted(neg, candidates, side="right")] - (
+        pos_w[-1] - pos_w[np.searchsorted(pos, candidates, side="right")]
+    )
     first = int(np.searchsorted(slope, 0.0, side="left"))
     return float(candidates[min(first, len(candidates) - 1)])
 
@@ -497,8 +507,9 @@ def _weighted_hinge_intercept(y, margins, weights) -> float:
 # ------------------------------------------------------------- flat directions
 
 
-def best_shift(problem: Problem, values, linear: float = 0.0, curvature: float = 0.0,
-               presorted: bool = False) -> float:
+def best_shift(
+    problem: Problem, values, linear: float = 0.0, curvature: float = 0.0, presorted: bool = False
+) -> float:
     """argmin_c linear·c + curvature/2·c² + Σ_k g(c − values_k), g(t) = αρ|t| + α(1−ρ)/2 t².
 
     The one-dimensional problem behind a *flat direction*: on a complete one-hot group
@@ -511,8 +522,11 @@ def best_shift(problem: Problem, values, linear: float = 0.0, curvature: float =
     over the breakpoints (O(log k) once the values are sorted: ``presorted`` says they
     are, for a caller that solves many such problems on the same values).
     """
-    v = np.asarray(values, dtype=np.float64) if presorted else \
-        np.sort(np.asarray(values, dtype=np.float64))
+    v = (
+        np.asarray(values, dtype=np.float64)
+        if presorted
+        else np.sort(np.asarray(values, dtype=np.float64))
+    )
     k = len(v)
     l1, l2 = problem.l1, problem.l2
     total = float(v.sum())

@@ -186,8 +186,9 @@ def path(
         registry.get(solver)  # raises the list of solvers
     kernel_device.resolve(device)
     rng = check_random_state(random_state)
-    settings = _Settings(problem, penalty, tol, max_iter, solver, rng, verbose, device,
-                         dict(engine_options))
+    settings = _Settings(
+        problem, penalty, tol, max_iter, solver, rng, verbose, device, dict(engine_options)
+    )
     from dask_scd.api import _is_distributed, _read
 
     X, y = _read(X, y)
@@ -261,8 +262,7 @@ def zero_dual(loss: str, y, intercept: float, weights=None) -> np.ndarray:
     return a if weights is None else a * weights
 
 
-def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool,
-              sample_weight=None) -> float:
+def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool, sample_weight=None) -> float:
     """alpha_max: ``‖Xᵀa‖∞ / (n·ρ)`` with a = −v∘ℓ'(y, b₀), ρ floored at 1e-3.
 
     X in memory (numpy or scipy.sparse) with y (±1 for a classification loss), or a dask
@@ -332,8 +332,16 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                 engine, device = _engine(settings, point, sub, available, warm)
             _check_engine_options(settings.engine, engine, settings.solver, False)
             start = (coef, intercept) if sub is data else (coef[keep], intercept)
-            run = _run(engine, layouts.of(sub, engine.name), point, settings, tol, start,
-                       device, layouts.memo_of(sub, engine.name))
+            run = _run(
+                engine,
+                layouts.of(sub, engine.name),
+                point,
+                settings,
+                tol,
+                start,
+                device,
+                layouts.memo_of(sub, engine.name),
+            )
             if sub is data:
                 coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
                 gap, correlation = run.certificate.relative_gap, _kept(run, engine)
@@ -353,15 +361,24 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             # The engine "auto" chose stopped short of tol (the Gram engine's rounding
             # floor on correlated columns): proximal Newton finishes from where it is.
             engine = registry.get("newton")
-            run = _run(engine, layouts.of(data, "newton"), point, settings, settings.tol,
-                       (coef, intercept), device, layouts.memo_of(data, "newton"))
+            run = _run(
+                engine,
+                layouts.of(data, "newton"),
+                point,
+                settings,
+                settings.tol,
+                (coef, intercept),
+                device,
+                layouts.memo_of(data, "newton"),
+            )
             coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
             gap, n_iter = run.certificate.relative_gap, n_iter + run.n_iter
             correlation = _kept(run, engine)
         if not point.fit_intercept:
             intercept = 0.0
-        out.set(k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None
-                else 0)
+        out.set(
+            k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None else 0
+        )
     return out.result(alphas, alpha_max, classes, settings)
 
 
@@ -391,16 +408,16 @@ def _predicted(problem: obj.Problem, data: InMemory, last: tuple, trail: tuple |
         guess_margins = margins + ratio * (margins - trail[3])
     else:
         guess_margins = np.asarray(data.X @ guess).ravel() + guess_b
-    if _objective(problem, data, guess, guess_margins) < _objective(problem, data, coef,
-                                                                     margins):
+    if _objective(problem, data, guess, guess_margins) < _objective(problem, data, coef, margins):
         return guess, guess_b, guess_margins
     return coef, intercept, margins
 
 
 def _objective(problem: obj.Problem, data: InMemory, coef, margins) -> float:
     losses = obj.loss_value(problem.loss, data.y, margins)
-    return obj.weighted_sum(losses, data.weights) / data.n_samples \
-        + obj.penalty_value(problem, coef)
+    return obj.weighted_sum(losses, data.weights) / data.n_samples + obj.penalty_value(
+        problem, coef
+    )
 
 
 def _kept(run, engine) -> np.ndarray | None:
@@ -409,33 +426,57 @@ def _kept(run, engine) -> np.ndarray | None:
     return run.certificate.correlation if engine.name in planner.WARM_ENGINES else None
 
 
-def _certificate_at(problem: obj.Problem, data: InMemory, coef, intercept: float, margins,
-                    correlation) -> obj.Certificate:
+def _certificate_at(
+    problem: obj.Problem, data: InMemory, coef, intercept: float, margins, correlation
+) -> obj.Certificate:
     """The certificate of θ at ``problem``'s alpha from its margins and, when known, the
     correlation Xᵀa/n of its dual point (which no alpha changes: a = −v∘ℓ'(Xθ + b),
     projected onto Σa = 0); the correlation costs a pass otherwise."""
     if correlation is not None and len(correlation) != data.n_features:
         correlation = None
-    return obj.certificate(problem, data.X, data.y, coef, intercept, margins=margins,
-                           weights=data.weights, correlation=correlation)
+    return obj.certificate(
+        problem,
+        data.X,
+        data.y,
+        coef,
+        intercept,
+        margins=margins,
+        weights=data.weights,
+        correlation=correlation,
+    )
 
 
-def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str,
-            warm: bool):
+def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available: str, warm: bool):
     """The engine of a point and where it runs (:func:`planner.point_plan`)."""
-    plan = planner.point_plan(settings.solver, problem, data, requested=settings.device,
-                              available=available, warm=warm)
+    plan = planner.point_plan(
+        settings.solver, problem, data, requested=settings.device, available=available, warm=warm
+    )
     return plan.engine, plan.device
 
 
-def _run(engine, data: InMemory, problem: obj.Problem, settings: _Settings, tol: float,
-         start: tuple, device: str, memo: dict | None = None):
+def _run(
+    engine,
+    data: InMemory,
+    problem: obj.Problem,
+    settings: _Settings,
+    tol: float,
+    start: tuple,
+    device: str,
+    memo: dict | None = None,
+):
     """One point: the engine's run from ``start`` (θ, b), with what it kept from the last
     run on the same data (``memo``)."""
     with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
-        options = Options(tol, settings.max_iter, settings.rng, progress, settings.engine,
-                          device, check_start(start[0], start[1], data.n_features,
-                                              problem.fit_intercept), memo)
+        options = Options(
+            tol,
+            settings.max_iter,
+            settings.rng,
+            progress,
+            settings.engine,
+            device,
+            check_start(start[0], start[1], data.n_features, problem.fit_intercept),
+            memo,
+        )
         return engine.load()(data, problem, options)
 
 
@@ -498,8 +539,9 @@ def _columns(data: InMemory, keep) -> InMemory:
     all of X restricted to them (detecting them again on every subset cost Adult's
     100-point path 4 of its 21 s)."""
     X = data.X
-    sub = InMemory(X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep]), data.y,
-                   data.weights)
+    sub = InMemory(
+        X[:, keep] if sp.issparse(X) else np.ascontiguousarray(X[:, keep]), data.y, data.weights
+    )
     if sp.issparse(X) and data.pure_blocks is not None:  # detected once, for all of X
         position = np.full(data.n_features, -1)
         position[keep] = np.arange(len(keep))
@@ -531,20 +573,33 @@ class _Points:
         missed = np.flatnonzero(self.gaps > settings.tol)
         if len(missed):
             k = missed[0]
-            warn(f"{len(missed)} of {len(alphas)} path points did not converge (the first at "
-                 f"alpha={alphas[k]:.3e}: relative duality gap {self.gaps[k]:.3e} > "
-                 f"tol={settings.tol:.1e}). Increase max_iter.", ConvergenceWarning)
-        return PathResult(np.asarray(alphas, dtype=np.float64), self.coefs, self.intercepts,
-                          self.gaps, self.n_iter, float(alpha_max), self.screened,
-                          self.solvers, classes, settings.problem.loss,
-                          settings.problem.l1_ratio)
+            warn(
+                f"{len(missed)} of {len(alphas)} path points did not converge (the first at "
+                f"alpha={alphas[k]:.3e}: relative duality gap {self.gaps[k]:.3e} > "
+                f"tol={settings.tol:.1e}). Increase max_iter.",
+                ConvergenceWarning,
+            )
+        return PathResult(
+            np.asarray(alphas, dtype=np.float64),
+            self.coefs,
+            self.intercepts,
+            self.gaps,
+            self.n_iter,
+            float(alpha_max),
+            self.screened,
+            self.solvers,
+            classes,
+            settings.problem.loss,
+            settings.problem.l1_ratio,
+        )
 
 
 # ----------------------------------------------------------------- dask and grids
 
 
-def _distributed_path(X, y, grid, settings: _Settings, screening: bool,
-                      sample_weight=None) -> PathResult:
+def _distributed_path(
+    X, y, grid, settings: _Settings, screening: bool, sample_weight=None
+) -> PathResult:
     """Each point a normal :func:`dask_scd.fit` of the dask array or grid, warm-started;
     the whole path in memory when ``fit`` would run its points there."""
     from dask_scd.api import fit
@@ -554,8 +609,18 @@ def _distributed_path(X, y, grid, settings: _Settings, screening: bool,
     source = make_source(X, y, problem.loss, options.get("blocks"), sample_weight)
     limit = options.get("in_memory_limit", registry.IN_MEMORY_LIMIT)
     if planner.runs_in_memory(settings.solver, source, problem, limit):
-        for name in ("blocks", "in_memory_limit", "client", "selection", "checkpoint",
-                     "checkpoint_every", "resume", "callback", "residency", "memory_budget"):
+        for name in (
+            "blocks",
+            "in_memory_limit",
+            "client",
+            "selection",
+            "checkpoint",
+            "checkpoint_every",
+            "resume",
+            "callback",
+            "residency",
+            "memory_budget",
+        ):
             settings.engine.pop(name, None)
         data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
         return _memory_path(data, classes, grid, settings, screening)
@@ -572,12 +637,25 @@ def _distributed_path(X, y, grid, settings: _Settings, screening: bool,
             out.set(k, np.zeros(p), intercept, _zero_gap(source, point, intercept), 0, "zero", 0)
             coef = np.zeros(p)
             continue
-        result = fit(X, labels, loss=problem.loss, penalty=settings.penalty, alpha=alpha,
-                     l1_ratio=problem.l1_ratio, fit_intercept=problem.fit_intercept,
-                     tol=settings.tol, max_iter=settings.max_iter, solver=settings.solver,
-                     random_state=settings.rng, verbose=settings.verbose,
-                     device=settings.device, coef_init=coef, intercept_init=intercept,
-                     sample_weight=source.sample_weight, **options)
+        result = fit(
+            X,
+            labels,
+            loss=problem.loss,
+            penalty=settings.penalty,
+            alpha=alpha,
+            l1_ratio=problem.l1_ratio,
+            fit_intercept=problem.fit_intercept,
+            tol=settings.tol,
+            max_iter=settings.max_iter,
+            solver=settings.solver,
+            random_state=settings.rng,
+            verbose=settings.verbose,
+            device=settings.device,
+            coef_init=coef,
+            intercept_init=intercept,
+            sample_weight=source.sample_weight,
+            **options,
+        )
         coef, intercept = np.array(result.coef_, dtype=np.float64), float(result.intercept_)
         out.set(k, coef, intercept, result.dual_gap_, result.n_iter_, result.solver_, 0)
     return out.result(alphas, alpha_max, source.classes, settings)
@@ -596,18 +674,26 @@ def _correlation_at_zero(source, problem: obj.Problem):
 
     chunks = _row_chunk_labels(source)
     weights = source.unit_weights()
-    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept,
-                               weights)
+    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept, weights)
     bounds = source.row_bounds
-    duals = [zero_dual(problem.loss, y, intercept,
-                       None if weights is None else weights[bounds[r]:bounds[r + 1]])
-             for r, y in enumerate(chunks)]
+    duals = [
+        zero_dual(
+            problem.loss,
+            y,
+            intercept,
+            None if weights is None else weights[bounds[r] : bounds[r + 1]],
+        )
+        for r, y in enumerate(chunks)
+    ]
     cells = _cells(source)
-    products = [[dask.delayed(_transpose_dot)(cells[r][b], duals[r])
-                 for b in range(len(source.blocks))] for r in range(source.n_row_chunks)]
+    products = [
+        [dask.delayed(_transpose_dot)(cells[r][b], duals[r]) for b in range(len(source.blocks))]
+        for r in range(source.n_row_chunks)
+    ]
     (computed,) = dask.compute(products)
-    by_block = [sum(computed[r][b] for r in range(source.n_row_chunks))
-                for b in range(len(source.blocks))]
+    by_block = [
+        sum(computed[r][b] for r in range(source.n_row_chunks)) for b in range(len(source.blocks))
+    ]
     correlation = np.empty(source.n_features)
     correlation[source.feature_order] = np.concatenate(by_block) / source.n_samples
     return correlation, intercept
@@ -621,8 +707,13 @@ def _cells(source) -> list:
         from dask_scd.grid.read import read_cell
 
         grid = source.grid
-        return [[dask.delayed(read_cell)(grid.path, grid.grid_id, r, b)
-                 for b in range(len(source.blocks))] for r in range(source.n_row_chunks)]
+        return [
+            [
+                dask.delayed(read_cell)(grid.path, grid.grid_id, r, b)
+                for b in range(len(source.blocks))
+            ]
+            for r in range(source.n_row_chunks)
+        ]
     return source.X.to_delayed().tolist()
 
 

@@ -82,8 +82,14 @@ class Progress:
         if self.mode == "bar":
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=max_iter, desc=f"[{solver}]", unit="epoch",
-                             leave=False, dynamic_ncols=True, file=sys.stderr)
+            self._bar = tqdm(
+                total=max_iter,
+                desc=f"[{solver}]",
+                unit="epoch",
+                leave=False,
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
 
     def update(self, iteration: int, relative_gap: float, primal: float, **extra) -> None:
         """Report that iteration ``iteration`` reached ``relative_gap`` and ``primal``.
@@ -100,8 +106,12 @@ class Progress:
             Other figures of the iteration (``bytes_moved``...), shown on the bar.
         """
         if self.mode == "lines":
-            print(LINE.format(solver=self.solver, iteration=iteration, gap=relative_gap,
-                              primal=primal), flush=True)
+            print(
+                LINE.format(
+                    solver=self.solver, iteration=iteration, gap=relative_gap, primal=primal
+                ),
+                flush=True,
+            )
         elif self._bar is not None:
             if iteration > self._bar.n:
                 self._bar.update(iteration - self._bar.n)

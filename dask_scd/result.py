@@ -39,8 +39,14 @@ class History:
     seconds: list = field(default_factory=list)
     bytes_moved: list = field(default_factory=list)
 
-    def append(self, iteration: int, relative_gap: float, primal: float, seconds: float,
-               bytes_moved: float | None = None) -> None:
+    def append(
+        self,
+        iteration: int,
+        relative_gap: float,
+        primal: float,
+        seconds: float,
+        bytes_moved: float | None = None,
+    ) -> None:
         """Record one certified epoch (``bytes_moved`` only if the engine counts them).
 
         An iteration certified again (the Newton engines re-certify their last iterate on
@@ -66,8 +72,10 @@ class History:
     def __repr__(self) -> str:
         if not self.iteration:
             return "History(0 epochs)"
-        return (f"History({len(self)} epochs, last: epoch {self.iteration[-1]}, "
-                f"relative gap {self.relative_gap[-1]:.3e}, {self.seconds[-1]:.3g}s)")
+        return (
+            f"History({len(self)} epochs, last: epoch {self.iteration[-1]}, "
+            f"relative gap {self.relative_gap[-1]:.3e}, {self.seconds[-1]:.3g}s)"
+        )
 
     def as_dict(self) -> dict:
         """The record as a dict of plain lists (JSON-friendly)."""
@@ -91,8 +99,11 @@ class History:
             import pandas as pd
         except ImportError as error:
             raise ImportError("History.to_pandas needs pandas: pip install pandas") from error
-        columns = {key: values for key, values in self.as_dict().items()
-                   if key != "bytes_moved" or self._has_bytes()}
+        columns = {
+            key: values
+            for key, values in self.as_dict().items()
+            if key != "bytes_moved" or self._has_bytes()
+        }
         return pd.DataFrame(columns)
 
     def _has_bytes(self) -> bool:
@@ -126,8 +137,13 @@ class History:
         if self._has_bytes():
             panels.append(("bytes moved", self.bytes_moved))
         if ax is None:
-            _, ax = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.2),
-                                 squeeze=False, layout="constrained")
+            _, ax = plt.subplots(
+                1,
+                len(panels),
+                figsize=(4.0 * len(panels), 3.2),
+                squeeze=False,
+                layout="constrained",
+            )
         axes = np.atleast_1d(np.asarray(ax, dtype=object)).ravel()
         for axis, (label, x) in zip(axes, panels):
             axis.semilogy(x, self.relative_gap, marker=".")
@@ -264,13 +280,19 @@ class FitResult:
         if scores.ndim == 2:  # multinomial: the class of the largest score
             classes = np.asarray(self.classes_)
             if _is_dask(scores):
-                return scores.map_blocks(_argmax, classes, drop_axis=1, dtype=classes.dtype,
-                                         meta=np.empty(0, dtype=classes.dtype))
+                return scores.map_blocks(
+                    _argmax,
+                    classes,
+                    drop_axis=1,
+                    dtype=classes.dtype,
+                    meta=np.empty(0, dtype=classes.dtype),
+                )
             return _argmax(scores, classes)
         if _is_dask(scores):
             classes = np.asarray(self.classes_)
-            return scores.map_blocks(_labels, classes, dtype=classes.dtype,
-                                     meta=np.empty(0, dtype=classes.dtype))
+            return scores.map_blocks(
+                _labels, classes, dtype=classes.dtype, meta=np.empty(0, dtype=classes.dtype)
+            )
         return _labels(scores, self.classes_)
 
     def _check_X(self, X):
@@ -321,8 +343,15 @@ def dask_scores(X, coef: np.ndarray, intercept: np.ndarray):
 
     weights = da.from_array(np.ascontiguousarray(coef.T), chunks=(X.chunks[1], coef.shape[0]))
     partial = da.blockwise(
-        _chunk_scores, "ijk", X, "ij", weights, "jk", adjust_chunks={"j": 1},
-        dtype=np.float64, meta=np.empty((0, 0, 0)),
+        _chunk_scores,
+        "ijk",
+        X,
+        "ij",
+        weights,
+        "jk",
+        adjust_chunks={"j": 1},
+        dtype=np.float64,
+        meta=np.empty((0, 0, 0)),
     )
     return partial.sum(axis=1) + intercept
 

@@ -74,8 +74,10 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
         raise ValueError(f"loss={loss!r} is not one of {(*LOSSES, MULTINOMIAL)}")
     if penalty is None:
         if loss not in UNPENALIZED_LOSSES:
-            raise ValueError(f"penalty=None (no regularization) is fitted for loss in "
-                             f"{UNPENALIZED_LOSSES}, got loss={loss!r}")
+            raise ValueError(
+                f"penalty=None (no regularization) is fitted for loss in "
+                f"{UNPENALIZED_LOSSES}, got loss={loss!r}"
+            )
         if not isinstance(fit_intercept, bool | np.bool_):
             raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
         return Problem(loss=loss, alpha=0.0, l1_ratio=0.0, fit_intercept=bool(fit_intercept))
@@ -129,8 +131,10 @@ def check_start(coef_init, intercept_init, n_features: int, fit_intercept: bool)
         return None
     coef = np.zeros(n_features) if coef_init is None else np.array(coef_init, dtype=np.float64)
     if coef.shape != (n_features,):
-        raise ValueError(f"coef_init has shape {np.shape(coef_init)}, expected "
-                         f"({n_features},): one coefficient per feature of X")
+        raise ValueError(
+            f"coef_init has shape {np.shape(coef_init)}, expected "
+            f"({n_features},): one coefficient per feature of X"
+        )
     if not np.all(np.isfinite(coef)):
         raise ValueError("coef_init holds NaN or infinite values")
     intercept = 0.0 if intercept_init is None else intercept_init
@@ -220,8 +224,10 @@ def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
         row, column = (int(i) for i in np.argwhere(~np.isfinite(X))[0])
         value = X[row, column]
     which = "NaN" if np.isnan(value) else "inf" if value > 0 else "-inf"
-    return (f"X contains NaN or infinity (first at row {origin[0] + row}, column "
-            f"{origin[1] + column}{where}): the value there is {which}")
+    return (
+        f"X contains NaN or infinity (first at row {origin[0] + row}, column "
+        f"{origin[1] + column}{where}): the value there is {which}"
+    )
 
 
 def check_n_features(X, n_features: int) -> None:
@@ -242,8 +248,7 @@ def check_n_features(X, n_features: int) -> None:
     if len(X.shape) != 2:
         raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
     if X.shape[1] != n_features:
-        raise ValueError(f"X has {X.shape[1]} features, but this model was fitted on "
-                         f"{n_features}")
+        raise ValueError(f"X has {X.shape[1]} features, but this model was fitted on {n_features}")
 
 
 # The dtypes the engines read X in; every other numeric dtype (integers, bool, float16) is
@@ -317,14 +322,16 @@ def numeric_frame(frame):
     import pandas as pd
 
     dtypes = list(frame.dtypes)
-    if (all(pd.api.types.is_numeric_dtype(d) for d in dtypes)
-            and not all(isinstance(d, np.dtype) for d in dtypes)):
+    if all(pd.api.types.is_numeric_dtype(d) for d in dtypes) and not all(
+        isinstance(d, np.dtype) for d in dtypes
+    ):
         return frame.to_numpy(dtype=np.float64, na_value=np.nan)
     return frame
 
 
 def _missing_labels(y) -> np.ndarray:
     """Where an object array of labels holds None, NaN or pandas' NA."""
+
     def missing(v):
         return v is None or (isinstance(v, float) and np.isnan(v)) or type(v).__name__ == "NAType"
 
@@ -351,9 +358,7 @@ def check_labels(y, n_samples: int, loss: str):
     if y.shape[0] != n_samples:
         raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} rows")
     if y.dtype.kind == "O" and _missing_labels(y).any():
-        raise ValueError(
-            f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})"
-        )
+        raise ValueError(f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})")
     if loss not in CLASSIFICATION_LOSSES and loss != MULTINOMIAL:
         if y.dtype.kind not in "biuf":
             raise ValueError(f"y must be numeric for loss={loss!r}, got dtype {y.dtype}")
@@ -405,8 +410,11 @@ def pandas_labels(series):
     import pandas as pd
 
     dtype = series.dtype
-    if (not isinstance(dtype, np.dtype) and pd.api.types.is_numeric_dtype(dtype)
-            and not pd.api.types.is_bool_dtype(dtype)):
+    if (
+        not isinstance(dtype, np.dtype)
+        and pd.api.types.is_numeric_dtype(dtype)
+        and not pd.api.types.is_bool_dtype(dtype)
+    ):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     return series.to_numpy()
 
@@ -438,7 +446,8 @@ def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weig
     w = w.astype(np.float64)  # always a copy
     if not np.isfinite(w).all():
         raise ValueError(
-            f"{where} contains NaN or infinity (first at index {np.argmax(~np.isfinite(w))})")
+            f"{where} contains NaN or infinity (first at index {np.argmax(~np.isfinite(w))})"
+        )
     if (w < 0).any():
         first = int(np.argmax(w < 0))
         raise ValueError(f"{where} must be non-negative: {where}[{first}] = {w[first]!r}")
@@ -459,5 +468,7 @@ def check_weighted_classes(y, weights) -> None:
         return
     present = np.unique(y[weights > 0])
     if len(present) < 2:
-        raise ValueError(f"sample_weight leaves a single class with positive weight "
-                         f"({present.tolist()} in ±1 terms): a classifier needs two classes")
+        raise ValueError(
+            f"sample_weight leaves a single class with positive weight "
+            f"({present.tolist()} in ±1 terms): a classifier needs two classes"
+        )

@@ -55,7 +55,8 @@ def start_cluster(directory):
     limits = jobqueue.partition_limits(queue)  # None where sinfo does not answer
     resources = jobqueue.job_resources("slurm", queue=queue, limits=limits)
     cluster = jobqueue.make_cluster(
-        resources, shared_directory=directory,  # the workers' logs and the checkpoint
+        resources,
+        shared_directory=directory,  # the workers' logs and the checkpoint
         local_directory=os.environ.get("TMPDIR", "/tmp"),  # spill space, node-local
     )
     print(cluster.job_script())
@@ -88,27 +89,50 @@ def fit_and_predict(client, directory):
     """Write the grid, fit it, save the model, predict on the grid."""
     X, y, fields = make_onehot(N_SAMPLES, n_fields=N_FIELDS, cardinality=200, random_state=0)
     start = time.perf_counter()
-    grid = dask_scd.to_grid(X, y, os.path.join(directory, "clicks.zarr"),
-                            row_chunk=ROW_CHUNK, blocks=fields, overwrite=True)
+    grid = dask_scd.to_grid(
+        X,
+        y,
+        os.path.join(directory, "clicks.zarr"),
+        row_chunk=ROW_CHUNK,
+        blocks=fields,
+        overwrite=True,
+    )
     print(f"wrote {grid} in {time.perf_counter() - start:.1f}s")
 
     # No client= argument: the engine finds the current client.
     start = time.perf_counter()
-    result = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=TOL,
-                          solver="block_scd", random_state=0, verbose=2,
-                          resume=os.environ.get("DASK_SCD_RESUME") == "1")
-    print(f"{result!r}\nfitted in {time.perf_counter() - start:.1f}s on "
-          f"{len(client.scheduler_info()['workers'])} workers")
+    result = dask_scd.fit(
+        grid,
+        loss="logistic",
+        alpha=ALPHA,
+        tol=TOL,
+        solver="block_scd",
+        random_state=0,
+        verbose=2,
+        resume=os.environ.get("DASK_SCD_RESUME") == "1",
+    )
+    print(
+        f"{result!r}\nfitted in {time.perf_counter() - start:.1f}s on "
+        f"{len(client.scheduler_info()['workers'])} workers"
+    )
     model = os.path.join(directory, "clicks.model.npz")
-    np.savez(model, coef=result.coef_, intercept=result.intercept_,
-             dual_gap=result.dual_gap_, n_iter=result.n_iter_)
+    np.savez(
+        model,
+        coef=result.coef_,
+        intercept=result.intercept_,
+        dual_gap=result.dual_gap_,
+        n_iter=result.n_iter_,
+    )
     print(f"saved {model}")
 
-    model = dask_scd.LogisticRegression(alpha=ALPHA, tol=TOL, solver="block_scd",
-                                        random_state=0).fit(grid)
+    model = dask_scd.LogisticRegression(
+        alpha=ALPHA, tol=TOL, solver="block_scd", random_state=0
+    ).fit(grid)
     accuracy = model.score(grid)  # predictions computed chunk by chunk on the workers
-    print(f"LogisticRegression on the grid: relative gap {model.dual_gap_[0]:.1e}, "
-          f"training accuracy {accuracy:.4f}")
+    print(
+        f"LogisticRegression on the grid: relative gap {model.dual_gap_[0]:.1e}, "
+        f"training accuracy {accuracy:.4f}"
+    )
 
 
 if __name__ == "__main__":  # worker processes import this file: keep the work in main()

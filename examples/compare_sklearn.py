@@ -36,25 +36,52 @@ def problems():
     """(name, X, y, dask_scd.fit arguments, the scikit-learn estimator of the same problem)."""
     X, y = standardized(datasets.load_diabetes)
     n = len(y)
-    yield ("ridge, alpha=1e-2, diabetes", X, y,
-           dict(loss="squared", penalty="l2", alpha=1e-2),
-           linear_model.Ridge(alpha=n * 1e-2))
-    yield ("lasso, alpha=0.5, diabetes", X, y,
-           dict(loss="squared", penalty="l1", alpha=0.5),
-           linear_model.Lasso(alpha=0.5, tol=1e-12, max_iter=100_000))
-    yield ("elastic net, alpha=0.5, l1_ratio=0.5, diabetes", X, y,
-           dict(loss="squared", penalty="elasticnet", alpha=0.5, l1_ratio=0.5),
-           linear_model.ElasticNet(alpha=0.5, l1_ratio=0.5, tol=1e-12, max_iter=100_000))
+    yield (
+        "ridge, alpha=1e-2, diabetes",
+        X,
+        y,
+        dict(loss="squared", penalty="l2", alpha=1e-2),
+        linear_model.Ridge(alpha=n * 1e-2),
+    )
+    yield (
+        "lasso, alpha=0.5, diabetes",
+        X,
+        y,
+        dict(loss="squared", penalty="l1", alpha=0.5),
+        linear_model.Lasso(alpha=0.5, tol=1e-12, max_iter=100_000),
+    )
+    yield (
+        "elastic net, alpha=0.5, l1_ratio=0.5, diabetes",
+        X,
+        y,
+        dict(loss="squared", penalty="elasticnet", alpha=0.5, l1_ratio=0.5),
+        linear_model.ElasticNet(alpha=0.5, l1_ratio=0.5, tol=1e-12, max_iter=100_000),
+    )
 
     X, y = standardized(datasets.load_breast_cancer)
     n = len(y)
-    yield ("logistic L2, alpha=1e-3, breast cancer", X, y,
-           dict(loss="logistic", penalty="l2", alpha=1e-3),
-           linear_model.LogisticRegression(C=1 / (n * 1e-3), tol=1e-12, max_iter=100_000))
-    yield ("linear SVM (hinge), alpha=1e-2, no intercept, breast cancer", X, y,
-           dict(loss="hinge", penalty="l2", alpha=1e-2, fit_intercept=False, max_iter=20_000),
-           svm.LinearSVC(loss="hinge", C=1 / (n * 1e-2), fit_intercept=False, dual=True,
-                         tol=1e-12, max_iter=1_000_000, random_state=0))
+    yield (
+        "logistic L2, alpha=1e-3, breast cancer",
+        X,
+        y,
+        dict(loss="logistic", penalty="l2", alpha=1e-3),
+        linear_model.LogisticRegression(C=1 / (n * 1e-3), tol=1e-12, max_iter=100_000),
+    )
+    yield (
+        "linear SVM (hinge), alpha=1e-2, no intercept, breast cancer",
+        X,
+        y,
+        dict(loss="hinge", penalty="l2", alpha=1e-2, fit_intercept=False, max_iter=20_000),
+        svm.LinearSVC(
+            loss="hinge",
+            C=1 / (n * 1e-2),
+            fit_intercept=False,
+            dual=True,
+            tol=1e-12,
+            max_iter=1_000_000,
+            random_state=0,
+        ),
+    )
 
 
 def certify(args, X, y, coef, intercept):
@@ -63,24 +90,34 @@ def certify(args, X, y, coef, intercept):
     fit_intercept = args.get("fit_intercept", True)
     problem = Problem(args["loss"], args["alpha"], rho, fit_intercept)
     labels = y if args["loss"] == "squared" else np.where(y == np.unique(y)[1], 1.0, -1.0)
-    cert = certificate(problem, X, labels, np.ravel(coef),
-                       float(np.ravel([intercept])[0]) if fit_intercept else 0.0)
+    cert = certificate(
+        problem,
+        X,
+        labels,
+        np.ravel(coef),
+        float(np.ravel([intercept])[0]) if fit_intercept else 0.0,
+    )
     return cert.primal, cert.relative_gap
 
 
 def warm_up():
     """Load the compiled kernels once, so that no timing below includes it."""
     X, y = np.eye(4), np.array([0.0, 1.0, 0.0, 1.0])
-    for loss, solvers in (("squared", ("scd", "sdca")), ("logistic", ("scd", "sdca")),
-                          ("hinge", ("sdca",))):
+    for loss, solvers in (
+        ("squared", ("scd", "sdca")),
+        ("logistic", ("scd", "sdca")),
+        ("hinge", ("sdca",)),
+    ):
         for solver in solvers:
             dask_scd.fit(X, y, loss=loss, solver=solver)
 
 
 def main():
     warm_up()
-    print(f"{'problem / solver':<30} {'objective P':>22} {'certified gap':>14} "
-          f"{'fit dual_gap_':>14} {'time':>10}")
+    print(
+        f"{'problem / solver':<30} {'objective P':>22} {'certified gap':>14} "
+        f"{'fit dual_gap_':>14} {'time':>10}"
+    )
     for name, X, y, args, estimator in problems():
         print(f"{name} ({X.shape[0]} × {X.shape[1]})")
         start = time.perf_counter()
@@ -94,8 +131,13 @@ def main():
         sk_seconds = time.perf_counter() - start
 
         rows = [
-            (f"dask_scd ({ours.solver_})", ours.coef_, ours.intercept_, ours.dual_gap_,
-             ours_seconds),
+            (
+                f"dask_scd ({ours.solver_})",
+                ours.coef_,
+                ours.intercept_,
+                ours.dual_gap_,
+                ours_seconds,
+            ),
             (type(estimator).__name__, estimator.coef_, estimator.intercept_, None, sk_seconds),
         ]
         for label, coef, intercept, own_gap, seconds in rows:

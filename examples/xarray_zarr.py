@@ -47,8 +47,10 @@ def make_dataset(n: int, rng) -> xr.Dataset:
         score += rng.normal(size=cardinality)[codes]
     clicked = (rng.random(n) < 1.0 / (1.0 + np.exp(-score))).astype(float)
     variables["clicked"] = ("sample", clicked)
-    coords = {"country_value": [f"c{k}" for k in range(12)],
-              "device_value": ["phone", "tablet", "desktop", "tv"]}
+    coords = {
+        "country_value": [f"c{k}" for k in range(12)],
+        "device_value": ["phone", "tablet", "desktop", "tv"],
+    }
     return xr.Dataset(variables, coords=coords)
 
 
@@ -60,30 +62,40 @@ def main():
         start = time.perf_counter()
         grid = dask_scd.to_grid(ds, "clicked", path, row_chunk=N_SAMPLES // 4)
         print(f"\nwrote {grid} in {time.perf_counter() - start:.2f}s")
-        print(f"blocks: {[len(block) for block in grid.blocks]} "
-              f"(one per variable), pure: {grid.purity}")
+        print(
+            f"blocks: {[len(block) for block in grid.blocks]} "
+            f"(one per variable), pure: {grid.purity}"
+        )
 
         model = dask_scd.LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0)
         start = time.perf_counter()
         model.fit(path)  # the store carries its labels
-        print(f"\nfit on the store ({model.solver_}): {time.perf_counter() - start:.2f}s, "
-              f"{model.n_iter_[0]} epochs, certified relative gap {model.dual_gap_[0]:.1e}")
+        print(
+            f"\nfit on the store ({model.solver_}): {time.perf_counter() - start:.2f}s, "
+            f"{model.n_iter_[0]} epochs, certified relative gap {model.dual_gap_[0]:.1e}"
+        )
         print("features:", ", ".join(model.feature_names_in_[:6]), "...")
 
         probabilities = model.predict_proba(grid)  # lazy: nothing is read yet
         assert isinstance(probabilities, da.Array)
-        print(f"predict_proba(grid): a lazy {type(probabilities).__name__} "
-              f"of shape {probabilities.shape}, chunks {probabilities.chunks[0]}")
+        print(
+            f"predict_proba(grid): a lazy {type(probabilities).__name__} "
+            f"of shape {probabilities.shape}, chunks {probabilities.chunks[0]}"
+        )
         click_rate = float(probabilities[:, 1].mean().compute())
-        print(f"mean predicted click probability {click_rate:.4f}, "
-              f"observed {float(ds.clicked.mean()):.4f}")
+        print(
+            f"mean predicted click probability {click_rate:.4f}, "
+            f"observed {float(ds.clicked.mean()):.4f}"
+        )
 
         in_memory = dask_scd.LogisticRegression(alpha=ALPHA, tol=TOL, random_state=0)
         in_memory.fit(ds, "clicked")
         difference = np.abs(in_memory.coef_ - model.coef_).max()
-        print(f"\nthe same Dataset in memory: max |coef difference| {difference:.1e}, "
-              f"same feature names: "
-              f"{list(in_memory.feature_names_in_) == list(model.feature_names_in_)}")
+        print(
+            f"\nthe same Dataset in memory: max |coef difference| {difference:.1e}, "
+            f"same feature names: "
+            f"{list(in_memory.feature_names_in_) == list(model.feature_names_in_)}"
+        )
 
 
 if __name__ == "__main__":

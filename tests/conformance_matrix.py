@@ -71,9 +71,21 @@ class Row:
     @property
     def id(self) -> str:
         weights = f"w-{self.weights_from}" if self.weighted else "unweighted"
-        return "-".join(map(str, (self.engine, self.loss, self.penalty, self.container or
-                                  self.kind, weights, np.dtype(self.dtype).name,
-                                  "b" if self.fit_intercept else "nob", self.device)))
+        return "-".join(
+            map(
+                str,
+                (
+                    self.engine,
+                    self.loss,
+                    self.penalty,
+                    self.container or self.kind,
+                    weights,
+                    np.dtype(self.dtype).name,
+                    "b" if self.fit_intercept else "nob",
+                    self.device,
+                ),
+            )
+        )
 
     @property
     def rows(self) -> slice:
@@ -104,18 +116,26 @@ def _matrix():
     declared, refused = [], []
     for name, engine in registry.ENGINES.items():
         k = 0
-        for (loss, penalty), kind, weighted in itertools.product(_problems(), KINDS,
-                                                                 (False, True)):
+        for (loss, penalty), kind, weighted in itertools.product(_problems(), KINDS, (False, True)):
             row = Row(name, loss, penalty, kind, weighted)
             if engine.refusal(_problem(loss, penalty), weighted, kind) is not None:
                 refused.append(row)
                 continue
             containers = CONTAINERS[kind]
             sources = WEIGHT_SOURCES if kind == "grid" else ("given",)
-            declared.append(Row(
-                name, loss, penalty, kind, weighted, containers[k % len(containers)],
-                DTYPES[k % len(DTYPES)], (k // len(DTYPES)) % 2 == 0,
-                sources[k % len(sources)] if weighted else ""))
+            declared.append(
+                Row(
+                    name,
+                    loss,
+                    penalty,
+                    kind,
+                    weighted,
+                    containers[k % len(containers)],
+                    DTYPES[k % len(DTYPES)],
+                    (k // len(DTYPES)) % 2 == 0,
+                    sources[k % len(sources)] if weighted else "",
+                )
+            )
             k += 1
     return declared, refused
 
@@ -131,8 +151,16 @@ def _device_matrix():
             problem = _problem(loss, penalty)
             if engine.refusal(problem, weighted, "memory") is not None:
                 continue  # refused on the CPU already: a row of the matrix above
-            row = Row(name, loss, penalty, "memory", weighted, ("dense", "csr")[k % 2],
-                      weights_from="given" if weighted else "", device="gpu")
+            row = Row(
+                name,
+                loss,
+                penalty,
+                "memory",
+                weighted,
+                ("dense", "csr")[k % 2],
+                weights_from="given" if weighted else "",
+                device="gpu",
+            )
             if engine.refusal(problem, weighted, "memory", device="gpu") is None:
                 declared.append(row)
                 k += 1
@@ -202,8 +230,11 @@ def _primal(row: Row, coef, intercept, classes, weights):
     else:
         signs = np.where(y == classes[1], 1.0, -1.0)
         slack = np.maximum(0.0, 1.0 - signs * margins)
-        losses = {"logistic": np.logaddexp(0.0, -signs * margins), "hinge": slack,
-                  "squared_hinge": slack**2}[row.loss]
+        losses = {
+            "logistic": np.logaddexp(0.0, -signs * margins),
+            "hinge": slack,
+            "squared_hinge": slack**2,
+        }[row.loss]
     w = np.ones(len(y)) if weights is None else weights
     value = float(np.dot(w, losses) / w.sum())
     ratio = {"l2": 0.0, "l1": 1.0, "elasticnet": 0.5, None: None}[row.penalty]
@@ -219,18 +250,35 @@ _REFERENCES: dict = {}
 def _reference(row: Row, weights) -> float:
     """The optimum of the problem asked, by in-memory Newton at tol 1e-12 (SDCA where
     Newton does not take it: the weighted hinge)."""
-    key = (row.loss, row.penalty, row.fit_intercept, np.dtype(row.dtype).name,
-           row.weighted and row.weights_from, row.device)
+    key = (
+        row.loss,
+        row.penalty,
+        row.fit_intercept,
+        np.dtype(row.dtype).name,
+        row.weighted and row.weights_from,
+        row.device,
+    )
     if key not in _REFERENCES:
         problem = _problem(row.loss, row.penalty)
-        solver = ("newton" if registry.get("newton").refusal(problem, weights is not None)
-                  is None else "sdca")
-        result = dask_scd.fit(_engine_values(row), _target(row), loss=row.loss,
-                              penalty=row.penalty, alpha=ALPHA, l1_ratio=0.5,
-                              fit_intercept=row.fit_intercept, tol=1e-12, max_iter=100_000,
-                              solver=solver, sample_weight=weights)
-        _REFERENCES[key] = _primal(row, result.coef_, result.intercept_, result.classes_,
-                                   weights)
+        solver = (
+            "newton"
+            if registry.get("newton").refusal(problem, weights is not None) is None
+            else "sdca"
+        )
+        result = dask_scd.fit(
+            _engine_values(row),
+            _target(row),
+            loss=row.loss,
+            penalty=row.penalty,
+            alpha=ALPHA,
+            l1_ratio=0.5,
+            fit_intercept=row.fit_intercept,
+            tol=1e-12,
+            max_iter=100_000,
+            solver=solver,
+            sample_weight=weights,
+        )
+        _REFERENCES[key] = _primal(row, result.coef_, result.intercept_, result.classes_, weights)
     return _REFERENCES[key]
 
 
@@ -239,9 +287,12 @@ def client():
     """One in-process cluster of 2 workers for a test module's rows."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, \
-            Client(cluster, set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         yield c
 
 
@@ -251,12 +302,21 @@ def grids(tmp_path_factory):
     root, written = tmp_path_factory.mktemp("grids"), {}
 
     def grid(loss, dtype, stored):
-        key = (loss if loss in ("squared", MULTINOMIAL) else "binary",
-               np.dtype(dtype).name, stored is not None)
+        key = (
+            loss if loss in ("squared", MULTINOMIAL) else "binary",
+            np.dtype(dtype).name,
+            stored is not None,
+        )
         if key not in written:
             path = root / "-".join(map(str, key))
-            dask_scd.to_grid(X_BASE.astype(dtype), _target_of(loss), path, row_chunk=30,
-                             blocks=[[0, 1, 2], [3, 4]], sample_weight=stored)
+            dask_scd.to_grid(
+                X_BASE.astype(dtype),
+                _target_of(loss),
+                path,
+                row_chunk=30,
+                blocks=[[0, 1, 2], [3, 4]],
+                sample_weight=stored,
+            )
             written[key] = path
         return dask_scd.open_grid(written[key])
 
@@ -285,9 +345,20 @@ def fit_row(row: Row, grids, client, **extra):
     engine = registry.get(row.engine)
     if row.kind != "memory" and "client" in engine.options:
         options["client"] = client
-    return dask_scd.fit(X, y, loss=row.loss, penalty=row.penalty, alpha=ALPHA, l1_ratio=0.5,
-                        fit_intercept=row.fit_intercept, solver=row.engine,
-                        sample_weight=given, random_state=0, device=row.device, **options)
+    return dask_scd.fit(
+        X,
+        y,
+        loss=row.loss,
+        penalty=row.penalty,
+        alpha=ALPHA,
+        l1_ratio=0.5,
+        fit_intercept=row.fit_intercept,
+        solver=row.engine,
+        sample_weight=given,
+        random_state=0,
+        device=row.device,
+        **options,
+    )
 
 
 def check_declared(row: Row, grids, client) -> None:
@@ -298,8 +369,9 @@ def check_declared(row: Row, grids, client) -> None:
     on_gpu = row.device == "gpu"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if on_gpu else "error", ConvergenceWarning)
-        result = fit_row(row, grids, client, tol=FIT_TOL,
-                         max_iter=DEVICE_EPOCHS if on_gpu else 20_000)
+        result = fit_row(
+            row, grids, client, tol=FIT_TOL, max_iter=DEVICE_EPOCHS if on_gpu else 20_000
+        )
     assert result.extras_["device"] == row.device
     assert result.extras_["plan"]["engine"] == row.engine
     assert result.extras_["plan"]["rule"] == "named"

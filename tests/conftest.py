@@ -103,7 +103,9 @@ def shared_dataset(name: str):
 
     X, y = load_svmlight_file(str(path), n_features=123)
     # The loader may hand out int64 indices, which some scikit-learn solvers refuse.
-    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
+    X = sp.csr_matrix(
+        (X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape
+    )
     return X, y
 
 
@@ -113,8 +115,12 @@ def client():
     that needs another cluster defines its own ``client``)."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         yield c
 
 
@@ -146,7 +152,7 @@ def nvvm_home():
     if os.environ.get("CUDA_HOME"):
         return os.environ["CUDA_HOME"]
     spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations if spec else []):
+    for root in spec.submodule_search_locations if spec else []:
         home = os.path.join(root, "cuda_nvcc")
         if os.path.exists(os.path.join(home, "nvvm", "lib64", "libnvvm.so")):
             return home

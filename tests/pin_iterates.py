@@ -34,8 +34,14 @@ def _data():
     Xi, yi = load_iris(return_X_y=True)
     Xi = (Xi - Xi.mean(0)) / Xi.std(0)
     wb = np.random.default_rng(1).integers(0, 4, size=len(yb)).astype(np.float64)
-    return {"cancer": (Xb, yb), "diabetes": (Xd, yd), "onehot": (Xo, yo), "tall": (Xt, yt),
-            "iris": (Xi, yi), "cancer-weights": wb}
+    return {
+        "cancer": (Xb, yb),
+        "diabetes": (Xd, yd),
+        "onehot": (Xo, yo),
+        "tall": (Xt, yt),
+        "iris": (Xi, yi),
+        "cancer-weights": wb,
+    }
 
 
 # (name, data, fit arguments): a few epochs of every engine, every loss and penalty.
@@ -51,31 +57,48 @@ CASES = [
     ("block-logistic", "onehot-dask", dict(loss="logistic", alpha=1e-3, solver="block_scd")),
     # Every other engine, pinned before the data layer moved below them.
     ("newton-logistic-l2", "cancer", dict(loss="logistic", alpha=0.01, solver="newton")),
-    ("newton-logistic-l1", "cancer", dict(loss="logistic", penalty="l1", alpha=0.01,
-                                          solver="newton")),
+    (
+        "newton-logistic-l1",
+        "cancer",
+        dict(loss="logistic", penalty="l1", alpha=0.01, solver="newton"),
+    ),
     ("newton-hinge", "cancer", dict(loss="hinge", alpha=0.01, solver="newton")),
-    ("newton-sqhinge-onehot", "onehot", dict(loss="squared_hinge", alpha=1e-3,
-                                             solver="newton")),
+    ("newton-sqhinge-onehot", "onehot", dict(loss="squared_hinge", alpha=1e-3, solver="newton")),
     ("newton-logistic-sampled", "tall", dict(loss="logistic", alpha=1e-4, solver="newton")),
     ("duhl-ridge", "onehot", dict(loss="squared", alpha=1e-3, solver="duhl")),
     ("duhl-logistic", "cancer", dict(loss="logistic", alpha=0.01, solver="duhl")),
-    ("block-sqhinge-impure", "cancer-dask", dict(loss="squared_hinge", alpha=0.01,
-                                                 solver="block_scd")),
-    ("block-newton-logistic", "onehot-dask", dict(loss="logistic", alpha=1e-3,
-                                                  solver="block_newton")),
-    ("grid-block-l1", "onehot-grid", dict(loss="logistic", penalty="l1", alpha=1e-3,
-                                          solver="block_scd")),
+    (
+        "block-sqhinge-impure",
+        "cancer-dask",
+        dict(loss="squared_hinge", alpha=0.01, solver="block_scd"),
+    ),
+    (
+        "block-newton-logistic",
+        "onehot-dask",
+        dict(loss="logistic", alpha=1e-3, solver="block_newton"),
+    ),
+    (
+        "grid-block-l1",
+        "onehot-grid",
+        dict(loss="logistic", penalty="l1", alpha=1e-3, solver="block_scd"),
+    ),
     ("grid-block-ridge", "onehot-grid", dict(loss="squared", alpha=1e-3, solver="block_scd")),
-    ("grid-block-residency", "onehot-grid", dict(loss="logistic", alpha=1e-3,
-                                                 solver="block_scd", residency="duhl",
-                                                 memory_budget=40_000)),
-    ("grid-block-newton", "onehot-grid", dict(loss="logistic", alpha=1e-3,
-                                              solver="block_newton")),
+    (
+        "grid-block-residency",
+        "onehot-grid",
+        dict(
+            loss="logistic", alpha=1e-3, solver="block_scd", residency="duhl", memory_budget=40_000
+        ),
+    ),
+    ("grid-block-newton", "onehot-grid", dict(loss="logistic", alpha=1e-3, solver="block_newton")),
     # Every engine and data kind (added with the conformance matrix, before its fixes).
     ("lbfgs-logistic", "cancer", dict(loss="logistic", alpha=0.01, solver="lbfgs")),
     ("gram-ridge-csr", "onehot", dict(loss="squared", alpha=1e-3, solver="gram")),
-    ("scd-logistic-l1-csc", "onehot-csc", dict(loss="logistic", penalty="l1", alpha=1e-3,
-                                                 solver="scd")),
+    (
+        "scd-logistic-l1-csc",
+        "onehot-csc",
+        dict(loss="logistic", penalty="l1", alpha=1e-3, solver="scd"),
+    ),
     ("scd-float32", "cancer-f32", dict(loss="logistic", alpha=0.01, solver="scd")),
     ("sdca-grid-logistic", "onehot-grid", dict(loss="logistic", alpha=1e-3, solver="sdca")),
     ("sdca-grid-ridge", "onehot-grid", dict(loss="squared", alpha=1e-3, solver="sdca")),
@@ -83,16 +106,27 @@ CASES = [
     ("cocoa-dask-ridge", "cancer-dask", dict(loss="squared", alpha=0.01, solver="cocoa")),
     ("newton-multinomial", "iris", dict(loss="multinomial", alpha=0.01, solver="newton")),
     ("newton-unpenalized", "cancer", dict(loss="logistic", penalty=None, solver="newton")),
-    ("block-newton-multinomial", "iris-dask", dict(loss="multinomial", alpha=0.01,
-                                                    solver="block_newton")),
-    ("newton-logistic-weighted", "cancer", dict(loss="logistic", alpha=0.01, solver="newton",
-                                                weighted=True)),
-    ("sdca-hinge-weighted", "cancer", dict(loss="hinge", alpha=0.01, solver="sdca",
-                                           weighted=True)),
-    ("scd-l1-weighted", "cancer", dict(loss="logistic", penalty="l1", alpha=0.01,
-                                       solver="scd", weighted=True)),
-    ("block-scd-weighted", "cancer-dask", dict(loss="logistic", alpha=0.01,
-                                               solver="block_scd", weighted=True)),
+    (
+        "block-newton-multinomial",
+        "iris-dask",
+        dict(loss="multinomial", alpha=0.01, solver="block_newton"),
+    ),
+    (
+        "newton-logistic-weighted",
+        "cancer",
+        dict(loss="logistic", alpha=0.01, solver="newton", weighted=True),
+    ),
+    ("sdca-hinge-weighted", "cancer", dict(loss="hinge", alpha=0.01, solver="sdca", weighted=True)),
+    (
+        "scd-l1-weighted",
+        "cancer",
+        dict(loss="logistic", penalty="l1", alpha=0.01, solver="scd", weighted=True),
+    ),
+    (
+        "block-scd-weighted",
+        "cancer-dask",
+        dict(loss="logistic", alpha=0.01, solver="block_scd", weighted=True),
+    ),
 ]
 
 
@@ -136,10 +170,13 @@ def _run_cases(tmp) -> dict:
             if kwargs["solver"] in ("block_scd", "block_newton") or source.endswith("-dask"):
                 from distributed import Client, LocalCluster
 
-                with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as c, \
-                        Client(c) as client:
-                    result = dask_scd.fit(X, y, tol=1e-14, max_iter=4, random_state=0,
-                                          client=client, **kwargs)
+                with (
+                    LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as c,
+                    Client(c) as client,
+                ):
+                    result = dask_scd.fit(
+                        X, y, tol=1e-14, max_iter=4, random_state=0, client=client, **kwargs
+                    )
             else:
                 result = dask_scd.fit(X, y, tol=1e-14, max_iter=6, random_state=0, **kwargs)
         out[name] = {

@@ -25,16 +25,19 @@ def _choice(loss, penalty, alpha, X):
     return registry.resolve("auto", problem, InMemory(X, np.ones(X.shape[0]))).name
 
 
-@pytest.mark.parametrize("loss,penalty,alpha,expected", [
-    ("squared", "l2", 1e-3, "newton"),          # a small ridge: one exact Cholesky step
-    ("squared", "l1", 1e-3, "gram"),
-    ("hinge", "l2", 1e-3, "newton"),            # smoothed Newton: p small, band Cholesky
-    ("hinge", "l2", 1.0, "sdca"),               # strongly regularized: a few SDCA epochs
-    ("logistic", "l2", 1.0, "sdca"),            # well-conditioned dual: a few epochs
-    ("logistic", "l2", 1e-6, "newton"),         # ill-conditioned: Newton steps
-    ("logistic", "l1", 1e-4, "newton"),         # working-set Gram fits
-    ("squared_hinge", "l2", 1e-6, "newton"),
-])
+@pytest.mark.parametrize(
+    "loss,penalty,alpha,expected",
+    [
+        ("squared", "l2", 1e-3, "newton"),  # a small ridge: one exact Cholesky step
+        ("squared", "l1", 1e-3, "gram"),
+        ("hinge", "l2", 1e-3, "newton"),  # smoothed Newton: p small, band Cholesky
+        ("hinge", "l2", 1.0, "sdca"),  # strongly regularized: a few SDCA epochs
+        ("logistic", "l2", 1.0, "sdca"),  # well-conditioned dual: a few epochs
+        ("logistic", "l2", 1e-6, "newton"),  # ill-conditioned: Newton steps
+        ("logistic", "l1", 1e-4, "newton"),  # working-set Gram fits
+        ("squared_hinge", "l2", 1e-6, "newton"),
+    ],
+)
 def test_dense_choices(rng, loss, penalty, alpha, expected):
     assert _choice(loss, penalty, alpha, rng.normal(size=(2000, 20))) == expected
 
@@ -55,10 +58,10 @@ def test_a_larger_ridge_takes_the_gram_engine_and_a_small_one_is_exact(rng):
 
 def test_sparse_one_hot_choices(rng):
     X = _onehot(4000, 20, 500, rng)  # p = 10000 > 2000: no Gram, no Cholesky
-    assert _choice("squared", "l2", 1.0 / 4000, X) == "newton"   # κ = 20/(αn) = 20: one CG solve
-    assert _choice("squared", "l2", 1.0, X) == "sdca"            # κ tiny: a few epochs
+    assert _choice("squared", "l2", 1.0 / 4000, X) == "newton"  # κ = 20/(αn) = 20: one CG solve
+    assert _choice("squared", "l2", 1.0, X) == "sdca"  # κ tiny: a few epochs
     assert _choice("logistic", "l2", 1.0 / 4000, X) == "newton"
-    assert _choice("hinge", "l2", 1.0 / 4000, X) == "sdca"         # p + 1 > 2000: no band Cholesky
+    assert _choice("hinge", "l2", 1.0 / 4000, X) == "sdca"  # p + 1 > 2000: no band Cholesky
     # Pure blocks: proximal Newton, whose inner solver moves whole blocks
     assert _choice("squared", "l1", 1e-4, X) == "newton"
     assert _choice("logistic", "l1", 1e-4, X) == "newton"
@@ -66,7 +69,7 @@ def test_sparse_one_hot_choices(rng):
 
 def test_sparse_l1_without_blocks_takes_scd():
     X = sp.random(4000, 5000, density=0.01, random_state=0, format="csr")
-    assert _choice("squared", "l1", 1e-4, X) == "scd"            # working sets, extrapolation
+    assert _choice("squared", "l1", 1e-4, X) == "scd"  # working sets, extrapolation
     assert _choice("logistic", "l1", 1e-4, X) == "scd"
 
 
@@ -128,12 +131,20 @@ def test_a_dask_column_of_labels_is_taken_as_numpy_is(rng):
 
     X = rng.normal(size=(400, 5))
     y = np.where(X[:, 0] + rng.normal(size=400) > 0, 1.0, -1.0)
-    source = make_source(da.from_array(X, chunks=(200, 5)),
-                         da.from_array(y[:, None], chunks=(100, 1)), "logistic", None)
+    source = make_source(
+        da.from_array(X, chunks=(200, 5)),
+        da.from_array(y[:, None], chunks=(100, 1)),
+        "logistic",
+        None,
+    )
     np.testing.assert_array_equal(np.concatenate(source.y_chunks), y)
     with pytest.raises(ValueError, match="y has shape"):
-        make_source(da.from_array(X, chunks=(200, 5)),
-                    da.from_array(np.c_[y, y], chunks=(100, 2)), "logistic", None)
+        make_source(
+            da.from_array(X, chunks=(200, 5)),
+            da.from_array(np.c_[y, y], chunks=(100, 2)),
+            "logistic",
+            None,
+        )
 
 
 def test_squared_l1_on_one_hot_fields_takes_newton_over_gram(rng):
@@ -151,8 +162,9 @@ def test_auto_lasso_on_adult_converges_in_default_epochs():
 
     X, y = shared_dataset("a8a")
     alpha = 1e-3 * np.abs(X.T @ y).max() / X.shape[0]
-    result = dask_scd.fit(X, y, loss="squared", penalty="l1", alpha=alpha,
-                          fit_intercept=False, tol=1e-8)
+    result = dask_scd.fit(
+        X, y, loss="squared", penalty="l1", alpha=alpha, fit_intercept=False, tol=1e-8
+    )
     assert result.solver_ == "newton" and result.dual_gap_ <= 1e-8
 
 
@@ -229,8 +241,7 @@ def test_auto_hands_a_stalled_coordinate_fit_over_to_newton():
     assert result.n_iter_ > 200 and result.history_.iteration[-1] == result.n_iter_
     assert result.history_.relative_gap[-1] == result.dual_gap_
     with pytest.warns(ConvergenceWarning, match="solver='scd'"):  # a named engine stays
-        named = dask_scd.fit(X, y, penalty="l1", alpha=alpha, tol=1e-8, max_iter=200,
-                             solver="scd")
+        named = dask_scd.fit(X, y, penalty="l1", alpha=alpha, tol=1e-8, max_iter=200, solver="scd")
     assert named.solver_ == "scd" and not named.converged_
     reference = Lasso(alpha=alpha, tol=1e-14, max_iter=10**6).fit(X, y)
     mine = obj.Problem("squared", alpha, 1.0, True)

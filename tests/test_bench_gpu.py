@@ -39,8 +39,13 @@ def _run(argv, **env):
         import bench_gpu
         sys.exit(bench_gpu.main({argv!r}))
     """)
-    return subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **env),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _rows(text: str) -> dict:
@@ -54,8 +59,10 @@ def _rows(text: str) -> dict:
 
 def test_tiny_run_under_the_simulator(bench, tmp_path):
     output = tmp_path / "gpu.md"
-    out = _run(["--rows", "100", "--max-epochs", "2", "--max-rounds", "1", "--output",
-                str(output)], NUMBA_ENABLE_CUDASIM="1")
+    out = _run(
+        ["--rows", "100", "--max-epochs", "2", "--max-rounds", "1", "--output", str(output)],
+        NUMBA_ENABLE_CUDASIM="1",
+    )
     assert out.returncode == 0, out.stderr
     text = output.read_text()
     assert "numba CUDA simulator" in text and "--rows 100" in text

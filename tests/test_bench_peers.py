@@ -60,13 +60,21 @@ SPECS = [
 
 
 @pytest.mark.parametrize("loss, penalty, alpha, l1_ratio, fit_intercept", SPECS)
-def test_every_peer_solves_our_problem(bench, data, loss, penalty, alpha, l1_ratio,
-                                       fit_intercept):
+def test_every_peer_solves_our_problem(bench, data, loss, penalty, alpha, l1_ratio, fit_intercept):
     spec = bench.Spec(loss, penalty, alpha, l1_ratio, fit_intercept)
     y = data.y_reg if loss == "squared" else data.y_cls
-    ours = dask_scd.fit(data.columns, y, loss=loss, penalty=penalty, alpha=alpha,
-                        l1_ratio=l1_ratio or 0.5, fit_intercept=fit_intercept, tol=1e-12,
-                        max_iter=100_000, random_state=0)
+    ours = dask_scd.fit(
+        data.columns,
+        y,
+        loss=loss,
+        penalty=penalty,
+        alpha=alpha,
+        l1_ratio=l1_ratio or 0.5,
+        fit_intercept=fit_intercept,
+        tol=1e-12,
+        max_iter=100_000,
+        random_state=0,
+    )
     assert ours.dual_gap_ <= 1e-10
     p_star = bench.evaluate(spec, data.rows, y, ours.coef_, ours.intercept_).primal
     assert p_star == pytest.approx(ours.primal_, rel=1e-12)
@@ -99,7 +107,10 @@ def test_mappings_on_known_formulas(bench):
     assert bench.sklearn_ridge_alpha(bench.Spec("squared", "l2", 1e-3), 500) == 0.5
     assert bench.snapml_regularizer(spec, 500) == pytest.approx(0.5)
     assert bench.glum_params(bench.Spec("squared", "elasticnet", 0.3, 0.25)) == {
-        "alpha": 0.3, "l1_ratio": 0.25, "family": "normal"}
+        "alpha": 0.3,
+        "l1_ratio": 0.25,
+        "family": "normal",
+    }
 
 
 def test_our_solvers_follow_the_library(bench):
@@ -109,9 +120,14 @@ def test_our_solvers_follow_the_library(bench):
 
 
 def test_rel_error_and_first_hit(bench):
-    out = bench.Outcome("m", runs=[bench.Run(1e-2, 1.0, 1.1, 0.0, 3, 1),
-                                   bench.Run(1e-3, 2.0, 1.0 + 5e-7, 0.0, 9, 1),
-                                   bench.Run(1e-4, 3.0, 1.0, 0.0, 20, 1)])
+    out = bench.Outcome(
+        "m",
+        runs=[
+            bench.Run(1e-2, 1.0, 1.1, 0.0, 3, 1),
+            bench.Run(1e-3, 2.0, 1.0 + 5e-7, 0.0, 9, 1),
+            bench.Run(1e-4, 3.0, 1.0, 0.0, 20, 1),
+        ],
+    )
     assert bench.rel_error(1.1, 1.0) == pytest.approx(0.1)
     assert out.hit(1.0).seconds == 2.0
     assert out.best_error(1.0) == 0.0

@@ -68,8 +68,9 @@ def test_pieces_of_the_3x_grid_share_one_model(bench):
 
 def test_time_to_error_from_a_history(bench):
     h = History()
-    for it, (p, s) in enumerate([(2.0, 0.5), (1.01, 1.0), (1.00005, 1.5), (1.0000005, 2.0),
-                                 (1.0, 3.0)], start=1):
+    for it, (p, s) in enumerate(
+        [(2.0, 0.5), (1.01, 1.0), (1.00005, 1.5), (1.0000005, 2.0), (1.0, 3.0)], start=1
+    ):
         h.append(it, 0.0, p, s)
     assert bench.time_to_error(h.seconds, h.primal, 1.0, 1e-4) == (1.5, 2)
     assert bench.time_to_error(h.seconds, h.primal, 1.0, 1e-6) == (2.0, 3)
@@ -92,22 +93,26 @@ def tiny():
     return X, y_cls
 
 
-@pytest.mark.parametrize("loss, penalty", [("logistic", "l2"), ("logistic", "l1"),
-                                           ("squared", "l2"), ("squared", "l1")])
+@pytest.mark.parametrize(
+    "loss, penalty", [("logistic", "l2"), ("logistic", "l1"), ("squared", "l2"), ("squared", "l1")]
+)
 def test_objective_matches_our_certificate(bench, tiny, loss, penalty):
     X, y = tiny
     alpha, rho = 0.03, 1.0 if penalty == "l1" else 0.0
-    r = dask_scd.fit(X, y, loss=loss, penalty=penalty, alpha=alpha, tol=1e-10,
-                     max_iter=10_000, random_state=0)
+    r = dask_scd.fit(
+        X, y, loss=loss, penalty=penalty, alpha=alpha, tol=1e-10, max_iter=10_000, random_state=0
+    )
     P = bench.objective(loss, alpha, rho, X, y, r.coef_, r.intercept_)
     assert P == pytest.approx(r.primal_, rel=1e-12)
-    cert = dask_scd.certificate(dask_scd.Problem(loss, alpha, rho, True), X, y, r.coef_,
-                                r.intercept_)
+    cert = dask_scd.certificate(
+        dask_scd.Problem(loss, alpha, rho, True), X, y, r.coef_, r.intercept_
+    )
     assert P == pytest.approx(cert.primal, rel=1e-12)
 
 
-@pytest.mark.parametrize("loss, rho", [("logistic", 0.0), ("logistic", 1.0),
-                                       ("squared", 0.0), ("squared", 1.0)])
+@pytest.mark.parametrize(
+    "loss, rho", [("logistic", 0.0), ("logistic", 1.0), ("squared", 0.0), ("squared", 1.0)]
+)
 def test_spark_objective_is_ours_with_the_mapped_reg_param(bench, tiny, loss, rho):
     """At any coefficients, Spark's objective (with regParam = spark_reg_param) in our
     units equals our objective: Spark's optimum is ours."""
@@ -138,11 +143,27 @@ def test_alpha_max_zeroes_the_lasso(bench, tiny):
     X, y = tiny
     for loss in ("squared", "logistic"):
         amax = bench.alpha_max(X, y, loss)
-        r = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=amax * 1.001, tol=1e-10,
-                         max_iter=10_000, random_state=0)
+        r = dask_scd.fit(
+            X,
+            y,
+            loss=loss,
+            penalty="l1",
+            alpha=amax * 1.001,
+            tol=1e-10,
+            max_iter=10_000,
+            random_state=0,
+        )
         assert np.count_nonzero(r.coef_) == 0
-        r = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=amax * 0.9, tol=1e-8,
-                         max_iter=10_000, random_state=0)
+        r = dask_scd.fit(
+            X,
+            y,
+            loss=loss,
+            penalty="l1",
+            alpha=amax * 0.9,
+            tol=1e-8,
+            max_iter=10_000,
+            random_state=0,
+        )
         assert np.count_nonzero(r.coef_) > 0
 
 
@@ -151,6 +172,7 @@ def test_rows_and_columns_selection(bench):
     assert len(bench.select_rows(None)) == 5
     with pytest.raises(SystemExit):
         bench.select_rows("nope")
-    args = bench.parse_args(["--quick", "--only", "squared-l1", "--skip", "spark,ooc",
-                             "--no-save", "--rows", "1000"])
+    args = bench.parse_args(
+        ["--quick", "--only", "squared-l1", "--skip", "spark,ooc", "--no-save", "--rows", "1000"]
+    )
     assert args.quick and args.no_save and args.rows == 1000 and args.skip == "spark,ooc"

@@ -42,15 +42,17 @@ def _reference(kind, X, y, alpha):
         return m.coef_, float(m.intercept_)
 
 
-@pytest.mark.parametrize("kind,alpha", [("logistic-l2", 1e-3), ("squared-l1", 2e-3),
-                                        ("squared-l2", 1e-3)])
+@pytest.mark.parametrize(
+    "kind,alpha", [("logistic-l2", 1e-3), ("squared-l1", 2e-3), ("squared-l2", 1e-3)]
+)
 def test_reaches_the_optimum_of_scikit_learn(onehot, kind, alpha):
     X, y = onehot
     loss, penalty = kind.split("-")
     if loss == "squared":
         y = y + 0.3 * np.random.default_rng(0).standard_normal(len(y))
-    ours = dask_scd.fit(X, y, loss=loss, penalty=penalty, alpha=alpha, tol=1e-10,
-                        solver="block_scd", random_state=0)
+    ours = dask_scd.fit(
+        X, y, loss=loss, penalty=penalty, alpha=alpha, tol=1e-10, solver="block_scd", random_state=0
+    )
     assert ours.dual_gap_ <= 1e-10
     coef, intercept = _reference(kind, X, y, alpha)
     l1_ratio = 1.0 if penalty == "l1" else 0.0
@@ -70,8 +72,9 @@ def test_same_bits_on_one_or_two_threads(onehot, monkeypatch):
     fits = []
     for n_threads in (1, 2):
         monkeypatch.setattr(threads, "THREADS", n_threads)
-        r = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-9, solver="block_scd",
-                         random_state=5)
+        r = dask_scd.fit(
+            X, y, loss="logistic", alpha=1e-3, tol=1e-9, solver="block_scd", random_state=5
+        )
         fits.append(r)
     assert fits[0].extras_["row_chunks"] == 5
     assert fits[0].n_iter_ == fits[1].n_iter_
@@ -138,14 +141,24 @@ def test_dense_x_takes_gram_steps_to_the_newton_optimum():
 
 def test_dask_only_options_are_refused_and_the_callback_stops(onehot):
     X, y = onehot
-    with pytest.raises(ValueError, match=r"\['checkpoint'\] apply to solver='block_scd' on a "
-                                         r"dask array or a Grid"):
+    with pytest.raises(
+        ValueError,
+        match=r"\['checkpoint'\] apply to solver='block_scd' on a "
+        r"dask array or a Grid",
+    ):
         dask_scd.fit(X, y, loss="logistic", solver="block_scd", checkpoint="x.npz")
     seen = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        r = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-12, solver="block_scd",
-                         callback=lambda info: seen.append(info["epoch"]) or len(seen) == 2)
+        r = dask_scd.fit(
+            X,
+            y,
+            loss="logistic",
+            alpha=1e-3,
+            tol=1e-12,
+            solver="block_scd",
+            callback=lambda info: seen.append(info["epoch"]) or len(seen) == 2,
+        )
     assert seen == [1, 2] and r.n_iter_ == 2
     assert r.coef_.shape == (X.shape[1],)
 
@@ -153,15 +166,18 @@ def test_dask_only_options_are_refused_and_the_callback_stops(onehot):
 def test_an_x_without_values_and_unrelated_sparse_columns():
     rng = np.random.default_rng(0)
     y = np.sign(rng.standard_normal(300))
-    empty = dask_scd.fit(sp.csr_matrix((300, 20)), y, loss="logistic", alpha=1e-2,
-                         solver="block_scd")
+    empty = dask_scd.fit(
+        sp.csr_matrix((300, 20)), y, loss="logistic", alpha=1e-2, solver="block_scd"
+    )
     assert not empty.coef_.any() and empty.dual_gap_ <= 1e-12
     assert np.isclose(empty.intercept_, np.log(np.mean(y > 0) / np.mean(y < 0)))
     # Unrelated sparse columns: the colouring's pure blocks (23 here).
     X = sp.random(300, 500, density=0.02, random_state=0, format="csr")
-    ours = dask_scd.fit(X, y, loss="squared_hinge", alpha=1e-2, tol=1e-9,
-                        solver="block_scd", fit_intercept=False)
-    newton = dask_scd.fit(X, y, loss="squared_hinge", alpha=1e-2, tol=1e-11,
-                          solver="newton", fit_intercept=False)
+    ours = dask_scd.fit(
+        X, y, loss="squared_hinge", alpha=1e-2, tol=1e-9, solver="block_scd", fit_intercept=False
+    )
+    newton = dask_scd.fit(
+        X, y, loss="squared_hinge", alpha=1e-2, tol=1e-11, solver="newton", fit_intercept=False
+    )
     assert ours.dual_gap_ <= 1e-9
     assert abs(ours.primal_ - newton.primal_) <= 1e-8 * newton.primal_

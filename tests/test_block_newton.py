@@ -26,8 +26,12 @@ def data(tmp_path_factory):
 
 
 CASES = [
-    ("logistic", "l2", True), ("logistic", "l1", True), ("logistic", "elasticnet", False),
-    ("squared_hinge", "l2", True), ("squared", "l1", True), ("squared", "l2", False),
+    ("logistic", "l2", True),
+    ("logistic", "l1", True),
+    ("logistic", "elasticnet", False),
+    ("squared_hinge", "l2", True),
+    ("squared", "l1", True),
+    ("squared", "l2", False),
 ]
 
 
@@ -42,16 +46,23 @@ def test_reaches_the_in_memory_optimum(data, client, loss, penalty, intercept):
     assert ours.solver_ == "block_newton" and ours.dual_gap_ <= 1e-10
     assert ours.n_iter_ <= 30  # second order: a handful of steps at alpha = 1e-4
     assert ours.primal_ == pytest.approx(ref.primal_, rel=1e-9)
-    np.testing.assert_allclose(ours.decision_function(X), ref.decision_function(X),
-                               atol=1e-4 * np.abs(ref.decision_function(X)).max())
+    np.testing.assert_allclose(
+        ours.decision_function(X),
+        ref.decision_function(X),
+        atol=1e-4 * np.abs(ref.decision_function(X)).max(),
+    )
 
 
 def test_same_model_for_any_worker_count_and_chunking(data, client):
     X, y, grid = data
     kwargs = dict(loss="logistic", alpha=ALPHA, tol=1e-9, solver="block_newton")
     two = dask_scd.fit(grid, client=client, **kwargs)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as one_client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as one_client,
+    ):
         one = dask_scd.fit(grid, client=one_client, **kwargs)
     np.testing.assert_array_equal(one.coef_, two.coef_)
     assert one.intercept_ == two.intercept_
@@ -63,14 +74,20 @@ def test_same_model_for_any_worker_count_and_chunking(data, client):
 
 def test_resume_reaches_the_same_model(data, client, tmp_path):
     _, _, grid = data
-    kwargs = dict(loss="logistic", penalty="l1", alpha=ALPHA, tol=1e-10, solver="block_newton",
-                  client=client, random_state=0)
+    kwargs = dict(
+        loss="logistic",
+        penalty="l1",
+        alpha=ALPHA,
+        tol=1e-10,
+        solver="block_newton",
+        client=client,
+        random_state=0,
+    )
     full = dask_scd.fit(grid, **kwargs)
     checkpoint = tmp_path / "fit.npz"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        dask_scd.fit(grid, checkpoint=str(checkpoint), callback=lambda s: s["epoch"] >= 2,
-                     **kwargs)
+        dask_scd.fit(grid, checkpoint=str(checkpoint), callback=lambda s: s["epoch"] >= 2, **kwargs)
     resumed = dask_scd.fit(grid, checkpoint=str(checkpoint), resume=True, **kwargs)
     np.testing.assert_array_equal(resumed.coef_, full.coef_)
     assert resumed.n_iter_ == full.n_iter_
@@ -98,8 +115,9 @@ def test_wide_newton_matches_scikit_learn(wide, client, loss):
 
     X, y, grid = wide
     alpha = 1.0 / X.shape[0]
-    ours = dask_scd.fit(grid, loss=loss, alpha=alpha, client=client, solver="block_newton",
-                        tol=1e-10, max_iter=50)
+    ours = dask_scd.fit(
+        grid, loss=loss, alpha=alpha, client=client, solver="block_newton", tol=1e-10, max_iter=50
+    )
     assert ours.dual_gap_ <= 1e-10 and ours.extras_["cg_products"]
     if loss == "squared":  # the model is the objective: one solve to the certifying residual
         assert ours.n_iter_ == 1 and len(ours.extras_["cg_products"]) == 1
@@ -108,8 +126,11 @@ def test_wide_newton_matches_scikit_learn(wide, client, loss):
     if loss == "logistic":
         sk = LogisticRegression(C=1.0 / (alpha * X.shape[0]), tol=1e-12, max_iter=10_000)
         sk.fit(X, y)
-        p_sk = float(dask_scd.certificate(ours_problem(alpha), X, y, sk.coef_.ravel(),
-                                          float(sk.intercept_[0])).primal)
+        p_sk = float(
+            dask_scd.certificate(
+                ours_problem(alpha), X, y, sk.coef_.ravel(), float(sk.intercept_[0])
+            ).primal
+        )
         assert ours.primal_ <= p_sk * (1 + 1e-7)
         assert p_sk == pytest.approx(ours.primal_, rel=1e-7)
 
@@ -121,11 +142,13 @@ def ours_problem(alpha):
 def test_wide_newton_refuses_l1_and_dask_arrays_run_it(wide, client, rng):
     X, y, grid = wide
     with pytest.raises(ValueError, match="p = 3000 features.*block_scd"):
-        dask_scd.fit(grid, loss="logistic", penalty="l1", alpha=1e-3, client=client,
-                     solver="block_newton")
+        dask_scd.fit(
+            grid, loss="logistic", penalty="l1", alpha=1e-3, client=client, solver="block_newton"
+        )
     Xd = da.from_array(X.tocsr(), chunks=(2000, 1000), asarray=False)
-    ours = dask_scd.fit(Xd, y, loss="logistic", alpha=1e-3, client=client,
-                        solver="block_newton", tol=1e-8)
+    ours = dask_scd.fit(
+        Xd, y, loss="logistic", alpha=1e-3, client=client, solver="block_newton", tol=1e-8
+    )
     reference = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-12)
     assert ours.dual_gap_ <= 1e-8
     assert ours.primal_ == pytest.approx(reference.primal_, rel=1e-8)
@@ -140,16 +163,25 @@ def test_adult_grid_needs_at_most_twice_the_passes_of_memory(client, tmp_path):
     alpha = 1.0 / (10.0 * X.shape[0])  # scikit-learn's C = 10
     memory = dask_scd.fit(X, y, loss="logistic", alpha=alpha, tol=1e-6, solver="newton")
     to_grid(X, y, str(tmp_path / "adult.zarr"), row_chunk=4096)
-    grid = dask_scd.fit(open_grid(tmp_path / "adult.zarr"), loss="logistic", alpha=alpha,
-                        tol=1e-6, solver="block_newton", client=client)
+    grid = dask_scd.fit(
+        open_grid(tmp_path / "adult.zarr"),
+        loss="logistic",
+        alpha=alpha,
+        tol=1e-6,
+        solver="block_newton",
+        client=client,
+    )
     assert memory.dual_gap_ <= 1e-6 and grid.dual_gap_ <= 1e-6
     assert grid.extras_["total_passes"] <= 2 * memory.extras_["total_passes"], (
-        grid.extras_, memory.extras_)
+        grid.extras_,
+        memory.extras_,
+    )
     assert abs(grid.primal_ - memory.primal_) <= 2e-6 * memory.primal_
 
 
-@pytest.mark.parametrize("loss,penalty", [("logistic", "l2"), ("logistic", "l1"),
-                                          ("squared_hinge", "l2")])
+@pytest.mark.parametrize(
+    "loss,penalty", [("logistic", "l2"), ("logistic", "l1"), ("squared_hinge", "l2")]
+)
 def test_certificate_is_of_the_order_of_the_true_error(data, client, loss, penalty):
     """The model's dual point certifies the state the fit returns: its gap at tol is
     within 10x of its true error (floored at tol/10), never below it."""
@@ -180,8 +212,9 @@ def test_auto_on_a_wide_grid_of_pure_blocks_runs_block_scd(wide, client):
     source = make_source(grid, None, "logistic", None)
     assert all(source.purity) and collective_on_pure_blocks(source)
     assert registry.dask_auto(source, problem) == "block_scd"
-    auto = dask_scd.fit(grid, loss="logistic", alpha=1.0 / X.shape[0], client=client,
-                        in_memory_limit=0, tol=1e-8)
+    auto = dask_scd.fit(
+        grid, loss="logistic", alpha=1.0 / X.shape[0], client=client, in_memory_limit=0, tol=1e-8
+    )
     assert auto.solver_ == "block_scd" and auto.dual_gap_ <= 1e-8
     reference = dask_scd.fit(X, y, loss="logistic", alpha=1.0 / X.shape[0], tol=1e-12)
     assert auto.primal_ == pytest.approx(reference.primal_, rel=1e-8)
@@ -190,6 +223,7 @@ def test_auto_on_a_wide_grid_of_pure_blocks_runs_block_scd(wide, client):
     assert not collective_on_pure_blocks(impure)
     assert registry.dask_auto(impure, problem) == "block_newton"
     Xd = da.from_array(X.tocsr(), chunks=(2000, 1000), asarray=False)
-    fit = dask_scd.fit(Xd, y, loss="logistic", alpha=1.0 / X.shape[0], client=client,
-                       in_memory_limit=0, tol=1e-6)
+    fit = dask_scd.fit(
+        Xd, y, loss="logistic", alpha=1.0 / X.shape[0], client=client, in_memory_limit=0, tol=1e-6
+    )
     assert fit.solver_ == "block_newton"

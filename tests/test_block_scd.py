@@ -39,8 +39,13 @@ def clients():
 
     def get(n_workers):
         if n_workers not in started:
-            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0", memory_limit="2GiB")
+            cluster = LocalCluster(
+                n_workers=n_workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",
+                memory_limit="2GiB",
+            )
             started[n_workers] = (cluster, Client(cluster, set_as_default=False))
         return started[n_workers][1]
 
@@ -53,8 +58,17 @@ def clients():
 def _fixed_epochs(grid, client, loss, epochs=3, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return dask_scd.fit(grid, loss=loss, alpha=ALPHA, tol=1e-15, max_iter=epochs,
-                            solver="block_scd", client=client, random_state=0, **kwargs)
+        return dask_scd.fit(
+            grid,
+            loss=loss,
+            alpha=ALPHA,
+            tol=1e-15,
+            max_iter=epochs,
+            solver="block_scd",
+            client=client,
+            random_state=0,
+            **kwargs,
+        )
 
 
 def test_grid_is_pure_but_one_block(onehot):
@@ -65,11 +79,20 @@ def test_grid_is_pure_but_one_block(onehot):
 @pytest.mark.parametrize("loss", ["squared", "logistic"])
 def test_reaches_the_optimum_on_two_workers(onehot, clients, loss):
     X, y, _, grid, _ = onehot
-    result = dask_scd.fit(grid, loss=loss, alpha=ALPHA, tol=1e-9, solver="block_scd",
-                          client=clients(2), random_state=0, max_iter=200)
+    result = dask_scd.fit(
+        grid,
+        loss=loss,
+        alpha=ALPHA,
+        tol=1e-9,
+        solver="block_scd",
+        client=clients(2),
+        random_state=0,
+        max_iter=200,
+    )
     # An independent reference: the in-memory dual solver (SDCA), far more precise.
-    reference = dask_scd.fit(X, y, loss=loss, alpha=ALPHA, tol=1e-13, solver="sdca",
-                             random_state=0, max_iter=100_000)
+    reference = dask_scd.fit(
+        X, y, loss=loss, alpha=ALPHA, tol=1e-13, solver="sdca", random_state=0, max_iter=100_000
+    )
     assert result.solver_ == "block_scd"
     assert result.converged_ and result.dual_gap_ <= 1e-9
     assert abs(result.primal_ - reference.primal_) <= 1e-7 * abs(reference.primal_)
@@ -77,8 +100,16 @@ def test_reaches_the_optimum_on_two_workers(onehot, clients, loss):
     gap = result.dual_gap_ * result.primal_ + reference.dual_gap_ * reference.primal_
     assert np.linalg.norm(result.coef_ - reference.coef_) <= 2 * np.sqrt(2 * gap / ALPHA)
     # The 1-worker fit is the same model.
-    single = dask_scd.fit(grid, loss=loss, alpha=ALPHA, tol=1e-9, solver="block_scd",
-                          client=clients(1), random_state=0, max_iter=200)
+    single = dask_scd.fit(
+        grid,
+        loss=loss,
+        alpha=ALPHA,
+        tol=1e-9,
+        solver="block_scd",
+        client=clients(1),
+        random_state=0,
+        max_iter=200,
+    )
     np.testing.assert_allclose(single.coef_, result.coef_, rtol=0, atol=1e-10)
     assert single.intercept_ == pytest.approx(result.intercept_, abs=1e-10)
     assert single.n_iter_ == result.n_iter_
@@ -147,34 +178,64 @@ def test_checkpoint_resume_after_driver_is_killed(onehot, tmp_path):
     assert checkpoint.exists()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        resumed = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4,
-                               solver="block_scd", random_state=0, checkpoint=checkpoint,
-                               resume=True)
-        straight = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4,
-                                solver="block_scd", random_state=0)
+        resumed = dask_scd.fit(
+            grid,
+            loss="logistic",
+            alpha=ALPHA,
+            tol=1e-15,
+            max_iter=4,
+            solver="block_scd",
+            random_state=0,
+            checkpoint=checkpoint,
+            resume=True,
+        )
+        straight = dask_scd.fit(
+            grid,
+            loss="logistic",
+            alpha=ALPHA,
+            tol=1e-15,
+            max_iter=4,
+            solver="block_scd",
+            random_state=0,
+        )
     assert resumed.n_iter_ == straight.n_iter_ == 4
     assert resumed.history_.iteration == [1, 2, 3, 4]
     np.testing.assert_allclose(resumed.coef_, straight.coef_, rtol=0, atol=1e-12)
     assert resumed.intercept_ == pytest.approx(straight.intercept_, abs=1e-12)
     # A checkpoint of another problem is refused.
     with pytest.raises(ValueError, match="belongs to another fit"):
-        dask_scd.fit(grid, loss="squared", alpha=ALPHA, max_iter=4, solver="block_scd",
-                     checkpoint=checkpoint, resume=True)
+        dask_scd.fit(
+            grid,
+            loss="squared",
+            alpha=ALPHA,
+            max_iter=4,
+            solver="block_scd",
+            checkpoint=checkpoint,
+            resume=True,
+        )
 
 
 def test_dask_array_input_matches_in_memory(rng):
     X = rng.normal(size=(600, 12))
     y = X @ rng.normal(size=12) + 0.3 * rng.normal(size=600) + 2.0
     dX = da.from_array(X, chunks=(200, 4))
-    result = dask_scd.fit(dX, y, alpha=0.05, penalty="elasticnet", tol=1e-9,
-                          solver="block_scd", random_state=0)
+    result = dask_scd.fit(
+        dX, y, alpha=0.05, penalty="elasticnet", tol=1e-9, solver="block_scd", random_state=0
+    )
     reference = dask_scd.fit(X, y, alpha=0.05, penalty="elasticnet", tol=1e-12, random_state=0)
     assert result.solver_ == "block_scd" and result.dual_gap_ <= 1e-9
     assert abs(result.primal_ - reference.primal_) <= 1e-8 * reference.primal_
     # User blocks reorder the columns; coefficients come back in the original order.
-    blocked = dask_scd.fit(dX, y, alpha=0.05, penalty="elasticnet", tol=1e-9,
-                           solver="block_scd", random_state=0,
-                           blocks=[np.array([0, 5, 7]), np.arange(1, 5), np.array([6, 8, 9, 10, 11])])
+    blocked = dask_scd.fit(
+        dX,
+        y,
+        alpha=0.05,
+        penalty="elasticnet",
+        tol=1e-9,
+        solver="block_scd",
+        random_state=0,
+        blocks=[np.array([0, 5, 7]), np.arange(1, 5), np.array([6, 8, 9, 10, 11])],
+    )
     np.testing.assert_allclose(blocked.coef_, reference.coef_, atol=1e-3)
     assert abs(blocked.primal_ - reference.primal_) <= 1e-8 * reference.primal_
 
@@ -182,8 +243,16 @@ def test_dask_array_input_matches_in_memory(rng):
 @pytest.mark.parametrize("selection", ["cyclic", "gap"])
 def test_block_selection_rules_converge(onehot, selection):
     X, y, _, grid, _ = onehot
-    result = dask_scd.fit(grid, loss="squared", alpha=ALPHA, tol=1e-8, solver="block_scd",
-                          selection=selection, random_state=0, max_iter=200)
+    result = dask_scd.fit(
+        grid,
+        loss="squared",
+        alpha=ALPHA,
+        tol=1e-8,
+        solver="block_scd",
+        selection=selection,
+        random_state=0,
+        max_iter=200,
+    )
     reference = dask_scd.fit(X, y, loss="squared", alpha=ALPHA, tol=1e-12, random_state=0)
     assert result.dual_gap_ <= 1e-8
     assert abs(result.primal_ - reference.primal_) <= 1e-7 * reference.primal_
@@ -195,13 +264,15 @@ def test_auto_uses_memory_for_small_data(onehot):
     assert result.solver_ in ("scd", "sdca")
     reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-9, random_state=0)
     np.testing.assert_allclose(result.coef_, reference.coef_, atol=1e-6)
-    forced = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-9, random_state=0,
-                          in_memory_limit=0)
+    forced = dask_scd.fit(
+        grid, loss="logistic", alpha=ALPHA, tol=1e-9, random_state=0, in_memory_limit=0
+    )
     assert forced.solver_ == "block_newton"  # few features: Newton over the grid
     # Newton ends far below tol; a gap of 1e-9 leaves SDCA's coefficients ~1e-4 off, so the
     # forced fit is compared with a tight reference.
-    tight = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-14, random_state=0,
-                         max_iter=100_000)
+    tight = dask_scd.fit(
+        X, y, loss="logistic", alpha=ALPHA, tol=1e-14, random_state=0, max_iter=100_000
+    )
     np.testing.assert_allclose(forced.coef_, tight.coef_, atol=1e-6)
     assert abs(forced.intercept_ - tight.intercept_) <= 1e-6
 
@@ -240,8 +311,16 @@ def test_corrupt_cell_is_named(onehot, tmp_path):
 def test_sparse_dask_chunks(onehot):
     X, y, blocks, _, _ = onehot
     dX = da.from_array(sp.csr_matrix(X), chunks=(1200, X.shape[1]), asarray=False)
-    result = dask_scd.fit(dX, y, loss="logistic", alpha=ALPHA, tol=1e-9, solver="block_scd",
-                          random_state=0, max_iter=300)
+    result = dask_scd.fit(
+        dX,
+        y,
+        loss="logistic",
+        alpha=ALPHA,
+        tol=1e-9,
+        solver="block_scd",
+        random_state=0,
+        max_iter=300,
+    )
     reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-12, random_state=0)
     assert abs(result.primal_ - reference.primal_) <= 1e-8 * reference.primal_
 
@@ -278,8 +357,9 @@ def test_compact_row_sums_equal_the_float_ones(onehot):
     shift = rng.normal(size=S.shape[1])
     from dask_scd.kernels.block import coarse_matvec
 
-    np.testing.assert_allclose(coarse_matvec(row_sums.counts, row_sums.column_of, shift),
-                               S @ shift, rtol=1e-12)
+    np.testing.assert_allclose(
+        coarse_matvec(row_sums.counts, row_sums.column_of, shift), S @ shift, rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic", "squared_hinge", "hinge"])
@@ -326,6 +406,7 @@ def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monke
         def run():
             loads.append(key)
             return np.zeros(10)
+
         return run
 
     cell = ("cell", "store", "id", "v1")
@@ -342,14 +423,13 @@ def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monke
     cache.get((*cell, 0, 2), load((0, 2)))
     cache.get((*cell, 0, 2), load((0, 2)))
     assert loads[-1:] == [(0, 2)]
-    big = (lambda key: (lambda: loads.append(key) or np.zeros(30)))  # 240 bytes
+    big = lambda key: lambda: loads.append(key) or np.zeros(30)  # 240 bytes
     cache.get((*cell, 0, 3), big((0, 3)))
     cache.get((*cell, 0, 3), big((0, 3)))
     assert loads[-2:] == [(0, 3), (0, 3)]  # 80 + 240 bytes held would pass 250
 
 
-def test_a_task_keeps_a_row_chunk_s_cells_for_its_second_pass_near_the_threshold(
-        monkeypatch):
+def test_a_task_keeps_a_row_chunk_s_cells_for_its_second_pass_near_the_threshold(monkeypatch):
     """The certificate's margins and statistics read a row chunk's cells once even where
     the process sits above 80 % of its pause threshold (out of core it does most of the
     time): a task keeps up to an eighth of the threshold of cells for its second pass."""
@@ -387,8 +467,9 @@ def test_a_paused_worker_s_cache_gives_memory_back(monkeypatch):
     assert cache.max_bytes == 480 and cache.ceiling == 1800
     # The next fit starts from what the worker has left then, not from this fit's low.
     budgets = []
-    monkeypatch.setattr(cell_cache, "_cache_budget",
-                        lambda held=0: budgets.append(held) or (5000, 9000, 2000))
+    monkeypatch.setattr(
+        cell_cache, "_cache_budget", lambda held=0: budgets.append(held) or (5000, 9000, 2000)
+    )
     assert cache.renew() and budgets == [480]  # the cells it holds are not counted as used
     assert cache.max_bytes == 5000 and cache.ceiling == 9000
     assert not cache.renew()  # once per relief
@@ -398,8 +479,9 @@ def test_paused_workers_get_the_cache_relief(client):
     from dask_scd.runtime.cluster import CACHE_RELIEF, relieve_paused_workers
 
     assert relieve_paused_workers(client)
-    assert all(client.run(lambda dask_worker: CACHE_RELIEF in dask_worker.periodic_callbacks)
-               .values())
+    assert all(
+        client.run(lambda dask_worker: CACHE_RELIEF in dask_worker.periodic_callbacks).values()
+    )
 
 
 def test_spilling_is_held_off_only_where_it_cannot_reach_the_target():
@@ -415,16 +497,19 @@ def test_spilling_is_held_off_only_where_it_cannot_reach_the_target():
         return SimpleNamespace(
             memory_manager=SimpleNamespace(memory_limit=1000, memory_target_fraction=target),
             data=SimpleNamespace(fast=SimpleNamespace(total_weight=managed)),
-            monitor=SimpleNamespace(get_process_memory=lambda: process))
+            monitor=SimpleNamespace(get_process_memory=lambda: process),
+        )
 
     holding, empty = SimpleNamespace(holds_cells=True), SimpleNamespace(holds_cells=False)
     assert not spill_helps(worker(900, 100), holding, 0.7)  # 800 outside dask > 600
     assert spill_helps(worker(900, 400), holding, 0.7)  # spilling 300 reaches 600
     assert spill_helps(worker(900, 100), empty, 0.7)  # not the fit's cells: dask decides
     assert not spill_helps(worker(750, 10, target=False), holding, 0.7)  # target: spill's
-    plain = SimpleNamespace(memory_manager=SimpleNamespace(memory_limit=1000,
-                                                           memory_target_fraction=0.6),
-                            data={}, monitor=None)
+    plain = SimpleNamespace(
+        memory_manager=SimpleNamespace(memory_limit=1000, memory_target_fraction=0.6),
+        data={},
+        monitor=None,
+    )
     assert spill_helps(plain, holding, 0.7)  # no spill buffer: nothing to decide
 
 
@@ -435,8 +520,13 @@ def test_cache_is_sized_from_what_the_worker_has_left(clients):
         from distributed import get_worker
 
         bound, ceiling, pause = cell_cache._cache_budget()
-        return (bound, ceiling, pause, cell_cache._resident_bytes(),
-                get_worker().memory_manager.memory_limit)
+        return (
+            bound,
+            ceiling,
+            pause,
+            cell_cache._resident_bytes(),
+            get_worker().memory_manager.memory_limit,
+        )
 
     bound, ceiling, pause, resident, limit = clients(1).submit(budget, pure=False).result()
     assert limit == 2 * 2**30 and pause == int(0.8 * limit)
@@ -469,6 +559,7 @@ def test_no_vector_of_examples_reaches_the_client(onehot, clients, monkeypatch):
     gather, result = Client.gather, Future.result
     monkeypatch.setattr(Client, "gather", lambda self, *a, **k: sizes(gather(self, *a, **k)))
     monkeypatch.setattr(Future, "result", lambda self, *a, **k: sizes(result(self, *a, **k)))
+
     class Tripwire:
         def __getattr__(self, name):
             raise AssertionError(f"the engine used the whole of X or y (.{name})")
@@ -487,7 +578,9 @@ def test_row_chunks_stay_on_their_worker(onehot, clients):
     client = clients(2)
 
     def cached_row_chunks():
-        return sorted({key[4] for key in cell_cache.CACHE._items if key[0] == "cell"})  # CellRef.key
+        return sorted(
+            {key[4] for key in cell_cache.CACHE._items if key[0] == "cell"}
+        )  # CellRef.key
 
     def clear():
         cell_cache.CACHE.clear()
@@ -507,29 +600,51 @@ def test_trial_kernels_match_the_loss_differences(loss, rng):
     from dask_scd.kernels.layout import MajorMatrix
 
     n, p = 3000, 40
-    X = sp.csc_matrix((rng.uniform(0.5, 2.0, n), (np.arange(n), rng.integers(0, p, n))),
-                      shape=(n, p))
+    X = sp.csc_matrix(
+        (rng.uniform(0.5, 2.0, n), (np.arange(n), rng.integers(0, p, n))), shape=(n, p)
+    )
     y, margins = np.sign(rng.normal(size=n)), 4.0 * rng.normal(size=n)
     d = 3.0 * rng.normal(size=p)
     d[:3] = [0.0, 30.0, -30.0]  # no change; beyond the product form's range
     code = obj.LOSS_CODES[loss]
     m = MajorMatrix.from_array(X, "columns")
-    got = kernels.coordinate_trials(m.data, m.indices, m.indptr, m.dense, m.n_major,
-                                    m.n_minor, True, y, margins, d, steps, True, code)
+    got = kernels.coordinate_trials(
+        m.data,
+        m.indices,
+        m.indptr,
+        m.dense,
+        m.n_major,
+        m.n_minor,
+        True,
+        y,
+        margins,
+        d,
+        steps,
+        True,
+        code,
+    )
     base = obj.loss_value(loss, y, margins)
     dense = X.toarray()
-    expected = np.array([[(obj.loss_value(loss, y, margins + a * d[j] * dense[:, j]) - base).sum()
-                          for j in range(p)] for a in steps])
+    expected = np.array(
+        [
+            [
+                (obj.loss_value(loss, y, margins + a * d[j] * dense[:, j]) - base).sum()
+                for j in range(p)
+            ]
+            for a in steps
+        ]
+    )
     np.testing.assert_allclose(got, expected, rtol=1e-11, atol=1e-11)
     u = X @ d
     np.testing.assert_allclose(
         kernels.line_trials(y, margins, u, steps, True, code),
-        [(obj.loss_value(loss, y, margins + a * u) - base).sum() for a in steps], rtol=1e-11)
+        [(obj.loss_value(loss, y, margins + a * u) - base).sum() for a in steps],
+        rtol=1e-11,
+    )
     d1, d2 = kernels.derivatives(code, y, margins)
     np.testing.assert_allclose(d1, obj.loss_derivative(loss, y, margins), rtol=1e-14, atol=1e-300)
     # numpy's σ(yz)(1 − σ(yz)) cancels where σ ≈ 1: compare in absolute terms (ℓ'' ≤ 2)
-    np.testing.assert_allclose(d2, obj.loss_second_derivative(loss, y, margins), rtol=0,
-                               atol=1e-15)
+    np.testing.assert_allclose(d2, obj.loss_second_derivative(loss, y, margins), rtol=0, atol=1e-15)
 
 
 def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
@@ -539,9 +654,16 @@ def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
 
     n, p = 4000, 30
     weights = np.r_[np.ones(p - 10), np.full(10, 1e-3)]  # rare columns take long steps
-    cells = [sp.csc_matrix((np.ones(n // 2), (np.arange(n // 2),
-                                              rng.choice(p, n // 2, p=weights / weights.sum()))),
-                           shape=(n // 2, p)) for _ in range(2)]
+    cells = [
+        sp.csc_matrix(
+            (
+                np.ones(n // 2),
+                (np.arange(n // 2), rng.choice(p, n // 2, p=weights / weights.sum())),
+            ),
+            shape=(n // 2, p),
+        )
+        for _ in range(2)
+    ]
     y = [np.sign(rng.normal(size=n // 2)) for _ in range(2)]
     margins = [3.0 * rng.normal(size=n // 2) for _ in range(2)]
     problem = obj.Problem("logistic", 1e-8, 0.0, True)
@@ -552,8 +674,9 @@ def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
     unproven = {k: v for k, v in direction.items() if k != "proven"}
     steps = []
     for d in (direction, unproven):
-        trials = [ops.block_trials(c, yr, m, d, problem, True)
-                  for c, yr, m in zip(cells, y, margins)]
+        trials = [
+            ops.block_trials(c, yr, m, d, problem, True) for c, yr, m in zip(cells, y, margins)
+        ]
         steps.append(ops.block_choose(d, n, 1e-13, *trials))
     np.testing.assert_array_equal(steps[0]["delta"], steps[1]["delta"])
 
@@ -566,10 +689,20 @@ def test_l1_coarse_step_shifts_the_nonzero_coefficients(clients, tmp_path):
     cardinality = [int(c) for c in np.geomspace(5, 1000, 8)]
     X, y, blocks = make_onehot(6000, 8, cardinality, random_state=1)
     grid = to_grid(X, y, str(tmp_path / "l1.zarr"), row_chunk=2000, blocks=blocks)
-    reference = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=2e-4, tol=1e-12,
-                             solver="newton")
-    result = dask_scd.fit(grid, loss="logistic", penalty="l1", alpha=2e-4, tol=1e-8,
-                          max_iter=60, solver="block_scd", client=clients(2), random_state=0)
+    reference = dask_scd.fit(
+        X, y, loss="logistic", penalty="l1", alpha=2e-4, tol=1e-12, solver="newton"
+    )
+    result = dask_scd.fit(
+        grid,
+        loss="logistic",
+        penalty="l1",
+        alpha=2e-4,
+        tol=1e-8,
+        max_iter=60,
+        solver="block_scd",
+        client=clients(2),
+        random_state=0,
+    )
     assert result.dual_gap_ <= 1e-8
     assert result.primal_ == pytest.approx(reference.primal_, rel=1e-8)
     assert 0 < np.count_nonzero(result.coef_) < X.shape[1]
@@ -590,8 +723,16 @@ def test_sums_over_stored_columns_give_the_same_bits(tmp_path, monkeypatch, loss
     def run():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            return dask_scd.fit(grid, loss=loss, penalty=penalty, alpha=1e-3, tol=1e-15,
-                                max_iter=4, solver="block_scd", random_state=0)
+            return dask_scd.fit(
+                grid,
+                loss=loss,
+                penalty=penalty,
+                alpha=1e-3,
+                tol=1e-15,
+                max_iter=4,
+                solver="block_scd",
+                random_state=0,
+            )
 
     compact = run()
     cell_module.CACHE.clear()
@@ -619,8 +760,16 @@ def test_wide_blocks_over_many_row_chunks_are_summed_in_a_tree(tmp_path, clients
     np.testing.assert_array_equal(trees[1].coef_, trees[0].coef_)
     assert trees[1].intercept_ == trees[0].intercept_
     np.testing.assert_allclose(trees[0].coef_, flat.coef_, rtol=0, atol=1e-12)
-    result = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, tol=1e-9, solver="block_scd",
-                          client=clients(2), random_state=0, max_iter=200)
+    result = dask_scd.fit(
+        grid,
+        loss="logistic",
+        alpha=ALPHA,
+        tol=1e-9,
+        solver="block_scd",
+        client=clients(2),
+        random_state=0,
+        max_iter=200,
+    )
     reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=1e-12, solver="newton")
     assert result.dual_gap_ <= 1e-9
     assert result.primal_ == pytest.approx(reference.primal_, rel=1e-8)
@@ -656,8 +805,10 @@ def test_provable_steps_are_certain_decreases(rng):
     margins = 3.0 * rng.normal(size=n)
     problem = obj.Problem("logistic", 1e-7, 0.5, True)
     theta = 0.3 * rng.normal(size=p)
-    stats = [ops.block_stats(X[:n // 2], y[:n // 2], margins[:n // 2], "logistic"),
-             ops.block_stats(X[n // 2:], y[n // 2:], margins[n // 2:], "logistic")]
+    stats = [
+        ops.block_stats(X[: n // 2], y[: n // 2], margins[: n // 2], "logistic"),
+        ops.block_stats(X[n // 2 :], y[n // 2 :], margins[n // 2 :], "logistic"),
+    ]
     full = ops.block_direction(problem, n, theta, False, *stats)
     step = ops.block_direction(problem, n, theta, False, *stats, provable=True)
     moving = full["direction"] != 0.0
@@ -670,11 +821,17 @@ def test_provable_steps_are_certain_decreases(rng):
     # Each coordinate's true change (its examples are its own) is below the Armijo line.
     base = obj.loss_value("logistic", y, margins)
     moved = obj.loss_value("logistic", y, margins + X @ step["delta"])
-    change = np.bincount(cols, moved - base, minlength=p) / n + \
-        obj.penalty_terms(problem, theta + step["delta"]) - obj.penalty_terms(problem, theta)
+    change = (
+        np.bincount(cols, moved - base, minlength=p) / n
+        + obj.penalty_terms(problem, theta + step["delta"])
+        - obj.penalty_terms(problem, theta)
+    )
     g = sum(s["g"] for s in stats) / n
-    model = g * step["delta"] + obj.penalty_terms(problem, theta + step["delta"]) - \
-        obj.penalty_terms(problem, theta)
+    model = (
+        g * step["delta"]
+        + obj.penalty_terms(problem, theta + step["delta"])
+        - obj.penalty_terms(problem, theta)
+    )
     assert np.all(change[moving] <= ARMIJO * model[moving] + 1e-15)
     assert np.all(model[ratio > 0] < 0)
 
@@ -689,8 +846,9 @@ def test_unsure_blocks_run_the_trials_and_resume_alike(clients, tmp_path):
     grid = to_grid(X, y, str(tmp_path / "rare.zarr"), row_chunk=1000, blocks=blocks)
     client = clients(2)
     checkpoint = tmp_path / "fit.npz"
-    kw = dict(loss="logistic", alpha=1e-6, tol=1e-15, solver="block_scd", random_state=0,
-              client=client)
+    kw = dict(
+        loss="logistic", alpha=1e-6, tol=1e-15, solver="block_scd", random_state=0, client=client
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         dask_scd.fit(grid, max_iter=2, checkpoint=checkpoint, **kw)
@@ -706,10 +864,12 @@ def test_unsure_blocks_run_the_trials_and_resume_alike(clients, tmp_path):
 # ------------------------------------------------------------ collective iterations
 
 
-@pytest.mark.parametrize("loss,penalty", [("logistic", "l2"), ("logistic", "l1"),
-                                          ("squared", "elasticnet")])
-def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeypatch, loss,
-                                                        penalty):
+@pytest.mark.parametrize(
+    "loss,penalty", [("logistic", "l2"), ("logistic", "l1"), ("squared", "elasticnet")]
+)
+def test_collective_iterations_are_the_task_graphs_bits(
+    onehot, clients, monkeypatch, loss, penalty
+):
     """One task per worker exchanging statistics directly gives the same iterates as the
     task graph, bit for bit (pure blocks, the Gram block, the intercept, the coarse step
     over all or over the non-zero coefficients), on 2 and 4 workers."""
@@ -721,8 +881,9 @@ def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeyp
     monkeypatch.setattr(_BlockSCD, "collective", True)
 
     def no_graph(self, *args, **kwargs):
-        raise AssertionError(f"a collective iteration fell back to the task graph: "
-                             f"{self.fallbacks}")
+        raise AssertionError(
+            f"a collective iteration fell back to the task graph: {self.fallbacks}"
+        )
 
     monkeypatch.setattr(_BlockSCD, "_graph_epoch", no_graph)
     for workers in (1, 2, 4):  # one worker of one thread: a single member, anywhere
@@ -730,12 +891,13 @@ def test_collective_iterations_are_the_task_graphs_bits(onehot, clients, monkeyp
         np.testing.assert_array_equal(together.coef_, graph.coef_)
         assert together.intercept_ == graph.intercept_
         np.testing.assert_array_equal(together.history_.primal, graph.history_.primal)
-        np.testing.assert_array_equal(together.history_.relative_gap,
-                                      graph.history_.relative_gap)
+        np.testing.assert_array_equal(together.history_.relative_gap, graph.history_.relative_gap)
         seconds = together.extras_["member_seconds"]
         assert len(seconds) == together.n_iter_
-        assert all(s["epoch_and_coarse"] > 0 and s["certificate"] > 0 and s["waiting"] >= 0
-                   for s in seconds)
+        assert all(
+            s["epoch_and_coarse"] > 0 and s["certificate"] > 0 and s["waiting"] >= 0
+            for s in seconds
+        )
     assert "member_seconds" not in graph.extras_
     if penalty == "l1":
         assert 0 < np.count_nonzero(graph.coef_) < graph.coef_.size
@@ -749,9 +911,12 @@ def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
     from dask_scd.solvers.block_scd import _BlockSCD
 
     *_, grid, _ = onehot
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster,
-                                                                 set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         undisturbed = _fixed_epochs(grid, c, "logistic", epochs=4, penalty="l1")
         graph_epochs = []
         real_graph = _BlockSCD._graph_epoch
@@ -787,9 +952,12 @@ def _disturbed_fit(grid, monkeypatch, loss, forget):
     callback: (undisturbed, disturbed, how many iterations ran as the task graph)."""
     from dask_scd.solvers.block_scd import _BlockSCD
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster,
-                                                                 set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         undisturbed = _fixed_epochs(grid, c, loss, epochs=4)
         graph_epochs = []
         real_graph = _BlockSCD._graph_epoch
@@ -816,13 +984,13 @@ def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
             with block_collective._kept_lock:
                 block_collective._kept.clear()
 
-    undisturbed, disturbed, graph_epochs = _disturbed_fit(grid, monkeypatch, "squared",
-                                                          forget)
+    undisturbed, disturbed, graph_epochs = _disturbed_fit(grid, monkeypatch, "squared", forget)
     assert graph_epochs == 1
     np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
     assert disturbed.intercept_ == undisturbed.intercept_
-    np.testing.assert_array_equal(disturbed.history_.relative_gap,
-                                  undisturbed.history_.relative_gap)
+    np.testing.assert_array_equal(
+        disturbed.history_.relative_gap, undisturbed.history_.relative_gap
+    )
 
 
 def test_fixed_parts_not_kept_end_the_iteration_alike(onehot, monkeypatch):
@@ -840,8 +1008,7 @@ def test_fixed_parts_not_kept_end_the_iteration_alike(onehot, monkeypatch):
             if state["epoch"] == 2:
                 block_collective._static.clear()
 
-    undisturbed, disturbed, graph_epochs = _disturbed_fit(grid, monkeypatch, "logistic",
-                                                          forget)
+    undisturbed, disturbed, graph_epochs = _disturbed_fit(grid, monkeypatch, "logistic", forget)
     assert held[0] > 0  # the others' cells' fixed parts, kept after the first iteration
     assert graph_epochs == 1
     np.testing.assert_array_equal(disturbed.coef_, undisturbed.coef_)
@@ -871,9 +1038,12 @@ def test_a_member_runs_its_groups_on_its_workers_threads(onehot, monkeypatch):
     from dask_scd.solvers.block_scd import _BlockSCD
 
     *_, grid, _ = onehot
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster,
-                                                                 set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         monkeypatch.setattr(_BlockSCD, "collective", False)
         graph = _fixed_epochs(grid, c, "logistic", epochs=3, penalty="l1")
         monkeypatch.setattr(_BlockSCD, "collective", True)
@@ -966,8 +1136,9 @@ def test_a_pure_grid_cell_is_cached_by_rows_only(tmp_path, monkeypatch):
         ref = CellRef(grid.path, grid.grid_id, 1, b, grid.store_version)
         live = (np.arange(len(fields[b])) % 2).astype(np.float64)
         column_major = cells.CellView(grid.read_cell(1, b))
-        np.testing.assert_array_equal(block_ops._cell_matvec(ref, lambda k: live),
-                                      column_major.matvec(live))
+        np.testing.assert_array_equal(
+            block_ops._cell_matvec(ref, lambda k: live), column_major.matvec(live)
+        )
     assert cache.counts["reads"] == cells_read
     held = {key[-1] if key[-1] != "rows" else key[-2:] for key in cache._items}
     for b in pure:
@@ -998,8 +1169,7 @@ def test_out_of_core_block_iterations_read_each_pure_cell_once(tmp_path, monkeyp
     margins = np.zeros(len(labels))
     for b in range(3):
         step = {"delta": np.full(6, 0.1)}
-        margins, _ = ops.apply_then_stats(margins, refs[b], refs[b + 1], labels, step,
-                                          "logistic")
+        margins, _ = ops.apply_then_stats(margins, refs[b], refs[b + 1], labels, step, "logistic")
         assert cells.pure_rows(refs[b + 1]) is not None  # the line search's read
     assert cache.counts["reads"] == 4
 
@@ -1043,8 +1213,7 @@ def test_columns_without_a_value_do_not_hold_back_the_coarse_step(tmp_path, clie
     on_grid = dask_scd.fit(grid, client=clients(2), max_iter=3 * memory.n_iter_, **kw)
     assert on_grid.dual_gap_ <= 1e-9 * abs(on_grid.history_.primal[-1]) * 1.0001
     assert not np.any(on_grid.coef_[-20_000:])
-    np.testing.assert_allclose(on_grid.history_.primal[-1], memory.history_.primal[-1],
-                               rtol=1e-9)
+    np.testing.assert_allclose(on_grid.history_.primal[-1], memory.history_.primal[-1], rtol=1e-9)
 
 
 def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, monkeypatch):
@@ -1061,8 +1230,9 @@ def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, mo
     fields = [np.arange(6 * k, 6 * k + 6) for k in range(4)] + [np.arange(24, 29)]
     grid = to_grid(X, y, tmp_path / "g", row_chunk=300, blocks=fields)
     refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(5)]
-    apart_reports = [cells.inspect_cell(ref, f"cell (row chunk 0, block {b})")
-                     for b, ref in enumerate(refs)]
+    apart_reports = [
+        cells.inspect_cell(ref, f"cell (row chunk 0, block {b})") for b, ref in enumerate(refs)
+    ]
     apart = ops.block_row_sums(refs, True)
 
     monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
@@ -1100,11 +1270,14 @@ def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatc
     cache = cell_cache.CellCache(1 << 30)
     monkeypatch.setattr(cells, "CACHE", cache)
     ops.inspect_row_chunk(refs, "row chunk 0", True, True)
-    kinds = sorted((key[-2], key[-1]) if key[-1] == "rows" else (key[-1], "columns")
-                   for key in cache._items)
+    kinds = sorted(
+        (key[-2], key[-1]) if key[-1] == "rows" else (key[-1], "columns") for key in cache._items
+    )
     assert kinds == [(0, "rows"), (1, "rows"), (2, "rows"), (3, "columns"), (3, "rows")]
-    assert cache.nbytes == sum(cells.pure_rows(ref).nbytes for ref in refs[:3]) + \
-        cells.cell_view(refs[3]).nbytes
+    assert (
+        cache.nbytes
+        == sum(cells.pure_rows(ref).nbytes for ref in refs[:3]) + cells.cell_view(refs[3]).nbytes
+    )
 
 
 def test_a_classified_grid_s_labels_are_cached_at_one_byte_a_row(tmp_path, monkeypatch):

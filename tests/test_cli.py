@@ -36,8 +36,9 @@ def run(argv, capsys):
 def test_round_trip_convert_info_fit(svm_file, tmp_path, capsys):
     path, X, y = svm_file
     grid_path = tmp_path / "data.zarr"
-    status, out, err = run(["convert", path, grid_path, "--row-chunk", 100,
-                            "--column-block", 3], capsys)
+    status, out, err = run(
+        ["convert", path, grid_path, "--row-chunk", 100, "--column-block", 3], capsys
+    )
     assert status == 0 and err == "" and "wrote <Grid" in out
     grid = dask_scd.open_grid(grid_path)
     assert grid.shape == (300, 8) and grid.n_row_chunks == 3 and grid.n_blocks == 3
@@ -47,11 +48,25 @@ def test_round_trip_convert_info_fit(svm_file, tmp_path, capsys):
     assert "300 examples x 8 features" in out and "3 of 100 examples" in out
 
     model_path = tmp_path / "model.json"
-    status, out, err = run(["fit", grid_path, "--loss", "logistic", "--alpha", "0.01",
-                            "--tol", "1e-9", "--out", model_path], capsys)
+    status, out, err = run(
+        [
+            "fit",
+            grid_path,
+            "--loss",
+            "logistic",
+            "--alpha",
+            "0.01",
+            "--tol",
+            "1e-9",
+            "--out",
+            model_path,
+        ],
+        capsys,
+    )
     assert status == 0 and err == ""
-    epoch_lines = [line for line in out.splitlines() if "relative gap" in line
-                   and line.startswith("[")]
+    epoch_lines = [
+        line for line in out.splitlines() if "relative gap" in line and line.startswith("[")
+    ]
     assert epoch_lines, out
     summary = [line for line in out.splitlines() if line.startswith("fitted")]
     assert len(summary) == 1 and summary[0].endswith("s")
@@ -94,8 +109,7 @@ BAD = {
     "negative alpha": lambda tmp, grid: ["fit", grid, "--alpha", "-1"],
     "alpha not a number": lambda tmp, grid: ["fit", grid, "--alpha", "lots"],
     "l1-ratio out of range": lambda tmp, grid: ["fit", grid, "--l1-ratio", "2"],
-    "zero row chunk": lambda tmp, grid: ["convert", "in.svm", tmp / "o.zarr", "--row-chunk",
-                                         "0"],
+    "zero row chunk": lambda tmp, grid: ["convert", "in.svm", tmp / "o.zarr", "--row-chunk", "0"],
     "missing input file": lambda tmp, grid: ["convert", tmp / "absent.svm", tmp / "o.zarr"],
     "missing grid (info)": lambda tmp, grid: ["info", tmp / "absent.zarr"],
     "missing grid (fit)": lambda tmp, grid: ["fit", tmp / "absent.zarr"],
@@ -104,8 +118,14 @@ BAD = {
     "corrupt header": lambda tmp, grid: ["info", truncate_header(grid)],
     "missing cell": lambda tmp, grid: ["fit", corrupt(grid), "--solver", "scd"],
     "output exists": lambda tmp, grid: ["convert", _svm(tmp), grid],
-    "hinge on block engine": lambda tmp, grid: ["fit", grid, "--loss", "hinge", "--solver",
-                                                "block_scd"],
+    "hinge on block engine": lambda tmp, grid: [
+        "fit",
+        grid,
+        "--loss",
+        "hinge",
+        "--solver",
+        "block_scd",
+    ],
     "not a libsvm file": lambda tmp, grid: ["convert", _text_file(tmp), tmp / "o.zarr"],
 }
 
@@ -146,19 +166,29 @@ def test_console_script_in_a_subprocess(svm_file, tmp_path):
     """The installed ``dask-scd`` entry point, as a user runs it."""
     script = shutil.which("dask-scd", path=os.path.dirname(sys.executable))
     command = [script] if script else [sys.executable, "-m", "dask_scd.cli"]
-    done = subprocess.run([*command, "info", str(tmp_path / "absent.zarr")],
-                          check=False, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*command, "info", str(tmp_path / "absent.zarr")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"dask-scd: error: grid store not found: {tmp_path / 'absent.zarr'}"]
-    done = subprocess.run([*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr")],
-                          check=False, capture_output=True, text=True, timeout=120)
+        f"dask-scd: error: grid store not found: {tmp_path / 'absent.zarr'}"
+    ]
+    done = subprocess.run(
+        [*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 @pytest.mark.parametrize("table", ["cell_checksum", "label_checksum", "cell_nnz"])
-def test_a_grid_without_one_of_its_tables_is_refused_at_open(svm_file, tmp_path, capsys,
-                                                            table):
+def test_a_grid_without_one_of_its_tables_is_refused_at_open(svm_file, tmp_path, capsys, table):
     path, X, y = svm_file
     grid_path = tmp_path / "data.zarr"
     dask_scd.to_grid(X, y, grid_path, row_chunk=100)
@@ -177,17 +207,19 @@ def test_convert_with_the_training_width(svm_file, tmp_path, capsys):
     path, X, y = svm_file
     narrow = tmp_path / "test.svm"
     dump_svmlight_file(X[:50, :5], y[:50], str(narrow), zero_based=False)
-    status, out, err = run(["convert", narrow, tmp_path / "test.zarr", "--n-features", 8],
-                           capsys)
+    status, out, err = run(["convert", narrow, tmp_path / "test.zarr", "--n-features", 8], capsys)
     assert status == 0 and err == ""
     grid = dask_scd.open_grid(tmp_path / "test.zarr")
     assert grid.shape == (50, 8)
-    np.testing.assert_allclose(grid.X.compute().toarray()[:, grid.feature_order.argsort()],
-                               np.hstack([X[:50, :5], np.zeros((50, 3))]), rtol=1e-12)
-    assert dask_scd.to_grid(narrow, None, tmp_path / "api.zarr", row_chunk=20,
-                            n_features=8).shape == (50, 8)
-    status, out, err = run(["convert", narrow, tmp_path / "small.zarr", "--n-features", 4],
-                           capsys)
+    np.testing.assert_allclose(
+        grid.X.compute().toarray()[:, grid.feature_order.argsort()],
+        np.hstack([X[:50, :5], np.zeros((50, 3))]),
+        rtol=1e-12,
+    )
+    assert dask_scd.to_grid(
+        narrow, None, tmp_path / "api.zarr", row_chunk=20, n_features=8
+    ).shape == (50, 8)
+    status, out, err = run(["convert", narrow, tmp_path / "small.zarr", "--n-features", 4], capsys)
     assert status == 1 and "n_features=4 is too small" in err and "5 features" in err
     with pytest.raises(ValueError, match="libsvm file only"):
         dask_scd.to_grid(X, y, tmp_path / "array.zarr", row_chunk=20, n_features=8)
@@ -217,8 +249,11 @@ def test_version_and_defaults_in_help(capsys):
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip() == f"dask-scd {dask_scd.__version__}"
-    for command, shown in (("convert", "(default: 100000)"), ("fit", "(default: 1e-06)"),
-                           ("predict", "(default: None)")):
+    for command, shown in (
+        ("convert", "(default: 100000)"),
+        ("fit", "(default: 1e-06)"),
+        ("predict", "(default: None)"),
+    ):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert shown in " ".join(capsys.readouterr().out.split())
@@ -230,8 +265,22 @@ def test_predict_with_a_fitted_model(svm_file, tmp_path, capsys, loss):
     grid_path = tmp_path / "data.zarr"
     assert run(["convert", path, grid_path, "--row-chunk", 100], capsys)[0] == 0
     model_path = tmp_path / "model.json"
-    status, _, err = run(["fit", grid_path, "--loss", loss, "--alpha", "0.01", "--tol", "1e-9",
-                          "--out", model_path, "--quiet"], capsys)
+    status, _, err = run(
+        [
+            "fit",
+            grid_path,
+            "--loss",
+            loss,
+            "--alpha",
+            "0.01",
+            "--tol",
+            "1e-9",
+            "--out",
+            model_path,
+            "--quiet",
+        ],
+        capsys,
+    )
     assert status == 0, err
     model = json.loads(model_path.read_text())
     scores = X @ np.array(model["coef"]) + model["intercept"]
@@ -243,8 +292,7 @@ def test_predict_with_a_fitted_model(svm_file, tmp_path, capsys, loss):
     np.testing.assert_allclose(np.loadtxt(out_path), expected, rtol=1e-12, atol=1e-12)
     status, out, err = run(["predict", model_path, path], capsys)  # a libsvm file, to stdout
     assert status == 0 and err == ""
-    np.testing.assert_allclose(np.array(out.split(), dtype=float), expected, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(np.array(out.split(), dtype=float), expected, rtol=1e-12, atol=1e-12)
     status, out, err = run(["predict", path, path], capsys)
     assert status == 1 and "is not a model written by dask-scd fit" in err
 
@@ -256,8 +304,22 @@ def model_file(svm_file, tmp_path_factory):
     grid = directory / "grid.zarr"
     assert main(["convert", str(svm_file[0]), str(grid), "--row-chunk", "100"]) == 0
     path = directory / "model.json"
-    assert main(["fit", str(grid), "--loss", "logistic", "--alpha", "0.01", "--out",
-                 str(path), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(grid),
+                "--loss",
+                "logistic",
+                "--alpha",
+                "0.01",
+                "--out",
+                str(path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return path
 
 
@@ -278,18 +340,23 @@ def _svm_of(X, y, tmp_path):
     return path
 
 
-@pytest.mark.parametrize("write, width", [(_grid_of, 9), (_grid_of, 7), (_svm_of, 9)],
-                         ids=["wider grid", "narrower grid", "wider libsvm file"])
-def test_predict_refuses_data_of_another_width(svm_file, model_file, tmp_path, capsys,
-                                              write, width):
+@pytest.mark.parametrize(
+    "write, width",
+    [(_grid_of, 9), (_grid_of, 7), (_svm_of, 9)],
+    ids=["wider grid", "narrower grid", "wider libsvm file"],
+)
+def test_predict_refuses_data_of_another_width(
+    svm_file, model_file, tmp_path, capsys, write, width
+):
     _, X, y = svm_file
     data = write(_columns(X, width), y, tmp_path)
     out_path = tmp_path / "predictions.txt"
     status, out, err = run(["predict", model_file, data, "--out", out_path], capsys)
     assert status == 1 and out == ""
     hint = " (convert its libsvm file with --n-features 8)" if width < 8 else ""
-    assert err == (f"dask-scd: error: the model has 8 features, the data at {data} has "
-                   f"{width}{hint}\n")
+    assert err == (
+        f"dask-scd: error: the model has 8 features, the data at {data} has {width}{hint}\n"
+    )
     assert not out_path.exists() and not list(tmp_path.glob("*.tmp-*"))
     status, out, err = run(["predict", model_file, data], capsys)  # to standard output
     assert status == 1 and out == "" and len(err.splitlines()) == 1
@@ -303,5 +370,6 @@ def test_predict_widens_a_narrower_libsvm_file(svm_file, model_file, tmp_path, c
     status, out, err = run(["predict", model_file, data], capsys)
     assert status == 0 and err == ""
     scores = X[:, :7] @ np.array(model["coef"])[:7] + model["intercept"]
-    np.testing.assert_array_equal(np.array(out.split(), dtype=float),
-                                  np.where(scores > 0, 1.0, -1.0))
+    np.testing.assert_array_equal(
+        np.array(out.split(), dtype=float), np.where(scores > 0, 1.0, -1.0)
+    )

@@ -53,8 +53,12 @@ def client(expected):
     after ``expected`` so that the references are fitted without it."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as c:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as c,
+    ):
         yield c
 
 
@@ -128,8 +132,9 @@ def test_a_failed_task_releases_the_other_tasks_and_X(client):
     X, y = load_iris(return_X_y=True)
     good = np.where(y == 0, 1.0, -1.0)
     bad = np.full(len(y), np.nan)  # the task's fit raises on NaN labels
-    options = dict(loss="logistic", penalty="l2", alpha=1e-3, l1_ratio=0.5,
-                   fit_intercept=True, tol=1e-8)
+    options = dict(
+        loss="logistic", penalty="l2", alpha=1e-3, l1_ratio=0.5, fit_intercept=True, tol=1e-8
+    )
     with pytest.raises(ValueError) as raised:
         _fit_on_cluster(client, X, [good, bad, good], options, [None] * 3)
     deadline = time.monotonic() + 10

@@ -44,9 +44,14 @@ def scheduler_file(tmp_path):
 def _start(path, log, processes, tmp_path):
     """Start the scheduler, wait for its file, then start two workers."""
     common = {"stdout": log, "stderr": subprocess.STDOUT, "cwd": tmp_path}
-    processes.append(subprocess.Popen(
-        _dask_command("scheduler", "--scheduler-file", str(path), "--port", "0",
-                      "--no-dashboard"), **common))
+    processes.append(
+        subprocess.Popen(
+            _dask_command(
+                "scheduler", "--scheduler-file", str(path), "--port", "0", "--no-dashboard"
+            ),
+            **common,
+        )
+    )
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not path.exists():
         if time.monotonic() > deadline or processes[0].poll() is not None:
@@ -54,10 +59,23 @@ def _start(path, log, processes, tmp_path):
             pytest.fail(f"the scheduler did not start: {(tmp_path / 'cluster.log').read_text()}")
         time.sleep(0.2)
     for _ in range(2):
-        processes.append(subprocess.Popen(
-            _dask_command("worker", "--scheduler-file", str(path), "--nthreads", "1",
-                          "--memory-limit", "1GiB", "--no-dashboard",
-                          "--local-directory", str(tmp_path)), **common))
+        processes.append(
+            subprocess.Popen(
+                _dask_command(
+                    "worker",
+                    "--scheduler-file",
+                    str(path),
+                    "--nthreads",
+                    "1",
+                    "--memory-limit",
+                    "1GiB",
+                    "--no-dashboard",
+                    "--local-directory",
+                    str(tmp_path),
+                ),
+                **common,
+            )
+        )
     return path
 
 

@@ -31,15 +31,20 @@ def _classification(n=200, p=16, seed=0):
 
 def _column_parts(X, K, logistic=False, weights=None):
     bounds = np.linspace(0, X.shape[1], K + 1).astype(int)
-    return [ops.make_part(X[:, lo:hi], "columns", logistic=logistic, weights=weights)
-            for lo, hi in zip(bounds[:-1], bounds[1:])], bounds
+    return [
+        ops.make_part(X[:, lo:hi], "columns", logistic=logistic, weights=weights)
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    ], bounds
 
 
 def _row_parts(X, y, K, weights=None):
     bounds = np.linspace(0, X.shape[0], K + 1).astype(int)
-    return [ops.make_part(X[lo:hi], "rows", y[lo:hi],
-                          weights=None if weights is None else weights[lo:hi])
-            for lo, hi in zip(bounds[:-1], bounds[1:])], bounds
+    return [
+        ops.make_part(
+            X[lo:hi], "rows", y[lo:hi], weights=None if weights is None else weights[lo:hi]
+        )
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    ], bounds
 
 
 def _weights(n, weighted):
@@ -54,9 +59,10 @@ def _weights(n, weighted):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("loss, l1_ratio", [("squared", 0.0), ("squared", 1.0),
-                                            ("squared", 0.5), ("logistic", 0.0),
-                                            ("logistic", 1.0)])
+@pytest.mark.parametrize(
+    "loss, l1_ratio",
+    [("squared", 0.0), ("squared", 1.0), ("squared", 0.5), ("logistic", 0.0), ("logistic", 1.0)],
+)
 def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio, weighted):
     X, y = _regression() if loss == "squared" else _classification()
     problem = obj.Problem(loss, 0.05, l1_ratio, True)
@@ -68,23 +74,27 @@ def test_primal_gamma_minimizes_the_objective_along_the_direction(loss, l1_ratio
     coef = 0.3 * rng.standard_normal(X.shape[1])  # not the optimum: a real step to take
     intercept = 0.2
     margins = X @ coef + intercept
-    updates = [ops.primal_solve(part, targets, margins, coef[lo:hi], intercept, problem, 1,
-                                seed, k == 0)
-               for k, (part, lo, hi, seed) in enumerate(zip(parts, bounds[:-1], bounds[1:],
-                                                             range(K)))]
+    updates = [
+        ops.primal_solve(part, targets, margins, coef[lo:hi], intercept, problem, 1, seed, k == 0)
+        for k, (part, lo, hi, seed) in enumerate(zip(parts, bounds[:-1], bounds[1:], range(K)))
+    ]
     direction = ops.primal_direction(*updates)
-    assert np.allclose(direction["margins"],
-                       X @ direction["coef"] + direction["intercept"], atol=1e-12)
+    assert np.allclose(
+        direction["margins"], X @ direction["coef"] + direction["intercept"], atol=1e-12
+    )
 
     def objective(gamma):
         z = margins + gamma * direction["margins"]
-        return (obj.weighted_sum(obj.loss_value(loss, y, z), v) / n
-                + obj.penalty_value(problem, coef + gamma * direction["coef"]))
+        return obj.weighted_sum(obj.loss_value(loss, y, z), v) / n + obj.penalty_value(
+            problem, coef + gamma * direction["coef"]
+        )
 
-    gamma = ops.primal_gamma(problem, targets, margins, coef, direction["coef"],
-                             direction["margins"])
-    best = minimize_scalar(objective, bounds=(0.0, 20.0), method="bounded",
-                           options={"xatol": 1e-12})
+    gamma = ops.primal_gamma(
+        problem, targets, margins, coef, direction["coef"], direction["margins"]
+    )
+    best = minimize_scalar(
+        objective, bounds=(0.0, 20.0), method="bounded", options={"xatol": 1e-12}
+    )
     assert gamma > 0.0
     assert objective(gamma) <= best.fun + 1e-13 * abs(best.fun)
     assert abs(gamma - best.x) <= 1e-5 * max(1.0, abs(best.x))
@@ -116,9 +126,10 @@ def test_dual_gamma_maximizes_the_dual_along_the_direction(loss, rho, weighted):
     a = np.where(scale > 0, a, 0.0)
     coef = X.T @ (scale * a) / alpha_n
     total = float((scale * a).sum())
-    updates = [ops.dual_solve(part, a[lo:hi], coef, intercept, rho, total, problem, alpha_n, 1,
-                              k)
-               for k, (part, lo, hi) in enumerate(zip(parts, bounds[:-1], bounds[1:]))]
+    updates = [
+        ops.dual_solve(part, a[lo:hi], coef, intercept, rho, total, problem, alpha_n, 1, k)
+        for k, (part, lo, hi) in enumerate(zip(parts, bounds[:-1], bounds[1:]))
+    ]
     direction = ops.dual_direction(*[ops.dual_summary(u) for u in updates])
     delta = np.concatenate([u["delta"] for u in updates])
     assert np.allclose(direction["coef"], X.T @ (scale * delta) / alpha_n, atol=1e-12)
@@ -126,20 +137,25 @@ def test_dual_gamma_maximizes_the_dual_along_the_direction(loss, rho, weighted):
     def dual(gamma):
         moved = scale * (a + gamma * delta)
         s = moved.sum()
-        return (obj.dual_loss(loss, y, moved, v).sum() - intercept * s - 0.5 * rho * s * s) / n \
-            - 0.5 * problem.alpha * np.sum((coef + gamma * direction["coef"]) ** 2)
+        return (
+            obj.dual_loss(loss, y, moved, v).sum() - intercept * s - 0.5 * rho * s * s
+        ) / n - 0.5 * problem.alpha * np.sum((coef + gamma * direction["coef"]) ** 2)
 
-    gamma = ops.dual_gamma(problem, n, coef, intercept, rho, direction["coef"],
-                           direction["lines"])
+    gamma = ops.dual_gamma(problem, n, coef, intercept, rho, direction["coef"], direction["lines"])
     limit = min(t["limit"] for t in direction["lines"])
-    best = minimize_scalar(lambda g: -dual(g), bounds=(0.0, min(limit, 20.0)),
-                           method="bounded", options={"xatol": 1e-12})
+    best = minimize_scalar(
+        lambda g: -dual(g),
+        bounds=(0.0, min(limit, 20.0)),
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
     assert np.isfinite(dual(gamma))
     assert dual(gamma) >= -best.fun - 1e-13 * abs(best.fun)
     if loss == "squared" and rho == 0.0 and not weighted:  # the dual's closed form, with b
         u, dw = delta, direction["coef"]
         closed = (u @ y - a @ u - intercept * u.sum() - n * problem.alpha * coef @ dw) / (
-            u @ u + n * problem.alpha * dw @ dw)
+            u @ u + n * problem.alpha * dw @ dw
+        )
         assert gamma == pytest.approx(closed, rel=1e-10)
 
 
@@ -169,8 +185,17 @@ def test_every_aggregation_reaches_the_optimum(loss, penalty, split, aggregation
     problem = {"loss": loss, "penalty": penalty, "alpha": 0.05}
     ref = _reference(X, y, **problem)
     tol = 1e-9
-    result = dask_scd.fit(X, y, solver="cocoa", tol=tol, max_iter=3000, random_state=0,
-                          aggregation=aggregation, split=split, **problem)
+    result = dask_scd.fit(
+        X,
+        y,
+        solver="cocoa",
+        tol=tol,
+        max_iter=3000,
+        random_state=0,
+        aggregation=aggregation,
+        split=split,
+        **problem,
+    )
     assert result.converged_ and result.dual_gap_ <= tol
     assert abs(result.primal_ - ref.primal_) <= 1e-8 * abs(ref.primal_)
     assert result.extras_["split"] == split
@@ -187,8 +212,9 @@ def test_every_aggregation_reaches_the_optimum(loss, penalty, split, aggregation
 def test_the_hinge_by_example_reaches_sdca_optimum():
     X, y = _classification()
     ref = dask_scd.fit(X, y, loss="hinge", alpha=0.05, solver="sdca", tol=1e-10)
-    result = dask_scd.fit(X, y, loss="hinge", alpha=0.05, solver="cocoa", tol=1e-6,
-                          max_iter=3000, random_state=0)
+    result = dask_scd.fit(
+        X, y, loss="hinge", alpha=0.05, solver="cocoa", tol=1e-6, max_iter=3000, random_state=0
+    )
     assert result.extras_["split"] == "examples"
     assert result.converged_ and result.dual_gap_ <= 1e-6
     assert abs(result.primal_ - ref.primal_) <= 1e-6 * abs(ref.primal_)
@@ -198,8 +224,17 @@ def test_adaptive_takes_fewer_rounds_than_averaging_on_ridge_with_eight_parts():
     X, y = _regression(n=400, p=32, seed=1)
     rounds = {}
     for aggregation in ("adaptive", "average"):
-        result = dask_scd.fit(X, y, alpha=0.05, solver="cocoa", tol=1e-5, n_partitions=8,
-                              aggregation=aggregation, random_state=0, max_iter=2000)
+        result = dask_scd.fit(
+            X,
+            y,
+            alpha=0.05,
+            solver="cocoa",
+            tol=1e-5,
+            n_partitions=8,
+            aggregation=aggregation,
+            random_state=0,
+            max_iter=2000,
+        )
         assert result.converged_
         rounds[aggregation] = result.n_iter_
     assert rounds["average"] >= 1.3 * rounds["adaptive"], rounds
@@ -210,8 +245,9 @@ def test_local_epochs_and_sparse_input():
     Xs = sp.csr_matrix(np.where(np.abs(X) > 0.7, X, 0.0))
     ref = _reference(Xs, y, alpha=0.05)
     one = dask_scd.fit(Xs, y, alpha=0.05, solver="cocoa", tol=1e-9, random_state=0)
-    three = dask_scd.fit(Xs, y, alpha=0.05, solver="cocoa", tol=1e-9, random_state=0,
-                         local_epochs=3)
+    three = dask_scd.fit(
+        Xs, y, alpha=0.05, solver="cocoa", tol=1e-9, random_state=0, local_epochs=3
+    )
     for result in (one, three):
         assert abs(result.primal_ - ref.primal_) <= 1e-8 * abs(ref.primal_)
     assert three.n_iter_ < one.n_iter_
@@ -237,24 +273,41 @@ def test_the_same_model_on_1_2_and_4_workers_as_in_memory(tmp_path):
 
     X, y = _regression(n=240, p=12)
     Xc, yc = _classification(n=240, p=12)
-    grid = dask_scd.to_grid(sp.csr_matrix(X), y, tmp_path / "g", row_chunk=60,
-                            blocks=[np.arange(i, i + 3) for i in range(0, 12, 3)])
+    grid = dask_scd.to_grid(
+        sp.csr_matrix(X),
+        y,
+        tmp_path / "g",
+        row_chunk=60,
+        blocks=[np.arange(i, i + 3) for i in range(0, 12, 3)],
+    )
     fits = {
         "ridge by feature": (da.from_array(X, chunks=(60, 3)), y, {"split": "features"}),
-        "logistic by example": (da.from_array(Xc, chunks=(60, 4)), yc,
-                                {"loss": "logistic", "split": "examples"}),
+        "logistic by example": (
+            da.from_array(Xc, chunks=(60, 4)),
+            yc,
+            {"loss": "logistic", "split": "examples"},
+        ),
         "grid": (grid, None, {}),
     }
-    common = {"solver": "cocoa", "alpha": 0.05, "tol": 1e-14, "max_iter": 2,
-              "n_partitions": 4, "random_state": 0}
+    common = {
+        "solver": "cocoa",
+        "alpha": 0.05,
+        "tol": 1e-14,
+        "max_iter": 2,
+        "n_partitions": 4,
+        "random_state": 0,
+    }
     memory = {
         "ridge by feature": dask_scd.fit(X, y, **fits["ridge by feature"][2], **common),
-        "logistic by example": dask_scd.fit(Xc, yc, **fits["logistic by example"][2],
-                                            **common),
+        "logistic by example": dask_scd.fit(Xc, yc, **fits["logistic by example"][2], **common),
         "grid": dask_scd.fit(sp.csr_matrix(X), y, **common),
     }
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         for n_workers in (1, 2, 4):
             cluster.scale(n_workers)
             client.wait_for_workers(n_workers)
@@ -276,8 +329,12 @@ def test_a_grid_whose_columns_are_reordered_comes_back_in_feature_order(tmp_path
     blocks = [np.array([5, 1, 3]), np.array([0, 7]), np.array([2, 4, 6])]
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=60, blocks=blocks)
     ref = _reference(X, y, alpha=0.05)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         result = dask_scd.fit(grid, solver="cocoa", alpha=0.05, tol=1e-10, random_state=0)
         with pytest.raises(ValueError, match="n_partitions=4 is more than the 3 column blocks"):
             dask_scd.fit(grid, solver="cocoa", n_partitions=4)

@@ -33,16 +33,26 @@ def test_the_matrix_covers_every_engine_and_axis():
     assert REFUSED
 
 
-@pytest.mark.parametrize("row", [row for row in DECLARED if row.kind == "memory"],
-                         ids=lambda row: row.id)
+@pytest.mark.parametrize(
+    "row", [row for row in DECLARED if row.kind == "memory"], ids=lambda row: row.id
+)
 def test_declared_combination_solves_the_problem_asked(row, grids, client):  # noqa: F811
     check_declared(row, grids, client)
 
 
 @pytest.mark.parametrize("row", REFUSED, ids=lambda row: row.id)
 def test_undeclared_combination_is_refused_naming_the_engines(row, grids, client):  # noqa: F811
-    row = Row(row.engine, row.loss, row.penalty, row.kind, row.weighted,
-              CONTAINERS[row.kind][0], np.float64, True, "given" if row.weighted else "")
+    row = Row(
+        row.engine,
+        row.loss,
+        row.penalty,
+        row.kind,
+        row.weighted,
+        CONTAINERS[row.kind][0],
+        np.float64,
+        True,
+        "given" if row.weighted else "",
+    )
     problem = _problem(row.loss, row.penalty)
     others = registry.engines_solving(problem, row.kind, row.weighted)
     with pytest.raises(ValueError) as raised:
@@ -51,7 +61,6 @@ def test_undeclared_combination_is_refused_naming_the_engines(row, grids, client
     assert repr(row.engine) in message
     for name in others:
         assert repr(name) in message
-
 
 
 def test_the_capability_page_is_the_registry():

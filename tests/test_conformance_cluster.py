@@ -9,7 +9,8 @@ from conformance_matrix import DECLARED, check_declared, client, grids  # noqa: 
 pytestmark = pytest.mark.slow  # about two minutes on one core
 
 
-@pytest.mark.parametrize("row", [row for row in DECLARED if row.kind != "memory"],
-                         ids=lambda row: row.id)
+@pytest.mark.parametrize(
+    "row", [row for row in DECLARED if row.kind != "memory"], ids=lambda row: row.id
+)
 def test_declared_combination_solves_the_problem_asked(row, grids, client):  # noqa: F811
     check_declared(row, grids, client)

@@ -26,22 +26,28 @@ def cancer():
 
 @pytest.mark.parametrize("where", ["stored", "given"])
 def test_sdca_out_of_core_refuses_weights_instead_of_certifying_another_problem(
-        cancer, tmp_path, where):
+    cancer, tmp_path, where
+):
     """A weighted grid fitted by out-of-core SDCA returned the unweighted optimum with a
     gap of 8.7e-11 (stored weights), or stopped at max_iter (weights given to fit)."""
     X, y, weights = cancer
     stored = weights if where == "stored" else None
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=200, sample_weight=stored)
     given = weights if where == "given" else None
-    with pytest.raises(ValueError, match=r"solver='sdca' does not take sample weights .* "
-                                         r"out of core on a grid; the engines that solve it "
-                                         r"on a grid: \[.*'block_newton'"):
+    with pytest.raises(
+        ValueError,
+        match=r"solver='sdca' does not take sample weights .* "
+        r"out of core on a grid; the engines that solve it "
+        r"on a grid: \[.*'block_newton'",
+    ):
         dask_scd.fit(grid, loss="logistic", alpha=1e-3, solver="sdca", sample_weight=given)
     # Read into memory, SDCA solves the weighted problem: the same optimum as Newton's.
-    ours = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, solver="sdca", tol=1e-10,
-                        sample_weight=weights)
-    newton = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, solver="newton", tol=1e-12,
-                          sample_weight=weights)
+    ours = dask_scd.fit(
+        X, y, loss="logistic", alpha=1e-3, solver="sdca", tol=1e-10, sample_weight=weights
+    )
+    newton = dask_scd.fit(
+        X, y, loss="logistic", alpha=1e-3, solver="newton", tol=1e-12, sample_weight=weights
+    )
     assert ours.primal_ == pytest.approx(newton.primal_, rel=1e-8)
 
 
@@ -51,8 +57,9 @@ def test_the_dtype_of_x_does_not_change_the_model(dtype):
     float64 values: Newton, 11 steps); uint8 ended at objective 0.92 against 0.47; row
     norms taken in int8 wrapped. X is converted to float64 once, before auto decides."""
     rng = np.random.default_rng(0)
-    values = rng.integers(0, 100, size=(300, 6)) if dtype != np.bool_ else \
-        rng.random((300, 6)) < 0.4
+    values = (
+        rng.integers(0, 100, size=(300, 6)) if dtype != np.bool_ else rng.random((300, 6)) < 0.4
+    )
     X = values.astype(dtype)
     score = values @ rng.normal(size=6) + 10 * rng.logistic(size=300)
     y = (score > np.median(score)).astype(int)
@@ -66,8 +73,14 @@ def test_the_dtype_of_x_does_not_change_the_model(dtype):
     np.testing.assert_array_equal(got.coef_, want.coef_)
     assert X.dtype == dtype  # the caller's array is not converted in place
     for chunks in [(100, 6), (150, 3)]:  # a dask X, too (read into memory under auto)
-        lazy = dask_scd.fit(da.from_array(X, chunks=chunks), y, loss="logistic", alpha=1e-2,
-                            tol=1e-9, random_state=0)
+        lazy = dask_scd.fit(
+            da.from_array(X, chunks=chunks),
+            y,
+            loss="logistic",
+            alpha=1e-2,
+            tol=1e-9,
+            random_state=0,
+        )
         np.testing.assert_allclose(lazy.coef_, want.coef_, rtol=1e-12)
 
 
@@ -78,13 +91,15 @@ def test_multinomial_l1_on_dask_names_the_conflict_not_the_memory_limit():
 
     X, y = load_iris(return_X_y=True)
     with pytest.raises(ValueError) as raised:
-        dask_scd.fit(da.from_array(X, chunks=50), y, loss="multinomial", penalty="l1",
-                     solver="block_newton")
+        dask_scd.fit(
+            da.from_array(X, chunks=50), y, loss="multinomial", penalty="l1", solver="block_newton"
+        )
     message = str(raised.value)
     assert "in_memory_limit" not in message
     assert "solver='block_newton' solves loss='multinomial' with an L2 penalty only" in message
     assert "['newton']" in message
     # Under auto above the limit, the limit is the reason, and said so.
     with pytest.raises(ValueError, match="above in_memory_limit.*pass a larger in_memory"):
-        dask_scd.fit(da.from_array(X, chunks=50), y, loss="multinomial", penalty="l1",
-                     in_memory_limit=100)
+        dask_scd.fit(
+            da.from_array(X, chunks=50), y, loss="multinomial", penalty="l1", in_memory_limit=100
+        )

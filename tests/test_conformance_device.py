@@ -28,8 +28,9 @@ def test_declared_combination_solves_the_problem_asked_on_a_gpu(row, grids, clie
 
 @pytest.mark.parametrize("row", DEVICE_REFUSED, ids=lambda row: row.id)
 def test_undeclared_combination_is_refused_on_a_gpu(row, grids, client):  # noqa: F811
-    others = registry.engines_solving(_problem(row.loss, row.penalty), "memory",
-                                      row.weighted, device="gpu")
+    others = registry.engines_solving(
+        _problem(row.loss, row.penalty), "memory", row.weighted, device="gpu"
+    )
     with pytest.raises(ValueError, match="device='gpu'") as raised:
         fit_row(row, grids, client, tol=1e-6, max_iter=5)
     message = str(raised.value)

@@ -17,26 +17,54 @@ def test_docs_build_without_warnings(tmp_path):
     pytest.importorskip("myst_parser", reason="the docs extra: pip install -e .[docs]")
     pytest.importorskip("numpydoc", reason="the docs extra: pip install -e .[docs]")
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-d", str(tmp_path / "doctrees"), str(ROOT / "docs"), str(tmp_path / "html")],
-        check=False, capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            "html",
+            "-d",
+            str(tmp_path / "doctrees"),
+            str(ROOT / "docs"),
+            str(tmp_path / "html"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    for page in ("index", "estimators", "cli", "clusters", "reference",
-                 "generated/dask_scd.LogisticRegression", "generated/dask_scd.fit"):
+    for page in (
+        "index",
+        "estimators",
+        "cli",
+        "clusters",
+        "reference",
+        "generated/dask_scd.LogisticRegression",
+        "generated/dask_scd.fit",
+    ):
         assert (tmp_path / "html" / f"{page}.html").exists(), page
 
 
 EXAMPLES = {
     # script: lines its output must contain (a number is checked where the claim is one)
     "sklearn_pipeline.py": [r"certified relative gap per class: max (\S+) \(tol=1e-08\)"],
-    "xarray_zarr.py": [r"certified relative gap (\S+)\n",
-                       r"same Dataset in memory: max \|coef difference\| (\S+),"],
+    "xarray_zarr.py": [
+        r"certified relative gap (\S+)\n",
+        r"same Dataset in memory: max \|coef difference\| (\S+),",
+    ],
     "cluster_jobqueue.py": [r"LogisticRegression on the grid: relative gap (\S+),"],
 }
-BOUNDS = {"sklearn_pipeline.py": [1e-8], "xarray_zarr.py": [1e-8, 1e-3],
-          "cluster_jobqueue.py": [1e-6]}
+BOUNDS = {
+    "sklearn_pipeline.py": [1e-8],
+    "xarray_zarr.py": [1e-8, 1e-3],
+    "cluster_jobqueue.py": [1e-6],
+}
 
 
 @pytest.mark.slow
@@ -45,8 +73,15 @@ def test_example_runs_at_small_size(script, tmp_path):
     env = {**os.environ, "DASK_SCD_EXAMPLE_SIZE": "small", "MPLBACKEND": "Agg"}
     env.pop("DASK_SCD_SLURM_QUEUE", None)
     env.pop("DASK_SCD_SHARED_DIR", None)
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / script)], env=env,
-                          check=False, capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for pattern, bound in zip(EXAMPLES[script], BOUNDS[script]):
         match = re.search(pattern, done.stdout)

@@ -40,9 +40,18 @@ def _run(X, y, problem, max_iter=2000, seed=0, tol=TOL, **engine):
 
 def _reference(X, y, problem, solver):
     penalty = "l2" if problem.l1_ratio == 0 else "elasticnet"
-    return dask_scd.fit(X, y, loss=problem.loss, penalty=penalty, alpha=problem.alpha,
-                        l1_ratio=problem.l1_ratio, solver=solver, tol=1e-10,
-                        max_iter=100_000, random_state=0)
+    return dask_scd.fit(
+        X,
+        y,
+        loss=problem.loss,
+        penalty=penalty,
+        alpha=problem.alpha,
+        l1_ratio=problem.l1_ratio,
+        solver=solver,
+        tol=1e-10,
+        max_iter=100_000,
+        random_state=0,
+    )
 
 
 @pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
@@ -51,8 +60,7 @@ def test_lasso_and_enet_reach_the_optimum_moving_fewer_bytes(l1_ratio):
     problem = obj.Problem("squared", 0.1, l1_ratio, True)
     budget = X.nbytes // 4
     duhl = _run(X, y, problem, memory_budget=budget, chunk_size=4)
-    sequential = _run(X, y, problem, memory_budget=budget, chunk_size=4,
-                      residency="sequential")
+    sequential = _run(X, y, problem, memory_budget=budget, chunk_size=4, residency="sequential")
     assert duhl.converged(TOL) and sequential.converged(TOL)
     assert 3 * duhl.extras["bytes_moved"] <= sequential.extras["bytes_moved"]
     assert duhl.extras["peak_bytes"] <= budget
@@ -63,8 +71,7 @@ def test_lasso_and_enet_reach_the_optimum_moving_fewer_bytes(l1_ratio):
         distance = np.linalg.norm(duhl.coef - reference.coef_)
         assert distance <= np.sqrt(2 * gap / (problem.alpha * (1 - l1_ratio))) * 1.01
     else:  # the support is found
-        assert set(np.flatnonzero(np.abs(reference.coef_) > 1e-2)) <= set(
-            np.flatnonzero(duhl.coef))
+        assert set(np.flatnonzero(np.abs(reference.coef_) > 1e-2)) <= set(np.flatnonzero(duhl.coef))
 
 
 def test_hinge_svm_in_the_dual():
@@ -87,8 +94,7 @@ def test_the_budget_is_never_exceeded(residency):
     X, y = _sparse_truth(400, 99, 10)  # 33 chunks of 3 columns
     problem = obj.Problem("squared", 0.05, 0.5, True)
     budget = int(X.nbytes * 0.3)
-    run = _run(X, y, problem, max_iter=30, memory_budget=budget, chunk_size=3,
-               residency=residency)
+    run = _run(X, y, problem, max_iter=30, memory_budget=budget, chunk_size=3, residency=residency)
     chunk_bytes = X.shape[0] * 3 * 8
     rounds = run.extras["rounds"]
     assert run.extras["peak_bytes"] <= budget
@@ -107,8 +113,12 @@ def test_budget_below_one_chunk_is_an_error():
 def test_deterministic_and_stale_gaps_reach_the_same_optimum():
     X, y = _sparse_truth(600, 200, 10)
     problem = obj.Problem("squared", 0.1, 0.9, True)
-    kwargs = {"memory_budget": X.nbytes // 4, "chunk_size": 4, "certify_every": 3,
-              "gap_refresh": 0.2}
+    kwargs = {
+        "memory_budget": X.nbytes // 4,
+        "chunk_size": 4,
+        "certify_every": 3,
+        "gap_refresh": 0.2,
+    }
     a = _run(X, y, problem, tol=1e-8, **kwargs)  # the slow side samples in a thread
     b = _run(X, y, problem, tol=1e-8, **kwargs)
     np.testing.assert_array_equal(a.coef, b.coef)
@@ -121,9 +131,16 @@ def test_deterministic_and_stale_gaps_reach_the_same_optimum():
 def test_sparse_input_and_the_registry(rng):
     X, y = _sparse_truth(500, 120, 8)
     X[np.abs(X) < 1.0] = 0.0
-    result = dask_scd.fit(sp.csr_matrix(X), y, penalty="l1", alpha=0.05, solver="duhl",
-                          tol=1e-6, memory_budget=sp.csc_matrix(X).data.nbytes // 2,
-                          random_state=0)
+    result = dask_scd.fit(
+        sp.csr_matrix(X),
+        y,
+        penalty="l1",
+        alpha=0.05,
+        solver="duhl",
+        tol=1e-6,
+        memory_budget=sp.csc_matrix(X).data.nbytes // 2,
+        random_state=0,
+    )
     dense = dask_scd.fit(X, y, penalty="l1", alpha=0.05, solver="scd", tol=1e-10)
     assert result.solver_ == "duhl" and result.converged_
     assert abs(result.primal_ - dense.primal_) <= 1e-6 * dense.primal_
@@ -133,10 +150,20 @@ def test_logistic_in_the_primal(rng):
     X, y = _svm(800, 40)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        result = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=0.01, solver="duhl",
-                              tol=1e-6, chunk_size=2, memory_budget=X.nbytes // 3)
-    reference = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=0.01, solver="scd",
-                             tol=1e-10)
+        result = dask_scd.fit(
+            X,
+            y,
+            loss="logistic",
+            penalty="l1",
+            alpha=0.01,
+            solver="duhl",
+            tol=1e-6,
+            chunk_size=2,
+            memory_budget=X.nbytes // 3,
+        )
+    reference = dask_scd.fit(
+        X, y, loss="logistic", penalty="l1", alpha=0.01, solver="scd", tol=1e-10
+    )
     assert abs(result.primal_ - reference.primal_) <= 1e-6 * reference.primal_
 
 
@@ -146,8 +173,11 @@ def test_bad_options():
         dask_scd.fit(X, y, solver="duhl", residency="nope")
     with pytest.raises(ValueError, match="local_epochs must be a positive integer"):
         dask_scd.fit(X, y, solver="duhl", local_epochs=0)
-    with pytest.raises(TypeError, match=r"unknown keyword arguments.*solver='duhl' takes "
-                                        r"memory_budget, local_epochs"):
+    with pytest.raises(
+        TypeError,
+        match=r"unknown keyword arguments.*solver='duhl' takes "
+        r"memory_budget, local_epochs",
+    ):
         dask_scd.fit(X, y, solver="duhl", selection="cyclic")
     with pytest.raises(ValueError, match="needs penalty='l2'"):
         dask_scd.fit(X, np.sign(y), loss="hinge", penalty="l1", solver="duhl")
@@ -159,8 +189,9 @@ def test_ram_over_zarr_tier(tmp_path):
     grid = open_grid(tmp_path / "g.zarr")
     problem = obj.Problem("squared", 0.1, 1.0, True)
     budget = X.nbytes // 4
-    options = Options(TOL, 500, np.random.default_rng(0),
-                      engine={"memory_budget": budget, "certify_every": 2})
+    options = Options(
+        TOL, 500, np.random.default_rng(0), engine={"memory_budget": budget, "certify_every": 2}
+    )
     run = fit_grid(grid, problem, options)
     assert run.converged(TOL) and run.extras["peak_bytes"] <= budget
     # Every load reads whole blocks of the grid; the slow side's reads are counted apart.
@@ -184,20 +215,25 @@ def test_grid_engine_residency(tmp_path):
     problem = obj.Problem("squared", 0.1, 1.0, True)
     fits = {}
     for residency in ("duhl", "sequential"):
-        options = Options(1e-6, 300, np.random.default_rng(0), engine={
-            "residency": residency, "memory_budget": X.nbytes // 4})
-        fits[residency] = fit_block_scd(make_source(grid, None, "squared", None), problem,
-                                        options)
+        options = Options(
+            1e-6,
+            300,
+            np.random.default_rng(0),
+            engine={"residency": residency, "memory_budget": X.nbytes // 4},
+        )
+        fits[residency] = fit_block_scd(make_source(grid, None, "squared", None), problem, options)
     reference = _reference(X, y, problem, "scd")
     for fit in fits.values():
         assert fit.converged(1e-6)
         assert abs(fit.certificate.primal - reference.primal_) <= 1e-6 * reference.primal_
-        assert all(len(blocks) * 600 * 4 * 8 <= X.nbytes // 4
-                   for blocks in fit.extras["rounds"]["blocks"])
+        assert all(
+            len(blocks) * 600 * 4 * 8 <= X.nbytes // 4 for blocks in fit.extras["rounds"]["blocks"]
+        )
     assert fits["duhl"].extras["bytes_moved"] < fits["sequential"].extras["bytes_moved"]
     with pytest.raises(ValueError, match="smaller than one block"):
-        dask_scd.fit(grid, penalty="l1", alpha=0.1, solver="block_scd", residency="duhl",
-                     memory_budget=100)
+        dask_scd.fit(
+            grid, penalty="l1", alpha=0.1, solver="block_scd", residency="duhl", memory_budget=100
+        )
 
 
 def test_dual_over_zarr_row_chunks(tmp_path):
@@ -206,8 +242,12 @@ def test_dual_over_zarr_row_chunks(tmp_path):
     to_grid(X, labels, str(tmp_path / "s.zarr"), row_chunk=100, blocks=10)
     grid = open_grid(tmp_path / "s.zarr")
     problem = obj.Problem("hinge", 1e-2, 0.0, True)
-    options = Options(TOL, 2000, np.random.default_rng(0),
-                      engine={"memory_budget": X.nbytes // 4, "residency": "duhl"})
+    options = Options(
+        TOL,
+        2000,
+        np.random.default_rng(0),
+        engine={"memory_budget": X.nbytes // 4, "residency": "duhl"},
+    )
     run = fit_grid(grid, problem, options)
     assert run.converged(TOL) and run.extras["peak_bytes"] <= X.nbytes // 4
     reference = _reference(X, y, problem, "sdca")
@@ -226,14 +266,23 @@ def test_grid_tier_weighs_the_losses_with_the_grid_s_weights(tmp_path, loss, alp
     w = rng.integers(1, top, size=X.shape[0]).astype(np.float64)
     grid = to_grid(X, y, str(tmp_path / "w.zarr"), row_chunk=200, blocks=6, sample_weight=w)
     problem = obj.Problem(loss, alpha, 1.0 if loss == "squared" else 0.0, True)
-    options = Options(TOL, 3000, np.random.default_rng(0),
-                      engine={"memory_budget": X.nbytes // 3})
+    options = Options(TOL, 3000, np.random.default_rng(0), engine={"memory_budget": X.nbytes // 3})
     run = fit_grid(open_grid(tmp_path / "w.zarr"), problem, options)
     assert run.converged(TOL)
     penalty = "l1" if loss == "squared" else "l2"
-    weighted = dask_scd.fit(X, y, loss=loss, alpha=alpha, penalty=penalty, sample_weight=w,
-                            solver="duhl", tol=TOL, max_iter=3000)
-    unweighted = dask_scd.fit(X, y, loss=loss, alpha=alpha, penalty=penalty, solver="duhl",
-                              tol=TOL, max_iter=3000)
+    weighted = dask_scd.fit(
+        X,
+        y,
+        loss=loss,
+        alpha=alpha,
+        penalty=penalty,
+        sample_weight=w,
+        solver="duhl",
+        tol=TOL,
+        max_iter=3000,
+    )
+    unweighted = dask_scd.fit(
+        X, y, loss=loss, alpha=alpha, penalty=penalty, solver="duhl", tol=TOL, max_iter=3000
+    )
     assert abs(run.certificate.primal - weighted.primal_) <= 4 * TOL * weighted.primal_
     assert abs(unweighted.primal_ - weighted.primal_) > 10 * TOL * weighted.primal_

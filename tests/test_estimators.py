@@ -35,13 +35,17 @@ from dask_scd.objectives import Problem
 # tests/test_weights.py runs the same two checks at tol=1e-13, where they pass.
 _WEIGHT_EQUIVALENCE = {
     name: "fits agree to the certified tol (1e-6), not to rtol=1e-7; run at tol=1e-13 in "
-          "tests/test_weights.py"
-    for name in ("check_sample_weight_equivalence_on_dense_data",
-                 "check_sample_weight_equivalence_on_sparse_data")
+    "tests/test_weights.py"
+    for name in (
+        "check_sample_weight_equivalence_on_dense_data",
+        "check_sample_weight_equivalence_on_sparse_data",
+    )
 }
 # Where those checks fail (the others pass them: they are run, not expected to fail).
-_DENSE, _SPARSE = ("check_sample_weight_equivalence_on_dense_data",
-                   "check_sample_weight_equivalence_on_sparse_data")
+_DENSE, _SPARSE = (
+    "check_sample_weight_equivalence_on_dense_data",
+    "check_sample_weight_equivalence_on_sparse_data",
+)
 # LassoCV failed the dense one while its refit at the toy data's smallest alpha stopped at
 # max_iter (SCD at a gap of 1e-2); "auto" now hands such a fit over to proximal Newton
 # (dask_scd.solvers.planner.fit_hands_over) and it passes. ElasticNetCV's two refits then agree as far
@@ -51,7 +55,7 @@ _DENSE, _SPARSE = ("check_sample_weight_equivalence_on_dense_data",
 # alpha is chosen, and tests/test_path_cv.py compares them at tight tol.
 _CV_WEIGHT_EQUIVALENCE = {
     _DENSE: "the two refits agree as far as their certified gaps bind a weakly strongly "
-            "convex problem (coefficients within 6e-7 at tol=1e-12), not to rtol=1e-7",
+    "convex problem (coefficients within 6e-7 at tol=1e-12), not to rtol=1e-7",
 }
 # (Ridge failed both while its toy data went to SDCA, to tol; a ridge this small is now
 # solved exactly, registry._EXACT_FLOPS, and passes them.)
@@ -64,12 +68,21 @@ def _expected_failures(estimator) -> dict:
     return {check: reasons[check] for check in _FAILS_WEIGHT_EQUIVALENCE.get(name, ())}
 
 
-@parametrize_with_checks([Ridge(), Lasso(), ElasticNet(), LogisticRegression(), LinearSVC(),
-                          # small grids keep the checks' many fits quick
-                          RidgeCV(cv=3), LassoCV(n_alphas=5, cv=3),
-                          ElasticNetCV(n_alphas=5, cv=3),
-                          LogisticRegressionCV(Cs=[0.1, 1.0], cv=2)],
-                         expected_failed_checks=_expected_failures)
+@parametrize_with_checks(
+    [
+        Ridge(),
+        Lasso(),
+        ElasticNet(),
+        LogisticRegression(),
+        LinearSVC(),
+        # small grids keep the checks' many fits quick
+        RidgeCV(cv=3),
+        LassoCV(n_alphas=5, cv=3),
+        ElasticNetCV(n_alphas=5, cv=3),
+        LogisticRegressionCV(Cs=[0.1, 1.0], cv=2),
+    ],
+    expected_failed_checks=_expected_failures,
+)
 def test_sklearn_estimator_checks(estimator, check):
     with warnings.catch_warnings():
         # LinearSVC's default alpha=1e-4 on the checks' unscaled toy data stops at
@@ -95,17 +108,16 @@ def test_multiclass_digits_matches_sklearn_one_vs_rest_per_class(digits):
     X, y = digits
     n = X.shape[0]
     alpha = 1e-3
-    model = LogisticRegression(alpha=alpha, tol=1e-10, multi_class="ovr",
-                               random_state=0).fit(X, y)
+    model = LogisticRegression(alpha=alpha, tol=1e-10, multi_class="ovr", random_state=0).fit(X, y)
     assert model.coef_.shape == (10, 64) and model.intercept_.shape == (10,)
     assert np.all(model.dual_gap_ <= 1e-10)
     for k, label in enumerate(model.classes_):
         y_pm = np.where(y == label, 1.0, -1.0)
-        reference = linear_model.LogisticRegression(C=1.0 / (alpha * n), tol=1e-12,
-                                                    max_iter=10_000).fit(X, y_pm)
+        reference = linear_model.LogisticRegression(
+            C=1.0 / (alpha * n), tol=1e-12, max_iter=10_000
+        ).fit(X, y_pm)
         ours = primal("logistic", "l2", alpha, X, y_pm, model.coef_[k], model.intercept_[k])
-        theirs = primal("logistic", "l2", alpha, X, y_pm, reference.coef_,
-                        reference.intercept_[0])
+        theirs = primal("logistic", "l2", alpha, X, y_pm, reference.coef_, reference.intercept_[0])
         assert abs(ours - theirs) <= 1e-7 * abs(theirs), (label, ours, theirs)
         np.testing.assert_allclose(model.coef_[k], reference.coef_[0], atol=2e-3)
     probabilities = model.predict_proba(X)
@@ -118,8 +130,9 @@ def test_linear_svc_matches_liblinear_without_intercept(digits):
     y_pm = np.where(y == 3, 1.0, -1.0)
     alpha = 1e-2
     model = LinearSVC(alpha=alpha, fit_intercept=False, tol=1e-10, random_state=0).fit(X, y_pm)
-    reference = svm.LinearSVC(C=1.0 / (alpha * len(y)), fit_intercept=False, tol=1e-10,
-                              max_iter=100_000).fit(X, y_pm)
+    reference = svm.LinearSVC(
+        C=1.0 / (alpha * len(y)), fit_intercept=False, tol=1e-10, max_iter=100_000
+    ).fit(X, y_pm)
     problem = Problem(loss="squared_hinge", alpha=alpha, l1_ratio=0.0, fit_intercept=False)
     ours = dask_scd.certificate(problem, X, y_pm, model.coef_[0], 0.0).primal
     theirs = dask_scd.certificate(problem, X, y_pm, reference.coef_[0], 0.0).primal
@@ -127,11 +140,14 @@ def test_linear_svc_matches_liblinear_without_intercept(digits):
     assert abs(ours - theirs) <= 1e-7 * theirs
 
 
-@pytest.mark.parametrize("ours, theirs, scale", [
-    (Ridge(alpha=0.05), linear_model.Ridge, "n"),
-    (Lasso(alpha=0.05), linear_model.Lasso, None),
-    (ElasticNet(alpha=0.05, l1_ratio=0.3), linear_model.ElasticNet, None),
-])
+@pytest.mark.parametrize(
+    "ours, theirs, scale",
+    [
+        (Ridge(alpha=0.05), linear_model.Ridge, "n"),
+        (Lasso(alpha=0.05), linear_model.Lasso, None),
+        (ElasticNet(alpha=0.05, l1_ratio=0.3), linear_model.ElasticNet, None),
+    ],
+)
 def test_regressors_match_sklearn_with_the_stated_alpha_mapping(ours, theirs, scale):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 15))
@@ -182,7 +198,9 @@ def problem_data():
 @pytest.fixture(scope="module")
 def reference(problem_data):
     X, labels = problem_data
-    return LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(X, labels)
+    return LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
+        X, labels
+    )
 
 
 def assert_same_model(model, reference, X, labels, tol=TOL):
@@ -191,8 +209,9 @@ def assert_same_model(model, reference, X, labels, tol=TOL):
     for k, label in enumerate(reference.classes_):
         y_pm = np.where(labels == label, 1.0, -1.0)
         ours = primal("logistic", "l2", ALPHA, X, y_pm, model.coef_[k], model.intercept_[k])
-        theirs = primal("logistic", "l2", ALPHA, X, y_pm, reference.coef_[k],
-                        reference.intercept_[k])
+        theirs = primal(
+            "logistic", "l2", ALPHA, X, y_pm, reference.coef_[k], reference.intercept_[k]
+        )
         assert abs(ours - theirs) <= (tol + TOL) * abs(theirs)
     # strong convexity: ‖θ − θ*‖² ≤ 2·gap/alpha
     np.testing.assert_allclose(model.coef_, reference.coef_, atol=np.sqrt(4 * tol / ALPHA))
@@ -203,7 +222,9 @@ def test_dataframe_input_and_feature_names(problem_data, reference):
     pd = pytest.importorskip("pandas")
     X, labels = problem_data
     frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
-    model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(frame, labels)
+    model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
+        frame, labels
+    )
     assert_same_model(model, reference, X, labels)
     assert list(model.feature_names_in_) == list(frame.columns)
     np.testing.assert_array_equal(model.predict(frame), reference.predict(X))
@@ -215,17 +236,23 @@ def test_xarray_inputs(problem_data, reference):
     names = [f"f{j}" for j in range(X.shape[1])]
     array = xr.DataArray(X, dims=("sample", "feature"), coords={"feature": names})
     model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
-        array, xr.DataArray(labels, dims="sample"))
+        array, xr.DataArray(labels, dims="sample")
+    )
     assert_same_model(model, reference, X, labels)
     assert list(model.feature_names_in_) == names
     np.testing.assert_array_equal(model.predict(array), reference.predict(X))
 
     dataset = xr.Dataset({name: ("sample", X[:, j]) for j, name in enumerate(names)})
     dataset["label"] = ("sample", labels)
-    from_dataset = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(dataset, "label")
+    from_dataset = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
+        dataset, "label"
+    )
     assert_same_model(from_dataset, reference, X, labels)
-    np.testing.assert_allclose(from_dataset.decision_function(dataset.drop_vars("label")),
-                               reference.decision_function(X), atol=1e-3)
+    np.testing.assert_allclose(
+        from_dataset.decision_function(dataset.drop_vars("label")),
+        reference.decision_function(X),
+        atol=1e-3,
+    )
 
 
 @pytest.mark.parametrize("layout", ["dense", "sparse", "columns"])
@@ -236,7 +263,8 @@ def test_dask_inputs_fit_in_memory_and_predict_lazily(problem_data, reference, l
     if layout == "sparse":
         dX = dX.map_blocks(sp.csr_matrix, dtype=X.dtype, meta=sp.csr_matrix((0, 0)))
     model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
-        dX, da.from_array(labels, chunks=150))
+        dX, da.from_array(labels, chunks=150)
+    )
     assert_same_model(model, reference, X, labels)
     predicted = model.predict(dX)
     assert isinstance(predicted, da.Array)
@@ -250,15 +278,20 @@ def test_dask_inputs_fit_in_memory_and_predict_lazily(problem_data, reference, l
 def client():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as local:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as local,
+    ):
         yield local
 
 
 def test_grid_path_and_block_engine(problem_data, reference, tmp_path, client):
     X, labels = problem_data
-    grid = dask_scd.to_grid(X, labels.astype(float), tmp_path / "data.zarr", row_chunk=128,
-                            blocks=4)
+    grid = dask_scd.to_grid(
+        X, labels.astype(float), tmp_path / "data.zarr", row_chunk=128, blocks=4
+    )
     model = LogisticRegression(alpha=ALPHA, tol=BLOCK_TOL, solver="block_scd", random_state=0)
     model.fit(str(tmp_path / "data.zarr"))
     assert model.solver_ == "block_scd"
@@ -270,15 +303,15 @@ def test_grid_path_and_block_engine(problem_data, reference, tmp_path, client):
     assert model.score(grid) == pytest.approx(reference.score(X, labels))
 
 
-def test_binary_grid_and_column_chunked_dask_on_the_block_engine(problem_data, tmp_path,
-                                                                  client):
+def test_binary_grid_and_column_chunked_dask_on_the_block_engine(problem_data, tmp_path, client):
     X, labels = problem_data
     y = np.where(labels == 1, 1.0, 0.0)
     expected = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(X, y)
     grid = dask_scd.to_grid(X, y, tmp_path / "binary.zarr", row_chunk=100, blocks=3)
     for data, target in ((grid, None), (da.from_array(X, chunks=(100, 4)), y)):
-        model = LogisticRegression(alpha=ALPHA, tol=BLOCK_TOL, solver="block_scd",
-                                   random_state=0).fit(data, target)
+        model = LogisticRegression(
+            alpha=ALPHA, tol=BLOCK_TOL, solver="block_scd", random_state=0
+        ).fit(data, target)
         assert model.solver_ == "block_scd" and model.dual_gap_[0] <= BLOCK_TOL
         atol = np.sqrt(4 * BLOCK_TOL / ALPHA)
         np.testing.assert_allclose(model.coef_, expected.coef_, atol=atol)
@@ -302,7 +335,9 @@ def test_one_vs_rest_fits_are_tasks_on_the_current_client(problem_data, referenc
 
     X, labels = problem_data
     with get_task_stream(client) as stream:
-        model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(X, labels)
+        model = LogisticRegression(alpha=ALPHA, tol=TOL, multi_class="ovr", random_state=0).fit(
+            X, labels
+        )
     fit_tasks = [task for task in stream.data if "_fit_task" in str(task["key"])]
     assert len(fit_tasks) == 3
     # the same seed gives the same models on the cluster as in this process
@@ -363,11 +398,16 @@ def test_warnings_of_one_vs_rest_tasks_reach_the_caller(problem_data):
     from distributed import Client, LocalCluster
 
     X, labels = problem_data
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         with pytest.warns(ConvergenceWarning, match="Did not converge") as record:
-            model = LogisticRegression(alpha=ALPHA, tol=1e-12, max_iter=1,
-                                       solver="scd").fit(X, labels)
+            model = LogisticRegression(alpha=ALPHA, tol=1e-12, max_iter=1, solver="scd").fit(
+                X, labels
+            )
     assert len([w for w in record if w.category is ConvergenceWarning]) == 3
     assert {w.filename for w in record} == {__file__}
     assert np.all(model.dual_gap_ > 1e-12)
@@ -384,8 +424,11 @@ def test_xarray_dataset_with_feature_first_dims(problem_data, reference):
     expected = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, tol=TOL)
     np.testing.assert_allclose(result.coef_, expected.coef_, atol=np.sqrt(4 * TOL / ALPHA))
     model = LogisticRegression(alpha=ALPHA, tol=TOL).fit(dataset, "label")
-    np.testing.assert_allclose(model.decision_function(dataset.drop_vars("label")),
-                               X @ expected.coef_ + expected.intercept_, atol=1e-3)
+    np.testing.assert_allclose(
+        model.decision_function(dataset.drop_vars("label")),
+        X @ expected.coef_ + expected.intercept_,
+        atol=1e-3,
+    )
 
 
 # ------------------------------------------------------- scikit-learn's parameter names
@@ -398,10 +441,14 @@ def test_logistic_regression_C_means_what_it_means_in_scikit_learn(penalty):
     X, y = make_classification(200, 6, n_informative=4, random_state=0)
     C = 0.5
     ours = LogisticRegression(C=C, penalty=penalty, tol=1e-12, random_state=0).fit(X, y)
-    theirs = linear_model.LogisticRegression(C=C, l1_ratio=float(penalty == "l1"), tol=1e-12,
-                                             max_iter=10_000,
-                                             solver="liblinear" if penalty == "l1" else "lbfgs",
-                                             intercept_scaling=1e4).fit(X, y)
+    theirs = linear_model.LogisticRegression(
+        C=C,
+        l1_ratio=float(penalty == "l1"),
+        tol=1e-12,
+        max_iter=10_000,
+        solver="liblinear" if penalty == "l1" else "lbfgs",
+        intercept_scaling=1e4,
+    ).fit(X, y)
     y_pm = np.where(y == 1, 1.0, -1.0)
     alpha = 1.0 / (C * len(y))
     p_ours = primal("logistic", penalty, alpha, X, y_pm, ours.coef_, ours.intercept_[0])
@@ -421,7 +468,8 @@ def test_linear_svc_C_and_alpha_are_exclusive():
     np.testing.assert_array_equal(ours.coef_, same.coef_)
     default = LinearSVC(tol=1e-10, random_state=0).fit(X, y)  # neither: alpha = 1e-4
     np.testing.assert_array_equal(
-        default.coef_, LinearSVC(alpha=1e-4, tol=1e-10, random_state=0).fit(X, y).coef_)
+        default.coef_, LinearSVC(alpha=1e-4, tol=1e-10, random_state=0).fit(X, y).coef_
+    )
     for model in (LinearSVC(alpha=0.1, C=1.0), LogisticRegression(alpha=0.1, C=1.0)):
         with pytest.raises(ValueError, match="alpha or C, not both"):
             model.fit(X, y)

@@ -49,8 +49,9 @@ def _copy(grid_dir, tmp_path, name):
     return tmp_path / name
 
 
-def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path, started,
-                                                              close_later):
+def test_corrupt_and_missing_data_raise_the_documented_errors(
+    grid_dir, tmp_path, started, close_later
+):
     garbled = _copy(grid_dir, tmp_path, "garbled.zarr")
     chunk = garbled / "X" / "block_2" / "cell_1" / "c" / "0"
     raw = bytearray(chunk.read_bytes())
@@ -62,14 +63,16 @@ def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path
     (no_labels / "y" / "c" / "1").unlink()
     X = np.random.default_rng(0).normal(size=(90, 4))
     X[50, 1] = np.inf
-    with Client(LocalCluster(n_workers=2, processes=False, threads_per_worker=1,
-                             dashboard_address=":0")) as client:
+    with Client(
+        LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=":0")
+    ) as client:
         close_later(client.cluster)
         started.clear()
         with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 1, block 2\)"):
             dask_scd.fit(open_grid(garbled), max_iter=2, **FIT)
-        with pytest.raises(GridCorruptionError,
-                           match=r"cell \(row chunk 2, block 0\).*chunk file .* is missing"):
+        with pytest.raises(
+            GridCorruptionError, match=r"cell \(row chunk 2, block 0\).*chunk file .* is missing"
+        ):
             dask_scd.fit(open_grid(missing), max_iter=2, **FIT)
         with pytest.raises(GridCorruptionError, match=r"labels of row chunk 1"):
             dask_scd.fit(open_grid(no_labels), max_iter=2, **FIT)
@@ -78,16 +81,28 @@ def test_corrupt_and_missing_data_raise_the_documented_errors(grid_dir, tmp_path
         with pytest.raises(ValueError, match="belongs to another fit"):
             checkpoint = tmp_path / "other.npz"
             _fixed_epochs(open_grid(grid_dir), 1, checkpoint=checkpoint)
-            dask_scd.fit(open_grid(grid_dir), loss="squared", solver="block_scd",
-                         checkpoint=checkpoint, resume=True)
+            dask_scd.fit(
+                open_grid(grid_dir),
+                loss="squared",
+                solver="block_scd",
+                checkpoint=checkpoint,
+                resume=True,
+            )
         assert default_client() is client
     assert started == []
 
 
 def test_worker_killed_mid_fit_gives_the_same_model(grid_dir, started, close_later):
     grid = open_grid(grid_dir)
-    with Client(LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                             dashboard_address=":0", memory_limit="1GiB")) as client:
+    with Client(
+        LocalCluster(
+            n_workers=2,
+            processes=True,
+            threads_per_worker=1,
+            dashboard_address=":0",
+            memory_limit="1GiB",
+        )
+    ) as client:
         close_later(client.cluster)
         started.clear()
         undisturbed = _fixed_epochs(grid, 3)
@@ -120,8 +135,9 @@ def test_interrupted_fit_resumes_to_the_same_model(grid_dir, tmp_path, started, 
         if state["epoch"] == 2:
             raise KeyboardInterrupt  # Ctrl-C in the client, after epoch 2's checkpoint
 
-    with Client(LocalCluster(n_workers=2, processes=False, threads_per_worker=1,
-                             dashboard_address=":0")) as client:
+    with Client(
+        LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=":0")
+    ) as client:
         close_later(client.cluster)
         started.clear()
         with pytest.raises(KeyboardInterrupt):

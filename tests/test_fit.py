@@ -74,8 +74,9 @@ def test_ridge_diabetes(solver):
 def test_lasso_and_elastic_net_diabetes(penalty, rho):
     X, y = _diabetes()
     alpha = 0.5
-    ours = dask_scd.fit(X, y, penalty=penalty, alpha=alpha, l1_ratio=rho, tol=TOL, random_state=0,
-                        max_iter=5000)
+    ours = dask_scd.fit(
+        X, y, penalty=penalty, alpha=alpha, l1_ratio=rho, tol=TOL, random_state=0, max_iter=5000
+    )
     sk = linear_model.ElasticNet(alpha=alpha, l1_ratio=rho, tol=1e-14, max_iter=100_000).fit(X, y)
     _assert_matches(ours, X, y, "squared", rho, alpha, sk.coef_, sk.intercept_)
     # Same support: the L1 part zeroes the same coefficients.
@@ -87,8 +88,9 @@ def test_lasso_and_elastic_net_diabetes(penalty, rho):
 def test_l2_logistic(dataset, solver):
     X, y = dataset()
     alpha = 1e-3
-    ours = dask_scd.fit(X, y, loss="logistic", alpha=alpha, tol=TOL, solver=solver,
-                        random_state=0, max_iter=5000)
+    ours = dask_scd.fit(
+        X, y, loss="logistic", alpha=alpha, tol=TOL, solver=solver, random_state=0, max_iter=5000
+    )
     sk = linear_model.LogisticRegression(C=1 / (len(y) * alpha), tol=1e-12, max_iter=100_000)
     sk.fit(X, y)
     _assert_matches(ours, X, y, "logistic", 0.0, alpha, sk.coef_, sk.intercept_)
@@ -98,11 +100,21 @@ def test_l2_logistic(dataset, solver):
 def test_l1_logistic_breast_cancer():
     X, y = _breast_cancer()
     alpha = 1e-2
-    ours = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=alpha, tol=TOL,
-                        random_state=0, max_iter=5000)
+    ours = dask_scd.fit(
+        X, y, loss="logistic", penalty="l1", alpha=alpha, tol=TOL, random_state=0, max_iter=5000
+    )
     # liblinear penalizes its intercept, so compare the intercept-free problem.
-    free = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=alpha, tol=TOL,
-                        fit_intercept=False, random_state=0, max_iter=5000)
+    free = dask_scd.fit(
+        X,
+        y,
+        loss="logistic",
+        penalty="l1",
+        alpha=alpha,
+        tol=TOL,
+        fit_intercept=False,
+        random_state=0,
+        max_iter=5000,
+    )
     sk = _l1_logistic(C=1 / (len(y) * alpha), fit_intercept=False).fit(X, y)
     _assert_matches(free, X, y, "logistic", 1.0, alpha, sk.coef_, 0.0, fit_intercept=False)
     # With an intercept the objective can only be lower, and is certified.
@@ -115,18 +127,28 @@ def _l1_logistic(**kwargs):
 
     penalty = inspect.signature(linear_model.LogisticRegression).parameters["penalty"].default
     style = {"penalty": "l1"} if penalty == "l2" else {"l1_ratio": 1.0}
-    return linear_model.LogisticRegression(solver="liblinear", tol=1e-12, max_iter=100_000,
-                                           **style, **kwargs)
+    return linear_model.LogisticRegression(
+        solver="liblinear", tol=1e-12, max_iter=100_000, **style, **kwargs
+    )
 
 
 @pytest.mark.parametrize("dataset", [_breast_cancer, _digits])
 def test_hinge_svm(dataset):
     X, y = dataset()
     alpha = 1e-2
-    ours = dask_scd.fit(X, y, loss="hinge", alpha=alpha, fit_intercept=False, tol=TOL,
-                        random_state=0, max_iter=20_000)
-    sk = svm.LinearSVC(loss="hinge", C=1 / (len(y) * alpha), fit_intercept=False, tol=1e-12,
-                       max_iter=1_000_000)
+    ours = dask_scd.fit(
+        X,
+        y,
+        loss="hinge",
+        alpha=alpha,
+        fit_intercept=False,
+        tol=TOL,
+        random_state=0,
+        max_iter=20_000,
+    )
+    sk = svm.LinearSVC(
+        loss="hinge", C=1 / (len(y) * alpha), fit_intercept=False, tol=1e-12, max_iter=1_000_000
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         sk.fit(X, y)
@@ -138,8 +160,16 @@ def test_hinge_with_intercept_is_certified():
     ours = dask_scd.fit(X, y, loss="hinge", alpha=1e-2, tol=1e-8, random_state=0, max_iter=10_000)
     assert ours.dual_gap_ <= 1e-8
     # An intercept can only lower the optimal objective.
-    free = dask_scd.fit(X, y, loss="hinge", alpha=1e-2, fit_intercept=False, tol=1e-9,
-                        random_state=0, max_iter=20_000)
+    free = dask_scd.fit(
+        X,
+        y,
+        loss="hinge",
+        alpha=1e-2,
+        fit_intercept=False,
+        tol=1e-9,
+        random_state=0,
+        max_iter=20_000,
+    )
     assert ours.primal_ * (1 - ours.dual_gap_) <= free.primal_
 
 
@@ -148,17 +178,33 @@ def test_squared_hinge_matches_linear_svc(solver):
     X, y = _breast_cancer()
     alpha = 1e-2
     # LinearSVC: C Σ max(0, 1 − yz)² + ½‖w‖², i.e. ours times n·C with C = 1/(n·alpha).
-    sk = svm.LinearSVC(loss="squared_hinge", C=1 / (len(y) * alpha), fit_intercept=False,
-                       tol=1e-12, max_iter=1_000_000).fit(X, y)
-    ours = dask_scd.fit(X, y, loss="squared_hinge", alpha=alpha, fit_intercept=False, tol=TOL,
-                        solver=solver, random_state=0, max_iter=20_000)
+    sk = svm.LinearSVC(
+        loss="squared_hinge",
+        C=1 / (len(y) * alpha),
+        fit_intercept=False,
+        tol=1e-12,
+        max_iter=1_000_000,
+    ).fit(X, y)
+    ours = dask_scd.fit(
+        X,
+        y,
+        loss="squared_hinge",
+        alpha=alpha,
+        fit_intercept=False,
+        tol=TOL,
+        solver=solver,
+        random_state=0,
+        max_iter=20_000,
+    )
     _assert_matches(ours, X, y, "squared_hinge", 0.0, alpha, sk.coef_, 0.0, fit_intercept=False)
 
 
 def _a9a_reference(kind, n, alpha):
     """scikit-learn's solution of the same problem on Adult, and its fit_intercept."""
     if kind == "ridge":
-        return linear_model.Ridge(alpha=n * alpha, tol=1e-12, solver="sparse_cg", max_iter=100_000), True
+        return linear_model.Ridge(
+            alpha=n * alpha, tol=1e-12, solver="sparse_cg", max_iter=100_000
+        ), True
     if kind == "lasso":
         return linear_model.Lasso(alpha=alpha, tol=1e-10, max_iter=100_000), True
     if kind == "elasticnet":
@@ -168,8 +214,9 @@ def _a9a_reference(kind, n, alpha):
     if kind == "logistic_l1":
         # liblinear penalizes an intercept: compare the intercept-free problem.
         return _l1_logistic(C=1 / (n * alpha), fit_intercept=False), False
-    return svm.LinearSVC(loss="hinge", C=1 / (n * alpha), fit_intercept=False, tol=1e-12,
-                         max_iter=1_000_000), False
+    return svm.LinearSVC(
+        loss="hinge", C=1 / (n * alpha), fit_intercept=False, tol=1e-12, max_iter=1_000_000
+    ), False
 
 
 A9A_PROBLEMS = {  # kind: (loss, penalty, rho, alpha)
@@ -187,8 +234,18 @@ def test_adult_a9a(kind):
     X, y = shared_dataset("a9a.t")
     loss, penalty, rho, alpha = A9A_PROBLEMS[kind]
     sk, fit_intercept = _a9a_reference(kind, X.shape[0], alpha)
-    ours = dask_scd.fit(X, y, loss=loss, penalty=penalty, alpha=alpha, l1_ratio=rho, tol=TOL,
-                        fit_intercept=fit_intercept, random_state=0, max_iter=20_000)
+    ours = dask_scd.fit(
+        X,
+        y,
+        loss=loss,
+        penalty=penalty,
+        alpha=alpha,
+        l1_ratio=rho,
+        tol=TOL,
+        fit_intercept=fit_intercept,
+        random_state=0,
+        max_iter=20_000,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         sk.fit(X, y)
@@ -201,10 +258,12 @@ def test_sparse_and_dense_give_the_same_model(rng):
     X[rng.random(X.shape) < 0.7] = 0.0
     y = X @ rng.normal(size=20) + 1.5 + 0.1 * rng.normal(size=300)
     dense = dask_scd.fit(X, y, penalty="elasticnet", alpha=0.01, tol=1e-10, random_state=3)
-    sparse = dask_scd.fit(sp.csr_matrix(X), y, penalty="elasticnet", alpha=0.01, tol=1e-10,
-                          random_state=3)
-    single = dask_scd.fit(X.astype(np.float32), y, penalty="elasticnet", alpha=0.01, tol=1e-10,
-                          random_state=3)
+    sparse = dask_scd.fit(
+        sp.csr_matrix(X), y, penalty="elasticnet", alpha=0.01, tol=1e-10, random_state=3
+    )
+    single = dask_scd.fit(
+        X.astype(np.float32), y, penalty="elasticnet", alpha=0.01, tol=1e-10, random_state=3
+    )
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10, atol=1e-12)
     assert sparse.intercept_ == pytest.approx(dense.intercept_, rel=1e-10)
     assert single.dual_gap_ <= 1e-10  # float32 data, float64 arithmetic: still certified
@@ -224,8 +283,9 @@ def test_shrinking_sdca_deterministic_and_float32(loss, fit_intercept):
     # Shrinking draws its visiting order from the generator inside the kernel: the same
     # random_state gives the same model; float32 data (float64 arithmetic) is certified.
     X, y = _breast_cancer()
-    kwargs = dict(loss=loss, alpha=1e-2, tol=1e-9, fit_intercept=fit_intercept,
-                  solver="sdca", max_iter=20_000)
+    kwargs = dict(
+        loss=loss, alpha=1e-2, tol=1e-9, fit_intercept=fit_intercept, solver="sdca", max_iter=20_000
+    )
     a = dask_scd.fit(X, y, random_state=4, **kwargs)
     b = dask_scd.fit(X, y, random_state=4, **kwargs)
     np.testing.assert_array_equal(a.coef_, b.coef_)
@@ -234,6 +294,7 @@ def test_shrinking_sdca_deterministic_and_float32(loss, fit_intercept):
     assert single.converged_ and single.dual_gap_ <= 1e-9
     assert single.primal_ == pytest.approx(a.primal_, rel=1e-6)
 
+
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge"])
 def test_sdca_empty_row(rng, loss):
     # An all-zero row has zero curvature in the hinge dual without intercept.
@@ -241,9 +302,19 @@ def test_sdca_empty_row(rng, loss):
     X[0] = 0.0
     y = np.where(X @ rng.normal(size=5) > 0, 1.0, -1.0)
     for data in (X, sp.csr_matrix(X)):
-        r = dask_scd.fit(data, y, loss=loss, alpha=0.1, fit_intercept=False, tol=1e-9,
-                         solver="sdca", random_state=0, max_iter=5000)
+        r = dask_scd.fit(
+            data,
+            y,
+            loss=loss,
+            alpha=0.1,
+            fit_intercept=False,
+            tol=1e-9,
+            solver="sdca",
+            random_state=0,
+            max_iter=5000,
+        )
         assert r.converged_ and r.dual_gap_ <= 1e-9
+
 
 def test_history_and_convergence_warning():
     X, y = _diabetes()
@@ -270,17 +341,38 @@ def test_a_fit_stopped_by_its_callback_does_not_warn(rng, solver):
     X = rng.normal(size=(300, 6))
     y = np.where(X @ rng.normal(size=6) > 0, 1.0, -1.0)
     dX = da.from_array(X, chunks=(100, 3))
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            result = dask_scd.fit(dX, y, loss="logistic", alpha=1e-3, tol=1e-14,
-                                  solver=solver, client=client, random_state=0,
-                                  callback=lambda state: True)
+            result = dask_scd.fit(
+                dX,
+                y,
+                loss="logistic",
+                alpha=1e-3,
+                tol=1e-14,
+                solver=solver,
+                client=client,
+                random_state=0,
+                callback=lambda state: True,
+            )
         assert not result.converged_ and result.n_iter_ <= 1
         with pytest.warns(ConvergenceWarning, match="Increase max_iter"):
-            dask_scd.fit(dX, y, loss="logistic", alpha=1e-3, tol=1e-14, max_iter=1,
-                         solver=solver, client=client, random_state=0)
+            dask_scd.fit(
+                dX,
+                y,
+                loss="logistic",
+                alpha=1e-3,
+                tol=1e-14,
+                max_iter=1,
+                solver=solver,
+                client=client,
+                random_state=0,
+            )
 
 
 @pytest.mark.parametrize("loss", ["squared", "logistic"])

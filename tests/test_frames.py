@@ -22,6 +22,7 @@ TOL = 1e-10
 @contextmanager
 def raise_if_dask_computes():
     """Any compute inside the block fails the test (as xarray's helper of that name)."""
+
     def refuse(dsk, keys, **kwargs):
         raise AssertionError("a dask graph was computed where it should stay lazy")
 
@@ -36,8 +37,12 @@ def scheduler(request):
         return
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
@@ -68,8 +73,9 @@ def test_fit_on_a_frame_is_the_fit_on_its_array(regression, classification, sche
     np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=0, atol=1e-10)
     X, labels = classification
     ddf = frame(X, label=labels)
-    ours = dask_scd.fit(ddf[COLUMNS], ddf["label"], loss="logistic", alpha=0.01, tol=TOL,
-                        random_state=0)
+    ours = dask_scd.fit(
+        ddf[COLUMNS], ddf["label"], loss="logistic", alpha=0.01, tol=TOL, random_state=0
+    )
     theirs = dask_scd.fit(X, labels, loss="logistic", alpha=0.01, tol=TOL, random_state=0)
     np.testing.assert_allclose(ours.coef_, theirs.coef_, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(ours.classes_, ["ham", "spam"])
@@ -112,8 +118,11 @@ def test_predictions_on_a_frame_stay_lazy(classification, regression):
     model = LogisticRegression(alpha=0.01, random_state=0).fit(ddf[COLUMNS], ddf["label"])
     features = frame(X)
     with raise_if_dask_computes():
-        outputs = [model.predict(features), model.decision_function(features),
-                   model.predict_proba(features)]
+        outputs = [
+            model.predict(features),
+            model.decision_function(features),
+            model.predict_proba(features),
+        ]
     assert all(isinstance(output, da.Array) for output in outputs)
     predicted, decision, proba = outputs
     table = pd.DataFrame(X, columns=COLUMNS)

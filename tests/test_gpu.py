@@ -69,10 +69,16 @@ LAYOUTS = [(np.float64, False), (np.float64, True), (np.float32, True)]
 
 
 @pytest.mark.parametrize("dtype,sparse", LAYOUTS)
-@pytest.mark.parametrize("loss,l1_ratio,cubic", [
-    ("squared", 0.0, False), ("squared", 0.7, False), ("logistic", 0.0, True),
-    ("logistic", 0.5, False), ("squared_hinge", 0.3, False),
-])
+@pytest.mark.parametrize(
+    "loss,l1_ratio,cubic",
+    [
+        ("squared", 0.0, False),
+        ("squared", 0.7, False),
+        ("logistic", 0.0, True),
+        ("logistic", 0.5, False),
+        ("squared_hinge", 0.3, False),
+    ],
+)
 def test_scd_epoch_matches_cpu_and_reference(rng, dtype, sparse, loss, l1_ratio, cubic):
     X, dense, y = _data(rng, dtype, sparse)
     problem = obj.Problem(loss=loss, alpha=0.05, l1_ratio=l1_ratio, fit_intercept=True)
@@ -87,8 +93,21 @@ def test_scd_epoch_matches_cpu_and_reference(rng, dtype, sparse, loss, l1_ratio,
         coef, intercept = coef0.copy(), np.array([0.1])
         margins = dense @ coef + 0.1
         stats = kernels.scd_epoch(
-            matrix.data, matrix.indices, matrix.indptr, matrix.dense, n, y, margins, coef,
-            intercept, order, problem.loss_code, problem.l1, problem.l2, m.sq_norms(), cubes,
+            matrix.data,
+            matrix.indices,
+            matrix.indptr,
+            matrix.dense,
+            n,
+            y,
+            margins,
+            coef,
+            intercept,
+            order,
+            problem.loss_code,
+            problem.l1,
+            problem.l2,
+            m.sq_norms(),
+            cubes,
         )
         results.append((coef, intercept, margins, stats))
     (coef, intercept, margins, stats), (gcoef, gintercept, gmargins, gstats) = results
@@ -124,8 +143,21 @@ def test_sdca_epoch_matches_cpu_and_reference(rng, dtype, sparse, loss, rho, mon
         a, w = a0.copy(), dense.T @ a0 / alpha_n
         total = np.array([a.sum()])
         max_delta = kernels.sdca_epoch(
-            matrix.data, matrix.indices, matrix.indptr, matrix.dense, p, y, a, w, order,
-            problem.loss_code, alpha_n, m.sq_norms(), intercept, rho, total,
+            matrix.data,
+            matrix.indices,
+            matrix.indptr,
+            matrix.dense,
+            p,
+            y,
+            a,
+            w,
+            order,
+            problem.loss_code,
+            alpha_n,
+            m.sq_norms(),
+            intercept,
+            rho,
+            total,
         )
         assert total[0] == pytest.approx(a.sum(), abs=1e-12)
         results.append((a, w, max_delta))
@@ -147,20 +179,39 @@ def test_disjoint_columns_epoch_is_order_free(rng):
     n, p = 24, 6
     X = np.zeros((n, p))
     for j in range(p):
-        X[4 * j: 4 * j + 4, j] = rng.normal(size=4)
+        X[4 * j : 4 * j + 4, j] = rng.normal(size=4)
     y = rng.normal(size=n)
     m = MajorMatrix.from_array(sp.csc_matrix(X), "columns")
     problem = obj.Problem(loss="squared", alpha=0.1, l1_ratio=0.5, fit_intercept=False)
     order = rng.permutation(p)
     coef, margins = np.zeros(p), np.zeros(n)
     g = _on_device(m)
-    cuda.scd_epoch(g.data, g.indices, g.indptr, False, n, y, margins, coef, np.zeros(1), order,
-                   problem.loss_code, problem.l1, problem.l2, m.sq_norms(), np.zeros(0))
+    cuda.scd_epoch(
+        g.data,
+        g.indices,
+        g.indptr,
+        False,
+        n,
+        y,
+        margins,
+        coef,
+        np.zeros(1),
+        order,
+        problem.loss_code,
+        problem.l1,
+        problem.l2,
+        m.sq_norms(),
+        np.zeros(0),
+    )
     # Each coordinate's exact minimizer, column by column.
-    expected = np.array([
-        scalar.prox_newton(0.0, -(X[:, j] @ y) / n, X[:, j] @ X[:, j] / n, problem.l1,
-                              problem.l2) for j in range(p)
-    ])
+    expected = np.array(
+        [
+            scalar.prox_newton(
+                0.0, -(X[:, j] @ y) / n, X[:, j] @ X[:, j] / n, problem.l1, problem.l2
+            )
+            for j in range(p)
+        ]
+    )
     np.testing.assert_allclose(coef, expected, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(margins, X @ expected, rtol=1e-12, atol=1e-15)
 
@@ -183,7 +234,7 @@ def test_sdca_epoch_of_concurrent_blocks_takes_eso_steps(rng, sparse, loss, monk
     shared = (blocks - 1) / (n - 1)
     beta = 1.0 + shared * (omega - 1)
     lam = np.linalg.eigvalsh(dense.T @ dense).max()
-    sq = (dense ** 2).sum(axis=1)
+    sq = (dense**2).sum(axis=1)
     bound = np.minimum(beta * sq, (1 - shared) * sq + shared * lam)
     assert (bound > sq).all()
     order = rng.permutation(n)
@@ -193,13 +244,42 @@ def test_sdca_epoch_of_concurrent_blocks_takes_eso_steps(rng, sparse, loss, monk
     g = _on_device(m)
     omega_used, lam_used = cuda._eso_constants(g.data, g.indices, g.indptr, g.dense, p, n)
     assert omega_used == omega and lam_used == pytest.approx(lam, rel=1e-6)
-    cuda.sdca_epoch(g.data, g.indices, g.indptr, g.dense, p, y, ga, gw, order, code,
-                    alpha_n, m.sq_norms(), 0.0, 0.0, gtotal)
+    cuda.sdca_epoch(
+        g.data,
+        g.indices,
+        g.indptr,
+        g.dense,
+        p,
+        y,
+        ga,
+        gw,
+        order,
+        code,
+        alpha_n,
+        m.sq_norms(),
+        0.0,
+        0.0,
+        gtotal,
+    )
     visits = np.concatenate([order[b::blocks] for b in range(blocks)])
     a, w, total = a0.copy(), dense.T @ a0 / alpha_n, np.array([a0.sum()])
-    cpu.sdca_epoch(m.data, m.indices, m.indptr, m.dense, p, y, a, w, visits, code, alpha_n,
-                   np.minimum(beta * sq, (1 - shared) * sq + shared * lam_used), 0.0, 0.0,
-                   total)
+    cpu.sdca_epoch(
+        m.data,
+        m.indices,
+        m.indptr,
+        m.dense,
+        p,
+        y,
+        a,
+        w,
+        visits,
+        code,
+        alpha_n,
+        np.minimum(beta * sq, (1 - shared) * sq + shared * lam_used),
+        0.0,
+        0.0,
+        total,
+    )
     np.testing.assert_allclose(ga, a, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(gw, w, rtol=1e-10, atol=1e-13)
     assert not np.allclose(ga, a0)
@@ -215,9 +295,23 @@ def test_device_arrays_stay_on_device(rng):
     g = _on_device(m)
     a, w, total = (cuda.to_device(v) for v in (np.zeros(n), np.zeros(p), np.zeros(1)))
     code = obj.LOSS_CODES["squared"]
-    cuda.sdca_epoch(g.data, g.indices, g.indptr, True, p, cuda.to_device(y), a, w,
-                    cuda.to_device(np.arange(n)), code, 0.05 * n,
-                    cuda.to_device(m.sq_norms()), 0.0, 0.0, total)
+    cuda.sdca_epoch(
+        g.data,
+        g.indices,
+        g.indptr,
+        True,
+        p,
+        cuda.to_device(y),
+        a,
+        w,
+        cuda.to_device(np.arange(n)),
+        code,
+        0.05 * n,
+        cuda.to_device(m.sq_norms()),
+        0.0,
+        0.0,
+        total,
+    )
     a, w = a.copy_to_host(), w.copy_to_host()
     assert np.abs(a).max() > 0
     np.testing.assert_allclose(w, dense.T @ a / (0.05 * n), rtol=1e-10, atol=1e-13)
@@ -270,8 +364,14 @@ def test_fit_on_gpu_equals_cpu(rng, sparse, loss, penalty, solver):
     # The lasso's objective is flat along its support's weakest direction here: a gap of
     # 1e-8 pins its coefficients to ~1e-5 only, so both devices go to 1e-10 for 1e-6.
     tol = 1e-10 if penalty == "l1" else 1e-8
-    kwargs = {"loss": loss, "penalty": penalty, "alpha": 0.1, "tol": tol, "solver": solver,
-              "random_state": 0}
+    kwargs = {
+        "loss": loss,
+        "penalty": penalty,
+        "alpha": 0.1,
+        "tol": tol,
+        "solver": solver,
+        "random_state": 0,
+    }
     on_cpu = dask_scd.fit(X, y, device="cpu", **kwargs)
     on_gpu = dask_scd.fit(X, y, device="gpu", **kwargs)
     assert on_gpu.converged_ and on_gpu.dual_gap_ <= tol
@@ -309,9 +409,14 @@ def test_duhl_with_device_memory_equals_host_memory(rng, sparse, loss, alpha, l1
         y = dense @ rng.normal(size=8) + 0.1 * rng.normal(size=24)
     problem = obj.Problem(loss=loss, alpha=alpha, l1_ratio=l1_ratio, fit_intercept=True)
     engine = {"chunk_size": 2, "local_epochs": 2, "memory_budget": dense.nbytes // 2}
-    runs = [fit_duhl(InMemory(X, y), problem,
-                     Options(1e-8, 300, np.random.default_rng(0), engine=engine, device=d))
-            for d in ("cpu", "gpu")]
+    runs = [
+        fit_duhl(
+            InMemory(X, y),
+            problem,
+            Options(1e-8, 300, np.random.default_rng(0), engine=engine, device=d),
+        )
+        for d in ("cpu", "gpu")
+    ]
     on_cpu, on_gpu = runs
     assert on_cpu.converged(1e-8) and on_gpu.converged(1e-8)
     np.testing.assert_allclose(on_gpu.coef, on_cpu.coef, rtol=0, atol=1e-6)
@@ -326,8 +431,11 @@ def test_gpu_auto_solver_takes_an_engine_with_gpu_kernels(rng):
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4).solver_ == "newton"
     on_gpu = dask_scd.fit(X, y, alpha=0.1, tol=1e-4, device="gpu")
     assert on_gpu.solver_ in ("scd", "sdca") and on_gpu.converged_  # kernels on the GPU
-    with pytest.raises(ValueError, match=r"device='gpu': solver='gram' runs .* on the CPU "
-                                         r"only; .* on a GPU: \['scd', 'sdca'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"device='gpu': solver='gram' runs .* on the CPU "
+        r"only; .* on a GPU: \['scd', 'sdca'\]",
+    ):
         dask_scd.fit(X, y, alpha=0.1, solver="gram", device="gpu")
     # "auto" never refuses: the Gram engine runs on the CPU.
     assert dask_scd.fit(X, y, alpha=0.1, tol=1e-4, solver="gram", device="auto").converged_
@@ -352,8 +460,7 @@ def test_device_auto_takes_the_gpu_when_there_is_one(rng, monkeypatch):
 
     epoch = cuda.sdca_epoch
     monkeypatch.setattr(cuda, "sdca_epoch", counted)
-    fit = dask_scd.fit(X, y, loss="logistic", alpha=0.05, tol=1e-6, solver="sdca",
-                       device="auto")
+    fit = dask_scd.fit(X, y, loss="logistic", alpha=0.05, tol=1e-6, solver="sdca", device="auto")
     assert fit.converged_ and len(launches) == fit.n_iter_
 
 
@@ -383,8 +490,14 @@ def test_without_a_gpu(tmp_path):
             raise AssertionError("device='gpu' ran without a GPU")
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", NUMBA_DISABLE_CUDA="1")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, cwd=tmp_path, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert "device='gpu' needs a CUDA GPU" in out.stdout
 
@@ -424,7 +537,13 @@ def test_kernels_compile_for_the_gpu(tmp_path):
     if home is None:
         pytest.skip("no libNVVM: pip install nvidia-cuda-nvcc-cu12 (or set CUDA_HOME)")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", CUDA_HOME=home)
-    out = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, cwd=tmp_path, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILE],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "compiled" in out.stdout

@@ -109,7 +109,9 @@ def test_a_device_cell_takes_the_cuda_kernels_and_a_host_cell_the_cpu(layout, rn
     view = data_cells.cell_view(dev)
     assert type(view) is data_cells.DeviceCellView and data_cells.cell_view(view) is view
     assert device.on_device(dev) and not device.on_device(host)
-    _assert_close(data_cells.cell_view(host).rmatvec(np.arange(12.0)), view.rmatvec(np.arange(12.0)))
+    _assert_close(
+        data_cells.cell_view(host).rmatvec(np.arange(12.0)), view.rmatvec(np.arange(12.0))
+    )
 
 
 def test_the_cpu_path_imports_nothing_of_the_gpu():
@@ -162,8 +164,10 @@ def test_block_trials(layout, loss, fit_intercept, rng):
         assert np.any(next(iter(expected.values())))
     # The logistic product form on large steps (|d·x| past its bound: the plain difference).
     large = {"direction": 40.0 * d}
-    _assert_dicts_close(ops.block_trials(host, y, margins, large, problem, True),
-                        ops.block_trials(dev, y, margins, large, problem, True))
+    _assert_dicts_close(
+        ops.block_trials(host, y, margins, large, problem, True),
+        ops.block_trials(dev, y, margins, large, problem, True),
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -171,12 +175,16 @@ def test_apply_step_and_refresh_margins(layout, rng):
     cells = [_pair(_dense(rng, p=p), layout) for p in (5, 3)]
     delta = rng.normal(size=5)
     margins = rng.normal(size=12)
-    _assert_close(ops.apply_step(margins, cells[0][0], {"delta": delta}),
-                  ops.apply_step(margins, cells[0][1], {"delta": delta}))
+    _assert_close(
+        ops.apply_step(margins, cells[0][0], {"delta": delta}),
+        ops.apply_step(margins, cells[0][1], {"delta": delta}),
+    )
     state = {"coef": rng.normal(size=8), "intercept": 0.3}
     offsets = np.array([0, 5, 8])
-    _assert_close(passes.refresh_margins([c[0] for c in cells], 12, state, offsets),
-                  passes.refresh_margins([c[1] for c in cells], 12, state, offsets))
+    _assert_close(
+        passes.refresh_margins([c[0] for c in cells], 12, state, offsets),
+        passes.refresh_margins([c[1] for c in cells], 12, state, offsets),
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -189,8 +197,9 @@ def test_certificate_stats(layout, loss, fit_intercept, rng):
     margins = _margins(rng, np.hstack(blocks), fit_intercept)
     problem = obj.Problem(loss, 0.1, 0.5, fit_intercept)
     expected = passes.certificate_stats([c[0] for c in cells], y, margins, problem)
-    _assert_dicts_close(expected, passes.certificate_stats([c[1] for c in cells], y, margins,
-                                                        problem))
+    _assert_dicts_close(
+        expected, passes.certificate_stats([c[1] for c in cells], y, margins, problem)
+    )
 
 
 # ------------------------------------------------------------------ coarse step
@@ -210,13 +219,15 @@ def test_block_row_sums_and_coarse_stats(layout, fit_intercept, rng):
     _assert_close(host.counts, dev.counts)
     y = _labels(rng, "logistic")
     margins = rng.normal(size=12)
-    _assert_dicts_close(ops.coarse_stats(host, y, margins, "logistic"),
-                        ops.coarse_stats(dev, y, margins, "logistic"))
+    _assert_dicts_close(
+        ops.coarse_stats(host, y, margins, "logistic"),
+        ops.coarse_stats(dev, y, margins, "logistic"),
+    )
     compact = ops.block_row_sums([c[1] for c in cells[:2]], fit_intercept)
     assert compact.counts.dtype == np.uint8
-    np.testing.assert_array_equal(compact.toarray(),
-                                  ops.block_row_sums([c[0] for c in cells[:2]],
-                                                     fit_intercept).toarray())
+    np.testing.assert_array_equal(
+        compact.toarray(), ops.block_row_sums([c[0] for c in cells[:2]], fit_intercept).toarray()
+    )
 
 
 # ------------------------------------------------------------------- preflight
@@ -256,16 +267,19 @@ def test_newton_row_and_trials(layout, loss, fit_intercept, rng):
     state = {"coef": 0.5 * rng.normal(size=5), "intercept": 0.7 if fit_intercept else 0.0}
     problem = obj.Problem(loss, 0.1, 0.5, fit_intercept)
     offsets = np.array([0, 3, 5])
-    host_stats, host_margins = block_newton.newton_row([c[0] for c in cells], y, state,
-                                                       offsets, problem)
-    dev_stats, dev_margins = block_newton.newton_row([c[1] for c in cells], y, state,
-                                                     offsets, problem)
+    host_stats, host_margins = block_newton.newton_row(
+        [c[0] for c in cells], y, state, offsets, problem
+    )
+    dev_stats, dev_margins = block_newton.newton_row(
+        [c[1] for c in cells], y, state, offsets, problem
+    )
     _assert_close(host_margins, dev_margins)
     _assert_dicts_close(host_stats, dev_stats)
     direction = {"d_coef": rng.normal(size=5), "d_b": 0.2}
     _assert_dicts_close(
         block_newton.newton_trials([c[0] for c in cells], y, host_margins, direction, loss),
-        block_newton.newton_trials([c[1] for c in cells], y, host_margins, direction, loss))
+        block_newton.newton_trials([c[1] for c in cells], y, host_margins, direction, loss),
+    )
 
 
 # ------------------------------------------------------------------- end to end
@@ -283,9 +297,13 @@ def threaded_client():
     # thread of the process, and the simulator runs each CUDA thread as a Python thread
     # (one `make test` run saw a test here crawl for over 40 minutes, the profiler's
     # callback in the stacks; alone it takes seconds).
-    with dask.config.set({"distributed.worker.profile.enabled": False}), \
-            LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
-                         dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        dask.config.set({"distributed.worker.profile.enabled": False}),
+        LocalCluster(
+            processes=False, n_workers=1, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
@@ -303,12 +321,20 @@ def test_block_engines_on_a_dask_array_of_device_chunks(solver, loss, threaded_c
     y = _labels(rng, loss, n=16) + (X @ rng.normal(size=4) if loss == "squared" else 0.0)
     host = da.from_array(X, chunks=(8, 2))
     # meta: dask learns the chunk type without calling to_device on an empty array.
-    on_device = host.map_blocks(_to_device, dtype=np.float64,
-                                meta=numba_cuda.to_device(np.empty((0, 0))))
+    on_device = host.map_blocks(
+        _to_device, dtype=np.float64, meta=numba_cuda.to_device(np.empty((0, 0)))
+    )
     # Two epochs (iterations): the device changes the rounding of the sums, not the
     # iterates, so the models agree at any iteration (the simulator is slow).
-    kwargs = dict(loss=loss, alpha=0.05, tol=1e-15, max_iter=2, solver=solver,
-                  random_state=0, client=threaded_client)
+    kwargs = dict(
+        loss=loss,
+        alpha=0.05,
+        tol=1e-15,
+        max_iter=2,
+        solver=solver,
+        random_state=0,
+        client=threaded_client,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # not converged at 2 iterations
         expected = dask_scd.fit(host, y, **kwargs)
@@ -375,7 +401,13 @@ def test_cell_kernels_compile_for_the_gpu(tmp_path):
     if home is None:
         pytest.skip("no libNVVM: pip install nvidia-cuda-nvcc-cu12 (or set CUDA_HOME)")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", CUDA_HOME=home)
-    out = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True,
-                         text=True, cwd=tmp_path, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILE],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "compiled 48" in out.stdout

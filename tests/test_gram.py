@@ -43,8 +43,9 @@ def test_gram_certificate_equals_the_one_from_x(rng, layout, penalty, rho, fit_i
     assert ours.primal == pytest.approx(exact.primal, rel=1e-12)
     assert ours.dual == pytest.approx(exact.dual, rel=1e-10, abs=1e-12)
     np.testing.assert_allclose(ours.correlation, exact.correlation, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(ours.coordinate_gaps.sum() + ours.intercept_gap, ours.gap,
-                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        ours.coordinate_gaps.sum() + ours.intercept_gap, ours.gap, rtol=1e-9, atol=1e-12
+    )
 
 
 def test_gram_epoch_matches_the_reference(rng):
@@ -62,17 +63,28 @@ def test_gram_epoch_matches_the_reference(rng):
 
 
 @pytest.mark.parametrize("solver", ["gram", "scd"])
-@pytest.mark.parametrize("penalty,rho,alpha", [("l2", 0.0, 0.01), ("l1", 1.0, 0.5),
-                                               ("elasticnet", 0.5, 0.5)])
+@pytest.mark.parametrize(
+    "penalty,rho,alpha", [("l2", 0.0, 0.01), ("l1", 1.0, 0.5), ("elasticnet", 0.5, 0.5)]
+)
 def test_diabetes_matches_scikit_learn(solver, penalty, rho, alpha):
     X, y = _diabetes()
-    ours = dask_scd.fit(X, y, penalty=penalty, alpha=alpha, l1_ratio=rho, tol=TOL,
-                        solver=solver, random_state=0, max_iter=5000)
+    ours = dask_scd.fit(
+        X,
+        y,
+        penalty=penalty,
+        alpha=alpha,
+        l1_ratio=rho,
+        tol=TOL,
+        solver=solver,
+        random_state=0,
+        max_iter=5000,
+    )
     if penalty == "l2":
         sk = linear_model.Ridge(alpha=len(y) * alpha).fit(X, y)
     else:
-        sk = linear_model.ElasticNet(alpha=alpha, l1_ratio=rho, tol=1e-14,
-                                     max_iter=100_000).fit(X, y)
+        sk = linear_model.ElasticNet(alpha=alpha, l1_ratio=rho, tol=1e-14, max_iter=100_000).fit(
+            X, y
+        )
     _assert_matches(ours, X, y, "squared", rho, alpha, sk.coef_, sk.intercept_)
     assert ours.solver_ == solver
 
@@ -82,12 +94,31 @@ def test_adult_a9a_column_scd_still_matches(penalty, rho):
     """The Gram engine and the column-wise SCD on Adult (p = 123) agree; auto takes Newton
     there (one-hot fields with an L1 term: its block shifts, see test_auto.py)."""
     X, y = shared_dataset("a9a.t")
-    ours = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL,
-                        solver="scd", random_state=0, max_iter=20_000)
-    gram = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL,
-                        solver="gram", random_state=0, max_iter=20_000)
-    auto = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL,
-                        random_state=0, max_iter=20_000)
+    ours = dask_scd.fit(
+        X,
+        y,
+        penalty=penalty,
+        alpha=1e-3,
+        l1_ratio=rho,
+        tol=TOL,
+        solver="scd",
+        random_state=0,
+        max_iter=20_000,
+    )
+    gram = dask_scd.fit(
+        X,
+        y,
+        penalty=penalty,
+        alpha=1e-3,
+        l1_ratio=rho,
+        tol=TOL,
+        solver="gram",
+        random_state=0,
+        max_iter=20_000,
+    )
+    auto = dask_scd.fit(
+        X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=TOL, random_state=0, max_iter=20_000
+    )
     assert auto.solver_ == "newton"
     assert ours.dual_gap_ <= 1e-8 and gram.dual_gap_ <= 1e-8 and auto.dual_gap_ <= 1e-8
     assert abs(ours.primal_ - gram.primal_) <= 2e-8 * gram.primal_
@@ -98,10 +129,12 @@ def test_adult_a9a_column_scd_still_matches(penalty, rho):
 def test_working_set_never_changes_the_answer(rng, alpha):
     """Strongly correlated columns: the first working set misses part of the support."""
     X, y = _regression(rng, n=500, p=60)
-    gram = dask_scd.fit(X, y, penalty="l1", alpha=alpha, tol=1e-11, solver="gram",
-                        random_state=0, max_iter=100_000)
-    scd = dask_scd.fit(X, y, penalty="l1", alpha=alpha, tol=1e-11, solver="scd",
-                       random_state=0, max_iter=100_000)
+    gram = dask_scd.fit(
+        X, y, penalty="l1", alpha=alpha, tol=1e-11, solver="gram", random_state=0, max_iter=100_000
+    )
+    scd = dask_scd.fit(
+        X, y, penalty="l1", alpha=alpha, tol=1e-11, solver="scd", random_state=0, max_iter=100_000
+    )
     assert gram.converged_ and gram.dual_gap_ <= 1e-11
     assert gram.primal_ == pytest.approx(scd.primal_, rel=1e-10)
     # Only exact certificates are recorded; the last one is the reported gap.
@@ -114,9 +147,12 @@ def test_layouts_give_the_same_model_and_x_is_untouched(rng):
     csc = sp.csc_matrix(X)
     csc_before = csc.copy()
     fortran = np.asfortranarray(X)
-    models = [dask_scd.fit(M, y, penalty="elasticnet", alpha=0.05, tol=1e-12, solver="gram",
-                           random_state=1)
-              for M in (X, fortran, sp.csr_matrix(X), csc, X.astype(np.float32))]
+    models = [
+        dask_scd.fit(
+            M, y, penalty="elasticnet", alpha=0.05, tol=1e-12, solver="gram", random_state=1
+        )
+        for M in (X, fortran, sp.csr_matrix(X), csc, X.astype(np.float32))
+    ]
     for model in models[1:4]:
         np.testing.assert_allclose(model.coef_, models[0].coef_, rtol=1e-8, atol=1e-10)
         assert model.intercept_ == pytest.approx(models[0].intercept_, rel=1e-9)
@@ -155,8 +191,7 @@ def test_columns_with_huge_means(rng, penalty, rho):
     the centred Gram matrix does not, and the certificate from X still reaches 1e-9."""
     X = 3.0 * rng.normal(size=(5000, 20)) + 1e4
     y = X @ rng.normal(size=20) + 5e5 + rng.normal(size=5000)
-    ours = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=1e-9,
-                        random_state=0)
+    ours = dask_scd.fit(X, y, penalty=penalty, alpha=1e-3, l1_ratio=rho, tol=1e-9, random_state=0)
     sk = linear_model.ElasticNet(alpha=1e-3, l1_ratio=rho, tol=1e-14, max_iter=100_000).fit(X, y)
     assert ours.solver_ == "gram" and ours.dual_gap_ <= 1e-9
     _assert_matches(ours, X, y, "squared", rho, 1e-3, sk.coef_, sk.intercept_)
@@ -172,8 +207,9 @@ def test_lasso_on_collinear_one_hot_fields_converges(seed):
     going as far as the signs hold, every order converges."""
     X, y = shared_dataset("a8a")
     alpha = 1e-3 * np.abs(X.T @ y).max() / X.shape[0]
-    options = dict(loss="squared", penalty="l1", alpha=alpha, fit_intercept=False, tol=1e-8,
-                   max_iter=1000)
+    options = dict(
+        loss="squared", penalty="l1", alpha=alpha, fit_intercept=False, tol=1e-8, max_iter=1000
+    )
     gram = dask_scd.fit(X, y, solver="gram", random_state=seed, **options)
     newton = dask_scd.fit(X, y, solver="newton", **options)
     assert gram.dual_gap_ <= 1e-8
@@ -185,8 +221,7 @@ def test_slow_lasso_on_one_hot_fields_is_not_taken_for_a_stall():
     alpha was given up at a gap of 0.1 after 2,385 epochs (two rounds without a halved
     gap); it converges."""
     X, y = shared_dataset("a9a.t")
-    result = dask_scd.fit(X, y, penalty="l1", alpha=1e-5, tol=1e-10, solver="gram",
-                          max_iter=20_000)
+    result = dask_scd.fit(X, y, penalty="l1", alpha=1e-5, tol=1e-10, solver="gram", max_iter=20_000)
     assert result.converged_ and result.dual_gap_ <= 1e-10
     reference = dask_scd.fit(X, y, penalty="l1", alpha=1e-5, tol=1e-12, solver="newton")
     assert result.primal_ == pytest.approx(reference.primal_, rel=1e-9)

@@ -338,7 +338,8 @@ def test_one_hot_fields_are_read_from_the_ranks_of_their_columns(monkeypatch):
     missing.eliminate_zeros()
     assert partition._fields_by_rank(missing) is None
     assert [b.tolist() for b in detect_pure_blocks(missing)] == [
-        b.tolist() for b in greedy(missing)]
+        b.tolist() for b in greedy(missing)
+    ]
     # An explicit zero is no value: the ranks skip it.
     explicit = X.copy()
     explicit.data[0] = 0.0
@@ -367,8 +368,9 @@ def test_set_valued_group_impure_when_forced(tmp_path):
     tags[0] = 1.0  # at least one row carries all three tags
     X = np.hstack([X, tags])
     user_blocks = groups + [np.arange(7, 10)]
-    grid = to_grid(sp.csr_matrix(X), np.zeros(200), tmp_path / "g", row_chunk=64,
-                   blocks=user_blocks)
+    grid = to_grid(
+        sp.csr_matrix(X), np.zeros(200), tmp_path / "g", row_chunk=64, blocks=user_blocks
+    )
     assert grid.purity == [True, True, False]
     assert grid.max_nnz_per_row == [1, 1, 3]
     # automatic detection splits the tags into pure blocks instead
@@ -402,8 +404,7 @@ def test_blocks_from_names(tmp_path):
     assert [b.tolist() for b in blocks] == [[0], [1, 3, 5], [2, 4], [6]]
     rng = np.random.default_rng(8)
     X = rng.normal(size=(10, 7))
-    grid = to_grid(X, np.ones(10), tmp_path / "g", row_chunk=4, blocks="names",
-                   feature_names=names)
+    grid = to_grid(X, np.ones(10), tmp_path / "g", row_chunk=4, blocks="names", feature_names=names)
     assert [b.tolist() for b in grid.blocks] == [[0], [1, 3, 5], [2, 4], [6]]
     assert grid.feature_names == names
     with pytest.raises(ValueError, match="feature_names"):
@@ -565,7 +566,9 @@ def test_damage_found_after_cells_were_decoded_directly(tmp_path, damage):
     first = grid.read_cell(0, 0)  # finds the frames; the next reads skip zarr
     through_zarr = np.asarray(zarr.open_array(root / "X" / "block_0" / "cell_0", mode="r")[:])
     assert first.nnz > 0 and through_zarr.size > 0
-    np.testing.assert_array_equal(grid.read_cell(1, 0).toarray(), X[10:20][:, grid.blocks[0]].toarray())
+    np.testing.assert_array_equal(
+        grid.read_cell(1, 0).toarray(), X[10:20][:, grid.blocks[0]].toarray()
+    )
     chunk = _chunk_file(root, grid, 3, 1)
     raw = chunk.read_bytes()
     if damage == "truncate":
@@ -576,7 +579,9 @@ def test_damage_found_after_cells_were_decoded_directly(tmp_path, damage):
         chunk.write_bytes(_chunk_file(root, grid, 4, 1).read_bytes())
     with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 3, block 1\)"):
         grid.read_cell(3, 1)
-    np.testing.assert_array_equal(grid.read_cell(5, 1).toarray(), X[50:60][:, grid.blocks[1]].toarray())
+    np.testing.assert_array_equal(
+        grid.read_cell(5, 1).toarray(), X[50:60][:, grid.blocks[1]].toarray()
+    )
 
 
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
@@ -635,8 +640,9 @@ def test_shape_mismatch_detected(tmp_path):
 
     grid = to_grid(np.ones((20, 4)), np.ones(20), tmp_path / "g", row_chunk=5, blocks=2)
     group = zarr.open_group(tmp_path / "g", mode="r+")
-    group.create_array("X/block_1", shape=(20, 3), chunks=(5, 3), dtype="float64",
-                       overwrite=True)[:] = 1.0
+    group.create_array("X/block_1", shape=(20, 3), chunks=(5, 3), dtype="float64", overwrite=True)[
+        :
+    ] = 1.0
     reopened = open_grid(tmp_path / "g")
     with pytest.raises(GridCorruptionError, match=r"cell \(row chunk 0, block 1\).*shape"):
         reopened.read_cell(0, 1)
@@ -659,15 +665,19 @@ def test_xarray_dataarray(tmp_path):
     xr = pytest.importorskip("xarray")
     rng = np.random.default_rng(10)
     values = rng.normal(size=(25, 4))
-    arr = xr.DataArray(values, dims=("sample", "feature"),
-                       coords={"feature": ["a", "b", "c", "d"]})
+    arr = xr.DataArray(values, dims=("sample", "feature"), coords={"feature": ["a", "b", "c", "d"]})
     y = rng.normal(size=25)
     grid = to_grid(arr, y, tmp_path / "g", row_chunk=10, blocks=2)
     assert grid.feature_names == ["a", "b", "c", "d"]
     check_round_trip(grid, values, y)
     # dask-backed DataArray goes through the streamed path
-    grid2 = to_grid(arr.chunk({"sample": 7}), xr.DataArray(y, dims="sample"),
-                    tmp_path / "g2", row_chunk=10, blocks=2)
+    grid2 = to_grid(
+        arr.chunk({"sample": 7}),
+        xr.DataArray(y, dims="sample"),
+        tmp_path / "g2",
+        row_chunk=10,
+        blocks=2,
+    )
     check_round_trip(grid2, values, y)
 
 
@@ -706,8 +716,11 @@ def test_an_old_handle_after_the_store_is_rewritten(tmp_path):
     old = to_grid(rng.normal(size=(100, 4)), rng.normal(size=100), path, row_chunk=50)
     dask_scd.fit(old, alpha=0.1)  # its cells have been read in this process
     to_grid(rng.normal(size=(80, 6)), rng.normal(size=80), path, row_chunk=40, overwrite=True)
-    for use in (lambda: old.read_cell(0, 0), lambda: dask_scd.fit(old, alpha=0.1),
-                lambda: old.X.compute()):
+    for use in (
+        lambda: old.read_cell(0, 0),
+        lambda: dask_scd.fit(old, alpha=0.1),
+        lambda: old.X.compute(),
+    ):
         with pytest.raises(GridCorruptionError, match="changed since it was opened"):
             use()
     assert open_grid(path).shape == (80, 6)
@@ -738,8 +751,9 @@ def test_dense_chunk_of_another_length_is_refused(tmp_path, into):
     # chunk, or fewer, is refused (not cut, not left partly unwritten).
     rng = np.random.default_rng(5)
     root = tmp_path / "g"
-    grid = to_grid(rng.normal(size=(40, 5)), np.ones(40), root, row_chunk=10,
-                   blocks=[[0, 1, 2], [3, 4]])
+    grid = to_grid(
+        rng.normal(size=(40, 5)), np.ones(40), root, row_chunk=10, blocks=[[0, 1, 2], [3, 4]]
+    )
     wide, narrow = _chunk_file(root, grid, 1, 0), _chunk_file(root, grid, 1, 1)
     target, source = (wide, narrow) if into == 0 else (narrow, wide)
     target.write_bytes(source.read_bytes())
@@ -767,8 +781,9 @@ def test_pure_block_pattern_from_csr_equals_the_general_one():
         np.testing.assert_array_equal(indptr, general.indptr)
         np.testing.assert_array_equal(indices, general.indices)
         blocks = partition.detect_pure_blocks(X)
-        assert [b.tolist() for b in blocks] == \
-            [b.tolist() for b in partition.detect_pure_blocks(X.toarray())]
+        assert [b.tolist() for b in blocks] == [
+            b.tolist() for b in partition.detect_pure_blocks(X.toarray())
+        ]
 
 
 def test_a_worker_s_reader_keeps_none_of_the_column_lists(tmp_path):
@@ -780,8 +795,13 @@ def test_a_worker_s_reader_keeps_none_of_the_column_lists(tmp_path):
     rng = np.random.default_rng(0)
     X = sp.random(40, 30, density=0.2, random_state=1, format="csr")
     y = np.sign(rng.standard_normal(40))
-    grid = to_grid(X, y, tmp_path / "g", row_chunk=16,
-                   blocks=[np.arange(k, min(k + 8, 30)) for k in range(0, 30, 8)])
+    grid = to_grid(
+        X,
+        y,
+        tmp_path / "g",
+        row_chunk=16,
+        blocks=[np.arange(k, min(k + 8, 30)) for k in range(0, 30, 8)],
+    )
     reader = grid_read._reader(grid.path, grid.grid_id)
     assert not any(k in reader.attrs for k in ("blocks", "feature_names", "feature_order"))
     assert not hasattr(reader, "group")
@@ -822,15 +842,13 @@ def test_a_cell_read_into_reused_buffers_equals_a_fresh_read(tmp_path, sparse_):
                 np.testing.assert_array_equal(got, fresh)
     if sparse_:
         # a one-hot cell by rows, read through the reused memory, owns its arrays
-        onehot = sp.csr_matrix((np.ones(60), rng.integers(0, 5, 60), np.arange(61)),
-                               shape=(60, 5))
+        onehot = sp.csr_matrix((np.ones(60), rng.integers(0, 5, 60), np.arange(61)), shape=(60, 5))
         g2 = to_grid(onehot, y, tmp_path / "h", row_chunk=25, blocks=[np.arange(5)])
         found = cells.pure_rows(cells.CellRef(g2.path, g2.grid_id, 1, 0, g2.store_version))
         assert found.value.size == 0  # one-hot: no values kept
         np.testing.assert_array_equal(found.column, onehot[25:50].indices)
         assert not np.shares_memory(found.column, cells._read_buffers()._values)
-        np.testing.assert_array_equal(found.cube, np.bincount(onehot[25:50].indices,
-                                                              minlength=5))
+        np.testing.assert_array_equal(found.cube, np.bincount(onehot[25:50].indices, minlength=5))
         # a frame decoding to fewer bytes than the cell's: refused
         short = grid_read._ZSTD.encode(np.zeros(10, np.uint8))
         path = reader._chunk_path("X/block_0/cell_0", "c/0")

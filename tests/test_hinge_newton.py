@@ -65,11 +65,13 @@ def test_certified_gap_never_below_the_true_error(fit_intercept):
     X, y = shared_dataset("a9a.t")
     X, y = X[:3000], y[:3000]
     alpha = 1.0 / (10.0 * len(y))
-    tight = dask_scd.fit(X, y, loss="hinge", alpha=alpha, tol=3e-11, solver="newton",
-                         fit_intercept=fit_intercept)
+    tight = dask_scd.fit(
+        X, y, loss="hinge", alpha=alpha, tol=3e-11, solver="newton", fit_intercept=fit_intercept
+    )
     best = tight.primal_  # ≥ P*: the errors below are at most the true ones
-    fit = dask_scd.fit(X, y, loss="hinge", alpha=alpha, tol=1e-10, solver="newton",
-                       fit_intercept=fit_intercept)
+    fit = dask_scd.fit(
+        X, y, loss="hinge", alpha=alpha, tol=1e-10, solver="newton", fit_intercept=fit_intercept
+    )
     gaps = np.array(fit.history_.relative_gap)
     errors = (np.array(fit.history_.primal) - best) / best
     assert len(gaps) > 10
@@ -82,13 +84,15 @@ def test_certified_gap_never_below_the_true_error(fit_intercept):
 def test_ill_conditioned_reaches_1e9(rng, fit_intercept):
     X, y = _ill_conditioned(rng)
     alpha = 1e-3
-    fit = dask_scd.fit(X, y, loss="hinge", alpha=alpha, tol=1e-9, solver="newton",
-                       fit_intercept=fit_intercept)
+    fit = dask_scd.fit(
+        X, y, loss="hinge", alpha=alpha, tol=1e-9, solver="newton", fit_intercept=fit_intercept
+    )
     assert fit.converged_ and fit.dual_gap_ <= 1e-9
     assert abs(fit.primal_ - _objective(X, y, fit.coef_, fit.intercept_, alpha)) <= 1e-12
     # Certified: no point has a smaller objective than the certificate's dual value.
-    looser = dask_scd.fit(X, y, loss="hinge", alpha=alpha, tol=1e-4, solver="newton",
-                          fit_intercept=fit_intercept)
+    looser = dask_scd.fit(
+        X, y, loss="hinge", alpha=alpha, tol=1e-4, solver="newton", fit_intercept=fit_intercept
+    )
     assert fit.primal_ <= looser.primal_ * (1 + 1e-12)
     assert looser.primal_ - fit.primal_ <= looser.dual_gap_ * looser.primal_
 
@@ -97,11 +101,18 @@ def test_without_intercept_matches_linear_svc(rng):
     X = rng.normal(size=(300, 8))
     y = np.where(X @ rng.normal(size=8) + 0.3 * rng.normal(size=300) > 0, 1.0, -1.0)
     alpha = 0.1
-    fit = dask_scd.fit(X, y, loss="hinge", alpha=alpha, fit_intercept=False, tol=1e-10,
-                       solver="newton")
-    model = svm.LinearSVC(loss="hinge", C=1.0 / (alpha * len(y)), fit_intercept=False,
-                          dual=True, tol=1e-12, max_iter=1_000_000,
-                          random_state=0)
+    fit = dask_scd.fit(
+        X, y, loss="hinge", alpha=alpha, fit_intercept=False, tol=1e-10, solver="newton"
+    )
+    model = svm.LinearSVC(
+        loss="hinge",
+        C=1.0 / (alpha * len(y)),
+        fit_intercept=False,
+        dual=True,
+        tol=1e-12,
+        max_iter=1_000_000,
+        random_state=0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(X, y)
@@ -113,6 +124,14 @@ def test_without_intercept_matches_linear_svc(rng):
     np.testing.assert_allclose(fit.coef_, reference, rtol=0, atol=1e-3 * np.abs(reference).max())
     ours = _objective(X, y, fit.coef_, 0.0, alpha)
     assert ours <= _objective(X, y, reference, 0.0, alpha) + fit.dual_gap_ * ours
-    tight = dask_scd.fit(X, y, loss="hinge", alpha=alpha, fit_intercept=False, tol=1e-12,
-                         solver="sdca", max_iter=100_000)
+    tight = dask_scd.fit(
+        X,
+        y,
+        loss="hinge",
+        alpha=alpha,
+        fit_intercept=False,
+        tol=1e-12,
+        solver="sdca",
+        max_iter=100_000,
+    )
     np.testing.assert_allclose(fit.coef_, tight.coef_, rtol=0, atol=1e-6)

@@ -18,16 +18,21 @@ def result():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 20))
     y = np.where(X @ rng.normal(size=20) > 0, 1.0, -1.0)
-    return dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-10, solver="scd",
-                        random_state=0)
+    return dask_scd.fit(X, y, loss="logistic", alpha=1e-3, tol=1e-10, solver="scd", random_state=0)
 
 
 def test_repr_is_short_and_names_the_fit(result):
     text = repr(result)
     assert len(text) < 250
-    for part in ("solver='scd'", "loss='logistic'", "penalty='l2'", "alpha=0.001",
-                 f"dual_gap={result.dual_gap_:.3e}", f"n_iter={result.n_iter_}",
-                 f"len(history)={len(result.history_)}"):
+    for part in (
+        "solver='scd'",
+        "loss='logistic'",
+        "penalty='l2'",
+        "alpha=0.001",
+        f"dual_gap={result.dual_gap_:.3e}",
+        f"n_iter={result.n_iter_}",
+        f"len(history)={len(result.history_)}",
+    ):
         assert part in text
     assert len(repr(result.history_)) < 100
 
@@ -55,8 +60,9 @@ def test_plot_with_bytes_moved_and_on_given_axes(tmp_path):
 
     history = History()
     for epoch in range(1, 5):
-        history.append(epoch, 10.0 ** -epoch, 1.0 + 10.0 ** -epoch, 0.1 * epoch,
-                       bytes_moved=1e6 * epoch)
+        history.append(
+            epoch, 10.0**-epoch, 1.0 + 10.0**-epoch, 0.1 * epoch, bytes_moved=1e6 * epoch
+        )
     axes = history.plot()
     assert [axis.get_xlabel() for axis in axes] == ["seconds", "epoch", "bytes moved"]
     assert "bytes_moved" in history.to_pandas().columns
@@ -67,8 +73,9 @@ def test_plot_with_bytes_moved_and_on_given_axes(tmp_path):
 
 
 def test_old_records_load_without_bytes_moved():
-    history = History.from_dict({"iteration": [1], "relative_gap": [0.5], "primal": [1.0],
-                                 "seconds": [0.1]})
+    history = History.from_dict(
+        {"iteration": [1], "relative_gap": [0.5], "primal": [1.0], "seconds": [0.1]}
+    )
     assert history.bytes_moved == [] and len(history) == 1
 
 
@@ -96,8 +103,7 @@ def test_history_has_one_entry_per_iteration(solver):
     X, y = load_breast_cancer(return_X_y=True)
     X = (X - X.mean(0)) / X.std(0)
     loss = "squared" if solver == "gram" else "logistic"
-    result = dask_scd.fit(X, y, loss=loss, alpha=1e-3, solver=solver, tol=1e-10,
-                          max_iter=2000)
+    result = dask_scd.fit(X, y, loss=loss, alpha=1e-3, solver=solver, tol=1e-10, max_iter=2000)
     iterations = list(result.history_.iteration)
     assert iterations == sorted(set(iterations))  # strictly increasing: no repeat
     assert iterations[-1] == result.n_iter_

@@ -30,11 +30,20 @@ def answering(**outputs):
     return run
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("1:00:00", 3600), ("2-00:00:00", 172800), ("30:00", 1800), ("30", 1800),
-    ("1-12", 129600), ("1-12:30", 131400), ("00:00:45", 45), ("infinite", None),
-    ("UNLIMITED", None),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("1:00:00", 3600),
+        ("2-00:00:00", 172800),
+        ("30:00", 1800),
+        ("30", 1800),
+        ("1-12", 129600),
+        ("1-12:30", 131400),
+        ("00:00:45", 45),
+        ("infinite", None),
+        ("UNLIMITED", None),
+    ],
+)
 def test_walltimes_read_as_slurm_reads_them(text, seconds):
     assert jq.parse_walltime(text) == seconds
     if seconds is not None:
@@ -50,8 +59,9 @@ def test_sinfo_gives_the_largest_node_and_the_time_limit():
     assert jq.partition_limits("debug", run=answering()) is None  # no sinfo: nothing known
     with pytest.raises(ValueError, match="no partition 'nope'"):
         jq.partition_limits("nope", run=answering(sinfo=""))
-    default = jq.partition_limits(None, run=answering(sinfo="4 8000 infinite debug*\n"
-                                                            "64 512000 2-00:00:00 big\n"))
+    default = jq.partition_limits(
+        None, run=answering(sinfo="4 8000 infinite debug*\n64 512000 2-00:00:00 big\n")
+    )
     assert (default.partition, default.cpus, default.walltime) == ("debug", 4, None)
 
 
@@ -66,12 +76,23 @@ def test_defaults_fit_the_partition_and_arguments_beat_the_environment():
     r = jq.job_resources("slurm", queue="debug", limits=limits, environ={})
     assert (r.jobs, r.cores, r.processes, r.walltime) == (2, 2, 1, "00:30:00")
     assert jq.memory_mb(r.memory) <= 0.9 * 24105
-    environ = {"DASK_SCD_JOBS": "3", "DASK_SCD_CORES": "1", "DASK_SCD_MEMORY": "1GiB",
-               "DASK_SCD_WALLTIME": "00:10:00", "DASK_SCD_ACCOUNT": "proj",
-               "DASK_SCD_SLURM_QUEUE": "debug"}
+    environ = {
+        "DASK_SCD_JOBS": "3",
+        "DASK_SCD_CORES": "1",
+        "DASK_SCD_MEMORY": "1GiB",
+        "DASK_SCD_WALLTIME": "00:10:00",
+        "DASK_SCD_ACCOUNT": "proj",
+        "DASK_SCD_SLURM_QUEUE": "debug",
+    }
     r = jq.job_resources("slurm", limits=limits, environ=environ)
-    assert (r.queue, r.jobs, r.cores, r.memory, r.walltime, r.account) == \
-        ("debug", 3, 1, "1GiB", "00:10:00", "proj")
+    assert (r.queue, r.jobs, r.cores, r.memory, r.walltime, r.account) == (
+        "debug",
+        3,
+        1,
+        "1GiB",
+        "00:10:00",
+        "proj",
+    )
     r = jq.job_resources("slurm", jobs=1, cores=2, limits=limits, environ=environ)
     assert (r.jobs, r.cores, r.n_workers) == (1, 2, 1)
     with pytest.raises(ValueError, match=r"\$DASK_SCD_CORES='many' is not a valid cores"):
@@ -80,18 +101,22 @@ def test_defaults_fit_the_partition_and_arguments_beat_the_environment():
         jq.job_resources("slurm", cores=2, processes=4, environ={})
 
 
-@pytest.mark.parametrize("ask, named", [
-    (dict(cores=4), "4 cores"),
-    (dict(memory="32GiB"), "32GiB = 32768 MiB of memory"),
-    (dict(walltime="02:00:00"), "a walltime of 02:00:00"),
-])
+@pytest.mark.parametrize(
+    "ask, named",
+    [
+        (dict(cores=4), "4 cores"),
+        (dict(memory="32GiB"), "32GiB = 32768 MiB of memory"),
+        (dict(walltime="02:00:00"), "a walltime of 02:00:00"),
+    ],
+)
 def test_a_request_no_node_can_hold_fails_naming_the_limits(ask, named):
     limits = jq.Limits("debug", cpus=2, memory_mb=24105, walltime=3600)
     with pytest.raises(ValueError, match="no job can ever run") as error:
         jq.job_resources("slurm", queue="debug", limits=limits, environ={}, **ask)
     assert named in str(error.value)
-    assert "partition 'debug': nodes of at most 2 CPUs and 24105 MiB, time limit 01:00:00" \
-        in str(error.value)
+    assert "partition 'debug': nodes of at most 2 CPUs and 24105 MiB, time limit 01:00:00" in str(
+        error.value
+    )
 
 
 def test_lifetimes_end_before_the_walltime_staggered():
@@ -123,35 +148,64 @@ def test_waiting_reports_the_pending_reason_and_fails_fast_when_it_never_clears(
     limits = jq.Limits("debug", cpus=2, memory_mb=24105, walltime=3600)
     lines = []
     run = answering(squeue="11 PENDING Resources\n12 PENDING BadConstraints\n")
-    with pytest.raises(RuntimeError, match=r"never start these jobs \(job 12: BadConstraints\)"
-                                           r".*at most 2 CPUs"):
-        jq.wait_for_workers(FakeClient(0), FakeCluster("11", "12"), 2, timeout=20,
-                            every=0.01, out=lines.append, limits=limits, run=run)
+    with pytest.raises(
+        RuntimeError,
+        match=r"never start these jobs \(job 12: BadConstraints\)"
+        r".*at most 2 CPUs",
+    ):
+        jq.wait_for_workers(
+            FakeClient(0),
+            FakeCluster("11", "12"),
+            2,
+            timeout=20,
+            every=0.01,
+            out=lines.append,
+            limits=limits,
+            run=run,
+        )
     assert run.calls[0] == ["squeue", "-h", "-j", "11,12", "-o", "%i %T %r"]
-    assert lines == ["waiting for workers: 0/2 joined after 0 s; job 11 PENDING (Resources); "
-                     "job 12 PENDING (BadConstraints)"]
+    assert lines == [
+        "waiting for workers: 0/2 joined after 0 s; job 11 PENDING (Resources); "
+        "job 12 PENDING (BadConstraints)"
+    ]
 
 
 def test_waiting_times_out_naming_the_reasons_and_returns_once_workers_joined():
     lines = []
     run = answering(squeue="11 PENDING Priority\n")
-    with pytest.raises(TimeoutError, match=r"0/1 workers joined in 0 s; job 11 PENDING "
-                                           r"\(Priority\)"):
-        jq.wait_for_workers(FakeClient(0), FakeCluster("11"), 1, timeout=0.3, every=0.1,
-                            out=lines.append, run=run)
+    with pytest.raises(
+        TimeoutError,
+        match=r"0/1 workers joined in 0 s; job 11 PENDING "
+        r"\(Priority\)",
+    ):
+        jq.wait_for_workers(
+            FakeClient(0), FakeCluster("11"), 1, timeout=0.3, every=0.1, out=lines.append, run=run
+        )
     assert len(lines) >= 2 and all("job 11 PENDING (Priority)" in line for line in lines)
     with pytest.raises(RuntimeError, match="no job was submitted"):
-        jq.wait_for_workers(FakeClient(0), FakeCluster(), 1, timeout=5, every=0.05,
-                            out=lines.append, run=run, submit_timeout=0.1)
+        jq.wait_for_workers(
+            FakeClient(0),
+            FakeCluster(),
+            1,
+            timeout=5,
+            every=0.05,
+            out=lines.append,
+            run=run,
+            submit_timeout=0.1,
+        )
     jq.wait_for_workers(FakeClient(2), FakeCluster("11"), 2, run=run)  # no wait, no error
 
 
 def test_pbs_states_and_comments():
-    output = ("Job Id: 7.server\n    job_state = Q\n    comment = Not Running: Insufficient "
-              "amount of resource: ncpus\nJob Id: 8.server\n    job_state = R\n")
+    output = (
+        "Job Id: 7.server\n    job_state = Q\n    comment = Not Running: Insufficient "
+        "amount of resource: ncpus\nJob Id: 8.server\n    job_state = R\n"
+    )
     reasons = jq.pending_reasons("pbs", ["7", "8"], run=answering(qstat=output))
-    assert reasons == {"7": ("Q", "Not Running: Insufficient amount of resource: ncpus"),
-                       "8": ("R", "")}
+    assert reasons == {
+        "7": ("Q", "Not Running: Insufficient amount of resource: ncpus"),
+        "8": ("R", ""),
+    }
 
 
 # ------------------------------------------------------------------------ the CLI
@@ -168,15 +222,39 @@ def small_grid(tmp_path_factory):
 def test_dry_run_prints_the_slurm_job_script(small_grid, capsys, monkeypatch):
     pytest.importorskip("dask_jobqueue")
     monkeypatch.setenv("DASK_SCD_ACCOUNT", "proj")
-    status = cli.main(["fit", str(small_grid), "--slurm", "debug", "--jobs", "3", "--cores",
-                       "4", "--processes", "2", "--memory", "8GiB", "--walltime", "02:00:00",
-                       "--dry-run", "--out", str(small_grid.parent / "m.json")])
+    status = cli.main(
+        [
+            "fit",
+            str(small_grid),
+            "--slurm",
+            "debug",
+            "--jobs",
+            "3",
+            "--cores",
+            "4",
+            "--processes",
+            "2",
+            "--memory",
+            "8GiB",
+            "--walltime",
+            "02:00:00",
+            "--dry-run",
+            "--out",
+            str(small_grid.parent / "m.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0
-    for line in ("#SBATCH -p debug", "#SBATCH -A proj", "#SBATCH --cpus-per-task=4",
-                 "#SBATCH --mem=8G", "#SBATCH -t 02:00:00"):
+    for line in (
+        "#SBATCH -p debug",
+        "#SBATCH -A proj",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --mem=8G",
+        "#SBATCH -t 02:00:00",
+    ):
         assert line in out
     import sys
+
     assert f"{sys.executable} -m distributed.cli.dask_worker" in out
     assert "--nthreads 2 --memory-limit 4.00GiB --nworkers 2" in out
     assert "--lifetime 6300s --lifetime-stagger 300s" in out
@@ -187,8 +265,21 @@ def test_dry_run_prints_the_slurm_job_script(small_grid, capsys, monkeypatch):
 
 def test_dry_run_prints_the_pbs_job_script(small_grid, capsys):
     pytest.importorskip("dask_jobqueue")
-    status = cli.main(["fit", str(small_grid), "--pbs", "workq", "--cores", "8", "--memory",
-                       "16GB", "--walltime", "00:20:00", "--dry-run"])
+    status = cli.main(
+        [
+            "fit",
+            str(small_grid),
+            "--pbs",
+            "workq",
+            "--cores",
+            "8",
+            "--memory",
+            "16GB",
+            "--walltime",
+            "00:20:00",
+            "--dry-run",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0
     assert "#PBS -q workq" in out and "#PBS -l walltime=00:20:00" in out
@@ -199,31 +290,54 @@ def test_dry_run_prints_the_pbs_job_script(small_grid, capsys):
 def test_cli_errors_of_the_batch_options(small_grid, capsys):
     assert cli.main(["fit", str(small_grid), "--dry-run"]) == cli.FAILURE
     assert "--dry-run prints the job script of --slurm or --pbs" in capsys.readouterr().err
-    assert cli.main(["fit", str(small_grid), "--slurm", "debug", "--memory", "lots",
-                     "--dry-run"]) == cli.FAILURE
+    assert (
+        cli.main(["fit", str(small_grid), "--slurm", "debug", "--memory", "lots", "--dry-run"])
+        == cli.FAILURE
+    )
     assert "memory='lots' is not a valid memory" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["fit", str(small_grid), "--slurm", "debug", "--pbs", "workq"])
 
 
-def test_cli_resume_continues_from_the_checkpoint_beside_the_output(small_grid, tmp_path,
-                                                                    capsys):
+def test_cli_resume_continues_from_the_checkpoint_beside_the_output(small_grid, tmp_path, capsys):
     out = tmp_path / "model.json"
-    common = ["fit", str(small_grid), "--loss", "logistic", "--alpha", "0.01", "--solver",
-              "block_scd", "--tol", "1e-15", "--out", str(out), "--checkpoint-every", "1",
-              "--quiet"]
+    common = [
+        "fit",
+        str(small_grid),
+        "--loss",
+        "logistic",
+        "--alpha",
+        "0.01",
+        "--solver",
+        "block_scd",
+        "--tol",
+        "1e-15",
+        "--out",
+        str(out),
+        "--checkpoint-every",
+        "1",
+        "--quiet",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert cli.main([*common, "--max-iter", "2", "--resume"]) == 0
         assert (tmp_path / "model.ckpt.npz").exists()
         assert cli.main([*common, "--max-iter", "4", "--resume"]) == 0
     import json
+
     resumed = json.loads(out.read_text())
     assert resumed["history"]["iteration"] == [1, 2, 3, 4]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        straight = dask_scd.fit(str(small_grid), loss="logistic", alpha=0.01, tol=1e-15,
-                                solver="block_scd", max_iter=4, random_state=0)
+        straight = dask_scd.fit(
+            str(small_grid),
+            loss="logistic",
+            alpha=0.01,
+            tol=1e-15,
+            solver="block_scd",
+            max_iter=4,
+            random_state=0,
+        )
     np.testing.assert_array_equal(resumed["coef"], straight.coef_)
 
 
@@ -232,11 +346,19 @@ def test_cli_resume_continues_from_the_checkpoint_beside_the_output(small_grid, 
 
 def test_performance_report_and_dashboard_link(small_grid, tmp_path, capsys):
     report = tmp_path / "report.html"
-    with Client(LocalCluster(n_workers=1, processes=False, threads_per_worker=2,
-                             dashboard_address=":0")) as client:
-        result = dask_scd.fit(str(small_grid), loss="logistic", alpha=0.01, tol=1e-8,
-                              solver="block_scd", random_state=0, verbose=2,
-                              performance_report=report)
+    with Client(
+        LocalCluster(n_workers=1, processes=False, threads_per_worker=2, dashboard_address=":0")
+    ) as client:
+        result = dask_scd.fit(
+            str(small_grid),
+            loss="logistic",
+            alpha=0.01,
+            tol=1e-8,
+            solver="block_scd",
+            random_state=0,
+            verbose=2,
+            performance_report=report,
+        )
         link = client.dashboard_link
         client.cluster.close()
     assert result.dual_gap_ <= 1e-8
@@ -285,8 +407,12 @@ def _n_workers(dask_scheduler):
 def test_a_task_whose_home_left_with_every_worker_runs_on_a_newcomer():
     from dask_scd.runtime.cluster import release_stale_homes
 
-    with LocalCluster(n_workers=1, processes=False, threads_per_worker=1,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         assert release_stale_homes(client) and release_stale_homes(client)  # idempotent
         (home,) = client.scheduler_info()["workers"]
         cluster.scale(0)
@@ -311,24 +437,29 @@ def test_a_task_reaching_no_worker_while_a_newcomer_registers_is_released():
     from dask_scd.runtime.cluster import _stale_homes_plugin
 
     moved, callbacks = [], []
-    ts = SimpleNamespace(state="no-worker", loose_restrictions=True,
-                         worker_restrictions={"tcp://gone:1"})
+    ts = SimpleNamespace(
+        state="no-worker", loose_restrictions=True, worker_restrictions={"tcp://gone:1"}
+    )
     scheduler = SimpleNamespace(
-        tasks={"k": ts}, workers={"tcp://new:2": object()}, running={object()},
+        tasks={"k": ts},
+        workers={"tcp://new:2": object()},
+        running={object()},
         loop=SimpleNamespace(add_callback=lambda f, *a: callbacks.append((f, a))),
-        transitions=lambda recs, stimulus_id: moved.append(recs))
+        transitions=lambda recs, stimulus_id: moved.append(recs),
+    )
     plugin = _stale_homes_plugin()
     asyncio.run(plugin.start(scheduler))
     plugin.transition("k", "waiting", "processing")  # other transitions: untouched
     assert ts.worker_restrictions == {"tcp://gone:1"} and not callbacks
     plugin.transition("k", "waiting", "no-worker")
     assert ts.worker_restrictions == set() and ts.loose_restrictions is False
-    (f, args), = callbacks
+    ((f, args),) = callbacks
     f(*args)
     assert moved == [{"k": "processing"}]
     # A task whose named worker is still there keeps its restrictions.
-    kept = SimpleNamespace(state="no-worker", loose_restrictions=True,
-                           worker_restrictions={"tcp://new:2"})
+    kept = SimpleNamespace(
+        state="no-worker", loose_restrictions=True, worker_restrictions={"tcp://new:2"}
+    )
     scheduler.tasks["j"] = kept
     plugin.transition("j", "waiting", "no-worker")
     assert kept.worker_restrictions == {"tcp://new:2"} and len(callbacks) == 1
@@ -345,11 +476,15 @@ def test_a_task_reaching_no_worker_before_a_newcomer_runs_is_released():
     from dask_scd.runtime.cluster import _stale_homes_plugin
 
     callbacks = []
-    ts = SimpleNamespace(state="no-worker", loose_restrictions=True,
-                         worker_restrictions={"tcp://gone:1"})
+    ts = SimpleNamespace(
+        state="no-worker", loose_restrictions=True, worker_restrictions={"tcp://gone:1"}
+    )
     scheduler = SimpleNamespace(
-        tasks={"k": ts}, workers={"tcp://new:2": object()}, running=set(),
-        loop=SimpleNamespace(add_callback=lambda f, *a: callbacks.append((f, a))))
+        tasks={"k": ts},
+        workers={"tcp://new:2": object()},
+        running=set(),
+        loop=SimpleNamespace(add_callback=lambda f, *a: callbacks.append((f, a))),
+    )
     plugin = _stale_homes_plugin()
     asyncio.run(plugin.start(scheduler))
     plugin.transition("k", "waiting", "no-worker")

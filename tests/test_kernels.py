@@ -35,9 +35,23 @@ def test_scd_epoch_matches_reference(rng, dtype, sparse, loss, rho, fit_intercep
     coef, intercept = coef0.copy(), np.array([0.1])
     margins = dense @ coef + 0.1
     for _ in range(3):
-        cpu.scd_epoch(m.data, m.indices, m.indptr, m.dense, n, y, margins, coef, intercept,
-                      order, problem.loss_code, problem.l1, problem.l2, m.sq_norms(),
-                      m.cube_sums())
+        cpu.scd_epoch(
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            n,
+            y,
+            margins,
+            coef,
+            intercept,
+            order,
+            problem.loss_code,
+            problem.l1,
+            problem.l2,
+            m.sq_norms(),
+            m.cube_sums(),
+        )
     ref_coef, ref_intercept = coef0.copy(), np.array([0.1])
     ref_margins = dense @ ref_coef + 0.1
     for _ in range(3):
@@ -61,8 +75,23 @@ def test_sdca_epoch_matches_reference(rng, dtype, sparse, loss, rho):
     a, w = a0.copy(), dense.T @ a0 / (problem.alpha * n)
     for _ in range(3):
         total = np.array([a.sum()])
-        cpu.sdca_epoch(m.data, m.indices, m.indptr, m.dense, p, y, a, w, order,
-                       problem.loss_code, problem.alpha * n, m.sq_norms(), intercept, rho, total)
+        cpu.sdca_epoch(
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            p,
+            y,
+            a,
+            w,
+            order,
+            problem.loss_code,
+            problem.alpha * n,
+            m.sq_norms(),
+            intercept,
+            rho,
+            total,
+        )
         assert total[0] == pytest.approx(a.sum(), abs=1e-12)
     ref_a, ref_w = a0.copy(), dense.T @ a0 / (problem.alpha * n)
     for _ in range(3):
@@ -83,8 +112,10 @@ def test_block_order_matches_reference(k, block):
     assert np.count_nonzero(np.diff(block_of)) == -(-k // block) - 1
 
 
-@pytest.mark.parametrize("k,block,cuts", [(100, 8, [0, 37, 100]), (101, 32, [0, 5, 6, 64, 101]),
-                                         (40, 8, [0, 40]), (7, 4, [0, 3, 3, 7])])
+@pytest.mark.parametrize(
+    "k,block,cuts",
+    [(100, 8, [0, 37, 100]), (101, 32, [0, 5, 6, 64, 101]), (40, 8, [0, 40]), (7, 4, [0, 3, 3, 7])],
+)
 def test_block_order_made_by_shares_is_the_whole_order(k, block, cuts):
     """The threads of an epoch fill their shares of the order from one set of draws: the
     same order as made whole, however the shares cut the blocks."""
@@ -123,15 +154,47 @@ def test_sdca_shrinking_epoch_matches_reference(rng, dtype, sparse, loss, rho):
     for _ in range(6):
         total = np.array([a.sum()])
         _, settled = sdca.sdca_shrinking_epoch(
-            m.data, m.indices, m.indptr, m.dense, p, y, a, w, problem.loss_code,
-            problem.alpha * n, m.sq_norms(), intercept, rho, total, active, n_active, bounds,
-            block, rng_kernel, order, keep, relative_eps, shrunk_work)
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            p,
+            y,
+            a,
+            w,
+            problem.loss_code,
+            problem.alpha * n,
+            m.sq_norms(),
+            intercept,
+            rho,
+            total,
+            active,
+            n_active,
+            bounds,
+            block,
+            rng_kernel,
+            order,
+            keep,
+            relative_eps,
+            shrunk_work,
+        )
         ref_settled = reference.sdca_shrinking_epoch(
-            problem, dense, y, ref_a, ref_w, state, rng_ref, block, relative_eps, shrunk_work,
-            intercept, rho)
+            problem,
+            dense,
+            y,
+            ref_a,
+            ref_w,
+            state,
+            rng_ref,
+            block,
+            relative_eps,
+            shrunk_work,
+            intercept,
+            rho,
+        )
         assert settled == ref_settled
         assert total[0] == pytest.approx(a.sum(), abs=1e-12)
-        np.testing.assert_array_equal(active[:n_active[0]], state["active"])
+        np.testing.assert_array_equal(active[: n_active[0]], state["active"])
         np.testing.assert_allclose(bounds, state["bounds"], rtol=1e-9)
         np.testing.assert_allclose(a, ref_a, rtol=1e-8, atol=1e-11)
         np.testing.assert_allclose(w, ref_w, rtol=1e-8, atol=1e-11)
@@ -139,6 +202,7 @@ def test_sdca_shrinking_epoch_matches_reference(rng, dtype, sparse, loss, rho):
         beta = a * y
         assert np.all(beta >= 0) and (loss != "hinge" or np.all(beta <= 1))
     assert smallest < n  # the epochs did shrink
+
 
 @pytest.mark.parametrize("dtype,sparse", LAYOUTS)
 @pytest.mark.parametrize("axis", ["rows", "columns"])
@@ -155,7 +219,9 @@ def test_products_match_numpy(rng, dtype, sparse, axis):
 
 def test_layout_never_modifies_caller_matrix(rng):
     # A CSC matrix with unsorted, duplicated entries must be copied, not canonicalized in place.
-    X = sp.csc_matrix((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 2]), np.array([0, 3])), shape=(3, 1))
+    X = sp.csc_matrix(
+        (np.array([1.0, 2.0, 3.0]), np.array([2, 0, 2]), np.array([0, 3])), shape=(3, 1)
+    )
     before = (X.data.copy(), X.indices.copy(), X.indptr.copy())
     m = MajorMatrix.from_array(X, "columns")
     for old, new in zip(before, (X.data, X.indices, X.indptr)):

@@ -51,8 +51,16 @@ def test_reaches_newton_s_optimum_with_a_certified_gap(kind, loss, fit_intercept
 
 def test_matches_scikit_learn_logistic_regression():
     X, y = _data("dense")
-    ours = dask_scd.fit(X, y, loss="logistic", penalty="l2", alpha=1.0 / len(y), tol=1e-12,
-                        solver="lbfgs", max_iter=5000)
+    ours = dask_scd.fit(
+        X,
+        y,
+        loss="logistic",
+        penalty="l2",
+        alpha=1.0 / len(y),
+        tol=1e-12,
+        solver="lbfgs",
+        max_iter=5000,
+    )
     ref = LogisticRegression(C=1.0, tol=1e-12, max_iter=10_000).fit(X, y)
     problem = obj.Problem("logistic", 1.0 / len(y), 0.0, True)
     p_ref = obj.certificate(problem, X, y, ref.coef_.ravel(), ref.intercept_[0]).primal
@@ -64,8 +72,7 @@ def test_integer_weights_equal_repeated_rows():
     X, y = _data("dense")
     rng = np.random.default_rng(0)
     w = rng.integers(0, 4, len(y)).astype(float)
-    kw = dict(loss="logistic", penalty="l2", alpha=1e-3, tol=1e-12, solver="lbfgs",
-              max_iter=5000)
+    kw = dict(loss="logistic", penalty="l2", alpha=1e-3, tol=1e-12, solver="lbfgs", max_iter=5000)
     weighted = dask_scd.fit(X, y, sample_weight=w, **kw)
     rows = np.repeat(np.arange(len(y)), w.astype(int))
     repeated = dask_scd.fit(X[rows], y[rows], **kw)
@@ -75,18 +82,20 @@ def test_integer_weights_equal_repeated_rows():
 
 def test_history_counts_iterations_and_the_gap_falls():
     X, y = _data("onehot")
-    r = dask_scd.fit(X, y, loss="logistic", penalty="l2", alpha=1e-3, tol=1e-8,
-                     solver="lbfgs")
+    r = dask_scd.fit(X, y, loss="logistic", penalty="l2", alpha=1e-3, tol=1e-8, solver="lbfgs")
     gaps = np.asarray(r.history_.relative_gap)
     assert r.history_.iteration[-1] == r.n_iter_
     assert gaps[-1] <= 1e-8 < gaps[0]
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"penalty": "l1"}, "L2"),
-    ({"penalty": "elasticnet", "l1_ratio": 0.5}, "L2"),
-    ({"loss": "hinge"}, "smooth"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"penalty": "l1"}, "L2"),
+        ({"penalty": "elasticnet", "l1_ratio": 0.5}, "L2"),
+        ({"loss": "hinge"}, "smooth"),
+    ],
+)
 def test_refuses_what_it_does_not_solve(kw, match):
     X, y = _data("dense")
     args = dict(loss="logistic", penalty="l2", alpha=1e-2, solver="lbfgs") | kw

@@ -33,8 +33,7 @@ def one_blas_thread():
 
 
 def _problem(alpha, l1_ratio=0.0, fit_intercept=True):
-    return Problem(loss="multinomial", alpha=alpha, l1_ratio=l1_ratio,
-                   fit_intercept=fit_intercept)
+    return Problem(loss="multinomial", alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept)
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +90,14 @@ def test_every_recorded_step_has_a_non_negative_gap(digits):
     assert result.n_iter_ <= 15
 
 
-@pytest.mark.parametrize("dataset, C, l1_ratio", [
-    ("digits", 0.1, 1.0), ("iris", 1.0, 1.0), ("iris", 0.5, 0.5),
-])
+@pytest.mark.parametrize(
+    "dataset, C, l1_ratio",
+    [
+        ("digits", 0.1, 1.0),
+        ("iris", 1.0, 1.0),
+        ("iris", 0.5, 0.5),
+    ],
+)
 def test_l1_and_elastic_net_match_sklearn_saga(dataset, C, l1_ratio, request):
     X, y = request.getfixturevalue(dataset)
     if dataset == "digits":  # saga at a tight tol: 500 rows keep it to a second
@@ -103,8 +107,9 @@ def test_l1_and_elastic_net_match_sklearn_saga(dataset, C, l1_ratio, request):
     alpha = 1.0 / (C * n)
     penalty = "l1" if l1_ratio == 1.0 else "elasticnet"
     model = LogisticRegression(C=C, penalty=penalty, l1_ratio=l1_ratio, tol=TOL).fit(X, y)
-    reference = linear_model.LogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga",
-                                                tol=1e-8, max_iter=100_000).fit(X, y)
+    reference = linear_model.LogisticRegression(
+        C=C, l1_ratio=l1_ratio, solver="saga", tol=1e-8, max_iter=100_000
+    ).fit(X, y)
     ours = _assert_certified(model, X, y, alpha, l1_ratio)
     theirs = certificate(_problem(alpha, l1_ratio), X, y, reference.coef_, reference.intercept_)
     assert abs(ours.primal - theirs.primal) <= 1e-6 * theirs.primal
@@ -118,8 +123,9 @@ def test_l1_and_elastic_net_match_sklearn_saga(dataset, C, l1_ratio, request):
 def test_without_intercept_matches_sklearn(iris):
     X, y = iris
     model = LogisticRegression(C=1.0, fit_intercept=False, tol=TOL).fit(X, y)
-    reference = linear_model.LogisticRegression(C=1.0, fit_intercept=False, tol=1e-12,
-                                                max_iter=10_000).fit(X, y)
+    reference = linear_model.LogisticRegression(
+        C=1.0, fit_intercept=False, tol=1e-12, max_iter=10_000
+    ).fit(X, y)
     np.testing.assert_array_equal(model.intercept_, 0.0)
     alpha = 1.0 / len(y)
     problem = _problem(alpha, fit_intercept=False)
@@ -137,10 +143,16 @@ def test_the_certificate_from_the_gradient_is_valid_away_from_the_optimum(iris):
     rng = np.random.default_rng(0)
     for l1_ratio in (0.0, 0.5, 1.0):
         problem = _problem(0.02, l1_ratio)
-        optimum = certificate(problem, X, y,
-                              *_coef(LogisticRegression(alpha=0.02, tol=1e-12,
-                                                        penalty=_penalty(l1_ratio),
-                                                        l1_ratio=l1_ratio).fit(X, y)))
+        optimum = certificate(
+            problem,
+            X,
+            y,
+            *_coef(
+                LogisticRegression(
+                    alpha=0.02, tol=1e-12, penalty=_penalty(l1_ratio), l1_ratio=l1_ratio
+                ).fit(X, y)
+            ),
+        )
         for _ in range(5):
             coef = rng.normal(size=(3, 4))
             intercept = rng.normal(size=3)
@@ -248,10 +260,13 @@ def test_two_classes_are_unchanged_and_multinomial_of_two_is_half_the_penalty(ir
     half = dask_scd.fit(X, y, loss="logistic", alpha=0.005, tol=TOL)
     assert two.multi_class_ == "multinomial" and two.coef_.shape == (1, 4)
     np.testing.assert_allclose(two.coef_[0], half.coef_, atol=1e-4)
-    np.testing.assert_allclose(two.predict_proba(X)[:, 1],
-                               softmax(np.column_stack([np.zeros(len(y)),
-                                                        X @ half.coef_ + half.intercept_]),
-                                       axis=1)[:, 1], atol=1e-5)
+    np.testing.assert_allclose(
+        two.predict_proba(X)[:, 1],
+        softmax(np.column_stack([np.zeros(len(y)), X @ half.coef_ + half.intercept_]), axis=1)[
+            :, 1
+        ],
+        atol=1e-5,
+    )
 
 
 def test_without_penalty_stops_on_the_gradient():

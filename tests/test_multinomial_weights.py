@@ -29,8 +29,7 @@ def one_blas_thread():
 
 
 def _problem(alpha, l1_ratio=0.0, fit_intercept=True):
-    return Problem(loss="multinomial", alpha=alpha, l1_ratio=l1_ratio,
-                   fit_intercept=fit_intercept)
+    return Problem(loss="multinomial", alpha=alpha, l1_ratio=l1_ratio, fit_intercept=fit_intercept)
 
 
 def _load(name):
@@ -50,16 +49,23 @@ def _certified(model, X, y, alpha, weights, l1_ratio=0.0, tol=TOL):
     assert model.dual_gap_[0] <= tol
     assert all(0.0 <= g for g in model.history_.relative_gap)
     codes = np.searchsorted(model.classes_, y)
-    cert = certificate(_problem(alpha, l1_ratio), X, codes, model.coef_, model.intercept_,
-                       sample_weight=weights)
+    cert = certificate(
+        _problem(alpha, l1_ratio), X, codes, model.coef_, model.intercept_, sample_weight=weights
+    )
     assert 0.0 <= cert.gap <= tol * abs(cert.primal)
     assert cert.primal == pytest.approx(model.history_.primal[-1], rel=1e-12)
     return cert
 
 
-@pytest.mark.parametrize("dataset, C, l1_ratio", [
-    ("iris", 1.0, 0.0), ("digits", 0.1, 0.0), ("iris", 1.0, 1.0), ("digits", 0.1, 0.5),
-])
+@pytest.mark.parametrize(
+    "dataset, C, l1_ratio",
+    [
+        ("iris", 1.0, 0.0),
+        ("digits", 0.1, 0.0),
+        ("iris", 1.0, 1.0),
+        ("digits", 0.1, 0.5),
+    ],
+)
 def test_integer_weights_are_repeated_rows(dataset, C, l1_ratio):
     X, y = _load(dataset)
     w = _integer_weights(len(y))
@@ -70,8 +76,9 @@ def test_integer_weights_are_repeated_rows(dataset, C, l1_ratio):
     repeated = LogisticRegression(**options).fit(X[rows], y[rows])
     alpha = 1.0 / (C * w.sum())  # C·Σw: the repeated rows' C·n
     ours = _certified(weighted, X, y, alpha, w, l1_ratio)
-    theirs = certificate(_problem(alpha, l1_ratio), X[rows], y[rows], repeated.coef_,
-                         repeated.intercept_)
+    theirs = certificate(
+        _problem(alpha, l1_ratio), X[rows], y[rows], repeated.coef_, repeated.intercept_
+    )
     assert abs(ours.primal - theirs.primal) <= 1e-8 * theirs.primal
     # the same model: each certificate bounds the other's objective
     assert ours.dual <= theirs.primal and theirs.dual <= ours.primal
@@ -85,8 +92,9 @@ def test_zero_weights_drop_rows_and_equal_weights_change_nothing():
     subset = dask_scd.fit(X[kept], y[kept], loss="multinomial", alpha=0.01, tol=1e-12)
     assert dropped.primal_ == pytest.approx(subset.primal_, rel=1e-12)
     np.testing.assert_allclose(dropped.coef_, subset.coef_, atol=1e-6)
-    equal = dask_scd.fit(X, y, loss="multinomial", alpha=0.01, tol=TOL,
-                         sample_weight=np.full(len(y), 2.5))
+    equal = dask_scd.fit(
+        X, y, loss="multinomial", alpha=0.01, tol=TOL, sample_weight=np.full(len(y), 2.5)
+    )
     plain = dask_scd.fit(X, y, loss="multinomial", alpha=0.01, tol=TOL)
     np.testing.assert_array_equal(equal.coef_, plain.coef_)
 
@@ -97,11 +105,13 @@ def test_sample_weight_matches_sklearn_lbfgs(dataset, C):
     w = np.random.default_rng(1).uniform(0.0, 3.0, len(y))
     model = LogisticRegression(C=C, tol=TOL).fit(X, y, sample_weight=w)
     reference = linear_model.LogisticRegression(C=C, tol=1e-12, max_iter=10_000).fit(
-        X, y, sample_weight=w)
+        X, y, sample_weight=w
+    )
     alpha = 1.0 / (C * w.sum())
     ours = _certified(model, X, y, alpha, w)
-    theirs = certificate(_problem(alpha), X, y, reference.coef_, reference.intercept_,
-                         sample_weight=w)
+    theirs = certificate(
+        _problem(alpha), X, y, reference.coef_, reference.intercept_, sample_weight=w
+    )
     assert abs(ours.primal - theirs.primal) <= 1e-7 * theirs.primal
     assert ours.dual <= theirs.primal  # weak duality bounds scikit-learn's objective too
     np.testing.assert_allclose(model.predict_proba(X), reference.predict_proba(X), atol=1e-6)
@@ -113,14 +123,16 @@ def test_balanced_class_weight_matches_sklearn_lbfgs(dataset, C):
     keep = np.random.default_rng(2).uniform(size=len(y)) < np.where(y == 0, 0.3, 1.0)
     X, y = X[keep], y[keep]  # class 0 kept at about a third: the weights differ
     model = LogisticRegression(C=C, tol=TOL, class_weight="balanced").fit(X, y)
-    reference = linear_model.LogisticRegression(C=C, tol=1e-12, max_iter=10_000,
-                                                class_weight="balanced").fit(X, y)
+    reference = linear_model.LogisticRegression(
+        C=C, tol=1e-12, max_iter=10_000, class_weight="balanced"
+    ).fit(X, y)
     counts = np.bincount(y)
     w = (len(y) / (len(counts) * counts))[y]  # scikit-learn's "balanced"
     alpha = 1.0 / (C * w.sum())
     ours = _certified(model, X, y, alpha, w)
-    theirs = certificate(_problem(alpha), X, y, reference.coef_, reference.intercept_,
-                         sample_weight=w)
+    theirs = certificate(
+        _problem(alpha), X, y, reference.coef_, reference.intercept_, sample_weight=w
+    )
     assert abs(ours.primal - theirs.primal) <= 1e-7 * theirs.primal
     np.testing.assert_allclose(model.predict_proba(X), reference.predict_proba(X), atol=1e-6)
 
@@ -129,7 +141,8 @@ def test_class_weight_dict_is_sample_weight():
     X, y = _load("iris")
     by_class = LogisticRegression(alpha=0.01, tol=TOL, class_weight={0: 3.0, 2: 0.5}).fit(X, y)
     by_rows = LogisticRegression(alpha=0.01, tol=TOL).fit(
-        X, y, sample_weight=np.array([3.0, 1.0, 0.5])[y])
+        X, y, sample_weight=np.array([3.0, 1.0, 0.5])[y]
+    )
     assert by_class.multi_class_ == by_rows.multi_class_ == "multinomial"
     np.testing.assert_array_equal(by_class.coef_, by_rows.coef_)
 
@@ -141,9 +154,16 @@ def test_the_weighted_certificate_is_valid_away_from_the_optimum():
     rng = np.random.default_rng(0)
     for l1_ratio in (0.0, 0.5, 1.0):
         problem = _problem(0.02, l1_ratio)
-        result = dask_scd.fit(X, y, loss="multinomial", alpha=0.02, l1_ratio=l1_ratio,
-                              penalty="l2" if l1_ratio == 0.0 else "elasticnet",
-                              tol=1e-13, sample_weight=w)
+        result = dask_scd.fit(
+            X,
+            y,
+            loss="multinomial",
+            alpha=0.02,
+            l1_ratio=l1_ratio,
+            penalty="l2" if l1_ratio == 0.0 else "elasticnet",
+            tol=1e-13,
+            sample_weight=w,
+        )
         best = result.primal_
         for scale in (0.0, 0.3, 3.0):
             coef = scale * rng.standard_normal((3, X.shape[1]))
@@ -164,8 +184,15 @@ def test_dask_engine_takes_weights(curvature, monkeypatch):
     w = _integer_weights(len(y))
     expected = dask_scd.fit(X, y, loss="multinomial", alpha=0.01, tol=1e-12, sample_weight=w)
     dX, dy = da.from_array(X, chunks=(40, 2)), da.from_array(y, chunks=40)
-    result = dask_scd.fit(dX, dy, loss="multinomial", alpha=0.01, tol=TOL, in_memory_limit=0,
-                          sample_weight=da.from_array(w, chunks=40))
+    result = dask_scd.fit(
+        dX,
+        dy,
+        loss="multinomial",
+        alpha=0.01,
+        tol=TOL,
+        in_memory_limit=0,
+        sample_weight=da.from_array(w, chunks=40),
+    )
     assert result.solver_ == "block_newton" and result.dual_gap_ <= TOL
     assert min(result.extras_["primal_minus_dual"]) >= 0.0
     assert result.primal_ == pytest.approx(expected.primal_, rel=1e-9)
@@ -181,7 +208,8 @@ def test_weighted_fits_are_multinomial_and_ovr_stays_ovr():
         warnings.simplefilter("error")
         auto = LogisticRegression(alpha=0.01, tol=TOL).fit(X, y, sample_weight=w)
         asked = LogisticRegression(alpha=0.01, tol=TOL, multi_class="multinomial").fit(
-            X, y, sample_weight=w)
+            X, y, sample_weight=w
+        )
         balanced = LogisticRegression(alpha=0.01, tol=TOL, class_weight="balanced").fit(X, y)
     assert auto.multi_class_ == asked.multi_class_ == balanced.multi_class_ == "multinomial"
     np.testing.assert_array_equal(auto.coef_, asked.coef_)
@@ -189,8 +217,9 @@ def test_weighted_fits_are_multinomial_and_ovr_stays_ovr():
     np.testing.assert_array_equal(auto.coef_, fit.coef_)
     ovr = LogisticRegression(alpha=0.01, tol=TOL, multi_class="ovr").fit(X, y, sample_weight=w)
     assert ovr.multi_class_ == "ovr" and ovr.dual_gap_.shape == (3,)
-    binary = dask_scd.fit(X, np.where(y == 0, 1, -1), loss="logistic", alpha=0.01, tol=TOL,
-                          sample_weight=w)
+    binary = dask_scd.fit(
+        X, np.where(y == 0, 1, -1), loss="logistic", alpha=0.01, tol=TOL, sample_weight=w
+    )
     np.testing.assert_allclose(ovr.coef_[0], binary.coef_, atol=1e-8)
 
 
@@ -199,8 +228,9 @@ def test_a_class_without_weight_is_refused_with_an_intercept():
     w = np.where(y == 2, 0.0, 1.0)
     with pytest.raises(ValueError, match="total weight of 0"):
         dask_scd.fit(X, y, loss="multinomial", alpha=0.01, sample_weight=w)
-    result = dask_scd.fit(X, y, loss="multinomial", alpha=0.01, tol=TOL, sample_weight=w,
-                          fit_intercept=False)
+    result = dask_scd.fit(
+        X, y, loss="multinomial", alpha=0.01, tol=TOL, sample_weight=w, fit_intercept=False
+    )
     assert result.dual_gap_ <= TOL
 
 

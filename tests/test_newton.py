@@ -53,24 +53,37 @@ def _scikit_learn(loss, penalty, rho, alpha, X, y, fit_intercept):
     n = X.shape[0]
     C = 1.0 / (alpha * n)  # (1/n)Σℓ + α/2‖θ‖²  ⇔  C·Σℓ + ½‖θ‖²
     if loss == "squared":
-        model = {"l2": lambda: linear_model.Ridge(alpha=alpha * n, tol=1e-12,
-                                                  fit_intercept=fit_intercept),
-                 "l1": lambda: linear_model.Lasso(alpha=alpha, tol=1e-10, max_iter=100_000,
-                                                  fit_intercept=fit_intercept),
-                 "elasticnet": lambda: linear_model.ElasticNet(
-                     alpha=alpha, l1_ratio=rho, tol=1e-10, max_iter=100_000,
-                     fit_intercept=fit_intercept)}[penalty]()
+        model = {
+            "l2": lambda: linear_model.Ridge(
+                alpha=alpha * n, tol=1e-12, fit_intercept=fit_intercept
+            ),
+            "l1": lambda: linear_model.Lasso(
+                alpha=alpha, tol=1e-10, max_iter=100_000, fit_intercept=fit_intercept
+            ),
+            "elasticnet": lambda: linear_model.ElasticNet(
+                alpha=alpha, l1_ratio=rho, tol=1e-10, max_iter=100_000, fit_intercept=fit_intercept
+            ),
+        }[penalty]()
     elif penalty == "elasticnet":
         return None  # no tight scikit-learn solver: the certificate is the proof
     elif loss == "logistic" and penalty == "l2":
-        model = linear_model.LogisticRegression(C=C, solver="newton-cholesky", tol=1e-12,
-                                                max_iter=1000, fit_intercept=fit_intercept)
+        model = linear_model.LogisticRegression(
+            C=C, solver="newton-cholesky", tol=1e-12, max_iter=1000, fit_intercept=fit_intercept
+        )
     elif loss == "logistic":  # liblinear penalizes its intercept: compared without one
-        model = linear_model.LogisticRegression(C=C, l1_ratio=1.0, solver="liblinear",
-                                                tol=1e-8, max_iter=10_000, fit_intercept=False)
+        model = linear_model.LogisticRegression(
+            C=C, l1_ratio=1.0, solver="liblinear", tol=1e-8, max_iter=10_000, fit_intercept=False
+        )
     else:  # the squared hinge: squared loss (1/n)Σℓ scales to C = 1/(αn) too
-        model = svm.LinearSVC(C=C, loss="squared_hinge", penalty=penalty, dual=False,
-                              tol=1e-8, max_iter=100_000, fit_intercept=False)
+        model = svm.LinearSVC(
+            C=C,
+            loss="squared_hinge",
+            penalty=penalty,
+            dual=False,
+            tol=1e-8,
+            max_iter=100_000,
+            fit_intercept=False,
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(X, y)
@@ -79,8 +92,18 @@ def _scikit_learn(loss, penalty, rho, alpha, X, y, fit_intercept):
 
 
 def _check_against_scikit_learn(loss, penalty, rho, alpha, X, y, fit_intercept):
-    ours = dask_scd.fit(X, y, loss=loss, penalty=penalty, alpha=alpha, l1_ratio=rho,
-                        fit_intercept=fit_intercept, tol=TOL, solver="newton", random_state=0)
+    ours = dask_scd.fit(
+        X,
+        y,
+        loss=loss,
+        penalty=penalty,
+        alpha=alpha,
+        l1_ratio=rho,
+        fit_intercept=fit_intercept,
+        tol=TOL,
+        solver="newton",
+        random_state=0,
+    )
     assert ours.converged_ and ours.dual_gap_ <= TOL
     assert ours.n_iter_ < 1000
     problem = obj.Problem(loss, alpha, rho, fit_intercept)
@@ -109,8 +132,7 @@ def test_adult_matches_scikit_learn(loss, penalty, rho):
     X, labels, _ = _adult()
     # scikit-learn's coordinate descent needs thousands of epochs on Adult below α = 1e-2
     alpha = 1e-5 if penalty == "l2" else 1e-2 if loss == "squared" else 1e-3
-    _check_against_scikit_learn(loss, penalty, rho, alpha, X, labels,
-                                _intercept_for(loss, penalty))
+    _check_against_scikit_learn(loss, penalty, rho, alpha, X, labels, _intercept_for(loss, penalty))
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -128,8 +150,7 @@ def test_with_intercept_matches_coordinate_descent(rng, loss, penalty, rho):
     X, labels, target = _ill_conditioned(rng, n=300, p=8)
     X = X[:, :8] / np.logspace(-3, 3, 30)[:8] + 1.0  # non-centred columns
     y = target if loss == "squared" else labels
-    kwargs = {"loss": loss, "penalty": penalty, "alpha": 1e-2, "l1_ratio": rho,
-              "random_state": 0}
+    kwargs = {"loss": loss, "penalty": penalty, "alpha": 1e-2, "l1_ratio": rho, "random_state": 0}
     ours = dask_scd.fit(X, y, tol=TOL, solver="newton", **kwargs)
     scd = dask_scd.fit(X, y, tol=1e-11, solver="scd", max_iter=100_000, **kwargs)
     assert ours.converged_ and scd.converged_
@@ -148,11 +169,11 @@ def test_every_l2_inner_solver_finds_the_optimum(monkeypatch, loss, which):
     X, y, _ = _adult()
     _inner_solvers(monkeypatch, which)
     problem = obj.Problem(loss, 1e-5, 0.0, True)
-    run = newton.fit_newton(InMemory(X, y), problem, Options(TOL, 1000,
-                                                             np.random.default_rng(0)))
+    run = newton.fit_newton(InMemory(X, y), problem, Options(TOL, 1000, np.random.default_rng(0)))
     assert run.certificate.relative_gap <= TOL
-    assert any(kind.endswith("cholesky" if which == "gram" else "cg")
-               for kind in run.extras["passes"])
+    assert any(
+        kind.endswith("cholesky" if which == "gram" else "cg") for kind in run.extras["passes"]
+    )
 
 
 @pytest.mark.parametrize("which", ["gram", "columns"])
@@ -165,23 +186,26 @@ def test_every_l1_inner_solver_finds_the_optimum(rng, monkeypatch, which, fit_in
         X, y, _ = _adult()
     _inner_solvers(monkeypatch, which)
     problem = obj.Problem("logistic", 1e-4, 0.8, fit_intercept)
-    run = newton.fit_newton(InMemory(X, y), problem, Options(TOL, 1000,
-                                                             np.random.default_rng(0)))
+    run = newton.fit_newton(InMemory(X, y), problem, Options(TOL, 1000, np.random.default_rng(0)))
     assert run.certificate.relative_gap <= TOL
-    assert any(kind.endswith("gram_cd" if which == "gram" else "column_cd")
-               for kind in run.extras["passes"])
+    assert any(
+        kind.endswith("gram_cd" if which == "gram" else "column_cd")
+        for kind in run.extras["passes"]
+    )
 
 
 def test_large_sparse_one_hot_runs_conjugate_gradients():
     X, y, _ = make_onehot(3000, n_fields=5, cardinality=500, random_state=0)
-    run = newton.fit_newton(InMemory(X, y), obj.Problem("logistic", 1e-4, 0.0, True),
-                            Options(TOL, 1000, np.random.default_rng(0)))
+    run = newton.fit_newton(
+        InMemory(X, y),
+        obj.Problem("logistic", 1e-4, 0.0, True),
+        Options(TOL, 1000, np.random.default_rng(0)),
+    )
     assert run.certificate.relative_gap <= TOL
     assert "solve:cg" in run.extras["passes"]
     sk = linear_model.LogisticRegression(C=1 / (1e-4 * 3000), tol=1e-12, max_iter=10_000)
     sk.fit(X, y)
-    theirs = _objective(obj.Problem("logistic", 1e-4, 0.0, True), X, y, sk.coef_,
-                        sk.intercept_[0])
+    theirs = _objective(obj.Problem("logistic", 1e-4, 0.0, True), X, y, sk.coef_, sk.intercept_[0])
     assert run.certificate.primal - theirs.primal <= 1e-7 * theirs.primal
 
 
@@ -189,8 +213,13 @@ def test_certificate_never_below_the_true_error():
     """Every certified gap bounds P(θ_t) − P* from above (P* from a far tighter fit), and
     the last one is within 10x of it (dual extrapolation and the best dual value)."""
     X, y, _ = _adult()
-    kwargs = {"loss": "logistic", "penalty": "l1", "alpha": 1e-5, "fit_intercept": False,
-              "solver": "newton"}
+    kwargs = {
+        "loss": "logistic",
+        "penalty": "l1",
+        "alpha": 1e-5,
+        "fit_intercept": False,
+        "solver": "newton",
+    }
     optimum = dask_scd.fit(X, y, tol=1e-13, **kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -209,16 +238,22 @@ def _tightness(fit, p_star, target):
     history = fit.history_
     errors = [(p - p_star) / abs(p_star) for p in history.primal]
     first = next(k for k, e in enumerate(errors) if e <= target)
-    return (history.relative_gap[first] / max(errors[first], 0.1 * target),
-            len(errors) - 1 - first)
+    return (history.relative_gap[first] / max(errors[first], 0.1 * target), len(errors) - 1 - first)
 
 
 @pytest.mark.parametrize("data", ["onehot", "ill_conditioned"])
-@pytest.mark.parametrize("loss,penalty,which", [
-    ("logistic", "l2", "gram"), ("logistic", "l2", "cg"), ("logistic", "l1", "gram"),
-    ("squared_hinge", "l2", "gram")])
-def test_certificate_is_tight_where_the_error_reaches_tol(rng, monkeypatch, data, loss,
-                                                          penalty, which):
+@pytest.mark.parametrize(
+    "loss,penalty,which",
+    [
+        ("logistic", "l2", "gram"),
+        ("logistic", "l2", "cg"),
+        ("logistic", "l1", "gram"),
+        ("squared_hinge", "l2", "gram"),
+    ],
+)
+def test_certificate_is_tight_where_the_error_reaches_tol(
+    rng, monkeypatch, data, loss, penalty, which
+):
     """The model's dual point (offer_linearized) makes the gap of a Newton iterate of the
     order of its true error: at the first iterate within tol of P*, the gap is within 10x
     of the error (or of tol/10), so the fit stops there or one step later."""
@@ -259,8 +294,7 @@ def test_sampled_hessian_reaches_the_optimum_with_a_tight_certificate(rng, loss)
     n = X.shape[0]
     alpha = 1.0 / n  # scikit-learn's C = 1
     problem = obj.Problem(loss, alpha, 0.0, True)
-    run = newton.fit_newton(InMemory(X, y), problem,
-                            Options(TOL, 1000, np.random.default_rng(0)))
+    run = newton.fit_newton(InMemory(X, y), problem, Options(TOL, 1000, np.random.default_rng(0)))
     assert run.certificate.relative_gap <= TOL
     assert {"solve:sampled", "solve:sampled_cg"} <= set(run.extras["passes"])
     assert "solve:cholesky" not in run.extras["passes"]  # no Gram of all rows
@@ -288,14 +322,14 @@ def test_sampled_hessian_hands_back_where_the_sample_misses_a_column(rng):
     hands back to exact steps and still reaches the certified optimum."""
     X, y = _many_rows(rng)
     n, p = X.shape
-    sample = quadratic.HessianSample.build(quadratic.Design.from_array(X), p + 1,
-                                           np.random.default_rng(0))
+    sample = quadratic.HessianSample.build(
+        quadratic.Design.from_array(X), p + 1, np.random.default_rng(0)
+    )
     outside = np.setdiff1d(np.arange(n), sample.rows)
     X[:, 0] = 0.0
     X[rng.choice(outside, 30, replace=False), 0] = 5.0
     problem = obj.Problem("logistic", 1.0 / n, 0.0, True)
-    run = newton.fit_newton(InMemory(X, y), problem,
-                            Options(TOL, 1000, np.random.default_rng(0)))
+    run = newton.fit_newton(InMemory(X, y), problem, Options(TOL, 1000, np.random.default_rng(0)))
     assert run.certificate.relative_gap <= TOL
     assert "solve:cholesky" in run.extras["passes"]  # exact steps took over
     sk = linear_model.LogisticRegression(C=1.0, solver="newton-cholesky", tol=1e-12)
@@ -313,10 +347,24 @@ def test_float32_x_and_inputs_untouched(rng):
     X32 = X.astype(np.float32)
     for data in (X32, sp.csr_matrix(X32), sp.csc_matrix(X32)):
         before, y_before = data.copy(), labels.copy()
-        r32 = dask_scd.fit(data, labels, loss="logistic", penalty="elasticnet", alpha=1e-3,
-                           tol=TOL, solver="newton")
-        r64 = dask_scd.fit(X32.astype(np.float64), labels, loss="logistic",
-                           penalty="elasticnet", alpha=1e-3, tol=TOL, solver="newton")
+        r32 = dask_scd.fit(
+            data,
+            labels,
+            loss="logistic",
+            penalty="elasticnet",
+            alpha=1e-3,
+            tol=TOL,
+            solver="newton",
+        )
+        r64 = dask_scd.fit(
+            X32.astype(np.float64),
+            labels,
+            loss="logistic",
+            penalty="elasticnet",
+            alpha=1e-3,
+            tol=TOL,
+            solver="newton",
+        )
         assert r32.converged_
         assert r32.primal_ == pytest.approx(r64.primal_, rel=1e-9)
         dense = data.toarray() if sp.issparse(data) else data
@@ -326,8 +374,12 @@ def test_float32_x_and_inputs_untouched(rng):
 
 def test_deterministic(rng):
     X, y, _ = _ill_conditioned(rng, n=200, p=10)
-    first, second = (dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=1e-3,
-                                  solver="newton", random_state=3) for _ in range(2))
+    first, second = (
+        dask_scd.fit(
+            X, y, loss="logistic", penalty="l1", alpha=1e-3, solver="newton", random_state=3
+        )
+        for _ in range(2)
+    )
     np.testing.assert_array_equal(first.coef_, second.coef_)
     assert first.intercept_ == second.intercept_
 
@@ -335,8 +387,9 @@ def test_deterministic(rng):
 def test_max_iter_counts_newton_steps(rng):
     X, y, _ = _ill_conditioned(rng, n=200, p=10)
     with pytest.warns(ConvergenceWarning, match="after 2 iterations of solver='newton'"):
-        fit = dask_scd.fit(X, y, loss="logistic", alpha=1e-6, tol=1e-12, max_iter=2,
-                           solver="newton")
+        fit = dask_scd.fit(
+            X, y, loss="logistic", alpha=1e-6, tol=1e-12, max_iter=2, solver="newton"
+        )
     assert fit.n_iter_ == 2
     assert fit.history_.iteration == [0, 1, 2]
 
@@ -360,14 +413,16 @@ def test_derivatives_and_loss_along_match_reference(rng, loss):
     margins, direction = rng.normal(size=50) * 3, rng.normal(size=50)
     grad, curv = np.empty(50), np.empty(50)
     total = kernels.derivatives(obj.LOSS_CODES[loss], y, margins, grad, curv)
-    ref_grad, ref_curv, ref_total = reference.newton_derivatives(obj.Problem(loss, 1, 0, 0),
-                                                                 y, margins)
+    ref_grad, ref_curv, ref_total = reference.newton_derivatives(
+        obj.Problem(loss, 1, 0, 0), y, margins
+    )
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(curv, ref_curv, rtol=1e-12, atol=1e-15)
     assert total == pytest.approx(ref_total, rel=1e-12)
     along = kernels.loss_along(obj.LOSS_CODES[loss], y, margins, direction, 0.3)
-    assert along == pytest.approx(obj.loss_value(loss, y, margins + 0.3 * direction).sum(),
-                                  rel=1e-12)
+    assert along == pytest.approx(
+        obj.loss_value(loss, y, margins + 0.3 * direction).sum(), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("layout", ["csr", "dense", "float32"])
@@ -379,8 +434,9 @@ def test_hessian_vector_and_gram_match_reference(rng, layout):
     design = quadratic.Design.from_array(X)
     rows = design.rows
     v, out = rng.normal(size=12), np.empty(12)
-    total = kernels.hessian_vector(rows.data, rows.indices, rows.indptr, rows.dense, 60, 12,
-                                   weights, v, 0.7, out)
+    total = kernels.hessian_vector(
+        rows.data, rows.indices, rows.indptr, rows.dense, 60, 12, weights, v, 0.7, out
+    )
     ref_out, ref_total = reference.newton_hessian_vector(dense, weights, v, 0.7)
     np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
     assert total == pytest.approx(ref_total, rel=1e-10)
@@ -411,10 +467,12 @@ def test_coordinate_descent_epochs_match_reference(rng, intercept):
     q, delta, ref_q, ref_delta = c.copy(), np.zeros(k), c.copy(), np.zeros(k)
     for _ in range(3):
         order = rng.permutation(k)
-        worst = kernels.gram_cd_epoch(hessian, q, coef_k, delta, order, problem.l1,
-                                      problem.l2, intercept)
-        ref_worst = reference.newton_gram_cd_epoch(hessian, ref_q, coef_k, ref_delta, order,
-                                                   problem.l1, problem.l2, intercept)
+        worst = kernels.gram_cd_epoch(
+            hessian, q, coef_k, delta, order, problem.l1, problem.l2, intercept
+        )
+        ref_worst = reference.newton_gram_cd_epoch(
+            hessian, ref_q, coef_k, ref_delta, order, problem.l1, problem.l2, intercept
+        )
         np.testing.assert_allclose(delta, ref_delta, rtol=1e-10, atol=1e-13)
         np.testing.assert_allclose(q, ref_q, rtol=1e-10, atol=1e-13)
         assert worst == pytest.approx(ref_worst, rel=1e-10)
@@ -427,12 +485,25 @@ def test_coordinate_descent_epochs_match_reference(rng, intercept):
     direction = packed[:, 2]
     ref_delta, ref_direction, ref_b = np.zeros(p), np.zeros(n), np.zeros(1)
     for _ in range(3):
-        worst = kernels.column_cd_epoch_packed(columns.data, columns.indices, columns.indptr,
-                                               False, n, order, packed, col_curv, coef, delta,
-                                               problem.l1, problem.l2, intercept, delta_b)
-        ref_worst = reference.newton_column_cd_epoch(dense, order, grad, curv, coef,
-                                                     ref_delta, ref_direction, problem.l1,
-                                                     problem.l2, ref_b)
+        worst = kernels.column_cd_epoch_packed(
+            columns.data,
+            columns.indices,
+            columns.indptr,
+            False,
+            n,
+            order,
+            packed,
+            col_curv,
+            coef,
+            delta,
+            problem.l1,
+            problem.l2,
+            intercept,
+            delta_b,
+        )
+        ref_worst = reference.newton_column_cd_epoch(
+            dense, order, grad, curv, coef, ref_delta, ref_direction, problem.l1, problem.l2, ref_b
+        )
         np.testing.assert_allclose(delta, ref_delta, rtol=1e-10, atol=1e-13)
         np.testing.assert_allclose(direction, ref_direction, rtol=1e-10, atol=1e-12)
         assert delta_b[0] == pytest.approx(ref_b[0], rel=1e-10, abs=1e-14)
@@ -452,8 +523,9 @@ def test_block_shifts_solve_one_hot_l1_with_an_intercept(monkeypatch):
     for which in ("gram", "columns"):
         with monkeypatch.context() as patch:
             _inner_solvers(patch, which)
-            runs[which] = newton.fit_newton(InMemory(X, y), problem, Options(
-                1e-10, 100, np.random.default_rng(0)))
+            runs[which] = newton.fit_newton(
+                InMemory(X, y), problem, Options(1e-10, 100, np.random.default_rng(0))
+            )
     gram, columns = runs["gram"], runs["columns"]
     assert "solve:column_cd" in columns.extras["passes"]
     assert columns.certificate.relative_gap <= 1e-10
@@ -469,8 +541,9 @@ def test_block_shift_solve_is_exact_in_each_coordinate(rng):
     kinks = np.sort(rng.normal(size=9))
     for q in (-3.0, -0.2, 0.0, 0.4, 5.0):
         shift = np.zeros(1)
-        kernels.shift_solve(np.array([q]), np.array([[0.7]]), np.array([0, 9]), kinks, 0.3,
-                            10, 0.0, shift)
+        kernels.shift_solve(
+            np.array([q]), np.array([[0.7]]), np.array([0, 9]), kinks, 0.3, 10, 0.0, shift
+        )
         grid = np.linspace(-12, 12, 480_001)
         values = q * grid + 0.35 * grid**2 + 0.3 * np.abs(grid[:, None] - kinks).sum(1)
         best = grid[np.argmin(values)]
@@ -487,14 +560,29 @@ def test_weak_l1_logistic_on_adult_is_superlinear_and_matches_liblinear():
 
     X, y, _ = _adult()
     n, alpha = X.shape[0], 1e-5
-    result = dask_scd.fit(X, y, loss="logistic", penalty="l1", alpha=alpha, solver="newton",
-                          tol=1e-10, fit_intercept=False, max_iter=200)
+    result = dask_scd.fit(
+        X,
+        y,
+        loss="logistic",
+        penalty="l1",
+        alpha=alpha,
+        solver="newton",
+        tol=1e-10,
+        fit_intercept=False,
+        max_iter=200,
+    )
     assert result.dual_gap_ <= 1e-10
     assert result.n_iter_ <= 20
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        liblinear = LogisticRegression(penalty="l1", C=1.0 / (alpha * n), solver="liblinear",
-                                       fit_intercept=False, tol=1e-12, max_iter=100_000)
+        liblinear = LogisticRegression(
+            penalty="l1",
+            C=1.0 / (alpha * n),
+            solver="liblinear",
+            fit_intercept=False,
+            tol=1e-12,
+            max_iter=100_000,
+        )
         liblinear.fit(X, y)
     problem = obj.Problem("logistic", alpha, 1.0, False)
     best = min(result.primal_, _objective(problem, X, y, liblinear.coef_, 0.0).primal)
@@ -515,8 +603,9 @@ def test_block_row_sums_equal_the_sparse_product(rng):
     def by_product(X, blocks):
         block_of = block_index(X, blocks)
         columns = np.concatenate(blocks)
-        Z = sp.csr_matrix((np.ones(len(columns)), (columns, block_of[columns])),
-                          shape=(X.shape[1], len(blocks)))
+        Z = sp.csr_matrix(
+            (np.ones(len(columns)), (columns, block_of[columns])), shape=(X.shape[1], len(blocks))
+        )
         S = sp.csc_matrix(X @ Z, dtype=np.float64)
         return RowSums.from_columns(S[:, [k]].toarray().ravel() for k in range(len(blocks)))
 
@@ -529,11 +618,14 @@ def test_block_row_sums_equal_the_sparse_product(rng):
     large.data = np.full(X.nnz, 300.0)
     partial = X[:, 10:].tocsr()
     random = sp.random(2000, 200, density=0.02, random_state=1, format="csr")
-    cases = [(X, fields, np.uint8), (real, fields, np.float64), (signed, fields, np.int16),
-             (large, fields, np.int16),
-             (partial, [np.arange(40)] + [f[10:] - 10 for f in fields[1:]], np.uint8),
-             (random, [np.arange(100), np.arange(100, 150), np.array([150, 170, 199])],
-              np.float64)]
+    cases = [
+        (X, fields, np.uint8),
+        (real, fields, np.float64),
+        (signed, fields, np.int16),
+        (large, fields, np.int16),
+        (partial, [np.arange(40)] + [f[10:] - 10 for f in fields[1:]], np.uint8),
+        (random, [np.arange(100), np.arange(100, 150), np.array([150, 170, 199])], np.float64),
+    ]
     for M, blocks, dtype in cases:
         want = by_product(M, blocks)
         got = row_sums_of_blocks(M, block_index(M, blocks), len(blocks))
@@ -555,8 +647,7 @@ def test_newton_reads_a_csc_x_by_rows_once(rng, monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(sp.csc_matrix, "tocsr", counted)
-    by_columns = dask_scd.fit(X.tocsc(), y, loss="logistic", alpha=1e-3, solver="newton",
-                              tol=1e-9)
+    by_columns = dask_scd.fit(X.tocsc(), y, loss="logistic", alpha=1e-3, solver="newton", tol=1e-9)
     assert conversions.count(X.shape) == 1
     by_rows = dask_scd.fit(X.tocsr(), y, loss="logistic", alpha=1e-3, solver="newton", tol=1e-9)
     np.testing.assert_array_equal(by_columns.coef_, by_rows.coef_)
@@ -584,21 +675,21 @@ def test_epochs_kept_on_the_residual_are_the_packed_epoch(rng, intercept, kept):
     delta, delta_b, kept_delta, kept_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
     head = (columns.data, columns.indices, columns.indptr, False, n, order)
     for _ in range(4):
-        worst = kernels.column_cd_epoch_packed(*head, packed, col_curv, coef, delta,
-                                               problem.l1, problem.l2, intercept, delta_b)
-        got = epoch(*head, state, col_curv, coef, kept_delta, problem.l1, problem.l2,
-                    intercept, kept_b)
+        worst = kernels.column_cd_epoch_packed(
+            *head, packed, col_curv, coef, delta, problem.l1, problem.l2, intercept, delta_b
+        )
+        got = epoch(
+            *head, state, col_curv, coef, kept_delta, problem.l1, problem.l2, intercept, kept_b
+        )
         np.testing.assert_allclose(kept_delta, delta, rtol=1e-12, atol=1e-15)
         residual = state if unit else state[:, 0]
-        np.testing.assert_allclose(residual, grad + curv * packed[:, 2], rtol=1e-10,
-                                   atol=1e-13)
+        np.testing.assert_allclose(residual, grad + curv * packed[:, 2], rtol=1e-10, atol=1e-13)
         assert kept_b[0] == pytest.approx(delta_b[0], rel=1e-12, abs=1e-15)
         assert got == pytest.approx(worst, rel=1e-12)
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_logistic_l1_by_column_epochs_on_the_pair_finds_the_optimum(monkeypatch,
-                                                                    fit_intercept):
+def test_logistic_l1_by_column_epochs_on_the_pair_finds_the_optimum(monkeypatch, fit_intercept):
     """A one-hot logistic L1 fit by column epochs on (r, D) (as for long X), block shifts
     included, reaches the optimum of the fit by epochs on (g, D, XΔ)."""
     X, y, _ = make_onehot(4000, 6, 40, random_state=3)
@@ -608,8 +699,9 @@ def test_logistic_l1_by_column_epochs_on_the_pair_finds_the_optimum(monkeypatch,
     for rows in (0, 10**9):  # every X long, none
         with monkeypatch.context() as patch:
             patch.setattr(quadratic, "PAIR_ROWS", rows)
-            runs[rows] = newton.fit_newton(InMemory(X, y), problem, Options(
-                1e-10, 100, np.random.default_rng(0)))
+            runs[rows] = newton.fit_newton(
+                InMemory(X, y), problem, Options(1e-10, 100, np.random.default_rng(0))
+            )
     pair, packed = runs[0], runs[10**9]
     assert "solve:column_cd" in pair.extras["passes"]
     assert pair.certificate.relative_gap <= 1e-10 and packed.certificate.relative_gap <= 1e-10
@@ -629,13 +721,15 @@ def test_lasso_by_column_epochs_on_the_residual_finds_the_optimum(monkeypatch, f
         with monkeypatch.context() as patch:
             if which == "packed":
                 patch.setattr(quadratic, "_unit_curvature", lambda design, model: False)
-            runs[which] = newton.fit_newton(InMemory(X, y), problem, Options(
-                1e-10, 100, np.random.default_rng(0)))
+            runs[which] = newton.fit_newton(
+                InMemory(X, y), problem, Options(1e-10, 100, np.random.default_rng(0))
+            )
     unit, packed = runs["unit"], runs["packed"]
     assert "solve:column_cd" in unit.extras["passes"]
     assert unit.certificate.relative_gap <= 1e-10 and packed.certificate.relative_gap <= 1e-10
     assert unit.certificate.primal == pytest.approx(packed.certificate.primal, rel=1e-10)
-    ref = linear_model.Lasso(alpha=2e-3, fit_intercept=fit_intercept, tol=1e-12,
-                             max_iter=100_000).fit(X.toarray(), y)
+    ref = linear_model.Lasso(
+        alpha=2e-3, fit_intercept=fit_intercept, tol=1e-12, max_iter=100_000
+    ).fit(X.toarray(), y)
     ref_primal = obj.certificate(problem, X, y, ref.coef_, float(ref.intercept_)).primal
     assert unit.certificate.primal <= ref_primal * (1 + 1e-9)

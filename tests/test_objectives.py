@@ -55,12 +55,17 @@ def test_dual_loss_is_the_conjugate(loss):
         z0 = np.linspace(-3, 3, 7)
         a = -obj.loss_derivative(loss, y, z0)
         for ai, zi in zip(a, z0):
-            inf = minimize_scalar(lambda z: obj.loss_value(loss, y, z) + ai * z,
-                                  bounds=(-50, 50), method="bounded", options={"xatol": 1e-12})
+            inf = minimize_scalar(
+                lambda z: obj.loss_value(loss, y, z) + ai * z,
+                bounds=(-50, 50),
+                method="bounded",
+                options={"xatol": 1e-12},
+            )
             assert obj.dual_loss(loss, y, ai) == pytest.approx(inf.fun, abs=1e-7)
             # Fenchel–Young equality at a = −ℓ'(z).
-            assert obj.loss_value(loss, y, zi) - obj.dual_loss(loss, y, ai) + ai * zi == \
-                pytest.approx(0.0, abs=1e-12)
+            assert obj.loss_value(loss, y, zi) - obj.dual_loss(
+                loss, y, ai
+            ) + ai * zi == pytest.approx(0.0, abs=1e-12)
 
 
 @pytest.mark.parametrize("loss", obj.LOSSES)
@@ -118,9 +123,15 @@ def test_rescaled_lasso_certificate_is_valid_and_tighter(rng):
     margins = X @ coef + 0.1
     sums = obj.margin_sums(problem, y, margins)
     a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums))
-    lipschitz = obj.primal_certificate(problem, len(y), coef, sums["loss"],
-                                       float(obj.dual_loss("squared", y, a).sum()),
-                                       X.T @ a / len(y), float(a @ margins))
+    lipschitz = obj.primal_certificate(
+        problem,
+        len(y),
+        coef,
+        sums["loss"],
+        float(obj.dual_loss("squared", y, a).sum()),
+        X.T @ a / len(y),
+        float(a @ margins),
+    )
     assert cert.gap <= lipschitz.gap
     assert cert.coordinate_gaps.sum() + cert.intercept_gap == pytest.approx(cert.gap, rel=1e-10)
     assert np.all(cert.coordinate_gaps >= -1e-12) and cert.intercept_gap >= -1e-12
@@ -145,8 +156,7 @@ def test_the_optimal_intercept_takes_a_few_passes(loss, monkeypatch):
     margins = rng.normal(size=len(y))
     calls = []
     derivative = obj.loss_derivative
-    monkeypatch.setattr(obj, "loss_derivative",
-                        lambda *a: calls.append(1) or derivative(*a))
+    monkeypatch.setattr(obj, "loss_derivative", lambda *a: calls.append(1) or derivative(*a))
     b = obj.optimal_intercept(loss, y, margins)
     assert len(calls) <= 10
     root = brentq(lambda t: derivative(loss, y, margins + t).sum(), -20, 20, xtol=1e-15)

@@ -48,20 +48,29 @@ def test_path_matches_sklearn_at_every_alpha(diabetes, l1_ratio, fit_intercept):
     same objective)."""
     X, y = diabetes
     penalty = "l1" if l1_ratio == 1.0 else "elasticnet"
-    ours = dask_scd.path(X, y, penalty=penalty, l1_ratio=l1_ratio, n_alphas=30,
-                         fit_intercept=fit_intercept, tol=1e-12, solver="newton")
+    ours = dask_scd.path(
+        X,
+        y,
+        penalty=penalty,
+        l1_ratio=l1_ratio,
+        n_alphas=30,
+        fit_intercept=fit_intercept,
+        tol=1e-12,
+        solver="newton",
+    )
     Xs, ys = (X - X.mean(axis=0), y - y.mean()) if fit_intercept else (X, y)
-    alphas, coefs, _ = linear_model.enet_path(Xs, ys, l1_ratio=l1_ratio, alphas=30,
-                                              tol=1e-14, max_iter=100_000)
+    alphas, coefs, _ = linear_model.enet_path(
+        Xs, ys, l1_ratio=l1_ratio, alphas=30, tol=1e-14, max_iter=100_000
+    )
     np.testing.assert_allclose(ours.alphas, alphas, rtol=1e-12)
     assert ours.coefs.shape == (X.shape[1], 30)
     assert np.all(ours.dual_gaps <= 1e-12)
     for k, alpha in enumerate(ours.alphas):
         intercept = y.mean() - X.mean(axis=0) @ coefs[:, k] if fit_intercept else 0.0
-        theirs = objective("squared", alpha, l1_ratio, fit_intercept, X, y, coefs[:, k],
-                           intercept)
-        mine = objective("squared", alpha, l1_ratio, fit_intercept, X, y, ours.coefs[:, k],
-                         ours.intercepts[k])
+        theirs = objective("squared", alpha, l1_ratio, fit_intercept, X, y, coefs[:, k], intercept)
+        mine = objective(
+            "squared", alpha, l1_ratio, fit_intercept, X, y, ours.coefs[:, k], ours.intercepts[k]
+        )
         assert abs(mine - theirs) <= 1e-8 * abs(theirs), (k, mine, theirs)
         # diabetes' columns are correlated: the objective is flat in some directions,
         # where equal objectives still leave the coefficients ~1e-5 apart
@@ -74,8 +83,9 @@ def test_alpha_max_is_exact(diabetes, cancer, loss):
     result = dask_scd.path(X, y, loss=loss, penalty="l1", n_alphas=3, tol=1e-10)
     assert np.all(result.coefs[:, 0] == 0.0) and result.alphas[0] == result.alpha_max
     at_max = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=result.alpha_max, tol=1e-12)
-    below = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=result.alpha_max * (1 - 1e-3),
-                         tol=1e-12)
+    below = dask_scd.fit(
+        X, y, loss=loss, penalty="l1", alpha=result.alpha_max * (1 - 1e-3), tol=1e-12
+    )
     assert np.count_nonzero(at_max.coef_) == 0
     assert np.count_nonzero(below.coef_) >= 1
     # θ = 0 with the best intercept at alpha_max: certified optimal
@@ -85,18 +95,44 @@ def test_alpha_max_is_exact(diabetes, cancer, loss):
 
 def test_logistic_path_is_certified_and_screening_never_changes_it(cancer):
     X, y = cancer
-    screened = dask_scd.path(X, y, loss="logistic", penalty="l1", n_alphas=15, eps=1e-2,
-                             tol=1e-10, random_state=0)
-    plain = dask_scd.path(X, y, loss="logistic", penalty="l1", n_alphas=15, eps=1e-2,
-                          tol=1e-10, random_state=0, screening=False)
+    screened = dask_scd.path(
+        X, y, loss="logistic", penalty="l1", n_alphas=15, eps=1e-2, tol=1e-10, random_state=0
+    )
+    plain = dask_scd.path(
+        X,
+        y,
+        loss="logistic",
+        penalty="l1",
+        n_alphas=15,
+        eps=1e-2,
+        tol=1e-10,
+        random_state=0,
+        screening=False,
+    )
     assert np.all(screened.dual_gaps <= 1e-10) and np.all(plain.dual_gaps <= 1e-10)
     assert screened.n_screened.sum() > 0
     np.testing.assert_allclose(screened.coefs, plain.coefs, atol=1e-4)
     for k, alpha in enumerate(screened.alphas):
-        a = objective("logistic", alpha, 1.0, True, X, np.where(y == 1, 1.0, -1.0),
-                      screened.coefs[:, k], screened.intercepts[k])
-        b = objective("logistic", alpha, 1.0, True, X, np.where(y == 1, 1.0, -1.0),
-                      plain.coefs[:, k], plain.intercepts[k])
+        a = objective(
+            "logistic",
+            alpha,
+            1.0,
+            True,
+            X,
+            np.where(y == 1, 1.0, -1.0),
+            screened.coefs[:, k],
+            screened.intercepts[k],
+        )
+        b = objective(
+            "logistic",
+            alpha,
+            1.0,
+            True,
+            X,
+            np.where(y == 1, 1.0, -1.0),
+            plain.coefs[:, k],
+            plain.intercepts[k],
+        )
         assert abs(a - b) <= 1e-9 * b
     # the support grows along the path
     assert np.count_nonzero(screened.coefs[:, -1]) > np.count_nonzero(screened.coefs[:, 1])
@@ -117,12 +153,19 @@ def test_given_alphas_are_sorted_and_checked(diabetes):
 @pytest.mark.parametrize("solver", ["gram", "scd", "newton"])
 def test_warm_start_gives_the_same_model_with_less_work(diabetes, solver):
     X, y = diabetes
-    start = dask_scd.fit(X, y, penalty="l1", alpha=0.65, tol=1e-10, solver=solver,
-                         random_state=0)
-    cold = dask_scd.fit(X, y, penalty="l1", alpha=0.5, tol=1e-10, solver=solver,
-                        random_state=0)
-    warm = dask_scd.fit(X, y, penalty="l1", alpha=0.5, tol=1e-10, solver=solver,
-                        random_state=0, coef_init=start.coef_, intercept_init=start.intercept_)
+    start = dask_scd.fit(X, y, penalty="l1", alpha=0.65, tol=1e-10, solver=solver, random_state=0)
+    cold = dask_scd.fit(X, y, penalty="l1", alpha=0.5, tol=1e-10, solver=solver, random_state=0)
+    warm = dask_scd.fit(
+        X,
+        y,
+        penalty="l1",
+        alpha=0.5,
+        tol=1e-10,
+        solver=solver,
+        random_state=0,
+        coef_init=start.coef_,
+        intercept_init=start.intercept_,
+    )
     assert warm.dual_gap_ <= 1e-10 and warm.n_iter_ <= cold.n_iter_
     assert abs(warm.primal_ - cold.primal_) <= 1e-9 * cold.primal_
     with pytest.raises(ValueError, match="coef_init has shape"):
@@ -136,13 +179,17 @@ def test_path_under_a_local_cluster_equals_the_one_in_process(cancer):
 
     X, y = cancer
     X, y = X[:300, :10], y[:300]
-    options = dict(loss="logistic", penalty="l1", n_alphas=3, eps=0.05, tol=1e-10,
-                   random_state=0)
+    options = dict(loss="logistic", penalty="l1", n_alphas=3, eps=0.05, tol=1e-10, random_state=0)
     in_process = dask_scd.path(X, y, **options)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster):
-        distributed = dask_scd.path(da.from_array(X, chunks=(150, 10)), y,
-                                    solver="block_newton", **options)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
+        distributed = dask_scd.path(
+            da.from_array(X, chunks=(150, 10)), y, solver="block_newton", **options
+        )
     assert distributed.solvers[1:] == ["block_newton"] * 2
     assert distributed.alpha_max == pytest.approx(in_process.alpha_max, rel=1e-12)
     assert np.all(distributed.dual_gaps <= 1e-10)
@@ -170,10 +217,10 @@ def test_elastic_net_cv_picks_sklearns_alpha_and_l1_ratio(diabetes):
     X, y = diabetes
     cv = KFold(4, shuffle=True, random_state=1)
     ratios = [0.1, 0.5, 0.9]
-    ours = ElasticNetCV(l1_ratio=ratios, cv=cv, n_alphas=20, tol=1e-10,
-                        solver="newton").fit(X, y)
-    theirs = linear_model.ElasticNetCV(l1_ratio=ratios, cv=cv, alphas=20, tol=1e-12,
-                                       max_iter=100_000).fit(X, y)
+    ours = ElasticNetCV(l1_ratio=ratios, cv=cv, n_alphas=20, tol=1e-10, solver="newton").fit(X, y)
+    theirs = linear_model.ElasticNetCV(
+        l1_ratio=ratios, cv=cv, alphas=20, tol=1e-12, max_iter=100_000
+    ).fit(X, y)
     assert ours.mse_path_.shape == (3, 20, 4) and ours.alphas_.shape == (3, 20)
     np.testing.assert_allclose(ours.mse_path_, theirs.mse_path_, rtol=1e-5)
     assert (ours.alpha_, ours.l1_ratio_) == (theirs.alpha_, theirs.l1_ratio_)
@@ -205,17 +252,39 @@ def test_logistic_regression_cv_picks_sklearns_C(cancer, scoring):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         theirs = linear_model.LogisticRegressionCV(
-            Cs=Cs, cv=cv, solver="newton-cholesky", tol=1e-10, max_iter=1000,
-            scoring=scoring or "accuracy", l1_ratios=(0.0,), use_legacy_attributes=True,
+            Cs=Cs,
+            cv=cv,
+            solver="newton-cholesky",
+            tol=1e-10,
+            max_iter=1000,
+            scoring=scoring or "accuracy",
+            l1_ratios=(0.0,),
+            use_legacy_attributes=True,
         ).fit(X, y)
     np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
     np.testing.assert_array_equal(ours.C_, theirs.C_)
     assert ours.coefs_paths_[1].shape == (5, 10, X.shape[1] + 1)
     n = X.shape[0]
-    mine = objective("logistic", 1 / (ours.C_[0] * n), 0.0, True, X, np.where(y == 1, 1, -1),
-                     ours.coef_, ours.intercept_[0])
-    reference = objective("logistic", 1 / (ours.C_[0] * n), 0.0, True, X,
-                          np.where(y == 1, 1, -1), theirs.coef_, theirs.intercept_[0])
+    mine = objective(
+        "logistic",
+        1 / (ours.C_[0] * n),
+        0.0,
+        True,
+        X,
+        np.where(y == 1, 1, -1),
+        ours.coef_,
+        ours.intercept_[0],
+    )
+    reference = objective(
+        "logistic",
+        1 / (ours.C_[0] * n),
+        0.0,
+        True,
+        X,
+        np.where(y == 1, 1, -1),
+        theirs.coef_,
+        theirs.intercept_[0],
+    )
     assert abs(mine - reference) <= 1e-8 * reference
 
 
@@ -231,15 +300,20 @@ def test_cv_on_adult_picks_sklearns_choices():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         theirs = linear_model.LogisticRegressionCV(
-            Cs=Cs, cv=cv, solver="newton-cholesky", tol=1e-10, max_iter=1000,
-            scoring="neg_log_loss", l1_ratios=(0.0,), use_legacy_attributes=True,
+            Cs=Cs,
+            cv=cv,
+            solver="newton-cholesky",
+            tol=1e-10,
+            max_iter=1000,
+            scoring="neg_log_loss",
+            l1_ratios=(0.0,),
+            use_legacy_attributes=True,
         ).fit(X, y)
     np.testing.assert_allclose(ours.scores_[1.0], theirs.scores_[1.0][..., 0], atol=1e-6)
     np.testing.assert_array_equal(ours.C_, theirs.C_)
     folds = KFold(3, shuffle=True, random_state=0)
     lasso = LassoCV(cv=folds, n_alphas=10, tol=1e-10).fit(X, y)
-    reference = linear_model.LassoCV(cv=folds, alphas=10, tol=1e-12,
-                                     max_iter=100_000).fit(X, y)
+    reference = linear_model.LassoCV(cv=folds, alphas=10, tol=1e-12, max_iter=100_000).fit(X, y)
     # one-hot columns leave flat directions at the smallest alphas: equal objectives,
     # held-out errors ~1e-5 apart there
     np.testing.assert_allclose(lasso.mse_path_, reference.mse_path_, rtol=1e-4)
@@ -259,8 +333,9 @@ def test_l1_and_elasticnet_logistic_cv(cancer):
     X, y = cancer
     l1 = LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], penalty="l1", cv=3, tol=1e-8).fit(X, y)
     assert np.count_nonzero(l1.coef_) < X.shape[1]
-    enet = LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], penalty="elasticnet",
-                                l1_ratios=[0.2, 0.8], cv=3, tol=1e-8).fit(X, y)
+    enet = LogisticRegressionCV(
+        Cs=[0.01, 0.1, 1.0], penalty="elasticnet", l1_ratios=[0.2, 0.8], cv=3, tol=1e-8
+    ).fit(X, y)
     assert enet.scores_[1].shape == (3, 3, 2)
     assert enet.l1_ratio_[0] in (0.2, 0.8)
     unrefit = LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], cv=3, tol=1e-8, refit=False).fit(X, y)
@@ -275,8 +350,12 @@ def test_cv_folds_are_tasks_on_the_current_client(diabetes):
     X, y = diabetes
     cv = KFold(3, shuffle=True, random_state=0)
     here = LassoCV(cv=cv, n_alphas=10, tol=1e-10, random_state=0).fit(X, y)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         with get_task_stream(client) as stream:
             there = LassoCV(cv=cv, n_alphas=10, tol=1e-10, random_state=0).fit(X, y)
     assert len([t for t in stream.data if "_fold_task" in str(t["key"])]) == 3
@@ -301,23 +380,27 @@ def test_lasso_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, tmp_
     from distributed import Client, LocalCluster
 
     X, y = diabetes
-    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=6, eps=1e-2,
-                   tol=1e-10)
+    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=6, eps=1e-2, tol=1e-10)
     here = LassoCV(**options).fit(X, y)
     X_dask = da.from_array(X, chunks=(150, 5))
     _same_choice(LassoCV(**options).fit(X_dask, da.from_array(y, chunks=150)), here)
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150)
     _same_choice(LassoCV(**options).fit(grid), here)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         for data in ((X_dask, y), (grid,)):
             on_cluster = LassoCV(solver="block_newton", **options).fit(*data)
             assert on_cluster.solver_ == "block_newton"
             _same_choice(on_cluster, here)
     # A scikit-learn scorer reads the held-out rows of the dask array lazily.
     ridge = dict(cv=options["cv"], scoring="neg_mean_squared_error", tol=1e-10)
-    np.testing.assert_allclose(RidgeCV(**ridge).fit(X_dask, y).scores_,
-                               RidgeCV(**ridge).fit(X, y).scores_, rtol=1e-6)
+    np.testing.assert_allclose(
+        RidgeCV(**ridge).fit(X_dask, y).scores_, RidgeCV(**ridge).fit(X, y).scores_, rtol=1e-6
+    )
 
 
 def test_logistic_regression_cv_on_a_dask_array_is_the_one_in_memory(cancer, tmp_path):
@@ -325,8 +408,9 @@ def test_logistic_regression_cv_on_a_dask_array_is_the_one_in_memory(cancer, tmp
     X, y = X[:300, :10], y[:300]
     options = dict(Cs=6, tol=1e-10)
     here = LogisticRegressionCV(**options).fit(X, y)
-    there = LogisticRegressionCV(**options).fit(da.from_array(X, chunks=(100, 10)),
-                                                da.from_array(y, chunks=100))
+    there = LogisticRegressionCV(**options).fit(
+        da.from_array(X, chunks=(100, 10)), da.from_array(y, chunks=100)
+    )
     np.testing.assert_array_equal(there.C_, here.C_)
     np.testing.assert_allclose(there.scores_[1], here.scores_[1], atol=1e-12)
     np.testing.assert_allclose(there.coefs_paths_[1], here.coefs_paths_[1], atol=1e-6)
@@ -357,8 +441,10 @@ def _repeated(X, y, counts, splits):
     (train, test) pair's rows mapped to their copies."""
     copies = np.split(np.arange(counts.sum()), np.cumsum(counts)[:-1])
     rows = np.repeat(np.arange(len(counts)), counts)
-    mapped = [tuple(np.concatenate([copies[i] for i in part]).astype(np.intp)
-                    for part in (train, test)) for train, test in splits]
+    mapped = [
+        tuple(np.concatenate([copies[i] for i in part]).astype(np.intp) for part in (train, test))
+        for train, test in splits
+    ]
     return X[rows], y[rows], mapped
 
 
@@ -392,8 +478,14 @@ def test_logistic_regression_cv_with_sample_weight_is_sklearns(cancer, scoring):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         theirs = linear_model.LogisticRegressionCV(
-            Cs=Cs, cv=cv, solver="newton-cholesky", tol=1e-10, max_iter=1000,
-            scoring=scoring or "accuracy", l1_ratios=(0.0,), use_legacy_attributes=True,
+            Cs=Cs,
+            cv=cv,
+            solver="newton-cholesky",
+            tol=1e-10,
+            max_iter=1000,
+            scoring=scoring or "accuracy",
+            l1_ratios=(0.0,),
+            use_legacy_attributes=True,
         ).fit(X, y, sample_weight=weights)
     np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
     np.testing.assert_array_equal(ours.C_, theirs.C_)
@@ -405,8 +497,7 @@ _REGRESSORS_CV = [
     (LassoCV(n_alphas=8, tol=1e-10), "mse_path_"),
     (ElasticNetCV(l1_ratio=[0.3, 0.9], n_alphas=6, tol=1e-13), "mse_path_"),
     (RidgeCV(alphas=[1e-3, 1e-2, 0.1, 1.0], tol=1e-12), "scores_"),
-    (RidgeCV(alphas=[1e-3, 0.1, 1.0], tol=1e-12, scoring="neg_mean_absolute_error"),
-     "scores_"),
+    (RidgeCV(alphas=[1e-3, 0.1, 1.0], tol=1e-12, scoring="neg_mean_absolute_error"), "scores_"),
 ]
 
 
@@ -425,8 +516,9 @@ def test_integer_weights_are_repeated_rows_for_the_regressors(diabetes, case):
         X_rep, y_rep, splits_rep = _repeated(X, y, counts, splits)
         weighted = clone(model).set_params(cv=splits).fit(X, y, sample_weight=counts)
         repeated = clone(model).set_params(cv=splits_rep).fit(X_rep, y_rep)
-        np.testing.assert_allclose(getattr(weighted, attribute),
-                                   getattr(repeated, attribute), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(
+            getattr(weighted, attribute), getattr(repeated, attribute), rtol=1e-6, atol=1e-9
+        )
         assert weighted.alpha_ == pytest.approx(repeated.alpha_, rel=1e-12)
         np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-6)
 
@@ -456,8 +548,7 @@ def test_integer_weights_are_repeated_rows_for_logistic_regression_cv(cancer, sc
     repeated = LogisticRegressionCV(cv=splits_rep, **options).fit(X_rep, labels_rep)
     np.testing.assert_array_equal(weighted.C_, repeated.C_)
     for label in weighted.classes_:
-        np.testing.assert_allclose(weighted.scores_[label], repeated.scores_[label],
-                                   atol=1e-6)
+        np.testing.assert_allclose(weighted.scores_[label], repeated.scores_[label], atol=1e-6)
     np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-5)
 
 
@@ -482,33 +573,36 @@ def test_sample_weight_forms_and_zero_weight_folds(diabetes):
         LogisticRegressionCV(cv=3).fit(X, y > 150, sample_weight=np.ones(5))
 
 
-def test_weighted_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, cancer,
-                                                                    tmp_path):
+def test_weighted_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, cancer, tmp_path):
     """A dask vector of weights chunked like y, or a grid's stored weights (used when
     none are given), weigh the folds' paths, the held-out errors and the refit as the
     same weights in memory."""
     X, y = diabetes
     weights = np.random.default_rng(2).integers(0, 4, len(y)).astype(float)
-    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=6, eps=1e-2,
-                   tol=1e-10)
+    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=6, eps=1e-2, tol=1e-10)
     here = LassoCV(**options).fit(X, y, sample_weight=weights)
     X_dask = da.from_array(X, chunks=(150, 5))
-    there = LassoCV(**options).fit(X_dask, da.from_array(y, chunks=150),
-                                   sample_weight=da.from_array(weights, chunks=150))
+    there = LassoCV(**options).fit(
+        X_dask, da.from_array(y, chunks=150), sample_weight=da.from_array(weights, chunks=150)
+    )
     _same_choice(there, here)
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150, sample_weight=weights)
     _same_choice(LassoCV(**options).fit(grid), here)
     ridge = dict(cv=options["cv"], scoring="neg_mean_squared_error", tol=1e-10)
-    np.testing.assert_allclose(RidgeCV(**ridge).fit(X_dask, y, sample_weight=weights).scores_,
-                               RidgeCV(**ridge).fit(X, y, sample_weight=weights).scores_,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        RidgeCV(**ridge).fit(X_dask, y, sample_weight=weights).scores_,
+        RidgeCV(**ridge).fit(X, y, sample_weight=weights).scores_,
+        rtol=1e-6,
+    )
     X, y = cancer
     X, y = X[:300, :10], y[:300]
     weights = np.random.default_rng(3).uniform(0.0, 2.0, len(y))
     here = LogisticRegressionCV(Cs=5, tol=1e-10).fit(X, y, sample_weight=weights)
     there = LogisticRegressionCV(Cs=5, tol=1e-10).fit(
-        da.from_array(X, chunks=(100, 10)), da.from_array(y, chunks=100),
-        sample_weight=da.from_array(weights, chunks=100))
+        da.from_array(X, chunks=(100, 10)),
+        da.from_array(y, chunks=100),
+        sample_weight=da.from_array(weights, chunks=100),
+    )
     np.testing.assert_array_equal(there.C_, here.C_)
     np.testing.assert_allclose(there.scores_[1], here.scores_[1], atol=1e-12)
     np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)
@@ -523,8 +617,9 @@ def test_weighted_cv_on_a_dask_array_and_a_grid_is_the_one_in_memory(diabetes, c
     np.testing.assert_allclose(there.coef_, here.coef_, atol=1e-4)
 
 
-def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(diabetes, tmp_path,
-                                                                    monkeypatch):
+def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(
+    diabetes, tmp_path, monkeypatch
+):
     """With a client, a dask array's or a grid's fold paths run from threads at once: each
     fold's fits are the ones it would make alone (the same bits), its warnings reach the
     caller, and the folds do run side by side."""
@@ -535,8 +630,13 @@ def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(diabetes, tm
     from dask_scd.estimators import path_cv
 
     X, y = diabetes
-    options = dict(cv=KFold(3, shuffle=True, random_state=0), n_alphas=4, eps=1e-2,
-                   tol=1e-8, solver="block_newton")
+    options = dict(
+        cv=KFold(3, shuffle=True, random_state=0),
+        n_alphas=4,
+        eps=1e-2,
+        tol=1e-8,
+        solver="block_newton",
+    )
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150)
     threads = set()
     fold_task = path_cv._fold_task
@@ -545,8 +645,12 @@ def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(diabetes, tm
         threads.add(threading.current_thread().name)
         return fold_task(X, job)
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster):
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         monkeypatch.setattr(path_cv, "_fold_task", spy)
         monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", 1)
         in_turn = LassoCV(**options).fit(grid)
@@ -561,10 +665,15 @@ def test_fold_paths_side_by_side_on_a_cluster_are_those_run_in_turn(diabetes, tm
             monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", at_a_time)
             with warnings.catch_warnings(record=True) as got:
                 warnings.simplefilter("always")
-                LassoCV(**(options | {"solver": "block_scd", "max_iter": 1,
-                                      "tol": 1e-14, "random_state": 0})).fit(grid)
-            caught[at_a_time] = sorted(str(w.message) for w in got
-                                       if issubclass(w.category, ConvergenceWarning))
+                LassoCV(
+                    **(
+                        options
+                        | {"solver": "block_scd", "max_iter": 1, "tol": 1e-14, "random_state": 0}
+                    )
+                ).fit(grid)
+            caught[at_a_time] = sorted(
+                str(w.message) for w in got if issubclass(w.category, ConvergenceWarning)
+            )
         assert caught[1] and caught[3] == caught[1]
     np.testing.assert_array_equal(at_once.mse_path_, in_turn.mse_path_)
     np.testing.assert_array_equal(at_once.coef_, in_turn.coef_)
@@ -603,11 +712,20 @@ def test_collective_fits_of_folds_side_by_side_take_turns(diabetes, tmp_path, mo
             active[0] -= 1
 
     monkeypatch.setattr(block_scd._BlockSCD, "_members_iteration", watched)
-    options = dict(cv=KFold(5, shuffle=True, random_state=0), n_alphas=4, eps=1e-1,
-                   tol=1e-6, solver="block_scd", random_state=0, max_iter=30)
+    options = dict(
+        cv=KFold(5, shuffle=True, random_state=0),
+        n_alphas=4,
+        eps=1e-1,
+        tol=1e-6,
+        solver="block_scd",
+        random_state=0,
+        max_iter=30,
+    )
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=150)
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
-            Client(cluster):
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster),
+    ):
         monkeypatch.setattr(path_cv, "FOLDS_AT_ONCE", 3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

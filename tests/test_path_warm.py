@@ -26,8 +26,7 @@ def onehot():
 
 
 def primal(loss, alpha, l1_ratio, fit_intercept, X, y, coef, intercept):
-    problem = Problem(loss=loss, alpha=float(alpha), l1_ratio=l1_ratio,
-                      fit_intercept=fit_intercept)
+    problem = Problem(loss=loss, alpha=float(alpha), l1_ratio=l1_ratio, fit_intercept=fit_intercept)
     return dask_scd.certificate(problem, X, y, np.ravel(coef), float(intercept)).primal
 
 
@@ -45,11 +44,11 @@ def test_kept_gram_blocks_equal_fresh_ones(onehot):
         for size in (5, 300, 600, 10, 900, 40):  # subsets of the kept block, and growth
             working = np.sort(rng.choice(X.shape[1], size=size, replace=False))
             before = kept._kept_gram
-            np.testing.assert_array_equal(kept.gram(working, ones, intercept),
-                                          fresh.gram(working, ones, intercept))
+            np.testing.assert_array_equal(
+                kept.gram(working, ones, intercept), fresh.gram(working, ones, intercept)
+            )
             after = kept._kept_gram
-            if before is not None and after is not before \
-                    and np.all(after[2][before[1]] >= 0):
+            if before is not None and after is not before and np.all(after[2][before[1]] >= 0):
                 grown += 1
         assert grown >= 2  # the kept block grew, not only computed afresh
 
@@ -71,13 +70,27 @@ def test_kept_block_shifts_equal_the_kernels(onehot, fit_intercept):
         shifted = np.full(p, -1, dtype=np.int64)
         shifted[chosen] = block_of[chosen]
         residual = rng.standard_normal(n)
-        grad, hess, S = _shift_model(design, np.ones(n), shifted, chosen, k, fit_intercept,
-                                     residual)
+        grad, hess, S = _shift_model(
+            design, np.ones(n), shifted, chosen, k, fit_intercept, residual
+        )
         m = k + int(fit_intercept)
         want_grad, want_hess = np.empty(m), np.empty((m, m))
         rows = design.rows
-        kernels.shift_stats(rows.data, rows.indices, rows.indptr, False, n, p, shifted, k,
-                            residual, np.ones(n), fit_intercept, want_grad, want_hess)
+        kernels.shift_stats(
+            rows.data,
+            rows.indices,
+            rows.indptr,
+            False,
+            n,
+            p,
+            shifted,
+            k,
+            residual,
+            np.ones(n),
+            fit_intercept,
+            want_grad,
+            want_hess,
+        )
         np.testing.assert_allclose(grad, want_grad / n, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(hess, want_hess / n, rtol=1e-12, atol=1e-14)
         shift = rng.standard_normal(m)
@@ -94,23 +107,48 @@ def test_onehot_path_matches_sklearn_and_cold_fits(onehot, l1_ratio, fit_interce
     certified, its objective within tol of a cold fit's and (without an intercept, the
     problem scikit-learn solves) at least as good as scikit-learn's."""
     X, y = onehot
-    result = dask_scd.path(X, y, penalty="elasticnet", l1_ratio=l1_ratio, n_alphas=30,
-                           eps=1e-3, fit_intercept=fit_intercept, tol=TOL, random_state=0)
+    result = dask_scd.path(
+        X,
+        y,
+        penalty="elasticnet",
+        l1_ratio=l1_ratio,
+        n_alphas=30,
+        eps=1e-3,
+        fit_intercept=fit_intercept,
+        tol=TOL,
+        random_state=0,
+    )
     assert np.all(result.dual_gaps <= TOL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        _, sk_coefs, _ = linear_model.enet_path(X, y, l1_ratio=l1_ratio,
-                                                alphas=result.alphas, tol=1e-12,
-                                                max_iter=100_000)
+        _, sk_coefs, _ = linear_model.enet_path(
+            X, y, l1_ratio=l1_ratio, alphas=result.alphas, tol=1e-12, max_iter=100_000
+        )
     for k in range(2, 30, 3):
         alpha = result.alphas[k]
-        ours = primal("squared", alpha, l1_ratio, fit_intercept, X, y, result.coefs[:, k],
-                      result.intercepts[k])
+        ours = primal(
+            "squared",
+            alpha,
+            l1_ratio,
+            fit_intercept,
+            X,
+            y,
+            result.coefs[:, k],
+            result.intercepts[k],
+        )
         if not fit_intercept:
             theirs = primal("squared", alpha, l1_ratio, False, X, y, sk_coefs[:, k], 0.0)
             assert ours <= theirs * (1 + 2 * TOL)
-        cold = dask_scd.fit(X, y, penalty="elasticnet", alpha=alpha, l1_ratio=l1_ratio,
-                            fit_intercept=fit_intercept, tol=TOL, solver="newton")
+        cold = dask_scd.fit(
+            X,
+            y,
+            penalty="elasticnet",
+            alpha=alpha,
+            l1_ratio=l1_ratio,
+            fit_intercept=fit_intercept,
+            tol=TOL,
+            solver="newton",
+        )
         assert ours == pytest.approx(cold.primal_, rel=2 * TOL)
 
 
@@ -124,15 +162,24 @@ def test_dense_path_with_intercept_is_certified(loss):
     y = X[:, :5] @ np.array([1.0, -2.0, 0.5, 0.0, 3.0]) + rng.standard_normal(400) + 2.0
     if loss == "logistic":
         y = np.where(y > np.median(y), 1.0, -1.0)
-    result = dask_scd.path(X, y, loss=loss, penalty="l1", n_alphas=25, eps=1e-3, tol=TOL,
-                           random_state=0)
+    result = dask_scd.path(
+        X, y, loss=loss, penalty="l1", n_alphas=25, eps=1e-3, tol=TOL, random_state=0
+    )
     assert np.all(result.dual_gaps <= TOL)
     for k in (5, 15, 24):
-        cold = dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=result.alphas[k], tol=TOL,
-                            solver="newton")
-        ours = primal(loss, result.alphas[k], 1.0, True, X,
-                      np.where(y > 0, 1.0, -1.0) if loss == "logistic" else y,
-                      result.coefs[:, k], result.intercepts[k])
+        cold = dask_scd.fit(
+            X, y, loss=loss, penalty="l1", alpha=result.alphas[k], tol=TOL, solver="newton"
+        )
+        ours = primal(
+            loss,
+            result.alphas[k],
+            1.0,
+            True,
+            X,
+            np.where(y > 0, 1.0, -1.0) if loss == "logistic" else y,
+            result.coefs[:, k],
+            result.intercepts[k],
+        )
         assert ours == pytest.approx(cold.primal_, rel=2 * TOL)
 
 
@@ -153,10 +200,12 @@ def test_shift_stats_batched_equals_row_by_row(fit_intercept):
     m = k + int(fit_intercept)
     got = np.empty(m), np.empty((m, m))
     want = np.empty(m), np.empty((m, m))
-    kernels.shift_stats(X.data, X.indices, X.indptr, False, n, p, shifted, k, residual, curv,
-                        fit_intercept, *got)
-    kernels._shift_stats_rows(X.data, X.indices, X.indptr, False, n, p, shifted, k, residual,
-                              curv, fit_intercept, *want)
+    kernels.shift_stats(
+        X.data, X.indices, X.indptr, False, n, p, shifted, k, residual, curv, fit_intercept, *got
+    )
+    kernels._shift_stats_rows(
+        X.data, X.indices, X.indptr, False, n, p, shifted, k, residual, curv, fit_intercept, *want
+    )
     S = np.zeros((n, m))
     for j in chosen:
         S[:, shifted[j]] += X[:, j].toarray().ravel()

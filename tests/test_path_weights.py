@@ -27,33 +27,44 @@ def _data(n=60, p=80, seed=0, loss="squared"):
 
 
 def _objectives(result, X, y) -> np.ndarray:
-    return np.array([
-        dask_scd.certificate(Problem(result.loss, alpha, result.l1_ratio, True), X, y,
-                             result.coefs[:, k], result.intercepts[k]).primal
-        for k, alpha in enumerate(result.alphas)])
+    return np.array(
+        [
+            dask_scd.certificate(
+                Problem(result.loss, alpha, result.l1_ratio, True),
+                X,
+                y,
+                result.coefs[:, k],
+                result.intercepts[k],
+            ).primal
+            for k, alpha in enumerate(result.alphas)
+        ]
+    )
 
 
 def _assert_same_path(weighted, plain, X, y):
     assert weighted.alpha_max == pytest.approx(plain.alpha_max, rel=1e-12)
     np.testing.assert_allclose(weighted.alphas, plain.alphas, rtol=1e-12)
     assert np.all(weighted.dual_gaps <= TIGHT)
-    np.testing.assert_allclose(_objectives(weighted, X, y), _objectives(plain, X, y),
-                               rtol=1e-8)
+    np.testing.assert_allclose(_objectives(weighted, X, y), _objectives(plain, X, y), rtol=1e-8)
 
 
-@pytest.mark.parametrize("loss, penalty, solver", [
-    ("squared", "l1", "auto"), ("squared", "elasticnet", "auto"), ("logistic", "l1", "auto"),
-    ("logistic", "l2", "auto"),
-    ("squared", "l1", "gram"),  # points solved on the screened features only
-])
+@pytest.mark.parametrize(
+    "loss, penalty, solver",
+    [
+        ("squared", "l1", "auto"),
+        ("squared", "elasticnet", "auto"),
+        ("logistic", "l1", "auto"),
+        ("logistic", "l2", "auto"),
+        ("squared", "l1", "gram"),  # points solved on the screened features only
+    ],
+)
 @pytest.mark.parametrize("sparse", [False, True])
 def test_integer_weights_are_repeated_rows(loss, penalty, solver, sparse):
     X, y, weights = _data(loss=loss)
     given = weights.copy()
     rows = np.repeat(np.arange(len(y)), weights)
     X_in = sp.csr_matrix(X) if sparse else X
-    options = dict(loss=loss, penalty=penalty, n_alphas=20, eps=1e-2, tol=TIGHT,
-                   solver=solver)
+    options = dict(loss=loss, penalty=penalty, n_alphas=20, eps=1e-2, tol=TIGHT, solver=solver)
     weighted = dask_scd.path(X_in, y, sample_weight=weights, **options)
     repeated = dask_scd.path(X_in[rows], y[rows], **options)
     _assert_same_path(weighted, repeated, X[rows], y[rows])
@@ -79,11 +90,14 @@ def test_dask_and_grid_paths_with_weights_are_repeated_rows(client, tmp_path, lo
     cluster with the weights; alpha_max is reduced over the cells with them."""
     X, y, weights = _data(n=60, p=8, loss=loss)
     rows = np.repeat(np.arange(len(y)), weights)
-    options = dict(loss=loss, penalty="l1", n_alphas=5, eps=0.05, tol=TIGHT,
-                   solver="block_newton")
+    options = dict(loss=loss, penalty="l1", n_alphas=5, eps=0.05, tol=TIGHT, solver="block_newton")
     repeated = dask_scd.path(X[rows], y[rows], **{**options, "solver": "auto"})
-    on_dask = dask_scd.path(da.from_array(X, chunks=(20, 4)), da.from_array(y, chunks=20),
-                            sample_weight=da.from_array(weights, chunks=30), **options)
+    on_dask = dask_scd.path(
+        da.from_array(X, chunks=(20, 4)),
+        da.from_array(y, chunks=20),
+        sample_weight=da.from_array(weights, chunks=30),
+        **options,
+    )
     grid = dask_scd.to_grid(X, y, tmp_path / "g", row_chunk=20, sample_weight=weights)
     on_grid = dask_scd.path(grid, **options)  # the grid's stored weights
     for result in (on_dask, on_grid):

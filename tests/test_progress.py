@@ -90,6 +90,7 @@ def test_auto_is_a_bar_in_a_terminal_and_silent_elsewhere(monkeypatch):
 
 def test_notebook_counts_as_interactive(monkeypatch):
     pipe(monkeypatch)
+
     class ZMQInteractiveShell:
         pass
 

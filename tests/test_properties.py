@@ -24,21 +24,53 @@ from dask_scd.grid import GridCorruptionError, open_grid, to_grid
 from dask_scd.objectives import CLASSIFICATION_LOSSES
 
 # Bounded so the three stay well under a minute; PROPERTY_EXAMPLES=1000 explores further.
-PROPERTY = settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", 60)), deadline=None,
-                    derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=int(os.environ.get("PROPERTY_EXAMPLES", 60)),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-CONTAINERS = ["numpy", "list", "csr", "csc", "coo", "lil", "dok", "bsr", "dia", "csr_array",
-              "pydata", "pandas", "pandas_nullable", "xarray", "xarray_transposed", "dask"]
+CONTAINERS = [
+    "numpy",
+    "list",
+    "csr",
+    "csc",
+    "coo",
+    "lil",
+    "dok",
+    "bsr",
+    "dia",
+    "csr_array",
+    "pydata",
+    "pandas",
+    "pandas_nullable",
+    "xarray",
+    "xarray_transposed",
+    "dask",
+]
 
 # defect → (how it is made, the words the error must name)
 X_DEFECTS = {
-    "X_nan": "X", "X_inf": "X", "X_no_rows": "X", "X_no_columns": "X", "X_1d": "X",
-    "X_3d": "X", "X_object": "X", "X_complex": "X", "X_strings": "X",
+    "X_nan": "X",
+    "X_inf": "X",
+    "X_no_rows": "X",
+    "X_no_columns": "X",
+    "X_1d": "X",
+    "X_3d": "X",
+    "X_object": "X",
+    "X_complex": "X",
+    "X_strings": "X",
 }
 Y_DEFECTS = {
-    "y_short": "y", "y_none_value": "y", "y_nan": "y", "y_2d": "y", "y_missing": "y",
-    "y_one_class": "y", "y_three_classes": "y", "y_huge": "y",
+    "y_short": "y",
+    "y_none_value": "y",
+    "y_nan": "y",
+    "y_2d": "y",
+    "y_missing": "y",
+    "y_one_class": "y",
+    "y_three_classes": "y",
+    "y_huge": "y",
 }
 ARG_DEFECTS = {
     "alpha": ("alpha", [0.0, -1.0, np.nan, np.inf, "1", None]),
@@ -90,15 +122,15 @@ def fit_cases(draw):
     X = rng.normal(size=(n, p))
     if loss in CLASSIFICATION_LOSSES:
         labels = draw(st.sampled_from([(-1, 1), (0, 1), ("cat", "dog"), (2.5, 7.0)]))
-        y = np.array([labels[i % 2] for i in range(n)], dtype=object if
-                     isinstance(labels[0], str) else None)
+        y = np.array(
+            [labels[i % 2] for i in range(n)], dtype=object if isinstance(labels[0], str) else None
+        )
         rng.shuffle(y)
     else:
         y = X @ rng.normal(size=p) + 0.1 * rng.normal(size=n)
     defect = draw(st.sampled_from([None, None, None, *X_DEFECTS, *Y_DEFECTS, *ARG_DEFECTS]))
     container = draw(st.sampled_from(CONTAINERS))
-    kwargs = dict(loss=loss, penalty=penalty, alpha=0.1, tol=1e-9, max_iter=5000,
-                  random_state=0)
+    kwargs = dict(loss=loss, penalty=penalty, alpha=0.1, tol=1e-9, max_iter=5000, random_state=0)
     if defect in ARG_DEFECTS:
         name, values = ARG_DEFECTS[defect]
         kwargs[name] = draw(st.sampled_from(values))
@@ -208,13 +240,13 @@ def test_fit_gives_a_certified_model_or_names_the_bad_argument(case):
     assert expected is None, f"{container}/{defect}: no error raised"
     # The model is certified: its gap, recomputed here from the data, is ≤ tol.
     assert result.coef_.shape == (X.shape[1],)
-    problem = dask_scd.Problem(loss=kwargs["loss"], alpha=0.1, l1_ratio=result.l1_ratio,
-                               fit_intercept=True)
+    problem = dask_scd.Problem(
+        loss=kwargs["loss"], alpha=0.1, l1_ratio=result.l1_ratio, fit_intercept=True
+    )
     labels = np.asarray(yc)
     if result.classes_ is not None:
         labels = np.where(labels == result.classes_[1], 1.0, -1.0)
-    cert = dask_scd.certificate(problem, X, labels.astype(float), result.coef_,
-                                result.intercept_)
+    cert = dask_scd.certificate(problem, X, labels.astype(float), result.coef_, result.intercept_)
     assert result.converged_
     assert cert.primal == pytest.approx(result.primal_, rel=1e-9)
     if kwargs["loss"] != "hinge":
@@ -234,19 +266,34 @@ def _tree(root: Path) -> dict:
         for name in dirnames + filenames:
             full = Path(dirpath) / name
             stat = full.lstat()
-            out[str(full.relative_to(root))] = (stat.st_size, stat.st_mtime_ns,
-                                                full.is_dir())
+            out[str(full.relative_to(root))] = (stat.st_size, stat.st_mtime_ns, full.is_dir())
     return out
 
 
 def _outside(tree: dict, target: str) -> dict:
-    return {k: v for k, v in tree.items() if not (k == target or k.startswith(target + os.sep)
-                                                    or k.startswith(target + ".tmp-")
-                                                    or k.startswith(target + ".old-"))}
+    return {
+        k: v
+        for k, v in tree.items()
+        if not (
+            k == target
+            or k.startswith(target + os.sep)
+            or k.startswith(target + ".tmp-")
+            or k.startswith(target + ".old-")
+        )
+    }
 
 
-PLACES = ["absent", "grid", "grid_overwrite", "folder_with_file", "folder_overwrite", "file",
-          "file_overwrite", "empty_folder", "parent_is_file"]
+PLACES = [
+    "absent",
+    "grid",
+    "grid_overwrite",
+    "folder_with_file",
+    "folder_overwrite",
+    "file",
+    "file_overwrite",
+    "empty_folder",
+    "parent_is_file",
+]
 
 
 @st.composite
@@ -257,15 +304,32 @@ def grid_cases(draw):
     X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.6)
     y = rng.normal(size=n)
     container = draw(st.sampled_from([c for c in CONTAINERS if c != "list"] + ["libsvm"]))
-    defect = draw(st.sampled_from([None, None, None, "X_nan", "X_inf", "X_no_rows",
-                                   "X_1d", "X_strings", "y_short", "y_nan", "y_missing",
-                                   "y_strings", "row_chunk", "blocks", "sample_dim",
-                                   "feature_names"]))
+    defect = draw(
+        st.sampled_from(
+            [
+                None,
+                None,
+                None,
+                "X_nan",
+                "X_inf",
+                "X_no_rows",
+                "X_1d",
+                "X_strings",
+                "y_short",
+                "y_nan",
+                "y_missing",
+                "y_strings",
+                "row_chunk",
+                "blocks",
+                "sample_dim",
+                "feature_names",
+            ]
+        )
+    )
     place = draw(st.sampled_from(PLACES))
     row_chunk = draw(st.sampled_from([1, 2, 5, 10**9]))
     bad_row_chunk = draw(st.sampled_from([0, -1, 2.5, "4", True, None]))
-    bad_blocks = draw(st.sampled_from(["colours", [[0]] if p > 1 else [[0, 0]], [[0, p]], 0,
-                                       [[]]]))
+    bad_blocks = draw(st.sampled_from(["colours", [[0]] if p > 1 else [[0, 0]], [[0, p]], 0, [[]]]))
     return X, y, container, defect, place, row_chunk, bad_row_chunk, bad_blocks
 
 
@@ -287,14 +351,26 @@ def _prepare_place(root: Path, place: str) -> Path:
 
 
 GRID_DEFECT_WORDS = {
-    "X_nan": ["X"], "X_inf": ["X"], "X_no_rows": ["X"], "X_1d": ["X"], "X_strings": ["X"],
-    "y_short": ["y"], "y_nan": ["y"], "y_missing": ["y"], "y_strings": ["y"],
-    "row_chunk": ["row_chunk"], "blocks": ["block", "feature"], "sample_dim": ["sample_dim"],
+    "X_nan": ["X"],
+    "X_inf": ["X"],
+    "X_no_rows": ["X"],
+    "X_1d": ["X"],
+    "X_strings": ["X"],
+    "y_short": ["y"],
+    "y_nan": ["y"],
+    "y_missing": ["y"],
+    "y_strings": ["y"],
+    "row_chunk": ["row_chunk"],
+    "blocks": ["block", "feature"],
+    "sample_dim": ["sample_dim"],
     "feature_names": ["feature_names"],
 }
 PLACE_WORDS = {
-    "grid": ["exists"], "folder_with_file": ["exists"], "file": ["exists"],
-    "folder_overwrite": ["not a dask_scd grid"], "file_overwrite": ["not a dask_scd grid"],
+    "grid": ["exists"],
+    "folder_with_file": ["exists"],
+    "file": ["exists"],
+    "folder_overwrite": ["not a dask_scd grid"],
+    "file_overwrite": ["not a dask_scd grid"],
     "parent_is_file": ["not a directory"],
 }
 
@@ -312,8 +388,9 @@ def _libsvm_input(root, X, y, defect):
     if defect == "X_no_rows":
         source.write_text("")
     else:
-        dump_svmlight_file(X, np.zeros(len(X)) if len(y) != len(X) else y, str(source),
-                           zero_based=False)
+        dump_svmlight_file(
+            X, np.zeros(len(X)) if len(y) != len(X) else y, str(source), zero_based=False
+        )
     labels = np.zeros(len(X)) if defect in ("y_short", "y_nan", "y_strings") else None
     return source, X, labels, defect
 
@@ -328,16 +405,18 @@ def test_to_grid_writes_the_data_or_names_the_bad_argument(case):
         target = _prepare_place(root, place)
         X = _spoil_X(X, defect, np.random.default_rng(0))
         y = y[: len(X)]
-        kwargs = dict(row_chunk=row_chunk,
-                      overwrite=place.endswith("overwrite") or place == "empty_folder")
+        kwargs = dict(
+            row_chunk=row_chunk, overwrite=place.endswith("overwrite") or place == "empty_folder"
+        )
         if container == "libsvm":
             Xc, X, yc, defect = _libsvm_input(root, X, y, defect)
             if defect == "sample_dim":
                 kwargs["sample_dim"] = "sample"
         else:
             Xc = _spoil_X_late(_container(X, container) if X.size else X, defect)
-            yc = {"y_short": y[:-1], "y_missing": None,
-                  "y_strings": np.array(["a"] * len(y))}.get(defect, y)
+            yc = {"y_short": y[:-1], "y_missing": None, "y_strings": np.array(["a"] * len(y))}.get(
+                defect, y
+            )
             if defect == "y_nan":
                 yc = np.where(np.arange(len(y)) == 0, np.nan, y)
             if defect == "sample_dim":
@@ -352,16 +431,25 @@ def test_to_grid_writes_the_data_or_names_the_bad_argument(case):
         if defect == "X_no_rows" and container == "libsvm":
             expected = ["no data"] + PLACE_WORDS.get(place, [])
         before = _outside(_tree(root), "target.zarr")
-        target_before = _tree(target) if target.is_dir() else (
-            target.read_text() if target.exists() else None)
+        target_before = (
+            _tree(target) if target.is_dir() else (target.read_text() if target.exists() else None)
+        )
         try:
             grid = to_grid(Xc, yc, target, **kwargs)
-        except (ValueError, TypeError, FileExistsError, FileNotFoundError,
-                NotADirectoryError) as exc:
+        except (
+            ValueError,
+            TypeError,
+            FileExistsError,
+            FileNotFoundError,
+            NotADirectoryError,
+        ) as exc:
             assert expected, f"{container}/{defect}/{place}: {exc!r}"
             assert any(w in str(exc) for w in expected), (defect, place, str(exc))
-            after = _tree(target) if target.is_dir() else (
-                target.read_text() if target.exists() else None)
+            after = (
+                _tree(target)
+                if target.is_dir()
+                else (target.read_text() if target.exists() else None)
+            )
             assert after == target_before  # nothing written half-way
         else:
             assert not expected, f"{container}/{defect}/{place}: no error"
@@ -391,15 +479,24 @@ def pristine(tmp_path_factory):
     return root, {"dense": dense, "sparse": sparse_X.toarray()}, y
 
 
-MUTATIONS = ["delete", "garble", "truncate", "empty", "swap", "attr_delete", "attr_garbage",
-             "attr_wrong_type", "json_garbage", "none"]
+MUTATIONS = [
+    "delete",
+    "garble",
+    "truncate",
+    "empty",
+    "swap",
+    "attr_delete",
+    "attr_garbage",
+    "attr_wrong_type",
+    "json_garbage",
+    "none",
+]
 GARBAGE = [None, -1, 0, "x", [], [1, 2, 3], {"a": 1}, 1.5, [[0, 1], [1]], [-3, 99]]
 
 
 @PROPERTY
 @given(st.sampled_from(["dense", "sparse"]), st.sampled_from(MUTATIONS), st.data())
-def test_open_grid_reads_the_data_or_raises_a_documented_error(pristine, layout, mutation,
-                                                                data):
+def test_open_grid_reads_the_data_or_raises_a_documented_error(pristine, layout, mutation, data):
     root, truth, y = pristine
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "g"

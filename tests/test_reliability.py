@@ -20,9 +20,12 @@ def threaded_client():
     """One small in-process cluster (cheap) for the tests that need the dask engine."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster,
-                                                                 set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         yield c
 
 
@@ -85,8 +88,14 @@ def test_copied_grid_is_not_served_the_original_cells(tmp_path, threaded_client)
     rng = np.random.default_rng(3)
     X, y = _regression(rng, n=90, p=4)
     to_grid(X, y, tmp_path / "a.zarr", row_chunk=30, blocks=2)
-    kwargs = dict(alpha=0.1, tol=1e-8, solver="block_scd", client=threaded_client,
-                  random_state=0, max_iter=300)
+    kwargs = dict(
+        alpha=0.1,
+        tol=1e-8,
+        solver="block_scd",
+        client=threaded_client,
+        random_state=0,
+        max_iter=300,
+    )
     first = dask_scd.fit(open_grid(tmp_path / "a.zarr"), **kwargs)
     shutil.copytree(tmp_path / "a.zarr", tmp_path / "b.zarr")  # the same grid_id
     shutil.copytree(tmp_path / "a.zarr", tmp_path / "c.zarr")
@@ -122,8 +131,9 @@ def test_xarray_dims_are_read_by_name(tmp_path):
     rng = np.random.default_rng(4)
     values = rng.normal(size=(25, 4))
     y = rng.normal(size=25)
-    transposed = xr.DataArray(values.T, dims=("feature", "sample"),
-                              coords={"feature": list("abcd")})
+    transposed = xr.DataArray(
+        values.T, dims=("feature", "sample"), coords={"feature": list("abcd")}
+    )
     grid = to_grid(transposed, y, tmp_path / "g", row_chunk=10, blocks=2)
     assert grid.shape == (25, 4) and grid.feature_names == list("abcd")
     np.testing.assert_array_equal(grid.X.compute(), values[:, grid.feature_order])
@@ -190,12 +200,14 @@ def test_libsvm_zero_based_files_are_read(tmp_path):
     dump_svmlight_file(X, y, str(tmp_path / "zero.svm"))  # zero_based=True by default
     grid = to_grid(tmp_path / "zero.svm", None, tmp_path / "z", row_chunk=15)
     assert grid.shape == (40, 5)
-    np.testing.assert_allclose(grid.X.compute().toarray(), X.toarray()[:, grid.feature_order],
-                               rtol=1e-15)
+    np.testing.assert_allclose(
+        grid.X.compute().toarray(), X.toarray()[:, grid.feature_order], rtol=1e-15
+    )
     dump_svmlight_file(X, y, str(tmp_path / "one.svm"), zero_based=False)
     one = to_grid(tmp_path / "one.svm", None, tmp_path / "o", row_chunk=15)
-    np.testing.assert_allclose(one.X.compute().toarray(), X.toarray()[:, one.feature_order],
-                               rtol=1e-15)
+    np.testing.assert_allclose(
+        one.X.compute().toarray(), X.toarray()[:, one.feature_order], rtol=1e-15
+    )
     forced = to_grid(tmp_path / "one.svm", None, tmp_path / "f", row_chunk=15, zero_based=True)
     assert forced.shape == (40, 6)  # column 0 empty: the file was told to be zero-based
     with pytest.raises(ValueError, match="zero_based"):
@@ -312,8 +324,9 @@ def test_features_too_large_for_the_gap_are_refused(rng, threaded_client):
         with pytest.raises(ValueError, match=r"X is too large.*rescale"):
             dask_scd.fit(X * 1e150, y, solver=solver)
     with pytest.raises(ValueError, match=r"X is too large in .*rescale"):
-        dask_scd.fit(da.from_array(X * 1e150, chunks=20), y, solver="block_scd",
-                     client=threaded_client)
+        dask_scd.fit(
+            da.from_array(X * 1e150, chunks=20), y, solver="block_scd", client=threaded_client
+        )
     # large but safe values fit: X·s with alpha·s² is the same problem, θ scaled by 1/s
     for solver in ("gram", "scd", "newton"):
         result = dask_scd.fit(X * 1e20, y, alpha=0.1 * 1e40, tol=1e-10, solver=solver)
@@ -335,9 +348,13 @@ def test_convergence_warning_points_at_the_caller(rng, threaded_client):
     X[:, 1:] += 3 * X[:, :1]  # correlated columns: one epoch is far from the optimum
     y = X @ rng.normal(size=60)
     dX = da.from_array(X, chunks=(200, 30))
-    cases = [dict(X=X, solver="scd"), dict(X=X, solver="sdca", penalty="l2"),
-             dict(X=X, solver="gram"),
-             dict(X=dX, solver="block_scd", client=threaded_client), dict(X=dX, solver="auto")]
+    cases = [
+        dict(X=X, solver="scd"),
+        dict(X=X, solver="sdca", penalty="l2"),
+        dict(X=X, solver="gram"),
+        dict(X=dX, solver="block_scd", client=threaded_client),
+        dict(X=dX, solver="auto"),
+    ]
     for case in cases:
         case.setdefault("penalty", "l1")
         with warnings.catch_warnings(record=True) as caught:
@@ -372,8 +389,10 @@ def test_fit_reads_paths_and_xarray_as_the_estimators_do(tmp_path):
     reference = dask_scd.fit(X, y, **options)
     to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=50)
     dump_svmlight_file(X, y, str(tmp_path / "d.svm"))
-    fits = [dask_scd.fit(str(tmp_path / "g.zarr"), **options),
-            dask_scd.fit(tmp_path / "d.svm", **options)]
+    fits = [
+        dask_scd.fit(str(tmp_path / "g.zarr"), **options),
+        dask_scd.fit(tmp_path / "d.svm", **options),
+    ]
     xr = pytest.importorskip("xarray")
     fits.append(dask_scd.fit(xr.DataArray(X, dims=("sample", "feature")), y, **options))
     for result in fits:
@@ -384,16 +403,23 @@ def test_fit_reads_paths_and_xarray_as_the_estimators_do(tmp_path):
 
 
 def test_a_memory_budget_routes_auto_to_the_block_engine(tmp_path, threaded_client):
-    """"auto" would run block Newton on few features; a residency budget is the block
+    """ "auto" would run block Newton on few features; a residency budget is the block
     engine's, so it runs block SCD; below in_memory_limit the budget is moot and dropped."""
     rng = np.random.default_rng(4)
     X = rng.normal(size=(400, 8))
     y = X @ rng.normal(size=8)
     to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=100, blocks=2)
     grid = open_grid(tmp_path / "g.zarr")
-    budgeted = dask_scd.fit(grid, alpha=0.1, tol=1e-8, in_memory_limit=0, residency="duhl",
-                            memory_budget=X.nbytes // 2, client=threaded_client,
-                            max_iter=500)
+    budgeted = dask_scd.fit(
+        grid,
+        alpha=0.1,
+        tol=1e-8,
+        in_memory_limit=0,
+        residency="duhl",
+        memory_budget=X.nbytes // 2,
+        client=threaded_client,
+        max_iter=500,
+    )
     assert budgeted.solver_ == "block_scd" and budgeted.converged_
     small = dask_scd.fit(grid, alpha=0.1, tol=1e-8, residency="duhl", memory_budget=10**6)
     assert small.solver_ in ("gram", "scd", "sdca", "newton")

@@ -30,8 +30,9 @@ def binary(cancer):
 @pytest.fixture(scope="module")
 def regression(cancer):
     X, _ = cancer
-    return dask_scd.fit(X, X[:, 0] + 0.5 * X[:, 1], loss="squared", alpha=0.01, tol=1e-8,
-                        random_state=0)
+    return dask_scd.fit(
+        X, X[:, 0] + 0.5 * X[:, 1], loss="squared", alpha=0.01, tol=1e-8, random_state=0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +56,24 @@ def _computed(values):
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_a_correct_width_predicts_the_labels_of_the_model(binary, regression, iris, cancer,
-                                                         kind):
+def test_a_correct_width_predicts_the_labels_of_the_model(binary, regression, iris, cancer, kind):
     X, _ = cancer
     scores = X @ binary.coef_ + binary.intercept_
     labels = np.where(scores > 0, binary.classes_[1], binary.classes_[0])
     np.testing.assert_array_equal(_computed(binary.predict(KINDS[kind](X))), labels)
-    np.testing.assert_allclose(_computed(binary.decision_function(KINDS[kind](X))), scores,
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(_computed(regression.predict(KINDS[kind](X))),
-                               X @ regression.coef_ + regression.intercept_, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        _computed(binary.decision_function(KINDS[kind](X))), scores, rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        _computed(regression.predict(KINDS[kind](X))),
+        X @ regression.coef_ + regression.intercept_,
+        rtol=1e-12,
+        atol=1e-12,
+    )
     X, y, multinomial = iris
-    expected = multinomial.classes_[np.argmax(X @ multinomial.coef_.T + multinomial.intercept_,
-                                              axis=1)]
+    expected = multinomial.classes_[
+        np.argmax(X @ multinomial.coef_.T + multinomial.intercept_, axis=1)
+    ]
     np.testing.assert_array_equal(_computed(multinomial.predict(KINDS[kind](X))), expected)
     assert np.mean(expected == y) > 0.9
 
@@ -109,8 +114,10 @@ def test_non_finite_values_are_refused_with_their_place(binary, cancer, kind, va
     X = X.copy()
     X[7, 3] = value
     X[9, 0] = np.nan  # a later row: the first one is reported
-    message = rf"X contains NaN or infinity \(first at row 7, column 3\): the value there is " \
-              rf"{which}$"
+    message = (
+        rf"X contains NaN or infinity \(first at row 7, column 3\): the value there is "
+        rf"{which}$"
+    )
     with pytest.raises(ValueError, match=message):
         binary.predict(KINDS[kind](X))
     with pytest.raises(ValueError, match=message):
@@ -131,8 +138,11 @@ def test_a_dask_x_is_checked_chunk_by_chunk_when_computed(binary, iris, cancer, 
     X = X.copy()
     X[130, 3] = np.inf
     labels = result.predict(da.from_array(X, chunks=(50, 2)))  # lazy: nothing raised yet
-    with pytest.raises(ValueError, match=r"first at row 130, column 3\): the value there is "
-                                         r"inf$"):
+    with pytest.raises(
+        ValueError,
+        match=r"first at row 130, column 3\): the value there is "
+        r"inf$",
+    ):
         labels.compute()
     scores = result.decision_function(da.from_array(X, chunks=(50, 2)))
     with pytest.raises(ValueError, match=r"row 130, column 3"):
@@ -146,8 +156,11 @@ def test_a_dask_x_of_unknown_chunk_sizes_names_the_row_chunk(binary, cancer):
     dask_X = da.from_array(X, chunks=(100, 30))
     kept = dask_X[dask_X[:, 0] > -np.inf]  # every row, in chunks of unknown sizes
     assert np.isnan(kept.shape[0])
-    with pytest.raises(ValueError, match=r"row 30, column 3 of row chunk 1\): the value "
-                                         r"there is NaN"):
+    with pytest.raises(
+        ValueError,
+        match=r"row 30, column 3 of row chunk 1\): the value "
+        r"there is NaN",
+    ):
         binary.predict(kept).compute()
 
 

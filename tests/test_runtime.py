@@ -157,15 +157,20 @@ def test_row_chunk_groups_are_dealt_evenly_to_the_worker_threads(n_rows, slots):
 
     from dask_scd.runtime.cluster import ClusterRuntime
 
-    stub = types.SimpleNamespace(n_row_chunks=n_rows, pin=True,
-                                 row_counts=[262_144] * n_rows, GROUP_ROWS=1_048_576,
-                                 _slots=lambda: [f"w{k}" for k in range(slots)])
+    stub = types.SimpleNamespace(
+        n_row_chunks=n_rows,
+        pin=True,
+        row_counts=[262_144] * n_rows,
+        GROUP_ROWS=1_048_576,
+        _slots=lambda: [f"w{k}" for k in range(slots)],
+    )
     groups = ClusterRuntime._make_groups(stub)
     assert [r for g in groups for r in g] == list(range(n_rows))
     G = len(groups)
     assert G == n_rows or G % slots == 0
-    per_slot = [sum(len(groups[g]) for g in range(G) if g * slots // G == s)
-                for s in range(min(slots, G))]
+    per_slot = [
+        sum(len(groups[g]) for g in range(G) if g * slots // G == s) for s in range(min(slots, G))
+    ]
     assert max(per_slot) - min(per_slot) <= max(len(g) for g in groups)
     if (n_rows, slots) == (50, 2):
         assert per_slot == [25, 25]

@@ -44,14 +44,29 @@ def test_epoch_violation_matches_numpy_in_one_epoch(rng):
     ref_coef, expected = coef.copy(), 0.0
     for j in order:  # the exact coordinate minimizer, as the kernel's squared-loss step
         g = (X @ ref_coef - y) @ X[:, j] / n
-        expected = max(expected, float(scd._violations(problem, ref_coef[j:j + 1],
-                                                       np.array([-g]))[0]))
+        expected = max(
+            expected, float(scd._violations(problem, ref_coef[j : j + 1], np.array([-g]))[0])
+        )
         h = X[:, j] @ X[:, j] / n
         z = h * ref_coef[j] - g
         ref_coef[j] = np.sign(z) * max(abs(z) - problem.l1, 0.0) / h
     _, _, violation = cpu.scd_epoch_violation(
-        m.data, m.indices, m.indptr, m.dense, n, y, margins, coef, np.array([0.0]), order,
-        problem.loss_code, problem.l1, problem.l2, m.sq_norms(), np.zeros(0))
+        m.data,
+        m.indices,
+        m.indptr,
+        m.dense,
+        n,
+        y,
+        margins,
+        coef,
+        np.array([0.0]),
+        order,
+        problem.loss_code,
+        problem.l1,
+        problem.l2,
+        m.sq_norms(),
+        np.zeros(0),
+    )
     assert violation == pytest.approx(expected, rel=1e-10)
     np.testing.assert_allclose(coef, ref_coef, rtol=1e-10, atol=1e-13)
 
@@ -97,8 +112,15 @@ def test_working_set_orders_the_work_never_the_answer(monkeypatch, penalty, l1_r
     """Minimal working sets (1 zero beside the support) and working sets of every feature
     give the same certified model; the minimal ones grow several times on the way."""
     X, y = _onehot_regression()
-    kwargs = dict(penalty=penalty, l1_ratio=l1_ratio, alpha=2e-3, tol=1e-10, solver="scd",
-                  random_state=0, max_iter=5000)
+    kwargs = dict(
+        penalty=penalty,
+        l1_ratio=l1_ratio,
+        alpha=2e-3,
+        tol=1e-10,
+        solver="scd",
+        random_state=0,
+        max_iter=5000,
+    )
     sizes = []
     grow = scd._grow_working_set
 
@@ -140,8 +162,7 @@ def test_a_feature_outside_the_first_working_set_enters(monkeypatch):
     c0 = np.abs(X.T @ (y - y.mean())) / n
     assert np.argmin(c0) == 1 or c0[1] < 0.1 * c0[0]
     monkeypatch.setattr(scd, "_MIN_WORKING_SET", 1)
-    ours = dask_scd.fit(X, y, penalty="l1", alpha=0.01, tol=1e-12, solver="scd",
-                        random_state=0)
+    ours = dask_scd.fit(X, y, penalty="l1", alpha=0.01, tol=1e-12, solver="scd", random_state=0)
     from sklearn.linear_model import Lasso
 
     sk = Lasso(alpha=0.01, tol=1e-14, max_iter=100_000).fit(X, y)
@@ -165,8 +186,15 @@ def test_certified_gap_is_never_below_the_true_error(case):
     the extrapolated and the kept dual points) is at least the true error P − P*."""
     make, loss, l1_ratio, alpha = CASES[case]
     X, y = make()
-    kwargs = dict(loss=loss, penalty="elasticnet", l1_ratio=l1_ratio, alpha=alpha,
-                  solver="scd", random_state=0, max_iter=20_000)
+    kwargs = dict(
+        loss=loss,
+        penalty="elasticnet",
+        l1_ratio=l1_ratio,
+        alpha=alpha,
+        solver="scd",
+        random_state=0,
+        max_iter=20_000,
+    )
     reference = dask_scd.fit(X, y, tol=1e-14, **kwargs)
     p_star = reference.primal_ * (1 - reference.dual_gap_)  # a lower bound on P*
     fit = dask_scd.fit(X, y, tol=1e-7, **kwargs)
@@ -237,14 +265,13 @@ def test_coarse_step_on_a_row_sample_still_descends(rng):
     for loss, y in (("logistic", y_cls), ("squared", y_cls + 0.3 * rng.normal(size=6000))):
         problem = obj.Problem(loss, 1e-3, 0.0, True)
         # the squared loss's own plan skips the step here; reuse the logistic's sample
-        space = coarse.LocalCoarse(sampled.row_sums, sampled.blocks, True, False,
-                                   sampled.cost)
+        space = coarse.LocalCoarse(sampled.row_sums, sampled.blocks, True, False, sampled.cost)
         coef = rng.normal(scale=0.5, size=X.shape[1])
         intercept = 0.2
         margins = X @ coef + intercept
 
         def objective(c, m):
-            return (obj.loss_value(loss, y, m).mean() + obj.penalty_value(problem, c))
+            return obj.loss_value(loss, y, m).mean() + obj.penalty_value(problem, c)
 
         before = objective(coef, margins)
         intercept = space.step(problem, y, margins, coef, intercept)

@@ -57,8 +57,9 @@ def test_reaches_the_in_memory_optimum(tmp_path, loss, fit_intercept):
     alpha = 0.25 if loss == "hinge" else ALPHA
     kw = dict(loss=loss, alpha=alpha, fit_intercept=fit_intercept, random_state=0)
     result = dask_scd.fit(grid, solver="sdca", tol=TOL, max_iter=2000, **kw)
-    reference = dask_scd.fit(X, y, solver="newton" if loss != "hinge" else "sdca",
-                             tol=1e-13, max_iter=5000, **kw)
+    reference = dask_scd.fit(
+        X, y, solver="newton" if loss != "hinge" else "sdca", tol=1e-13, max_iter=5000, **kw
+    )
     assert result.solver_ == "sdca" and result.converged_
     assert result.dual_gap_ <= TOL
     assert result.extras_["row_chunks"] == 5  # out of core, not read into memory
@@ -88,14 +89,16 @@ def test_sparse_grid_matches_in_memory_sdca(tmp_path):
 def test_labels_of_any_two_classes(tmp_path):
     X, y = _data("logistic")
     labels = np.where(y > 0, "yes", "no")
-    grid = to_grid(X, (labels == "yes").astype(float) * 7.0, tmp_path / "g.zarr",
-                   row_chunk=ROW_CHUNK, blocks=4)
+    grid = to_grid(
+        X, (labels == "yes").astype(float) * 7.0, tmp_path / "g.zarr", row_chunk=ROW_CHUNK, blocks=4
+    )
     result = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, solver="sdca", tol=TOL)
     reference = dask_scd.fit(X, y, loss="logistic", alpha=ALPHA, solver="newton", tol=1e-13)
     assert list(result.classes_) == [0.0, 7.0]
     problem = obj.Problem("logistic", ALPHA, 0.0, True)
-    assert abs(_objective(problem, X, y, result) - _objective(problem, X, y, reference)) \
-        <= 1e-8 * abs(reference.primal_)
+    assert abs(
+        _objective(problem, X, y, result) - _objective(problem, X, y, reference)
+    ) <= 1e-8 * abs(reference.primal_)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -138,8 +141,9 @@ def test_certificate_summed_in_the_next_epoch_is_the_point_s(tmp_path, fit_inter
     # returns the certified epoch's w, as a fit ending there with a pass of its own does.
     X, y = _data("logistic")
     grid = _grid(tmp_path, X, y)
-    kw = dict(loss="logistic", alpha=ALPHA, fit_intercept=fit_intercept, random_state=3,
-              check_every=1)
+    kw = dict(
+        loss="logistic", alpha=ALPHA, fit_intercept=fit_intercept, random_state=3, check_every=1
+    )
     gaps = dask_scd.fit(grid, solver="sdca", tol=1e-15, max_iter=6, **kw).history_.relative_gap
     assert all(earlier > gaps[3] for earlier in gaps[:3])
     stopped = dask_scd.fit(grid, solver="sdca", tol=gaps[3] * (1 + 1e-9), max_iter=50, **kw)
@@ -151,8 +155,9 @@ def test_certificate_summed_in_the_next_epoch_is_the_point_s(tmp_path, fit_inter
     assert stopped.intercept_ == pytest.approx(ended.intercept_, rel=1e-12, abs=1e-14)
     assert stopped.dual_gap_ == pytest.approx(ended.dual_gap_, rel=1e-8)
     problem = obj.Problem("logistic", ALPHA, 0.0, fit_intercept)
-    assert stopped.history_.primal[-1] == pytest.approx(_objective(problem, X, y, stopped),
-                                                        rel=1e-12)
+    assert stopped.history_.primal[-1] == pytest.approx(
+        _objective(problem, X, y, stopped), rel=1e-12
+    )
 
 
 def test_at_most_two_row_chunks_in_memory(tmp_path, monkeypatch):
@@ -170,8 +175,9 @@ def test_at_most_two_row_chunks_in_memory(tmp_path, monkeypatch):
         return chunk
 
     monkeypatch.setattr(sdca_grid, "read_row_chunk", counted)
-    result = dask_scd.fit(grid, loss="logistic", alpha=ALPHA, solver="sdca", tol=1e-8,
-                          random_state=0)
+    result = dask_scd.fit(
+        grid, loss="logistic", alpha=ALPHA, solver="sdca", tol=1e-8, random_state=0
+    )
     assert result.dual_gap_ <= 1e-8
     assert reads[0] == 5 * result.extras_["read_passes"]
     assert 1 <= peak[0] <= 2  # the chunk being stepped on and the one being read
@@ -203,9 +209,11 @@ def test_next_chunk_is_read_while_one_is_processed(tmp_path, monkeypatch):
         seen.append((chunk.r, live[0]))
         # its rows, in grid column order
         probe = np.arange(1.0, N_FEATURES + 1)
-        np.testing.assert_allclose(chunk.matrix.dot(probe),
-                                   X[chunk.start:chunk.stop, grid.feature_order] @ probe,
-                                   rtol=1e-13)
+        np.testing.assert_allclose(
+            chunk.matrix.dot(probe),
+            X[chunk.start : chunk.stop, grid.feature_order] @ probe,
+            rtol=1e-13,
+        )
 
     monkeypatch.setattr(sdca_grid, "read_row_chunk", counted)
     stream = sdca_grid.ChunkStream(grid)
@@ -223,8 +231,7 @@ def test_dense_row_chunks_read_into_two_buffers(tmp_path, blocks, dtype):
     # The cells side by side in grid column order, as np.hstack of the cells, each read
     # into the buffer the read before last used.
     X, y = _data("logistic")
-    grid = to_grid(X.astype(dtype), y, tmp_path / "g.zarr", row_chunk=ROW_CHUNK,
-                   blocks=blocks)
+    grid = to_grid(X.astype(dtype), y, tmp_path / "g.zarr", row_chunk=ROW_CHUNK, blocks=blocks)
     memory = sdca_grid.ChunkMemory(grid)
     seen = []
     for r in [4, 0, 3, 3, 1, 2]:
@@ -233,8 +240,9 @@ def test_dense_row_chunks_read_into_two_buffers(tmp_path, blocks, dtype):
         values = chunk.matrix.data.reshape(chunk.stop - chunk.start, N_FEATURES)
         np.testing.assert_array_equal(values, expected)
         assert values.dtype == dtype
-        seen.append(next(k for k, buf in enumerate(memory.buffers)
-                         if np.shares_memory(buf, values)))
+        seen.append(
+            next(k for k, buf in enumerate(memory.buffers) if np.shares_memory(buf, values))
+        )
     assert seen == [1, 0, 1, 0, 1, 0]
 
 
@@ -244,8 +252,7 @@ def test_spilled_row_chunks_give_the_same_fit(tmp_path, monkeypatch):
     # decoded rows back; the iterates are the same bit for bit.
     X, y = _data("logistic")
     grid = _grid(tmp_path, X, y)
-    kw = dict(loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4, random_state=2,
-              solver="sdca")
+    kw = dict(loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=4, random_state=2, solver="sdca")
     plain = dask_scd.fit(grid, **kw)
     decode = sdca_grid.read_dense_row_chunk
     decoded = []
@@ -272,8 +279,7 @@ def test_spilled_row_chunks_give_the_same_fit(tmp_path, monkeypatch):
 def test_a_spill_that_fails_falls_back_to_the_grid(tmp_path, monkeypatch):
     X, y = _data("logistic")
     grid = _grid(tmp_path, X, y)
-    kw = dict(loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=3, random_state=2,
-              solver="sdca")
+    kw = dict(loss="logistic", alpha=ALPHA, tol=1e-15, max_iter=3, random_state=2, solver="sdca")
     plain = dask_scd.fit(grid, **kw)
 
     def full(fd, data, offset):
@@ -289,8 +295,9 @@ def test_estimator_on_a_grid(tmp_path):
     X, y = _data("squared_hinge")
     grid = _grid(tmp_path, X, y)
     model = dask_scd.LinearSVC(alpha=ALPHA, solver="sdca", tol=1e-6, random_state=0).fit(grid)
-    result = dask_scd.fit(grid, loss="squared_hinge", alpha=ALPHA, solver="sdca", tol=1e-6,
-                          random_state=0)
+    result = dask_scd.fit(
+        grid, loss="squared_hinge", alpha=ALPHA, solver="sdca", tol=1e-6, random_state=0
+    )
     assert result.extras_["row_chunks"] == 5
     np.testing.assert_array_equal(model.coef_.ravel(), result.coef_)
     assert model.dual_gap_ <= 1e-6

@@ -35,11 +35,14 @@ def _objective(result):
     return result.primal_
 
 
-@pytest.mark.parametrize("case", [
-    ("cancer", dict(loss="logistic", alpha=0.01)),
-    ("diabetes", dict(loss="squared", alpha=0.01)),
-    ("cancer", dict(loss="hinge", alpha=0.01)),
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("cancer", dict(loss="logistic", alpha=0.01)),
+        ("diabetes", dict(loss="squared", alpha=0.01)),
+        ("cancer", dict(loss="hinge", alpha=0.01)),
+    ],
+)
 @pytest.mark.parametrize("sync_every", [1, 3])
 def test_two_threads_reach_the_one_thread_optimum(case, sync_every, request):
     X, y = request.getfixturevalue(case[0])
@@ -68,8 +71,18 @@ def test_wild_runs_and_certifies_its_duals(cancer):
     X, y = cancer
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        wild = dask_scd.fit(X, y, loss="logistic", alpha=0.01, solver="sdca", n_threads=2,
-                            sync_every=0, tol=TOL, max_iter=200, random_state=0)
+        wild = dask_scd.fit(
+            X,
+            y,
+            loss="logistic",
+            alpha=0.01,
+            solver="sdca",
+            n_threads=2,
+            sync_every=0,
+            tol=TOL,
+            max_iter=200,
+            random_state=0,
+        )
     one = _fit(X, y, loss="logistic", alpha=0.01)
     assert np.isfinite(wild.dual_gap_) and wild.dual_gap_ >= 0
     # Both primal values lie above P* by at most their certified gaps, P − D = gap·|P|.
@@ -80,21 +93,35 @@ def test_wild_runs_and_certifies_its_duals(cancer):
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_one_thread_is_the_sequential_engine(cancer):
     X, y = cancer
-    plain = dask_scd.fit(X, y, loss="logistic", alpha=0.01, solver="sdca", max_iter=5,
-                         tol=1e-14, random_state=0)
-    one = dask_scd.fit(X, y, loss="logistic", alpha=0.01, solver="sdca", max_iter=5,
-                       tol=1e-14, random_state=0, n_threads=1, sync_every=7)
+    plain = dask_scd.fit(
+        X, y, loss="logistic", alpha=0.01, solver="sdca", max_iter=5, tol=1e-14, random_state=0
+    )
+    one = dask_scd.fit(
+        X,
+        y,
+        loss="logistic",
+        alpha=0.01,
+        solver="sdca",
+        max_iter=5,
+        tol=1e-14,
+        random_state=0,
+        n_threads=1,
+        sync_every=7,
+    )
     np.testing.assert_array_equal(plain.coef_, one.coef_)
     assert plain.intercept_ == one.intercept_
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(n_threads=0), "n_threads must be a positive integer, got 0"),
-    (dict(n_threads=1.5), "n_threads must be a positive integer, got 1.5"),
-    (dict(n_threads=True), "n_threads must be a positive integer, got True"),
-    (dict(sync_every=-1), "sync_every must be a non-negative integer, got -1"),
-    (dict(sync_every="2"), "sync_every must be a non-negative integer, got '2'"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(n_threads=0), "n_threads must be a positive integer, got 0"),
+        (dict(n_threads=1.5), "n_threads must be a positive integer, got 1.5"),
+        (dict(n_threads=True), "n_threads must be a positive integer, got True"),
+        (dict(sync_every=-1), "sync_every must be a non-negative integer, got -1"),
+        (dict(sync_every="2"), "sync_every must be a non-negative integer, got '2'"),
+    ],
+)
 def test_bad_values_are_refused(cancer, bad, message):
     X, y = cancer
     with pytest.raises(ValueError, match=message):
@@ -182,15 +209,37 @@ def test_private_copies_of_w_lose_no_step():
 
     def run(k, part):
         sdca.sdca_thread_epoch_local(
-            data, np.zeros(0, np.int64), np.zeros(0, np.int64), True, p, y, dual, coef, part,
-            LOSS_CODES["logistic"], alpha_n, norms, np.ones(0), False, 0.0, 0.0, 0.0, slots,
-            k, 16, copies[2 * k], copies[2 * k + 1])
+            data,
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            True,
+            p,
+            y,
+            dual,
+            coef,
+            part,
+            LOSS_CODES["logistic"],
+            alpha_n,
+            norms,
+            np.ones(0),
+            False,
+            0.0,
+            0.0,
+            0.0,
+            slots,
+            k,
+            16,
+            copies[2 * k],
+            copies[2 * k + 1],
+        )
 
     run(0, order[:10])  # compile
     coef[:] = X.T @ dual / alpha_n
     before = dual.copy()
-    threads = [threading.Thread(target=run, args=(k, part))
-               for k, part in enumerate(np.array_split(order, 2))]
+    threads = [
+        threading.Thread(target=run, args=(k, part))
+        for k, part in enumerate(np.array_split(order, 2))
+    ]
     for t in threads:
         t.start()
     for t in threads:

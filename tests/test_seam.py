@@ -39,7 +39,8 @@ def test_iterates_are_pinned():
         np.testing.assert_allclose(coef, expected, rtol=1e-12, atol=atol, err_msg=name)
         intercept = [float.fromhex(v) for v in case["intercept"]]
         assert [float.fromhex(v) for v in got[name]["intercept"]] == pytest.approx(
-            intercept, rel=1e-12, abs=1e-14), name
+            intercept, rel=1e-12, abs=1e-14
+        ), name
 
 
 def _toy_engine(data: InMemory, problem, options: Options) -> Run:
@@ -56,13 +57,15 @@ def _toy_engine(data: InMemory, problem, options: Options) -> Run:
 
 
 def test_an_engine_is_one_function_and_one_registry_line(rng, monkeypatch):
-    monkeypatch.setitem(registry.ENGINES, "toy", registry.Engine(
-        "toy", f"{__name__}:_toy_engine", "memory", losses=("squared",), l1=False))
+    monkeypatch.setitem(
+        registry.ENGINES,
+        "toy",
+        registry.Engine("toy", f"{__name__}:_toy_engine", "memory", losses=("squared",), l1=False),
+    )
     monkeypatch.setattr(registry, "SOLVERS", (*registry.SOLVERS, "toy"))
     X = rng.normal(size=(200, 5))
     y = X @ rng.normal(size=5)
-    ours = dask_scd.fit(X, y, alpha=0.1, fit_intercept=False, solver="toy", max_iter=500,
-                        tol=1e-8)
+    ours = dask_scd.fit(X, y, alpha=0.1, fit_intercept=False, solver="toy", max_iter=500, tol=1e-8)
     gram = dask_scd.fit(X, y, alpha=0.1, fit_intercept=False, solver="gram", tol=1e-12)
     assert ours.solver_ == "toy" and ours.dual_gap_ <= 1e-8
     np.testing.assert_allclose(ours.coef_, gram.coef_, rtol=1e-6)
@@ -72,11 +75,17 @@ def test_an_engine_is_one_function_and_one_registry_line(rng, monkeypatch):
 
 def test_engine_options_are_checked(rng):
     X, y = rng.normal(size=(50, 3)), rng.normal(size=50)
-    with pytest.raises(TypeError, match=r"unknown keyword arguments \['selection'\].*"
-                                        r"solver='scd' takes no keyword arguments"):
+    with pytest.raises(
+        TypeError,
+        match=r"unknown keyword arguments \['selection'\].*"
+        r"solver='scd' takes no keyword arguments",
+    ):
         dask_scd.fit(X, y, solver="scd", selection="cyclic")
-    with pytest.raises(TypeError, match=r"unknown keyword arguments \['chekpoint'\].*"
-                                        r"solver='auto' runs '\w+' on this data, which takes"):
+    with pytest.raises(
+        TypeError,
+        match=r"unknown keyword arguments \['chekpoint'\].*"
+        r"solver='auto' runs '\w+' on this data, which takes",
+    ):
         dask_scd.fit(X, y, chekpoint="fit.npz")
     with pytest.raises(ValueError, match=r"random_state='abc' must be None, an integer"):
         dask_scd.fit(X, y, random_state="abc")
@@ -107,15 +116,17 @@ def test_scalar_losses_match_the_objectives(loss, rng):
     np.testing.assert_allclose(values, obj.loss_value(loss, y, z), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(d1, obj.loss_derivative(loss, y, z), rtol=1e-12, atol=1e-15)
     if loss != "hinge":  # the hinge's kernels never use a curvature
-        np.testing.assert_allclose(d2, obj.loss_second_derivative(loss, y, z), rtol=1e-10,
-                                   atol=1e-15)
+        np.testing.assert_allclose(
+            d2, obj.loss_second_derivative(loss, y, z), rtol=1e-10, atol=1e-15
+        )
 
 
 def test_scalar_penalty_and_prox(rng):
     problem = obj.Problem("squared", 0.3, 0.4, True)
     t = rng.normal(size=50)
-    np.testing.assert_allclose(scalar.penalty.py_func(problem.l1, problem.l2, t),
-                               obj.penalty_terms(problem, t), rtol=1e-15)
+    np.testing.assert_allclose(
+        scalar.penalty.py_func(problem.l1, problem.l2, t), obj.penalty_terms(problem, t), rtol=1e-15
+    )
     for old, g, h in rng.normal(size=(50, 3)):
         h = abs(h)
         new = scalar.prox_newton(old, g, h, problem.l1, problem.l2)
@@ -133,7 +144,8 @@ def test_scalar_dual_step_matches_the_reference(loss, rng):
         beta = rng.uniform(0.05, 0.95)
         a, m, q = beta * y, rng.normal(), rng.uniform(0.1, 3.0)
         assert scalar.dual_step(code, y, a, m, q) == pytest.approx(
-            reference.dual_step(loss, y, a, m, q), rel=1e-7, abs=1e-9)
+            reference.dual_step(loss, y, a, m, q), rel=1e-7, abs=1e-9
+        )
 
 
 def test_the_layers_and_no_import_circle():
@@ -144,14 +156,20 @@ def test_the_layers_and_no_import_circle():
 
     config = PACKAGE.parent / "pyproject.toml"
     assert lint_imports(config_filename=str(config), no_cache=True) == 0, (
-        "an import breaks the layers or closes a circle: run `.venv/bin/lint-imports`")
+        "an import breaks the layers or closes a circle: run `.venv/bin/lint-imports`"
+    )
 
 
 def test_auto_is_decided_by_the_planner_alone():
     """No module but the registry (declarations, cost model) and the planner resolves an
     engine or decides where a fit runs; fit and path ask the planner."""
-    deciding = ("registry.resolve(", "registry.runs_in_memory(", "registry.dask_auto(",
-                "registry.predicted_passes(", "engines_solving(")
+    deciding = (
+        "registry.resolve(",
+        "registry.runs_in_memory(",
+        "registry.dask_auto(",
+        "registry.predicted_passes(",
+        "engines_solving(",
+    )
     allowed = {PACKAGE / "solvers" / "registry.py", PACKAGE / "solvers" / "planner.py"}
     for module in PACKAGE.rglob("*.py"):
         if module in allowed:
@@ -165,8 +183,13 @@ def test_every_result_carries_its_plan(rng):
     auto = dask_scd.fit(X, y, alpha=0.1)
     assert auto.extras_["plan"]["engine"] == auto.solver_
     assert auto.extras_["plan"]["rule"] == "the fewest predicted passes over X"
-    assert auto.solver_ == min(auto.extras_["plan"]["predicted_passes"],
-                               key=auto.extras_["plan"]["predicted_passes"].get)
+    assert auto.solver_ == min(
+        auto.extras_["plan"]["predicted_passes"], key=auto.extras_["plan"]["predicted_passes"].get
+    )
     named = dask_scd.fit(X, y, alpha=0.1, solver="scd")
-    assert named.extras_["plan"] == {"engine": "scd", "device": "cpu", "rule": "named",
-                                     "predicted_passes": None}
+    assert named.extras_["plan"] == {
+        "engine": "scd",
+        "device": "cpu",
+        "rule": "named",
+        "predicted_passes": None,
+    }

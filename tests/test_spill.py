@@ -33,12 +33,18 @@ def _assert_same(got, want):
             _assert_same(got.stored, want.stored)
         assert (got.width, got.n_columns) == (want.width, want.n_columns)
     else:  # CellView
-        assert (got.n_rows, got.n_columns, got.by_columns) == \
-            (want.n_rows, want.n_columns, want.by_columns)
+        assert (got.n_rows, got.n_columns, got.by_columns) == (
+            want.n_rows,
+            want.n_columns,
+            want.by_columns,
+        )
         for name in ("data", "indices", "indptr"):
             _assert_same(getattr(got.matrix, name), getattr(want.matrix, name))
-        assert (got.matrix.dense, got.matrix.n_major, got.matrix.n_minor) == \
-            (want.matrix.dense, want.matrix.n_major, want.matrix.n_minor)
+        assert (got.matrix.dense, got.matrix.n_major, got.matrix.n_minor) == (
+            want.matrix.dense,
+            want.matrix.n_major,
+            want.matrix.n_minor,
+        )
 
 
 def _values():
@@ -50,13 +56,14 @@ def _values():
 
     one_hot = cells._by_rows(CellView(pure(np.ones(200))))
     valued = cells._by_rows(CellView(pure(rng.normal(size=200))))
-    wide = sp.csc_matrix((np.ones(30), (np.arange(30), rng.integers(0, 500, 30))),
-                         shape=(300, 500))
+    wide = sp.csc_matrix((np.ones(30), (np.arange(30), rng.integers(0, 500, 30))), shape=(300, 500))
     view = CellView(wide)
     assert view.stored_columns is not None  # stored at few of its columns
     stored = cells._by_rows(view)
     return {
-        "one-hot by rows": one_hot, "valued by rows": valued, "stored by rows": stored,
+        "one-hot by rows": one_hot,
+        "valued by rows": valued,
+        "stored by rows": stored,
         "sparse view": CellView(sp.random(50, 7, density=0.4, random_state=2, format="csc")),
         "dense view": CellView(rng.normal(size=(20, 3))),
         "labels": np.where(rng.random(40) < 0.5, 1, -1).astype(np.int8),
@@ -132,10 +139,14 @@ def test_out_of_core_cells_are_decoded_once_then_read_from_the_spill(tmp_path, m
     X = sp.hstack([X, sp.random(400, 3, density=0.9, random_state=0)]).tocsr()  # impure
     fields = [np.arange(6 * k, 6 * k + 6) for k in range(3)] + [np.arange(18, 21)]
     grid = to_grid(X, y, tmp_path / "g", row_chunk=100, blocks=fields)
-    refs = [[CellRef(grid.path, grid.grid_id, r, b, grid.store_version)
-             for b in range(grid.n_blocks)] for r in range(grid.n_row_chunks)]
-    labels = [LabelRef(grid.path, grid.grid_id, r, (-1.0, 1.0), grid.store_version)
-              for r in range(grid.n_row_chunks)]
+    refs = [
+        [CellRef(grid.path, grid.grid_id, r, b, grid.store_version) for b in range(grid.n_blocks)]
+        for r in range(grid.n_row_chunks)
+    ]
+    labels = [
+        LabelRef(grid.path, grid.grid_id, r, (-1.0, 1.0), grid.store_version)
+        for r in range(grid.n_row_chunks)
+    ]
 
     def one_pass():
         out = []
@@ -170,8 +181,9 @@ def test_a_cell_the_cache_evicts_goes_to_the_spill(tmp_path, monkeypatch):
     """A fit's first cells fill the cache, then make room for the others: the ones it
     drops are spilled, not read from the store again."""
     X, y = make_onehot(400, 3, 6, random_state=0)[:2]
-    grid = to_grid(X, y, tmp_path / "g", row_chunk=400,
-                   blocks=[np.arange(6 * k, 6 * k + 6) for k in range(3)])
+    grid = to_grid(
+        X, y, tmp_path / "g", row_chunk=400, blocks=[np.arange(6 * k, 6 * k + 6) for k in range(3)]
+    )
     refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(3)]
     monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
     cache = cell_cache.CellCache(2000, ceiling=None)  # room for one cell by rows (1.6 kB)
@@ -190,12 +202,17 @@ def test_an_out_of_core_fit_through_the_spill_is_the_in_core_fit(tmp_path, monke
     without it, and in core; with the spill the store is read once a cell."""
     X, y, _ = make_onehot(3000, 5, 12, random_state=3)
     grid = to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=1000)
-    kw = dict(loss="logistic", alpha=1.0 / 3000, tol=1e-15, max_iter=4, solver="block_scd",
-              random_state=0)
+    kw = dict(
+        loss="logistic", alpha=1.0 / 3000, tol=1e-15, max_iter=4, solver="block_scd", random_state=0
+    )
 
     def fit():
-        with Client(processes=False, n_workers=2, threads_per_worker=1,
-                    dashboard_address=":0") as client, warnings.catch_warnings():
+        with (
+            Client(
+                processes=False, n_workers=2, threads_per_worker=1, dashboard_address=":0"
+            ) as client,
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore", ConvergenceWarning)
             return dask_scd.fit(grid, client=client, **kw)
 

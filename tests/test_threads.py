@@ -26,6 +26,7 @@ def threaded(monkeypatch):
 
     def use(n):
         monkeypatch.setattr(threads, "THREADS", n)
+
     return use
 
 
@@ -55,8 +56,7 @@ def test_dot_on_threads_is_the_one_thread_dot(threaded, dense, rng):
 
 def test_run_all_shares_the_calls_evenly_among_the_threads(threaded):
     threaded(2)
-    names = threads.run_all([lambda k=k: (k, threading.current_thread().name)
-                             for k in range(4)])
+    names = threads.run_all([lambda k=k: (k, threading.current_thread().name) for k in range(4)])
     assert [k for k, _ in names] == [0, 1, 2, 3]  # results in the calls' order
     here = threading.current_thread().name
     # Two consecutive calls on this thread, two on the pool: not one here and three there.
@@ -79,13 +79,15 @@ def test_a_thread_other_than_the_main_one_runs_passes_on_itself(threaded):
 def test_l1_newton_on_pure_blocks_is_the_same_on_any_number_of_threads(threaded, loss):
     """Column epochs split within pure blocks, block-shift statistics in fixed row ranges
     and row-range products: 1, 2 and 3 threads give the same model, bit for bit."""
-    X, y = make_onehot(3000, 6, 20, task="classification" if loss == "logistic"
-                       else "regression", random_state=0)[:2]
+    X, y = make_onehot(
+        3000, 6, 20, task="classification" if loss == "logistic" else "regression", random_state=0
+    )[:2]
     fits = []
     for n in (1, 2, 3):
         threaded(n)
-        fits.append(dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=2e-4, tol=1e-10,
-                                 solver="newton"))
+        fits.append(
+            dask_scd.fit(X, y, loss=loss, penalty="l1", alpha=2e-4, tol=1e-10, solver="newton")
+        )
     for fit in fits[1:]:
         assert np.array_equal(fit.coef_, fits[0].coef_)
         assert fit.intercept_ == fits[0].intercept_ and fit.n_iter_ == fits[0].n_iter_
@@ -129,8 +131,9 @@ def test_l2_newton_by_conjugate_gradients_is_the_same_on_any_number_of_threads(t
     fits = []
     for n in (1, 2, 3):
         threaded(n)
-        fits.append(dask_scd.fit(X, y, loss="logistic", alpha=1.0 / 3000, tol=1e-10,
-                                 solver="newton"))
+        fits.append(
+            dask_scd.fit(X, y, loss="logistic", alpha=1.0 / 3000, tol=1e-10, solver="newton")
+        )
     assert fits[0].extras_.get("cg_products") or fits[0].n_iter_ > 0
     for fit in fits[1:]:
         assert np.array_equal(fit.coef_, fits[0].coef_) and fit.intercept_ == fits[0].intercept_
@@ -154,6 +157,7 @@ def test_the_environment_caps_the_threads(monkeypatch):
     assert threads._threads() == cores
     script = "from dask_scd.kernels import threads; print(threads.THREADS)"
     env = dict(os.environ, NUMBA_NUM_THREADS="1", DASK_SCD_NUM_THREADS="")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "1"

@@ -28,21 +28,22 @@ def logistic_objective(X, y, coef, intercept):
 def test_logistic_matches_sklearn_unpenalized(cancer):
     X, y = cancer
     ours = dask_scd.fit(X, y, loss="logistic", penalty=None, tol=1e-10)
-    reference = linear_model.LogisticRegression(C=np.inf, solver="newton-cholesky",
-                                                tol=1e-12, max_iter=1000).fit(X, y)
+    reference = linear_model.LogisticRegression(
+        C=np.inf, solver="newton-cholesky", tol=1e-12, max_iter=1000
+    ).fit(X, y)
     theirs = logistic_objective(X, y, reference.coef_, reference.intercept_[0])
     assert ours.solver_ == "newton" and ours.converged_
     assert ours.grad_norm_ <= 1e-10 and np.isnan(ours.dual_gap_)
     assert ours.primal_ == pytest.approx(theirs, rel=1e-8)
-    assert logistic_objective(X, y, ours.coef_, ours.intercept_) == pytest.approx(theirs,
-                                                                                  rel=1e-8)
+    assert logistic_objective(X, y, ours.coef_, ours.intercept_) == pytest.approx(theirs, rel=1e-8)
 
 
 def test_estimator_without_penalty(cancer):
     X, y = cancer
     model = LogisticRegression(penalty=None, tol=1e-10).fit(X, y)
-    reference = linear_model.LogisticRegression(C=np.inf, solver="newton-cholesky",
-                                                tol=1e-12, max_iter=1000).fit(X, y)
+    reference = linear_model.LogisticRegression(
+        C=np.inf, solver="newton-cholesky", tol=1e-12, max_iter=1000
+    ).fit(X, y)
     np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-6, atol=1e-6)
     assert model.grad_norm_ <= 1e-10 and np.isnan(model.dual_gap_)
     assert not hasattr(LogisticRegression().fit(X, y), "grad_norm_")
@@ -58,8 +59,9 @@ def test_least_squares_is_exact(cancer):
 
 def test_small_dask_input_fits_in_memory(cancer):
     X, y = cancer
-    result = dask_scd.fit(da.from_array(X, chunks=(200, 10)), y, loss="logistic",
-                          penalty=None, tol=1e-10)
+    result = dask_scd.fit(
+        da.from_array(X, chunks=(200, 10)), y, loss="logistic", penalty=None, tol=1e-10
+    )
     assert result.solver_ == "newton" and result.grad_norm_ <= 1e-10
 
 

@@ -19,7 +19,9 @@ def test_non_finite_X(data, bad):
     X, y = data
     X = X.copy()
     X[7, 2] = bad
-    with pytest.raises(ValueError, match=r"X contains NaN or infinity \(first at row 7, column 2\)"):
+    with pytest.raises(
+        ValueError, match=r"X contains NaN or infinity \(first at row 7, column 2\)"
+    ):
         dask_scd.fit(X, y)
     with pytest.raises(ValueError, match="X contains NaN or infinity"):
         dask_scd.fit(sp.csr_matrix(X), y)
@@ -57,10 +59,12 @@ def test_labels(data):
         dask_scd.fit(X, np.ones(50), loss="hinge")
     # {0, 1}, {-1, 1} and any two labels give the same model.
     pm = dask_scd.fit(X, y, loss="logistic", alpha=0.1, tol=1e-10, random_state=0)
-    zero_one = dask_scd.fit(X, (y > 0).astype(int), loss="logistic", alpha=0.1, tol=1e-10,
-                            random_state=0)
-    named = dask_scd.fit(X, np.where(y > 0, "spam", "ham"), loss="logistic", alpha=0.1,
-                         tol=1e-10, random_state=0)
+    zero_one = dask_scd.fit(
+        X, (y > 0).astype(int), loss="logistic", alpha=0.1, tol=1e-10, random_state=0
+    )
+    named = dask_scd.fit(
+        X, np.where(y > 0, "spam", "ham"), loss="logistic", alpha=0.1, tol=1e-10, random_state=0
+    )
     np.testing.assert_array_equal(pm.coef_, zero_one.coef_)
     np.testing.assert_array_equal(pm.coef_, named.coef_)
     assert list(named.classes_) == ["ham", "spam"]

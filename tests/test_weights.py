@@ -78,13 +78,18 @@ def test_integer_weights_are_repeated_rows(solver, loss, penalty, request):
     y = _labels(y, loss)
     given = weights.copy()
     rows = np.repeat(np.arange(len(y)), weights)
-    options = dict(loss=loss, penalty=penalty, alpha=0.05, tol=TIGHT, max_iter=20000,
-                   random_state=0)
+    options = dict(
+        loss=loss, penalty=penalty, alpha=0.05, tol=TIGHT, max_iter=20000, random_state=0
+    )
     if registry.get(solver).data == "dask":  # on a cluster, with weights as a dask vector
         request.getfixturevalue("client")
-        weighted = dask_scd.fit(da.from_array(X, chunks=(15, 3)), da.from_array(y, chunks=15),
-                                sample_weight=da.from_array(weights, chunks=20),
-                                solver=solver, **options)
+        weighted = dask_scd.fit(
+            da.from_array(X, chunks=(15, 3)),
+            da.from_array(y, chunks=15),
+            sample_weight=da.from_array(weights, chunks=20),
+            solver=solver,
+            **options,
+        )
         repeated = dask_scd.fit(X[rows], y[rows], solver="newton", **options)
     else:
         weighted = dask_scd.fit(X, y, sample_weight=weights, solver=solver, **options)
@@ -97,12 +102,23 @@ def test_integer_weights_are_repeated_rows(solver, loss, penalty, request):
     # The certificate of the weighted problem, recomputed from the returned model.
     problem = Problem(loss, 0.05, 0.0 if penalty == "l2" else 0.5, True)
     if loss == "multinomial":  # K coefficient vectors: the softmax loss's own certificate
-        cert = multinomial_certificate(problem, X, np.searchsorted(weighted.classes_, y),
-                                       weighted.coef_, weighted.intercept_,
-                                       sample_weight=weights)
+        cert = multinomial_certificate(
+            problem,
+            X,
+            np.searchsorted(weighted.classes_, y),
+            weighted.coef_,
+            weighted.intercept_,
+            sample_weight=weights,
+        )
     else:
-        cert = dask_scd.certificate(problem, X, y, weighted.coef_, weighted.intercept_,
-                                    weights=check_sample_weight(weights, len(y)))
+        cert = dask_scd.certificate(
+            problem,
+            X,
+            y,
+            weighted.coef_,
+            weighted.intercept_,
+            weights=check_sample_weight(weights, len(y)),
+        )
     assert cert.primal == pytest.approx(repeated.primal_, rel=1e-8)
     assert cert.gap >= -1e-15 * abs(cert.primal)  # rounding at the optimum
     if loss != "hinge":  # the hinge's dual point from the margins is loose (objectives.md)
@@ -114,24 +130,49 @@ def test_integer_weights_are_repeated_rows(solver, loss, penalty, request):
 def test_engines_without_weights_refuse_them(solver, loss):
     X, y, weights = _data()
     with pytest.raises(ValueError, match="sample weights") as info:
-        dask_scd.fit(X, _labels(y, loss), loss=loss, alpha=0.1, solver=solver,
-                     sample_weight=weights)
+        dask_scd.fit(
+            X, _labels(y, loss), loss=loss, alpha=0.1, solver=solver, sample_weight=weights
+        )
     for name in registry.weighted_engines(loss):  # the message names those that do
         assert repr(name) in str(info.value)
 
 
-@pytest.mark.parametrize("loss, penalty", [("squared", "l2"), ("squared", "l1"),
-                                           ("logistic", "l1"), ("hinge", "l2"),
-                                           ("squared_hinge", "l2"), ("logistic", None)])
+@pytest.mark.parametrize(
+    "loss, penalty",
+    [
+        ("squared", "l2"),
+        ("squared", "l1"),
+        ("logistic", "l1"),
+        ("hinge", "l2"),
+        ("squared_hinge", "l2"),
+        ("logistic", None),
+    ],
+)
 def test_auto_picks_an_engine_that_takes_weights(loss, penalty):
     X, y, weights = _data()
     y = _labels(y, loss)
-    result = dask_scd.fit(X, y, loss=loss, penalty=penalty, alpha=0.05, tol=1e-10,
-                          max_iter=5000, sample_weight=weights)
+    result = dask_scd.fit(
+        X,
+        y,
+        loss=loss,
+        penalty=penalty,
+        alpha=0.05,
+        tol=1e-10,
+        max_iter=5000,
+        sample_weight=weights,
+    )
     assert loss in registry.get(result.solver_).weighted
     rows = np.repeat(np.arange(len(y)), weights)
-    repeated = dask_scd.fit(X[rows], y[rows], loss=loss, penalty=penalty, alpha=0.05,
-                            tol=1e-10, max_iter=5000, solver=result.solver_)
+    repeated = dask_scd.fit(
+        X[rows],
+        y[rows],
+        loss=loss,
+        penalty=penalty,
+        alpha=0.05,
+        tol=1e-10,
+        max_iter=5000,
+        solver=result.solver_,
+    )
     assert result.primal_ == pytest.approx(repeated.primal_, rel=1e-8, abs=1e-12)
 
 
@@ -149,17 +190,31 @@ def test_zero_weights_drop_rows_and_equal_weights_change_nothing():
     np.testing.assert_array_equal(equal.coef_, plain.coef_)
 
 
-@pytest.mark.parametrize("solver, loss, penalty", [
-    ("scd", "squared", "elasticnet"), ("scd", "logistic", "l1"), ("scd", "squared_hinge", "l2"),
-    ("duhl", "squared", "l2"), ("duhl", "logistic", "elasticnet"), ("duhl", "hinge", "l2"),
-])
+@pytest.mark.parametrize(
+    "solver, loss, penalty",
+    [
+        ("scd", "squared", "elasticnet"),
+        ("scd", "logistic", "l1"),
+        ("scd", "squared_hinge", "l2"),
+        ("duhl", "squared", "l2"),
+        ("duhl", "logistic", "elasticnet"),
+        ("duhl", "hinge", "l2"),
+    ],
+)
 def test_zero_weights_are_removed_rows(solver, loss, penalty):
     """The engines whose coordinate steps weigh each example: a row of weight 0 is gone."""
     X, y, weights = _data()
     y = _labels(y, loss)
     kept = weights > 0
-    options = dict(loss=loss, penalty=penalty, alpha=0.05, tol=TIGHT, max_iter=20000,
-                   solver=solver, random_state=0)
+    options = dict(
+        loss=loss,
+        penalty=penalty,
+        alpha=0.05,
+        tol=TIGHT,
+        max_iter=20000,
+        solver=solver,
+        random_state=0,
+    )
     weighted = dask_scd.fit(X, y, sample_weight=kept.astype(float), **options)
     subset = dask_scd.fit(X[kept], y[kept], **options)
     assert weighted.dual_gap_ <= TIGHT
@@ -167,8 +222,9 @@ def test_zero_weights_are_removed_rows(solver, loss, penalty):
     np.testing.assert_allclose(weighted.coef_, subset.coef_, atol=1e-6)
 
 
-@pytest.mark.parametrize("loss, penalty", [("squared", "l2"), ("logistic", "l2"),
-                                           ("squared", "l1")])
+@pytest.mark.parametrize(
+    "loss, penalty", [("squared", "l2"), ("logistic", "l2"), ("squared", "l1")]
+)
 def test_scd_on_one_hot_fields_with_weights_is_repeated_rows(loss, penalty):
     """Sparse one-hot X: the centred squared epochs (weighted means), the coarse step on
     whole-field shifts (L2) and the flat shifts (L1) all weigh each example."""
@@ -179,8 +235,15 @@ def test_scd_on_one_hot_fields_with_weights_is_repeated_rows(loss, penalty):
         y = y + 0.3 * np.random.default_rng(1).standard_normal(len(y))
     weights = np.random.default_rng(2).integers(0, 4, len(y))
     rows = np.repeat(np.arange(len(y)), weights)
-    options = dict(loss=loss, penalty=penalty, alpha=0.01, tol=TIGHT, max_iter=5000,
-                   solver="scd", random_state=0)
+    options = dict(
+        loss=loss,
+        penalty=penalty,
+        alpha=0.01,
+        tol=TIGHT,
+        max_iter=5000,
+        solver="scd",
+        random_state=0,
+    )
     weighted = dask_scd.fit(X, y, sample_weight=weights, **options)
     repeated = dask_scd.fit(X[rows], y[rows], **options)
     assert weighted.dual_gap_ <= TIGHT
@@ -192,10 +255,18 @@ def test_sparse_weighted_fit():
     X, y, weights = _data()
     X[np.abs(X) < 0.8] = 0.0
     y = _labels(y, "logistic")
-    dense = dask_scd.fit(X, y, loss="logistic", alpha=0.05, tol=TIGHT, solver="sdca",
-                         sample_weight=weights)
-    sparse = dask_scd.fit(sp.csr_matrix(X), y, loss="logistic", alpha=0.05, tol=TIGHT,
-                          solver="sdca", sample_weight=weights)
+    dense = dask_scd.fit(
+        X, y, loss="logistic", alpha=0.05, tol=TIGHT, solver="sdca", sample_weight=weights
+    )
+    sparse = dask_scd.fit(
+        sp.csr_matrix(X),
+        y,
+        loss="logistic",
+        alpha=0.05,
+        tol=TIGHT,
+        solver="sdca",
+        sample_weight=weights,
+    )
     assert sparse.primal_ == pytest.approx(dense.primal_, rel=1e-10)
 
 
@@ -212,12 +283,14 @@ def test_gap_is_primal_minus_dual_computed_here():
     rng = np.random.default_rng(3)
     for coef in (np.zeros(X.shape[1]), rng.standard_normal(X.shape[1])):
         z = X @ coef
-        primal = np.sum(weights * np.logaddexp(0.0, -y * z)) / weights.sum() \
-            + 0.5 * alpha * coef @ coef
+        primal = (
+            np.sum(weights * np.logaddexp(0.0, -y * z)) / weights.sum() + 0.5 * alpha * coef @ coef
+        )
         beta = expit(-y * z)  # a_i = v_i β_i y_i, β_i in the unweighted box [0, 1]
         a = v * beta * y
-        dual = (np.sum(v * (entr(beta) + entr(1.0 - beta))) / len(y)
-                - 0.5 / alpha * np.sum((X.T @ a / len(y)) ** 2))
+        dual = np.sum(v * (entr(beta) + entr(1.0 - beta))) / len(y) - 0.5 / alpha * np.sum(
+            (X.T @ a / len(y)) ** 2
+        )
         cert = dask_scd.certificate(problem, X, y, coef, 0.0, weights=v)
         assert cert.primal == pytest.approx(primal, rel=1e-13)
         assert cert.dual == pytest.approx(dual, rel=1e-12)
@@ -233,8 +306,9 @@ def test_weighted_gap_bounds_and_vanishes(loss):
     X, y, weights = _data(seed=1)
     y = _labels(y, loss)
     solver = "sdca" if loss == "hinge" else "newton"
-    result = dask_scd.fit(X, y, loss=loss, alpha=0.02, tol=TIGHT, solver=solver,
-                          max_iter=20000, sample_weight=weights)
+    result = dask_scd.fit(
+        X, y, loss=loss, alpha=0.02, tol=TIGHT, solver=solver, max_iter=20000, sample_weight=weights
+    )
     gaps = np.asarray(result.history_.relative_gap)
     assert np.all(gaps >= 0.0) and gaps[-1] <= TIGHT and gaps[0] > 100 * TIGHT
     problem = Problem(loss, 0.02, 0.0, True)
@@ -265,8 +339,7 @@ def test_dask_weights_rechunked_like_y(client):
     np.testing.assert_allclose(weighted.coef_, repeated.coef_, atol=1e-5)
     with pytest.raises(ValueError, match="sample_weight has shape"):
         dask_scd.fit(Xd, yd, sample_weight=wd[:-1], **options)
-    by_blocks = dask_scd.fit(Xd, yd, sample_weight=wd, alpha=0.05, tol=TIGHT,
-                             solver="block_scd")
+    by_blocks = dask_scd.fit(Xd, yd, sample_weight=wd, alpha=0.05, tol=TIGHT, solver="block_scd")
     assert by_blocks.primal_ == pytest.approx(repeated.primal_, rel=1e-8)
     # Above the in-memory limit auto stays on the cluster with an engine that takes them.
     distributed = dask_scd.fit(Xd, yd, sample_weight=wd, in_memory_limit=0, **options)
@@ -279,9 +352,16 @@ def test_dask_weights_rechunked_like_y(client):
     wide = make_onehot(60, 3, 700, random_state=0)[0].tocsr()  # 2,100 one-hot columns
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no "brought into memory" warning
-        lasso = dask_scd.fit(da.from_array(wide, chunks=(20, 700)), yd, penalty="l1",
-                             alpha=0.1, sample_weight=wd, in_memory_limit=0, tol=1e-10,
-                             max_iter=5000)
+        lasso = dask_scd.fit(
+            da.from_array(wide, chunks=(20, 700)),
+            yd,
+            penalty="l1",
+            alpha=0.1,
+            sample_weight=wd,
+            in_memory_limit=0,
+            tol=1e-10,
+            max_iter=5000,
+        )
     assert lasso.solver_ == "block_scd"
     in_memory = dask_scd.fit(wide[rows], y[rows], penalty="l1", alpha=0.1, tol=TIGHT)
     assert lasso.primal_ == pytest.approx(in_memory.primal_, rel=1e-8)
@@ -294,7 +374,8 @@ def test_grid_stores_weights(client, tmp_path):
     grid = to_grid(X, y, tmp_path / "g", row_chunk=16, sample_weight=weights)
     assert grid.has_weights and not to_grid(X, y, tmp_path / "h", row_chunk=16).has_weights
     np.testing.assert_array_equal(
-        np.concatenate([grid.read_weights(r) for r in range(grid.n_row_chunks)]), weights)
+        np.concatenate([grid.read_weights(r) for r in range(grid.n_row_chunks)]), weights
+    )
     rows = np.repeat(np.arange(len(y)), weights)
     options = dict(loss="logistic", alpha=0.05, tol=TIGHT)
     repeated = dask_scd.fit(X[rows], y[rows], **options)
@@ -328,15 +409,18 @@ def test_grid_weight_checksum(tmp_path):
 # ------------------------------------------------------------------------ bad weights
 
 
-@pytest.mark.parametrize("bad, match", [
-    (lambda w: -w, "must be non-negative"),
-    (lambda w: np.where(np.arange(len(w)) == 3, np.nan, w), "NaN or infinity"),
-    (lambda w: np.where(np.arange(len(w)) == 3, np.inf, w), "NaN or infinity"),
-    (lambda w: np.zeros(len(w)), "sums to zero"),
-    (lambda w: w[:-1], "has 39 entries but X has 40 rows"),
-    (lambda w: np.ones((len(w), 2)), "must be 1-D"),
-    (lambda w: np.array(["a"] * len(w)), "must be numeric"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda w: -w, "must be non-negative"),
+        (lambda w: np.where(np.arange(len(w)) == 3, np.nan, w), "NaN or infinity"),
+        (lambda w: np.where(np.arange(len(w)) == 3, np.inf, w), "NaN or infinity"),
+        (lambda w: np.zeros(len(w)), "sums to zero"),
+        (lambda w: w[:-1], "has 39 entries but X has 40 rows"),
+        (lambda w: np.ones((len(w), 2)), "must be 1-D"),
+        (lambda w: np.array(["a"] * len(w)), "must be numeric"),
+    ],
+)
 def test_bad_weights_are_refused(bad, match, tmp_path):
     X, y, weights = _data()
     weights = weights.astype(float) + 1.0
@@ -362,8 +446,11 @@ def test_weights_leaving_one_class_are_refused():
 def _sklearn_objective(loss, C, X, y_pm, coef, intercept, weights):
     z = X @ coef + intercept
     margin = np.maximum(0.0, 1.0 - y_pm * z)
-    losses = {"logistic": np.logaddexp(0.0, -y_pm * z), "hinge": margin,
-              "squared_hinge": margin**2}[loss]
+    losses = {
+        "logistic": np.logaddexp(0.0, -y_pm * z),
+        "hinge": margin,
+        "squared_hinge": margin**2,
+    }[loss]
     return C * np.sum(weights * losses) + 0.5 * coef @ coef
 
 
@@ -379,18 +466,23 @@ def unbalanced():
 def test_logistic_class_weight_matches_sklearn(unbalanced, class_weight, with_sample_weight):
     X, y, sample_weight = unbalanced
     sample_weight = sample_weight if with_sample_weight else None
-    theirs = linear_model.LogisticRegression(C=0.5, class_weight=class_weight, tol=1e-12,
-                                             max_iter=10000).fit(X, y, sample_weight=sample_weight)
+    theirs = linear_model.LogisticRegression(
+        C=0.5, class_weight=class_weight, tol=1e-12, max_iter=10000
+    ).fit(X, y, sample_weight=sample_weight)
     ours = LogisticRegression(C=0.5, class_weight=class_weight, tol=TIGHT).fit(
-        X, y, sample_weight=sample_weight)
-    per_class = compute_class_weight(class_weight, classes=np.array([0, 1]), y=y,
-                                     sample_weight=sample_weight)
+        X, y, sample_weight=sample_weight
+    )
+    per_class = compute_class_weight(
+        class_weight, classes=np.array([0, 1]), y=y, sample_weight=sample_weight
+    )
     weights = per_class[y] * (1.0 if sample_weight is None else sample_weight)
     y_pm = np.where(y == 1, 1.0, -1.0)
-    mine = _sklearn_objective("logistic", 0.5, X, y_pm, ours.coef_.ravel(),
-                              ours.intercept_[0], weights)
-    reference = _sklearn_objective("logistic", 0.5, X, y_pm, theirs.coef_.ravel(),
-                                   theirs.intercept_[0], weights)
+    mine = _sklearn_objective(
+        "logistic", 0.5, X, y_pm, ours.coef_.ravel(), ours.intercept_[0], weights
+    )
+    reference = _sklearn_objective(
+        "logistic", 0.5, X, y_pm, theirs.coef_.ravel(), theirs.intercept_[0], weights
+    )
     assert mine == pytest.approx(reference, rel=1e-7)
     assert mine <= reference * (1 + 1e-12)
     assert ours.dual_gap_[0] <= TIGHT
@@ -403,13 +495,25 @@ def test_linear_svc_class_weight_matches_sklearn(unbalanced, class_weight, loss)
     X, y, sample_weight = unbalanced
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        theirs = svm.LinearSVC(C=0.5, loss=loss, class_weight=class_weight,
-                               fit_intercept=False, tol=1e-12, max_iter=1_000_000).fit(
-            X, y, sample_weight=sample_weight)
-    ours = LinearSVC(C=0.5, loss=loss, class_weight=class_weight, fit_intercept=False,
-                     tol=TIGHT, max_iter=100_000).fit(X, y, sample_weight=sample_weight)
-    per_class = compute_class_weight(class_weight, classes=np.array([0, 1]), y=y,
-                                     sample_weight=sample_weight)
+        theirs = svm.LinearSVC(
+            C=0.5,
+            loss=loss,
+            class_weight=class_weight,
+            fit_intercept=False,
+            tol=1e-12,
+            max_iter=1_000_000,
+        ).fit(X, y, sample_weight=sample_weight)
+    ours = LinearSVC(
+        C=0.5,
+        loss=loss,
+        class_weight=class_weight,
+        fit_intercept=False,
+        tol=TIGHT,
+        max_iter=100_000,
+    ).fit(X, y, sample_weight=sample_weight)
+    per_class = compute_class_weight(
+        class_weight, classes=np.array([0, 1]), y=y, sample_weight=sample_weight
+    )
     weights = per_class[y] * sample_weight
     y_pm = np.where(y == 1, 1.0, -1.0)
     mine = _sklearn_objective(loss, 0.5, X, y_pm, ours.coef_.ravel(), 0.0, weights)
@@ -422,17 +526,25 @@ def test_linear_svc_class_weight_matches_sklearn(unbalanced, class_weight, loss)
 
 def test_class_weight_dict_is_sample_weight():
     X, y = make_classification(n_samples=60, n_features=4, random_state=2)
-    by_class = LogisticRegression(alpha=0.01, class_weight={1: 4.0}, tol=TIGHT,
-                                  random_state=0).fit(X, y)
+    by_class = LogisticRegression(alpha=0.01, class_weight={1: 4.0}, tol=TIGHT, random_state=0).fit(
+        X, y
+    )
     by_rows = LogisticRegression(alpha=0.01, tol=TIGHT, random_state=0).fit(
-        X, y, sample_weight=np.where(y == 1, 4.0, 1.0))
+        X, y, sample_weight=np.where(y == 1, 4.0, 1.0)
+    )
     np.testing.assert_allclose(by_class.coef_, by_rows.coef_, atol=1e-8)
 
 
-@pytest.mark.parametrize("estimator", [Ridge(tol=1e-13), Lasso(alpha=0.01, tol=1e-13),
-                                       ElasticNet(alpha=0.1, tol=1e-14),
-                                       LogisticRegression(tol=1e-13, multi_class="ovr"),
-                                       LinearSVC(alpha=0.01, tol=1e-13, max_iter=100_000)])
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        Ridge(tol=1e-13),
+        Lasso(alpha=0.01, tol=1e-13),
+        ElasticNet(alpha=0.1, tol=1e-14),
+        LogisticRegression(tol=1e-13, multi_class="ovr"),
+        LinearSVC(alpha=0.01, tol=1e-13, max_iter=100_000),
+    ],
+)
 def test_sklearn_weight_equivalence_checks_at_tight_tol(estimator):
     """scikit-learn's own checks (repeated rows against integer weights, to rtol 1e-7).
     Their data has three classes: LogisticRegression here fits one-vs-rest (the weighted
@@ -446,8 +558,9 @@ def test_estimator_weights_are_fit_weights():
     X, y, weights = _data()
     given = weights.copy()
     model = Lasso(alpha=0.01, tol=TIGHT, random_state=0).fit(X, y, sample_weight=weights)
-    result = dask_scd.fit(X, y, penalty="l1", alpha=0.01, tol=TIGHT, sample_weight=weights,
-                          random_state=0)
+    result = dask_scd.fit(
+        X, y, penalty="l1", alpha=0.01, tol=TIGHT, sample_weight=weights, random_state=0
+    )
     np.testing.assert_allclose(model.coef_, result.coef_, atol=1e-9)
     np.testing.assert_array_equal(weights, given)
 
@@ -461,8 +574,20 @@ def test_cli_weights_file(tmp_path, capsys):
     dump_svmlight_file(X, y, str(tmp_path / "d.svm"), zero_based=False)
     np.savetxt(tmp_path / "w.txt", weights)
     grid = tmp_path / "d.zarr"
-    assert main(["convert", str(tmp_path / "d.svm"), str(grid), "--row-chunk", "20",
-                 "--weights", str(tmp_path / "w.txt")]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                str(tmp_path / "d.svm"),
+                str(grid),
+                "--row-chunk",
+                "20",
+                "--weights",
+                str(tmp_path / "w.txt"),
+            ]
+        )
+        == 0
+    )
     assert main(["info", str(grid)]) == 0
     assert "weights     stored" in capsys.readouterr().out
     options = ["--loss", "logistic", "--alpha", "0.05", "--tol", "1e-12", "--quiet"]
@@ -471,18 +596,29 @@ def test_cli_weights_file(tmp_path, capsys):
         model = tmp_path / "m.json"
         assert main(["fit", str(grid), *options, "--out", str(model), *extra]) == 0
         coef = np.array(json.loads(model.read_text())["coef"])
-        reference = dask_scd.fit(X, y, loss="logistic", alpha=0.05, tol=TIGHT,
-                                 sample_weight=expected)
+        reference = dask_scd.fit(
+            X, y, loss="logistic", alpha=0.05, tol=TIGHT, sample_weight=expected
+        )
         np.testing.assert_allclose(coef, reference.coef_, atol=1e-5)  # both to a gap of 1e-12
-    assert main(["convert", str(tmp_path / "d.svm"), str(tmp_path / "e.zarr"),
-                 "--weights", str(tmp_path / "absent.txt")]) != 0
+    assert (
+        main(
+            [
+                "convert",
+                str(tmp_path / "d.svm"),
+                str(tmp_path / "e.zarr"),
+                "--weights",
+                str(tmp_path / "absent.txt"),
+            ]
+        )
+        != 0
+    )
     assert "weights file not found" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("loss, penalty", [("logistic", "l2"), ("squared", "l2"),
-                                           ("logistic", "l1")])
-def test_block_scd_on_a_one_hot_grid_with_weights_is_repeated_rows(client, tmp_path, loss,
-                                                                   penalty):
+@pytest.mark.parametrize(
+    "loss, penalty", [("logistic", "l2"), ("squared", "l2"), ("logistic", "l1")]
+)
+def test_block_scd_on_a_one_hot_grid_with_weights_is_repeated_rows(client, tmp_path, loss, penalty):
     """Pure blocks (one-hot fields): the per-coordinate line search, the coarse step and
     the certificate all weigh each example."""
     from dask_scd.datasets import make_onehot
@@ -492,8 +628,7 @@ def test_block_scd_on_a_one_hot_grid_with_weights_is_repeated_rows(client, tmp_p
         y = y + 0.3 * np.random.default_rng(1).standard_normal(len(y))
     weights = np.random.default_rng(2).integers(0, 4, len(y))
     rows = np.repeat(np.arange(len(y)), weights)
-    grid = to_grid(X, y, tmp_path / "onehot", row_chunk=70, blocks=blocks,
-                   sample_weight=weights)
+    grid = to_grid(X, y, tmp_path / "onehot", row_chunk=70, blocks=blocks, sample_weight=weights)
     options = dict(loss=loss, penalty=penalty, alpha=0.01, tol=TIGHT, max_iter=5000)
     weighted = dask_scd.fit(grid, solver="block_scd", **options)
     repeated = dask_scd.fit(X[rows], y[rows], solver="newton", **options)
@@ -506,9 +641,15 @@ def test_block_scd_on_a_one_hot_grid_with_weights_is_repeated_rows(client, tmp_p
 # ------------------------------------------------------------------------ cocoa
 
 
-SPLITS = [("features", "squared"), ("features", "logistic"), ("features", "squared_hinge"),
-          ("examples", "squared"), ("examples", "logistic"), ("examples", "squared_hinge"),
-          ("examples", "hinge")]
+SPLITS = [
+    ("features", "squared"),
+    ("features", "logistic"),
+    ("features", "squared_hinge"),
+    ("examples", "squared"),
+    ("examples", "logistic"),
+    ("examples", "squared_hinge"),
+    ("examples", "hinge"),
+]
 
 
 @pytest.mark.parametrize("split, loss", SPLITS)
@@ -518,8 +659,15 @@ def test_cocoa_weights_are_repeated_rows_and_zero_weights_removed_rows(split, lo
     X, y, weights = _data()
     y = _labels(y, loss)
     rows = np.repeat(np.arange(len(y)), weights)
-    options = dict(loss=loss, alpha=0.05, tol=TIGHT, max_iter=20000, random_state=0,
-                   solver="cocoa", split=split)
+    options = dict(
+        loss=loss,
+        alpha=0.05,
+        tol=TIGHT,
+        max_iter=20000,
+        random_state=0,
+        solver="cocoa",
+        split=split,
+    )
     weighted = dask_scd.fit(X, y, sample_weight=weights, **options)
     repeated = dask_scd.fit(X[rows], y[rows], **options)
     assert weighted.dual_gap_ <= TIGHT and weighted.extras_["split"] == split
@@ -547,19 +695,34 @@ def test_cocoa_weights_reach_the_parts_on_a_cluster(client, tmp_path):
 
     for split, loss in SPLITS:
         labels = _labels(y, loss)
-        same(dask_scd.fit(da.from_array(X, chunks=(20, 2)), da.from_array(labels, chunks=20),
-                          sample_weight=da.from_array(weights, chunks=25), loss=loss,
-                          split=split, **rounds),
-             dask_scd.fit(X, labels, sample_weight=weights, loss=loss, split=split, **rounds))
+        same(
+            dask_scd.fit(
+                da.from_array(X, chunks=(20, 2)),
+                da.from_array(labels, chunks=20),
+                sample_weight=da.from_array(weights, chunks=25),
+                loss=loss,
+                split=split,
+                **rounds,
+            ),
+            dask_scd.fit(X, labels, sample_weight=weights, loss=loss, split=split, **rounds),
+        )
     labels = _labels(y, "logistic")
-    grid = to_grid(X, labels, tmp_path / "g", row_chunk=20,
-                   blocks=[[0, 1], [2, 3], [4, 5]], sample_weight=weights)
+    grid = to_grid(
+        X,
+        labels,
+        tmp_path / "g",
+        row_chunk=20,
+        blocks=[[0, 1], [2, 3], [4, 5]],
+        sample_weight=weights,
+    )
     rows = np.repeat(np.arange(len(y)), weights)
     for split in ("features", "examples"):
-        same(dask_scd.fit(grid, loss="logistic", split=split, **rounds),
-             dask_scd.fit(X, labels, sample_weight=weights, loss="logistic", split=split,
-                          **rounds))
+        same(
+            dask_scd.fit(grid, loss="logistic", split=split, **rounds),
+            dask_scd.fit(X, labels, sample_weight=weights, loss="logistic", split=split, **rounds),
+        )
         weighted = dask_scd.fit(grid, loss="logistic", split=split, tol=1e-11, **options)
-        repeated = dask_scd.fit(X[rows], labels[rows], loss="logistic", split=split,
-                                tol=TIGHT, **options)
+        repeated = dask_scd.fit(
+            X[rows], labels[rows], loss="logistic", split=split, tol=TIGHT, **options
+        )
         assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-8), split

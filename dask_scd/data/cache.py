@@ -25,8 +25,7 @@ class ByteLRU:
     def __init__(self, max_bytes: float, weight, on_evict=None):
         self._weight, self._on_evict = weight, on_evict
         self.loads = self.evictions = self.bytes_moved = 0
-        self._lru = zict.LRU(max_bytes, {}, weight=lambda k, v: weight(v),
-                             on_evict=self._evicted)
+        self._lru = zict.LRU(max_bytes, {}, weight=lambda k, v: weight(v), on_evict=self._evicted)
         self.lock = threading.RLock()
 
     def _evicted(self, key, value):
@@ -362,13 +361,19 @@ class CellCache:
         """Bytes loaded into the cache, loads and evictions since the process started."""
         lru = self._lru
         spill = self._second
-        spilled = {"spill_hits": 0 if spill is None else spill.hits,
-                   "spill_bytes": 0 if spill is None else spill.nbytes}
+        spilled = {
+            "spill_hits": 0 if spill is None else spill.hits,
+            "spill_bytes": 0 if spill is None else spill.nbytes,
+        }
         if lru is None:
-            return {"bytes_moved": 0, "loads": 0, "evictions": 0, "reads": self.reads,
-                    **spilled}
-        return {"bytes_moved": lru.bytes_moved, "loads": lru.loads, "evictions": lru.evictions,
-                "reads": self.reads, **spilled}
+            return {"bytes_moved": 0, "loads": 0, "evictions": 0, "reads": self.reads, **spilled}
+        return {
+            "bytes_moved": lru.bytes_moved,
+            "loads": lru.loads,
+            "evictions": lru.evictions,
+            "reads": self.reads,
+            **spilled,
+        }
 
     def clear(self):
         self._recent.clear()
@@ -377,7 +382,6 @@ class CellCache:
         self._spillable.clear()
         if self._second is not None:
             self._second.close()
-
 
 
 _UNSET = object()

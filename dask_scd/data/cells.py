@@ -63,7 +63,6 @@ class LabelRef:
         return ("labels", self.path, self.grid_id, self.version, self.r, self.classes)
 
 
-
 class CellView:
     """A cell wrapped for the kernels: X_cell d, X_cellᵀ v and friends."""
 
@@ -84,16 +83,19 @@ class CellView:
         view = cls.__new__(cls)
         view.n_rows, view.n_columns = parts.shape
         view.by_columns = True
-        view.matrix = MajorMatrix(parts.data, parts.indices, parts.indptr, False,
-                                  view.n_columns, view.n_rows)
+        view.matrix = MajorMatrix(
+            parts.data, parts.indices, parts.indptr, False, view.n_columns, view.n_rows
+        )
         view._squared_sums = view._cube_sums = view._stored = None
         return view
 
     def to_spill(self) -> tuple:
         """(arrays, meta) for the cell cache's spill file (:mod:`dask_scd.data.spill`)."""
         m = self.matrix
-        return ((m.data, m.indices, m.indptr),
-                (self.n_rows, self.n_columns, self.by_columns, m.dense, m.n_major, m.n_minor))
+        return (
+            (m.data, m.indices, m.indptr),
+            (self.n_rows, self.n_columns, self.by_columns, m.dense, m.n_major, m.n_minor),
+        )
 
     @classmethod
     def from_spill(cls, meta, arrays) -> CellView:
@@ -125,8 +127,10 @@ class CellView:
                     # The empty columns hold no entries: data and indices are unchanged.
                     indptr = np.zeros(len(present) + 1, dtype=m.indptr.dtype)
                     np.cumsum(counts[present], out=indptr[1:])
-                    self._stored = (present, MajorMatrix(m.data, m.indices, indptr, False,
-                                                         len(present), m.n_minor))
+                    self._stored = (
+                        present,
+                        MajorMatrix(m.data, m.indices, indptr, False, len(present), m.n_minor),
+                    )
         return self._stored[0]
 
     def stored_sums(self, v, squared=False) -> np.ndarray:
@@ -139,12 +143,24 @@ class CellView:
         self.stored_columns  # noqa: B018 (builds the compact matrix)
         return self._stored[1].dot_pair(v, w)
 
-    def stored_trials(self, loss_code, y, margins, direction, steps,
-                      weights=None) -> np.ndarray:
+    def stored_trials(self, loss_code, y, margins, direction, steps, weights=None) -> np.ndarray:
         """:meth:`trials` at :attr:`stored_columns` only; ``direction`` given there."""
         m = self._stored[1]
-        return _coordinate_trials(m.data, m.indices, m.indptr, False, m.n_major, m.n_minor,
-                                  True, y, margins, direction, steps, loss_code, weights)
+        return _coordinate_trials(
+            m.data,
+            m.indices,
+            m.indptr,
+            False,
+            m.n_major,
+            m.n_minor,
+            True,
+            y,
+            margins,
+            direction,
+            steps,
+            loss_code,
+            weights,
+        )
 
     def cube_sums(self) -> np.ndarray:
         """Σ_i |x_ij|³ per column (the cubic term of the logistic bound), once per cell."""
@@ -191,16 +207,53 @@ class CellView:
         """(K, n_columns) loss changes per step size and coordinate (a pure cell), each
         example's weighted by ``weights`` where given."""
         m = self.matrix
-        return _coordinate_trials(m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor,
-                                  self.by_columns, y, margins, direction, steps, loss_code,
-                                  weights)
+        return _coordinate_trials(
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            m.n_major,
+            m.n_minor,
+            self.by_columns,
+            y,
+            margins,
+            direction,
+            steps,
+            loss_code,
+            weights,
+        )
 
 
-def _coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins,
-                       direction, steps, loss_code, weights) -> np.ndarray:
-    args = (data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins,
-            np.ascontiguousarray(direction, dtype=np.float64), steps,
-            block_kernels.are_quarters(steps), loss_code)
+def _coordinate_trials(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_major,
+    n_minor,
+    by_columns,
+    y,
+    margins,
+    direction,
+    steps,
+    loss_code,
+    weights,
+) -> np.ndarray:
+    args = (
+        data,
+        indices,
+        indptr,
+        dense,
+        n_major,
+        n_minor,
+        by_columns,
+        y,
+        margins,
+        np.ascontiguousarray(direction, dtype=np.float64),
+        steps,
+        block_kernels.are_quarters(steps),
+        loss_code,
+    )
     if weights is None:
         return block_kernels.coordinate_trials(*args)
     return block_kernels.weighted_coordinate_trials(*args, weights)
@@ -256,14 +309,15 @@ class DeviceCellView:
 
     def gram(self, weights, other: DeviceCellView | None = None) -> np.ndarray:
         """X_cellᵀ diag(weights) X_cell (or X_other) as a dense host array."""
-        return self._kernels.gram(self.columns, weights,
-                                  None if other is None else other.columns)
+        return self._kernels.gram(self.columns, weights, None if other is None else other.columns)
 
     def trials(self, loss_code, y, margins, direction, steps, weights=None) -> np.ndarray:
         """(K, n_columns) loss changes per step size and coordinate (a pure cell)."""
         if weights is not None:
-            raise ValueError("block SCD with sample weights runs on the CPU: the CUDA cell "
-                             "kernels take no weights (use device='cpu')")
+            raise ValueError(
+                "block SCD with sample weights runs on the CPU: the CUDA cell "
+                "kernels take no weights (use device='cpu')"
+            )
         return self._kernels.trials(self.columns, loss_code, y, margins, direction, steps)
 
     def inspect(self) -> tuple[float, np.ndarray]:
@@ -295,8 +349,7 @@ class PureRows:
     def to_spill(self) -> tuple:
         """(arrays, meta) for the cell cache's spill file (:mod:`dask_scd.data.spill`)."""
         stored = () if self.stored is None else (self.stored,)
-        return ((self.column, self.value, self.cube) + stored,
-                (self.width, self.n_columns))
+        return ((self.column, self.value, self.cube) + stored, (self.width, self.n_columns))
 
     @classmethod
     def from_spill(cls, meta, arrays) -> PureRows:
@@ -361,9 +414,15 @@ def _ref_by_rows(cell) -> PureRows | _NotPure:
         view = CellView(stored) if isinstance(stored, np.ndarray) else CellView.of_parts(stored)
     found = _by_rows(view)
     if found is _NOT_PURE and not cached:
-        CACHE.keep(cell.key, CellView(stored.copy() if isinstance(stored, np.ndarray) else
-                                      sp.csc_matrix(tuple(a.copy() for a in stored[:3]),
-                                                    shape=stored.shape)), spill=True)
+        CACHE.keep(
+            cell.key,
+            CellView(
+                stored.copy()
+                if isinstance(stored, np.ndarray)
+                else sp.csc_matrix(tuple(a.copy() for a in stored[:3]), shape=stored.shape)
+            ),
+            spill=True,
+        )
     elif found is not _NOT_PURE and cached:
         # Read for something else first (the preflight's check): the by-rows form
         # replaces it, else a pure cell took its bytes twice in the cache (in core, a
@@ -406,11 +465,13 @@ def _by_rows(view) -> PureRows | _NotPure:
     if not pure:
         return _NOT_PURE
     if not value.size:  # one-hot: Σ|x|³ of a column is its count (the same bits)
-        return PureRows(column, value, stored, m.n_major, view.n_columns,
-                        np.diff(m.indptr).astype(np.float64))
+        return PureRows(
+            column, value, stored, m.n_major, view.n_columns, np.diff(m.indptr).astype(np.float64)
+        )
     cube = view.cube_sums()
-    return PureRows(column, value, stored, m.n_major, view.n_columns,
-                    cube if stored is None else cube[stored])
+    return PureRows(
+        column, value, stored, m.n_major, view.n_columns, cube if stored is None else cube[stored]
+    )
 
 
 def cell_view(cell) -> CellView | DeviceCellView | None:
@@ -429,7 +490,6 @@ def cell_view(cell) -> CellView | DeviceCellView | None:
     if on_device(cell):
         return DeviceCellView(cell)
     return CellView(cell)
-
 
 
 @dataclass(frozen=True)
@@ -474,12 +534,10 @@ def labels(y) -> np.ndarray:
     return np.asarray(y, dtype=np.float64)
 
 
-
 def hold_cells(group, cells: list) -> dict:
     """Make exactly ``cells`` resident for ``group`` in this process (a residency policy's
     choice for one row chunk); returns {"loads", "bytes"} it took."""
     return CACHE.hold(group, lambda: [cell_view(cell) for cell in cells])
-
 
 
 def inspect_cell(cell, where: str) -> dict:
@@ -509,8 +567,11 @@ def inspect_cell(cell, where: str) -> dict:
         else:
             held = np.bincount(m.indices, minlength=view.n_columns) > 0
         columns = np.packbits(held)
-    return {"max_per_row": int(counts.max()) if counts.size else 0, "nbytes": view.nbytes,
-            "columns": columns}
+    return {
+        "max_per_row": int(counts.max()) if counts.size else 0,
+        "nbytes": view.nbytes,
+        "columns": columns,
+    }
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:
@@ -518,4 +579,3 @@ def _nonzeros_per_row(view: CellView) -> np.ndarray:
     if m.dense:
         return np.count_nonzero(m.data.reshape(view.n_rows, view.n_columns), axis=1)
     return np.bincount(m.indices, minlength=view.n_rows)
-

@@ -33,8 +33,11 @@ def is_dask(obj) -> bool:
 
 def is_dask_frame(obj) -> bool:
     """A dask DataFrame or Series (by module name, as :func:`is_dask`)."""
-    return (type(obj).__module__.startswith("dask.") and hasattr(obj, "to_dask_array")
-            and hasattr(obj, "npartitions"))
+    return (
+        type(obj).__module__.startswith("dask.")
+        and hasattr(obj, "to_dask_array")
+        and hasattr(obj, "npartitions")
+    )
 
 
 def is_grid(obj) -> bool:
@@ -168,8 +171,10 @@ def _read_frames(X, y, lengths: bool) -> ModelInput:
     names = None
     if is_dask_frame(X):
         if X.ndim != 2:
-            raise ValueError("X must be a dask DataFrame of shape (n_samples, n_features), "
-                             "got a dask Series (X.to_frame() makes it one column)")
+            raise ValueError(
+                "X must be a dask DataFrame of shape (n_samples, n_features), "
+                "got a dask Series (X.to_frame() makes it one column)"
+            )
         X, names = _numeric_frame(X), _names(X.columns)
     if is_dask_frame(y):
         y = _label_frame(y)
@@ -199,9 +204,11 @@ def _numeric_frame(frame):
     bad = [str(c) for c, d in dtypes.items() if not pd.api.types.is_numeric_dtype(d)]
     if bad:
         described = ", ".join(f"{c!r} ({dtypes[c]})" for c in bad[:10])
-        raise TypeError(f"X has non-numeric columns {described}{', ...' if len(bad) > 10 else ''}"
-                        ": the features must be numbers; encode these columns (e.g. "
-                        "dask_ml.preprocessing.Categorizer then DummyEncoder) or drop them")
+        raise TypeError(
+            f"X has non-numeric columns {described}{', ...' if len(bad) > 10 else ''}"
+            ": the features must be numbers; encode these columns (e.g. "
+            "dask_ml.preprocessing.Categorizer then DummyEncoder) or drop them"
+        )
     kinds = set(dtypes)
     if len(kinds) == 1 and next(iter(kinds)) in (np.float64, np.float32):
         return frame

@@ -138,8 +138,7 @@ def pure_blocks(X) -> list | None:
     n, p = X.shape
     X = sp.csr_matrix(X)  # not a copy when X is CSR
     used = np.bincount(X.indices, minlength=p) > 0
-    rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1,
-               min(n, 1000))
+    rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1, min(n, 1000))
     # A row of k stored values needs k blocks: above MAX_BLOCKS, no engine would use them
     # (and colouring text-like rows of hundreds of values is slow). Not detected.
     if int(np.diff(X.indptr).max(initial=0)) > MAX_BLOCKS:

@@ -98,14 +98,14 @@ class Source:
         """Sample weights of row chunk r as given, or None (every example weighs 1)."""
         if self.sample_weight is None:
             return None
-        return self.sample_weight[self.row_bounds[r]:self.row_bounds[r + 1]]
+        return self.sample_weight[self.row_bounds[r] : self.row_bounds[r + 1]]
 
     def unit_weights(self):
         """The sample weights scaled to mean 1 (what the engines read), or None."""
         return check_sample_weight(self.sample_weight, self.n_samples)
 
     def _chunk(self, values, r: int):
-        return values[self.row_bounds[r]:self.row_bounds[r + 1]]
+        return values[self.row_bounds[r] : self.row_bounds[r + 1]]
 
     def connect(self, client) -> tuple[list, list]:
         """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them; with
@@ -135,13 +135,15 @@ class GridSource(Source):
         return LabelRef(grid.path, grid.grid_id, r, classes, grid.store_version)
 
     def connect(self, client) -> tuple[list, list]:
-        cells = [[self.cell(r, b) for b in range(len(self.blocks))]
-                 for r in range(self.n_row_chunks)]
+        cells = [
+            [self.cell(r, b) for b in range(len(self.blocks))] for r in range(self.n_row_chunks)
+        ]
         unit = self.unit_weights()
         if unit is None:
             return cells, [self.label(r) for r in range(self.n_row_chunks)]
-        return cells, [WeightedLabels(self.label(r), self._chunk(unit, r))
-                       for r in range(self.n_row_chunks)]
+        return cells, [
+            WeightedLabels(self.label(r), self._chunk(unit, r)) for r in range(self.n_row_chunks)
+        ]
 
     def materialize(self) -> tuple:
         """Read here, from the store, by two threads (not through the cluster: a
@@ -193,15 +195,18 @@ class DaskSource(Source):
         persisted = client.persist(self.X)
         by_key = {f.key: f for f in futures_of(persisted)}
         keys = persisted.__dask_keys__()
-        cells = [[by_key[keys[r][b]] for b in range(len(self.blocks))]
-                 for r in range(self.n_row_chunks)]
+        cells = [
+            [by_key[keys[r][b]] for b in range(len(self.blocks))] for r in range(self.n_row_chunks)
+        ]
         unit = self.unit_weights()
         if unit is None:
-            return cells, [client.submit(labels, self.label(r), pure=False)
-                           for r in range(self.n_row_chunks)]
-        return cells, [client.submit(weighted_labels, self.label(r), self._chunk(unit, r),
-                                     pure=False)
-                       for r in range(self.n_row_chunks)]
+            return cells, [
+                client.submit(labels, self.label(r), pure=False) for r in range(self.n_row_chunks)
+            ]
+        return cells, [
+            client.submit(weighted_labels, self.label(r), self._chunk(unit, r), pure=False)
+            for r in range(self.n_row_chunks)
+        ]
 
     def materialize(self) -> tuple:
         computed = self.X.compute()
@@ -248,8 +253,10 @@ def _source_weights(sample_weight, source: Source):
         if sample_weight.ndim == 2 and sample_weight.shape[1] == 1:
             sample_weight = sample_weight[:, 0]
         if sample_weight.ndim != 1 or sample_weight.shape[0] != n:
-            raise ValueError(f"sample_weight has shape {sample_weight.shape} but X has {n} "
-                             "rows: sample_weight must be (n_samples,)")
+            raise ValueError(
+                f"sample_weight has shape {sample_weight.shape} but X has {n} "
+                "rows: sample_weight must be (n_samples,)"
+            )
         chunks = tuple(np.diff(source.row_bounds).tolist())
         sample_weight = sample_weight.rechunk((chunks,)).compute()
     if check_sample_weight(sample_weight, n) is None:  # raises on bad weights
@@ -266,10 +273,17 @@ def _grid_source(grid, y, loss, blocks) -> GridSource:
     if loss in obj.CLASSIFICATION_LOSSES:
         classes = _classes(_grid_classes(grid), loss)
     itemsize = np.dtype(grid.dtype).itemsize
-    nbytes = grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize
+    nbytes = (
+        grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize
+    )
     return GridSource(
-        n_samples=grid.shape[0], n_features=grid.shape[1], row_bounds=np.asarray(grid.row_bounds),
-        blocks=list(grid.blocks), nbytes=int(nbytes), nnz=int(grid.nnz), classes=classes,
+        n_samples=grid.shape[0],
+        n_features=grid.shape[1],
+        row_bounds=np.asarray(grid.row_bounds),
+        blocks=list(grid.blocks),
+        nbytes=int(nbytes),
+        nnz=int(grid.nnz),
+        classes=classes,
         grid=grid,
     )
 
@@ -315,7 +329,8 @@ def _merged_row_chunks(X, nbytes: int):
     warn(
         f"X has {R} row chunks of {nbytes / R / 2**20:.2g} MiB on average: each costs a task "
         f"per stage of every block step, so the fit merges them into row chunks of {rows} "
-        f"rows; X = X.rechunk({{0: {rows}}}) (then X.persist()) does it once for every fit")
+        f"rows; X = X.rechunk({{0: {rows}}}) (then X.persist()) does it once for every fit"
+    )
     return X.rechunk({0: rows})
 
 
@@ -353,11 +368,18 @@ def _dask_source(X, y, loss, blocks) -> DaskSource:
     else:
         values = y  # check_labels reads lists, pandas and numpy alike
     y_checked, classes = check_labels(values, n, loss)
-    y_chunks = [y_checked[row_bounds[r]:row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
+    y_chunks = [y_checked[row_bounds[r] : row_bounds[r + 1]] for r in range(len(row_bounds) - 1)]
     return DaskSource(
-        n_samples=n, n_features=p, row_bounds=row_bounds, blocks=blocks,
-        nbytes=nbytes, nnz=nnz, classes=classes,
-        X=X, y_chunks=y_chunks, y_given=values,
+        n_samples=n,
+        n_features=p,
+        row_bounds=row_bounds,
+        blocks=blocks,
+        nbytes=nbytes,
+        nnz=nnz,
+        classes=classes,
+        X=X,
+        y_chunks=y_chunks,
+        y_given=values,
     )
 
 

@@ -98,8 +98,12 @@ class CellSpill:
                 specs.append((offset, a.dtype, a.shape))
                 offset += a.nbytes
         except OSError as exc:
-            logger.warning("spilling decoded cells to %s failed (%s); cells are read from "
-                           "the store at every pass", self.directory, exc)
+            logger.warning(
+                "spilling decoded cells to %s failed (%s); cells are read from "
+                "the store at every pass",
+                self.directory,
+                exc,
+            )
             self.close()
             self.disabled = True
             return False

@@ -26,5 +26,14 @@ from dask_scd.estimators.classifiers import LinearSVC, LogisticRegression
 from dask_scd.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV, RidgeCV
 from dask_scd.estimators.regressors import ElasticNet, Lasso, Ridge
 
-__all__ = ["ElasticNet", "ElasticNetCV", "Lasso", "LassoCV", "LinearSVC", "LogisticRegression",
-           "LogisticRegressionCV", "Ridge", "RidgeCV"]
+__all__ = [
+    "ElasticNet",
+    "ElasticNetCV",
+    "Lasso",
+    "LassoCV",
+    "LinearSVC",
+    "LogisticRegression",
+    "LogisticRegressionCV",
+    "Ridge",
+    "RidgeCV",
+]

@@ -51,10 +51,11 @@ class _LinearModel(BaseEstimator):
         if C is None:
             return self._default_alpha if self.alpha is None else self.alpha
         if self.alpha is not None:
-            raise ValueError(f"give alpha or C, not both (alpha={self.alpha!r}, C={C!r}): "
-                             "C is scikit-learn's inverse strength, alpha = 1/(C·n_samples)")
-        if (not isinstance(C, numbers.Real) or isinstance(C, bool) or not np.isfinite(C)
-                or C <= 0):
+            raise ValueError(
+                f"give alpha or C, not both (alpha={self.alpha!r}, C={C!r}): "
+                "C is scikit-learn's inverse strength, alpha = 1/(C·n_samples)"
+            )
+        if not isinstance(C, numbers.Real) or isinstance(C, bool) or not np.isfinite(C) or C <= 0:
             raise ValueError(f"C={C!r} must be a finite number > 0")
         return 1.0 / (float(C) * n_samples)
 
@@ -91,15 +92,22 @@ class _LinearModel(BaseEstimator):
                 # scikit-learn's message for a missing target
                 validate_data(self, data.X, None, accept_sparse=_ACCEPT_SPARSE)
             data.X, data.y = validate_data(
-                self, data.X, data.y, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
-                y_numeric=y_numeric, multi_output=multi_output,
+                self,
+                data.X,
+                data.y,
+                accept_sparse=_ACCEPT_SPARSE,
+                dtype=_DTYPES,
+                y_numeric=y_numeric,
+                multi_output=multi_output,
             )
         else:
             if data.kind == "dask":
                 _check_dask_matrix(data.X)
                 if data.y is None:
-                    raise ValueError(f"{type(self).__name__} requires y to be passed, but the "
-                                     "target y is None (only a grid carries its labels)")
+                    raise ValueError(
+                        f"{type(self).__name__} requires y to be passed, but the "
+                        "target y is None (only a grid carries its labels)"
+                    )
             self.n_features_in_ = int(data.X.shape[1])
             if hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
@@ -110,24 +118,31 @@ class _LinearModel(BaseEstimator):
     def _read_predict_input(self, X) -> ModelInput:
         check_is_fitted(self)
         # A dask DataFrame's partition lengths are left unknown: predictions stay lazy.
-        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None),
-                          lengths=False)
+        data = read_input(X, None, n_features=getattr(self, "n_features_in_", None), lengths=False)
         if data.kind == "native":
-            data.X = validate_data(self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES,
-                                   reset=False)
+            data.X = validate_data(
+                self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES, reset=False
+            )
             return data
         if data.kind == "memory":
             data.X = check_array(data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES)
         elif data.kind == "dask":
             _check_dask_matrix(data.X)
         if data.X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {data.X.shape[1]} features, but {type(self).__name__} "
-                             f"is expecting {self.n_features_in_} features as input.")
+            raise ValueError(
+                f"X has {data.X.shape[1]} features, but {type(self).__name__} "
+                f"is expecting {self.n_features_in_} features as input."
+            )
         fitted = getattr(self, "feature_names_in_", None)
-        if (fitted is not None and data.feature_names is not None
-                and not np.array_equal(fitted, data.feature_names)):
-            raise ValueError("The feature names should match those that were passed during "
-                             f"fit: {list(fitted)[:5]}... against {list(data.feature_names)[:5]}...")
+        if (
+            fitted is not None
+            and data.feature_names is not None
+            and not np.array_equal(fitted, data.feature_names)
+        ):
+            raise ValueError(
+                "The feature names should match those that were passed during "
+                f"fit: {list(fitted)[:5]}... against {list(data.feature_names)[:5]}..."
+            )
         return data
 
     # ---------------------------------------------------------------- fitting
@@ -143,14 +158,18 @@ class _LinearModel(BaseEstimator):
         options = self._fit_options(total)
         if sample_weight is not None:
             options["sample_weight"] = sample_weight
-        check_problem(options["loss"], options["penalty"], options["alpha"],
-                      options["l1_ratio"], options["fit_intercept"])
+        check_problem(
+            options["loss"],
+            options["penalty"],
+            options["alpha"],
+            options["l1_ratio"],
+            options["fit_intercept"],
+        )
         previous = self._previous_models(data, len(targets))
         client = _current_client() if data.kind != "grid" and not is_dask(data.X) else None
         if client is not None and len(targets) > 1:
             return _fit_on_cluster(client, data.X, targets, options, previous)
-        return [_fit_one(data.X, y, options, start)
-                for y, start in zip(targets, previous)]
+        return [_fit_one(data.X, y, options, start) for y, start in zip(targets, previous)]
 
     def _previous_models(self, data: ModelInput, n_models: int) -> list:
         """The previous solution of each model when ``warm_start`` can use it, else None."""
@@ -230,8 +249,9 @@ class _Regressor(RegressorMixin, _LinearModel):
         data = self._read_fit_input(X, y, y_numeric=True, multi_output=self._multi_output)
         sample_weight = _base_weights(data, sample_weight)
         if np.ndim(data.y) == 2 and self._multi_output:
-            results = self._fit_models(data, [data.y[:, k] for k in range(data.y.shape[1])],
-                                       sample_weight)
+            results = self._fit_models(
+                data, [data.y[:, k] for k in range(data.y.shape[1])], sample_weight
+            )
             self._set_fitted(results, single_output=False)
             return self
         results = self._fit_models(data, [data.y], sample_weight)
@@ -301,15 +321,22 @@ class _Classifier(ClassifierMixin, _LinearModel):
         """
         loss = self._loss_name()
         if loss not in CLASSIFICATION_LOSSES:
-            raise ValueError(f"loss={loss!r} is not a classification loss "
-                             f"({', '.join(CLASSIFICATION_LOSSES)})")
+            raise ValueError(
+                f"loss={loss!r} is not a classification loss ({', '.join(CLASSIFICATION_LOSSES)})"
+            )
         data = self._read_fit_input(X, y, y_numeric=False)
         self.classes_ = _classes(data)
         if len(self.classes_) < 2:
-            raise ValueError("This solver needs samples of at least 2 classes in the data, "
-                             f"but the data contains only one class: {self.classes_[0]!r}")
-        sample_weight = _class_weighted(data, _base_weights(data, sample_weight),
-                                        getattr(self, "class_weight", None), self.classes_)
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, "
+                f"but the data contains only one class: {self.classes_[0]!r}"
+            )
+        sample_weight = _class_weighted(
+            data,
+            _base_weights(data, sample_weight),
+            getattr(self, "class_weight", None),
+            self.classes_,
+        )
         if self._fits_multinomial(data, len(self.classes_)):
             self._fit_multinomial(data, sample_weight)
             return self
@@ -361,8 +388,9 @@ class _Classifier(ClassifierMixin, _LinearModel):
             meta = np.empty(0, dtype=classes.dtype)
             if scores.ndim == 1:
                 return scores.map_blocks(_binary_labels, classes, dtype=classes.dtype, meta=meta)
-            return scores.map_blocks(_argmax_labels, classes, drop_axis=1, dtype=classes.dtype,
-                                     meta=meta)
+            return scores.map_blocks(
+                _argmax_labels, classes, drop_axis=1, dtype=classes.dtype, meta=meta
+            )
         if scores.ndim == 1:
             return _binary_labels(scores, classes)
         return _argmax_labels(scores, classes)
@@ -449,6 +477,8 @@ def _total(sample_weight) -> float:
     total = sample_weight.sum()
     total = float(total.compute() if is_dask(total) else total)
     if not total > 0.0:  # NaN, negatives and the rest are named by the fit's own checks
-        raise ValueError("sample_weight sums to zero (or is not a number): at least one "
-                         "example needs a positive weight")
+        raise ValueError(
+            "sample_weight sums to zero (or is not a number): at least one "
+            "example needs a positive weight"
+        )
     return total

@@ -21,9 +21,23 @@ class LogisticRegression(_Classifier):
     _loss = "logistic"
     _default_alpha = 1e-4
 
-    def __init__(self, alpha=None, *, C=None, penalty="l2", l1_ratio=0.5, fit_intercept=True,
-                 tol=1e-6, max_iter=1000, solver="auto", multi_class="auto", warm_start=False,
-                 random_state=None, verbose=0, class_weight=None):
+    def __init__(
+        self,
+        alpha=None,
+        *,
+        C=None,
+        penalty="l2",
+        l1_ratio=0.5,
+        fit_intercept=True,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        multi_class="auto",
+        warm_start=False,
+        random_state=None,
+        verbose=0,
+        class_weight=None,
+    ):
         self.alpha = alpha
         self.C = C
         self.class_weight = class_weight
@@ -109,7 +123,7 @@ class LogisticRegression(_Classifier):
     """)
 
     def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
-        """"multinomial" as asked; for "auto", with more than two classes where an engine
+        """ "multinomial" as asked; for "auto", with more than two classes where an engine
         of the softmax loss runs: in memory (in-memory X, dask and grid input below the
         in-memory limit of ``solver="auto"``, ``solver="newton"``), and on a dask array
         above it without an L1 term (``"block_newton"``). Both engines take sample
@@ -135,8 +149,13 @@ class LogisticRegression(_Classifier):
         options["loss"] = MULTINOMIAL
         if sample_weight is not None:
             options["sample_weight"] = sample_weight
-        check_problem(options["loss"], options["penalty"], options["alpha"],
-                      options["l1_ratio"], options["fit_intercept"])
+        check_problem(
+            options["loss"],
+            options["penalty"],
+            options["alpha"],
+            options["l1_ratio"],
+            options["fit_intercept"],
+        )
         y = None if data.kind == "grid" else data.y
         result = _fit_one(data.X, y, options)
         coef = np.asarray(result.coef_, dtype=np.float64)
@@ -172,13 +191,15 @@ class LogisticRegression(_Classifier):
             Columns in the order of ``classes_``; lazy for dask or grid X.
         """
         scores = self.decision_function(X)
-        normalize = _softmax if scores.ndim == 2 and self.multi_class_ == "multinomial" \
-            else _probabilities
+        normalize = (
+            _softmax if scores.ndim == 2 and self.multi_class_ == "multinomial" else _probabilities
+        )
         if is_dask(scores):
             new_axis = 1 if scores.ndim == 1 else None
             chunks = (scores.chunks[0], (len(self.classes_),))
-            return scores.map_blocks(normalize, new_axis=new_axis, chunks=chunks,
-                                     dtype=np.float64, meta=np.empty((0, 0)))
+            return scores.map_blocks(
+                normalize, new_axis=new_axis, chunks=chunks, dtype=np.float64, meta=np.empty((0, 0))
+            )
         return normalize(scores)
 
     def predict_log_proba(self, X):
@@ -204,9 +225,23 @@ class LogisticRegression(_Classifier):
 class LinearSVC(_Classifier):
     _default_alpha = 1e-4
 
-    def __init__(self, alpha=None, *, C=None, loss="squared_hinge", penalty="l2",
-                 l1_ratio=0.5, fit_intercept=True, tol=1e-6, max_iter=1000, solver="auto",
-                 warm_start=False, random_state=None, verbose=0, class_weight=None):
+    def __init__(
+        self,
+        alpha=None,
+        *,
+        C=None,
+        loss="squared_hinge",
+        penalty="l2",
+        l1_ratio=0.5,
+        fit_intercept=True,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        warm_start=False,
+        random_state=None,
+        verbose=0,
+        class_weight=None,
+    ):
         self.alpha = alpha
         self.C = C
         self.class_weight = class_weight

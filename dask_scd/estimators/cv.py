@@ -72,8 +72,9 @@ _SAMPLE_WEIGHT = """
 
 
 def _doc(template: str) -> str:
-    return (template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n"))
-            .replace("{cv_notes}", _CV_NOTES.strip("\n")))
+    return template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n")).replace(
+        "{cv_notes}", _CV_NOTES.strip("\n")
+    )
 
 
 def _fit_doc(method):
@@ -91,8 +92,14 @@ class _CrossValidated:
         return dict(self._refit_problem)
 
     def _path_options(self, **problem) -> dict:
-        return {**problem, "tol": self.tol, "max_iter": self.max_iter, "solver": self.solver,
-                "random_state": self.random_state, "verbose": self.verbose}
+        return {
+            **problem,
+            "tol": self.tol,
+            "max_iter": self.max_iter,
+            "solver": self.solver,
+            "random_state": self.random_state,
+            "verbose": self.verbose,
+        }
 
 
 # ----------------------------------------------------------------- lasso, enet
@@ -109,16 +116,16 @@ class _LinearModelCV(_CrossValidated, _Regressor):
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the path, then refit the best point on all of X.
 
-        Parameters
-        ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : float, array-like or dask array of shape (n_samples,), optional
-{sample_weight}
+                Parameters
+                ----------
+                X : array-like or sparse matrix of shape (n_samples, n_features)
+                y : array-like of shape (n_samples,)
+                sample_weight : float, array-like or dask array of shape (n_samples,), optional
+        {sample_weight}
 
-        Returns
-        -------
-        self
+                Returns
+                -------
+                self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
         weights = cv_weights(data, sample_weight)
@@ -128,30 +135,56 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         grids = np.array([self._grid(X, y, ratio, weights) for ratio in ratios])
         splits = folds(self.cv, X, np.asarray(labels, dtype=np.float64), classifier=False)
         check_fold_weights(splits, weights)
-        jobs = [{"y": y, "train": train, "test": test, "score": mean_squared_errors,
-                 "weights": weights, "order": np.arange(grids.shape[1]),
-                 "path_options": self._path_options(
-                     alphas=grids[r], loss="squared", penalty=_penalty(ratio),
-                     l1_ratio=float(ratio), fit_intercept=self.fit_intercept)}
-                for r, ratio in enumerate(ratios) for train, test in splits]
+        jobs = [
+            {
+                "y": y,
+                "train": train,
+                "test": test,
+                "score": mean_squared_errors,
+                "weights": weights,
+                "order": np.arange(grids.shape[1]),
+                "path_options": self._path_options(
+                    alphas=grids[r],
+                    loss="squared",
+                    penalty=_penalty(ratio),
+                    l1_ratio=float(ratio),
+                    fit_intercept=self.fit_intercept,
+                ),
+            }
+            for r, ratio in enumerate(ratios)
+            for train, test in splits
+        ]
         results = run_paths(X, jobs)
         n_folds = len(splits)
         # (n_l1_ratio, n_alphas, n_folds), as scikit-learn's mse_path_
-        mse = np.array([[results[r * n_folds + f]["scores"] for f in range(n_folds)]
-                        for r in range(len(ratios))]).transpose(0, 2, 1)
-        paths = np.array([[results[r * n_folds + f]["coefs"] for f in range(n_folds)]
-                          for r in range(len(ratios))])
+        mse = np.array(
+            [
+                [results[r * n_folds + f]["scores"] for f in range(n_folds)]
+                for r in range(len(ratios))
+            ]
+        ).transpose(0, 2, 1)
+        paths = np.array(
+            [
+                [results[r * n_folds + f]["coefs"] for f in range(n_folds)]
+                for r in range(len(ratios))
+            ]
+        )
         r, k = np.unravel_index(np.argmin(mse.mean(axis=2)), mse.shape[:2])
         self.alpha_, self.l1_ratio_ = float(grids[r, k]), float(ratios[r])
         single = np.ndim(getattr(self, "l1_ratio", 1.0)) == 0
         self.alphas_ = grids[0] if single else grids
         self.mse_path_ = mse[0] if single else mse
         self.coefs_paths_ = paths[0] if single else paths
-        self._refit_problem = {"loss": "squared", "penalty": _penalty(self.l1_ratio_),
-                               "alpha": self.alpha_, "l1_ratio": self.l1_ratio_,
-                               "fit_intercept": self.fit_intercept}
-        self._set_fitted(self._fit_models(data, [data.y], _refit_weights(data, weights)),
-                         single_output=True)
+        self._refit_problem = {
+            "loss": "squared",
+            "penalty": _penalty(self.l1_ratio_),
+            "alpha": self.alpha_,
+            "l1_ratio": self.l1_ratio_,
+            "fit_intercept": self.fit_intercept,
+        }
+        self._set_fitted(
+            self._fit_models(data, [data.y], _refit_weights(data, weights)), single_output=True
+        )
         return self
 
     def _grid(self, X, y, ratio: float, weights=None) -> np.ndarray:
@@ -167,8 +200,11 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         n_alphas = check_grid_size(self.n_alphas if alphas is None else alphas, "n_alphas")
         if not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps={self.eps!r} must be in (0, 1)")
-        return alpha_grid(max_alpha(X, y, "squared", ratio, self.fit_intercept,
-                                    sample_weight=weights), n_alphas, self.eps)
+        return alpha_grid(
+            max_alpha(X, y, "squared", ratio, self.fit_intercept, sample_weight=weights),
+            n_alphas,
+            self.eps,
+        )
 
 
 def _penalty(ratio: float) -> str:
@@ -176,8 +212,20 @@ def _penalty(ratio: float) -> str:
 
 
 class LassoCV(_LinearModelCV):
-    def __init__(self, *, eps=1e-3, n_alphas=100, alphas=None, fit_intercept=True, cv=None,
-                 tol=1e-6, max_iter=1000, solver="auto", random_state=None, verbose=0):
+    def __init__(
+        self,
+        *,
+        eps=1e-3,
+        n_alphas=100,
+        alphas=None,
+        fit_intercept=True,
+        cv=None,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        random_state=None,
+        verbose=0,
+    ):
         self.eps = eps
         self.n_alphas = n_alphas
         self.alphas = alphas
@@ -231,9 +279,21 @@ class LassoCV(_LinearModelCV):
 
 
 class ElasticNetCV(_LinearModelCV):
-    def __init__(self, *, l1_ratio=0.5, eps=1e-3, n_alphas=100, alphas=None,
-                 fit_intercept=True, cv=None, tol=1e-6, max_iter=1000, solver="auto",
-                 random_state=None, verbose=0):
+    def __init__(
+        self,
+        *,
+        l1_ratio=0.5,
+        eps=1e-3,
+        n_alphas=100,
+        alphas=None,
+        fit_intercept=True,
+        cv=None,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        random_state=None,
+        verbose=0,
+    ):
         self.l1_ratio = l1_ratio
         self.eps = eps
         self.n_alphas = n_alphas
@@ -249,8 +309,9 @@ class ElasticNetCV(_LinearModelCV):
     def _ratios(self) -> np.ndarray:
         ratios = np.atleast_1d(np.asarray(self.l1_ratio, dtype=np.float64))
         if ratios.ndim != 1 or ratios.size == 0 or np.any(~(ratios > 0)) or np.any(ratios > 1):
-            raise ValueError(f"l1_ratio={self.l1_ratio!r} must be a number or a list of "
-                             "numbers in (0, 1]")
+            raise ValueError(
+                f"l1_ratio={self.l1_ratio!r} must be a number or a list of numbers in (0, 1]"
+            )
         return ratios
 
     __doc__ = _doc("""Elastic net with alpha and l1_ratio chosen by cross-validation on
@@ -294,9 +355,19 @@ class ElasticNetCV(_LinearModelCV):
 
 
 class RidgeCV(_CrossValidated, _Regressor):
-    def __init__(self, alphas=(1e-3, 1e-2, 0.1, 1.0, 10.0), *, fit_intercept=True,
-                 scoring=None, cv=None, tol=1e-6, max_iter=1000, solver="auto",
-                 random_state=None, verbose=0):
+    def __init__(
+        self,
+        alphas=(1e-3, 1e-2, 0.1, 1.0, 10.0),
+        *,
+        fit_intercept=True,
+        scoring=None,
+        cv=None,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        random_state=None,
+        verbose=0,
+    ):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
         self.scoring = scoring
@@ -311,16 +382,16 @@ class RidgeCV(_CrossValidated, _Regressor):
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the alphas, then refit the best one on all of X.
 
-        Parameters
-        ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : float, array-like or dask array of shape (n_samples,), optional
-{sample_weight}
+                Parameters
+                ----------
+                X : array-like or sparse matrix of shape (n_samples, n_features)
+                y : array-like of shape (n_samples,)
+                sample_weight : float, array-like or dask array of shape (n_samples,), optional
+        {sample_weight}
 
-        Returns
-        -------
-        self
+                Returns
+                -------
+                self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
         weights = cv_weights(data, sample_weight)
@@ -331,23 +402,40 @@ class RidgeCV(_CrossValidated, _Regressor):
             raise ValueError(f"alphas must be finite numbers > 0, got {self.alphas!r}")
         splits = folds(self.cv, X, np.asarray(labels, dtype=np.float64), classifier=False)
         check_fold_weights(splits, weights)
-        score = r2_scores if self.scoring is None else ModelScores(
-            _point_model(Ridge(), X.shape[1]), self.scoring)
-        jobs = [{"y": y, "train": train, "test": test, "score": score, "weights": weights,
-                 "order": np.argsort(alphas)[::-1],
-                 "path_options": self._path_options(
-                     alphas=alphas, loss="squared", penalty="l2",
-                     fit_intercept=self.fit_intercept)}
-                for train, test in splits]
+        score = (
+            r2_scores
+            if self.scoring is None
+            else ModelScores(_point_model(Ridge(), X.shape[1]), self.scoring)
+        )
+        jobs = [
+            {
+                "y": y,
+                "train": train,
+                "test": test,
+                "score": score,
+                "weights": weights,
+                "order": np.argsort(alphas)[::-1],
+                "path_options": self._path_options(
+                    alphas=alphas, loss="squared", penalty="l2", fit_intercept=self.fit_intercept
+                ),
+            }
+            for train, test in splits
+        ]
         results = run_paths(X, jobs)
         self.scores_ = np.array([result["scores"] for result in results])  # (n_folds, n_alphas)
         self.coefs_paths_ = np.array([result["coefs"] for result in results])
         best = int(np.argmax(self.scores_.mean(axis=0)))
         self.alpha_, self.best_score_ = float(alphas[best]), float(self.scores_[:, best].mean())
-        self._refit_problem = {"loss": "squared", "penalty": "l2", "alpha": self.alpha_,
-                               "l1_ratio": 0.0, "fit_intercept": self.fit_intercept}
-        self._set_fitted(self._fit_models(data, [data.y], _refit_weights(data, weights)),
-                         single_output=True)
+        self._refit_problem = {
+            "loss": "squared",
+            "penalty": "l2",
+            "alpha": self.alpha_,
+            "l1_ratio": 0.0,
+            "fit_intercept": self.fit_intercept,
+        }
+        self._set_fitted(
+            self._fit_models(data, [data.y], _refit_weights(data, weights)), single_output=True
+        )
         return self
 
     __doc__ = _doc("""Ridge with alpha chosen by cross-validation on a certified path.
@@ -396,9 +484,22 @@ class RidgeCV(_CrossValidated, _Regressor):
 class LogisticRegressionCV(_CrossValidated, _Classifier):
     _loss = "logistic"
 
-    def __init__(self, *, Cs=10, l1_ratios=None, fit_intercept=True, cv=None, penalty="l2",
-                 scoring=None, tol=1e-6, max_iter=1000, solver="auto", refit=True,
-                 random_state=None, verbose=0):
+    def __init__(
+        self,
+        *,
+        Cs=10,
+        l1_ratios=None,
+        fit_intercept=True,
+        cv=None,
+        penalty="l2",
+        scoring=None,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        refit=True,
+        random_state=None,
+        verbose=0,
+    ):
         self.Cs = Cs
         self.l1_ratios = l1_ratios
         self.fit_intercept = fit_intercept
@@ -419,27 +520,29 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate C (and l1_ratio), then refit the best on all of X.
 
-        Parameters
-        ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Class labels; more than two classes: one model per class against the rest,
-            each with its own C.
-        sample_weight : float, array-like or dask array of shape (n_samples,), optional
-{sample_weight}
-            ``C`` maps to ``alpha = 1/(C·Σw)``, Σw over the fold's training rows for
-            its path and over all rows for the refit (scikit-learn's
-            ``C Σ w_i loss_i + penalty``).
+                Parameters
+                ----------
+                X : array-like or sparse matrix of shape (n_samples, n_features)
+                y : array-like of shape (n_samples,)
+                    Class labels; more than two classes: one model per class against the rest,
+                    each with its own C.
+                sample_weight : float, array-like or dask array of shape (n_samples,), optional
+        {sample_weight}
+                    ``C`` maps to ``alpha = 1/(C·Σw)``, Σw over the fold's training rows for
+                    its path and over all rows for the refit (scikit-learn's
+                    ``C Σ w_i loss_i + penalty``).
 
-        Returns
-        -------
-        self
+                Returns
+                -------
+                self
         """
         data = self._read_fit_input(X, y, y_numeric=False)
         self.classes_ = _classes(data)
         if len(self.classes_) < 2:
-            raise ValueError("This solver needs samples of at least 2 classes in the data, "
-                             f"but the data contains only one class: {self.classes_[0]!r}")
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, "
+                f"but the data contains only one class: {self.classes_[0]!r}"
+            )
         weights = cv_weights(data, sample_weight)
         X, y, labels = cv_inputs(data)
         Cs, ratios = self._Cs(), self._ratios()
@@ -451,16 +554,32 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
             targets = [_targets(labels, label) for label in positive]
         splits = folds(self.cv, X, labels, classifier=True)
         check_fold_weights(splits, weights)
-        score = accuracies if self.scoring is None else ModelScores(
-            _point_model(LogisticRegression(), X.shape[1]), self.scoring)
+        score = (
+            accuracies
+            if self.scoring is None
+            else ModelScores(_point_model(LogisticRegression(), X.shape[1]), self.scoring)
+        )
         order = np.argsort(Cs, kind="stable")  # the path's order: C increasing
-        jobs = [{"y": target, "train": train, "test": test, "score": score, "order": order,
-                 "weights": weights,
-                 "path_options": self._path_options(
-                     alphas=1.0 / (Cs * _total(weights, train)), loss="logistic",
-                     penalty=self.penalty, l1_ratio=float(ratio),
-                     fit_intercept=self.fit_intercept)}
-                for target in targets for ratio in ratios for train, test in splits]
+        jobs = [
+            {
+                "y": target,
+                "train": train,
+                "test": test,
+                "score": score,
+                "order": order,
+                "weights": weights,
+                "path_options": self._path_options(
+                    alphas=1.0 / (Cs * _total(weights, train)),
+                    loss="logistic",
+                    penalty=self.penalty,
+                    l1_ratio=float(ratio),
+                    fit_intercept=self.fit_intercept,
+                ),
+            }
+            for target in targets
+            for ratio in ratios
+            for train, test in splits
+        ]
         results = run_paths(X, jobs)
         self._select(results, targets, splits, Cs, ratios)
         if self.refit:
@@ -468,9 +587,12 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
             total = _total(weights, np.arange(X.shape[0]))
             for k, target in enumerate(targets):
                 self._refit_problem = {
-                    "loss": "logistic", "penalty": self.penalty,
+                    "loss": "logistic",
+                    "penalty": self.penalty,
                     "alpha": 1.0 / (self.C_[k] * total),
-                    "l1_ratio": float(self.l1_ratio_[k]), "fit_intercept": self.fit_intercept}
+                    "l1_ratio": float(self.l1_ratio_[k]),
+                    "fit_intercept": self.fit_intercept,
+                }
                 fitted.extend(self._fit_models(data, [target], _refit_weights(data, weights)))
             self._set_fitted(fitted, single_output=False)
         return self
@@ -484,13 +606,25 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         C_, ratio_, coefs, intercepts = [], [], [], []
         labels = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
         for k, label in enumerate(labels):
-            block = results[k * n_ratios * n_folds:(k + 1) * n_ratios * n_folds]
+            block = results[k * n_ratios * n_folds : (k + 1) * n_ratios * n_folds]
             # scores[f, c, r] and coefficients (+ intercept) [f, c, r, :]
-            scores = np.array([[block[r * n_folds + f]["scores"] for r in range(n_ratios)]
-                               for f in range(n_folds)]).transpose(0, 2, 1)
-            paths = np.array([[np.column_stack([block[r * n_folds + f]["coefs"],
-                                                block[r * n_folds + f]["intercepts"]])
-                               for r in range(n_ratios)] for f in range(n_folds)])
+            scores = np.array(
+                [
+                    [block[r * n_folds + f]["scores"] for r in range(n_ratios)]
+                    for f in range(n_folds)
+                ]
+            ).transpose(0, 2, 1)
+            paths = np.array(
+                [
+                    [
+                        np.column_stack(
+                            [block[r * n_folds + f]["coefs"], block[r * n_folds + f]["intercepts"]]
+                        )
+                        for r in range(n_ratios)
+                    ]
+                    for f in range(n_folds)
+                ]
+            )
             paths = paths.transpose(0, 2, 1, 3)  # [f, c, r, features + intercept]
             kept = paths if self.fit_intercept else paths[..., :-1]
             self.scores_[label] = scores if elastic else scores[:, :, 0]
@@ -505,8 +639,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
             per_fold = [int(np.argmax(scores[f].T.ravel())) for f in range(n_folds)]
             C_.append(float(np.mean([Cs[b % n_cs] for b in per_fold])))
             ratio_.append(float(np.mean([ratios[b // n_cs] for b in per_fold])))
-            point = np.mean([paths[f, b % n_cs, b // n_cs] for f, b in enumerate(per_fold)],
-                            axis=0)
+            point = np.mean([paths[f, b % n_cs, b // n_cs] for f, b in enumerate(per_fold)], axis=0)
             coefs.append(point[:-1])
             intercepts.append(point[-1])
         self.C_, self.l1_ratio_ = np.array(C_, dtype=np.float64), np.array(ratio_)
@@ -609,4 +742,3 @@ def _point_model(model, n_features: int):
     if isinstance(model, _Classifier):
         model.classes_ = np.array([-1.0, 1.0])
     return model
-

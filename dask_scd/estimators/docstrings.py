@@ -68,15 +68,21 @@ _CLASS_WEIGHT = """
 """
 
 _REGRESSOR_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
-    n_iter="int", dual_gap="float", history="", per_model="")
+    n_iter="int", dual_gap="float", history="", per_model=""
+)
 _CLASSIFIER_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
-    n_iter="ndarray of shape (n_models,)", dual_gap="ndarray of shape (n_models,)",
-    history=" or list of History", per_model=", one entry per binary model")
+    n_iter="ndarray of shape (n_models,)",
+    dual_gap="ndarray of shape (n_models,)",
+    history=" or list of History",
+    per_model=", one entry per binary model",
+)
 
 
 def _docstring(template: str) -> str:
-    return (template.replace("{common_parameters}", _COMMON_PARAMETERS.strip("\n"))
-            .replace("{regressor_attributes}", _REGRESSOR_ATTRIBUTES.strip("\n"))
-            .replace("{classifier_attributes}", _CLASSIFIER_ATTRIBUTES.strip("\n"))
-            .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
-            .replace("{inputs}", _INPUTS.strip("\n")))
+    return (
+        template.replace("{common_parameters}", _COMMON_PARAMETERS.strip("\n"))
+        .replace("{regressor_attributes}", _REGRESSOR_ATTRIBUTES.strip("\n"))
+        .replace("{classifier_attributes}", _CLASSIFIER_ATTRIBUTES.strip("\n"))
+        .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
+        .replace("{inputs}", _INPUTS.strip("\n"))
+    )

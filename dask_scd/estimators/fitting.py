@@ -37,8 +37,12 @@ def _reuse_previous(X, y, options: dict, start):
     """Warm start: keep the previous solution when its certificate for the new problem is
     already below ``tol``, else start the fit from it (engines with a primal iterate)."""
     coef, intercept = start
-    if is_dask(X) or is_dask(y) or is_dask(options.get("sample_weight")) \
-            or options["penalty"] is None:
+    if (
+        is_dask(X)
+        or is_dask(y)
+        or is_dask(options.get("sample_weight"))
+        or options["penalty"] is None
+    ):
         # penalty=None has no certificate to keep a previous solution by
         return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
     kept = _keep_previous(X, y, options, coef, intercept)
@@ -50,8 +54,13 @@ def _reuse_previous(X, y, options: dict, start):
 def _keep_previous(X, y, options: dict, coef, intercept):
     """The previous solution as the result when its certificate for the new problem is
     already below ``tol``, else None."""
-    problem = check_problem(options["loss"], options["penalty"], options["alpha"],
-                            options["l1_ratio"], options["fit_intercept"])
+    problem = check_problem(
+        options["loss"],
+        options["penalty"],
+        options["alpha"],
+        options["l1_ratio"],
+        options["fit_intercept"],
+    )
     y = np.asarray(y, dtype=np.float64)
     weights = options.get("sample_weight")
     if weights is not None:
@@ -68,10 +77,18 @@ def _keep_previous(X, y, options: dict, coef, intercept):
     from dask_scd.result import FitResult, History
 
     return FitResult(
-        coef_=np.array(coef, dtype=np.float64), intercept_=intercept,
-        dual_gap_=cert.relative_gap, n_iter_=0, history_=History(), converged_=True,
-        solver_="warm_start", loss=problem.loss, penalty=options["penalty"],
-        alpha=problem.alpha, l1_ratio=problem.l1_ratio, primal_=cert.primal,
+        coef_=np.array(coef, dtype=np.float64),
+        intercept_=intercept,
+        dual_gap_=cert.relative_gap,
+        n_iter_=0,
+        history_=History(),
+        converged_=True,
+        solver_="warm_start",
+        loss=problem.loss,
+        penalty=options["penalty"],
+        alpha=problem.alpha,
+        l1_ratio=problem.l1_ratio,
+        primal_=cert.primal,
     )
 
 

@@ -24,8 +24,10 @@ def _classes(data: ModelInput) -> np.ndarray:
     else:
         classes = np.unique(np.asarray(y))
     if type_of_target(classes) not in ("binary", "multiclass"):
-        raise ValueError(f"Unknown label type: {type_of_target(classes)!r} (a classifier "
-                         f"needs class labels; got {len(classes)} distinct values)")
+        raise ValueError(
+            f"Unknown label type: {type_of_target(classes)!r} (a classifier "
+            f"needs class labels; got {len(classes)} distinct values)"
+        )
     return classes
 
 

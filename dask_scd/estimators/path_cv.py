@@ -54,8 +54,7 @@ def cv_weights(data, sample_weight):
     weights = _base_weights(data, sample_weight)
     if weights is None:
         return None
-    weights = np.asarray(weights.compute() if is_dask(weights) else weights,
-                         dtype=np.float64)
+    weights = np.asarray(weights.compute() if is_dask(weights) else weights, dtype=np.float64)
     check_sample_weight(weights, int(data.X.shape[0]))  # raises on bad weights
     return weights
 
@@ -67,9 +66,11 @@ def check_fold_weights(splits: list, weights) -> None:
     for k, (train, test) in enumerate(splits):
         for rows, part in ((train, "training"), (test, "held-out")):
             if not np.sum(weights[rows]) > 0.0:
-                raise ValueError(f"fold {k}: the sample weights of its {part} rows sum to "
-                                 "zero (each fold needs rows of positive weight on both "
-                                 "sides)")
+                raise ValueError(
+                    f"fold {k}: the sample weights of its {part} rows sum to "
+                    "zero (each fold needs rows of positive weight on both "
+                    "sides)"
+                )
 
 
 def distributed(X) -> bool:
@@ -107,8 +108,9 @@ def run_paths(X, jobs: list) -> list:
     if client is None or len(jobs) < 2:
         outputs = [_fold_task(X, job) for job in jobs]
     elif distributed(X):
-        with ThreadPoolExecutor(max_workers=min(len(jobs), FOLDS_AT_ONCE),
-                                thread_name_prefix="dask_scd-fold") as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(len(jobs), FOLDS_AT_ONCE), thread_name_prefix="dask_scd-fold"
+        ) as pool:
             outputs = list(pool.map(lambda job: _fold_task(X, job), jobs))
     else:
         outputs = _run_on_cluster(client, _fold_task, X, [(job,) for job in jobs])
@@ -137,8 +139,7 @@ def fold_path(X, y, train, test, path_options: dict, score, order, weights=None)
     relative duality gaps.
     """
     if distributed(X):
-        result, X_test, margins, y_test = _weighted_fold(X, y, train, test, path_options,
-                                                         weights)
+        result, X_test, margins, y_test = _weighted_fold(X, y, train, test, path_options, weights)
     else:
         sample_weight = None if weights is None else weights[train]
         result = path(X[train], y[train], sample_weight=sample_weight, **path_options)
@@ -149,9 +150,14 @@ def fold_path(X, y, train, test, path_options: dict, score, order, weights=None)
     scores = np.asarray(scores.compute() if is_dask(scores) else scores, dtype=np.float64)
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
-    return {"scores": scores[back], "coefs": result.coefs.T[back],
-            "intercepts": result.intercepts[back], "n_iter": result.n_iter[back],
-            "alphas": result.alphas[back], "dual_gaps": result.dual_gaps[back]}
+    return {
+        "scores": scores[back],
+        "coefs": result.coefs.T[back],
+        "intercepts": result.intercepts[back],
+        "n_iter": result.n_iter[back],
+        "alphas": result.alphas[back],
+        "dual_gaps": result.dual_gaps[back],
+    }
 
 
 def _weighted_fold(X, y, train, test, path_options: dict, sample_weight=None) -> tuple:
@@ -198,8 +204,7 @@ def _mean(values, weights):
     return (values * weights[:, None]).sum(axis=0) / np.sum(weights)
 
 
-def mean_squared_errors(margins, X_test, y_test, coefs, intercepts,
-                        weights=None) -> np.ndarray:
+def mean_squared_errors(margins, X_test, y_test, coefs, intercepts, weights=None) -> np.ndarray:
     """Mean squared error of each point's predictions (weighted: scikit-learn's
     ``np.average`` of the squared residuals)."""
     return _mean((np.asarray(y_test, dtype=np.float64)[:, None] - margins) ** 2, weights)
@@ -230,8 +235,7 @@ class ModelScores:
     def __init__(self, template, scoring):
         self.template, self.scoring = template, scoring
 
-    def __call__(self, margins, X_test, y_test, coefs, intercepts,
-                 weights=None) -> np.ndarray:
+    def __call__(self, margins, X_test, y_test, coefs, intercepts, weights=None) -> np.ndarray:
         scorer = check_scoring(self.template, scoring=self.scoring)
         extra = {} if weights is None else {"sample_weight": weights}
         values = []

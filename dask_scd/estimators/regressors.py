@@ -11,8 +11,18 @@ class Ridge(_Regressor):
     _penalty = "l2"
     _multi_output = True
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-6, max_iter=1000,
-                 solver="auto", warm_start=False, random_state=None, verbose=0):
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        fit_intercept=True,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        warm_start=False,
+        random_state=None,
+        verbose=0,
+    ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -63,8 +73,18 @@ class Ridge(_Regressor):
 class Lasso(_Regressor):
     _penalty = "l1"
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True, tol=1e-6, max_iter=1000,
-                 solver="auto", warm_start=False, random_state=None, verbose=0):
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        fit_intercept=True,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        warm_start=False,
+        random_state=None,
+        verbose=0,
+    ):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.tol = tol
@@ -102,8 +122,19 @@ class Lasso(_Regressor):
 class ElasticNet(_Regressor):
     _penalty = "elasticnet"
 
-    def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, tol=1e-6,
-                 max_iter=1000, solver="auto", warm_start=False, random_state=None, verbose=0):
+    def __init__(
+        self,
+        alpha=1.0,
+        *,
+        l1_ratio=0.5,
+        fit_intercept=True,
+        tol=1e-6,
+        max_iter=1000,
+        solver="auto",
+        warm_start=False,
+        random_state=None,
+        verbose=0,
+    ):
         self.alpha = alpha
         self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept

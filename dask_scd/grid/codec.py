@@ -46,12 +46,7 @@ def _indptr_dtype(nnz: int) -> np.dtype:
 def packed_size(nnz: int, size: int, dtype) -> int:
     """Bytes of a packed sparse cell with ``nnz`` non-zeros and ``size`` columns."""
     dtype = np.dtype(dtype)
-    return (
-        len(_MAGIC)
-        + nnz * dtype.itemsize
-        + (size + 1) * _indptr_dtype(nnz).itemsize
-        + nnz * 4
-    )
+    return len(_MAGIC) + nnz * dtype.itemsize + (size + 1) * _indptr_dtype(nnz).itemsize + nnz * 4
 
 
 def pack_csc(cell: sp.csc_matrix, dtype) -> np.ndarray:
@@ -65,8 +60,7 @@ def pack_csc(cell: sp.csc_matrix, dtype) -> np.ndarray:
     return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts])
 
 
-def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell",
-               copy: bool = True):
+def unpack_csc(buf: np.ndarray, nnz: int, size: int, dtype, where: str = "cell", copy: bool = True):
     """Inverse of :func:`pack_csc`: (data, indices, indptr) as fresh arrays, or views of
     ``buf`` (``copy=False``; aligned where ``buf`` is)."""
     dtype = np.dtype(dtype)

@@ -127,8 +127,7 @@ def blocks_from_names(feature_names: Sequence[str]) -> list[np.ndarray]:
         else:
             order.append(("single", j))
     return [
-        np.asarray(groups[key] if kind == "group" else [key], dtype=np.int64)
-        for kind, key in order
+        np.asarray(groups[key] if kind == "group" else [key], dtype=np.int64) for kind, key in order
     ]
 
 
@@ -278,7 +277,7 @@ def _fields_by_rank(X) -> list[np.ndarray] | None:
     block_rank = np.where(used, rank, creation[0])
     members = np.argsort(block_rank, kind="stable")  # columns ascending within a rank
     bounds = np.searchsorted(block_rank[members], np.arange(len(first_visit) + 1))
-    return [members[bounds[r]:bounds[r + 1]].astype(np.int64) for r in creation]
+    return [members[bounds[r] : bounds[r + 1]].astype(np.int64) for r in creation]
 
 
 def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]:
@@ -425,7 +424,8 @@ def pure_on_all_rows(X, blocks: list) -> list[np.ndarray]:
     position = np.full(X.shape[1], -1, dtype=np.int32)
     position[columns] = np.arange(len(columns), dtype=np.int32)
     indptr, indices = _restricted_pattern(X.indptr, X.indices, position)
-    pattern = sp.csr_matrix((np.ones(len(indices), dtype=np.bool_), indices, indptr),
-                            shape=(X.shape[0], len(columns)))
+    pattern = sp.csr_matrix(
+        (np.ones(len(indices), dtype=np.bool_), indices, indptr), shape=(X.shape[0], len(columns))
+    )
     again = [columns[b] for b in detect_pure_blocks(pattern)]
     return [block for b, block in enumerate(blocks) if not impure[b]] + again

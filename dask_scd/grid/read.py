@@ -103,7 +103,8 @@ class _Reader:
             return self._array(name)
         except (KeyError, FileNotFoundError):
             raise GridCorruptionError(
-                f"grid store {self.path} has no {name!r} array ({_REWRITE})") from None
+                f"grid store {self.path} has no {name!r} array ({_REWRITE})"
+            ) from None
 
     def _table(self, name: str, shape: tuple) -> np.ndarray:
         """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
@@ -130,8 +131,10 @@ class _Reader:
                 self._checksums = ()
             else:
                 n_rc = len(self.bounds) - 1
-                self._checksums = (self._table("cell_checksum", (n_rc, len(self.sizes))),
-                                   self._table("label_checksum", (n_rc,)))
+                self._checksums = (
+                    self._table("cell_checksum", (n_rc, len(self.sizes))),
+                    self._table("label_checksum", (n_rc,)),
+                )
         return self._checksums or None
 
     def _verify(self, values, expected_at, where: str) -> None:
@@ -145,8 +148,9 @@ class _Reader:
     def where(self, r: int, b: int) -> str:
         return f"cell (row chunk {r}, block {b}) of grid {self.path}"
 
-    def read_cell(self, r: int, b: int, buffers: CellBuffers | None = None, into=None,
-                  parts: bool = False):
+    def read_cell(
+        self, r: int, b: int, buffers: CellBuffers | None = None, into=None, parts: bool = False
+    ):
         """Cell (r, b); a dense one decoded into ``into`` (an array of at least a chunk's
         values, C order) or ``buffers``' memory when given, a sparse one's arrays views
         of ``buffers``' memory when given (either cell valid until the next read into
@@ -188,8 +192,9 @@ class _Reader:
         self._require_chunk_file(name, f"c/{r}/0", where)
         trailer = None
         if _one_zstd_frame(arr):
-            cell, trailer = self._decode_dense(name, r, arr.dtype, (row_chunk, size), where,
-                                               buffers, into)
+            cell, trailer = self._decode_dense(
+                name, r, arr.dtype, (row_chunk, size), where, buffers, into
+            )
             if trailer is not None and self._verified_frames.get((r, b)) == trailer:
                 return cell
         else:
@@ -201,8 +206,9 @@ class _Reader:
             self._verified_frames[(r, b)] = trailer
         return cell
 
-    def _decode_dense(self, name: str, r: int, dtype, shape: tuple, where: str,
-                      buffers=None, into=None):
+    def _decode_dense(
+        self, name: str, r: int, dtype, shape: tuple, where: str, buffers=None, into=None
+    ):
         """Rows ``bounds[r]:bounds[r + 1]`` of dense chunk ``r`` of array ``name``, its one
         zstd frame decoded straight into the cell (zarr's path costs a third more: its
         event loop, a decoded copy, a copy into the selection), and the frame's content
@@ -233,8 +239,9 @@ class _Reader:
         # Once one cell of this grid was found stored as to_grid stores them (one zstd
         # frame of bytes), the others are decoded without opening their zarr arrays; any
         # cell whose frame does not decode to its length goes through zarr.
-        packed, trailer = (self._packed_frame(name, expected, where, buffers) if self._frames
-                           else (None, None))
+        packed, trailer = (
+            self._packed_frame(name, expected, where, buffers) if self._frames else (None, None)
+        )
         if packed is None:
             arr = self._array(name, cache=False)
             if arr.shape != (expected,):
@@ -253,8 +260,9 @@ class _Reader:
         checked = trailer is not None and self._verified_frames.get(("sparse", r, b)) == trailer
         if not checked:
             self._verify(packed, (0, r, b), where)
-        data, indices, indptr = unpack_csc(packed, nnz, size, self.dtype, where,
-                                           copy=buffers is None)
+        data, indices, indptr = unpack_csc(
+            packed, nnz, size, self.dtype, where, copy=buffers is None
+        )
         if not checked:
             if (
                 indptr[0] != 0
@@ -353,17 +361,19 @@ _ZSTD = numcodecs.Zstd()  # zarr's own zstd decoder (numcodecs is zarr's depende
 def _frame_has_checksum(frame: np.ndarray) -> bool:
     """Does a zstd frame (magic number 0xFD2FB528, then the frame header descriptor) end
     with the checksum of its content (the descriptor's bit 2)?"""
-    return (len(frame) >= 9 and bytes(frame[:4]) == b"\x28\xb5\x2f\xfd"
-            and bool(frame[4] & 0x04))
+    return len(frame) >= 9 and bytes(frame[:4]) == b"\x28\xb5\x2f\xfd" and bool(frame[4] & 0x04)
 
 
 def _one_zstd_frame(arr) -> bool:
     """Are the array's chunks stored as ``to_grid`` writes them: little-endian bytes in
     one zstd frame per chunk file?"""
     codecs = arr.metadata.codecs
-    return (len(codecs) == 2 and isinstance(codecs[0], BytesCodec)
-            and getattr(codecs[0].endian, "value", codecs[0].endian) in (None, "little")
-            and isinstance(codecs[1], ZstdCodec))
+    return (
+        len(codecs) == 2
+        and isinstance(codecs[0], BytesCodec)
+        and getattr(codecs[0].endian, "value", codecs[0].endian) in (None, "little")
+        and isinstance(codecs[1], ZstdCodec)
+    )
 
 
 _READERS: dict = {}  # (path, grid_id) -> _Reader, the most recent MAX_READERS
@@ -412,12 +422,15 @@ def _identity(path: str):
 
 
 def _changed(path: str) -> str:
-    return (f"grid store {path} changed since it was opened (rewritten or removed): open it "
-            "again with open_grid")
+    return (
+        f"grid store {path} changed since it was opened (rewritten or removed): open it "
+        "again with open_grid"
+    )
 
 
-def read_cell(path: str, grid_id: str, r: int, b: int, buffers: CellBuffers | None = None,
-              parts: bool = False):
+def read_cell(
+    path: str, grid_id: str, r: int, b: int, buffers: CellBuffers | None = None, parts: bool = False
+):
     """Cell (row chunk r, block b) of the store at ``path``, checked against its checksum:
     a task function of Grid.X's graph and of the data layer (top-level so it pickles).
     With ``buffers`` the cell is a view of their memory, valid until their next read;
@@ -425,8 +438,9 @@ def read_cell(path: str, grid_id: str, r: int, b: int, buffers: CellBuffers | No
     return _reader(path, grid_id).read_cell(r, b, buffers, parts=parts)
 
 
-def read_dense_row_chunk(path: str, grid_id: str, r: int, out: np.ndarray,
-                         buffers: CellBuffers) -> np.ndarray:
+def read_dense_row_chunk(
+    path: str, grid_id: str, r: int, out: np.ndarray, buffers: CellBuffers
+) -> np.ndarray:
     """Row chunk r of a dense grid, its cells side by side in grid column order (as
     ``np.hstack`` of its cells), decoded into ``out`` (C order, at least the row chunk's
     rows and the grid's columns, the grid's dtype); returns ``out[:rows]``.
@@ -519,8 +533,11 @@ def _check_attrs(path: str, attrs: dict) -> None:
 
     def int_list(key, length=None, low=0):
         value = attrs.get(key)
-        if (not isinstance(value, list) or not all(_is_int(v, low) for v in value)
-                or (length is not None and len(value) != length)):
+        if (
+            not isinstance(value, list)
+            or not all(_is_int(v, low) for v in value)
+            or (length is not None and len(value) != length)
+        ):
             count = "" if length is None else f"{length} "
             raise bad(key, f"is not a list of {count}integers >= {low}")
         return value
@@ -542,8 +559,11 @@ def _check_attrs(path: str, attrs: dict) -> None:
     if attrs.get("layout") not in ("dense", "sparse"):
         raise bad("layout", "is not 'dense' or 'sparse'")
     purity = attrs.get("purity")
-    if not isinstance(purity, list) or len(purity) != len(blocks) or not all(
-            isinstance(v, bool) for v in purity):
+    if (
+        not isinstance(purity, list)
+        or len(purity) != len(blocks)
+        or not all(isinstance(v, bool) for v in purity)
+    ):
         raise bad("purity", f"is not a list of {len(blocks)} booleans")
     int_list("max_nnz_per_row", len(blocks))
     int_list("block_nnz", len(blocks))
@@ -552,8 +572,9 @@ def _check_attrs(path: str, attrs: dict) -> None:
     if not isinstance(attrs.get("grid_id"), str) or not attrs["grid_id"]:
         raise bad("grid_id", "is not a non-empty string")
     names = attrs.get("feature_names")
-    if names is not None and (not isinstance(names, list) or len(names) != p
-                              or not all(isinstance(v, str) for v in names)):
+    if names is not None and (
+        not isinstance(names, list) or len(names) != p or not all(isinstance(v, str) for v in names)
+    ):
         raise bad("feature_names", f"is neither null nor a list of {p} strings")
 
 

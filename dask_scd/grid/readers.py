@@ -113,9 +113,7 @@ def _as_labels(y, n: int):
         if y.ndim != 1:
             raise ValueError(f"y must be 1-D, got shape {y.shape}")
         if any(math.isnan(c) for c in y.chunks[0]):
-            raise ValueError(
-                "y has unknown chunk sizes; call y.compute_chunk_sizes() first"
-            )
+            raise ValueError("y has unknown chunk sizes; call y.compute_chunk_sizes() first")
     else:
         y = np.asarray(y)
         if y.ndim != 1:
@@ -224,14 +222,37 @@ def _array_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
 
 
 # Dim names that say "one example per index" or "one feature per index".
-SAMPLE_DIM_NAMES = frozenset({
-    "sample", "samples", "n_samples", "example", "examples", "obs", "observation",
-    "observations", "instance", "instances", "record", "records", "row", "rows",
-})
-FEATURE_DIM_NAMES = frozenset({
-    "feature", "features", "n_features", "variable", "variables", "predictor", "predictors",
-    "column", "columns",
-})
+SAMPLE_DIM_NAMES = frozenset(
+    {
+        "sample",
+        "samples",
+        "n_samples",
+        "example",
+        "examples",
+        "obs",
+        "observation",
+        "observations",
+        "instance",
+        "instances",
+        "record",
+        "records",
+        "row",
+        "rows",
+    }
+)
+FEATURE_DIM_NAMES = frozenset(
+    {
+        "feature",
+        "features",
+        "n_features",
+        "variable",
+        "variables",
+        "predictor",
+        "predictors",
+        "column",
+        "columns",
+    }
+)
 
 
 def sample_axis(dims, y_dims, sample_dim) -> int:
@@ -248,8 +269,10 @@ def sample_axis(dims, y_dims, sample_dim) -> int:
         return dims.index(sample_dim)
     if y_dims is not None and len(y_dims) == 1 and y_dims[0] in dims:
         return dims.index(y_dims[0])
-    said = [d in SAMPLE_DIM_NAMES or (d not in FEATURE_DIM_NAMES and other in FEATURE_DIM_NAMES)
-            for d, other in ((dims[0], dims[1]), (dims[1], dims[0]))]
+    said = [
+        d in SAMPLE_DIM_NAMES or (d not in FEATURE_DIM_NAMES and other in FEATURE_DIM_NAMES)
+        for d, other in ((dims[0], dims[1]), (dims[1], dims[0]))
+    ]
     return 1 if said == [False, True] else 0
 
 
@@ -375,8 +398,10 @@ def malformed_line(path, buffer: bytes, numbers: list, zero_based=True) -> Value
         except ValueError as exc:
             shown = line.decode("utf-8", "replace").strip()
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            return ValueError(f"libsvm file {path}, line {number}: {exc.__cause__ or exc} "
-                              f"(the line reads {shown!r})")
+            return ValueError(
+                f"libsvm file {path}, line {number}: {exc.__cause__ or exc} "
+                f"(the line reads {shown!r})"
+            )
     return ValueError(f"cannot parse libsvm file {path}")
 
 
@@ -389,9 +414,7 @@ def _parse_libsvm(buffer: bytes, n_features: int | None, dtype, zero_based: bool
 
     kwargs = {} if n_features is None else {"n_features": n_features}
     try:
-        X, y = load_svmlight_file(
-            io.BytesIO(buffer), zero_based=zero_based, dtype=dtype, **kwargs
-        )
+        X, y = load_svmlight_file(io.BytesIO(buffer), zero_based=zero_based, dtype=dtype, **kwargs)
     except ValueError as exc:
         raise ValueError(f"cannot parse libsvm data: {exc}") from exc
     return X, y
@@ -418,9 +441,7 @@ def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int,
     if _is_auto(zero_based):
         zero_based = smallest == 0
     if not zero_based and smallest == 0:
-        raise ValueError(
-            f"libsvm file {path} has feature index 0 but zero_based=False was given"
-        )
+        raise ValueError(f"libsvm file {path} has feature index 0 but zero_based=False was given")
     n_features = largest + 1 if zero_based else max(largest, 0)
     return n_rows, n_features, bool(zero_based)
 
@@ -437,8 +458,10 @@ def _libsvm_source(path, y, zero_based="auto", n_features=None) -> RowReader:
     if n_features is None:
         n_features = seen
     elif n_features < seen:
-        raise ValueError(f"n_features={n_features} is too small: libsvm file {path} has "
-                         f"{seen} features (indices up to {seen - int(zero_based)})")
+        raise ValueError(
+            f"n_features={n_features} is too small: libsvm file {path} has "
+            f"{seen} features (indices up to {seen - int(zero_based)})"
+        )
 
     def stream_fn(row_chunk):
         for buffer in iter_libsvm_batches(path, row_chunk):
@@ -461,10 +484,14 @@ def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> 
         raise ValueError(f"zero_based={zero_based!r} must be True, False or 'auto'")
     if n_features is not None:
         if not isinstance(X, (str, os.PathLike)):
-            raise ValueError("n_features applies to a libsvm file only (the width of an "
-                             "array is its own)")
-        if (not isinstance(n_features, numbers.Integral) or isinstance(n_features, bool)
-                or n_features < 1):
+            raise ValueError(
+                "n_features applies to a libsvm file only (the width of an array is its own)"
+            )
+        if (
+            not isinstance(n_features, numbers.Integral)
+            or isinstance(n_features, bool)
+            or n_features < 1
+        ):
             raise ValueError(f"n_features={n_features!r} must be an integer >= 1")
         n_features = int(n_features)
     module = type(X).__module__

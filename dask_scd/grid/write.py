@@ -42,8 +42,7 @@ def _check_finite(values, name: str, r: int, start: int, stop: int) -> None:
     data = values.data if sp.issparse(values) else np.asarray(values)
     if not np.isfinite(data).all():
         raise ValueError(
-            f"{name} contains NaN or infinite values in row chunk {r} "
-            f"(rows {start}:{stop})"
+            f"{name} contains NaN or infinite values in row chunk {r} (rows {start}:{stop})"
         )
 
 
@@ -114,8 +113,9 @@ def _resolve_names(feature_names, source: RowReader):
 class _GridWriter:
     """Writes the arrays of one grid into a (temporary) directory."""
 
-    def __init__(self, root: str, source: RowReader, blocks, row_chunk: int,
-                 weighted: bool = False):
+    def __init__(
+        self, root: str, source: RowReader, blocks, row_chunk: int, weighted: bool = False
+    ):
         self.group = zarr.open_group(root, mode="w-")
         self.group.attrs.update(
             {"format": FORMAT, "format_version": FORMAT_VERSION, "complete": False}
@@ -129,8 +129,7 @@ class _GridWriter:
         n = source.shape[0]
         self.y = self._create("y", (n,), (row_chunk,), np.float64)
         # Sample weights, beside the labels and checked like them (optional).
-        self.weight = self._create("weight", (n,), (row_chunk,), np.float64) if weighted \
-            else None
+        self.weight = self._create("weight", (n,), (row_chunk,), np.float64) if weighted else None
         self.weight_checksum = np.zeros(len(self.bounds) - 1, dtype=np.int64)
         self.dense = {}
         if not source.is_sparse:
@@ -177,8 +176,11 @@ class _GridWriter:
         self.weight_checksum[r] = checksum(values)
 
     def write_attrs(self, attrs: dict, cell_nnz: np.ndarray) -> None:
-        tables = [("cell_nnz", cell_nnz), ("cell_checksum", self.cell_checksum),
-                  ("label_checksum", self.label_checksum)]
+        tables = [
+            ("cell_nnz", cell_nnz),
+            ("cell_checksum", self.cell_checksum),
+            ("label_checksum", self.label_checksum),
+        ]
         if self.weight is not None:
             tables.append(("weight_checksum", self.weight_checksum))
         for name, values in tables:
@@ -189,8 +191,7 @@ class _GridWriter:
         self.group.attrs["complete"] = True
 
 
-def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names,
-                weights=None) -> None:
+def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names, weights=None) -> None:
     n, p = source.shape
     writer = _GridWriter(root, source, blocks, row_chunk, weights is not None)
     bounds = writer.bounds
@@ -404,8 +405,7 @@ def to_grid(
     row_chunk = _check_row_chunk(row_chunk)
     path = os.path.abspath(os.fspath(path))
     _check_target(path, overwrite)
-    source = row_reader(X, y, sample_dim=sample_dim, zero_based=zero_based,
-                        n_features=n_features)
+    source = row_reader(X, y, sample_dim=sample_dim, zero_based=zero_based, n_features=n_features)
     n, p = source.shape
     if n == 0 or p == 0:
         raise ValueError(f"X must have at least one row and one column, got shape {(n, p)}")
@@ -435,7 +435,8 @@ def _stored_weights(sample_weight, n: int):
     from dask_scd.validation import check_sample_weight
 
     if type(sample_weight).__module__.startswith(("dask.", "xarray")):
-        sample_weight = np.asarray(sample_weight.compute() if hasattr(sample_weight, "compute")
-                                   else sample_weight)
+        sample_weight = np.asarray(
+            sample_weight.compute() if hasattr(sample_weight, "compute") else sample_weight
+        )
     check_sample_weight(sample_weight, n)  # raises on bad weights (the result is a copy)
     return np.asarray(sample_weight, dtype=np.float64).reshape(n)

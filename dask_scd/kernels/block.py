@@ -20,6 +20,7 @@ from numba import njit
 from dask_scd.kernels.scalar import LOGISTIC, SQUARED, SQUARED_HINGE, TRIAL_STEPS
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import sigmoid as _sigmoid
+
 # The logistic trials use the product form below while |step·d·x| stays under this: there
 # 1 + p·expm1(v) ≥ e^{-8} keeps ~13 correct digits even when p rounds to 1.
 _PRODUCT_FORM_MAX = 8.0
@@ -87,8 +88,21 @@ def _add_changes(loss, yi, z, v, steps, quarters, out, j):
 
 
 @njit(nogil=True, cache=True)
-def coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns, y, margins,
-                      direction, steps, quarters, loss):
+def coordinate_trials(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_major,
+    n_minor,
+    by_columns,
+    y,
+    margins,
+    direction,
+    steps,
+    quarters,
+    loss,
+):
     """(K, n_columns): Σ_i ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i) over column j's non-zeros.
 
     The per-coordinate line search of a *pure* block: its columns touch disjoint examples,
@@ -114,8 +128,22 @@ def coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns
 
 
 @njit(nogil=True, cache=True)
-def weighted_coordinate_trials(data, indices, indptr, dense, n_major, n_minor, by_columns, y,
-                               margins, direction, steps, quarters, loss, weights):
+def weighted_coordinate_trials(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_major,
+    n_minor,
+    by_columns,
+    y,
+    margins,
+    direction,
+    steps,
+    quarters,
+    loss,
+    weights,
+):
     """:func:`coordinate_trials` with sample weights v: Σ_i v_i (ℓ(ŷ_i + steps[k]·d_j·x_ij)
     − ℓ(ŷ_i)) over column j's non-zeros."""
     K = steps.shape[0]
@@ -318,8 +346,7 @@ def pure_apply(column, value, delta, margins):
 
 
 @njit(nogil=True, cache=True)
-def pure_stats(prev_column, prev_value, prev_delta, shift, column, value, y, margins, loss,
-               g, h):
+def pure_stats(prev_column, prev_value, prev_delta, shift, column, value, y, margins, loss, g, h):
     """One pass over the rows: the last block's step on the margins (a pure cell by rows,
     ``prev_delta`` empty for none; ``shift``: the intercept's), then this pure cell's
     g_j = Σ_i x_ij ℓ'(ŷ_i) and h_j = Σ_i x_ij² ℓ''(ŷ_i), summed in row order (the order

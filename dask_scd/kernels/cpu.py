@@ -33,8 +33,6 @@ from dask_scd.kernels.scalar import (
 )
 
 
-
-
 # ------------------------------------------------------------------ scalar helpers
 
 
@@ -62,8 +60,21 @@ _FAST = {"reassoc", "contract"}
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def scd_epoch(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    loss, l1, l2, col_sq_norms, col_cube_sums,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
 ):
     """One epoch of primal coordinate descent in the given coordinate ``order``.
 
@@ -75,16 +86,42 @@ def scd_epoch(
     max |Δθ_j| and max |θ_j| over the epoch, the cheap first-stage convergence test.
     """
     max_delta, max_coef, _ = scd_epoch_violation(
-        data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-        loss, l1, l2, col_sq_norms, col_cube_sums,
+        data,
+        indices,
+        indptr,
+        dense,
+        n_samples,
+        y,
+        margins,
+        coef,
+        intercept,
+        order,
+        loss,
+        l1,
+        l2,
+        col_sq_norms,
+        col_cube_sums,
     )
     return max_delta, max_coef
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def scd_epoch_violation(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    loss, l1, l2, col_sq_norms, col_cube_sums,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
 ):
     """:func:`scd_epoch` that also returns the largest optimality violation it met.
 
@@ -93,14 +130,44 @@ def scd_epoch_violation(
     reduces g_j anyway). Over an epoch it is the working-set solver's cheap stopping test.
     """
     # The empty weights are a compile-time constant: the weighted branches fold away.
-    return _epoch(data, indices, indptr, dense, n_samples, y, margins, coef, intercept,
-                  order, loss, l1, l2, col_sq_norms, col_cube_sums, _NO_WEIGHTS)
+    return _epoch(
+        data,
+        indices,
+        indptr,
+        dense,
+        n_samples,
+        y,
+        margins,
+        coef,
+        intercept,
+        order,
+        loss,
+        l1,
+        l2,
+        col_sq_norms,
+        col_cube_sums,
+        _NO_WEIGHTS,
+    )
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def scd_weighted_epoch(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    loss, l1, l2, col_sq_norms, col_cube_sums, weights,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
+    weights,
 ):
     """:func:`scd_epoch_violation` for sample weights v (the loss of example i is v_i·ℓ_i).
 
@@ -109,8 +176,24 @@ def scd_weighted_epoch(
     intercept's. ``col_sq_norms`` and ``col_cube_sums`` are the weighted Σ_i v_i x_ij² and
     Σ_i v_i |x_ij|³ (the squared loss's curvature, the logistic's third-order bound).
     """
-    return _epoch(data, indices, indptr, dense, n_samples, y, margins, coef, intercept,
-                  order, loss, l1, l2, col_sq_norms, col_cube_sums, weights)
+    return _epoch(
+        data,
+        indices,
+        indptr,
+        dense,
+        n_samples,
+        y,
+        margins,
+        coef,
+        intercept,
+        order,
+        loss,
+        l1,
+        l2,
+        col_sq_norms,
+        col_cube_sums,
+        weights,
+    )
 
 
 _NO_WEIGHTS = np.zeros(0)
@@ -118,8 +201,22 @@ _NO_WEIGHTS = np.zeros(0)
 
 @njit(inline="always")
 def _epoch(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    loss, l1, l2, col_sq_norms, col_cube_sums, weights,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
+    weights,
 ):
     """The epoch of :func:`scd_epoch_violation`, with sample ``weights`` (empty: none)."""
     cubic = loss == LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
@@ -134,9 +231,22 @@ def _epoch(
             delta, violation = _intercept_step(y, margins, intercept, loss, cubic, weights)
         else:
             delta, violation = _column_step(
-                data, indices, indptr, dense, n_samples, y, margins, coef, j,
-                loss, l1, l2, col_sq_norms[j] * inv_n, inv_n,
-                col_cube_sums[j] * inv_n if cubic else -1.0, weights,
+                data,
+                indices,
+                indptr,
+                dense,
+                n_samples,
+                y,
+                margins,
+                coef,
+                j,
+                loss,
+                l1,
+                l2,
+                col_sq_norms[j] * inv_n,
+                inv_n,
+                col_cube_sums[j] * inv_n if cubic else -1.0,
+                weights,
             )
             max_coef = max(max_coef, abs(coef[j]))
         max_delta = max(max_delta, abs(delta))
@@ -146,8 +256,22 @@ def _epoch(
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def scd_epoch_squared(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    l1, l2, col_sq_norms, col_xty, col_means, weights,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    l1,
+    l2,
+    col_sq_norms,
+    col_xty,
+    col_means,
+    weights,
 ):
     """:func:`scd_epoch_violation` for the squared loss; with an intercept, on centered
     columns: the intercept is re-solved exactly after every coordinate step, for free.
@@ -243,8 +367,22 @@ def _violation(old, g, l1, l2):
 
 @njit(inline="always")
 def _column_step(
-    data, indices, indptr, dense, n_samples, y, margins, coef, j, loss, l1, l2, sq_norm, inv_n,
-    cube_mean, weights,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    j,
+    loss,
+    l1,
+    l2,
+    sq_norm,
+    inv_n,
+    cube_mean,
+    weights,
 ):
     start, end = _line(dense, indptr, j, n_samples)
     weighted = weights.shape[0] > 0
@@ -282,7 +420,20 @@ def _column_step(
         return 0.0, violation
     if loss != SQUARED and not _cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
         delta *= _column_line_search(
-            data, indices, dense, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n,
+            data,
+            indices,
+            dense,
+            start,
+            end,
+            y,
+            margins,
+            loss,
+            old,
+            delta,
+            g,
+            l1,
+            l2,
+            inv_n,
             weights,
         )
         if delta == 0.0:
@@ -350,8 +501,9 @@ def _intercept_step(y, margins, intercept, loss, cubic, weights):
     if h <= 0.0:
         return 0.0, violation
     delta = -g / h
-    if loss != SQUARED and not _cubic_accepts(g * inv_n, h * inv_n, 0.0, delta, 0.0, 0.0,
-                                              1.0 if cubic else -1.0):
+    if loss != SQUARED and not _cubic_accepts(
+        g * inv_n, h * inv_n, 0.0, delta, 0.0, 0.0, 1.0 if cubic else -1.0
+    ):
         # A Newton step on b with backtracking on the exact loss (the 1-D problem is convex).
         base = 0.0
         for i in range(n):
@@ -414,8 +566,21 @@ def _row_axpy(data, indices, dense, start, end, scale, w):
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_epoch(
-    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    dual_coef,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    dual_sum,
 ):
     """One epoch of SDCA over rows; ``dual_coef`` (a) and ``coef`` (w = Xᵀa/(αn)) in place.
 

@@ -98,8 +98,23 @@ def _entry(data, indices, dense, ones, start, idx):
 
 @cuda.jit
 def _scd_kernel(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    loss, l1, l2, col_sq_norms, col_cube_sums, cubic, stats,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
+    cubic,
+    stats,
 ):
     """Block b updates coordinate order[b]; stats[0], stats[1] ← max |Δθ_j|, max |θ_j|."""
     cache = cuda.shared.array((2, _SHARED), float64)
@@ -137,11 +152,29 @@ def _scd_kernel(
         delta = scalar.prox_newton(old, g, h, pen_l1, pen_l2) - old
     # g, h and old are the same in every thread, so is delta: the branches below are
     # taken by the whole block, as its reductions require.
-    if delta != 0.0 and loss != scalar.SQUARED and not scalar.cubic_accepts(
-        g, h, 0.0 if ones else old, delta, pen_l1, pen_l2, cube_mean
+    if (
+        delta != 0.0
+        and loss != scalar.SQUARED
+        and not scalar.cubic_accepts(g, h, 0.0 if ones else old, delta, pen_l1, pen_l2, cube_mean)
     ):
-        delta *= _line_search(cache, data, indices, dense, ones, start, end, y, margins,
-                              loss, old, delta, g, pen_l1, pen_l2, inv_n)
+        delta *= _line_search(
+            cache,
+            data,
+            indices,
+            dense,
+            ones,
+            start,
+            end,
+            y,
+            margins,
+            loss,
+            old,
+            delta,
+            g,
+            pen_l1,
+            pen_l2,
+            inv_n,
+        )
     if tid == 0:
         cuda.atomic.max(stats, 0, abs(delta))
         if not ones:
@@ -159,8 +192,9 @@ def _scd_kernel(
 
 
 @cuda.jit(device=True)
-def _line_search(cache, data, indices, dense, ones, start, end, y, margins, loss, old, delta,
-                 g, l1, l2, inv_n):
+def _line_search(
+    cache, data, indices, dense, ones, start, end, y, margins, loss, old, delta, g, l1, l2, inv_n
+):
     """The CPU kernel's Armijo backtracking, one block reduction per trial step.
 
     A trial sums ℓ(ŷ_i + tΔx_i) − ℓ(ŷ_i) reading each margin once, so that a margin moved
@@ -193,8 +227,21 @@ def _line_search(cache, data, indices, dense, ones, start, end, y, margins, loss
 
 
 def scd_epoch(
-    data, indices, indptr, dense, n_samples, y, margins, coef, intercept, order,
-    loss, l1, l2, col_sq_norms, col_cube_sums,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
 ):
     """One asynchronous epoch of primal SCD on the GPU; see :func:`cpu.scd_epoch`.
 
@@ -210,8 +257,22 @@ def scd_epoch(
     d_margins, d_coef, d_intercept = map(_device, written)
     stats = cuda.to_device(np.zeros(2))
     _scd_kernel[n_coordinates, threads](
-        data, indices, indptr, dense, n_samples, _device(y), d_margins, d_coef, d_intercept,
-        _device(order), loss, l1, l2, _device(col_sq_norms), _device(col_cube_sums), cubic,
+        data,
+        indices,
+        indptr,
+        dense,
+        n_samples,
+        _device(y),
+        d_margins,
+        d_coef,
+        d_intercept,
+        _device(order),
+        loss,
+        l1,
+        l2,
+        _device(col_sq_norms),
+        _device(col_cube_sums),
+        cubic,
         stats,
     )
     _copy_back(written, (d_margins, d_coef, d_intercept))
@@ -224,8 +285,25 @@ def scd_epoch(
 
 @cuda.jit
 def _sdca_kernel(
-    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, stats, beta, shared, spread,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    dual_coef,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    dual_sum,
+    stats,
+    beta,
+    shared,
+    spread,
     rho_beta,
 ):
     """Block b takes the dual steps of rows order[b], order[b + B], … (B blocks in the
@@ -276,8 +354,21 @@ def _count_minor(indices, counts):
 
 
 def sdca_epoch(
-    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    dual_coef,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    dual_sum,
 ):
     """One asynchronous epoch of SDCA on the GPU; see :func:`cpu.sdca_epoch`.
 
@@ -311,9 +402,26 @@ def sdca_epoch(
     d_dual_coef, d_coef, d_dual_sum = map(_device, written)
     stats = cuda.to_device(np.zeros(1))
     _sdca_kernel[blocks, threads](
-        data, indices, indptr, dense, n_features, _device(y), d_dual_coef, d_coef,
-        _device(order), loss, alpha_n, _device(row_sq_norms), intercept, rho, d_dual_sum,
-        stats, beta, shared, shared * lam, float(blocks),
+        data,
+        indices,
+        indptr,
+        dense,
+        n_features,
+        _device(y),
+        d_dual_coef,
+        d_coef,
+        _device(order),
+        loss,
+        alpha_n,
+        _device(row_sq_norms),
+        intercept,
+        rho,
+        d_dual_sum,
+        stats,
+        beta,
+        shared,
+        shared * lam,
+        float(blocks),
     )
     _copy_back(written, (d_dual_coef, d_coef, d_dual_sum))
     return float(stats.copy_to_host()[0])
@@ -392,14 +500,17 @@ def _spectral_norm(data, indices, indptr, dense, n_features, n_rows) -> float:
     for lo in starts:
         hi = lo + length
         if dense:
-            block = _host(data[lo * n_features:hi * n_features])
+            block = _host(data[lo * n_features : hi * n_features])
             pieces.append(sp.csr_matrix(block.reshape(length, n_features), dtype=np.float64))
         else:
             a, b = int(pointers[lo]), int(pointers[hi])
             values, columns = _host(data[a:b]), _host(indices[a:b])
-            pieces.append(sp.csr_matrix((values.astype(np.float64), columns,
-                                         pointers[lo:hi + 1] - a),
-                                        shape=(length, n_features)))
+            pieces.append(
+                sp.csr_matrix(
+                    (values.astype(np.float64), columns, pointers[lo : hi + 1] - a),
+                    shape=(length, n_features),
+                )
+            )
     sample = sp.vstack(pieces, format="csr")
     if sample.nnz == 0:
         return 0.0

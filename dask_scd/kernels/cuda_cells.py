@@ -80,15 +80,17 @@ def columns(cell) -> Columns:
     format, converted to CSC there; :class:`dask_scd.kernels.device.DeviceCSC`)."""
     n_rows, n_columns = (int(s) for s in cell.shape)
     if not (hasattr(cell, "indptr") or hasattr(cell, "tocsc")):  # a dense array
-        return Columns(cell, _dummy(np.float64), _dummy(np.int32), _dummy(np.int32), True,
-                       n_rows, n_columns)
+        return Columns(
+            cell, _dummy(np.float64), _dummy(np.int32), _dummy(np.int32), True, n_rows, n_columns
+        )
     if getattr(cell, "format", "csc") != "csc":
         cell = cell.tocsc()
     if not getattr(cell, "has_canonical_format", True):
         cell = cell.copy()
         cell.sum_duplicates()  # the Gram kernel's search needs sorted, distinct rows
-    return Columns(_dummy(np.float64, 2), cell.data, cell.indices, cell.indptr, False,
-                   n_rows, n_columns)
+    return Columns(
+        _dummy(np.float64, 2), cell.data, cell.indices, cell.indptr, False, n_rows, n_columns
+    )
 
 
 def _dummy(dtype, ndim=1):
@@ -178,8 +180,9 @@ def _add_changes(loss, yi, z, v, steps, quarters, changes):
 
 
 @cuda.jit
-def _column_sums_kernel(X, data, indices, indptr, dense, n_rows, a, b, power_a, power_b,
-                        out_a, out_b):
+def _column_sums_kernel(
+    X, data, indices, indptr, dense, n_rows, a, b, power_a, power_b, out_a, out_b
+):
     """Block j: out_a[j] = Σ_i a_i x_ij^power_a and out_b[j] = Σ_i b_i x_ij^power_b."""
     cache = cuda.shared.array((2, _SHARED), float64)
     tid = cuda.threadIdx.x
@@ -224,8 +227,23 @@ def _sparse_matvec_kernel(data, indices, indptr, d, out):
 
 
 @cuda.jit
-def _gram_kernel(X, data, indices, indptr, dense, X2, data2, indices2, indptr2, dense2,
-                 n_rows, n_other, weights, symmetric, out):
+def _gram_kernel(
+    X,
+    data,
+    indices,
+    indptr,
+    dense,
+    X2,
+    data2,
+    indices2,
+    indptr2,
+    dense2,
+    n_rows,
+    n_other,
+    weights,
+    symmetric,
+    out,
+):
     """Block (j, k): out[j, k] = Σ_i w_i X[i, j] X2[i, k], over column j's stored entries.
 
     ``symmetric`` (X2 is X): only blocks with k ≥ j run, and write out[k, j] too.
@@ -252,8 +270,9 @@ def _gram_kernel(X, data, indices, indptr, dense, X2, data2, indices2, indptr2, 
 
 
 @cuda.jit
-def _trials_kernel(X, data, indices, indptr, dense, n_rows, y, margins, direction, steps,
-                   quarters, loss, out):
+def _trials_kernel(
+    X, data, indices, indptr, dense, n_rows, y, margins, direction, steps, quarters, loss, out
+):
     """Block j: out[k, j] = Σ_i ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i) over column j's
     non-zeros (:func:`dask_scd.kernels.block.coordinate_trials`, one column per block)."""
     cache = cuda.shared.array((2, _SHARED), float64)
@@ -319,8 +338,16 @@ def column_sums(cols: Columns, a, power_a: int, b=None, power_b: int = 1):
     d_a = _to_device(a)
     d_b = d_a if b is None else _to_device(b)
     out_a, out_b = cuda.device_array(n), cuda.device_array(n)
-    _column_sums_kernel[n, _threads(cols)](*cols.args(), cols.n_rows, d_a, d_b, power_a,
-                                           power_a if b is None else power_b, out_a, out_b)
+    _column_sums_kernel[n, _threads(cols)](
+        *cols.args(),
+        cols.n_rows,
+        d_a,
+        d_b,
+        power_a,
+        power_a if b is None else power_b,
+        out_a,
+        out_b,
+    )
     return out_a.copy_to_host(), (None if b is None else out_b.copy_to_host())
 
 
@@ -335,8 +362,9 @@ def matvec(cols: Columns, d) -> np.ndarray:
         _dense_matvec_kernel[blocks, _ROW_THREADS](cols.X, d_d, out)
     else:
         out = cuda.to_device(np.zeros(cols.n_rows))
-        _sparse_matvec_kernel[cols.n_columns, _threads(cols)](cols.data, cols.indices,
-                                                              cols.indptr, d_d, out)
+        _sparse_matvec_kernel[cols.n_columns, _threads(cols)](
+            cols.data, cols.indices, cols.indptr, d_d, out
+        )
     return out.copy_to_host()
 
 
@@ -349,8 +377,9 @@ def gram(cols: Columns, weights, other: Columns | None = None) -> np.ndarray:
     if n == 0 or m == 0 or cols.n_rows == 0:
         return np.zeros((n, m))
     out = cuda.device_array((n, m))
-    _gram_kernel[n * m, _threads(cols)](*cols.args(), *other.args(), cols.n_rows, m,
-                                        _to_device(weights), symmetric, out)
+    _gram_kernel[n * m, _threads(cols)](
+        *cols.args(), *other.args(), cols.n_rows, m, _to_device(weights), symmetric, out
+    )
     return out.copy_to_host()
 
 
@@ -364,8 +393,16 @@ def trials(cols: Columns, loss: int, y, margins, direction, steps) -> np.ndarray
         return np.zeros((len(steps), cols.n_columns))
     out = cuda.to_device(np.zeros((len(steps), cols.n_columns)))
     _trials_kernel[cols.n_columns, _threads(cols)](
-        *cols.args(), cols.n_rows, _to_device(y), _to_device(margins), _to_device(direction),
-        cuda.to_device(steps), block_kernels.are_quarters(steps), loss, out)
+        *cols.args(),
+        cols.n_rows,
+        _to_device(y),
+        _to_device(margins),
+        _to_device(direction),
+        cuda.to_device(steps),
+        block_kernels.are_quarters(steps),
+        loss,
+        out,
+    )
     return out.copy_to_host()
 
 
@@ -376,7 +413,8 @@ def inspect(cols: Columns) -> tuple[float, np.ndarray]:
         return 0.0, row_counts.copy_to_host()
     largest = cuda.to_device(np.zeros(1))
     bad = cuda.to_device(np.zeros(1, dtype=np.int64))
-    _inspect_kernel[cols.n_columns, _threads(cols)](*cols.args(), cols.n_rows, largest, bad,
-                                                    row_counts)
+    _inspect_kernel[cols.n_columns, _threads(cols)](
+        *cols.args(), cols.n_rows, largest, bad, row_counts
+    )
     top = float(largest.copy_to_host()[0]) if bad.copy_to_host()[0] == 0 else math.nan
     return top, row_counts.copy_to_host()

@@ -52,9 +52,12 @@ def place(matrix, device: str):
         return matrix
     from dask_scd.kernels import cuda
 
-    return dataclasses.replace(matrix, data=cuda.to_device(matrix.data),
-                               indices=cuda.to_device(matrix.indices),
-                               indptr=cuda.to_device(matrix.indptr))
+    return dataclasses.replace(
+        matrix,
+        data=cuda.to_device(matrix.data),
+        indices=cuda.to_device(matrix.indices),
+        indptr=cuda.to_device(matrix.indptr),
+    )
 
 
 def join(joined, pieces: list):
@@ -66,10 +69,14 @@ def join(joined, pieces: list):
     from dask_scd.kernels import cuda
 
     data = _concatenate([m.data for m in pieces])
-    indices = (cuda.to_device(joined.indices) if joined.dense
-               else _concatenate([m.indices for m in pieces]))
-    return dataclasses.replace(joined, data=data, indices=indices,
-                               indptr=cuda.to_device(joined.indptr))
+    indices = (
+        cuda.to_device(joined.indices)
+        if joined.dense
+        else _concatenate([m.indices for m in pieces])
+    )
+    return dataclasses.replace(
+        joined, data=data, indices=indices, indptr=cuda.to_device(joined.indptr)
+    )
 
 
 def _concatenate(arrays: list):
@@ -121,8 +128,12 @@ class DeviceCSC:
 
         csc = sp.csc_matrix(matrix, copy=True)
         csc.sum_duplicates()
-        return cls(cuda.to_device(csc.data), cuda.to_device(csc.indices),
-                   cuda.to_device(csc.indptr), tuple(int(s) for s in csc.shape))
+        return cls(
+            cuda.to_device(csc.data),
+            cuda.to_device(csc.indices),
+            cuda.to_device(csc.indptr),
+            tuple(int(s) for s in csc.shape),
+        )
 
     @property
     def nbytes(self) -> int:

@@ -59,10 +59,16 @@ class MajorMatrix:
         values are a slice; a sparse one keeps the whole ``data`` and ``indices``, which
         its slice of ``indptr`` (absolute offsets) points into."""
         if self.dense:
-            data = self.data[start * self.n_minor:stop * self.n_minor]
+            data = self.data[start * self.n_minor : stop * self.n_minor]
             return MajorMatrix(data, self.indices, self.indptr, True, stop - start, self.n_minor)
-        return MajorMatrix(self.data, self.indices, self.indptr[start:stop + 1], False,
-                           stop - start, self.n_minor)
+        return MajorMatrix(
+            self.data,
+            self.indices,
+            self.indptr[start : stop + 1],
+            False,
+            stop - start,
+            self.n_minor,
+        )
 
     def _args(self):
         return self.data, self.indices, self.indptr, self.dense, self.n_major, self.n_minor
@@ -79,12 +85,17 @@ class MajorMatrix:
         # Each line's sum is computed by one range, by the one compiled loop: the same bits
         # on any number of threads.
         head = (self.data, self.indices, self.indptr, self.dense)
-        ranges = threads.line_ranges(None if self.dense else self.indptr, self.n_major,
-                                     threads.usable(self.stored))
-        threads.run_all([
-            lambda lo=lo, hi=hi: cpu.major_dot_range(*head, lo, hi, self.n_minor, v, out,
-                                                     squared)
-            for lo, hi in ranges])
+        ranges = threads.line_ranges(
+            None if self.dense else self.indptr, self.n_major, threads.usable(self.stored)
+        )
+        threads.run_all(
+            [
+                lambda lo=lo, hi=hi: cpu.major_dot_range(
+                    *head, lo, hi, self.n_minor, v, out, squared
+                )
+                for lo, hi in ranges
+            ]
+        )
         return out
 
     def scatter(self, u, squared: bool = False) -> np.ndarray:
@@ -106,8 +117,17 @@ class MajorMatrix:
     def lines_scatter(self, lines, values, offset: float, out: np.ndarray) -> np.ndarray:
         """out = offset + Σ_m values[m]·(line lines[m]), reading only those lines (by
         columns: the margins X_W θ_W + b of the columns W)."""
-        cpu.lines_scatter(self.data, self.indices, self.indptr, self.dense, self.n_minor,
-                          lines, np.ascontiguousarray(values, dtype=np.float64), offset, out)
+        cpu.lines_scatter(
+            self.data,
+            self.indices,
+            self.indptr,
+            self.dense,
+            self.n_minor,
+            lines,
+            np.ascontiguousarray(values, dtype=np.float64),
+            offset,
+            out,
+        )
         return out
 
     def line_nnz(self) -> np.ndarray:
@@ -129,6 +149,15 @@ class MajorMatrix:
     def _power_sums(self, power: int, weights) -> np.ndarray:
         out = np.empty(self.n_major, dtype=np.float64)
         weights = _NO_WEIGHTS if weights is None else np.ascontiguousarray(weights, np.float64)
-        cpu.major_power_sums(self.data, self.indices, self.indptr, self.dense, self.n_major,
-                             self.n_minor, power, weights, out)
+        cpu.major_power_sums(
+            self.data,
+            self.indices,
+            self.indptr,
+            self.dense,
+            self.n_major,
+            self.n_minor,
+            power,
+            weights,
+            out,
+        )
         return out

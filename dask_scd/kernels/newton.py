@@ -190,8 +190,9 @@ def weighted_gram(data, indices, indptr, n_rows, position, weights, intercept, o
 
 
 @njit(nogil=True, cache=True)
-def gram_of_new_columns(data, indices, indptr, col_data, col_indices, col_indptr, columns,
-                        position, new, intercept, out):
+def gram_of_new_columns(
+    data, indices, indptr, col_data, col_indices, col_indptr, columns, position, new, intercept, out
+):
     """out[a, b] += Σ_i x_ia x_ib, a ≤ b, for the pairs of which at least one column is
     new; the other pairs, kept from before, are not touched.
 
@@ -297,8 +298,22 @@ def gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept):
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def column_cd_epoch_packed(data, indices, indptr, dense, n_rows, order, packed, col_curv,
-                           coef, delta, l1, l2, intercept, delta_b):
+def column_cd_epoch_packed(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_rows,
+    order,
+    packed,
+    col_curv,
+    coef,
+    delta,
+    l1,
+    l2,
+    intercept,
+    delta_b,
+):
     """One coordinate-descent epoch of the quadratic model over columns (CSC or Fortran X).
 
     The row vectors are the columns of ``packed`` (n × 3): the loss derivatives g, the
@@ -338,8 +353,22 @@ def column_cd_epoch_packed(data, indices, indptr, dense, n_rows, order, packed, 
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def column_cd_epoch_unit(data, indices, indptr, dense, n_rows, order, residual, col_curv,
-                         coef, delta, l1, l2, intercept, delta_b):
+def column_cd_epoch_unit(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_rows,
+    order,
+    residual,
+    col_curv,
+    coef,
+    delta,
+    l1,
+    l2,
+    intercept,
+    delta_b,
+):
     """:func:`column_cd_epoch_packed` for a curvature of 1 on every row (the squared loss
     without sample weights), on the model's residual r = g + XΔ + Δb alone.
 
@@ -376,8 +405,22 @@ def column_cd_epoch_unit(data, indices, indptr, dense, n_rows, order, residual, 
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def column_cd_epoch_pair(data, indices, indptr, dense, n_rows, order, pair, col_curv, coef,
-                         delta, l1, l2, intercept, delta_b):
+def column_cd_epoch_pair(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_rows,
+    order,
+    pair,
+    col_curv,
+    coef,
+    delta,
+    l1,
+    l2,
+    intercept,
+    delta_b,
+):
     """:func:`column_cd_epoch_packed` on two floats a row: ``pair`` (n × 2) holds the
     model's residual r = g + D(XΔ + Δb) and the curvature D side by side, and XΔ + Δb is
     left to the caller (one product X·Δ after the epochs). Two thirds of the packed
@@ -423,8 +466,9 @@ _SHIFT_BATCH = 128
 
 
 @njit(nogil=True, cache=True)
-def shift_stats(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residual, curv,
-                intercept, grad, hess):
+def shift_stats(
+    data, indices, indptr, dense, n_rows, n_cols, shifted, k, residual, curv, intercept, grad, hess
+):
     """The quadratic model along the block shifts: ``grad = Sᵀr``, ``hess = SᵀDS`` (both
     un-normalized), one pass over the rows.
 
@@ -440,8 +484,21 @@ def shift_stats(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residu
     m = k + 1 if intercept else k
     stored = data.shape[0] if not dense else n_rows * n_cols
     if m > 256 or 3.0 * stored < m * n_rows:
-        _shift_stats_rows(data, indices, indptr, dense, n_rows, n_cols, shifted, k,
-                          residual, curv, intercept, grad, hess)
+        _shift_stats_rows(
+            data,
+            indices,
+            indptr,
+            dense,
+            n_rows,
+            n_cols,
+            shifted,
+            k,
+            residual,
+            curv,
+            intercept,
+            grad,
+            hess,
+        )
         return
     grad[:] = 0.0
     hess[:, :] = 0.0
@@ -474,8 +531,9 @@ def shift_stats(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residu
 
 
 @njit(nogil=True, cache=True)
-def _shift_stats_rows(data, indices, indptr, dense, n_rows, n_cols, shifted, k, residual, curv,
-                intercept, grad, hess):
+def _shift_stats_rows(
+    data, indices, indptr, dense, n_rows, n_cols, shifted, k, residual, curv, intercept, grad, hess
+):
     """:func:`shift_stats` row by row: each row's k_i² products of the blocks it touches."""
     m = k + 1 if intercept else k
     grad[:] = 0.0

@@ -28,12 +28,14 @@ def _prefetch(typingctx, array, index):
     def codegen(context, builder, signature, args):
         array_type = signature.args[0]
         ary = context.make_array(array_type)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, array_type, ary, [args[1]],
-                                       wraparound=False)
+        ptr = cgutils.get_item_pointer(
+            context, builder, array_type, ary, [args[1]], wraparound=False
+        )
         byte_ptr = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
             "llvm.prefetch.p0i8",
         )
         # read, high temporal locality, data cache

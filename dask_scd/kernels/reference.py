@@ -116,8 +116,13 @@ def sdca_epoch(problem: obj.Problem, X, y, dual_coef, coef, order, intercept=0.0
     alpha_n = problem.alpha * X.shape[0]
     for i in order:
         x = X[i].astype(np.float64)
-        t = dual_step(problem.loss, y[i], dual_coef[i],
-                      x @ coef + intercept + rho * dual_coef.sum(), x @ x / alpha_n + rho)
+        t = dual_step(
+            problem.loss,
+            y[i],
+            dual_coef[i],
+            x @ coef + intercept + rho * dual_coef.sum(),
+            x @ x / alpha_n + rho,
+        )
         dual_coef[i] += t
         coef += t * x / alpha_n
 
@@ -139,7 +144,7 @@ def block_order(rows, block, rng):
     uniforms = rng.random(len(rows))
     out = []
     for b in block_perm:
-        chunk = list(rows[b * block:(b + 1) * block])
+        chunk = list(rows[b * block : (b + 1) * block])
         pos = len(out)
         for r in range(len(chunk) - 1, 0, -1):
             s = int(uniforms[pos + r] * (r + 1))
@@ -148,8 +153,9 @@ def block_order(rows, block, rng):
     return np.array(out, dtype=np.int64)
 
 
-def sdca_shrinking_pass(problem: obj.Problem, X, y, dual_coef, coef, order, bounds,
-                        intercept=0.0, rho=0.0):
+def sdca_shrinking_pass(
+    problem: obj.Problem, X, y, dual_coef, coef, order, bounds, intercept=0.0, rho=0.0
+):
     """One pass of dual CD with shrinking (Hsieh et al. 2008, Algorithm 3) on dense X.
 
     In β = a·y the row minimizes ½Q(β − β_i)² + G(β − β_i) over [0, 1] (hinge) or
@@ -179,8 +185,20 @@ def sdca_shrinking_pass(problem: obj.Problem, X, y, dual_coef, coef, order, boun
     return shrunk, max(pgs, default=-np.inf), min(pgs, default=np.inf)
 
 
-def sdca_shrinking_epoch(problem: obj.Problem, X, y, dual_coef, coef, state, rng, block,
-                         relative_eps, shrunk_work, intercept=0.0, rho=0.0):
+def sdca_shrinking_epoch(
+    problem: obj.Problem,
+    X,
+    y,
+    dual_coef,
+    coef,
+    state,
+    rng,
+    block,
+    relative_eps,
+    shrunk_work,
+    intercept=0.0,
+    rho=0.0,
+):
     """Passes over the active rows until n row visits, or until all rows are solved to ε.
 
     ``state``: dict with ``active`` (sorted array) and ``bounds`` = [M̄, m̄, ε, visits of
@@ -196,8 +214,9 @@ def sdca_shrinking_epoch(problem: obj.Problem, X, y, dual_coef, coef, state, rng
         active = state["active"]
         order = block_order(active, block, rng)
         bounds = state["bounds"]
-        shrunk, pg_max, pg_min = sdca_shrinking_pass(problem, X, y, dual_coef, coef, order,
-                                                     bounds, intercept, rho)
+        shrunk, pg_max, pg_min = sdca_shrinking_pass(
+            problem, X, y, dual_coef, coef, order, bounds, intercept, rho
+        )
         visits += len(active)
         kept = np.array([i for i in active if i not in shrunk], dtype=np.int64)
         state["active"] = kept
@@ -225,9 +244,11 @@ def sdca_shrinking_epoch(problem: obj.Problem, X, y, dual_coef, coef, state, rng
 
 def newton_derivatives(problem: obj.Problem, y, margins):
     """(ℓ'(z), ℓ''(z), Σ ℓ(z)) from the formulas of :mod:`dask_scd.objectives`."""
-    return (obj.loss_derivative(problem.loss, y, margins),
-            obj.loss_second_derivative(problem.loss, y, margins),
-            float(obj.loss_value(problem.loss, y, margins).sum()))
+    return (
+        obj.loss_derivative(problem.loss, y, margins),
+        obj.loss_second_derivative(problem.loss, y, margins),
+        float(obj.loss_value(problem.loss, y, margins).sum()),
+    )
 
 
 def newton_hessian_vector(X, weights, v, v0=0.0):

@@ -120,7 +120,7 @@ def logistic_taylor_bound(model, h, delta, cube_mean):
     # |Δ| as np.maximum(Δ, −Δ): exact, elementwise on arrays, and (unlike np.abs) a ufunc
     # that numba.cuda lowers on scalars.
     magnitude = np.maximum(delta, -delta)
-    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * magnitude ** 3
+    return model + 0.5 * h * delta * delta + _LOGISTIC_D3 / 6.0 * cube_mean * magnitude**3
 
 
 @njit(inline="always")

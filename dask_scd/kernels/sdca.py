@@ -86,8 +86,24 @@ def block_order_fill(rows, block, block_perm, uniforms, out, lo, hi):
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_shrinking_pass(
-    data, indices, indptr, dense, n_features, y, dual_coef, coef, order,
-    loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, bounds, keep, weights,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    dual_coef,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    dual_sum,
+    bounds,
+    keep,
+    weights,
 ):
     """One pass over the rows in ``order`` (hinge or squared hinge), with shrinking.
 
@@ -160,25 +176,88 @@ def sdca_shrinking_pass(
 
 
 def sdca_shrinking_epoch(
-    data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
-    row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
-    keep, relative_eps, shrunk_work, weights=None,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    dual_coef,
+    coef,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    dual_sum,
+    active,
+    n_active,
+    bounds,
+    block,
+    rng,
+    order,
+    keep,
+    relative_eps,
+    shrunk_work,
+    weights=None,
 ):
     """:func:`_shrinking_epoch`, with sample ``weights`` v or None (every row weighs 1)."""
     if weights is None:
         weights = np.empty(0)
     return _shrinking_epoch(
-        data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
-        row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
-        keep, relative_eps, shrunk_work, weights,
+        data,
+        indices,
+        indptr,
+        dense,
+        n_features,
+        y,
+        dual_coef,
+        coef,
+        loss,
+        alpha_n,
+        row_sq_norms,
+        intercept,
+        rho,
+        dual_sum,
+        active,
+        n_active,
+        bounds,
+        block,
+        rng,
+        order,
+        keep,
+        relative_eps,
+        shrunk_work,
+        weights,
     )
 
 
 @njit(nogil=True, cache=True)
 def _shrinking_epoch(
-    data, indices, indptr, dense, n_features, y, dual_coef, coef, loss, alpha_n,
-    row_sq_norms, intercept, rho, dual_sum, active, n_active, bounds, block, rng, order,
-    keep, relative_eps, shrunk_work, weights,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    dual_coef,
+    coef,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    dual_sum,
+    active,
+    n_active,
+    bounds,
+    block,
+    rng,
+    order,
+    keep,
+    relative_eps,
+    shrunk_work,
+    weights,
 ):
     """Passes over the active rows until they add up to ``len(y)`` row visits (one epoch
     of work), or until every row is active and solved to the threshold ε.
@@ -209,8 +288,24 @@ def _shrinking_epoch(
         size = n_active[0]
         block_order(active[:size], block, rng, order)
         delta, pg_max, pg_min = sdca_shrinking_pass(
-            data, indices, indptr, dense, n_features, y, dual_coef, coef, order[:size],
-            loss, alpha_n, row_sq_norms, intercept, rho, dual_sum, bounds, keep, weights,
+            data,
+            indices,
+            indptr,
+            dense,
+            n_features,
+            y,
+            dual_coef,
+            coef,
+            order[:size],
+            loss,
+            alpha_n,
+            row_sq_norms,
+            intercept,
+            rho,
+            dual_sum,
+            bounds,
+            keep,
+            weights,
         )
         visits += size
         max_delta = max(max_delta, delta)
@@ -244,8 +339,22 @@ def _shrinking_epoch(
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_weighted_epoch(
-    data, indices, indptr, dense, n_features, y, unit_dual, coef, order,
-    loss, alpha_n, row_sq_norms, weights, intercept, rho, dual_sum,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    unit_dual,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    weights,
+    intercept,
+    rho,
+    dual_sum,
 ):
     """:func:`dask_scd.kernels.cpu.sdca_epoch` for sample weights v (the loss of example i
     is v_i·ℓ_i).
@@ -290,10 +399,14 @@ def atomic_add(typingctx, array, index, value):
 
     def codegen(context, builder, sig, args):
         values, i, v = args
-        pointer = cgutils.get_item_pointer(context, builder, sig.args[0],
-                                           context.make_array(sig.args[0])(context, builder,
-                                                                           values),
-                                           [i], wraparound=False)
+        pointer = cgutils.get_item_pointer(
+            context,
+            builder,
+            sig.args[0],
+            context.make_array(sig.args[0])(context, builder, values),
+            [i],
+            wraparound=False,
+        )
         return builder.atomic_rmw("fadd", pointer, v, "monotonic")
 
     return signature, codegen
@@ -333,8 +446,25 @@ def _publish(slots, thread, own):
 
 
 @njit(inline="always")
-def _thread_step(data, indices, indptr, dense, n_features, y, unit_dual, w, i, loss,
-                 alpha_n, row_sq_norms, weights, weighted, intercept, rho, dual_sum):
+def _thread_step(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    unit_dual,
+    w,
+    i,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    weights,
+    weighted,
+    intercept,
+    rho,
+    dual_sum,
+):
     """One thread's dual step on row i against w (read only): a_i moved in place.
     Returns (v·t, the row's line start and end); v·t = 0 when a_i does not move."""
     v = weights[i] if weighted else 1.0
@@ -350,9 +480,27 @@ def _thread_step(data, indices, indptr, dense, n_features, y, unit_dual, w, i, l
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_thread_epoch(
-    data, indices, indptr, dense, n_features, y, unit_dual, coef, order,
-    loss, alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum,
-    slots, thread, publish, hot,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    unit_dual,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    weights,
+    weighted,
+    intercept,
+    rho,
+    base_sum,
+    slots,
+    thread,
+    publish,
+    hot,
 ):
     """One thread's share of an SA-SDCA epoch (:func:`dask_scd.kernels.cpu.sdca_epoch`, or
     :func:`sdca_weighted_epoch` when ``weighted``), with Σ a_i kept without a shared
@@ -378,8 +526,24 @@ def sdca_thread_epoch(
         if k + AHEAD < n_visits:
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         scaled, start, end = _thread_step(
-            data, indices, indptr, dense, n_features, y, unit_dual, coef, order[k], loss,
-            alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum + others + own)
+            data,
+            indices,
+            indptr,
+            dense,
+            n_features,
+            y,
+            unit_dual,
+            coef,
+            order[k],
+            loss,
+            alpha_n,
+            row_sq_norms,
+            weights,
+            weighted,
+            intercept,
+            rho,
+            base_sum + others + own,
+        )
         if scaled == 0.0:
             continue
         own += scaled
@@ -404,9 +568,28 @@ def _merge_local(coef, local, snapshot):
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
 def sdca_thread_epoch_local(
-    data, indices, indptr, dense, n_features, y, unit_dual, coef, order,
-    loss, alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum,
-    slots, thread, publish, local, snapshot,
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    unit_dual,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    weights,
+    weighted,
+    intercept,
+    rho,
+    base_sum,
+    slots,
+    thread,
+    publish,
+    local,
+    snapshot,
 ):
     """:func:`sdca_thread_epoch` for dense rows, on a private copy of w.
 
@@ -438,8 +621,24 @@ def sdca_thread_epoch_local(
                 _merge_local(coef, local, snapshot)
             others = _publish(slots, thread, own)
         scaled, start, end = _thread_step(
-            data, indices, indptr, dense, n_features, y, unit_dual, local, order[k], loss,
-            alpha_n, row_sq_norms, weights, weighted, intercept, rho, base_sum + others + own)
+            data,
+            indices,
+            indptr,
+            dense,
+            n_features,
+            y,
+            unit_dual,
+            local,
+            order[k],
+            loss,
+            alpha_n,
+            row_sq_norms,
+            weights,
+            weighted,
+            intercept,
+            rho,
+            base_sum + others + own,
+        )
         if scaled == 0.0:
             continue
         own += scaled

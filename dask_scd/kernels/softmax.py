@@ -40,8 +40,28 @@ def _violation(smooth, w, l1):
 
 
 @njit(nogil=True, cache=True)
-def model_cd(indptr, indices, data, prob, weighted_prob, U, s, grad, diag, coef, delta,
-             grad_b, delta_b, diag_b, l1, l2, fit_intercept, max_sweeps, tol, active):
+def model_cd(
+    indptr,
+    indices,
+    data,
+    prob,
+    weighted_prob,
+    U,
+    s,
+    grad,
+    diag,
+    coef,
+    delta,
+    grad_b,
+    delta_b,
+    diag_b,
+    l1,
+    l2,
+    fit_intercept,
+    max_sweeps,
+    tol,
+    active,
+):
     """Sweeps of coordinate descent on the quadratic model, in place on ``delta``,
     ``delta_b``, ``U`` and ``s``; X is CSC (``indptr``, ``indices``, ``data``);
     ``weighted_prob`` is VP (``prob`` itself without sample weights).

@@ -25,8 +25,9 @@ THREAD_LIMITS = ("DASK_SCD_NUM_THREADS", "NUMBA_NUM_THREADS")
 def _threads() -> int:
     """Cores this process may run on, at most 8 (the passes are memory-bound beyond
     that), capped by :data:`THREAD_LIMITS` where set to a positive integer."""
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else (os.cpu_count() or 1))
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     for name in THREAD_LIMITS:
         value = os.environ.get(name, "").strip()
         if value.isdigit() and int(value) > 0:
@@ -71,8 +72,9 @@ def run_all(calls: list) -> list:
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(THREADS - 1, 1),
-                                       thread_name_prefix="dask_scd-pass")
+            _pool = ThreadPoolExecutor(
+                max_workers=max(THREADS - 1, 1), thread_name_prefix="dask_scd-pass"
+            )
     cuts = np.linspace(0, len(calls), min(THREADS, len(calls)) + 1).astype(np.int64)
     runs = [calls[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:])]
     jobs = [_pool.submit(_in_turn, run) for run in runs[1:]]
@@ -92,7 +94,7 @@ def line_ranges(indptr, n_lines: int, parts: int) -> list[tuple[int, int]]:
         cuts = np.linspace(0, n_lines, parts + 1).astype(np.int64)
     else:
         targets = np.linspace(indptr[0], indptr[n_lines], parts + 1)
-        cuts = np.searchsorted(indptr[:n_lines + 1], targets)
+        cuts = np.searchsorted(indptr[: n_lines + 1], targets)
         cuts[0], cuts[-1] = 0, n_lines
         cuts = np.maximum.accumulate(cuts)
     return [(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]

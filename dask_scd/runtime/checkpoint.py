@@ -18,8 +18,17 @@ from dask_scd.result import History
 _VERSION = 1
 
 
-def save_checkpoint(path, *, coef, intercept, epoch, rng, history: History, signature: dict,
-                    engine: dict | None = None):
+def save_checkpoint(
+    path,
+    *,
+    coef,
+    intercept,
+    epoch,
+    rng,
+    history: History,
+    signature: dict,
+    engine: dict | None = None,
+):
     """Write the state to ``path`` (an .npz file) through a temporary file and a rename."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -75,8 +84,10 @@ def load_checkpoint(path, signature: dict, rng) -> dict | None:
             "remove it or pass resume=False"
         )
     if coef.shape != (signature["shape"][1],):
-        raise ValueError(f"checkpoint {path} holds {coef.shape} coefficients for "
-                         f"{signature['shape'][1]} features; remove it or pass resume=False")
+        raise ValueError(
+            f"checkpoint {path} holds {coef.shape} coefficients for "
+            f"{signature['shape'][1]} features; remove it or pass resume=False"
+        )
     try:
         rng.bit_generator.state = meta["rng_state"]
         return {
@@ -87,5 +98,7 @@ def load_checkpoint(path, signature: dict, rng) -> dict | None:
             "engine": dict(meta.get("engine") or {}),
         }
     except Exception as exc:
-        raise ValueError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); "
-                         "remove it or pass resume=False") from exc
+        raise ValueError(
+            f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); "
+            "remove it or pass resume=False"
+        ) from exc

@@ -40,8 +40,15 @@ def fit_client(client):
     if current is not None:
         yield current
         return
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=os.cpu_count() or 1,
-                      dashboard_address=":0") as cluster, Client(cluster) as local:
+    with (
+        LocalCluster(
+            processes=False,
+            n_workers=1,
+            threads_per_worker=os.cpu_count() or 1,
+            dashboard_address=":0",
+        ) as cluster,
+        Client(cluster) as local,
+    ):
         yield local
 
 
@@ -71,8 +78,11 @@ def _stale_homes_plugin():
 
         @staticmethod
         def _stale(ts, scheduler) -> bool:
-            return bool(ts.loose_restrictions and ts.worker_restrictions
-                        and not any(a in scheduler.workers for a in ts.worker_restrictions))
+            return bool(
+                ts.loose_restrictions
+                and ts.worker_restrictions
+                and not any(a in scheduler.workers for a in ts.worker_restrictions)
+            )
 
         def add_worker(self, scheduler, worker):  # runs before the no-worker tasks move
             for ts in list(scheduler.unrunnable):
@@ -272,8 +282,9 @@ def _resolved(arg):
             value = _memo.pop(token)
             _memo[token] = value  # most recently used last
             return value
-    value = func(*[_resolved(a) for a in fixed],
-                 *_picked([v for group in groups for v in group], pick))
+    value = func(
+        *[_resolved(a) for a in fixed], *_picked([v for group in groups for v in group], pick)
+    )
     with _memo_lock:
         _memo[token] = value
         total = sum(_nbytes(v) for v in _memo.values())
@@ -330,8 +341,11 @@ class ClusterRuntime:
     def _slots(self) -> list:
         """One entry per thread of every worker (its address), in address order."""
         workers = self.client.scheduler_info()["workers"]
-        return [address for address in sorted(workers)
-                for _ in range(max(1, int(workers[address].get("nthreads", 1))))]
+        return [
+            address
+            for address in sorted(workers)
+            for _ in range(max(1, int(workers[address].get("nthreads", 1))))
+        ]
 
     def _make_groups(self) -> list:
         """Row chunks run in groups, one task per group and stage: contiguous runs, one per
@@ -389,8 +403,7 @@ class ClusterRuntime:
 
     def submit_row(self, r, func, *args, name: str | None = None, **kwargs):
         """Submit a task of row chunk r on its home worker."""
-        return self.submit(func, *args, name=name, **self._placement(self.homes[r]),
-                           **kwargs)
+        return self.submit(func, *args, name=name, **self._placement(self.homes[r]), **kwargs)
 
     def gather(self, futures):
         return self.client.gather(futures)
@@ -407,8 +420,16 @@ class ClusterRuntime:
         picks = tuple(a.pick if isinstance(a, Rows) else None for a in per_row)
         for g, rows in enumerate(self.groups):
             args = [a.parts[g] if isinstance(a, Rows) else [a[r] for r in rows] for a in per_row]
-            task = self.submit(_run_rows, func, picks, *args, *shared, name=func.__name__,
-                               priority=priority, **self._placement(self.group_homes[g]))
+            task = self.submit(
+                _run_rows,
+                func,
+                picks,
+                *args,
+                *shared,
+                name=func.__name__,
+                priority=priority,
+                **self._placement(self.group_homes[g]),
+            )
             parts.append(task)
         return Rows(parts)
 
@@ -416,8 +437,9 @@ class ClusterRuntime:
         """One task ``func(*fixed, *results in row-chunk order)``: the results of every row
         chunk, flattened from their groups in order, so the sums keep the same bits
         whatever the grouping."""
-        return self.submit(_call_on_rows, func, len(fixed), rows.pick, *fixed, *rows.parts,
-                           name=func.__name__)
+        return self.submit(
+            _call_on_rows, func, len(fixed), rows.pick, *fixed, *rows.parts, name=func.__name__
+        )
 
     # Inline reductions beyond this many groups would send every group's parts to every
     # task (groups² transfers): a reducing task is cheaper there.
@@ -461,9 +483,12 @@ class ClusterRuntime:
         left; ``first[i]``: the first row chunk of partial i (its sum runs there)."""
         while len(partials) > split_every:
             groups = range(0, len(partials), split_every)
-            partials = [self.submit_row(first[i], passes.sum_partials,
-                                        *partials[i:i + split_every], priority=1)
-                        for i in groups]
+            partials = [
+                self.submit_row(
+                    first[i], passes.sum_partials, *partials[i : i + split_every], priority=1
+                )
+                for i in groups
+            ]
             first = [first[i] for i in groups]
         return partials
 
@@ -477,12 +502,20 @@ class ClusterRuntime:
             return [self.reduce(passes.sum_partials, (), partials)]
         level = []
         for start in range(0, R, split_every):
-            picks = where[start:start + split_every]
+            picks = where[start : start + split_every]
             needed = sorted({g for g, _ in picks})
             index = [(needed.index(g), i) for g, i in picks]
-            level.append(self.submit_row(start, _sum_picked, index, partials.pick,
-                                         *[partials.parts[g] for g in needed],
-                                         name="sum_partials", priority=1))
+            level.append(
+                self.submit_row(
+                    start,
+                    _sum_picked,
+                    index,
+                    partials.pick,
+                    *[partials.parts[g] for g in needed],
+                    name="sum_partials",
+                    priority=1,
+                )
+            )
         return self._tree_levels(level, list(range(0, R, split_every)), split_every)
 
     def certify(self, problem, n_samples, cells, labels, rows, offsets, state):
@@ -496,8 +529,14 @@ class ClusterRuntime:
         # One task per group makes the margins and the statistics (a cell read once);
         # the margins then become a result of their own, so the statistics are released
         # as soon as they are summed rather than kept with the margins for an epoch.
-        fused = self.map_rows(passes.certificate_pass, (cells, [int(k) for k in rows], labels),
-                              state, offsets, problem, True)
+        fused = self.map_rows(
+            passes.certificate_pass,
+            (cells, [int(k) for k in rows], labels),
+            state,
+            offsets,
+            problem,
+            True,
+        )
         # The margins apart and the first sums run as soon as their parts exist (a
         # higher priority than the next group's pass), and nothing here keeps the
         # fused results: else a worker held every row chunk's statistics (~10 MB each
@@ -509,15 +548,13 @@ class ClusterRuntime:
         del fused
         total = level[0] if len(level) == 1 else self.submit(passes.sum_partials, *level)
         del level
-        dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total,
-                             n_samples)
+        dual = self.map_rows(passes.dual_loss_sum, (labels, margins), problem, total, n_samples)
         result = self.reduce(passes.certificate, (problem, n_samples, state, total), dual).result()
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
 
     def run_on_rows(self, func, *args) -> list:
         """``func(r, *args)`` on the home of every row chunk; the results in row order."""
-        return self.gather([self.submit_row(r, func, r, *args)
-                            for r in range(self.n_row_chunks)])
+        return self.gather([self.submit_row(r, func, r, *args) for r in range(self.n_row_chunks)])
 
 
 class EpochHooks:
@@ -538,16 +575,31 @@ class EpochHooks:
             return None
         return load_checkpoint(self.checkpoint, self.signature, rng)
 
-    def after_epoch(self, epoch, coef, intercept, cert, history, rng, tol,
-                    original_order, engine=None) -> bool:
+    def after_epoch(
+        self, epoch, coef, intercept, cert, history, rng, tol, original_order, engine=None
+    ) -> bool:
         """Checkpoint if due; call the callback. Returns True to stop. ``engine``: the
         engine's own state (JSON), saved with the checkpoint for a resume to continue
         with the same steps."""
         if self.checkpoint and (epoch % self.every == 0 or cert.relative_gap <= tol):
-            save_checkpoint(self.checkpoint, coef=coef, intercept=intercept, epoch=epoch,
-                            rng=rng, history=history, signature=self.signature,
-                            engine=engine)
-        return bool(self.callback is not None and self.callback({
-            "epoch": epoch, "coef": original_order(coef), "intercept": intercept,
-            "relative_gap": cert.relative_gap,
-        }))
+            save_checkpoint(
+                self.checkpoint,
+                coef=coef,
+                intercept=intercept,
+                epoch=epoch,
+                rng=rng,
+                history=history,
+                signature=self.signature,
+                engine=engine,
+            )
+        return bool(
+            self.callback is not None
+            and self.callback(
+                {
+                    "epoch": epoch,
+                    "coef": original_order(coef),
+                    "intercept": intercept,
+                    "relative_gap": cert.relative_gap,
+                }
+            )
+        )

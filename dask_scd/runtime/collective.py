@@ -102,8 +102,10 @@ def tune_malloc() -> bool:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        return libc.mallopt(_M_MMAP_THRESHOLD, mmap) == 1 and \
-            libc.mallopt(_M_TRIM_THRESHOLD, trim) == 1
+        return (
+            libc.mallopt(_M_MMAP_THRESHOLD, mmap) == 1
+            and libc.mallopt(_M_TRIM_THRESHOLD, trim) == 1
+        )
     except (OSError, AttributeError):
         return False
 
@@ -141,8 +143,9 @@ class Member:
         if self.addresses[index] is not None and self.worker.address != self.addresses[index]:
             # The task moved: its worker was lost and the scheduler ran it elsewhere. The
             # other members cannot be met again here: the engine reruns the epoch.
-            raise Aborted(f"member {index} runs on {self.worker.address}, "
-                          f"not on {self.addresses[index]}")
+            raise Aborted(
+                f"member {index} runs on {self.worker.address}, not on {self.addresses[index]}"
+            )
 
     def exchange(self, part):
         """Send ``part`` to every other member and return every member's part, in member
@@ -151,8 +154,10 @@ class Member:
         for i in range(len(self.addresses)):
             if i != self.index:
                 self._send(i, key, part)
-        return [part if i == self.index else self._receive((key[0], key[1], i))
-                for i in range(len(self.addresses))]
+        return [
+            part if i == self.index else self._receive((key[0], key[1], i))
+            for i in range(len(self.addresses))
+        ]
 
     def gather(self, part, root: int = 0):
         """Every member's part at member ``root`` (a list in member order); None at the
@@ -161,8 +166,10 @@ class Member:
         if self.index != root:
             self._send(root, key, part)
             return None
-        return [part if i == root else self._receive((key[0], key[1], i))
-                for i in range(len(self.addresses))]
+        return [
+            part if i == root else self._receive((key[0], key[1], i))
+            for i in range(len(self.addresses))
+        ]
 
     def broadcast(self, value=None, root: int = 0):
         """Member ``root``'s ``value`` at every member."""
@@ -204,8 +211,10 @@ class Member:
                 self._check_sent()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Aborted(f"member {self.index} waited {self.timeout:.0f} s for "
-                                  f"member {key[2]} at stage {key[1]}")
+                    raise Aborted(
+                        f"member {self.index} waited {self.timeout:.0f} s for "
+                        f"member {key[2]} at stage {key[1]}"
+                    )
                 _cond.wait(min(left, 0.5))
             return _box.pop(key)
 

@@ -44,13 +44,27 @@ MAX_DEFAULT_CORES = 8
 # Checkpoints on a jobqueue cluster, when the fit names none.
 CHECKPOINT_EVERY = 5
 # SLURM's pending reasons that no amount of waiting clears (the job must be changed).
-NEVER_RUNS = frozenset({
-    "BadConstraints", "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit",
-    "InvalidAccount", "InvalidQOS", "AccountNotAllowed", "QOSNotAllowed", "PartitionDown",
-    "PartitionInactive", "AssocMaxCpuPerJobLimit", "AssocMaxWallDurationPerJobLimit",
-    "QOSMaxCpuPerJobLimit", "QOSMaxWallDurationPerJobLimit", "QOSMaxMemoryPerJob",
-    "DependencyNeverSatisfied", "JobHeldAdmin",
-})
+NEVER_RUNS = frozenset(
+    {
+        "BadConstraints",
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",
+        "QOSNotAllowed",
+        "PartitionDown",
+        "PartitionInactive",
+        "AssocMaxCpuPerJobLimit",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxCpuPerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+        "QOSMaxMemoryPerJob",
+        "DependencyNeverSatisfied",
+        "JobHeldAdmin",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -64,10 +78,15 @@ class Limits:
     walltime: int | None
 
     def __str__(self) -> str:
-        time_limit = "no time limit" if self.walltime is None else \
-            f"time limit {format_walltime(self.walltime)}"
-        return (f"partition {self.partition!r}: nodes of at most {self.cpus} CPUs and "
-                f"{self.memory_mb} MiB, {time_limit}")
+        time_limit = (
+            "no time limit"
+            if self.walltime is None
+            else f"time limit {format_walltime(self.walltime)}"
+        )
+        return (
+            f"partition {self.partition!r}: nodes of at most {self.cpus} CPUs and "
+            f"{self.memory_mb} MiB, {time_limit}"
+        )
 
 
 @dataclass(frozen=True)
@@ -109,8 +128,7 @@ def parse_walltime(text: str) -> int | None:
     if third is not None:
         seconds = int(first) * 3600 + int(second) * 60 + int(third)
     elif second is not None:
-        seconds = int(first) * 3600 + int(second) * 60 if days else \
-            int(first) * 60 + int(second)
+        seconds = int(first) * 3600 + int(second) * 60 if days else int(first) * 60 + int(second)
     else:
         seconds = int(first) * (3600 if days else 60)
     return seconds + int(days or 0) * 86400
@@ -150,15 +168,18 @@ def parse_sinfo(partition: str, output: str) -> Limits:
     (one per group of alike nodes: CPUs, memory in MiB, time limit)."""
     rows = [line.split() for line in output.splitlines() if line.strip()]
     if not rows:
-        raise ValueError(f"SLURM has no partition {partition!r} (sinfo lists no node in it; "
-                         "`sinfo -s` lists the partitions)")
+        raise ValueError(
+            f"SLURM has no partition {partition!r} (sinfo lists no node in it; "
+            "`sinfo -s` lists the partitions)"
+        )
     try:
         cpus = max(_leading_int(row[0]) for row in rows)
         memory = max(_leading_int(row[1]) for row in rows)
         walltime = parse_walltime(rows[0][2]) if len(rows[0]) > 2 else None
     except (ValueError, IndexError):
-        raise ValueError(f"cannot read sinfo's answer for partition {partition!r}: "
-                         f"{output.strip()!r}") from None
+        raise ValueError(
+            f"cannot read sinfo's answer for partition {partition!r}: {output.strip()!r}"
+        ) from None
     return Limits(partition, cpus, memory, walltime)
 
 
@@ -178,8 +199,7 @@ def partition_limits(partition: str | None, run=_run) -> Limits | None:
     or does not answer (then nothing can be checked). ``partition=None``: the default
     partition."""
     command = ["sinfo", "-h", "-o", "%c %m %l %P"]
-    output = run(command if partition is None else command[:2] + ["-p", partition] +
-                 command[2:])
+    output = run(command if partition is None else command[:2] + ["-p", partition] + command[2:])
     if output is None:
         return None
     if partition is None:  # the default partition is starred in %P
@@ -194,9 +214,19 @@ def partition_limits(partition: str | None, run=_run) -> Limits | None:
 # ------------------------------------------------------------------------ resources
 
 
-def job_resources(kind: str = "slurm", *, queue=None, jobs=None, cores=None, processes=None,
-                  memory=None, walltime=None, account=None, limits: Limits | None = None,
-                  environ=None) -> Resources:
+def job_resources(
+    kind: str = "slurm",
+    *,
+    queue=None,
+    jobs=None,
+    cores=None,
+    processes=None,
+    memory=None,
+    walltime=None,
+    account=None,
+    limits: Limits | None = None,
+    environ=None,
+) -> Resources:
     """The resources of every job: the arguments, else the ``DASK_SCD_*`` environment
     variables (:data:`ENVIRONMENT`, :data:`QUEUE_ENVIRONMENT`), else defaults that fit
     ``limits`` (the partition's largest node).
@@ -234,8 +264,9 @@ def job_resources(kind: str = "slurm", *, queue=None, jobs=None, cores=None, pro
         cores = min(limits.cpus, MAX_DEFAULT_CORES) if limits else 1
     processes = given("processes", processes, positive) or max(1, cores // 4)
     if processes > cores:
-        raise ValueError(f"processes={processes} > cores={cores}: each worker process needs "
-                         "at least one core")
+        raise ValueError(
+            f"processes={processes} > cores={cores}: each worker process needs at least one core"
+        )
     memory = given("memory", memory, _memory_text)
     if memory is None:
         share = int(0.9 * limits.memory_mb * cores / limits.cpus) if limits else 2048
@@ -248,8 +279,16 @@ def job_resources(kind: str = "slurm", *, queue=None, jobs=None, cores=None, pro
     if parse_walltime(walltime) is None:
         raise ValueError(f"walltime={walltime!r}: a job needs a finite walltime")
     account = given("account", account)
-    resources = Resources(kind, queue, jobs, cores, processes, memory,
-                          format_walltime(parse_walltime(walltime)), account)
+    resources = Resources(
+        kind,
+        queue,
+        jobs,
+        cores,
+        processes,
+        memory,
+        format_walltime(parse_walltime(walltime)),
+        account,
+    )
     if limits is not None:
         check_fits(resources, limits)
     return resources
@@ -261,14 +300,16 @@ def check_fits(resources: Resources, limits: Limits) -> None:
     if resources.cores > limits.cpus:
         problems.append(f"{resources.cores} cores (--cores / $DASK_SCD_CORES)")
     if memory_mb(resources.memory) > limits.memory_mb:
-        problems.append(f"{resources.memory} = {memory_mb(resources.memory)} MiB of memory "
-                        "(--memory / $DASK_SCD_MEMORY)")
+        problems.append(
+            f"{resources.memory} = {memory_mb(resources.memory)} MiB of memory "
+            "(--memory / $DASK_SCD_MEMORY)"
+        )
     if limits.walltime is not None and resources.walltime_seconds > limits.walltime:
-        problems.append(f"a walltime of {resources.walltime} (--walltime / "
-                        "$DASK_SCD_WALLTIME)")
+        problems.append(f"a walltime of {resources.walltime} (--walltime / $DASK_SCD_WALLTIME)")
     if problems:
-        raise ValueError(f"no job can ever run: each asks for {' and '.join(problems)}, "
-                         f"but {limits}")
+        raise ValueError(
+            f"no job can ever run: each asks for {' and '.join(problems)}, but {limits}"
+        )
 
 
 def lifetime_args(walltime_seconds: int) -> list[str]:
@@ -287,13 +328,21 @@ def _import_cluster(kind: str):
     try:
         import dask_jobqueue
     except ImportError:
-        raise ImportError("a SLURM or PBS cluster needs dask-jobqueue: "
-                          "pip install 'dask-scd[jobqueue]'") from None
+        raise ImportError(
+            "a SLURM or PBS cluster needs dask-jobqueue: pip install 'dask-scd[jobqueue]'"
+        ) from None
     return {"slurm": dask_jobqueue.SLURMCluster, "pbs": dask_jobqueue.PBSCluster}[kind]
 
 
-def make_cluster(resources: Resources, *, shared_directory=None, local_directory=None,
-                 python=None, worker_extra_args=None, **cluster_options):
+def make_cluster(
+    resources: Resources,
+    *,
+    shared_directory=None,
+    local_directory=None,
+    python=None,
+    worker_extra_args=None,
+    **cluster_options,
+):
     """A dask-jobqueue cluster (not yet scaled) for ``resources``.
 
     Workers run ``python`` (default: this interpreter, so the jobs find the same
@@ -306,9 +355,14 @@ def make_cluster(resources: Resources, *, shared_directory=None, local_directory
     extra = list(worker_extra_args or [])
     if "--lifetime" not in extra:
         extra += lifetime_args(resources.walltime_seconds)
-    options = dict(cores=resources.cores, processes=resources.processes,
-                   memory=resources.memory, walltime=resources.walltime,
-                   python=python or sys.executable, worker_extra_args=extra)
+    options = dict(
+        cores=resources.cores,
+        processes=resources.processes,
+        memory=resources.memory,
+        walltime=resources.walltime,
+        python=python or sys.executable,
+        worker_extra_args=extra,
+    )
     if resources.queue is not None:
         options["queue"] = resources.queue
     if resources.account is not None:
@@ -338,8 +392,11 @@ def pending_reasons(kind: str, ids: list[str], run=_run) -> dict[str, tuple[str,
         return {}
     if kind == "slurm":
         output = run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %r"]) or ""
-        return {parts[0]: (parts[1], " ".join(parts[2:]))
-                for parts in (line.split() for line in output.splitlines()) if len(parts) >= 2}
+        return {
+            parts[0]: (parts[1], " ".join(parts[2:]))
+            for parts in (line.split() for line in output.splitlines())
+            if len(parts) >= 2
+        }
     output = run(["qstat", "-f", *ids]) or ""
     reasons, current = {}, None
     for line in output.splitlines():
@@ -356,9 +413,18 @@ def pending_reasons(kind: str, ids: list[str], run=_run) -> dict[str, tuple[str,
     return reasons
 
 
-def wait_for_workers(client, cluster, n_workers: int, *, timeout: float = 600.0,
-                     every: float = 5.0, out=print, limits: Limits | None = None,
-                     run=_run, submit_timeout: float = 25.0) -> None:
+def wait_for_workers(
+    client,
+    cluster,
+    n_workers: int,
+    *,
+    timeout: float = 600.0,
+    every: float = 5.0,
+    out=print,
+    limits: Limits | None = None,
+    run=_run,
+    submit_timeout: float = 25.0,
+) -> None:
     """Wait until ``n_workers`` workers have joined, reporting every ``every`` seconds
     how many are up and each pending job's state and reason.
 
@@ -381,21 +447,32 @@ def wait_for_workers(client, cluster, n_workers: int, *, timeout: float = 600.0,
             last_report = elapsed
             ids = job_ids(cluster)
             if not ids and elapsed > submit_timeout:
-                raise RuntimeError(f"no job was submitted in {submit_timeout:.0f} s: the "
-                                   f"submission failed (the error is logged above){where}")
+                raise RuntimeError(
+                    f"no job was submitted in {submit_timeout:.0f} s: the "
+                    f"submission failed (the error is logged above){where}"
+                )
             reasons = pending_reasons(kind, ids, run=run)
-            out(f"waiting for workers: {joined}/{n_workers} joined after {elapsed:.0f} s; "
-                + _describe(ids, reasons))
-            never = {i: r for i, (state, r) in reasons.items()
-                     if state.upper() in ("PENDING", "PD", "Q", "H") and r in NEVER_RUNS}
+            out(
+                f"waiting for workers: {joined}/{n_workers} joined after {elapsed:.0f} s; "
+                + _describe(ids, reasons)
+            )
+            never = {
+                i: r
+                for i, (state, r) in reasons.items()
+                if state.upper() in ("PENDING", "PD", "Q", "H") and r in NEVER_RUNS
+            }
             if never:
                 listed = ", ".join(f"job {i}: {r}" for i, r in sorted(never.items()))
-                raise RuntimeError(f"the scheduler will never start these jobs ({listed}); "
-                                   f"ask for fewer cores, less memory or a shorter walltime"
-                                   f"{where}")
+                raise RuntimeError(
+                    f"the scheduler will never start these jobs ({listed}); "
+                    f"ask for fewer cores, less memory or a shorter walltime"
+                    f"{where}"
+                )
         if elapsed > timeout:
-            raise TimeoutError(f"{joined}/{n_workers} workers joined in {timeout:.0f} s; "
-                               f"{_describe(job_ids(cluster), reasons)}{where}")
+            raise TimeoutError(
+                f"{joined}/{n_workers} workers joined in {timeout:.0f} s; "
+                f"{_describe(job_ids(cluster), reasons)}{where}"
+            )
         time.sleep(min(1.0, every))
 
 
@@ -419,8 +496,9 @@ def is_jobqueue_client(client) -> bool:
     """Whether ``client``'s cluster is a dask-jobqueue cluster (never imports it)."""
     module = sys.modules.get("dask_jobqueue")
     cluster = getattr(client, "cluster", None)
-    return module is not None and cluster is not None and \
-        isinstance(cluster, module.JobQueueCluster)
+    return (
+        module is not None and cluster is not None and isinstance(cluster, module.JobQueueCluster)
+    )
 
 
 def walltime_defaults(client, options: dict, identity: dict) -> str | None:
@@ -431,8 +509,11 @@ def walltime_defaults(client, options: dict, identity: dict) -> str | None:
     ``resume=True``. Sets the options in place; returns the path, or None."""
     if options.get("checkpoint") is not None or not is_jobqueue_client(client):
         return None
-    directory = (getattr(client.cluster, "dask_scd_shared_directory", None)
-                 or os.environ.get("DASK_SCD_CHECKPOINT_DIR") or os.getcwd())
+    directory = (
+        getattr(client.cluster, "dask_scd_shared_directory", None)
+        or os.environ.get("DASK_SCD_CHECKPOINT_DIR")
+        or os.getcwd()
+    )
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
     path = os.path.join(directory, f"dask-scd-{digest.hexdigest()[:16]}.npz")
     options["checkpoint"] = path

@@ -26,12 +26,12 @@ def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarra
     ``state`` is {"coef", "intercept"} with coef in grid column order; block b is
     ``coef[offsets[b]:offsets[b + 1]]``.
     """
-    return cells_matvec(cells, state["coef"], offsets,
-                        np.full(n_rows, float(state["intercept"])))
+    return cells_matvec(cells, state["coef"], offsets, np.full(n_rows, float(state["intercept"])))
 
 
-def certificate_pass(cells: list, n_rows: int, y, state: dict, offsets,
-                     problem: obj.Problem, compact: bool = False) -> tuple:
+def certificate_pass(
+    cells: list, n_rows: int, y, state: dict, offsets, problem: obj.Problem, compact: bool = False
+) -> tuple:
     """:func:`refresh_margins` then :func:`certificate_stats` of one row chunk, in one
     task: (margins, stats), the same bits as the two apart. With ``compact`` (the block
     engine's) the pure cells are also read by rows (:func:`~dask_scd.data.cells.pure_rows`).
@@ -41,8 +41,9 @@ def certificate_pass(cells: list, n_rows: int, y, state: dict, offsets,
     once instead of twice; in core the cells come from the cache either way.
     """
     kept = []
-    margins = cells_matvec(cells, state["coef"], offsets,
-                           np.full(n_rows, float(state["intercept"])), kept, compact)
+    margins = cells_matvec(
+        cells, state["coef"], offsets, np.full(n_rows, float(state["intercept"])), kept, compact
+    )
     return margins, certificate_stats(kept, y, margins, problem, compact)
 
 
@@ -52,8 +53,9 @@ def same(value):
     return value
 
 
-def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None = None,
-                 by_rows: bool = False):
+def cells_matvec(
+    cells: list, coef, offsets, out: np.ndarray, kept: list | None = None, by_rows: bool = False
+):
     """out += Σ_b X_cell(b) θ_b over a row chunk's cells (a block of zeros is skipped);
     returns ``out``.
 
@@ -66,7 +68,7 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
     """
     held = 0
     for b, cell in enumerate(cells):
-        theta = coef[offsets[b]:offsets[b + 1]]
+        theta = coef[offsets[b] : offsets[b + 1]]
         if np.any(theta):
             read = pure_rows(cell) if by_rows else None
             if read is not None:
@@ -82,7 +84,6 @@ def cells_matvec(cells: list, coef, offsets, out: np.ndarray, kept: list | None 
     return out
 
 
-
 def _ordered_sum(parts) -> np.ndarray:
     """Σ in the given (row-chunk) order: the same bits whatever worker made each part."""
     parts = iter(parts)
@@ -95,8 +96,7 @@ def _ordered_sum(parts) -> np.ndarray:
 # ------------------------------------------------------------------ certificate
 
 
-def certificate_stats(cells: list, y, margins, problem: obj.Problem,
-                      compact: bool = False) -> dict:
+def certificate_stats(cells: list, y, margins, problem: obj.Problem, compact: bool = False) -> dict:
     """One row chunk's share of the certificate, before the dual point's projection.
 
     The projection scales the positive and negative parts of a = −ℓ'(ŷ) by factors known
@@ -115,8 +115,9 @@ def certificate_stats(cells: list, y, margins, problem: obj.Problem,
     for cell in cells:
         rows = pure_rows(cell) if compact else None
         if rows is not None:
-            x_pos, x_neg = block_kernels.pure_rmatvec_pair(rows.column, rows.value, pos, neg,
-                                                           rows.width)
+            x_pos, x_neg = block_kernels.pure_rmatvec_pair(
+                rows.column, rows.value, pos, neg, rows.width
+            )
             if rows.stored is None:
                 columns.append(offset + np.arange(rows.n_columns))
             else:
@@ -160,8 +161,9 @@ def signed_dual_point(problem: obj.Problem, y, margins) -> tuple:
     return v, y, np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
 
 
-def certificate_sums(problem: obj.Problem, y, v, margins, pos, neg, xt_pos: list,
-                     xt_neg: list) -> dict:
+def certificate_sums(
+    problem: obj.Problem, y, v, margins, pos, neg, xt_pos: list, xt_neg: list
+) -> dict:
     """One row chunk's certificate statistics from its dual point's parts and the cells'
     products Xᵀa₊, Xᵀa₋ (one per block, in grid column order)."""
     return {
@@ -175,8 +177,9 @@ def certificate_sums(problem: obj.Problem, y, v, margins, pos, neg, xt_pos: list
     }
 
 
-def dual_loss_sum(y, margins, problem: obj.Problem, total: dict,
-                  n_samples: int | None = None) -> np.ndarray:
+def dual_loss_sum(
+    y, margins, problem: obj.Problem, total: dict, n_samples: int | None = None
+) -> np.ndarray:
     """Σ −ℓ*(−a_i) over one row chunk for the dual point projected with ``total``'s sums.
 
     With ``n_samples``, for a pure L1 penalty, also Σ −ℓ*(−κa_i) at the rescaled point
@@ -206,8 +209,11 @@ def _correlation(problem, n_samples: int, total: dict) -> np.ndarray:
 def slim_total(problem: obj.Problem, n_samples: int, total: dict) -> dict:
     """What :func:`dual_loss_sum` reads of the summed statistics: the sign counts and κ,
     computed once (the same bits), in place of the per-feature sums."""
-    return {"pos": total["pos"], "neg": total["neg"],
-            "kappa": _lasso_kappa(problem, n_samples, total)}
+    return {
+        "pos": total["pos"],
+        "neg": total["neg"],
+        "kappa": _lasso_kappa(problem, n_samples, total),
+    }
 
 
 def _lasso_kappa(problem, n_samples, total) -> float | None:
@@ -221,8 +227,7 @@ def _lasso_kappa(problem, n_samples, total) -> float | None:
     return min(1.0, problem.l1 / top) if top > 0 else 1.0
 
 
-def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
-                *duals) -> dict:
+def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict, *duals) -> dict:
     """The duality-gap certificate of ``state`` from the reduced statistics.
 
     Returns ``state`` with its certificate under "certificate": the client fetches both
@@ -232,19 +237,29 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict,
     sums = _ordered_sum(duals)
     correlation = _correlation(problem, n_samples, total)
     margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
-    cert = obj.primal_certificate(problem, n_samples, state["coef"], float(total["loss"][0]),
-                                  float(sums[0]), correlation, float(margin_dot))
+    cert = obj.primal_certificate(
+        problem,
+        n_samples,
+        state["coef"],
+        float(total["loss"][0]),
+        float(sums[0]),
+        correlation,
+        float(margin_dot),
+    )
     if len(sums) > 1:  # the rescaled lasso point's dual, summed by dual_loss_sum
-        better = obj.rescaled_lasso_from_dual(problem, cert, state["coef"],
-                                              lambda kappa: float(sums[1]) / n_samples)
+        better = obj.rescaled_lasso_from_dual(
+            problem, cert, state["coef"], lambda kappa: float(sums[1]) / n_samples
+        )
         if better is not cert:
             # The rescaled point gives the gap. The per-coordinate gaps that order the
             # blocks and choose the resident ones stay the plain point's: under κa a zero
             # coefficient's violation shows nowhere, and a block of zeros would never be
             # chosen again.
             cert = dataclasses.replace(
-                better, coordinate_gaps=cert.coordinate_gaps,
-                intercept_gap=better.gap - float(cert.coordinate_gaps.sum()))
+                better,
+                coordinate_gaps=cert.coordinate_gaps,
+                intercept_gap=better.gap - float(cert.coordinate_gaps.sum()),
+            )
     return {**state, "certificate": cert}
 
 
@@ -262,8 +277,7 @@ def weighted_line_trials(y, margins, u, code: int, weights):
     quarters = block_kernels.are_quarters(TRIAL_STEPS)
     if weights is None:
         return block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code)
-    return block_kernels.weighted_line_trials(y, margins, u, TRIAL_STEPS, quarters, code,
-                                              weights)
+    return block_kernels.weighted_line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)
 
 
 _LAYOUT = ("cols", "width", "sparse")
@@ -277,9 +291,13 @@ def sum_partials(*partials) -> dict:
     full vectors; the result is full.
     """
     sparse = set().union(*(p.get("sparse", ()) for p in partials))
-    return {key: scattered_sum(partials, key) if key in sparse
-            else _ordered_sum(p[key] for p in partials)
-            for key in partials[0] if key not in _LAYOUT}
+    return {
+        key: scattered_sum(partials, key)
+        if key in sparse
+        else _ordered_sum(p[key] for p in partials)
+        for key in partials[0]
+        if key not in _LAYOUT
+    }
 
 
 def scattered_sum(partials, key, width: int | None = None) -> np.ndarray:

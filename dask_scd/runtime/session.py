@@ -13,8 +13,7 @@ from dask_scd.validation import warn
 
 
 @contextlib.contextmanager
-def fit_session(on_cluster: bool, options: dict, verbose, identity: dict,
-                performance_report=None):
+def fit_session(on_cluster: bool, options: dict, verbose, identity: dict, performance_report=None):
     """Prepare ``options`` (the engine's, changed in place) for a fit.
 
     ``on_cluster``: the engine runs on a dask cluster (else only a warning that
@@ -23,8 +22,10 @@ def fit_session(on_cluster: bool, options: dict, verbose, identity: dict,
     """
     if not on_cluster:
         if performance_report is not None:
-            warn("performance_report applies to the dask engines; this fit runs in memory "
-                 "(pass solver='block_scd' or 'block_newton' to use it)")
+            warn(
+                "performance_report applies to the dask engines; this fit runs in memory "
+                "(pass solver='block_scd' or 'block_newton' to use it)"
+            )
         yield options
         return
     with fit_client(options.get("client")) as client:
@@ -40,8 +41,9 @@ def fit_session(on_cluster: bool, options: dict, verbose, identity: dict,
         try:
             import bokeh  # noqa: F401  (the report's plots)
         except ImportError:
-            raise ImportError("performance_report needs bokeh: "
-                              "pip install 'dask-scd[diagnostics]'") from None
+            raise ImportError(
+                "performance_report needs bokeh: pip install 'dask-scd[diagnostics]'"
+            ) from None
         from distributed import performance_report as report
 
         with client.as_current(), report(filename=str(performance_report)):

@@ -36,8 +36,9 @@ def concatenate(pieces: list, n_minor: int) -> MajorMatrix:
     dense = pieces[0].dense if pieces else True
     n_major = sum(p.n_major for p in pieces)
     if not pieces:
-        return MajorMatrix(np.zeros(0), np.zeros(0, np.int32), np.zeros(1, np.int64), True,
-                           0, n_minor)
+        return MajorMatrix(
+            np.zeros(0), np.zeros(0, np.int32), np.zeros(1, np.int64), True, 0, n_minor
+        )
     data = np.concatenate([p.data for p in pieces])
     if dense:
         return MajorMatrix(data, pieces[0].indices, pieces[0].indptr, True, n_major, n_minor)
@@ -57,12 +58,17 @@ def nbytes(m: MajorMatrix) -> int:
 def _lines(m: MajorMatrix, start: int, stop: int) -> MajorMatrix:
     """Lines start:stop of m, copied."""
     if m.dense:
-        data = m.data[start * m.n_minor:stop * m.n_minor].copy()
+        data = m.data[start * m.n_minor : stop * m.n_minor].copy()
         return MajorMatrix(data, m.indices, m.indptr, True, stop - start, m.n_minor)
     lo, hi = int(m.indptr[start]), int(m.indptr[stop])
-    return MajorMatrix(m.data[lo:hi].copy(), m.indices[lo:hi].copy(),
-                       (m.indptr[start:stop + 1] - lo).astype(np.int64), False, stop - start,
-                       m.n_minor)
+    return MajorMatrix(
+        m.data[lo:hi].copy(),
+        m.indices[lo:hi].copy(),
+        (m.indptr[start : stop + 1] - lo).astype(np.int64),
+        False,
+        stop - start,
+        m.n_minor,
+    )
 
 
 def _as_scipy(m: MajorMatrix):
@@ -143,8 +149,10 @@ class MatrixStore(SlowStore):
             self.sizes = np.diff(self.bounds) * self.n_minor * self.matrix.data.itemsize
         else:
             counts = np.diff(self.matrix.indptr[self.bounds])
-            self.sizes = (counts * (self.matrix.data.itemsize + self.matrix.indices.itemsize)
-                          + (np.diff(self.bounds) + 1) * 8)
+            self.sizes = (
+                counts * (self.matrix.data.itemsize + self.matrix.indices.itemsize)
+                + (np.diff(self.bounds) + 1) * 8
+            )
         self.sizes = self.sizes.astype(np.int64)
         self._view = _as_scipy(self.matrix)
 
@@ -241,7 +249,7 @@ class GridStore(SlowStore):
     def scatter(self, u):
         out = np.zeros(self.n_minor)
         for c in range(self.n_chunks):
-            out += self._read_counted(c).scatter(u[self.bounds[c]:self.bounds[c + 1]])
+            out += self._read_counted(c).scatter(u[self.bounds[c] : self.bounds[c + 1]])
         return out
 
     def sq_norms(self):
@@ -305,7 +313,8 @@ class Tier:
         if budget < largest:
             raise ValueError(
                 f"memory_budget={int(budget)} bytes is smaller than one chunk ({largest} bytes):"
-                " raise memory_budget or use smaller chunks (chunk_size)")
+                " raise memory_budget or use smaller chunks (chunk_size)"
+            )
         self.slow, self.fast, self.budget = slow, fast, int(budget)
         self.resident: dict = {}  # chunk -> what fast memory holds for it
         self.used = self.peak_bytes = 0
@@ -351,14 +360,23 @@ class Tier:
         chunks = tuple(sorted(self.resident))
         if self._assembled is None or self._assembled[0] != chunks:
             b = self.slow.bounds
-            lines = (np.concatenate([np.arange(b[c], b[c + 1]) for c in chunks])
-                     if chunks else np.zeros(0, np.int64))
-            matrix, epoch_matrix = self.fast.assemble([self.resident[c] for c in chunks],
-                                                      self.slow.n_minor)
+            lines = (
+                np.concatenate([np.arange(b[c], b[c + 1]) for c in chunks])
+                if chunks
+                else np.zeros(0, np.int64)
+            )
+            matrix, epoch_matrix = self.fast.assemble(
+                [self.resident[c] for c in chunks], self.slow.n_minor
+            )
             self._assembled = (chunks, matrix, epoch_matrix, lines)
         return self._assembled
 
     def counts(self) -> dict:
-        return {"bytes_moved": int(self.bytes_moved), "swaps": int(self.swaps),
-                "evictions": int(self.evictions), "peak_bytes": int(self.peak_bytes),
-                "memory_budget": int(self.budget), "slow_bytes_read": int(self.slow.bytes_read)}
+        return {
+            "bytes_moved": int(self.bytes_moved),
+            "swaps": int(self.swaps),
+            "evictions": int(self.evictions),
+            "peak_bytes": int(self.peak_bytes),
+            "memory_budget": int(self.budget),
+            "slow_bytes_read": int(self.slow.bytes_read),
+        }

@@ -79,8 +79,12 @@ class CertificateSchedule:
         self.last = 0
 
     def due(self, epoch, max_delta, max_coef, final, spacing=1) -> bool:
-        due = (final or epoch <= self.first or epoch - self.last >= self.every
-               or (max_delta <= self.gate * max_coef and epoch - self.last >= spacing))
+        due = (
+            final
+            or epoch <= self.first
+            or epoch - self.last >= self.every
+            or (max_delta <= self.gate * max_coef and epoch - self.last >= spacing)
+        )
         if due:
             self.last = epoch
         return due

@@ -69,14 +69,38 @@ def plan_blocks(order, slices, purity, loss: str, gram_max: int, provable, tree)
         # An impure block small enough takes the exact Newton step of its Gram matrix.
         gram = not pure and (1 if block is None else block.stop - block.start) <= gram_max
         sure = provable(b, pure)
-        plan.append(BlockPlan(b, block, pure, gram, gram or tree(block), sure,
-                              not (sure or (pure or gram) and loss == "squared")))
+        plan.append(
+            BlockPlan(
+                b,
+                block,
+                pure,
+                gram,
+                gram or tree(block),
+                sure,
+                not (sure or (pure or gram) and loss == "squared"),
+            )
+        )
     return plan
 
 
-def epoch_member(token: str, index: int, addresses: list, groups: list, margins, pick,
-                 cells: list, labels: list, start, plan: list, problem, n_samples: int,
-                 slack: float, timeout: float, coarse=None, certify=None) -> dict | None:
+def epoch_member(
+    token: str,
+    index: int,
+    addresses: list,
+    groups: list,
+    margins,
+    pick,
+    cells: list,
+    labels: list,
+    start,
+    plan: list,
+    problem,
+    n_samples: int,
+    slack: float,
+    timeout: float,
+    coarse=None,
+    certify=None,
+) -> dict | None:
     """(task) One member's share of a collective iteration: the epoch, the coarse step,
     then the certificate with the next iteration's margins.
 
@@ -107,16 +131,34 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
         if start is None:
             start = _kept_state(certify[0], certify[3])
         began = time.perf_counter()
-        static = None if certify is None or certify[5] is None else _StaticParts(
-            certify[0], addresses, problem.loss, certify[5])
+        static = (
+            None
+            if certify is None or certify[5] is None
+            else _StaticParts(certify[0], addresses, problem.loss, certify[5])
+        )
         with _GroupPool(member.worker, len(groups)) as each:
-            state, unsure = _iterate(member, each, groups, margins, pick, cells, labels, start,
-                                     plan, problem, n_samples, slack, coarse, static)
+            state, unsure = _iterate(
+                member,
+                each,
+                groups,
+                margins,
+                pick,
+                cells,
+                labels,
+                start,
+                plan,
+                problem,
+                n_samples,
+                slack,
+                coarse,
+                static,
+            )
             epoch_done = time.perf_counter()
             certified = None
             if certify is not None:
-                certified = _certify(member, each, groups, cells, labels, state, problem,
-                                     n_samples, certify)
+                certified = _certify(
+                    member, each, groups, cells, labels, state, problem, n_samples, certify
+                )
         member.close()
         if static is not None:
             static.commit()
@@ -127,8 +169,13 @@ def epoch_member(token: str, index: int, addresses: list, groups: list, margins,
         return None
     if certified is not None and certify[4] is not None:
         certified = _slimmed(certified, certify[4])
-    return {"state": state, "unsure": unsure, "certified": certified,
-            "waited": member.waited, "timing": timing}
+    return {
+        "state": state,
+        "unsure": unsure,
+        "certified": certified,
+        "waited": member.waited,
+        "timing": timing,
+    }
 
 
 def _slimmed(certified: dict, slim: float) -> dict:
@@ -141,8 +188,10 @@ def _slimmed(certified: dict, slim: float) -> dict:
     if cert.relative_gap <= abs(slim):
         return certified
     gaps = cert.coordinate_gaps if slim < 0 else None
-    return {**certified, "certificate": dataclasses.replace(cert, correlation=None,
-                                                            coordinate_gaps=gaps)}
+    return {
+        **certified,
+        "certificate": dataclasses.replace(cert, correlation=None, coordinate_gaps=gaps),
+    }
 
 
 class _GroupPool:
@@ -157,8 +206,9 @@ class _GroupPool:
         if min(threads, n_groups) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
-            self.pool = ThreadPoolExecutor(min(threads, n_groups),
-                                           thread_name_prefix="dask-scd-member")
+            self.pool = ThreadPoolExecutor(
+                min(threads, n_groups), thread_name_prefix="dask-scd-member"
+            )
 
     def __enter__(self):
         return self
@@ -179,9 +229,12 @@ def _certify(member, each, groups, cells, labels, state, problem, n_samples, cer
     member 0, the dual sums too). Every member keeps its margins for the next iteration;
     member 0 returns the certificate's result."""
     fit_key, n_rows, offsets = certify[:3]
-    fresh = each(lambda k: [passes.certificate_pass(cells[k][i], n_rows[k][i], y, state,
-                                                    offsets, problem, True)
-                            for i, y in enumerate(labels[k])])
+    fresh = each(
+        lambda k: [
+            passes.certificate_pass(cells[k][i], n_rows[k][i], y, state, offsets, problem, True)
+            for i, y in enumerate(labels[k])
+        ]
+    )
     margins = [[f[0] for f in group] for group in fresh]
     stats = [[f[1] for f in group] for group in fresh]
     del fresh
@@ -193,8 +246,12 @@ def _certify(member, each, groups, cells, labels, state, problem, n_samples, cer
         total = level[0] if len(level) == 1 else passes.sum_partials(*level)
         slim = passes.slim_total(problem, n_samples, total)
     slim = member.broadcast(slim)
-    duals = each(lambda k: [passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
-                            for i, y in enumerate(labels[k])])
+    duals = each(
+        lambda k: [
+            passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
+            for i, y in enumerate(labels[k])
+        ]
+    )
     parts = member.gather(dict(zip(groups, duals)))
     _keep_margins(fit_key, groups, member.token, margins, state)
     if parts is None:
@@ -244,8 +301,22 @@ def _kept_margins(fit_key, groups, token) -> list:
         return out
 
 
-def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, problem, n_samples,
-             slack, coarse, static=None):
+def _iterate(
+    member,
+    each,
+    groups,
+    margins,
+    pick,
+    cells,
+    labels,
+    start,
+    plan,
+    problem,
+    n_samples,
+    slack,
+    coarse,
+    static=None,
+):
     rows = [list(_picked(m, pick)) for m in margins]
     loss = problem.loss
     thetas, unsure = [], []
@@ -257,17 +328,23 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
         already hold are not sent again (:class:`_StaticParts`)."""
         if static is None or column is None:
             return _in_row_order(member.exchange(dict(zip(groups, mine))))
-        sent = {g: [static.strip(cell, part) for cell, part in zip(column[k], mine[k])]
-                for k, g in enumerate(groups)}
+        sent = {
+            g: [static.strip(cell, part) for cell, part in zip(column[k], mine[k])]
+            for k, g in enumerate(groups)
+        }
         parts = member.exchange(sent)
-        parts = [dict(zip(groups, mine)) if i == member.index else
-                 {g: [static.restore(part) for part in values] for g, values in got.items()}
-                 for i, got in enumerate(parts)]
+        parts = [
+            dict(zip(groups, mine))
+            if i == member.index
+            else {g: [static.restore(part) for part in values] for g, values in got.items()}
+            for i, got in enumerate(parts)
+        ]
         return _in_row_order(parts)
 
     for p in plan:
-        column = [[None if p.block is None else row_cells[p.b] for row_cells in group]
-                  for group in cells]
+        column = [
+            [None if p.block is None else row_cells[p.b] for row_cells in group] for group in cells
+        ]
 
         def stats_of(k, p=p, column=column, pending=pending):
             per_row = []
@@ -275,29 +352,37 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
                 if pending is None:
                     per_row.append(ops.block_stats(column[k][i], y, rows[k][i], loss, p.gram))
                 else:
-                    rows[k][i], s = ops.apply_then_stats(rows[k][i], pending[0][k][i],
-                                                         column[k][i], y, pending[1], loss,
-                                                         p.gram)
+                    rows[k][i], s = ops.apply_then_stats(
+                        rows[k][i], pending[0][k][i], column[k][i], y, pending[1], loss, p.gram
+                    )
                     per_row.append(s)
             return per_row
 
         stats = each(stats_of)
         summed = tree_sum if p.tree else list
-        direction = ops.block_direction_from(problem, n_samples, start, p.block, p.provable,
-                                             *summed(everyone(stats, column)))
+        direction = ops.block_direction_from(
+            problem, n_samples, start, p.block, p.provable, *summed(everyone(stats, column))
+        )
         step = direction
         if p.trials:
-            trials = each(lambda k, p=p, column=column, direction=direction: [
-                ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
-                for i, y in enumerate(labels[k])])
+            trials = each(
+                lambda k, p=p, column=column, direction=direction: [
+                    ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
+                    for i, y in enumerate(labels[k])
+                ]
+            )
             step = ops.block_choose(direction, n_samples, slack, *summed(everyone(trials)))
         pending = (column, step)
         thetas.append((p.block, step["theta"]))
         if step.get("unsure", 0):
             unsure.append(int(p.b))
     if pending is not None:
-        rows = each(lambda k: [ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
-                               for i in range(len(rows[k]))])
+        rows = each(
+            lambda k: [
+                ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
+                for i in range(len(rows[k]))
+            ]
+        )
     # The state after the epoch, as the engine builds it from the steps.
     state = ops.state_after(start[0], start[1], thetas)
     coef = state["coef"]
@@ -306,18 +391,25 @@ def _iterate(member, each, groups, margins, pick, cells, labels, start, plan, pr
     # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
     fit_key, space, row_sums = coarse
     if row_sums is None:
-        row_sums = _active_row_sums(each, fit_key, groups, cells, coef, space.offsets,
-                                    problem.fit_intercept)
+        row_sums = _active_row_sums(
+            each, fit_key, groups, cells, coef, space.offsets, problem.fit_intercept
+        )
     sums = [list(group) for group in row_sums]
-    stats = each(lambda k: [ops.coarse_stats(sums[k][i], y, rows[k][i], loss)
-                            for i, y in enumerate(labels[k])])
+    stats = each(
+        lambda k: [
+            ops.coarse_stats(sums[k][i], y, rows[k][i], loss) for i, y in enumerate(labels[k])
+        ]
+    )
     direction = ops.coarse_direction(problem, n_samples, space, state, *everyone(stats))
     if loss == "squared":
         return ops.coarse_apply(problem, n_samples, space, state, direction), unsure
-    trials = each(lambda k: [ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
-                             for i, y in enumerate(labels[k])])
-    return ops.coarse_apply(problem, n_samples, space, state, direction,
-                            *everyone(trials)), unsure
+    trials = each(
+        lambda k: [
+            ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+            for i, y in enumerate(labels[k])
+        ]
+    )
+    return ops.coarse_apply(problem, n_samples, space, state, direction, *everyone(trials)), unsure
 
 
 # The parts of a block's statistics that are the same in every epoch of a fit (functions
@@ -338,8 +430,7 @@ class _StaticParts:
 
     def __init__(self, fit_key, addresses, loss: str, resend: bool = False):
         self.fit_key = fit_key
-        self.names = ("cols", "cube", "width", "sparse") + (("h",) if loss == "squared"
-                                                            else ())
+        self.names = ("cols", "cube", "width", "sparse") + (("h",) if loss == "squared" else ())
         self.peers = (fit_key, tuple(addresses))
         with _static_lock:
             if resend:  # the last iteration did not complete collectively: send them all
@@ -361,8 +452,7 @@ class _StaticParts:
             with _static_lock:
                 kept = _static.get((self.fit_key, stats["_held"]))
             if kept is None:
-                raise Aborted(f"the statistics' fixed parts of {stats['_held']} are not "
-                              "kept here")
+                raise Aborted(f"the statistics' fixed parts of {stats['_held']} are not kept here")
             return {**{k: v for k, v in stats.items() if k != "_held"}, **kept}
         if "_cell" in stats:
             kept = {k: stats[k] for k in self.names if k in stats}
@@ -427,9 +517,9 @@ def tree_sum(partials: list, split_every: int = 4) -> list:
     if len(partials) <= split_every:
         return [passes.sum_partials(*partials)]
     while True:
-        partials = [passes.sum_partials(*partials[i:i + split_every])
-                    for i in range(0, len(partials), split_every)]
+        partials = [
+            passes.sum_partials(*partials[i : i + split_every])
+            for i in range(0, len(partials), split_every)
+        ]
         if len(partials) <= split_every:
             return partials
-
-

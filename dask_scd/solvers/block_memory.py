@@ -51,8 +51,7 @@ ROW_CHUNKS = 4
 CHUNK_ROWS = 131_072
 GRAM_MAX = 1024  # an impure block up to this wide takes the exact step of its Gram matrix
 # Options of the Dask engine that have no meaning in memory.
-_DASK_ONLY = ("client", "checkpoint", "checkpoint_every", "resume", "residency",
-              "memory_budget")
+_DASK_ONLY = ("client", "checkpoint", "checkpoint_every", "resume", "residency", "memory_budget")
 
 
 _ONES = np.zeros(0)  # the values of a one-hot cell by rows: all 1
@@ -68,22 +67,31 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     engine_options = dict(options.engine)
     given = sorted(name for name in _DASK_ONLY if engine_options.get(name) is not None)
     if given:
-        raise ValueError(f"{given} apply to solver='block_scd' on a dask array or a Grid; "
-                         "X is in memory, where the engine runs in this process")
+        raise ValueError(
+            f"{given} apply to solver='block_scd' on a dask array or a Grid; "
+            "X is in memory, where the engine runs in this process"
+        )
     selection = engine_options.get("selection", "shuffle")
     if selection not in strategies.BLOCK_ORDERS:
         raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
     engine = _Engine(data, problem, options.rng, selection, options.progress, options.memo)
     try:
-        run = engine.run(options.tol, options.max_iter, options.start,
-                         engine_options.get("callback"))
+        run = engine.run(
+            options.tol, options.max_iter, options.start, engine_options.get("callback")
+        )
     finally:
         block_collective.forget_fit(engine.fit_key)
     coef = np.zeros(data.n_features)
     coef[engine.columns] = run["coef"]
-    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"],
-               {"blocks": len(engine.slices), "row_chunks": len(engine.cells)},
-               stopped_by_callback=run["stopped"])
+    return Run(
+        coef,
+        run["intercept"],
+        run["certificate"],
+        run["epoch"],
+        run["history"],
+        {"blocks": len(engine.slices), "row_chunks": len(engine.cells)},
+        stopped_by_callback=run["stopped"],
+    )
 
 
 def column_blocks(data) -> list[np.ndarray]:
@@ -105,7 +113,7 @@ def column_blocks(data) -> list[np.ndarray]:
         used = np.arange(X.shape[1])
     if not len(used):  # X holds no value: one block of empty columns (θ stays 0)
         used = np.arange(min(X.shape[1], BLOCK_COLUMNS))
-    return [used[i:i + BLOCK_COLUMNS] for i in range(0, len(used), BLOCK_COLUMNS)]
+    return [used[i : i + BLOCK_COLUMNS] for i in range(0, len(used), BLOCK_COLUMNS)]
 
 
 def row_bounds(n_rows: int, entries: int) -> np.ndarray:
@@ -129,8 +137,20 @@ def _on_threads(calls: list, n_threads: int) -> list:
 
 class _Engine:
     # What depends on X alone (kept in Options.memo between the points of a path).
-    _LAYOUT = ("n", "n_features", "columns", "offsets", "slices", "rows", "cells", "labels",
-               "by_rows", "purity", "threads", "weighted")
+    _LAYOUT = (
+        "n",
+        "n_features",
+        "columns",
+        "offsets",
+        "slices",
+        "rows",
+        "cells",
+        "labels",
+        "by_rows",
+        "purity",
+        "threads",
+        "weighted",
+    )
 
     def __init__(self, data, problem, rng, selection, progress, memo=None):
         self.problem, self.rng, self.progress = problem, rng, progress
@@ -150,8 +170,9 @@ class _Engine:
         if problem.l1 <= 0.0:  # the coarse space's S over all columns (L1: over the support)
             key = ("row_sums", problem.fit_intercept)
             if key not in kept:
-                kept[key] = self.each(lambda k: ops.block_row_sums(self.cells[k],
-                                                                   problem.fit_intercept))
+                kept[key] = self.each(
+                    lambda k: ops.block_row_sums(self.cells[k], problem.fit_intercept)
+                )
             self.row_sums = kept[key]
 
     def _lay_out(self, data):
@@ -161,8 +182,7 @@ class _Engine:
         self.columns = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
         widths = [len(b) for b in blocks]
         self.offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
-        self.slices = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1],
-                                                            self.offsets[1:])]
+        self.slices = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
         bounds = row_bounds(self.n, data.nnz)
         self.rows = np.diff(bounds).astype(int)
         self.cells, self.labels, self.by_rows, self.purity = self._cells(data, bounds)
@@ -181,45 +201,66 @@ class _Engine:
         chunks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
         for lo, hi in chunks:
             y = np.ascontiguousarray(data.y[lo:hi], dtype=np.float64)
-            labels.append(y if data.weights is None else
-                          WeightedLabels(y, data.weights[lo:hi]))
+            labels.append(y if data.weights is None else WeightedLabels(y, data.weights[lo:hi]))
         if not sp.issparse(X):
-            cells = [[CellView(np.ascontiguousarray(X[lo:hi][:, self.columns[s]]))
-                      for s in self.slices] for lo, hi in chunks]
-            reports = _on_threads([lambda k=k: [inspect_cell(cell, "X") for cell in cells[k]]
-                                   for k in range(len(cells))], threads.usable(data.nnz))
-            purity = [max(report[b]["max_per_row"] for report in reports) <= 1
-                      for b in range(len(self.slices))]
+            cells = [
+                [CellView(np.ascontiguousarray(X[lo:hi][:, self.columns[s]])) for s in self.slices]
+                for lo, hi in chunks
+            ]
+            reports = _on_threads(
+                [
+                    lambda k=k: [inspect_cell(cell, "X") for cell in cells[k]]
+                    for k in range(len(cells))
+                ],
+                threads.usable(data.nnz),
+            )
+            purity = [
+                max(report[b]["max_per_row"] for report in reports) <= 1
+                for b in range(len(self.slices))
+            ]
             return cells, labels, None, purity
         X = sp.csr_matrix(X)  # not a copy when X is CSR
         width = len(self.columns)
         position = np.full(X.shape[1], -1, dtype=np.int32)
         position[self.columns] = np.arange(width, dtype=np.int32)
-        block_of = np.repeat(np.arange(len(self.slices), dtype=np.int32),
-                             np.diff(self.offsets))
+        block_of = np.repeat(np.arange(len(self.slices), dtype=np.int32), np.diff(self.offsets))
 
         def chunk(lo, hi):
             starts, rows, values = block_kernels.rows_by_columns(
-                X.indptr, X.indices, X.data, lo, hi, position, width)
+                X.indptr, X.indices, X.data, lo, hi, position, width
+            )
             cells = []
             for s in self.slices:
                 a, b = starts[s.start], starts[s.stop]
-                indptr = (starts[s.start:s.stop + 1] - a).astype(np.int32)
-                cells.append(CellView(sp.csc_matrix((values[a:b], rows[a:b], indptr),
-                                                    shape=(hi - lo, s.stop - s.start),
-                                                    copy=False)))
-            by_rows = block_kernels.rows_by_blocks(X.indptr, X.indices, X.data, lo, hi,
-                                                   position, block_of, self.offsets)
+                indptr = (starts[s.start : s.stop + 1] - a).astype(np.int32)
+                cells.append(
+                    CellView(
+                        sp.csc_matrix(
+                            (values[a:b], rows[a:b], indptr),
+                            shape=(hi - lo, s.stop - s.start),
+                            copy=False,
+                        )
+                    )
+                )
+            by_rows = block_kernels.rows_by_blocks(
+                X.indptr, X.indices, X.data, lo, hi, position, block_of, self.offsets
+            )
             return cells, by_rows
 
-        done = _on_threads([lambda lo=lo, hi=hi: chunk(lo, hi) for lo, hi in chunks],
-                           threads.usable(data.nnz))
+        done = _on_threads(
+            [lambda lo=lo, hi=hi: chunk(lo, hi) for lo, hi in chunks], threads.usable(data.nnz)
+        )
         impure = np.any([by_rows[2] for _, by_rows in done], axis=0)
         purity = [not bool(flag) for flag in impure]
         # One-hot X keeps no values by rows (the kernels take an empty one as all ones).
         ones = bool(np.all(X.data == 1))
-        by_rows = [[(column[b], _ONES if ones else value[b]) if purity[b] else None
-                    for b in range(len(self.slices))] for _, (column, value, _) in done]
+        by_rows = [
+            [
+                (column[b], _ONES if ones else value[b]) if purity[b] else None
+                for b in range(len(self.slices))
+            ]
+            for _, (column, value, _) in done
+        ]
         return [cells for cells, _ in done], labels, by_rows, purity
 
     def each(self, fn) -> list:
@@ -237,29 +278,42 @@ class _Engine:
             coef, intercept = np.zeros(len(self.columns)), 0.0
             if problem.fit_intercept:
                 stats = passes.sum_partials(*[ops.label_stats(y) for y in self.labels])
-                intercept = ops.intercept_at_zero(problem.loss, float(stats["n"][0]),
-                                                  float(stats["sum"][0]),
-                                                  float(stats["pos"][0]))
+                intercept = ops.intercept_at_zero(
+                    problem.loss,
+                    float(stats["n"][0]),
+                    float(stats["sum"][0]),
+                    float(stats["pos"][0]),
+                )
         began = time.perf_counter()
         margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
         stopped = False
         while cert.relative_gap > tol and epoch < max_iter:
             epoch += 1
             plan = self._plan(self._block_order(cert))
-            state, unsure = self._epoch(margins, plan, (coef, intercept),
-                                        1e-13 * abs(cert.primal))
+            state, unsure = self._epoch(margins, plan, (coef, intercept), 1e-13 * abs(cert.primal))
             state = self._coarse_step(margins, state)
             self.unsure = set(unsure)
             margins, (coef, intercept, cert) = self._certify(state)
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - began)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
-            if callback is not None and callback({
-                    "epoch": epoch, "coef": self._original(coef), "intercept": intercept,
-                    "relative_gap": cert.relative_gap}):
+            if callback is not None and callback(
+                {
+                    "epoch": epoch,
+                    "coef": self._original(coef),
+                    "intercept": intercept,
+                    "relative_gap": cert.relative_gap,
+                }
+            ):
                 stopped = True
                 break
-        return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
-                "certificate": cert, "stopped": stopped}
+        return {
+            "coef": coef,
+            "intercept": intercept,
+            "epoch": epoch,
+            "history": history,
+            "certificate": cert,
+            "stopped": stopped,
+        }
 
     def _original(self, coef) -> np.ndarray:
         out = np.zeros(self.n_features)
@@ -276,9 +330,14 @@ class _Engine:
         """The Dask engine's plan: provable steps on pure logistic blocks whose last step
         was sure; no tree sums (a few row chunks)."""
         return block_collective.plan_blocks(
-            order, self.slices, self.purity, self.problem.loss, GRAM_MAX,
+            order,
+            self.slices,
+            self.purity,
+            self.problem.loss,
+            GRAM_MAX,
             lambda b, pure: self.bounded and pure and b not in self.unsure,
-            lambda block: False)
+            lambda block: False,
+        )
 
     # -- one epoch: the block steps, then the coarse step ---------------------------
 
@@ -291,17 +350,19 @@ class _Engine:
         problem, n = self.problem, self.n
         thetas, unsure, pending = [], [], None
         for p in plan:
+
             def stats_of(k, p=p, pending=pending):
                 return self._stats(k, p, margins, pending)
 
             stats = self.each(stats_of)
-            direction = ops.block_direction_from(problem, n, start, p.block, p.provable,
-                                                 *stats)
+            direction = ops.block_direction_from(problem, n, start, p.block, p.provable, *stats)
             step = direction
             if p.trials:
-                trials = self.each(lambda k, p=p, direction=direction: ops.block_trials(
-                    self._cell(k, p.b), self.labels[k], margins[k], direction, problem,
-                    p.pure))
+                trials = self.each(
+                    lambda k, p=p, direction=direction: ops.block_trials(
+                        self._cell(k, p.b), self.labels[k], margins[k], direction, problem, p.pure
+                    )
+                )
                 step = ops.block_choose(direction, n, slack, *trials)
             pending = (p, step)
             thetas.append((p.block, step["theta"]))
@@ -365,8 +426,9 @@ class _Engine:
         width = view.n_columns
         g, h = np.empty(width), np.empty(width)
         column, value = self.by_rows[k][p.b]
-        block_kernels.pure_stats(*self._pending(k, margins, pending), column, value, y,
-                                 margins[k], code, g, h)
+        block_kernels.pure_stats(
+            *self._pending(k, margins, pending), column, value, y, margins[k], code, g, h
+        )
         stats = {"g": g, "h": h}
         if loss == "logistic":
             stats["cube"] = view.cube_sums()
@@ -379,17 +441,25 @@ class _Engine:
         problem, n, offsets, loss = self.problem, self.n, self.offsets, self.problem.loss
         row_sums = self.row_sums
         if row_sums is None:
-            row_sums = [group[0] for group in block_collective._active_row_sums(
-                self.each, self.fit_key, list(range(len(self.cells))),
-                [[cells] for cells in self.cells], state["coef"], offsets,
-                problem.fit_intercept)]
-        stats = self.each(lambda k: ops.coarse_stats(row_sums[k], self.labels[k], margins[k],
-                                                     loss))
+            row_sums = [
+                group[0]
+                for group in block_collective._active_row_sums(
+                    self.each,
+                    self.fit_key,
+                    list(range(len(self.cells))),
+                    [[cells] for cells in self.cells],
+                    state["coef"],
+                    offsets,
+                    problem.fit_intercept,
+                )
+            ]
+        stats = self.each(lambda k: ops.coarse_stats(row_sums[k], self.labels[k], margins[k], loss))
         direction = ops.coarse_direction(problem, n, offsets, state, *stats)
         if loss == "squared":
             return ops.coarse_apply(problem, n, offsets, state, direction)
-        trials = self.each(lambda k: ops.coarse_trials(row_sums[k], self.labels[k],
-                                                       margins[k], direction, loss))
+        trials = self.each(
+            lambda k: ops.coarse_trials(row_sums[k], self.labels[k], margins[k], direction, loss)
+        )
         return ops.coarse_apply(problem, n, offsets, state, direction, *trials)
 
     def _certify(self, state) -> tuple:
@@ -400,16 +470,19 @@ class _Engine:
         if self.by_rows is not None:
             fresh = self.each(lambda k: self._certificate_pass(k, state))
         else:
-            fresh = self.each(lambda k: passes.certificate_pass(
-                self.cells[k], int(self.rows[k]), self.labels[k], state, offsets, problem,
-                True))
+            fresh = self.each(
+                lambda k: passes.certificate_pass(
+                    self.cells[k], int(self.rows[k]), self.labels[k], state, offsets, problem, True
+                )
+            )
         margins = [f[0] for f in fresh]
         level = block_collective.tree_sum([f[1] for f in fresh])
         del fresh
         total = level[0] if len(level) == 1 else passes.sum_partials(*level)
         slim = passes.slim_total(problem, n, total)
-        duals = self.each(lambda k: passes.dual_loss_sum(self.labels[k], margins[k],
-                                                         problem, slim, n))
+        duals = self.each(
+            lambda k: passes.dual_loss_sum(self.labels[k], margins[k], problem, slim, n)
+        )
         result = passes.certificate(problem, n, state, total, *duals)
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
 
@@ -434,11 +507,11 @@ class _Engine:
         for b, view in enumerate(self.cells[k]):
             if self.by_rows[k][b] is not None:
                 column, value = self.by_rows[k][b]
-                x_pos, x_neg = block_kernels.pure_rmatvec_pair(column, value, pos, neg,
-                                                               view.n_columns)
+                x_pos, x_neg = block_kernels.pure_rmatvec_pair(
+                    column, value, pos, neg, view.n_columns
+                )
             else:
                 x_pos, x_neg = view.matrix.dot_pair(pos, neg)
             xt_pos.append(x_pos)
             xt_neg.append(x_neg)
-        return margins, passes.certificate_sums(problem, y, v, margins, pos, neg, xt_pos,
-                                                xt_neg)
+        return margins, passes.certificate_sums(problem, y, v, margins, pos, neg, xt_pos, xt_neg)

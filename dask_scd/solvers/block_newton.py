@@ -71,8 +71,9 @@ def _row_matrix(cells: list):
     for view in views:
         m = view.matrix
         if view.by_columns:
-            parts.append(sp.csc_matrix((m.data, m.indices, m.indptr),
-                                       shape=(view.n_rows, view.n_columns)))
+            parts.append(
+                sp.csc_matrix((m.data, m.indices, m.indptr), shape=(view.n_rows, view.n_columns))
+            )
         else:
             parts.append(m.data.reshape(view.n_rows, view.n_columns))
     if views[0].by_columns:
@@ -116,8 +117,8 @@ class _DeviceRow:
         for b, view in enumerate(views):
             for c in range(b, len(views)):
                 block = view.gram(weights, None if c == b else views[c])
-                out[offsets[b]:offsets[b + 1], offsets[c]:offsets[c + 1]] = block
-                out[offsets[c]:offsets[c + 1], offsets[b]:offsets[b + 1]] = block.T
+                out[offsets[b] : offsets[b + 1], offsets[c] : offsets[c + 1]] = block
+                out[offsets[c] : offsets[c + 1], offsets[b] : offsets[b + 1]] = block.T
         return out
 
 
@@ -146,10 +147,14 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
         hessian = A.T @ (A * d2[:, None])
     xt_pos, xt_neg = np.asarray(A.T @ pos).ravel(), np.asarray(A.T @ neg).ravel()
     stats = {
-        "h": hessian, "hx": np.asarray(A.T @ d2).ravel(), "h0": np.array([d2.sum()]),
+        "h": hessian,
+        "hx": np.asarray(A.T @ d2).ravel(),
+        "h0": np.array([d2.sum()]),
         "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
-        "pos": np.array([pos.sum()]), "neg": np.array([neg.sum()]),
-        "xt_pos": xt_pos, "xt_neg": xt_neg,
+        "pos": np.array([pos.sum()]),
+        "neg": np.array([neg.sum()]),
+        "xt_pos": xt_pos,
+        "xt_neg": xt_neg,
         "margin_pos": np.array([obj.vdot(pos, margins)]),
         "margin_neg": np.array([obj.vdot(neg, margins)]),
     }
@@ -165,9 +170,10 @@ def newton_trials(cells: list, y, margins, direction: dict, loss: str) -> dict:
     u = np.asarray(_row_matrix(cells) @ direction["d_coef"]).ravel() + direction["d_b"]
     code = obj.LOSS_CODES[loss]
     d1, d2 = passes.weighted_derivatives(code, y, margins, v)
-    return {"trials": passes.weighted_line_trials(y, margins, u, code, v),
-            "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u), v).sum()])}
-
+    return {
+        "trials": passes.weighted_line_trials(y, margins, u, code, v),
+        "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u), v).sum()]),
+    }
 
 
 # ---------------------------------------------------------------- client-side steps
@@ -192,11 +198,22 @@ def newton_direction(problem: obj.Problem, n_samples: int, state: dict, total: d
         d_b = -(g0 + float(hx @ d_coef)) / h0
     else:
         d_b = -g0 if problem.fit_intercept else 0.0  # a flat intercept direction: a gradient step
-    model = (float(gradient @ d_coef) + g0 * d_b
-             + float(np.sum(_penalty(problem.l1, problem.l2, target)
-                            - _penalty(problem.l1, problem.l2, theta))))
-    return {"coef": theta, "intercept": float(state["intercept"]), "d_coef": d_coef,
-            "d_b": float(d_b), "model": model}
+    model = (
+        float(gradient @ d_coef)
+        + g0 * d_b
+        + float(
+            np.sum(
+                _penalty(problem.l1, problem.l2, target) - _penalty(problem.l1, problem.l2, theta)
+            )
+        )
+    )
+    return {
+        "coef": theta,
+        "intercept": float(state["intercept"]),
+        "d_coef": d_coef,
+        "d_b": float(d_b),
+        "model": model,
+    }
 
 
 def _solve_model(hessian, g, theta, l1: float, l2: float) -> np.ndarray:
@@ -215,8 +232,7 @@ def _solve_model(hessian, g, theta, l1: float, l2: float) -> np.ndarray:
     scale = l1 + np.abs(g).max(initial=0.0)
     t = theta.copy()
     for _ in range(_INNER_ROUNDS):
-        t = cpu.block_newton_qp(hessian, g + hessian @ (t - theta), t, l1, l2,
-                                _INNER_SWEEPS, 1e-13)
+        t = cpu.block_newton_qp(hessian, g + hessian @ (t - theta), t, l1, l2, _INNER_SWEEPS, 1e-13)
         support = np.flatnonzero(t)
         signs = np.sign(t[support])
         refined = np.zeros_like(t)
@@ -251,8 +267,9 @@ def _solve_ridge(system, rhs, start) -> np.ndarray:
         return start - np.linalg.lstsq(system, rhs, rcond=None)[0]
 
 
-def newton_choose(problem: obj.Problem, n_samples: int, slack: float, direction: dict,
-                  *partials) -> dict:
+def newton_choose(
+    problem: obj.Problem, n_samples: int, slack: float, direction: dict, *partials
+) -> dict:
     """The new state: the largest trial step passing Armijo (the full step for squared loss)."""
     theta, d = direction["coef"], direction["d_coef"]
     step = 1.0
@@ -260,18 +277,24 @@ def newton_choose(problem: obj.Problem, n_samples: int, slack: float, direction:
         trials = passes.sum_partials(*partials)["trials"] / n_samples
         pen = lambda t: float(np.sum(_penalty(problem.l1, problem.l2, theta + t * d)))  # noqa: E731
         base = pen(0.0)
-        accept = [trials[k] + pen(t) - base <= ARMIJO * t * direction["model"] + slack
-                  for k, t in enumerate(TRIAL_STEPS)]
+        accept = [
+            trials[k] + pen(t) - base <= ARMIJO * t * direction["model"] + slack
+            for k, t in enumerate(TRIAL_STEPS)
+        ]
         step = float(TRIAL_STEPS[accept.index(True)]) if any(accept) else 0.0
-    return {"coef": theta + step * d, "intercept": direction["intercept"] + step * direction["d_b"],
-            "step": step}
+    return {
+        "coef": theta + step * d,
+        "intercept": direction["intercept"] + step * direction["d_b"],
+        "step": step,
+    }
 
 
 # ---------------------------------------------------------------- the engine
 
 
-def model_dual_value(problem: obj.Problem, n_samples: int, total: dict, direction: dict,
-                     cert: dict, *partials) -> float:
+def model_dual_value(
+    problem: obj.Problem, n_samples: int, total: dict, direction: dict, cert: dict, *partials
+) -> float:
     """D(a') for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)∘(XΔ + δ)), or −inf.
 
     The model is solved exactly (Cholesky, or the active-set solve for an L1 term), so
@@ -292,8 +315,7 @@ def model_dual_value(problem: obj.Problem, n_samples: int, total: dict, directio
         return -np.inf
     gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples
     d_coef, d_b = direction["d_coef"], direction["d_b"]
-    correlation = -(gradient + (total["h"] @ d_coef) / n_samples
-                    + (total["hx"] / n_samples) * d_b)
+    correlation = -(gradient + (total["h"] @ d_coef) / n_samples + (total["hx"] / n_samples) * d_b)
     bound = obj.lipschitz_bound(problem, cert["certificate"].primal)
     loss_part = psi / n_samples
     conjugate = float(obj.penalty_conjugate(problem, correlation, bound).sum())
@@ -307,8 +329,7 @@ def _tightened(cert: obj.Certificate, dual: float) -> obj.Certificate:
     if not dual > cert.dual:
         return cert
     intercept_gap = cert.primal - dual - float(cert.coordinate_gaps.sum())
-    return obj.Certificate(cert.primal, dual, cert.coordinate_gaps, intercept_gap,
-                           cert.correlation)
+    return obj.Certificate(cert.primal, dual, cert.coordinate_gaps, intercept_gap, cert.correlation)
 
 
 def _first(pair):
@@ -330,8 +351,11 @@ class _BlockNewton(_BlockSCD):
     def run(self, tol, max_iter, checkpoint, checkpoint_every, resume, callback) -> dict:
         state = {"coef": np.zeros(self.source.n_features), "intercept": 0.0}
         history, iteration = History(), 0
-        saved = (load_checkpoint(checkpoint, self.signature(), self.rng)
-                 if (resume and checkpoint) else None)
+        saved = (
+            load_checkpoint(checkpoint, self.signature(), self.rng)
+            if (resume and checkpoint)
+            else None
+        )
         if saved is not None:
             state = {"coef": saved["coef"], "intercept": saved["intercept"]}
             iteration, history = saved["epoch"], saved["history"]
@@ -349,21 +373,37 @@ class _BlockNewton(_BlockSCD):
             self.progress.update(iteration, cert.relative_gap, cert.primal)
             stop = cert.relative_gap <= tol or chosen is None or chosen["step"] == 0.0
             if checkpoint and (iteration % checkpoint_every == 0 or stop):
-                save_checkpoint(checkpoint, coef=state["coef"], intercept=state["intercept"],
-                                epoch=iteration, rng=self.rng, history=history,
-                                signature=self.signature())
-            if callback is not None and callback({
-                "epoch": iteration, "coef": self._original_order(state["coef"]),
-                "intercept": state["intercept"], "relative_gap": cert.relative_gap,
-            }):
+                save_checkpoint(
+                    checkpoint,
+                    coef=state["coef"],
+                    intercept=state["intercept"],
+                    epoch=iteration,
+                    rng=self.rng,
+                    history=history,
+                    signature=self.signature(),
+                )
+            if callback is not None and callback(
+                {
+                    "epoch": iteration,
+                    "coef": self._original_order(state["coef"]),
+                    "intercept": state["intercept"],
+                    "relative_gap": cert.relative_gap,
+                }
+            ):
                 stop = stopped = True
             if stop:
                 break
             state = {"coef": chosen["coef"], "intercept": float(chosen["intercept"])}
             self.steps.append(chosen["step"])
             iteration += 1
-        return {"coef": state["coef"], "intercept": state["intercept"], "epoch": iteration,
-                "history": history, "certificate": cert, "stopped_by_callback": stopped}
+        return {
+            "coef": state["coef"],
+            "intercept": state["intercept"],
+            "epoch": iteration,
+            "history": history,
+            "certificate": cert,
+            "stopped_by_callback": stopped,
+        }
 
     def _iteration(self, state: dict, final: bool):
         """The certificate of ``state`` (with the dual value of the model solved at it) and,
@@ -372,13 +412,19 @@ class _BlockNewton(_BlockSCD):
             return self._wide_iteration(state, final)
         submit, problem, n = self._submit, self.problem, self.source.n_samples
         R = self.source.n_row_chunks
-        rows = [self._submit_row(r, newton_row, self.cells[r], self.labels[r], state,
-                                 self.offsets, problem) for r in range(R)]
+        rows = [
+            self._submit_row(
+                r, newton_row, self.cells[r], self.labels[r], state, self.offsets, problem
+            )
+            for r in range(R)
+        ]
         stats = [self._submit_row(r, _first, rows[r]) for r in range(R)]
         margins = [self._submit_row(r, _second, rows[r]) for r in range(R)]
         total = submit(passes.sum_partials, *self._tree_sum(stats))
-        duals = [self._submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem,
-                                  total, n) for r in range(R)]
+        duals = [
+            self._submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
+            for r in range(R)
+        ]
         cert = submit(passes.certificate, problem, n, state, total, *duals)
         self.passes += 1
         if final:
@@ -386,8 +432,18 @@ class _BlockNewton(_BlockSCD):
         direction = submit(newton_direction, problem, n, state, total)
         trials = []
         if problem.loss != "squared":
-            trials = [self._submit_row(r, newton_trials, self.cells[r], self.labels[r],
-                                       margins[r], direction, problem.loss) for r in range(R)]
+            trials = [
+                self._submit_row(
+                    r,
+                    newton_trials,
+                    self.cells[r],
+                    self.labels[r],
+                    margins[r],
+                    direction,
+                    problem.loss,
+                )
+                for r in range(R)
+            ]
             self.passes += 1
         # Below ~1e-13·P a change of objective is rounding noise (as in block SCD).
         slack = submit(_slack, cert)
@@ -398,21 +454,33 @@ class _BlockNewton(_BlockSCD):
         cert, chosen, model_dual = self.client.gather([cert, chosen, model_dual])
         return _tightened(cert["certificate"], model_dual), chosen
 
-
     def _wide_iteration(self, state: dict, final: bool):
         """Above :data:`MAX_FEATURES`: the certificate of ``state`` (one read), then unless
         ``final`` or certified, the Newton step by conjugate gradients on curvature
         products (one read and one wait each) and its line search (one read)."""
         runtime, problem, n = self.runtime, self.problem, self.source.n_samples
         R, submit_row = self.source.n_row_chunks, self._submit_row
-        rows = [submit_row(r, wide_newton.wide_row, self.cells[r], self.labels[r],
-                           self.row_sums[r], state, self.offsets, problem) for r in range(R)]
+        rows = [
+            submit_row(
+                r,
+                wide_newton.wide_row,
+                self.cells[r],
+                self.labels[r],
+                self.row_sums[r],
+                state,
+                self.offsets,
+                problem,
+            )
+            for r in range(R)
+        ]
         stats = [submit_row(r, _first, rows[r]) for r in range(R)]
         margins = [submit_row(r, _second, rows[r]) for r in range(R)]
         curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
         total = self._submit(passes.sum_partials, *self._tree_sum(stats))
-        duals = [submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem,
-                            total, n) for r in range(R)]
+        duals = [
+            submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
+            for r in range(R)
+        ]
         cert = self._submit(passes.certificate, problem, n, state, total, *duals)
         self.passes += 1
         cert, total = self.client.gather([cert, total])
@@ -422,23 +490,42 @@ class _BlockNewton(_BlockSCD):
 
         def product(v):
             shared = self.client.scatter(v, hash=False)
-            parts = runtime.map_rows(wide_newton.curvature_product, (self.cells, curvature),
-                                     self.offsets, shared)
+            parts = runtime.map_rows(
+                wide_newton.curvature_product, (self.cells, curvature), self.offsets, shared
+            )
             return runtime.reduce(passes.sum_partials, (), parts).result()["hv"]
 
         direction, products = wide_newton.newton_cg_direction(
-            problem, n, state, total, product, cert.relative_gap, self.offsets,
-            tol_primal=self.tol * abs(cert.primal))
+            problem,
+            n,
+            state,
+            total,
+            product,
+            cert.relative_gap,
+            self.offsets,
+            tol_primal=self.tol * abs(cert.primal),
+        )
         self.passes += products
         self.products.append(products)
         trials = []
         if problem.loss != "squared":
-            trials = [submit_row(r, wide_newton.line_trials, self.cells[r], self.labels[r],
-                                 margins[r], direction, self.offsets, problem.loss)
-                      for r in range(R)]
+            trials = [
+                submit_row(
+                    r,
+                    wide_newton.line_trials,
+                    self.cells[r],
+                    self.labels[r],
+                    margins[r],
+                    direction,
+                    self.offsets,
+                    problem.loss,
+                )
+                for r in range(R)
+            ]
             self.passes += 1
-        chosen = self._submit(newton_choose, problem, n, 1e-13 * abs(cert.primal), direction,
-                              *trials).result()
+        chosen = self._submit(
+            newton_choose, problem, n, 1e-13 * abs(cert.primal), direction, *trials
+        ).result()
         return cert, chosen
 
 
@@ -458,28 +545,46 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
     engine_options = dict(options.engine)
     wide = not newton_forms_curvature(source)
     if wide and problem.l1 > 0.0:
-        raise ValueError(f"solver='block_newton' with p = {source.n_features} features (more "
-                         f"than {MAX_FEATURES}, or rows too dense to form the p × p curvature) "
-                         "finds its steps by conjugate gradients, for L2 penalties only; use "
-                         "solver='block_scd' for an L1 or elastic-net penalty")
+        raise ValueError(
+            f"solver='block_newton' with p = {source.n_features} features (more "
+            f"than {MAX_FEATURES}, or rows too dense to form the p × p curvature) "
+            "finds its steps by conjugate gradients, for L2 penalties only; use "
+            "solver='block_scd' for an L1 or elastic-net penalty"
+        )
     selection = engine_options.pop("selection", "shuffle")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
     with fit_client(engine_options.pop("client", None)) as c:
-        engine = _BlockNewton(c, source, problem, options.rng, selection, options.progress,
-                              coarse=False)
+        engine = _BlockNewton(
+            c, source, problem, options.rng, selection, options.progress, coarse=False
+        )
         engine.wide, engine.tol, engine.products = wide, options.tol, []
         engine.warm = grid_order_start(source, options.start)
         if wide:  # the block-sum directions of the preconditioner's coarse level
-            engine.row_sums = [engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r],
-                                                         False)
-                               for r in range(source.n_row_chunks)]
-        run = engine.run(options.tol, options.max_iter, engine_options.get("checkpoint"),
-                         engine_options.get("checkpoint_every", 1),
-                         engine_options.get("resume", False), engine_options.get("callback"))
+            engine.row_sums = [
+                engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r], False)
+                for r in range(source.n_row_chunks)
+            ]
+        run = engine.run(
+            options.tol,
+            options.max_iter,
+            engine_options.get("checkpoint"),
+            engine_options.get("checkpoint_every", 1),
+            engine_options.get("resume", False),
+            engine_options.get("callback"),
+        )
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
-    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"],
-               extras={"total_passes": float(engine.passes), "steps": engine.steps,
-                       "cg_products": engine.products},
-               stopped_by_callback=run["stopped_by_callback"])
+    return Run(
+        coef,
+        run["intercept"],
+        run["certificate"],
+        run["epoch"],
+        run["history"],
+        extras={
+            "total_passes": float(engine.passes),
+            "steps": engine.steps,
+            "cg_products": engine.products,
+        },
+        stopped_by_callback=run["stopped_by_callback"],
+    )

@@ -51,10 +51,16 @@ def label_stats(y) -> dict:
     v = row_weights(y)
     y = labels(y)
     if v is not None:
-        return {"n": np.array([float(v.sum())]), "sum": np.array([obj.vdot(v, y)]),
-                "pos": np.array([float(v[y > 0].sum())])}
-    return {"n": np.array([float(len(y))]), "sum": np.array([y.sum()]),
-            "pos": np.array([float(np.count_nonzero(y > 0))])}
+        return {
+            "n": np.array([float(v.sum())]),
+            "sum": np.array([obj.vdot(v, y)]),
+            "pos": np.array([float(v[y > 0].sum())]),
+        }
+    return {
+        "n": np.array([float(len(y))]),
+        "sum": np.array([y.sum()]),
+        "pos": np.array([float(np.count_nonzero(y > 0))]),
+    }
 
 
 def intercept_at_zero(loss: str, n: float, total: float, pos: float) -> float:
@@ -77,7 +83,6 @@ def intercept_at_zero(loss: str, n: float, total: float, pos: float) -> float:
     if loss == "hinge":
         return float(np.sign(pos - neg))
     raise ValueError(f"unknown loss {loss!r}")
-
 
 
 def held(value):
@@ -107,8 +112,9 @@ def apply_step(margins, cell, step: dict) -> np.ndarray:
 NO_STEP = (np.zeros(0, dtype=np.int32), np.zeros(0), np.zeros(0))
 
 
-def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
-                     gram: bool = False) -> tuple:
+def apply_then_stats(
+    margins, cell, next_cell, y, step: dict, loss: str, gram: bool = False
+) -> tuple:
     """:func:`apply_step` of one block, then :func:`block_stats` of the next on the new
     margins: one task where two would follow each other. Returns (margins, stats).
 
@@ -121,8 +127,7 @@ def apply_then_stats(margins, cell, next_cell, y, step: dict, loss: str,
     # its last read, which the next block's line search and apply read again (read in
     # the other order, each cell was read three times an epoch).
     prev = pure_rows(cell) if fused and cell is not None and np.any(delta) else None
-    rows = None if not fused else (
-        _INTERCEPT_ROWS if next_cell is None else pure_rows(next_cell))
+    rows = None if not fused else (_INTERCEPT_ROWS if next_cell is None else pure_rows(next_cell))
     if rows is None:
         margins = apply_step(margins, cell, step)
         return margins, block_stats(next_cell, y, margins, loss, gram)
@@ -219,8 +224,14 @@ def _summed(partials, key: str, width: int) -> np.ndarray:
     return scattered_sum(partials, key, width)
 
 
-def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block: bool,
-                    *partials, provable: bool = False) -> dict:
+def block_direction(
+    problem: obj.Problem,
+    n_samples: int,
+    theta,
+    intercept_block: bool,
+    *partials,
+    provable: bool = False,
+) -> dict:
     """Sum the partial statistics (in order) and take the prox-Newton coordinate step.
 
     θ*_j = S(h_j θ_j − g_j, αρ)/(h_j + α(1−ρ)) (the SCD paper's θ* = T/(T'+λ)); for the
@@ -237,41 +248,55 @@ def block_direction(problem: obj.Problem, n_samples: int, theta, intercept_block
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
     if "gram" in partials[0]:
         hessian = _ordered_sum(p["gram"] for p in partials) / n_samples
-        target = cpu.block_newton_qp(hessian, g, np.asarray(theta, dtype=np.float64), l1, l2,
-                                     1000, 1e-15)
+        target = cpu.block_newton_qp(
+            hessian, g, np.asarray(theta, dtype=np.float64), l1, l2, 1000, 1e-15
+        )
     else:
         denom = h + l2
         z = h * theta - g
         with np.errstate(divide="ignore", invalid="ignore"):
-            target = np.where(denom > 0, np.sign(z) * np.maximum(np.abs(z) - l1, 0.0) / denom,
-                              theta)
+            target = np.where(
+                denom > 0, np.sign(z) * np.maximum(np.abs(z) - l1, 0.0) / denom, theta
+            )
     direction = target - theta
     model = g * direction + _penalty(l1, l2, target) - _penalty(l1, l2, theta)
     # "theta"/"delta" are the full step, exact on a pure block under squared loss;
     # otherwise block_choose scales it.
-    out = {"start": theta, "direction": direction, "model": model, "l1": l1, "l2": l2,
-           "theta": target, "delta": direction}
+    out = {
+        "start": theta,
+        "direction": direction,
+        "model": model,
+        "l1": l1,
+        "l2": l2,
+        "theta": target,
+        "delta": direction,
+    }
     cube = _summed(partials, "cube", width) / n_samples if "cube" in partials[0] else None
     if provable:
         if cube is None:  # no bound: no step this epoch, trials the next
             zero = np.zeros(width)
-            return {**out, "theta": np.array(theta, dtype=np.float64), "delta": zero,
-                    "direction": zero, "unsure": int(np.count_nonzero(direction))}
+            return {
+                **out,
+                "theta": np.array(theta, dtype=np.float64),
+                "delta": zero,
+                "direction": zero,
+                "unsure": int(np.count_nonzero(direction)),
+            }
         return provable_steps(out, g, h, cube)
     if cube is not None:
         out["proven"] = _cubic_accepts(model, h, direction, cube)
     return out
 
 
-def block_direction_from(problem: obj.Problem, n_samples: int, start: tuple, block,
-                         provable: bool, *partials) -> dict:
+def block_direction_from(
+    problem: obj.Problem, n_samples: int, start: tuple, block, provable: bool, *partials
+) -> dict:
     """:func:`block_direction` with θ_B read from the epoch's start: ``start`` is (θ in
     grid order, b), sent to each worker once per epoch rather than a block's slice of it
     inside every task; ``block`` the block's column slice, or None for the intercept."""
     coef, intercept = start
     theta = np.array([intercept]) if block is None else coef[block].copy()
-    return block_direction(problem, n_samples, theta, block is None, *partials,
-                           provable=provable)
+    return block_direction(problem, n_samples, theta, block is None, *partials, provable=provable)
 
 
 # Step sizes a provable step may take: 1, 1/4, ..., 4⁻⁷ (the bound's cubic term shrinks
@@ -298,8 +323,9 @@ def provable_steps(out: dict, g, h, cube) -> dict:
         if not len(index):
             break
         step = t * d[index]
-        model = g[index] * step + _penalty(l1, l2, theta[index] + step) - \
-            _penalty(l1, l2, theta[index])
+        model = (
+            g[index] * step + _penalty(l1, l2, theta[index] + step) - _penalty(l1, l2, theta[index])
+        )
         bound = scalar.logistic_taylor_bound(model, h[index], step, cube[index])
         ok = (bound <= _ARMIJO * model) & (model < 0.0)
         chosen[index[ok]] = t
@@ -332,37 +358,62 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
     if pure and "proven" in direction:  # coordinates proven to pass at the full step: not tried
         d = np.where(direction["proven"], 0.0, d)
         if not np.any(d):
-            return {"cols": np.zeros(0, dtype=np.int64), "width": len(d), "sparse": ("trials",),
-                    "trials": np.zeros((len(LINE_SEARCH_STEPS), 0))}
+            return {
+                "cols": np.zeros(0, dtype=np.int64),
+                "width": len(d),
+                "sparse": ("trials",),
+                "trials": np.zeros((len(LINE_SEARCH_STEPS), 0)),
+            }
     v = row_weights(y)
     y = labels(y)
     rows = pure_rows(cell) if pure and v is None else None
     if rows is not None:  # read by rows, as its statistics were
         quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
-        trials = block_kernels.pure_trials(rows.column, rows.value, y, margins,
-                                           rows.compact(d), LINE_SEARCH_STEPS, quarters,
-                                           problem.loss_code, rows.width)
+        trials = block_kernels.pure_trials(
+            rows.column,
+            rows.value,
+            y,
+            margins,
+            rows.compact(d),
+            LINE_SEARCH_STEPS,
+            quarters,
+            problem.loss_code,
+            rows.width,
+        )
         if rows.stored is None:
             return {"trials": trials}
         return {"cols": rows.stored, "width": len(d), "sparse": ("trials",), "trials": trials}
     view = cell_view(cell)
     stored = getattr(view, "stored_columns", None) if pure else None
     if stored is not None:
-        return {"cols": stored, "width": len(d), "sparse": ("trials",),
-                "trials": view.stored_trials(problem.loss_code, y, margins, d[stored],
-                                             LINE_SEARCH_STEPS, v)}
+        return {
+            "cols": stored,
+            "width": len(d),
+            "sparse": ("trials",),
+            "trials": view.stored_trials(
+                problem.loss_code, y, margins, d[stored], LINE_SEARCH_STEPS, v
+            ),
+        }
     if view is None or not pure:
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
         if problem.loss == "squared":
             vu = u if v is None else v * u
-            return {"linear": np.array([obj.vdot(vu, margins - y)]),
-                    "quadratic": np.array([obj.vdot(vu, u)])}
+            return {
+                "linear": np.array([obj.vdot(vu, margins - y)]),
+                "quadratic": np.array([obj.vdot(vu, u)]),
+            }
         quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
         if v is not None:
-            return {"trials": block_kernels.weighted_line_trials(
-                y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code, v)}
-        return {"trials": block_kernels.line_trials(
-            y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code)}
+            return {
+                "trials": block_kernels.weighted_line_trials(
+                    y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code, v
+                )
+            }
+        return {
+            "trials": block_kernels.line_trials(
+                y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code
+            )
+        }
     return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS, v)}
 
 
@@ -383,8 +434,11 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     if trials.ndim == 2:  # a pure block: per coordinate
         return _choose_per_coordinate(direction, trials, slack)
     steps = LINE_SEARCH_STEPS  # the whole block, one step size
-    change = trials + _penalty(l1, l2, theta + steps[:, None] * d).sum(axis=1) - \
-        _penalty(l1, l2, theta).sum()
+    change = (
+        trials
+        + _penalty(l1, l2, theta + steps[:, None] * d).sum(axis=1)
+        - _penalty(l1, l2, theta).sum()
+    )
     accept = change <= _ARMIJO * steps * direction["model"].sum() + slack
     first = np.argmax(accept, axis=0)  # the largest accepted step size
     chosen = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
@@ -458,6 +512,7 @@ def inspect_row_chunk(cells: list, where: str, row_sums: bool, with_intercept: b
     its check: out of core the cell is then read once for both (it is the row chunk's
     last read), where a task per cell and one per row chunk read every cell twice.
     Returns (reports, row sums or None); ``where`` names the row chunk in an error."""
+
     def check(b, cell) -> dict:
         return inspect_cell(cell, f"cell ({where}, block {b})")
 
@@ -488,7 +543,7 @@ def active_row_sums(cells: list, coef, offsets, with_intercept: bool) -> RowSums
 
     def columns():
         for b, cell in enumerate(cells):
-            live = (coef[offsets[b]:offsets[b + 1]] != 0.0).astype(np.float64)
+            live = (coef[offsets[b] : offsets[b + 1]] != 0.0).astype(np.float64)
             yield _cell_matvec(cell, lambda n_columns, live=live: live)
 
     return RowSums.from_columns(columns(), with_intercept)
@@ -509,8 +564,7 @@ def coarse_stats(row_sums: RowSums, y, margins, loss: str) -> dict:
     return {"g": g, "h": h}
 
 
-def coarse_direction(problem: obj.Problem, n_samples: int, offsets, state: dict,
-                     *partials) -> dict:
+def coarse_direction(problem: obj.Problem, n_samples: int, offsets, state: dict, *partials) -> dict:
     """Sum the coarse statistics in order and solve the k-dimensional Newton problem."""
     total = sum_partials(*partials)
     g, h = total["g"] / n_samples, total["h"] / n_samples
@@ -531,14 +585,17 @@ def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> 
     quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
     code = obj.LOSS_CODES[loss]
     if v is not None:
-        return {"trials": block_kernels.weighted_line_trials(y, margins, u, LINE_SEARCH_STEPS,
-                                                             quarters, code, v)}
-    return {"trials": block_kernels.line_trials(y, margins, u, LINE_SEARCH_STEPS, quarters,
-                                                code)}
+        return {
+            "trials": block_kernels.weighted_line_trials(
+                y, margins, u, LINE_SEARCH_STEPS, quarters, code, v
+            )
+        }
+    return {"trials": block_kernels.line_trials(y, margins, u, LINE_SEARCH_STEPS, quarters, code)}
 
 
-def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, direction: dict,
-                 *trials) -> dict:
+def coarse_apply(
+    problem: obj.Problem, n_samples: int, offsets, state: dict, direction: dict, *trials
+) -> dict:
     """The state moved by the coarse step (line-searched when ``trials`` are given).
     ``offsets``: the blocks' bounds, or a :class:`CoarseSpace`."""
     shift = direction["shift"]
@@ -552,11 +609,11 @@ def coarse_apply(problem: obj.Problem, n_samples: int, offsets, state: dict, dir
     offsets, live = _space(offsets)
     coef = state["coef"].copy()
     for b in range(len(offsets) - 1):
-        part = coef[offsets[b]:offsets[b + 1]]
+        part = coef[offsets[b] : offsets[b + 1]]
         if problem.l1 > 0.0:
             part[part != 0.0] += step * shift[b]
         elif live is not None:
-            part[live[offsets[b]:offsets[b + 1]]] += step * shift[b]
+            part[live[offsets[b] : offsets[b + 1]]] += step * shift[b]
         else:
             part += step * shift[b]
     intercept = state["intercept"]
@@ -570,11 +627,11 @@ def _blocks(coef, offsets, problem) -> list:
     (all of them but where a :class:`CoarseSpace` says otherwise), or with an L1 term its
     non-zero ones (:func:`active_row_sums`)."""
     offsets, live = _space(offsets)
-    blocks = [coef[offsets[b]:offsets[b + 1]] for b in range(len(offsets) - 1)]
+    blocks = [coef[offsets[b] : offsets[b + 1]] for b in range(len(offsets) - 1)]
     if problem.l1 > 0.0:
         blocks = [theta[theta != 0.0] for theta in blocks]
     elif live is not None:
-        blocks = [theta[live[offsets[b]:offsets[b + 1]]] for b, theta in enumerate(blocks)]
+        blocks = [theta[live[offsets[b] : offsets[b + 1]]] for b, theta in enumerate(blocks)]
     return blocks
 
 
@@ -598,4 +655,3 @@ def _space(offsets) -> tuple:
     if isinstance(offsets, CoarseSpace):
         return offsets.offsets, offsets.live
     return offsets, None
-

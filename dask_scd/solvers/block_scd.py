@@ -44,6 +44,7 @@ from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers.block_collective import plan_blocks
 from dask_scd.solvers.block_ops import INTERCEPT
 from dask_scd.solvers.base import Options, Run
+
 SELECTIONS = strategies.BLOCK_ORDERS
 
 
@@ -100,16 +101,29 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     residency = engine_options.pop("residency", None)
     budget = engine_options.pop("memory_budget", None)
     if residency is not None and not source.on_disk:
-        raise ValueError("residency applies to a Grid (a dask array's chunks already live "
-                         "in the workers' memory)")
+        raise ValueError(
+            "residency applies to a Grid (a dask array's chunks already live "
+            "in the workers' memory)"
+        )
     with fit_client(client) as c:
-        engine = _BlockSCD(c, source, problem, options.rng, selection, options.progress,
-                           residency=residency, memory_budget=budget)
+        engine = _BlockSCD(
+            c,
+            source,
+            problem,
+            options.rng,
+            selection,
+            options.progress,
+            residency=residency,
+            memory_budget=budget,
+        )
         engine.warm = grid_order_start(source, options.start)
-        hooks = EpochHooks(engine_options.get("checkpoint"),
-                           engine_options.get("checkpoint_every", 1),
-                           engine_options.get("resume", False), engine_options.get("callback"),
-                           engine.signature())
+        hooks = EpochHooks(
+            engine_options.get("checkpoint"),
+            engine_options.get("checkpoint_every", 1),
+            engine_options.get("resume", False),
+            engine_options.get("callback"),
+            engine.signature(),
+        )
         try:
             run = engine.run(options.tol, options.max_iter, hooks)
         finally:
@@ -120,11 +134,19 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     if engine.member_seconds:  # where a collective iteration's time went (member 0)
         extras["member_seconds"] = [
             {"waiting": w, "epoch_and_coarse": e, "certificate": c}
-            for w, e, c in engine.member_seconds]
+            for w, e, c in engine.member_seconds
+        ]
     if engine.fallbacks:  # collective iterations redone as task graphs, and why
         extras["collective_fallbacks"] = list(engine.fallbacks)
-    return Run(coef, run["intercept"], run["certificate"], run["epoch"], run["history"], extras,
-               stopped_by_callback=run["stopped_by_callback"])
+    return Run(
+        coef,
+        run["intercept"],
+        run["certificate"],
+        run["epoch"],
+        run["history"],
+        extras,
+        stopped_by_callback=run["stopped_by_callback"],
+    )
 
 
 def _live_columns(reports, slices) -> np.ndarray | None:
@@ -172,8 +194,11 @@ def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
     if not (_BlockSCD.collective and source.on_disk and all(source.purity)):
         return False
     most_rows = int(np.diff(source.row_bounds).max())
-    return all(_exchanged_bytes(source, min(block.stop - block.start, most_rows), False)
-               <= _BlockSCD.COLLECTIVE_BYTES for block in source.slices)
+    return all(
+        _exchanged_bytes(source, min(block.stop - block.start, most_rows), False)
+        <= _BlockSCD.COLLECTIVE_BYTES
+        for block in source.slices
+    )
 
 
 class _BlockSCD:
@@ -186,8 +211,19 @@ class _BlockSCD:
 
     warm = None  # a warm start (θ in grid order, b), or None for a cold one
 
-    def __init__(self, client, source: Source, problem: obj.Problem, rng, selection, progress,
-                 gram_max=1024, coarse=True, residency=None, memory_budget=None):
+    def __init__(
+        self,
+        client,
+        source: Source,
+        problem: obj.Problem,
+        rng,
+        selection,
+        progress,
+        gram_max=1024,
+        coarse=True,
+        residency=None,
+        memory_budget=None,
+    ):
         self.client = client
         self.coarse = coarse
         self.gram_max = gram_max
@@ -200,14 +236,16 @@ class _BlockSCD:
         self.order = strategies.block_order(selection, self.slices)
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
-        self.runtime = ClusterRuntime(client, source.n_row_chunks, pin=source.on_disk,
-                                      row_counts=np.diff(source.row_bounds))
+        self.runtime = ClusterRuntime(
+            client, source.n_row_chunks, pin=source.on_disk, row_counts=np.diff(source.row_bounds)
+        )
         self.cells, self.labels = source.connect(client)
         if source.weighted and source.on_disk:
             # A grid's weights are arrays in the client: made into one task per row chunk
             # on its home (a lost copy is recomputed), not sent with every task.
-            self.labels = [self.runtime.submit_row(r, ops.held, labels)
-                           for r, labels in enumerate(self.labels)]
+            self.labels = [
+                self.runtime.submit_row(r, ops.held, labels) for r, labels in enumerate(self.labels)
+            ]
         self.rows = np.diff(source.row_bounds).astype(int)
         self._preflight()
         self.residency = None
@@ -216,8 +254,10 @@ class _BlockSCD:
             total = int(self.block_bytes.sum())
             self.memory_budget = int(memory_budget if memory_budget is not None else total // 4)
             if self.memory_budget < int(self.block_bytes.max()):
-                raise ValueError(f"memory_budget={self.memory_budget} bytes is smaller than one "
-                                 f"block's cells ({int(self.block_bytes.max())} bytes)")
+                raise ValueError(
+                    f"memory_budget={self.memory_budget} bytes is smaller than one "
+                    f"block's cells ({int(self.block_bytes.max())} bytes)"
+                )
         self.moved = {"bytes_moved": 0, "swaps": 0, "rounds": {"blocks": [], "swaps": []}}
         # Pure logistic blocks take provable steps without a line search (one stage per
         # block instead of two), except those whose last step was unsure: those run the
@@ -240,20 +280,37 @@ class _BlockSCD:
         """One pass over every cell: finite values, purity, and the coarse space's S_r."""
         submit_row = self.runtime.submit_row
         # One task per row chunk: a cell is read once for its check and its row sums.
-        fused = [submit_row(r, ops.inspect_row_chunk, self.cells[r], f"row chunk {r}",
-                            self.coarse, self.problem.fit_intercept)
-                 for r in range(self.source.n_row_chunks)]
-        reports = self.runtime.gather([submit_row(r, operator.getitem, fused[r], 0)
-                                       for r in range(self.source.n_row_chunks)])
+        fused = [
+            submit_row(
+                r,
+                ops.inspect_row_chunk,
+                self.cells[r],
+                f"row chunk {r}",
+                self.coarse,
+                self.problem.fit_intercept,
+            )
+            for r in range(self.source.n_row_chunks)
+        ]
+        reports = self.runtime.gather(
+            [submit_row(r, operator.getitem, fused[r], 0) for r in range(self.source.n_row_chunks)]
+        )
         n_blocks = len(self.slices)
-        self.source.purity = [max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
-                              for b in range(n_blocks)]
-        self.block_bytes = np.array([sum(reports[r][b].get("nbytes", 0)
-                                         for r in range(len(reports))) for b in range(n_blocks)])
+        self.source.purity = [
+            max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
+            for b in range(n_blocks)
+        ]
+        self.block_bytes = np.array(
+            [
+                sum(reports[r][b].get("nbytes", 0) for r in range(len(reports)))
+                for b in range(n_blocks)
+            ]
+        )
         self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
         if self.coarse:
-            self.row_sums = [submit_row(r, operator.getitem, fused[r], 1)
-                             for r in range(self.source.n_row_chunks)]
+            self.row_sums = [
+                submit_row(r, operator.getitem, fused[r], 1)
+                for r in range(self.source.n_row_chunks)
+            ]
 
     # The runtime under the names the engines built on this class call it by.
     def _submit(self, func, *args, **kwargs):
@@ -271,7 +328,9 @@ class _BlockSCD:
     def signature(self) -> dict:
         p = self.problem
         return {
-            "loss": p.loss, "alpha": p.alpha, "l1_ratio": p.l1_ratio,
+            "loss": p.loss,
+            "alpha": p.alpha,
+            "l1_ratio": p.l1_ratio,
             "fit_intercept": p.fit_intercept,
             "shape": [self.source.n_samples, self.source.n_features],
             "blocks": [int(len(b)) for b in self.source.blocks],
@@ -288,8 +347,12 @@ class _BlockSCD:
         epoch = 0
         saved = hooks.load(self.rng)
         if saved is not None:
-            coef, intercept, epoch, history = (saved["coef"], saved["intercept"], saved["epoch"],
-                                               saved["history"])
+            coef, intercept, epoch, history = (
+                saved["coef"],
+                saved["intercept"],
+                saved["epoch"],
+                saved["history"],
+            )
             self.unsure = set(saved.get("engine", {}).get("unsure", []))
         elif self.warm is not None:
             coef, intercept = self.warm
@@ -309,16 +372,32 @@ class _BlockSCD:
             # and a reference held through the epoch kept them (~2 MB a row chunk) on
             # the workers beside the ones the epoch makes.
             box, margins = [margins], None
-            margins, (coef, intercept, cert) = self._iteration(box, order, coef, intercept,
-                                                               cert.primal)
+            margins, (coef, intercept, cert) = self._iteration(
+                box, order, coef, intercept, cert.primal
+            )
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             self.progress.update(epoch, cert.relative_gap, cert.primal)
-            if hooks.after_epoch(epoch, coef, intercept, cert, history, self.rng, tol,
-                                 self._original_order, {"unsure": sorted(self.unsure)}):
+            if hooks.after_epoch(
+                epoch,
+                coef,
+                intercept,
+                cert,
+                history,
+                self.rng,
+                tol,
+                self._original_order,
+                {"unsure": sorted(self.unsure)},
+            ):
                 stopped = True
                 break
-        return {"coef": coef, "intercept": intercept, "epoch": epoch, "history": history,
-                "certificate": cert, "stopped_by_callback": stopped}
+        return {
+            "coef": coef,
+            "intercept": intercept,
+            "epoch": epoch,
+            "history": history,
+            "certificate": cert,
+            "stopped_by_callback": stopped,
+        }
 
     def _needs_gaps(self) -> bool:
         """Whether the block order or the residency reads every certificate's coordinate
@@ -332,11 +411,14 @@ class _BlockSCD:
 
     def _initial_intercept(self) -> float:
         """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
-        stats = [self.runtime.submit_row(r, ops.label_stats, self.labels[r])
-                 for r in range(self.source.n_row_chunks)]
+        stats = [
+            self.runtime.submit_row(r, ops.label_stats, self.labels[r])
+            for r in range(self.source.n_row_chunks)
+        ]
         total = passes.sum_partials(*self.runtime.gather(stats))
-        return ops.intercept_at_zero(self.problem.loss, float(total["n"][0]),
-                                     float(total["sum"][0]), float(total["pos"][0]))
+        return ops.intercept_at_zero(
+            self.problem.loss, float(total["n"][0]), float(total["sum"][0]), float(total["pos"][0])
+        )
 
     def _block_order(self, cert) -> list:
         order = self.order.order(len(self.slices), cert, self.rng)
@@ -351,12 +433,13 @@ class _BlockSCD:
         """The residency's choice of blocks from the block gaps, pinned on every row
         chunk's home (cells of other blocks released); counts the bytes it moved."""
         block_gaps = np.array([max(cert.coordinate_gaps[s].sum(), 0.0) for s in self.slices])
-        chosen = self.residency.choose(self.block_bytes, self.memory_budget, block_gaps,
-                                       self.rng)
-        held = self.runtime.gather([
-            self.runtime.submit_row(r, hold_cells, r,
-                                    [self.cells[r][b] for b in chosen])
-            for r in range(self.source.n_row_chunks)])
+        chosen = self.residency.choose(self.block_bytes, self.memory_budget, block_gaps, self.rng)
+        held = self.runtime.gather(
+            [
+                self.runtime.submit_row(r, hold_cells, r, [self.cells[r][b] for b in chosen])
+                for r in range(self.source.n_row_chunks)
+            ]
+        )
         loads = sum(h["loads"] for h in held)
         self.moved["bytes_moved"] += sum(h["bytes"] for h in held)
         self.moved["swaps"] += loads
@@ -375,8 +458,15 @@ class _BlockSCD:
 
     def _plan(self, order) -> list:
         """What the epoch does with each block of ``order``, in that order."""
-        return plan_blocks(order, self.slices, self.source.purity, self.problem.loss,
-                           self.gram_max, self._provable, self._tree)
+        return plan_blocks(
+            order,
+            self.slices,
+            self.source.purity,
+            self.problem.loss,
+            self.gram_max,
+            self._provable,
+            self._tree,
+        )
 
     def _iteration(self, box, order, coef, intercept, primal):
         """One epoch over the blocks of ``order``, the coarse step and the certificate:
@@ -396,9 +486,14 @@ class _BlockSCD:
             box[0], _ = self._certify({"coef": coef, "intercept": intercept})
         results, margins = self._graph_epoch(box, plan, coef, intercept, slack)
         self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
-        state = ops.state_after(coef, intercept, [
-            (None if b == INTERCEPT else self.slices[b], step["theta"])
-            for b, step in results.items()])
+        state = ops.state_after(
+            coef,
+            intercept,
+            [
+                (None if b == INTERCEPT else self.slices[b], step["theta"])
+                for b, step in results.items()
+            ],
+        )
         if self.coarse:  # see dask_scd.solvers.coarse
             state = self._coarse_step(margins, state)
         del margins  # the certificate makes them afresh: not kept beside its own
@@ -413,8 +508,12 @@ class _BlockSCD:
     def _collective_fits(self, plan) -> bool:
         if not (self.collective and self.source.on_disk):
             return False
-        return all(_exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
-                   <= self.COLLECTIVE_BYTES for p in plan if p.block is not None)
+        return all(
+            _exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
+            <= self.COLLECTIVE_BYTES
+            for p in plan
+            if p.block is not None
+        )
 
     def _keeps_fixed_parts(self, addresses) -> bool:
         """Whether the members send the statistics' fixed parts once and keep the others'
@@ -424,13 +523,13 @@ class _BlockSCD:
         sent whole, as the task graph does)."""
         key = tuple(addresses)
         if key not in self._fixed_parts:
-            workers = {} if addresses == [None] else \
-                self.client.scheduler_info().get("workers", {})
+            workers = {} if addresses == [None] else self.client.scheduler_info().get("workers", {})
             limits = [workers.get(a, {}).get("memory_limit") or 0 for a in addresses]
             share = float(np.sum(self.block_bytes)) / len(addresses)
             # (no limit anywhere, or a single member: nothing is kept for another)
-            self._fixed_parts[key] = (not any(limits) if not all(limits)
-                                      else share <= 0.25 * min(limits))
+            self._fixed_parts[key] = (
+                not any(limits) if not all(limits) else share <= 0.25 * min(limits)
+            )
         return self._fixed_parts[key]
 
     def _members(self) -> tuple[list, list]:
@@ -472,23 +571,45 @@ class _BlockSCD:
             rows = [runtime.groups[g] for g in mine]
             coarse = None
             if self.coarse:
-                sums = None if self.problem.l1 > 0.0 else \
-                    [[self.row_sums[r] for r in group] for group in rows]
+                sums = (
+                    None
+                    if self.problem.l1 > 0.0
+                    else [[self.row_sums[r] for r in group] for group in rows]
+                )
                 coarse = (fit_key, self.coarse_space, sums)
-            certify = (fit_key, [[int(self.rows[r]) for r in group] for group in rows],
-                       self.offsets, kept, self._slim,
-                       self._resend if self._keeps_fixed_parts(addresses) else None)
+            certify = (
+                fit_key,
+                [[int(self.rows[r]) for r in group] for group in rows],
+                self.offsets,
+                kept,
+                self._slim,
+                self._resend if self._keeps_fixed_parts(addresses) else None,
+            )
             place = {} if single else {"workers": [address], "allow_other_workers": True}
-            members.append(runtime.submit(
-                block_collective.epoch_member, token, i, addresses, mine,
-                None if kept else [margins.parts[g] for g in mine],
-                None if kept else margins.pick,
-                [[self.cells[r] for r in group] for group in rows],
-                [[self.labels[r] for r in group] for group in rows],
-                None if kept else (coef, intercept), plan, self.problem,
-                self.source.n_samples, slack,
-                self.MEMBER_TIMEOUT, coarse, certify, name="epoch_member", retries=0,
-                **place))
+            members.append(
+                runtime.submit(
+                    block_collective.epoch_member,
+                    token,
+                    i,
+                    addresses,
+                    mine,
+                    None if kept else [margins.parts[g] for g in mine],
+                    None if kept else margins.pick,
+                    [[self.cells[r] for r in group] for group in rows],
+                    [[self.labels[r] for r in group] for group in rows],
+                    None if kept else (coef, intercept),
+                    plan,
+                    self.problem,
+                    self.source.n_samples,
+                    slack,
+                    self.MEMBER_TIMEOUT,
+                    coarse,
+                    certify,
+                    name="epoch_member",
+                    retries=0,
+                    **place,
+                )
+            )
         try:
             remaining, checked, pause = list(members), time.monotonic(), 0.001
             results = {}
@@ -506,8 +627,9 @@ class _BlockSCD:
                     # exchange now rather than at their timeout.
                     results[f.key] = runtime.gather(f)
                     if results[f.key] is not None and "aborted" in results[f.key]:
-                        raise collective.Aborted("a member could not meet the others: "
-                                                 + str(results[f.key]["aborted"]))
+                        raise collective.Aborted(
+                            "a member could not meet the others: " + str(results[f.key]["aborted"])
+                        )
                 remaining = [f for f in remaining if f not in finished]
                 if remaining and not single and time.monotonic() - checked > 1.0:
                     checked = time.monotonic()
@@ -527,8 +649,11 @@ class _BlockSCD:
         self.unsure = set(result["unsure"])
         self.member_seconds.append((float(result["waited"]),) + tuple(result["timing"]))
         certified = result["certified"]
-        return _Kept(token), (certified["coef"], float(certified["intercept"]),
-                              certified["certificate"])
+        return _Kept(token), (
+            certified["coef"],
+            float(certified["intercept"]),
+            certified["certificate"],
+        )
 
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
@@ -554,38 +679,45 @@ class _BlockSCD:
             cells = [None if p.block is None else self.cells[r][p.b] for r in range(R)]
             wide = self._tree(p.block)
             if pending is None:
-                stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
-                                         problem.loss, p.gram)
+                stats = runtime.map_rows(
+                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
+                )
             elif wide:
                 # Not fused: a fused task's statistics live as long as its margins (one
                 # result), i.e. through the line search; a wide block's are large.
                 margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
-                stats = runtime.map_rows(ops.block_stats, (cells, labels, margins),
-                                         problem.loss, p.gram)
+                stats = runtime.map_rows(
+                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
+                )
             else:
-                fused = runtime.map_rows(ops.apply_then_stats,
-                                         (margins, pending[0], cells, labels), pending[1],
-                                         problem.loss, p.gram)
+                fused = runtime.map_rows(
+                    ops.apply_then_stats,
+                    (margins, pending[0], cells, labels),
+                    pending[1],
+                    problem.loss,
+                    p.gram,
+                )
                 margins, stats = fused.item(0), fused.item(1)
             fixed = (problem, n, start, p.block, p.provable)
             # The direction and the step are summed inside the tasks that read them
             # (inline reductions); a Gram block's matrices and a wide block's statistics
             # over many row chunks take a tree of tasks.
             if p.tree:
-                step = direction = runtime.submit(ops.block_direction_from, *fixed,
-                                                  *runtime.tree_sum(stats))
+                step = direction = runtime.submit(
+                    ops.block_direction_from, *fixed, *runtime.tree_sum(stats)
+                )
             else:
-                step = direction = runtime.inline_reduce(ops.block_direction_from, fixed,
-                                                         stats)
+                step = direction = runtime.inline_reduce(ops.block_direction_from, fixed, stats)
             if p.trials:
-                trials = runtime.map_rows(ops.block_trials, (cells, labels, margins),
-                                          direction, problem, p.pure)
+                trials = runtime.map_rows(
+                    ops.block_trials, (cells, labels, margins), direction, problem, p.pure
+                )
                 if p.tree:
-                    step = runtime.submit(ops.block_choose, direction, n, slack,
-                                          *runtime.tree_sum(trials))
+                    step = runtime.submit(
+                        ops.block_choose, direction, n, slack, *runtime.tree_sum(trials)
+                    )
                 else:
-                    step = runtime.inline_reduce(ops.block_choose, (direction, n, slack),
-                                                 trials)
+                    step = runtime.inline_reduce(ops.block_choose, (direction, n, slack), trials)
             pending = (cells, step)
             steps[p.b] = runtime.evaluate(step)
         if pending is not None:
@@ -637,15 +769,16 @@ class _BlockSCD:
         row_sums = self.row_sums
         if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
             row_sums = self._active_row_sums(state["coef"])
-        stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins),
-                                 problem.loss)
-        direction = runtime.reduce(ops.coarse_direction, (problem, n, self.coarse_space, state),
-                                   stats)
+        stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins), problem.loss)
+        direction = runtime.reduce(
+            ops.coarse_direction, (problem, n, self.coarse_space, state), stats
+        )
         fixed = (problem, n, self.coarse_space, state, direction)
         if problem.loss == "squared":
             return runtime.submit(ops.coarse_apply, *fixed)
-        trials = runtime.map_rows(ops.coarse_trials, (row_sums, self.labels, margins),
-                                  direction, problem.loss)
+        trials = runtime.map_rows(
+            ops.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
+        )
         return runtime.reduce(ops.coarse_apply, fixed, trials)
 
     _support = _active = None  # the support S was last read for, and that S (Rows)
@@ -655,13 +788,21 @@ class _BlockSCD:
         the support changed since the last one (late epochs of an L1 fit keep it)."""
         support = np.asarray(coef) != 0.0
         if self._support is None or not np.array_equal(support, self._support):
-            self._active = self.runtime.map_rows(ops.active_row_sums, (self.cells,), coef,
-                                                 self.offsets, self.problem.fit_intercept)
+            self._active = self.runtime.map_rows(
+                ops.active_row_sums, (self.cells,), coef, self.offsets, self.problem.fit_intercept
+            )
             self._support = support
         return self._active
 
     def _certify(self, state):
         """Fresh margins from the state (θ, b) and the certificate on them (see
         :meth:`ClusterRuntime.certify`)."""
-        return self.runtime.certify(self.problem, self.source.n_samples, self.cells,
-                                    self.labels, self.rows, self.offsets, state)
+        return self.runtime.certify(
+            self.problem,
+            self.source.n_samples,
+            self.cells,
+            self.labels,
+            self.rows,
+            self.offsets,
+            state,
+        )

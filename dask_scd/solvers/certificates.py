@@ -26,8 +26,12 @@ def primal_certificate(problem, transpose_dot, y, coef, margins, weights=None) -
     a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
     xta = transpose_dot(a)
     cert = obj.primal_certificate(
-        problem, n_samples, coef, sums["loss"],
-        float(obj.dual_loss(problem.loss, y, a, weights).sum()), xta / n_samples,
+        problem,
+        n_samples,
+        coef,
+        sums["loss"],
+        float(obj.dual_loss(problem.loss, y, a, weights).sum()),
+        xta / n_samples,
         obj.vdot(a, margins),
     )
     return obj.rescaled_lasso_certificate(problem, cert, y, a, coef, weights)
@@ -51,8 +55,7 @@ def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept, weig
         candidates = [(a, matrix.dot(a) / n)]
     else:
         ext_sums = obj.margin_sums(problem, y, extrapolated, weights)
-        ext = obj.dual_point(problem, y, extrapolated, obj.dual_scales(problem, ext_sums),
-                             weights)
+        ext = obj.dual_point(problem, y, extrapolated, obj.dual_scales(problem, ext_sums), weights)
         xta, xt_ext = matrix.dot_pair(a, ext)
         candidates = [(a, xta / n), (ext, xt_ext / n)]
     if kept is not None:
@@ -60,15 +63,20 @@ def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept, weig
     best, best_point = None, None
     for dual, correlation in candidates:
         cert = obj.primal_certificate(
-            problem, n, coef, sums["loss"],
-            float(obj.dual_loss(problem.loss, y, dual, weights).sum()), correlation,
+            problem,
+            n,
+            coef,
+            sums["loss"],
+            float(obj.dual_loss(problem.loss, y, dual, weights).sum()),
+            correlation,
             obj.vdot(dual, margins),
         )
         cert = obj.rescaled_lasso_certificate(problem, cert, y, dual, coef, weights)
         if best is None or cert.dual > best.dual:
             best, best_point = cert, (dual, correlation)
-    cert = obj.Certificate(best.primal, best.dual, best.coordinate_gaps, best.intercept_gap,
-                           candidates[0][1])
+    cert = obj.Certificate(
+        best.primal, best.dual, best.coordinate_gaps, best.intercept_gap, candidates[0][1]
+    )
     return cert, best_point
 
 
@@ -89,8 +97,9 @@ def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start, weigh
     margins = matrix.dot(coef)
     intercept = 0.0
     if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start,
-                                          weights=weights)
+        intercept = obj.optimal_intercept(
+            problem.loss, y, margins, start=intercept_start, weights=weights
+        )
     cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept, weights)
     return cert, intercept, coef
 
@@ -124,9 +133,15 @@ class DualMemory:
         # by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊) with no pass.
         correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
         a = np.where(a > 0, a * scales[0], a * scales[1])
-        cert = obj.primal_certificate(problem, n, coef, loss_sum,
-                                      float(obj.dual_loss(problem.loss, y, a, self.weights).sum()),
-                                      correlation, obj.vdot(a, margins))
+        cert = obj.primal_certificate(
+            problem,
+            n,
+            coef,
+            loss_sum,
+            float(obj.dual_loss(problem.loss, y, a, self.weights).sum()),
+            correlation,
+            obj.vdot(a, margins),
+        )
         cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
@@ -181,16 +196,18 @@ class DualMemory:
         if not self.best > cert.dual:
             return cert
         intercept_gap = cert.primal - self.best - float(cert.coordinate_gaps.sum())
-        return obj.Certificate(cert.primal, self.best, cert.coordinate_gaps, intercept_gap,
-                               cert.correlation)
+        return obj.Certificate(
+            cert.primal, self.best, cert.coordinate_gaps, intercept_gap, cert.correlation
+        )
 
     def _extrapolate(self):
         points = np.array(self.points)
         differences = np.diff(points, axis=0)
         gram = differences @ differences.T
         try:
-            weights = np.linalg.solve(gram + 1e-14 * np.trace(gram) * np.eye(len(gram)),
-                                      np.ones(len(gram)))
+            weights = np.linalg.solve(
+                gram + 1e-14 * np.trace(gram) * np.eye(len(gram)), np.ones(len(gram))
+            )
         except np.linalg.LinAlgError:
             return None
         if not np.all(np.isfinite(weights)) or weights.sum() == 0.0:
@@ -219,5 +236,6 @@ class DualMemory:
             kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
             return float(obj.dual_loss(problem.loss, y, kappa * a, self.weights).sum()) / n
         conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
-        return (float(obj.dual_loss(problem.loss, y, a, self.weights).sum()) / n
-                - float(conjugate.sum()))
+        return float(obj.dual_loss(problem.loss, y, a, self.weights).sum()) / n - float(
+            conjugate.sum()
+        )

@@ -86,12 +86,16 @@ def coarse_newton(problem, g, h, blocks, sweeps=100) -> np.ndarray:
 
 def coarse_line_search(problem, change, g, shift, blocks) -> float:
     """The largest step t ∈ {1, 1/2, …} with Armijo decrease (0 if none)."""
+
     def penalty_change(t):
         return sum(
-            float(np.sum(_penalty(problem.l1, problem.l2, theta + t * shift[b]))
-                  - np.sum(_penalty(problem.l1, problem.l2, theta)))
+            float(
+                np.sum(_penalty(problem.l1, problem.l2, theta + t * shift[b]))
+                - np.sum(_penalty(problem.l1, problem.l2, theta))
+            )
             for b, theta in enumerate(blocks)
         )
+
     model = float(g @ shift) + penalty_change(1.0)
     for t, loss_change in zip(LINE_SEARCH_STEPS, change):
         if loss_change + penalty_change(t) <= _ARMIJO * t * model:
@@ -128,7 +132,7 @@ class CoarseCost:
         epoch = loss_cost * (n_entries + n * int(fit_intercept))
         touches = float(np.sum(row_touches))
         pairs = float(np.dot(row_touches.astype(np.float64), row_touches))
-        fixed = 3 * loss_cost * n + 2 * touches + dimensions ** 3 / 3
+        fixed = 3 * loss_cost * n + 2 * touches + dimensions**3 / 3
         stride = max(1, int(np.ceil(pairs / (HESSIAN_BUDGET * epoch))))
         step = fixed + (pairs + loss_cost * n) / stride
         spacing = max(1, int(np.ceil(step / (BUDGET * epoch))))
@@ -158,15 +162,22 @@ class LocalCoarse:
     stored entry of X and one per row.
     """
 
-    def __init__(self, row_sums, blocks: list, fit_intercept: bool, flat: bool,
-                 cost: CoarseCost | None = None, weights=None):
+    def __init__(
+        self,
+        row_sums,
+        blocks: list,
+        fit_intercept: bool,
+        flat: bool,
+        cost: CoarseCost | None = None,
+        weights=None,
+    ):
         self.row_sums = row_sums
         self.weights = weights  # the sample weights v (mean 1), or None
         self.blocks = blocks
         self.fit_intercept = fit_intercept
         self.flat = flat
         self.cost = cost
-        self.sampled = None if row_sums is None else row_sums[::cost.stride]
+        self.sampled = None if row_sums is None else row_sums[:: cost.stride]
         self._gram = None  # SᵀS/n, constant for the squared loss
 
     @classmethod
@@ -204,24 +215,33 @@ class LocalCoarse:
             return None
         columns = np.concatenate(blocks)
         indicator = sp.csr_matrix(
-            (np.ones(len(columns)), (columns, np.repeat(np.arange(len(blocks)),
-                                                                      [len(b) for b in blocks]))),
+            (
+                np.ones(len(columns)),
+                (columns, np.repeat(np.arange(len(blocks)), [len(b) for b in blocks])),
+            ),
             shape=(X.shape[1], len(blocks)),
         )
         row_sums = sp.csr_matrix(X @ indicator, dtype=np.float64)
         if problem.l1 > 0.0:
             ones = np.bincount(row_sums.indices[row_sums.data == 1.0], minlength=len(blocks))
             binary = _column_counts(X, X.data != 1.0) == 0
-            complete = [b for k, b in enumerate(blocks)
-                        if ones[k] == n_samples and np.all(binary[b])]
+            complete = [
+                b for k, b in enumerate(blocks) if ones[k] == n_samples and np.all(binary[b])
+            ]
             if not complete or (not fit_intercept and len(complete) < 2):
                 return None
             return cls(None, complete, fit_intercept, flat=True)
         if fit_intercept:
             row_sums = sp.hstack([row_sums, np.ones((n_samples, 1))], format="csr")
         row_sums.sum_duplicates()
-        cost = CoarseCost.plan(n_samples, np.diff(row_sums.indptr), _stored(X),
-                               row_sums.shape[1], LOSS_COST[problem.loss], fit_intercept)
+        cost = CoarseCost.plan(
+            n_samples,
+            np.diff(row_sums.indptr),
+            _stored(X),
+            row_sums.shape[1],
+            LOSS_COST[problem.loss],
+            fit_intercept,
+        )
         if not cost.used:
             return None
         return cls(row_sums, blocks, fit_intercept, flat=False, cost=cost, weights=weights)
@@ -231,8 +251,14 @@ class LocalCoarse:
         """The cost model with the blocks bounded from the row counts of X alone."""
         n_samples = X.shape[0]
         touches = _row_counts(X) + int(problem.fit_intercept)
-        return CoarseCost.plan(n_samples, touches, _stored(X), int(touches.max(initial=0)),
-                               LOSS_COST[problem.loss], problem.fit_intercept)
+        return CoarseCost.plan(
+            n_samples,
+            touches,
+            _stored(X),
+            int(touches.max(initial=0)),
+            LOSS_COST[problem.loss],
+            problem.fit_intercept,
+        )
 
     def due(self, epoch: int) -> bool:
         """Whether the step runs after ``epoch`` (every ``cost.spacing`` epochs)."""
@@ -282,10 +308,12 @@ class LocalCoarse:
     def _exact_step(self, problem, g, shift, u, thetas) -> float:
         """argmin_t of the quadratic objective along the shift: 1 when the curvature is
         exact, the correction of its row sample otherwise."""
-        slope = float(g @ shift) + problem.l2 * sum(float(shift[b] * theta.sum())
-                                                    for b, theta in enumerate(thetas))
+        slope = float(g @ shift) + problem.l2 * sum(
+            float(shift[b] * theta.sum()) for b, theta in enumerate(thetas)
+        )
         curve = obj.weighted_sum(u * u, self.weights) / len(u) + problem.l2 * sum(
-            len(theta) * float(shift[b]) ** 2 for b, theta in enumerate(thetas))
+            len(theta) * float(shift[b]) ** 2 for b, theta in enumerate(thetas)
+        )
         return max(0.0, -slope / curve) if curve > 0 else 0.0
 
     def _line_search(self, problem, y, margins, g, shift, u, thetas) -> float:

@@ -34,9 +34,11 @@ def compact_dtype(columns) -> np.dtype:
     """The smallest of uint8, int16 holding every value exactly, else float64."""
     if not columns:
         return np.dtype(np.uint8)
-    return _dtype_holding(min(float(c.min()) for c in columns),
-                          max(float(c.max()) for c in columns),
-                          all(np.array_equal(c, np.round(c)) for c in columns))
+    return _dtype_holding(
+        min(float(c.min()) for c in columns),
+        max(float(c.max()) for c in columns),
+        all(np.array_equal(c, np.round(c)) for c in columns),
+    )
 
 
 def _dtype_holding(lo: float, hi: float, integral: bool) -> np.dtype:
@@ -145,8 +147,11 @@ def row_sums_of_blocks(X, block_of, k: int) -> RowSums:
     stored = np.flatnonzero(~ones)
     stored_of = np.full(k, -1, dtype=np.int64)  # −1: the ones vector, not stored
     stored_of[stored] = np.arange(len(stored))
-    dtype = np.dtype(np.uint8) if len(stored) == 0 else _dtype_holding(
-        lo[stored].min(), hi[stored].max(), bool(integral[stored].all()))
+    dtype = (
+        np.dtype(np.uint8)
+        if len(stored) == 0
+        else _dtype_holding(lo[stored].min(), hi[stored].max(), bool(integral[stored].all()))
+    )
     counts = np.empty((n, len(stored)), dtype=dtype)
     if len(stored):
         block_kernels.row_block_sums_fill(*head, stored_of, counts)

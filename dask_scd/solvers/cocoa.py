@@ -79,15 +79,15 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
     """
     settings = _settings(options.engine, problem)
     if options.device == "gpu":
-        raise NotImplementedError("solver='cocoa' runs its local solvers on the CPU; "
-                                  "device='gpu' is not implemented for it")
+        raise NotImplementedError(
+            "solver='cocoa' runs its local solvers on the CPU; "
+            "device='gpu' is not implemented for it"
+        )
     if isinstance(data, InMemory):
-        return _run(_Here(), _memory_parts(data, problem, settings), problem, options,
-                    settings)
+        return _run(_Here(), _memory_parts(data, problem, settings), problem, options, settings)
     with fit_client(settings["client"]) as client:
         here = _Cluster(client)
-        run = _run(here, _dask_parts(here, data, problem, settings), problem, options,
-                   settings)
+        run = _run(here, _dask_parts(here, data, problem, settings), problem, options, settings)
     coef = np.empty(data.n_features)
     coef[data.feature_order] = run.coef
     run.coef = coef
@@ -95,12 +95,16 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
 
 
 def _settings(engine: dict, problem) -> dict:
-    settings = {"client": None, "n_partitions": None, "local_epochs": 1,
-                "aggregation": "adaptive", "split": "auto"}
+    settings = {
+        "client": None,
+        "n_partitions": None,
+        "local_epochs": 1,
+        "aggregation": "adaptive",
+        "split": "auto",
+    }
     settings.update(engine)
     if settings["aggregation"] not in AGGREGATIONS:
-        raise ValueError(f"aggregation={settings['aggregation']!r} is not one of "
-                         f"{AGGREGATIONS}")
+        raise ValueError(f"aggregation={settings['aggregation']!r} is not one of {AGGREGATIONS}")
     if settings["split"] not in SPLITS:
         raise ValueError(f"split={settings['split']!r} is not one of {SPLITS}")
     for name in ("n_partitions", "local_epochs"):
@@ -113,11 +117,15 @@ def _settings(engine: dict, problem) -> dict:
     if split == "auto":
         split = "examples" if problem.loss == "hinge" and problem.l1 == 0.0 else "features"
     if split == "examples" and problem.l1 > 0.0:
-        raise ValueError("split='examples' solves the dual, which needs an L2 penalty; use "
-                         "split='features' for an L1 term")
+        raise ValueError(
+            "split='examples' solves the dual, which needs an L2 penalty; use "
+            "split='features' for an L1 term"
+        )
     if split == "features" and problem.loss == "hinge":
-        raise ValueError("loss='hinge' is solved by example (split='examples'), whose dual "
-                         "needs an L2 penalty; or use loss='squared_hinge'")
+        raise ValueError(
+            "loss='hinge' is solved by example (split='examples'), whose dual "
+            "needs an L2 penalty; or use loss='squared_hinge'"
+        )
     settings["split"] = split
     return settings
 
@@ -146,8 +154,10 @@ class _Cluster:
     def submit(self, func, *args, part=None):
         placement = {}
         if part is not None and self.workers:
-            placement = {"workers": [self.workers[part % len(self.workers)]],
-                         "allow_other_workers": True}
+            placement = {
+                "workers": [self.workers[part % len(self.workers)]],
+                "allow_other_workers": True,
+            }
         return self.runtime.submit(func, *args, **placement)
 
     def gather(self, futures):
@@ -168,18 +178,29 @@ def _memory_parts(data: InMemory, problem, settings) -> dict:
     logistic = problem.loss == "logistic"
     if by_features:
         Xc = X.tocsc() if hasattr(X, "tocsc") else X
-        parts = [ops.make_part(Xc[:, lo:hi], "columns", logistic=logistic, weights=weights)
-                 for lo, hi in zip(bounds[:-1], bounds[1:])]
+        parts = [
+            ops.make_part(Xc[:, lo:hi], "columns", logistic=logistic, weights=weights)
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
     else:
         Xr = X.tocsr() if hasattr(X, "tocsr") else X
-        parts = [ops.make_part(Xr[lo:hi], "rows", y[lo:hi],
-                               weights=None if weights is None else weights[lo:hi])
-                 for lo, hi in zip(bounds[:-1], bounds[1:])]
+        parts = [
+            ops.make_part(
+                Xr[lo:hi], "rows", y[lo:hi], weights=None if weights is None else weights[lo:hi]
+            )
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
     sizes = np.diff(bounds)
     if weights is not None:  # what the tasks of every row read: the labels with their v
         y = WeightedLabels(y, weights)
-    return {"parts": parts, "sizes": sizes, "y": y, "n_samples": X.shape[0],
-            "n_features": X.shape[1], "n_row_sq": _row_sq_sum(parts)}
+    return {
+        "parts": parts,
+        "sizes": sizes,
+        "y": y,
+        "n_samples": X.shape[0],
+        "n_features": X.shape[1],
+        "n_row_sq": _row_sq_sum(parts),
+    }
 
 
 def _row_sq_sum(parts) -> float:
@@ -204,8 +225,10 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
     what = "column blocks" if by_features else "row chunks"
     K = settings["n_partitions"] or max(1, min(len(here.workers), units))
     if K > units:
-        raise ValueError(f"n_partitions={K} is more than the {units} {what} of X: the parts "
-                         f"are runs of its {what}; rechunk X (or write the grid) finer")
+        raise ValueError(
+            f"n_partitions={K} is more than the {units} {what} of X: the parts "
+            f"are runs of its {what}; rechunk X (or write the grid) finer"
+        )
     groups = np.array_split(np.arange(units), K)
     R = source.n_row_chunks
     logistic = problem.loss == "logistic"
@@ -215,19 +238,35 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
         if by_features:
             part_cells = [[cells[r][b] for b in group] for r in range(R)]
             weights = labels if source.weighted else None
-            parts.append(here.submit(ops.assemble_part, part_cells, "columns", where, weights,
-                                     logistic, part=k))
+            parts.append(
+                here.submit(
+                    ops.assemble_part, part_cells, "columns", where, weights, logistic, part=k
+                )
+            )
         else:
             part_cells = [list(cells[r]) for r in group]
-            parts.append(here.submit(ops.assemble_part, part_cells, "rows", where,
-                                     [labels[r] for r in group], False, part=k))
-    summaries = here.gather([here.submit(ops.part_summary, p, part=k)
-                             for k, p in enumerate(parts)])
+            parts.append(
+                here.submit(
+                    ops.assemble_part,
+                    part_cells,
+                    "rows",
+                    where,
+                    [labels[r] for r in group],
+                    False,
+                    part=k,
+                )
+            )
+    summaries = here.gather([here.submit(ops.part_summary, p, part=k) for k, p in enumerate(parts)])
     sizes = np.array([s["lines"] for s in summaries])
     y = here.submit(ops.join_labels, *labels)
-    return {"parts": parts, "sizes": sizes, "y": y, "n_samples": source.n_samples,
-            "n_features": source.n_features,
-            "n_row_sq": float(sum(s["sq_norm_sum"] for s in summaries))}
+    return {
+        "parts": parts,
+        "sizes": sizes,
+        "y": y,
+        "n_samples": source.n_samples,
+        "n_features": source.n_features,
+        "n_row_sq": float(sum(s["sq_norm_sum"] for s in summaries)),
+    }
 
 
 # ------------------------------------------------------------------------- the loop
@@ -253,8 +292,12 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
         rounds["relative_gap"].append(float(cert.relative_gap))
         rounds["seconds"].append(float(seconds))
     coef, intercept = solver.model()
-    extras = {"rounds": rounds, "n_partitions": solver.K, "split": settings["split"],
-              "aggregation": settings["aggregation"]}
+    extras = {
+        "rounds": rounds,
+        "n_partitions": solver.K,
+        "split": settings["split"],
+        "aggregation": settings["aggregation"],
+    }
     return Run(coef, intercept, cert, epoch, history, extras)
 
 
@@ -271,8 +314,7 @@ class _Primal:
         self.coef = np.zeros(parts["n_features"])
         self.intercept = 0.0
         if problem.fit_intercept:
-            self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss,
-                                                     self.y))
+            self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss, self.y))
         self.sigma = float(self.K) if settings["aggregation"] == "add" else 1.0
         self.margins = None
 
@@ -280,26 +322,54 @@ class _Primal:
         """Fresh margins from (θ, b), then the certificate: one pass over each part for
         X_kθ_k and one for X_kᵀa."""
         here, problem = self.here, self.problem
-        shares = [here.submit(ops.part_matvec, p, self.coef[s], part=k)
-                  for k, (p, s) in enumerate(zip(self.parts, self.slices))]
+        shares = [
+            here.submit(ops.part_matvec, p, self.coef[s], part=k)
+            for k, (p, s) in enumerate(zip(self.parts, self.slices))
+        ]
         point = here.submit(ops.primal_point, problem, self.y, self.intercept, *shares)
         dual_point = here.submit(ops.pick, point, "a")
-        correlations = [here.submit(ops.part_correlation, p, dual_point, part=k)
-                        for k, p in enumerate(self.parts)]
+        correlations = [
+            here.submit(ops.part_correlation, p, dual_point, part=k)
+            for k, p in enumerate(self.parts)
+        ]
         self.margins = here.submit(ops.pick, point, "margins")
-        return here.gather(here.submit(ops.primal_certificate, problem, self.y, self.coef,
-                                       point, *correlations))
+        return here.gather(
+            here.submit(ops.primal_certificate, problem, self.y, self.coef, point, *correlations)
+        )
 
     def round(self, rng) -> float:
         here, problem, settings = self.here, self.problem, self.settings
         seeds = rng.integers(2**63, size=self.K)
-        updates = [here.submit(ops.primal_solve, p, self.y, self.margins, self.coef[s],
-                               self.intercept, problem, settings["local_epochs"], int(seed),
-                               k == 0 and problem.fit_intercept, self.sigma, part=k)
-                   for k, (p, s, seed) in enumerate(zip(self.parts, self.slices, seeds))]
+        updates = [
+            here.submit(
+                ops.primal_solve,
+                p,
+                self.y,
+                self.margins,
+                self.coef[s],
+                self.intercept,
+                problem,
+                settings["local_epochs"],
+                int(seed),
+                k == 0 and problem.fit_intercept,
+                self.sigma,
+                part=k,
+            )
+            for k, (p, s, seed) in enumerate(zip(self.parts, self.slices, seeds))
+        ]
         direction = here.submit(ops.primal_direction, *updates)
-        step = here.gather(here.submit(ops.primal_step, problem, self.y, self.margins,
-                                       self.coef, direction, settings["aggregation"], self.K))
+        step = here.gather(
+            here.submit(
+                ops.primal_step,
+                problem,
+                self.y,
+                self.margins,
+                self.coef,
+                direction,
+                settings["aggregation"],
+                self.K,
+            )
+        )
         gamma = step["gamma"]
         self.coef = self.coef + gamma * step["coef"]
         self.intercept = self.intercept + gamma * step["intercept"]
@@ -332,18 +402,24 @@ class _Dual:
         if self.multiplier:
             self.rho = PENALTY_SCALE * parts["n_row_sq"] / n / self.alpha_n
         if problem.fit_intercept:
-            self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss,
-                                                     parts["y"]))
+            self.intercept = here.gather(
+                here.submit(ops.initial_intercept, problem.loss, parts["y"])
+            )
         self.sigma = float(self.K) if settings["aggregation"] == "add" else 1.0
-        self.duals = [here.submit(ops.dual_start, p, problem, self.intercept, part=k)
-                      for k, p in enumerate(self.parts)]
-        self.labels = [here.submit(ops.part_labels, p, part=k)
-                       for k, p in enumerate(self.parts)]
-        scatters = [here.submit(ops.part_scatter, p, a, 1.0 / self.alpha_n, part=k)
-                    for k, (p, a) in enumerate(zip(self.parts, self.duals))]
+        self.duals = [
+            here.submit(ops.dual_start, p, problem, self.intercept, part=k)
+            for k, p in enumerate(self.parts)
+        ]
+        self.labels = [here.submit(ops.part_labels, p, part=k) for k, p in enumerate(self.parts)]
+        scatters = [
+            here.submit(ops.part_scatter, p, a, 1.0 / self.alpha_n, part=k)
+            for k, (p, a) in enumerate(zip(self.parts, self.duals))
+        ]
         self.coef = here.gather(here.submit(ops.ordered_sum, *scatters))
-        sums = [here.submit(ops.part_dual_sum, p, a, part=k)
-                for k, (p, a) in enumerate(zip(self.parts, self.duals))]
+        sums = [
+            here.submit(ops.part_dual_sum, p, a, part=k)
+            for k, (p, a) in enumerate(zip(self.parts, self.duals))
+        ]
         self.total = here.gather(here.submit(ops.dual_total, *sums))
         self.certified = None
 
@@ -351,16 +427,30 @@ class _Dual:
         """The SDCA certificate of a projected onto Σa = 0, with w and b recomputed for it
         (two passes over each part)."""
         here, problem, K = self.here, self.problem, self.K
-        sums = [here.submit(ops.dual_sign_sums, p, a, part=k)
-                for k, (p, a) in enumerate(zip(self.parts, self.duals))]
+        sums = [
+            here.submit(ops.dual_sign_sums, p, a, part=k)
+            for k, (p, a) in enumerate(zip(self.parts, self.duals))
+        ]
         scales = here.submit(ops.dual_projection, problem, *sums)
-        scatters = [here.submit(ops.part_projected_scatter, p, a, scales, self.alpha_n, part=k)
-                    for k, (p, a) in enumerate(zip(self.parts, self.duals))]
+        scatters = [
+            here.submit(ops.part_projected_scatter, p, a, scales, self.alpha_n, part=k)
+            for k, (p, a) in enumerate(zip(self.parts, self.duals))
+        ]
         coef = here.submit(ops.ordered_sum, *scatters)
-        margins = [here.submit(ops.part_margins, p, coef, part=k)
-                   for k, p in enumerate(self.parts)]
-        result = here.gather(here.submit(ops.dual_certificate, problem, coef, self.intercept,
-                                         scales, K, *self.labels, *self.duals, *margins))
+        margins = [here.submit(ops.part_margins, p, coef, part=k) for k, p in enumerate(self.parts)]
+        result = here.gather(
+            here.submit(
+                ops.dual_certificate,
+                problem,
+                coef,
+                self.intercept,
+                scales,
+                K,
+                *self.labels,
+                *self.duals,
+                *margins,
+            )
+        )
         self.certified = result
         if not self.multiplier:
             self.intercept = result["intercept"]
@@ -369,16 +459,41 @@ class _Dual:
     def round(self, rng) -> float:
         here, problem, settings = self.here, self.problem, self.settings
         seeds = rng.integers(2**63, size=self.K)
-        updates = [here.submit(ops.dual_solve, p, a, self.coef, self.intercept, self.rho,
-                               self.total, problem, self.alpha_n, settings["local_epochs"],
-                               int(seed), self.sigma, part=k)
-                   for k, (p, a, seed) in enumerate(zip(self.parts, self.duals, seeds))]
+        updates = [
+            here.submit(
+                ops.dual_solve,
+                p,
+                a,
+                self.coef,
+                self.intercept,
+                self.rho,
+                self.total,
+                problem,
+                self.alpha_n,
+                settings["local_epochs"],
+                int(seed),
+                self.sigma,
+                part=k,
+            )
+            for k, (p, a, seed) in enumerate(zip(self.parts, self.duals, seeds))
+        ]
         summaries = [here.submit(ops.dual_summary, u, part=k) for k, u in enumerate(updates)]
         direction = here.submit(ops.dual_direction, *summaries)
-        step = here.submit(ops.dual_step, problem, self.n_samples, self.coef, self.intercept,
-                           self.rho, direction, settings["aggregation"], self.K)
-        self.duals = [here.submit(ops.dual_apply, a, u, step, part=k)
-                      for k, (a, u) in enumerate(zip(self.duals, updates))]
+        step = here.submit(
+            ops.dual_step,
+            problem,
+            self.n_samples,
+            self.coef,
+            self.intercept,
+            self.rho,
+            direction,
+            settings["aggregation"],
+            self.K,
+        )
+        self.duals = [
+            here.submit(ops.dual_apply, a, u, step, part=k)
+            for k, (a, u) in enumerate(zip(self.duals, updates))
+        ]
         step = here.gather(step)
         gamma = step["gamma"]
         self.coef = self.coef + gamma * step["coef"]

@@ -76,8 +76,7 @@ def make_part(X, axis: str, y=None, logistic: bool = False, weights=None) -> Par
     if axis == "columns":
         cubes = matrix.cube_sums(weights) if logistic else np.zeros(0)
         return Part(matrix, matrix.sq_norms(weights), cubes)
-    return Part(matrix, matrix.sq_norms(), np.zeros(0), None if y is None else labels(y),
-                weights)
+    return Part(matrix, matrix.sq_norms(), np.zeros(0), None if y is None else labels(y), weights)
 
 
 def _cell_array(cell):
@@ -94,8 +93,9 @@ def _cell_array(cell):
     return np.asarray(cell)
 
 
-def assemble_part(cells: list, axis: str, where: str, row_labels=None,
-                  logistic: bool = False) -> Part:
+def assemble_part(
+    cells: list, axis: str, where: str, row_labels=None, logistic: bool = False
+) -> Part:
     """(task) A part from its cells, ``cells[r][b]`` over its row chunks and blocks, on the
     worker that will solve it; ``row_labels`` (one per row chunk) for a dual part, and for
     a weighted primal part (its column norms read every row's weight). The values are
@@ -108,8 +108,10 @@ def assemble_part(cells: list, axis: str, where: str, row_labels=None,
                 raise ValueError(f"X contains NaN or infinity in {where}")
             check_feature_magnitude(largest, f" in {where}")
     if any(sp.issparse(cell) for row in grid for cell in row):
-        X = sp.bmat([[sp.csr_matrix(cell) for cell in row] for row in grid],
-                    format="csc" if axis == "columns" else "csr")
+        X = sp.bmat(
+            [[sp.csr_matrix(cell) for cell in row] for row in grid],
+            format="csc" if axis == "columns" else "csr",
+        )
     else:
         X = np.block(grid)
     joined = None if row_labels is None else join_labels(*row_labels)
@@ -119,8 +121,11 @@ def assemble_part(cells: list, axis: str, where: str, row_labels=None,
 
 def part_summary(part: Part) -> dict:
     """(task) What the client needs to know of a part: its lines and Σ‖line‖²."""
-    return {"lines": int(part.matrix.n_major), "sq_norm_sum": float(part.sq_norms.sum()),
-            "n_minor": int(part.matrix.n_minor)}
+    return {
+        "lines": int(part.matrix.n_major),
+        "sq_norm_sum": float(part.sq_norms.sum()),
+        "n_minor": int(part.matrix.n_minor),
+    }
 
 
 def join_labels(*row_labels):
@@ -197,8 +202,18 @@ def _penalty_slope_curvature(problem, coef, direction, gamma) -> tuple[float, fl
 # ------------------------------------------------------------------------- the primal
 
 
-def primal_solve(part: Part, y, margins, theta, intercept, problem, epochs: int, seed: int,
-                 with_intercept: bool, sigma: float = 1.0) -> dict:
+def primal_solve(
+    part: Part,
+    y,
+    margins,
+    theta,
+    intercept,
+    problem,
+    epochs: int,
+    seed: int,
+    with_intercept: bool,
+    sigma: float = 1.0,
+) -> dict:
     """(task) ``epochs`` epochs of coordinate descent on the part's columns (and on the
     intercept when ``with_intercept``), the margins of the other parts held fixed.
 
@@ -218,9 +233,23 @@ def primal_solve(part: Part, y, margins, theta, intercept, problem, epochs: int,
     rng = np.random.default_rng(seed)
     k = m.n_major + int(with_intercept)
     for _ in range(epochs):
-        args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, targets, local_margins,
-                local_theta, local_intercept, rng.permutation(k), problem.loss_code,
-                problem.l1, problem.l2 / sigma, part.sq_norms, part.cube_sums)
+        args = (
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            m.n_minor,
+            targets,
+            local_margins,
+            local_theta,
+            local_intercept,
+            rng.permutation(k),
+            problem.loss_code,
+            problem.l1,
+            problem.l2 / sigma,
+            part.sq_norms,
+            part.cube_sums,
+        )
         if weights is None:
             cpu.scd_epoch(*args)
         else:
@@ -230,16 +259,21 @@ def primal_solve(part: Part, y, margins, theta, intercept, problem, epochs: int,
     # keeps 7), which near the optimum turns the sign of the line's slope.
     delta = local_theta / sigma - theta
     delta_intercept = local_intercept[0] / sigma - intercept
-    return {"coef": delta, "intercept": delta_intercept,
-            "margins": m.scatter(delta) + delta_intercept}
+    return {
+        "coef": delta,
+        "intercept": delta_intercept,
+        "margins": m.scatter(delta) + delta_intercept,
+    }
 
 
 def primal_direction(*updates) -> dict:
     """(task) The aggregated direction: coefficient changes concatenated in part order, the
     margins' changes summed in part order."""
-    return {"coef": np.concatenate([u["coef"] for u in updates]),
-            "intercept": float(sum(u["intercept"] for u in updates)),
-            "margins": ordered_sum(*[u["margins"] for u in updates])}
+    return {
+        "coef": np.concatenate([u["coef"] for u in updates]),
+        "intercept": float(sum(u["intercept"] for u in updates)),
+        "margins": ordered_sum(*[u["margins"] for u in updates]),
+    }
 
 
 def primal_step(problem, y, margins, coef, direction: dict, aggregation: str, n_parts: int):
@@ -249,10 +283,8 @@ def primal_step(problem, y, margins, coef, direction: dict, aggregation: str, n_
     """
     gamma = {"average": 1.0 / n_parts, "add": 1.0}.get(aggregation)
     if gamma is None:
-        gamma = primal_gamma(problem, y, margins, coef, direction["coef"],
-                             direction["margins"])
-    return {"gamma": float(gamma), "coef": direction["coef"],
-            "intercept": direction["intercept"]}
+        gamma = primal_gamma(problem, y, margins, coef, direction["coef"], direction["margins"])
+    return {"gamma": float(gamma), "coef": direction["coef"], "intercept": direction["intercept"]}
 
 
 def primal_gamma(problem, y, margins, coef, delta_coef, delta_margins) -> float:
@@ -260,10 +292,12 @@ def primal_gamma(problem, y, margins, coef, delta_coef, delta_margins) -> float:
     y, weights = labels(y), row_weights(y)
     n = len(y)
     if problem.loss == "squared" and problem.l1 == 0.0:
-        numerator = (obj.weighted_sum((margins - y) * delta_margins, weights)
-                     + n * problem.l2 * obj.vdot(coef, delta_coef))
-        denominator = (obj.weighted_sum(delta_margins * delta_margins, weights)
-                       + n * problem.l2 * obj.vdot(delta_coef, delta_coef))
+        numerator = obj.weighted_sum(
+            (margins - y) * delta_margins, weights
+        ) + n * problem.l2 * obj.vdot(coef, delta_coef)
+        denominator = obj.weighted_sum(
+            delta_margins * delta_margins, weights
+        ) + n * problem.l2 * obj.vdot(delta_coef, delta_coef)
         return max(-numerator / denominator, 0.0) if denominator > 0.0 else 0.0
     moved = delta_margins != 0.0
     y_m, z_m, u_m = y[moved], margins[moved], delta_margins[moved]
@@ -272,8 +306,10 @@ def primal_gamma(problem, y, margins, coef, delta_coef, delta_margins) -> float:
     def slope_curvature(gamma):
         z = z_m + gamma * u_m
         slope = obj.weighted_sum(obj.loss_derivative(problem.loss, y_m, z) * u_m, v_m) / n
-        curvature = obj.weighted_sum(
-            obj.loss_second_derivative(problem.loss, y_m, z) * (u_m * u_m), v_m) / n
+        curvature = (
+            obj.weighted_sum(obj.loss_second_derivative(problem.loss, y_m, z) * (u_m * u_m), v_m)
+            / n
+        )
         pen_slope, pen_curvature = _penalty_slope_curvature(problem, coef, delta_coef, gamma)
         return slope + pen_slope, curvature + pen_curvature
 
@@ -292,9 +328,13 @@ def primal_point(problem, y, intercept, *shares) -> dict:
     margins = ordered_sum(*shares) + intercept
     sums = obj.margin_sums(problem, y, margins, weights)
     a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
-    return {"margins": margins, "a": a, "loss_sum": sums["loss"],
-            "dual_loss_sum": float(obj.dual_loss(problem.loss, y, a, weights).sum()),
-            "margin_dot": obj.vdot(a, margins)}
+    return {
+        "margins": margins,
+        "a": a,
+        "loss_sum": sums["loss"],
+        "dual_loss_sum": float(obj.dual_loss(problem.loss, y, a, weights).sum()),
+        "margin_dot": obj.vdot(a, margins),
+    }
 
 
 def part_correlation(part: Part, dual_point) -> np.ndarray:
@@ -305,9 +345,15 @@ def part_correlation(part: Part, dual_point) -> np.ndarray:
 def primal_certificate(problem, y, coef, point: dict, *correlations) -> obj.Certificate:
     """(task) The duality-gap certificate of (θ, b) from the parts' correlations."""
     y, weights = labels(y), row_weights(y)
-    cert = obj.primal_certificate(problem, len(y), coef, point["loss_sum"],
-                                  point["dual_loss_sum"], np.concatenate(correlations),
-                                  point["margin_dot"])
+    cert = obj.primal_certificate(
+        problem,
+        len(y),
+        coef,
+        point["loss_sum"],
+        point["dual_loss_sum"],
+        np.concatenate(correlations),
+        point["margin_dot"],
+    )
     return obj.rescaled_lasso_certificate(problem, cert, y, point["a"], coef, weights)
 
 
@@ -339,8 +385,19 @@ def part_dual_sum(part: Part, dual_coef) -> float:
     return obj.weighted_sum(dual_coef, part.weights)
 
 
-def dual_solve(part: Part, dual_coef, coef, intercept, rho, dual_total, problem, alpha_n,
-               epochs: int, seed: int, sigma: float = 1.0) -> dict:
+def dual_solve(
+    part: Part,
+    dual_coef,
+    coef,
+    intercept,
+    rho,
+    dual_total,
+    problem,
+    alpha_n,
+    epochs: int,
+    seed: int,
+    sigma: float = 1.0,
+) -> dict:
     """(task) ``epochs`` SDCA epochs on the part's rows given the shared w = Xᵀa/(αn).
 
     The steps are those of the augmented Lagrangian of the intercept's constraint
@@ -358,8 +415,20 @@ def dual_solve(part: Part, dual_coef, coef, intercept, rho, dual_total, problem,
     dual_sum = np.array([dual_total / sigma])
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
-        args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, part.y, local, local_coef,
-                rng.permutation(m.n_major), problem.loss_code, alpha_n / sigma, part.sq_norms)
+        args = (
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            m.n_minor,
+            part.y,
+            local,
+            local_coef,
+            rng.permutation(m.n_major),
+            problem.loss_code,
+            alpha_n / sigma,
+            part.sq_norms,
+        )
         shift = (float(intercept), rho * sigma, dual_sum)
         if part.weights is None:
             cpu.sdca_epoch(*args, *shift)
@@ -367,8 +436,11 @@ def dual_solve(part: Part, dual_coef, coef, intercept, rho, dual_total, problem,
             sdca_kernels.sdca_weighted_epoch(*args, part.weights, *shift)
     delta = local - dual_coef
     # Δw_k from the rounded Δa_k (not the difference of the kernel's w: see primal_solve).
-    return {"coef": m.scatter(weighted_dual(delta, part.weights)) / alpha_n, "delta": delta,
-            "line": dual_line_terms(problem.loss, part.y, dual_coef, delta, part.weights)}
+    return {
+        "coef": m.scatter(weighted_dual(delta, part.weights)) / alpha_n,
+        "delta": delta,
+        "line": dual_line_terms(problem.loss, part.y, dual_coef, delta, part.weights),
+    }
 
 
 def dual_summary(update: dict) -> dict:
@@ -388,22 +460,29 @@ def dual_line_terms(loss: str, y, dual_coef, delta, weights=None) -> dict:
     weigh each row, and the logistic rows travel with their v.
     """
     beta, step = dual_coef * y, delta * y
-    terms = {"sum": obj.weighted_sum(dual_coef, weights),
-             "delta_sum": obj.weighted_sum(delta, weights),
-             "limit": _domain_limit(loss, beta, step)}
+    terms = {
+        "sum": obj.weighted_sum(dual_coef, weights),
+        "delta_sum": obj.weighted_sum(delta, weights),
+        "limit": _domain_limit(loss, beta, step),
+    }
     if loss == "logistic":
         moved = step != 0.0
-        terms.update(beta=beta[moved], step=step[moved],
-                     weights=None if weights is None else weights[moved])
+        terms.update(
+            beta=beta[moved], step=step[moved], weights=None if weights is None else weights[moved]
+        )
         return terms
     if loss == "squared":  # d = ay − a²/2
-        terms.update(c1=obj.weighted_sum((y - dual_coef) * delta, weights),
-                     c2=-obj.weighted_sum(delta * delta, weights))
+        terms.update(
+            c1=obj.weighted_sum((y - dual_coef) * delta, weights),
+            c2=-obj.weighted_sum(delta * delta, weights),
+        )
     elif loss == "hinge":
         terms.update(c1=obj.weighted_sum(step, weights), c2=0.0)
     else:  # squared hinge: d = β − β²/4
-        terms.update(c1=obj.weighted_sum((1.0 - 0.5 * beta) * step, weights),
-                     c2=-0.5 * obj.weighted_sum(step * step, weights))
+        terms.update(
+            c1=obj.weighted_sum((1.0 - 0.5 * beta) * step, weights),
+            c2=-0.5 * obj.weighted_sum(step * step, weights),
+        )
     return terms
 
 
@@ -424,12 +503,15 @@ def _domain_limit(loss, beta, step) -> float:
 
 def dual_direction(*updates) -> dict:
     """(task) Δw summed in part order, and the parts' line terms in part order."""
-    return {"coef": ordered_sum(*[u["coef"] for u in updates]),
-            "lines": [u["line"] for u in updates]}
+    return {
+        "coef": ordered_sum(*[u["coef"] for u in updates]),
+        "lines": [u["line"] for u in updates],
+    }
 
 
-def dual_step(problem, n_samples, coef, intercept, rho, direction: dict, aggregation: str,
-              n_parts: int) -> dict:
+def dual_step(
+    problem, n_samples, coef, intercept, rho, direction: dict, aggregation: str, n_parts: int
+) -> dict:
     """(task) γ for the direction, and Δw for the client.
 
     ``adaptive`` maximizes the augmented dual
@@ -438,8 +520,9 @@ def dual_step(problem, n_samples, coef, intercept, rho, direction: dict, aggrega
     """
     gamma = {"average": 1.0 / n_parts, "add": 1.0}.get(aggregation)
     if gamma is None:
-        gamma = dual_gamma(problem, n_samples, coef, intercept, rho, direction["coef"],
-                           direction["lines"])
+        gamma = dual_gamma(
+            problem, n_samples, coef, intercept, rho, direction["coef"], direction["lines"]
+        )
     lines = direction["lines"]
     total = sum(t["sum"] for t in lines) + gamma * sum(t["delta_sum"] for t in lines)
     return {"gamma": float(gamma), "coef": direction["coef"], "dual_total": float(total)}
@@ -525,12 +608,13 @@ def dual_certificate(problem, coef, intercept_start, scales, n_parts, *arrays) -
     K = n_parts
     joined = join_labels(*arrays[:K])
     y, weights = labels(joined), row_weights(joined)
-    dual_coef = weighted_dual(projected(np.concatenate(arrays[K:2 * K]), scales), weights)
-    margins = np.concatenate(arrays[2 * K:])
+    dual_coef = weighted_dual(projected(np.concatenate(arrays[K : 2 * K]), scales), weights)
+    margins = np.concatenate(arrays[2 * K :])
     intercept = 0.0
     if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, margins, start=intercept_start,
-                                          weights=weights)
+        intercept = obj.optimal_intercept(
+            problem.loss, y, margins, start=intercept_start, weights=weights
+        )
     cert = obj.sdca_certificate(problem, y, dual_coef, coef, margins + intercept, weights)
     return {"certificate": cert, "intercept": float(intercept), "coef": coef}
 

@@ -33,15 +33,20 @@ from dask_scd.data.memory import InMemory
 from dask_scd.kernels import cpu, device, sdca
 from dask_scd.result import History
 from dask_scd.runtime import strategies
-from dask_scd.runtime.tiers import (DeviceMemory, GridStore, HostMemory, MatrixStore,
-                                    SlowStore, Tier)
+from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
 from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.certificates import dual_certificate, primal_certificate
 from dask_scd.solvers.sdca import PENALTY_SCALE, dual_start, weighted_dual
 from dask_scd.validation import check_sample_weight
 
-OPTIONS = ("memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh",
-           "certify_every")
+OPTIONS = (
+    "memory_budget",
+    "local_epochs",
+    "residency",
+    "chunk_size",
+    "gap_refresh",
+    "certify_every",
+)
 # Lines per chunk by default: about this many chunks (smaller chunks sharpen the choice;
 # each costs a little bookkeeping per round).
 _DEFAULT_CHUNKS = 256
@@ -91,8 +96,7 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     ``extras["slow_bytes_read"]``. Sample weights the grid stores weigh the losses, as
     in :func:`fit_duhl`."""
     # The weights the grid stores, scaled as every other engine reads them.
-    weights = check_sample_weight(grid.stored_weights(), grid.shape[0],
-                                  "the grid's sample weights")
+    weights = check_sample_weight(grid.stored_weights(), grid.shape[0], "the grid's sample weights")
     _check_weighted_device(weights, options)
     axis = _axis(problem)
     settings = _settings(options.engine, 0)
@@ -101,8 +105,9 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     if problem.loss in obj.CLASSIFICATION_LOSSES:
         values = np.unique(y)
         if len(values) != 2:
-            raise ValueError(f"loss={problem.loss!r} needs two classes in the grid's labels, "
-                             f"got {len(values)}")
+            raise ValueError(
+                f"loss={problem.loss!r} needs two classes in the grid's labels, got {len(values)}"
+            )
         y = np.where(y == values[1], 1.0, -1.0)
     run = _run(store, y, problem, options, settings, weights)
     run.coef = grid.to_original_order(run.coef)
@@ -111,27 +116,36 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
 
 def _check_weighted_device(weights, options: Options):
     if weights is not None and options.device == "gpu":
-        raise ValueError("sample weights are solved by the CPU epochs of solver='duhl': "
-                         "pass device='cpu'")
+        raise ValueError(
+            "sample weights are solved by the CPU epochs of solver='duhl': pass device='cpu'"
+        )
 
 
 def _axis(problem) -> str:
     if problem.loss == "hinge":
         if problem.l1 > 0:
-            raise ValueError("solver='duhl' solves the hinge in the dual, which needs an L2 "
-                             "penalty; use loss='squared_hinge' for an L1 term")
+            raise ValueError(
+                "solver='duhl' solves the hinge in the dual, which needs an L2 "
+                "penalty; use loss='squared_hinge' for an L1 term"
+            )
         return "rows"
     return "columns"
 
 
 def _settings(engine: dict, n_lines: int) -> dict:
-    settings = {"memory_budget": None, "local_epochs": 2, "residency": "duhl",
-                "chunk_size": max(1, -(-n_lines // _DEFAULT_CHUNKS)), "gap_refresh": 0.1,
-                "certify_every": 1}
+    settings = {
+        "memory_budget": None,
+        "local_epochs": 2,
+        "residency": "duhl",
+        "chunk_size": max(1, -(-n_lines // _DEFAULT_CHUNKS)),
+        "gap_refresh": 0.1,
+        "certify_every": 1,
+    }
     settings.update(engine)
     if settings["residency"] not in strategies.RESIDENCIES:
-        raise ValueError(f"residency={settings['residency']!r} is not one of "
-                         f"{strategies.RESIDENCIES}")
+        raise ValueError(
+            f"residency={settings['residency']!r} is not one of {strategies.RESIDENCIES}"
+        )
     for name in ("local_epochs", "chunk_size", "certify_every"):
         if int(settings[name]) < 1:
             raise ValueError(f"{name} must be a positive integer, got {settings[name]!r}")
@@ -148,8 +162,9 @@ def _run(store: SlowStore, y, problem, options: Options, settings, sample_weight
     tier = Tier(store, fast, int(budget))
     weights = None
     if settings["residency"] == "importance":  # a pass over X: only when it is needed
-        weights = np.bincount(store.chunk_of_line, weights=store.sq_norms(),
-                              minlength=store.n_chunks)
+        weights = np.bincount(
+            store.chunk_of_line, weights=store.sq_norms(), minlength=store.n_chunks
+        )
     policy = strategies.residency(settings["residency"], weights)
     solver = (_Primal if store.axis == "columns" else _Dual)(store, y, problem, sample_weight)
     return _Rounds(tier, solver, policy, options, settings).run()
@@ -161,8 +176,14 @@ class _Rounds:
     def __init__(self, tier: Tier, solver, policy, options: Options, settings):
         self.tier, self.solver, self.policy = tier, solver, policy
         self.options, self.settings = options, settings
-        self.rounds = {"round": [], "relative_gap": [], "swaps": [], "bytes_moved": [],
-                       "resident_lines": [], "seconds": []}
+        self.rounds = {
+            "round": [],
+            "relative_gap": [],
+            "swaps": [],
+            "bytes_moved": [],
+            "resident_lines": [],
+            "seconds": [],
+        }
 
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
@@ -191,11 +212,13 @@ class _Rounds:
                     if pool is not None:
                         refresh = pool.submit(solver.gaps, snapshot, sample, store)
                 matrix, lines = tier.matrix()
-                solver.solve(matrix, tier.epoch_matrix(), lines,
-                             self.settings["local_epochs"], rng)
+                solver.solve(matrix, tier.epoch_matrix(), lines, self.settings["local_epochs"], rng)
                 if sample is not None:
-                    z[sample] = (refresh.result() if refresh is not None
-                                 else solver.gaps(snapshot, sample, store))
+                    z[sample] = (
+                        refresh.result()
+                        if refresh is not None
+                        else solver.gaps(snapshot, sample, store)
+                    )
                 z[lines] = solver.resident_gaps(matrix, lines)
                 if certify:
                     cert = solver.certificate()
@@ -203,8 +226,9 @@ class _Rounds:
                     seconds = time.perf_counter() - start
                     history.append(epoch, cert.relative_gap, cert.primal, seconds)
                     self.options.progress.update(epoch, cert.relative_gap, cert.primal)
-                self._record(epoch, cert if certify else None, loads, len(lines),
-                             time.perf_counter() - start)
+                self._record(
+                    epoch, cert if certify else None, loads, len(lines), time.perf_counter() - start
+                )
         finally:
             if pool is not None:
                 pool.shutdown()
@@ -236,13 +260,15 @@ class _Primal:
         self.coef = np.zeros(store.n_lines)
         self.intercept = np.array([0.0])
         if problem.fit_intercept:
-            self.intercept[0] = obj.optimal_intercept(problem.loss, self.y, np.zeros(n),
-                                                      weights=weights)
+            self.intercept[0] = obj.optimal_intercept(
+                problem.loss, self.y, np.zeros(n), weights=weights
+            )
         self.margins = np.full(n, self.intercept[0])
 
     def certificate(self):
-        return primal_certificate(self.problem, self.store.dot, self.y, self.coef,
-                                  self.margins, self.weights)
+        return primal_certificate(
+            self.problem, self.store.dot, self.y, self.coef, self.margins, self.weights
+        )
 
     def certified_gaps(self, cert) -> np.ndarray:
         # The Lipschitzed gaps, not the rescaled lasso certificate's: at θ = 0 those are
@@ -263,8 +289,11 @@ class _Primal:
 
     def _column_gaps(self, coef_lines, correlation, bound):
         p = self.problem
-        gaps = (obj.penalty_terms(p, coef_lines) + obj.penalty_conjugate(p, correlation, bound)
-                - correlation * coef_lines)
+        gaps = (
+            obj.penalty_terms(p, coef_lines)
+            + obj.penalty_conjugate(p, correlation, bound)
+            - correlation * coef_lines
+        )
         return np.maximum(gaps, 0.0)
 
     def gaps(self, snapshot, lines, store) -> np.ndarray:
@@ -288,9 +317,23 @@ class _Primal:
         cubes = matrix.cube_sums(self.weights) if p.loss == "logistic" else np.zeros(0)
         k = len(lines) + int(p.fit_intercept)
         for _ in range(epochs):
-            args = (m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
-                    theta, self.intercept, rng.permutation(k), p.loss_code, p.l1, p.l2,
-                    sq_norms, cubes)
+            args = (
+                m.data,
+                m.indices,
+                m.indptr,
+                m.dense,
+                len(self.y),
+                self.y,
+                self.margins,
+                theta,
+                self.intercept,
+                rng.permutation(k),
+                p.loss_code,
+                p.l1,
+                p.l2,
+                sq_norms,
+                cubes,
+            )
             if self.weights is None:
                 kernels.scd_epoch(*args)
             else:
@@ -319,12 +362,16 @@ class _Dual:
         n = len(y)
         self.alpha_n = problem.alpha * n
         self.row_sq_norms = store.sq_norms()
-        self.rho = (PENALTY_SCALE * float(self.row_sq_norms.mean()) / self.alpha_n
-                    if problem.fit_intercept else 0.0)
+        self.rho = (
+            PENALTY_SCALE * float(self.row_sq_norms.mean()) / self.alpha_n
+            if problem.fit_intercept
+            else 0.0
+        )
         self.intercept = 0.0
         if problem.fit_intercept:
-            self.intercept = obj.optimal_intercept(problem.loss, self.y, np.zeros(n),
-                                                   weights=weights)
+            self.intercept = obj.optimal_intercept(
+                problem.loss, self.y, np.zeros(n), weights=weights
+            )
         self.dual_coef = dual_start(problem, self.y, self.intercept, weights)
         self.coef = store.scatter(self.dual()) / self.alpha_n
 
@@ -333,8 +380,9 @@ class _Dual:
         return weighted_dual(self.dual_coef if dual_coef is None else dual_coef, self.weights)
 
     def certificate(self):
-        cert, _, _ = dual_certificate(self.problem, self.store, self.y, self.dual(),
-                                      self.coef, self.intercept, self.weights)
+        cert, _, _ = dual_certificate(
+            self.problem, self.store, self.y, self.dual(), self.coef, self.intercept, self.weights
+        )
         return cert
 
     def certified_gaps(self, cert) -> np.ndarray:
@@ -382,25 +430,54 @@ class _Dual:
             dual_sum = np.array([self.dual().sum()])  # Σa over all rows, carried by the kernel
             order = rng.permutation(len(lines))
             if self.weights is None:
-                kernels.sdca_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y, local,
-                                   self.coef, order, p.loss_code, self.alpha_n, sq_norms,
-                                   self.intercept, rho, dual_sum)
+                kernels.sdca_epoch(
+                    m.data,
+                    m.indices,
+                    m.indptr,
+                    m.dense,
+                    m.n_minor,
+                    y,
+                    local,
+                    self.coef,
+                    order,
+                    p.loss_code,
+                    self.alpha_n,
+                    sq_norms,
+                    self.intercept,
+                    rho,
+                    dual_sum,
+                )
             else:
-                sdca.sdca_weighted_epoch(m.data, m.indices, m.indptr, m.dense, m.n_minor, y,
-                                         local, self.coef, order, p.loss_code, self.alpha_n,
-                                         sq_norms, self.weights[lines], self.intercept,
-                                         rho, dual_sum)
+                sdca.sdca_weighted_epoch(
+                    m.data,
+                    m.indices,
+                    m.indptr,
+                    m.dense,
+                    m.n_minor,
+                    y,
+                    local,
+                    self.coef,
+                    order,
+                    p.loss_code,
+                    self.alpha_n,
+                    sq_norms,
+                    self.weights[lines],
+                    self.intercept,
+                    rho,
+                    dual_sum,
+                )
             self.dual_coef[lines] = local
             self.intercept += rho * dual_sum[0]
 
     def final(self):
         # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-        cert, intercept, coef = dual_certificate(self.problem, self.store, self.y,
-                                                 self.dual(), None, self.intercept,
-                                                 self.weights)
+        cert, intercept, coef = dual_certificate(
+            self.problem, self.store, self.y, self.dual(), None, self.intercept, self.weights
+        )
         margins = self.store.dot(coef) + intercept
-        primal = primal_certificate(self.problem, self.store.scatter, self.y, coef, margins,
-                                    self.weights)
+        primal = primal_certificate(
+            self.problem, self.store.scatter, self.y, coef, margins, self.weights
+        )
         if primal.gap < cert.gap:
             cert = primal
         return coef, float(intercept), cert

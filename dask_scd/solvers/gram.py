@@ -92,9 +92,16 @@ class GramSystem:
             position = np.full(p, -1, dtype=np.int64)
             position[columns] = np.arange(k)
             out = np.zeros((k + 1, k + 1))
-            newton_kernels.weighted_gram(rows.data, rows.indices, rows.indptr, n, position,
-                                         np.ones(n) if weights is None else weights, True,
-                                         out)
+            newton_kernels.weighted_gram(
+                rows.data,
+                rows.indices,
+                rows.indptr,
+                n,
+                position,
+                np.ones(n) if weights is None else weights,
+                True,
+                out,
+            )
             out += out.T - np.diag(out.diagonal())  # each pair landed in one triangle
             x_mean = out[:k, k] / total if fit_intercept else np.zeros(k)
             gram = out[:k, :k] - total * np.outer(x_mean, x_mean)  # (X − 1μᵀ)ᵀV(X − 1μᵀ)
@@ -108,11 +115,15 @@ class GramSystem:
 
             x_mean = np.zeros(k)
             if fit_intercept and weights is None:
-                x_mean = (X.mean(axis=0, dtype=np.float64) if every
-                          else sum(chunk_of(rows).sum(axis=0) for rows in chunks) / n)
+                x_mean = (
+                    X.mean(axis=0, dtype=np.float64)
+                    if every
+                    else sum(chunk_of(rows).sum(axis=0) for rows in chunks) / n
+                )
             elif fit_intercept:
-                x_mean = (weights @ X if every
-                          else sum(weights[rows] @ chunk_of(rows) for rows in chunks)) / total
+                x_mean = (
+                    weights @ X if every else sum(weights[rows] @ chunk_of(rows) for rows in chunks)
+                ) / total
             roots = None if weights is None else np.sqrt(weights)
             gram = np.zeros((k, k))
             xty = np.zeros(k)
@@ -139,7 +150,9 @@ class GramSystem:
         residual_sq = max(self.yy + w_q - float(coef @ self.xty), 0.0)  # ‖r‖²/n
         residual_dot_y = residual_sq - w_q  # rᵀy/n = rᵀyc/n = ‖r‖²/n + θᵀXcᵀr/n
         cert = obj.primal_certificate(
-            problem, n, coef,
+            problem,
+            n,
+            coef,
             loss_sum=0.5 * residual_sq * n,
             dual_loss_sum=(residual_dot_y - 0.5 * residual_sq) * n,  # Σ a_i y_i − a_i²/2
             correlation=-gradient,  # Xᵀr/n
@@ -164,8 +177,11 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     coef = np.zeros(n_features)
     history = History()
     epoch = 0
-    intercept = obj.optimal_intercept("squared", y, np.zeros(len(y)), weights=weights) \
-        if problem.fit_intercept else 0.0
+    intercept = (
+        obj.optimal_intercept("squared", y, np.zeros(len(y)), weights=weights)
+        if problem.fit_intercept
+        else 0.0
+    )
     if options.start is not None:  # a warm start: its support enters the working set
         coef[:], intercept = options.start
     if problem.l1 > 0.0:
@@ -177,9 +193,12 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     target = _INNER * tol
     system = None
     stalled = 0
-    null_loss = 0.5 * float(np.average((y - (np.average(y, weights=weights)
-                                             if problem.fit_intercept else 0.0)) ** 2,
-                                       weights=weights))
+    null_loss = 0.5 * float(
+        np.average(
+            (y - (np.average(y, weights=weights) if problem.fit_intercept else 0.0)) ** 2,
+            weights=weights,
+        )
+    )
     while cert is None or cert.relative_gap > tol:
         if 2 * len(working) > n_features:
             working = np.arange(n_features)
@@ -201,8 +220,11 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             # Far above that floor (the gap a large share of the null model's loss) the
             # inner solve is creeping, not stalled: it goes on, to max_iter at most.
             creeping = cert.gap > _FLOOR * null_loss
-            stalled = stalled + 1 if (previous is not None and cert.gap > 0.5 * previous.gap
-                                      and not creeping) else 0
+            stalled = (
+                stalled + 1
+                if (previous is not None and cert.gap > 0.5 * previous.gap and not creeping)
+                else 0
+            )
             if stalled >= _STALL_ROUNDS:
                 break
             target = max(0.01 * target, 1e-16)
@@ -274,8 +296,11 @@ def _support_step(system: GramSystem, problem, coef, signs):
         move = scipy.linalg.cho_solve(scipy.linalg.cho_factor(matrix), residual)
     except np.linalg.LinAlgError:
         move = None
-    if move is None or not np.all(np.isfinite(move)) or \
-            np.linalg.norm(matrix @ move - residual) > 1e-9 * max(np.linalg.norm(rhs), 1e-300):
+    if (
+        move is None
+        or not np.all(np.isfinite(move))
+        or np.linalg.norm(matrix @ move - residual) > 1e-9 * max(np.linalg.norm(rhs), 1e-300)
+    ):
         # Collinear columns (one-hot fields that each sum to 1, no intercept): Cholesky
         # fails or returns noise; the least-norm correction instead, which keeps θ_S's
         # component along H's null space (the objective there changes by (l1·s − Xᵀy/n)ᵀv
@@ -341,5 +366,6 @@ class _ExactCertificate:
             shift = obj.optimal_intercept("squared", self.y, margins, weights=self.weights)
             margins += shift
             intercept += shift
-        return primal_certificate(self.problem, transpose_dot, self.y, coef, margins,
-                                  self.weights), intercept
+        return primal_certificate(
+            self.problem, transpose_dot, self.y, coef, margins, self.weights
+        ), intercept

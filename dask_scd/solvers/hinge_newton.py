@@ -163,8 +163,17 @@ class _Model:
         band = np.flatnonzero((beta > 0.0) & (beta < 1.0))
         grad = (parts[0] + parts[1]) / n + problem.l2 * coef
         smoothing = mu * float(np.sum(beta[band] * (1.0 - beta[band]))) / n
-        return cls(design, problem, coef, grad, float(grad_rows.sum()) / n, band,
-                   _band_rows(design, band), mu, smoothing)
+        return cls(
+            design,
+            problem,
+            coef,
+            grad,
+            float(grad_rows.sum()) / n,
+            band,
+            _band_rows(design, band),
+            mu,
+            smoothing,
+        )
 
     def narrow(self, y, beta, mu) -> None:
         """The model of P_μ' at the same point, μ' < μ, with every row kept on its piece.
@@ -211,8 +220,9 @@ class _Model:
             solution, passes, inner = cholesky_solve(hessian, rhs), share, "cholesky"
         else:
             # Solved tightly: a step with the right band is then exact.
-            model = Model(problem, self.coef, 0.0, self.grad, 0.0, weights, weights,
-                          forcing=_CG_FORCING)
+            model = Model(
+                problem, self.coef, 0.0, self.grad, 0.0, weights, weights, forcing=_CG_FORCING
+            )
             solution, iterations = conjugate_gradients(banded, model, rhs)
             passes, inner = share * (1 + iterations), "cg"
         return solution[:p], float(solution[p]) if fit_b else 0.0, passes, inner
@@ -223,8 +233,9 @@ def _band_rows(design, band):
     rows = design.rows
     if rows.dense:
         return rows.data.reshape(rows.n_major, rows.n_minor)[band]
-    return sp.csr_matrix((rows.data, rows.indices, rows.indptr),
-                         shape=(rows.n_major, rows.n_minor))[band]
+    return sp.csr_matrix(
+        (rows.data, rows.indices, rows.indptr), shape=(rows.n_major, rows.n_minor)
+    )[band]
 
 
 def _exact_step(problem, y, margins, direction, mu, coef, delta) -> float:
@@ -271,8 +282,9 @@ def _finish(design, problem, y, coef, intercept, mu, duals):
     parts = design.signed_scatter(grad_rows)
     hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
     cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
-    dual_cert, dual_intercept, dual_coef = dual_certificate(problem, rows, y, beta * y, None,
-                                                            intercept)
+    dual_cert, dual_intercept, dual_coef = dual_certificate(
+        problem, rows, y, beta * y, None, intercept
+    )
     dual_cert = duals.tighten(dual_cert)
     passes = 4.0
     if dual_cert.gap < cert.gap:

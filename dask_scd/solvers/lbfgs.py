@@ -43,8 +43,10 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """L-BFGS for the smooth losses with an L2 penalty, with or without intercept and
     sample weights. ``options.max_iter`` counts iterations (two passes each)."""
     if problem.l1 > 0.0 or problem.unpenalized:
-        raise ValueError("solver='lbfgs' solves L2-penalized problems (use 'newton' for "
-                         "L1 / elastic net and penalty=None)")
+        raise ValueError(
+            "solver='lbfgs' solves L2-penalized problems (use 'newton' for "
+            "L1 / elastic net and penalty=None)"
+        )
     y, weights = data.y, data.weights
     n, p = data.X.shape
     meter = Meter()
@@ -94,8 +96,7 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         delta, delta_b = (d[:-1], float(d[-1])) if fit_b else (d, 0.0)
         direction = design.rows.dot(delta) + delta_b
         meter.add("direction", 1.0, tick)
-        t = _line_search(problem, y, margins, direction, loss_sum, coef, delta, slope,
-                         weights)
+        t = _line_search(problem, y, margins, direction, loss_sum, coef, delta, slope, weights)
         if t == 0.0:
             if pairs:  # the quasi-Newton model misled: forget it, try the gradient
                 pairs.clear()
@@ -116,8 +117,9 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     # The returned certificate is on margins recomputed from X.
     tick = time.perf_counter()
     margins = design.rows.dot(coef) + intercept
-    final = duals.tighten(primal_certificate(problem, design.rows.scatter, y, coef, margins,
-                                             weights))
+    final = duals.tighten(
+        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
+    )
     meter.add("certificate", 2.0, tick)
     return Run(coef, float(intercept), final, step, history, meter.as_dict())
 
@@ -139,10 +141,12 @@ def _two_loop(g, pairs) -> np.ndarray:
     return q
 
 
-def _line_search(problem, y, margins, direction, loss_sum, coef, delta, slope,
-                 weights=None) -> float:
+def _line_search(
+    problem, y, margins, direction, loss_sum, coef, delta, slope, weights=None
+) -> float:
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·∇Fᵀd (0 if none).
     O(n + p) per trial: the loss along the margins' direction, the penalty on θ."""
     base = loss_sum / len(y) + obj.penalty_value(problem, coef)
-    return backtrack(problem, y, margins, direction, coef, delta, base, slope,
-                     1e-15 * abs(base), weights)
+    return backtrack(
+        problem, y, margins, direction, coef, delta, base, slope, 1e-15 * abs(base), weights
+    )

@@ -71,8 +71,11 @@ class Softmax:
         self.Y = mn.one_hot(codes, n_classes)
         self.counts = mn.class_counts(codes, n_classes, weights)
         self.xt_onehot = self.transpose_dot(self.weighted(self.Y))
-        self.column_sums = (np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
-                            if weights is None else self.transpose_dot(weights))
+        self.column_sums = (
+            np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+            if weights is None
+            else self.transpose_dot(weights)
+        )
         self.squares = X.multiply(X).tocsr() if sp.issparse(X) else np.square(X)
 
     @property
@@ -94,8 +97,10 @@ class Softmax:
     def diagonal(self, P):
         """The Hessian's diagonal of the loss: (X²)ᵀ(V·P(1 − P))/n and Σ_i v p(1 − p)/n."""
         curvature = self.weighted(P * (1.0 - P))
-        return (np.asarray(self.squares.T @ curvature, dtype=np.float64) / self.n,
-                curvature.sum(axis=0) / self.n)
+        return (
+            np.asarray(self.squares.T @ curvature, dtype=np.float64) / self.n,
+            curvature.sum(axis=0) / self.n,
+        )
 
     def csc(self):
         """X as CSC triples for the coordinate-descent kernel (built once)."""
@@ -113,15 +118,19 @@ class Point:
         self.W, self.b = W, b
         margins = softmax.dot(W, b)
         self.P, lse = mn.softmax_rows(margins)
-        self.loss_total = obj.weighted_sum(lse - margins[np.arange(softmax.n), softmax.codes],
-                                           softmax.weights)
+        self.loss_total = obj.weighted_sum(
+            lse - margins[np.arange(softmax.n), softmax.codes], softmax.weights
+        )
         weighted = softmax.weighted(self.P)  # VP
         self.xt_prob = softmax.transpose_dot(weighted)
         self.margins = margins
         n = softmax.n
         self.grad_loss = (self.xt_prob - softmax.xt_onehot) / n  # Xᵀ(V(P − Y))/n
-        self.grad_b = (weighted.sum(axis=0) - softmax.counts) / n if problem.fit_intercept \
+        self.grad_b = (
+            (weighted.sum(axis=0) - softmax.counts) / n
+            if problem.fit_intercept
             else np.zeros(softmax.n_classes)
+        )
         self.objective = self.loss_total / n + mn.penalty_value(problem, W)
 
 
@@ -153,14 +162,24 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
         meter.add("gradient", 2.0, tick)
         if problem.unpenalized:
             grad = point.grad_loss
-            violation = max(float(np.abs(grad).max(initial=0.0)),
-                            float(np.abs(point.grad_b).max(initial=0.0)))
+            violation = max(
+                float(np.abs(grad).max(initial=0.0)), float(np.abs(point.grad_b).max(initial=0.0))
+            )
             grad_norm = violation / max(1.0, abs(point.objective))
             measure, cert = grad_norm, None
         else:
-            cert, _ = mn.certify(problem, W, softmax.codes, point.P, point.loss_total,
-                                 point.xt_prob, softmax.xt_onehot, softmax.column_sums,
-                                 softmax.counts, softmax.weights)
+            cert, _ = mn.certify(
+                problem,
+                W,
+                softmax.codes,
+                point.P,
+                point.loss_total,
+                point.xt_prob,
+                softmax.xt_onehot,
+                softmax.column_sums,
+                softmax.counts,
+                softmax.weights,
+            )
             gaps.append(cert.gap)
             measure = cert.relative_gap
         history.append(step, measure, point.objective, time.perf_counter() - start)
@@ -175,8 +194,7 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
             violation = optimality_violation(problem, point)
             first_norm = first_norm or max(violation, np.finfo(float).tiny)
             forcing = min(0.1, np.sqrt(violation / first_norm))
-            delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation,
-                                                      forcing)
+            delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation, forcing)
             meter.add("solve:cd", passes, tick)
         else:
             grad = point.grad_loss + problem.l2 * W
@@ -198,15 +216,25 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
         final = obj.Certificate(point.objective, nan, np.full((p, K), nan), nan)
         # Without a penalty W + c1ᵀ is as good as W: the one with rows summing to zero.
         W = W - W.mean(axis=1, keepdims=True)
-        return Run(W.T.copy(), _centred(b), final, step, history, meter.as_dict(),
-                   grad_norm=grad_norm)
+        return Run(
+            W.T.copy(), _centred(b), final, step, history, meter.as_dict(), grad_norm=grad_norm
+        )
     W_best, b_best = stopping.returned(cert, W, b)
     final = cert
     if W_best is not W:
         point = Point(softmax, problem, W_best, b_best)
-        final, _ = mn.certify(problem, W_best, softmax.codes, point.P, point.loss_total,
-                              point.xt_prob, softmax.xt_onehot, softmax.column_sums,
-                              softmax.counts, softmax.weights)
+        final, _ = mn.certify(
+            problem,
+            W_best,
+            softmax.codes,
+            point.P,
+            point.loss_total,
+            point.xt_prob,
+            softmax.xt_onehot,
+            softmax.column_sums,
+            softmax.counts,
+            softmax.weights,
+        )
     extras = meter.as_dict()
     extras["primal_minus_dual"] = gaps
     final = mn.transposed(final)
@@ -240,7 +268,12 @@ def _l2_direction(softmax: Softmax, problem, point: Point, grad, forcing):
     diag_b = np.where(diag_b > 0.0, diag_b, 1.0)
     d, d_b, products = conjugate_gradients(
         lambda v, v_b: _hessian_product(softmax, problem, point.P, v, v_b),
-        -grad, -point.grad_b, diag, diag_b, forcing)
+        -grad,
+        -point.grad_b,
+        diag,
+        diag_b,
+        forcing,
+    )
     passes = 1.0 + 2.0 * products
     if not problem.fit_intercept:
         d_b[:] = 0.0
@@ -289,8 +322,11 @@ def optimality_violation(problem, point: Point) -> float:
     coefficients and the intercepts (0 at the optimum)."""
     smooth = point.grad_loss + problem.l2 * point.W
     W, l1 = point.W, problem.l1
-    violation = np.where(W > 0, np.abs(smooth + l1),
-                         np.where(W < 0, np.abs(smooth - l1), np.maximum(np.abs(smooth) - l1, 0)))
+    violation = np.where(
+        W > 0,
+        np.abs(smooth + l1),
+        np.where(W < 0, np.abs(smooth - l1), np.maximum(np.abs(smooth) - l1, 0)),
+    )
     return max(float(violation.max(initial=0.0)), float(np.abs(point.grad_b).max(initial=0.0)))
 
 
@@ -313,10 +349,28 @@ def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, for
     # move far; the next outer step's gradient, and the gap, would tell).
     active = (point.W != 0.0) | (np.abs(point.grad_loss) > _WORKING_SHARE * problem.l1)
     indptr, indices, values = softmax.csc()
-    sweeps = model_cd(indptr, indices, values, point.P, softmax.weighted(point.P), U, s,
-                      point.grad_loss, diag,
-                      point.W, delta, point.grad_b, delta_b, diag_b, problem.l1, problem.l2,
-                      problem.fit_intercept, _MAX_SWEEPS, tol, active)
+    sweeps = model_cd(
+        indptr,
+        indices,
+        values,
+        point.P,
+        softmax.weighted(point.P),
+        U,
+        s,
+        point.grad_loss,
+        diag,
+        point.W,
+        delta,
+        point.grad_b,
+        delta_b,
+        diag_b,
+        problem.l1,
+        problem.l2,
+        problem.fit_intercept,
+        _MAX_SWEEPS,
+        tol,
+        active,
+    )
     return delta, delta_b, U, 1.0 + float(sweeps) * float(active.mean())
 
 

@@ -103,8 +103,11 @@ def gradient_part(cells, y, W, b, with_labels: bool, curvature: bool = False) ->
     if with_labels:
         K = W.shape[1]
         part["xt_onehot"] = np.asarray(X.T @ mn.weighted_rows(mn.one_hot(codes, K), v))
-        part["column_sums"] = (np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
-                               if v is None else np.asarray(X.T @ v, dtype=np.float64).ravel())
+        part["column_sums"] = (
+            np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+            if v is None
+            else np.asarray(X.T @ v, dtype=np.float64).ravel()
+        )
         part["counts"] = mn.class_counts(codes, K, v)
     return part
 
@@ -161,15 +164,18 @@ class _Reducer:
         self.client, self.cells, self.labels = client, cells, labels
 
     def map(self, function, *args, labels=False):
-        futures = [self.client.submit(function, self.cells[r],
-                                      *((self.labels[r],) if labels else ()), *args,
-                                      pure=False)
-                   for r in range(len(self.cells))]
+        futures = [
+            self.client.submit(
+                function, self.cells[r], *((self.labels[r],) if labels else ()), *args, pure=False
+            )
+            for r in range(len(self.cells))
+        ]
         parts = self.client.gather(futures)
         total = parts[0]
         for part in parts[1:]:  # fixed order: the sum does not depend on the workers
-            total = ({k: total[k] + part[k] for k in total} if isinstance(total, dict)
-                     else total + part)
+            total = (
+                {k: total[k] + part[k] for k in total} if isinstance(total, dict) else total + part
+            )
         return total
 
 
@@ -182,12 +188,15 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
     its ``intercept`` (n_classes,).
     """
     if not isinstance(source, DaskSource):
-        raise ValueError("loss='multinomial' over dask takes a dask array; a grid above "
-                         "in_memory_limit is fitted by LogisticRegression(multi_class='ovr')")
+        raise ValueError(
+            "loss='multinomial' over dask takes a dask array; a grid above "
+            "in_memory_limit is fitted by LogisticRegression(multi_class='ovr')"
+        )
     unsupported = {k: v for k, v in options.engine.items() if k != "client" and v}
     if unsupported:
-        raise ValueError(f"loss='multinomial' over dask takes no {sorted(unsupported)} "
-                         "(only client=)")
+        raise ValueError(
+            f"loss='multinomial' over dask takes no {sorted(unsupported)} (only client=)"
+        )
     with fit_client(options.engine.get("client")) as client:
         cells, labels = source.connect(client)
         run = _newton(_Reducer(client, cells, labels), source, problem, options)
@@ -219,8 +228,7 @@ def _newton(reduce: _Reducer, source, problem, options) -> Run:
                 part = reduce.map(gradient_part, W, b, False, curvature, labels=True)
         meter.add("gradient", 1.0, tick)
         grad_loss = (part["xt_prob"] - fixed["xt_onehot"]) / n
-        grad_b = ((part["prob_sums"] - fixed["counts"]) / n if problem.fit_intercept
-                  else np.zeros(K))
+        grad_b = (part["prob_sums"] - fixed["counts"]) / n if problem.fit_intercept else np.zeros(K)
         objective = part["loss"] / n + mn.penalty_value(problem, W)
         if problem.unpenalized:
             violation = max(float(np.abs(grad_loss).max()), float(np.abs(grad_b).max()))
@@ -260,13 +268,15 @@ def _newton(reduce: _Reducer, source, problem, options) -> Run:
         nan = float("nan")
         final = obj.Certificate(objective, nan, np.full((K, p), nan), nan)
         W = W - W.mean(axis=1, keepdims=True)
-        return Run(W.T.copy(), _centred(b), final, step, history, meter.as_dict(),
-                   grad_norm=grad_norm)
+        return Run(
+            W.T.copy(), _centred(b), final, step, history, meter.as_dict(), grad_norm=grad_norm
+        )
     W, b = stopping.returned(cert, W, b)
     if not stopping.fresh:  # the best iterate was an earlier one: certify it again
         part = reduce.map(gradient_part, W, b, False, labels=True)
-        cert = _certificate(problem, W, part, fixed, n,
-                            part["loss"] / n + mn.penalty_value(problem, W))
+        cert = _certificate(
+            problem, W, part, fixed, n, part["loss"] / n + mn.penalty_value(problem, W)
+        )
     extras = meter.as_dict()
     extras["primal_minus_dual"] = gaps
     final = mn.transposed(cert)
@@ -275,8 +285,7 @@ def _newton(reduce: _Reducer, source, problem, options) -> Run:
 
 def _certificate(problem, W, part, fixed, n, primal) -> obj.Certificate:
     """The certificate of the module's docstring from the gradient pass's sums."""
-    t, pi = (mn.mixing(part["prob_sums"], fixed["counts"]) if problem.fit_intercept
-             else (0.0, None))
+    t, pi = mn.mixing(part["prob_sums"], fixed["counts"]) if problem.fit_intercept else (0.0, None)
     xt_q = (1.0 - t) * part["xt_prob"]
     if t > 0.0:
         xt_q = xt_q + t * np.outer(fixed["column_sums"], pi)
@@ -308,8 +317,8 @@ def _newton_direction(problem, n, hessian, grad, grad_b):
         solution = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), rhs)
     except np.linalg.LinAlgError:
         solution = scipy.linalg.lstsq(H, rhs)[0]
-    d_b = solution[p * K:] if problem.fit_intercept else np.zeros(K)
-    return solution[:p * K].reshape(p, K), d_b
+    d_b = solution[p * K :] if problem.fit_intercept else np.zeros(K)
+    return solution[: p * K].reshape(p, K), d_b
 
 
 def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
@@ -332,8 +341,11 @@ def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
 
 def _line_search(reduce, problem, n, W, b, D, d_b, objective, grad_loss, grad_b) -> float:
     """The first trial step passing the Armijo test (all trials in one pass)."""
-    decrease = (float(np.sum(grad_loss * D) + np.sum(grad_b * d_b))
-                + mn.penalty_value(problem, W + D) - mn.penalty_value(problem, W))
+    decrease = (
+        float(np.sum(grad_loss * D) + np.sum(grad_b * d_b))
+        + mn.penalty_value(problem, W + D)
+        - mn.penalty_value(problem, W)
+    )
     if not (np.any(D) or np.any(d_b)) or not np.isfinite(decrease):
         return 0.0
     if decrease > -_ROUNDING * abs(objective):

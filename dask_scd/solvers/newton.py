@@ -61,8 +61,10 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     for ``loss="hinge"`` (:mod:`dask_scd.solvers.registry`).
     """
     if problem.loss == "hinge":
-        raise ValueError("fit_newton solves the smooth losses; loss='hinge' is "
-                         "hinge_newton.fit_hinge_newton's (solver='newton' picks it)")
+        raise ValueError(
+            "fit_newton solves the smooth losses; loss='hinge' is "
+            "hinge_newton.fit_hinge_newton's (solver='newton' picks it)"
+        )
     if problem.unpenalized:
         return fit_unpenalized(data, problem, options)
     X, y, weights = data.X, data.y, data.weights
@@ -106,8 +108,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             # step's error of the dual optimum, so it may certify (θ, b) as it is and
             # spare the step.
             tick = time.perf_counter()
-            model = Model(problem, coef, intercept, grad, float(grad_rows.sum()) / n,
-                          grad_rows, curv)
+            model = Model(
+                problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv
+            )
             violation = model.violation()
             first_violation = first_violation or max(violation, np.finfo(float).tiny)
             set_inner_targets(model, cert, options.tol, violation, first_violation)
@@ -123,8 +126,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             meter.add(f"solve:{solved[4]}", solved[3], tick)
             if _near_the_end(model, solved, cert, options.tol):
                 tick = time.perf_counter()
-                meter.add("certificate", duals.offer_linearized(
-                    design, grad_rows, curv, solved[2], model.correlation), tick)
+                meter.add(
+                    "certificate",
+                    duals.offer_linearized(design, grad_rows, curv, solved[2], model.correlation),
+                    tick,
+                )
                 cert = duals.tighten(cert)
         history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
         options.progress.update(step, cert.relative_gap, cert.primal)
@@ -139,8 +145,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         step += 1
         delta, delta_b, direction = solved[:3]
         tick = time.perf_counter()
-        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b,
-                         weights)
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b, weights)
         meter.add("line_search", 0.0, tick)
         if t == 0.0:
             if sampled:  # no decrease along the sampled direction: the full Hessian's
@@ -158,8 +163,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     if not stopping.fresh:  # certify on margins recomputed from scratch
         tick = time.perf_counter()
         margins = design.rows.dot(coef) + intercept
-        final = duals.tighten(primal_certificate(problem, design.rows.scatter, y, coef,
-                                                 margins, weights))
+        final = duals.tighten(
+            primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
+        )
         meter.add("certificate", 2.0, tick)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
@@ -188,8 +194,11 @@ def _start(problem: obj.Problem, design: Design, y, start, weights=None, memo=No
         if known is not None and known[1] == intercept and np.array_equal(known[0], coef):
             return coef, intercept, np.array(known[2], dtype=np.float64)
         return coef, intercept, design.rows.dot(coef) + intercept
-    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
-        if problem.fit_intercept else 0.0
+    intercept = (
+        obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
+        if problem.fit_intercept
+        else 0.0
+    )
     return np.zeros(p), intercept, np.full(n, intercept)
 
 
@@ -208,8 +217,11 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
     meter.add("setup", 0.0, start)
     coef = np.zeros(p)
-    intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights) \
-        if problem.fit_intercept else 0.0
+    intercept = (
+        obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
+        if problem.fit_intercept
+        else 0.0
+    )
     grad_rows, curv = np.empty(n), np.empty(n)
     history = History()
     step, first_violation = 0, None
@@ -218,8 +230,15 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         margins = design.rows.dot(coef) + intercept
         loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
         parts = design.signed_scatter(grad_rows)
-        model = Model(problem, coef, intercept, (parts[0] + parts[1]) / n,
-                      float(grad_rows.sum()) / n, grad_rows, curv)
+        model = Model(
+            problem,
+            coef,
+            intercept,
+            (parts[0] + parts[1]) / n,
+            float(grad_rows.sum()) / n,
+            grad_rows,
+            curv,
+        )
         meter.add("gradient", 2.0, tick)
         primal, violation = loss_sum / n, model.violation()
         grad_norm = violation / max(1.0, abs(primal))
@@ -233,8 +252,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         tick = time.perf_counter()
         delta, delta_b, direction, passes, inner = l2_direction(design, model)
         meter.add(f"solve:{inner}", passes, tick)
-        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b,
-                         weights)
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b, weights)
         if t == 0.0:
             break
         step += 1
@@ -242,8 +260,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         intercept += t * delta_b
     nan = float("nan")
     cert = obj.Certificate(primal, nan, np.full(p, nan), nan)
-    return Run(coef, float(intercept), cert, step, history, meter.as_dict(),
-               grad_norm=grad_norm)
+    return Run(coef, float(intercept), cert, step, history, meter.as_dict(), grad_norm=grad_norm)
 
 
 def _near_the_end(model, solved, cert, tol) -> bool:
@@ -265,8 +282,9 @@ def _derivatives(problem, y, margins, weights, grad_rows, curv) -> float:
     return kernels.weighted_derivatives(problem.loss_code, y, margins, weights, grad_rows, curv)
 
 
-def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b,
-                 weights=None) -> float:
+def _line_search(
+    problem, y, margins, direction, loss_sum, model, delta, delta_b, weights=None
+) -> float:
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·(∇fᵀΔ + penalty change)
     (0 if none, or Δ = 0). O(n) per trial, no pass over X."""
     n = len(y)
@@ -282,12 +300,12 @@ def _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b
         # still can: take the unit step of the local model (the caller keeps the best
         # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
         return 1.0
-    return backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise,
-                     weights)
+    return backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)
 
 
-def backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise,
-              weights=None) -> float:
+def backtrack(
+    problem, y, margins, direction, coef, delta, base, decrease, noise, weights=None
+) -> float:
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − ``base`` ≤ ARMIJO·t·``decrease`` +
     ``noise`` (0 if none): F from the loss along ``margins + t·direction`` (O(n), no pass
     over X) and the penalty at θ + tΔ."""
@@ -297,8 +315,10 @@ def backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise
         if weights is None:
             trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
         else:
-            trial = kernels.weighted_loss_along(problem.loss_code, y, margins, weights,
-                                                direction, t) / n
+            trial = (
+                kernels.weighted_loss_along(problem.loss_code, y, margins, weights, direction, t)
+                / n
+            )
         trial += obj.penalty_value(problem, coef + t * delta)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t

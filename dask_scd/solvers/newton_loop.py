@@ -25,8 +25,11 @@ class Meter:
         self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - since
 
     def as_dict(self) -> dict:
-        return {"passes": dict(self.passes), "seconds": dict(self.seconds),
-                "total_passes": float(sum(self.passes.values()))}
+        return {
+            "passes": dict(self.passes),
+            "seconds": dict(self.seconds),
+            "total_passes": float(sum(self.passes.values())),
+        }
 
 
 @dataclass

@@ -50,8 +50,12 @@ class Plan:
 
     def as_dict(self) -> dict:
         """The plan as the results report it (``extras_["plan"]``)."""
-        return {"engine": self.engine.name, "device": self.device, "rule": self.rule,
-                "predicted_passes": self.passes}
+        return {
+            "engine": self.engine.name,
+            "device": self.device,
+            "rule": self.rule,
+            "predicted_passes": self.passes,
+        }
 
 
 def runs_in_memory(solver: str, source, problem: Problem, limit: int) -> bool:
@@ -60,10 +64,16 @@ def runs_in_memory(solver: str, source, problem: Problem, limit: int) -> bool:
     would not solve the weights (said in a warning); a named in-memory engine always,
     unless it runs a grid out of core."""
     fits = registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk)
-    if (source.weighted and solver == "auto" and not fits
-            and problem.loss not in registry.get(registry.dask_auto(source, problem)).weighted):
-        warn(f"the Dask engine for this problem does not solve sample weights: this weighted "
-             f"fit brings X ({source.nbytes / 2**20:.0f} MiB stored) into memory")
+    if (
+        source.weighted
+        and solver == "auto"
+        and not fits
+        and problem.loss not in registry.get(registry.dask_auto(source, problem)).weighted
+    ):
+        warn(
+            f"the Dask engine for this problem does not solve sample weights: this weighted "
+            f"fit brings X ({source.nbytes / 2**20:.0f} MiB stored) into memory"
+        )
         return True
     return fits
 
@@ -74,9 +84,17 @@ def auto_in_memory(nbytes: int, limit: int = registry.IN_MEMORY_LIMIT) -> bool:
     return registry.runs_in_memory("auto", nbytes, limit)
 
 
-def plan(solver: str, problem: Problem, data, *, requested: str = "cpu",
-         available: str = "cpu", on_device: bool = False, given: str | None = None,
-         options=()) -> Plan:
+def plan(
+    solver: str,
+    problem: Problem,
+    data,
+    *,
+    requested: str = "cpu",
+    available: str = "cpu",
+    on_device: bool = False,
+    given: str | None = None,
+    options=(),
+) -> Plan:
     """The plan of a fit of ``data`` (in memory, or a dask source that stays there).
 
     Parameters
@@ -96,8 +114,7 @@ def plan(solver: str, problem: Problem, data, *, requested: str = "cpu",
     """
     engine = registry.resolve(solver, problem, data, given=given)
     rule, passes = _why(solver, problem, data, engine)
-    if solver == "auto" and engine.name == "block_newton" and set(options) & set(
-            RESIDENCY_OPTIONS):
+    if solver == "auto" and engine.name == "block_newton" and set(options) & set(RESIDENCY_OPTIONS):
         engine, rule = registry.get("block_scd"), "a memory budget is block SCD's to keep"
     device = _device(engine, solver, problem, data, requested, available, on_device, given)
     if isinstance(device, Plan):  # auto again, among the engines with GPU kernels
@@ -105,8 +122,9 @@ def plan(solver: str, problem: Problem, data, *, requested: str = "cpu",
     return Plan(engine, device, rule, passes)
 
 
-def point_plan(solver: str, problem: Problem, data, *, requested: str, available: str,
-               warm: bool) -> Plan:
+def point_plan(
+    solver: str, problem: Problem, data, *, requested: str, available: str, warm: bool
+) -> Plan:
     """The plan of one point of an in-memory path: with ``solver="auto"`` and a warm start
     on the CPU, the cheapest of the engines that start from it (SDCA's dual iterate
     cannot: Adult, 10 logistic L2 points from C = 0.01 to 10, 0.9 s by Newton alone
@@ -117,20 +135,29 @@ def point_plan(solver: str, problem: Problem, data, *, requested: str, available
         # relative gap 8e-3 after 1000 epochs, where Newton certifies 2e-10 in 2 steps).
         among = WARM_ENGINES[1:] if problem.l1 > 0.0 else WARM_ENGINES
         engine = registry.resolve("auto", problem, data, among=among)
-        return Plan(engine, "cpu", "warm start: the fewest predicted passes of "
-                    f"{list(among)}", _passes(problem, data, among))
+        return Plan(
+            engine,
+            "cpu",
+            f"warm start: the fewest predicted passes of {list(among)}",
+            _passes(problem, data, among),
+        )
     return plan(solver, problem, data, requested=requested, available=available)
 
 
-def fit_hands_over(solver: str, engine, run, data, problem: Problem, tol: float,
-                   options) -> bool:
+def fit_hands_over(solver: str, engine, run, data, problem: Problem, tol: float, options) -> bool:
     """Whether the in-memory run that ``solver="auto"`` chose ends in Newton's: a
     coordinate engine (:data:`HANDS_OVER`) short of tol on an L1 problem, with no engine
     options and no callback stop, where Newton solves the problem."""
-    return (solver == "auto" and engine.name in HANDS_OVER
-            and registry.data_kind(data) == "memory" and problem.l1 > 0.0 and not options
-            and not run.stopped_by_callback and not run.converged(tol)
-            and registry.get("newton").refusal(problem, data.weighted) is None)
+    return (
+        solver == "auto"
+        and engine.name in HANDS_OVER
+        and registry.data_kind(data) == "memory"
+        and problem.l1 > 0.0
+        and not options
+        and not run.stopped_by_callback
+        and not run.converged(tol)
+        and registry.get("newton").refusal(problem, data.weighted) is None
+    )
 
 
 def point_hands_over(solver: str, engine, gap: float, tol: float) -> bool:
@@ -150,13 +177,17 @@ def _device(engine, solver, problem, data, requested, available, on_device, give
     kind = registry.data_kind(data)
     if engine.data != "memory" and kind != "memory":
         if on_device and requested == "cpu":
-            raise ValueError("the chunks of X are in device memory (cupy): pass device='gpu' "
-                             "(or 'auto') to run the block engines' CUDA kernels on them, or "
-                             "move them to the host (X.map_blocks(cupy.asnumpy))")
+            raise ValueError(
+                "the chunks of X are in device memory (cupy): pass device='gpu' "
+                "(or 'auto') to run the block engines' CUDA kernels on them, or "
+                "move them to the host (X.map_blocks(cupy.asnumpy))"
+            )
         if not on_device and requested == "gpu":
-            raise ValueError("device='gpu' with dask input runs on chunks in device memory: "
-                             "make them cupy arrays (X.map_blocks(cupy.asarray)); a grid's "
-                             "cells are read into host memory")
+            raise ValueError(
+                "device='gpu' with dask input runs on chunks in device memory: "
+                "make them cupy arrays (X.map_blocks(cupy.asarray)); a grid's "
+                "cells are read into host memory"
+            )
         return "gpu" if on_device else "cpu"
     if available == "cpu":
         return "cpu"
@@ -171,8 +202,12 @@ def _device(engine, solver, problem, data, requested, available, on_device, give
         # Among the engines with GPU kernels (the Gram engine's regime, n ≥ 4p, is then
         # the primal's: p coordinates, not n).
         engine = registry.resolve("auto", problem, data, among=among)
-        return Plan(engine, "gpu", f"on the GPU: the fewest predicted passes of {among}",
-                    _passes(problem, data, among))
+        return Plan(
+            engine,
+            "gpu",
+            f"on the GPU: the fewest predicted passes of {among}",
+            _passes(problem, data, among),
+        )
     raise ValueError(f"device='gpu': {reason}")
 
 
@@ -186,8 +221,9 @@ def _why(solver, problem, data, engine) -> tuple[str, dict | None]:
         if registry.newton_forms_curvature(data):
             return "block Newton forms the p × p curvature of the row chunks", None
         if engine.name == "block_scd":
-            return ("wide X: block SCD (an L1 term, or L2 on a grid of pure blocks run "
-                    "collectively)"), None
+            return (
+                "wide X: block SCD (an L1 term, or L2 on a grid of pure blocks run collectively)"
+            ), None
         return "wide X: block Newton by conjugate gradients on curvature products", None
     if problem.unpenalized or problem.loss == MULTINOMIAL:
         return "the one engine of penalty=None and of the softmax loss", None
@@ -198,5 +234,4 @@ def _why(solver, problem, data, engine) -> tuple[str, dict | None]:
 def _passes(problem, data, among=None) -> dict:
     """The cost model's predicted passes (of ``among``, when given)."""
     costs = registry.predicted_passes(problem, data)
-    return {name: float(cost) for name, cost in costs.items()
-            if among is None or name in among}
+    return {name: float(cost) for name, cost in costs.items() if among is None or name in among}

@@ -128,8 +128,9 @@ class Design:
         rows = self.rows
         if rows.dense:
             return self.X
-        return scipy.sparse.csr_matrix((rows.data, rows.indices, rows.indptr),
-                                       shape=(rows.n_major, rows.n_minor), copy=False)
+        return scipy.sparse.csr_matrix(
+            (rows.data, rows.indices, rows.indptr), shape=(rows.n_major, rows.n_minor), copy=False
+        )
 
     @classmethod
     def from_array(cls, X, blocks=None, by_rows=None) -> Design:
@@ -156,8 +157,16 @@ class Design:
         def part(k):
             lo, hi = ranges[k]
             sub = rows.lines(lo, hi)
-            kernels.signed_scatter(sub.data, sub.indices, sub.indptr, sub.dense, hi - lo,
-                                   rows.n_minor, u[lo:hi], *outs[k])
+            kernels.signed_scatter(
+                sub.data,
+                sub.indices,
+                sub.indptr,
+                sub.dense,
+                hi - lo,
+                rows.n_minor,
+                u[lo:hi],
+                *outs[k],
+            )
 
         _run_parts(rows, part, len(ranges))
         neg, pos = outs[0]
@@ -231,10 +240,20 @@ class Design:
         new = np.ones(k, dtype=np.bool_)
         new[old] = False
         rows, cols = self.rows, self.columns
-        added = columns[new[:len(columns)]]
-        kernels.gram_of_new_columns(rows.data, rows.indices, rows.indptr, cols.data,
-                                    cols.indices, cols.indptr, added, position, new,
-                                    intercept, out)
+        added = columns[new[: len(columns)]]
+        kernels.gram_of_new_columns(
+            rows.data,
+            rows.indices,
+            rows.indptr,
+            cols.data,
+            cols.indices,
+            cols.indptr,
+            added,
+            position,
+            new,
+            intercept,
+            out,
+        )
         return out
 
     def _normalized(self, sums) -> np.ndarray:
@@ -257,8 +276,16 @@ class Design:
         else:
             position = np.full(self.rows.n_minor, -1, dtype=np.int64)
             position[working] = np.arange(len(working))
-            kernels.weighted_gram(self.rows.data, self.rows.indices, self.rows.indptr, n,
-                                  position, weights, intercept, out)
+            kernels.weighted_gram(
+                self.rows.data,
+                self.rows.indices,
+                self.rows.indptr,
+                n,
+                position,
+                weights,
+                intercept,
+                out,
+            )
         return out
 
     def _dense_gram(self, working, weights, intercept, out) -> None:
@@ -273,8 +300,8 @@ class Design:
         side = np.zeros(m)
         step = max(256, _CHUNK_BYTES // (8 * max(p, 1)))
         for start in range(0, A.shape[0], step):
-            chunk = A[start:start + step] if every else A[start:start + step][:, working]
-            w = weights[start:start + step]
+            chunk = A[start : start + step] if every else A[start : start + step][:, working]
+            w = weights[start : start + step]
             if intercept:
                 side += w @ chunk
             scaled = chunk * np.sqrt(w)[:, None]  # a float64 copy of one chunk
@@ -323,8 +350,7 @@ class HessianSample:
         return cls(design, np.sort(rng.choice(n, size=m, replace=False)))
 
     def gram(self, weights, intercept) -> np.ndarray:
-        return self.design.gram(np.arange(self.design.rows.n_minor), weights[self.rows],
-                                intercept)
+        return self.design.gram(np.arange(self.design.rows.n_minor), weights[self.rows], intercept)
 
     def observe(self, relative_gap: float, t: float) -> None:
         """After a sampled step: keep sampling only while it contracts the gap."""
@@ -359,8 +385,11 @@ class Model:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
         problem, coef = self.problem, self.coef
         slope = self.grad + problem.l2 * coef
-        v = np.where(coef != 0.0, np.abs(slope + problem.l1 * np.sign(coef)),
-                     np.maximum(np.abs(slope) - problem.l1, 0.0))
+        v = np.where(
+            coef != 0.0,
+            np.abs(slope + problem.l1 * np.sign(coef)),
+            np.maximum(np.abs(slope) - problem.l1, 0.0),
+        )
         worst = float(v.max(initial=0.0))
         if problem.fit_intercept:
             worst = max(worst, abs(self.grad_b))
@@ -395,7 +424,6 @@ def set_inner_targets(model, cert, tol, violation, first_violation) -> None:
         model.dual_target = 0.1 * tol * problem.l1
 
 
-
 # ----------------------------------------------------------------------- L2 penalty
 
 
@@ -415,20 +443,21 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
         hessian[np.arange(p), np.arange(p)] += problem.l2
         solution = cholesky_solve(hessian, rhs)
         delta = solution[:p]
-        if model_decrease(model, delta, solution[p] if fit_b else 0.0) > \
-                model.final_decrease:
+        if model_decrease(model, delta, solution[p] if fit_b else 0.0) > model.final_decrease:
             direction = design.rows.dot(delta)
             delta_b = 0.0
             total = float(model.curv.sum())
             if fit_b and total > 0.0:  # the intercept's equation exactly, given Δ
-                delta_b = -(design.rows.n_major * model.grad_b
-                            + float(model.curv @ direction)) / total
+                delta_b = (
+                    -(design.rows.n_major * model.grad_b + float(model.curv @ direction)) / total
+                )
                 direction += delta_b
             return delta, delta_b, direction, 1.0 + _SAMPLE_GRAM_PASSES, "sampled"
         # The step that should end the fit: its model's dual point must be exact to the
         # square of its error, so CG on the true Hessian, preconditioned by the sample's.
-        solution, iterations = conjugate_gradients(design, model, rhs,
-                                                   _schur_preconditioner(hessian, fit_b))
+        solution, iterations = conjugate_gradients(
+            design, model, rhs, _schur_preconditioner(hessian, fit_b)
+        )
         if iterations > _SAMPLE_MAX_CG:  # the sample misses part of the curvature
             sample.active = False
         passes, inner = _SAMPLE_GRAM_PASSES + fit_b + iterations, "sampled_cg"
@@ -438,8 +467,7 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
         solution = cholesky_solve(hessian, rhs)
         passes, inner = 1.0, "cholesky"
         # Xᵀa'/n = −(Xᵀg/n + XᵀD(XΔ + Δb)/n) from the Hessian itself: no pass.
-        model.correlation = -(model.grad + hessian[:p] @ solution
-                              - problem.l2 * solution[:p])
+        model.correlation = -(model.grad + hessian[:p] @ solution - problem.l2 * solution[:p])
     else:
         solution, iterations = conjugate_gradients(design, model, rhs)
         # the preconditioner (and XᵀD1 with an intercept), one pass per product
@@ -453,9 +481,12 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
 def model_decrease(model, delta, delta_b) -> float:
     """−(∇fᵀΔ + ∂f/∂b·Δb + g(θ + Δ) − g(θ)): the model's first-order decrease."""
     problem = model.problem
-    return -(float(model.grad @ delta) + model.grad_b * delta_b
-             + obj.penalty_value(problem, model.coef + delta)
-             - obj.penalty_value(problem, model.coef))
+    return -(
+        float(model.grad @ delta)
+        + model.grad_b * delta_b
+        + obj.penalty_value(problem, model.coef + delta)
+        - obj.penalty_value(problem, model.coef)
+    )
 
 
 def _schur_preconditioner(hessian, intercept: bool):
@@ -533,8 +564,7 @@ def conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None):
         if schur:
             diagonal -= s * s / (n * total)
         diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
-        preconditioner = _diagonal_and_coarse(design, model, diagonal, s if schur else None,
-                                              total)
+        preconditioner = _diagonal_and_coarse(design, model, diagonal, s if schur else None, total)
 
     ranges = _row_parts(rows)
     outs = [out] + [np.empty(p) for _ in ranges[1:]]
@@ -543,8 +573,9 @@ def conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None):
     def apply_part(k, v):
         lo, hi = ranges[k]
         sub = rows.lines(lo, hi)
-        sides[k] = kernels.hessian_vector(sub.data, sub.indices, sub.indptr, sub.dense,
-                                          hi - lo, p, curv[lo:hi], v, 0.0, outs[k])
+        sides[k] = kernels.hessian_vector(
+            sub.data, sub.indices, sub.indptr, sub.dense, hi - lo, p, curv[lo:hi], v, 0.0, outs[k]
+        )
 
     def apply(v):
         v = np.ascontiguousarray(v, dtype=np.float64)
@@ -574,8 +605,7 @@ def conjugate_gradients(design: Design, model: Model, rhs, preconditioner=None):
         if float(np.linalg.norm(r)) <= target:
             # q(x) = −½xᵀ(rhs + r): a step this small is the last one, so solve on to
             # where the model's dual point certifies tol.
-            if target > model.dual_target and -0.5 * float(x @ (rhs + r)) \
-                    >= -model.final_decrease:
+            if target > model.dual_target and -0.5 * float(x @ (rhs + r)) >= -model.final_decrease:
                 target = model.dual_target
                 continue
             break
@@ -609,8 +639,11 @@ def working_set(problem, coef, grad, size) -> np.ndarray:
     room = max(size - len(support), 0)
     violators = np.flatnonzero(excess > 0.0)
     if len(violators) > room:
-        violators = violators[np.argpartition(-excess[violators], room - 1)[:room]] \
-            if room > 0 else violators[:0]
+        violators = (
+            violators[np.argpartition(-excess[violators], room - 1)[:room]]
+            if room > 0
+            else violators[:0]
+        )
     return np.union1d(support, violators)
 
 
@@ -633,9 +666,10 @@ def l1_direction(design: Design, model: Model, working):
             q = np.append(q, model.grad_b)
             coef_w = np.append(coef_w, 0.0)
         delta_w = np.zeros(k)
-        kernels.gram_cd(hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b, target,
-                        _CD_MAX_GRAM)
-        delta[working] = delta_w[:len(working)]
+        kernels.gram_cd(
+            hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b, target, _CD_MAX_GRAM
+        )
+        delta[working] = delta_w[: len(working)]
         delta_b = float(delta_w[-1]) if fit_b else 0.0
         direction = design.rows.dot(delta) + delta_b
         return delta, delta_b, direction, 2.0, "gram_cd"
@@ -694,8 +728,9 @@ def l1_direction(design: Design, model: Model, working):
                 break
         elif epochs & (epochs - 1) == 0:  # epochs 1, 2, 4, 8, ...: the block shifts, and an
             # epoch after them to measure (a coordinate's violation cannot see a shift)
-            passes += block_shift(design, model, block_of, working, delta, direction, delta_b,
-                                  residual)
+            passes += block_shift(
+                design, model, block_of, working, delta, direction, delta_b, residual
+            )
         elif worst <= target:
             break
     if unit:
@@ -774,8 +809,9 @@ class _ColumnEpoch:
             if serial:
                 segments.append((order[np.array(serial)], None))
                 serial = []
-            shares = np.searchsorted(np.cumsum(nnz[run]),
-                                     total * np.arange(1, n_threads) / n_threads)
+            shares = np.searchsorted(
+                np.cumsum(nnz[run]), total * np.arange(1, n_threads) / n_threads
+            )
             parts = [part for part in np.split(order[run], shares) if len(part)]
             segments.append((None, parts))
         if serial:
@@ -792,13 +828,16 @@ class _ColumnEpoch:
             if parts is None:
                 worst = max(worst, kernel(*head, serial, *args))
                 continue
-            worst = max(worst, *threads.run_all([
-                lambda part=part: kernel(*head, part, *args) for part in parts]))
+            worst = max(
+                worst,
+                *threads.run_all([lambda part=part: kernel(*head, part, *args) for part in parts]),
+            )
         return worst
 
 
-def block_shift(design: Design, model: Model, block_of, working, delta, direction,
-                delta_b, residual=None) -> float:
+def block_shift(
+    design: Design, model: Model, block_of, working, delta, direction, delta_b, residual=None
+) -> float:
     """The L1 model's exact minimum along the shifts of whole blocks (updates Δ, XΔ + Δb
     and Δb in place; or, ``direction`` None, the residual r = g + D(XΔ + Δb) in place of
     XΔ + Δb); returns the passes over X it took.
@@ -837,8 +876,16 @@ def block_shift(design: Design, model: Model, block_of, working, delta, directio
     starts = np.zeros(k + 1, dtype=np.int64)
     np.cumsum(size, out=starts[1:])
     shift = np.zeros(m)
-    kernels.shift_solve(grad, hess, starts, -values[ordered], problem.l1, _SHIFT_SWEEPS,
-                        1e-14 * max(1.0, float(np.abs(grad).max())), shift)
+    kernels.shift_solve(
+        grad,
+        hess,
+        starts,
+        -values[ordered],
+        problem.l1,
+        _SHIFT_SWEEPS,
+        1e-14 * max(1.0, float(np.abs(grad).max())),
+        shift,
+    )
     if fit_b:
         delta_b[0] += shift[k]
     per_column = np.zeros(p)
@@ -877,8 +924,20 @@ def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, res
     def part(r):
         lo, hi = ranges[r]
         sub = rows.lines(lo, hi)
-        kernels.shift_stats(sub.data, sub.indices, sub.indptr, sub.dense, hi - lo, p, shifted,
-                            k, residual[lo:hi], curv[lo:hi], fit_b, *parts[r])
+        kernels.shift_stats(
+            sub.data,
+            sub.indices,
+            sub.indptr,
+            sub.dense,
+            hi - lo,
+            p,
+            shifted,
+            k,
+            residual[lo:hi],
+            curv[lo:hi],
+            fit_b,
+            *parts[r],
+        )
 
     _run_parts(rows, part, len(ranges))
     grad, hess = parts[0]
@@ -915,8 +974,9 @@ class _KeptShift:
         # ΔS: each changed column leaves its old block (if any) and joins its new one.
         starts, ends = columns.indptr[changed], columns.indptr[changed + 1]
         lengths = ends - starts
-        entries = np.repeat(starts - np.cumsum(np.append(0, lengths[:-1])), lengths) \
-            + np.arange(int(lengths.sum()))
+        entries = np.repeat(starts - np.cumsum(np.append(0, lengths[:-1])), lengths) + np.arange(
+            int(lengths.sum())
+        )
         rows = columns.indices[entries]
         values = columns.data[entries]
         old, new = np.repeat(self.block[changed], lengths), np.repeat(block[changed], lengths)

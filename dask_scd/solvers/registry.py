@@ -95,8 +95,14 @@ class Engine:
         """Whether a grid runs through its ``grid_entry`` (read chunk by chunk)."""
         return kind == "grid" and bool(self.grid_entry)
 
-    def refusal(self, problem: Problem, weighted: bool = False, kind: str = "memory",
-                given: str | None = None, device: str = "cpu") -> str | None:
+    def refusal(
+        self,
+        problem: Problem,
+        weighted: bool = False,
+        kind: str = "memory",
+        given: str | None = None,
+        device: str = "cpu",
+    ) -> str | None:
         """Why this engine cannot solve ``problem`` on data of ``kind`` (None if it can),
         with sample weights when ``weighted``: what it lacks, and the engines that do
         solve it (:func:`engines_solving`) on the caller's kind of data, ``given`` (dask
@@ -113,45 +119,59 @@ class Engine:
             return f"{reason}; the engines that solve it on {where}: {others}"
         return f"{reason}; no engine solves it on {where}"
 
-    def _lacks(self, problem: Problem, weighted: bool, kind: str,
-               device: str = "cpu") -> str | None:
+    def _lacks(
+        self, problem: Problem, weighted: bool, kind: str, device: str = "cpu"
+    ) -> str | None:
         name = repr(self.name)
         if device == "gpu":
             if problem.loss not in self.gpu or self.out_of_core(kind):
                 return f"solver={name} runs loss={problem.loss!r} on the CPU only"
             if weighted:
-                return (f"solver={name} solves sample weights by its CPU epochs only; pass "
-                        "device='cpu'")
+                return (
+                    f"solver={name} solves sample weights by its CPU epochs only; pass device='cpu'"
+                )
         if kind not in self.kinds():
             return f"solver={name} needs a dask array or a Grid, got in-memory X"
         if problem.loss not in self.losses:
             if problem.loss == "hinge":
-                return (f"solver={name} needs a smooth loss (loss='squared_hinge' is one), "
-                        "got loss='hinge'")
+                return (
+                    f"solver={name} needs a smooth loss (loss='squared_hinge' is one), "
+                    "got loss='hinge'"
+                )
             return f"solver={name} solves loss in {self.losses}, got loss={problem.loss!r}"
         if kind == "grid" and problem.loss in self.no_grid:
             return f"solver={name} does not fit loss={problem.loss!r} on a grid"
         if problem.unpenalized and not self.unpenalized:
-            return (f"solver={name} needs a penalty: penalty=None (no regularization, so no "
-                    "duality gap) is fitted in memory")
+            return (
+                f"solver={name} needs a penalty: penalty=None (no regularization, so no "
+                "duality gap) is fitted in memory"
+            )
         if problem.l1_ratio > 0 and (not self.l1 or problem.loss in self.l2_only):
-            return (f"solver={name} solves loss={problem.loss!r} with an L2 penalty only, got "
-                    f"an L1 term (l1_ratio={problem.l1_ratio})")
+            return (
+                f"solver={name} solves loss={problem.loss!r} with an L2 penalty only, got "
+                f"an L1 term (l1_ratio={problem.l1_ratio})"
+            )
         if weighted:
             losses = self.grid_weighted if self.out_of_core(kind) else self.weighted
             if problem.loss not in losses:
                 how = " out of core on a grid" if self.out_of_core(kind) else ""
-                return (f"solver={name} does not take sample weights (given to fit or stored "
-                        f"in the grid) for loss={problem.loss!r}{how}")
+                return (
+                    f"solver={name} does not take sample weights (given to fit or stored "
+                    f"in the grid) for loss={problem.loss!r}{how}"
+                )
         return None
 
 
-def engines_solving(problem: Problem, kind: str = "memory", weighted: bool = False,
-                    device: str = "cpu") -> list:
+def engines_solving(
+    problem: Problem, kind: str = "memory", weighted: bool = False, device: str = "cpu"
+) -> list:
     """The engines that solve ``problem`` on data of ``kind`` ("memory", "dask", "grid"),
     with sample weights when ``weighted``, on ``device`` ("cpu", "gpu"), as declared."""
-    return [name for name, engine in ENGINES.items()
-            if engine._lacks(problem, weighted, kind, device) is None]
+    return [
+        name
+        for name, engine in ENGINES.items()
+        if engine._lacks(problem, weighted, kind, device) is None
+    ]
 
 
 def weighted_engines(loss: str) -> list[str]:
@@ -172,40 +192,111 @@ def register(engine: Engine) -> Engine:
     return engine
 
 
-register(Engine("gram", "dask_scd.solvers.gram:fit_gram", "memory", losses=("squared",),
-                weighted=("squared",)))
-register(Engine("scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH,
-                weighted=SMOOTH, gpu=SMOOTH))
+register(
+    Engine(
+        "gram",
+        "dask_scd.solvers.gram:fit_gram",
+        "memory",
+        losses=("squared",),
+        weighted=("squared",),
+    )
+)
+register(
+    Engine(
+        "scd", "dask_scd.solvers.scd:fit_scd", "memory", losses=SMOOTH, weighted=SMOOTH, gpu=SMOOTH
+    )
+)
 # Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
 # its chunk epochs and certificate have no weights.
-register(Engine("sdca", "dask_scd.solvers.sdca:fit_sdca", "memory", l1=False,
-                options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
-                grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",
-                weighted=ANY_LOSS, gpu=ANY_LOSS))
-register(Engine("newton", "dask_scd.solvers.newton:fit_newton", "memory",
-                losses=(*SMOOTH, "hinge", MULTINOMIAL),
-                per_loss=(("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
-                          (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial")),
-                unpenalized=True, weighted=(*SMOOTH, MULTINOMIAL)))
-register(Engine("lbfgs", "dask_scd.solvers.lbfgs:fit_lbfgs", "memory", losses=SMOOTH, l1=False,
-                weighted=SMOOTH))
-register(Engine("duhl", "dask_scd.solvers.duhl:fit_duhl", "memory", options=(
-    "memory_budget", "local_epochs", "residency", "chunk_size", "gap_refresh", "certify_every"),
-    weighted=ANY_LOSS, l2_only=("hinge",)))
+register(
+    Engine(
+        "sdca",
+        "dask_scd.solvers.sdca:fit_sdca",
+        "memory",
+        l1=False,
+        options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
+        grid_entry="dask_scd.solvers.sdca_grid:fit_sdca_grid",
+        weighted=ANY_LOSS,
+        gpu=ANY_LOSS,
+    )
+)
+register(
+    Engine(
+        "newton",
+        "dask_scd.solvers.newton:fit_newton",
+        "memory",
+        losses=(*SMOOTH, "hinge", MULTINOMIAL),
+        per_loss=(
+            ("hinge", "dask_scd.solvers.hinge_newton:fit_hinge_newton"),
+            (MULTINOMIAL, "dask_scd.solvers.multinomial:fit_multinomial"),
+        ),
+        unpenalized=True,
+        weighted=(*SMOOTH, MULTINOMIAL),
+    )
+)
+register(
+    Engine(
+        "lbfgs",
+        "dask_scd.solvers.lbfgs:fit_lbfgs",
+        "memory",
+        losses=SMOOTH,
+        l1=False,
+        weighted=SMOOTH,
+    )
+)
+register(
+    Engine(
+        "duhl",
+        "dask_scd.solvers.duhl:fit_duhl",
+        "memory",
+        options=(
+            "memory_budget",
+            "local_epochs",
+            "residency",
+            "chunk_size",
+            "gap_refresh",
+            "certify_every",
+        ),
+        weighted=ANY_LOSS,
+        l2_only=("hinge",),
+    )
+)
 _CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
 # Block SCD runs a dask array or a Grid on the cluster, and in-memory X in this process
 # (dask_scd.solvers.block_memory: the same steps, the row chunks on threads).
-register(Engine("block_scd", "dask_scd.solvers.block_scd:fit_block_scd", "any", losses=SMOOTH,
-                options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"), weighted=SMOOTH))
-register(Engine("block_newton", "dask_scd.solvers.block_newton:fit_block_newton", "dask",
-                losses=(*SMOOTH, MULTINOMIAL), options=_CLUSTER_OPTIONS,
-                per_loss=((MULTINOMIAL,
-                           "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),),
-                weighted=(*SMOOTH, MULTINOMIAL), l2_only=(MULTINOMIAL,),
-                no_grid=(MULTINOMIAL,)))
-register(Engine("cocoa", "dask_scd.solvers.cocoa:fit_cocoa", "any", options=(
-    "client", "n_partitions", "local_epochs", "aggregation", "split"), weighted=ANY_LOSS,
-    l2_only=("hinge",)))
+register(
+    Engine(
+        "block_scd",
+        "dask_scd.solvers.block_scd:fit_block_scd",
+        "any",
+        losses=SMOOTH,
+        options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"),
+        weighted=SMOOTH,
+    )
+)
+register(
+    Engine(
+        "block_newton",
+        "dask_scd.solvers.block_newton:fit_block_newton",
+        "dask",
+        losses=(*SMOOTH, MULTINOMIAL),
+        options=_CLUSTER_OPTIONS,
+        per_loss=((MULTINOMIAL, "dask_scd.solvers.multinomial_dask:fit_multinomial_dask"),),
+        weighted=(*SMOOTH, MULTINOMIAL),
+        l2_only=(MULTINOMIAL,),
+        no_grid=(MULTINOMIAL,),
+    )
+)
+register(
+    Engine(
+        "cocoa",
+        "dask_scd.solvers.cocoa:fit_cocoa",
+        "any",
+        options=("client", "n_partitions", "local_epochs", "aggregation", "split"),
+        weighted=ANY_LOSS,
+        l2_only=("hinge",),
+    )
+)
 
 SOLVERS = ("auto", *ENGINES)
 # Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
@@ -223,8 +314,9 @@ def get(solver: str) -> Engine:
     return ENGINES[solver]
 
 
-def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT,
-                   on_disk: bool = False) -> bool:
+def runs_in_memory(
+    solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT, on_disk: bool = False
+) -> bool:
     """Whether a fit of dask input runs in memory: with ``"auto"`` below ``in_memory_limit``
     bytes (the local kernels beat any cluster's task overhead there), and whenever an
     in-memory engine is asked for by name, unless it runs a grid (``on_disk``) out of core
@@ -236,7 +328,7 @@ def runs_in_memory(solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LI
 
 
 def data_kind(data) -> str:
-    """"memory" (:class:`~dask_scd.data.memory.InMemory`), "grid" (a grid source) or
+    """ "memory" (:class:`~dask_scd.data.memory.InMemory`), "grid" (a grid source) or
     "dask" (a dask array's source)."""
     from dask_scd.data.memory import InMemory
 
@@ -245,8 +337,7 @@ def data_kind(data) -> str:
     return "grid" if getattr(data, "on_disk", False) else "dask"
 
 
-def resolve(solver: str, problem: Problem, data, among=None, given: str | None = None
-            ) -> Engine:
+def resolve(solver: str, problem: Problem, data, among=None, given: str | None = None) -> Engine:
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
     ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
@@ -259,8 +350,9 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
     weighted = getattr(data, "weighted", False)
     if solver == "auto" and kind == "memory":
         if weighted:  # only the engines that take sample weights
-            among = [name for name in weighted_engines(problem.loss)
-                     if among is None or name in among]
+            among = [
+                name for name in weighted_engines(problem.loss) if among is None or name in among
+            ]
         solver = _auto_in_memory(problem, data, among)
     elif solver == "auto":
         solver = "block_newton" if problem.loss == MULTINOMIAL else _auto_dask(data, problem)
@@ -269,9 +361,14 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
             raise ValueError(
                 f"X is above in_memory_limit, so solver='auto' runs a Dask engine, and none "
                 f"solves this problem on it ({reason}); pass a larger in_memory_limit to fit "
-                "it in memory" + (", or fit one binary model per class on the cluster with "
-                                  "LogisticRegression(multi_class='ovr')"
-                                  if problem.loss == MULTINOMIAL else ""))
+                "it in memory"
+                + (
+                    ", or fit one binary model per class on the cluster with "
+                    "LogisticRegression(multi_class='ovr')"
+                    if problem.loss == MULTINOMIAL
+                    else ""
+                )
+            )
     engine = get(solver)
     reason = engine.refusal(problem, weighted, kind, given)
     if reason is not None:
@@ -373,8 +470,11 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     if problem.loss == "hinge":
         return _hinge_passes(problem, data)
     if problem.l1_ratio > 0:
-        if ((problem.loss != "squared" and p <= _NEWTON_GRAM_MAX) or _has_blocks(data)
-                or _lasso_without_rank(problem, n, p)):
+        if (
+            (problem.loss != "squared" and p <= _NEWTON_GRAM_MAX)
+            or _has_blocks(data)
+            or _lasso_without_rank(problem, n, p)
+        ):
             costs["newton"] = 2.0
         costs["scd"] = 3.0
         return costs
@@ -420,8 +520,13 @@ def _block_steps_pay(data) -> bool:
     entries, wider than Newton's Gram, whose median column holds at most 20 values, in
     one-hot fields (pure blocks, detected last: it reads X)."""
     p = data.shape[1]  # (dense X has no pure blocks: _has_fields says no without a pass)
-    return (not data.weighted and data.nnz >= _BLOCK_MIN_ENTRIES and p > _NEWTON_GRAM_MAX
-            and data.median_column_count <= _BLOCK_MAX_MEDIAN_COUNT and _has_fields(data))
+    return (
+        not data.weighted
+        and data.nnz >= _BLOCK_MIN_ENTRIES
+        and p > _NEWTON_GRAM_MAX
+        and data.median_column_count <= _BLOCK_MAX_MEDIAN_COUNT
+        and _has_fields(data)
+    )
 
 
 # The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
@@ -482,8 +587,11 @@ def _auto_in_memory(problem: Problem, data, among=None) -> str:
     if among is not None:
         costs = {name: cost for name, cost in costs.items() if name in among}
         if not costs:  # e.g. only "gram" applied: the primal runs its regime
-            fallback = [name for name in ("scd", "newton", *among)
-                        if name in among and get(name).refusal(problem) is None]
+            fallback = [
+                name
+                for name in ("scd", "newton", *among)
+                if name in among and get(name).refusal(problem) is None
+            ]
             costs = {fallback[0] if fallback else "scd": 1.0}
     return min(costs, key=costs.get)
 
@@ -508,12 +616,18 @@ def capability_table() -> str:
         "X in memory, L1 terms included where the CPU engine takes them (the block engines",
         "run a dask array of cupy chunks on its GPUs: docs/gpu.md).",
         "",
-        "| engine | data kind | " + " | ".join(name for name, _ in problems)
-        + " | penalty=None | GPU (`device=\"gpu\"`) |",
+        "| engine | data kind | "
+        + " | ".join(name for name, _ in problems)
+        + ' | penalty=None | GPU (`device="gpu"`) |',
         "|---|---|" + "---|" * (len(problems) + 2),
     ]
-    short = {"squared": "sq", "logistic": "log", "hinge": "hinge", "squared_hinge": "sqh",
-             MULTINOMIAL: "mn"}
+    short = {
+        "squared": "sq",
+        "logistic": "log",
+        "hinge": "hinge",
+        "squared_hinge": "sqh",
+        MULTINOMIAL: "mn",
+    }
     for name, engine in ENGINES.items():
         for kind in engine.kinds():
             cells = []
@@ -521,8 +635,9 @@ def capability_table() -> str:
                 cells.append(_cell(engine, kind, losses, short, l1_ratio, False))
             cells.append(_cell(engine, kind, losses, short, 0.0, True))
             gpu = [short[loss] for loss in losses if loss in engine.gpu]
-            cells.append(", ".join(gpu) + " (unweighted)"
-                         if gpu and not engine.out_of_core(kind) else "—")
+            cells.append(
+                ", ".join(gpu) + " (unweighted)" if gpu and not engine.out_of_core(kind) else "—"
+            )
             where = kind + (" (out of core)" if engine.out_of_core(kind) else "")
             lines.append(f"| `{name}` | {where} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

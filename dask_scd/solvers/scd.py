@@ -35,10 +35,10 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     :func:`~dask_scd.kernels.cpu.scd_epoch_squared`), on the CPU.
     """
     if data.weights is not None and options.device == "gpu":
-        raise ValueError("sample weights are solved by the CPU epochs of solver='scd': "
-                         "pass device='cpu'")
-    primal = _Primal.start(data.X, data.y, problem, options.device, options.start,
-                           data.weights)
+        raise ValueError(
+            "sample weights are solved by the CPU epochs of solver='scd': pass device='cpu'"
+        )
+    primal = _Primal.start(data.X, data.y, problem, options.device, options.start, data.weights)
     if problem.l1 > 0:
         # The flat whole-field shifts of the coarse step are against the intercept; on
         # centered columns the intercept is exact at every step and they gain nothing
@@ -61,8 +61,9 @@ def _plain_scd(primal, problem, options, coarse) -> Run:
     for epoch in range(1, max_iter + 1):
         max_delta, max_coef, _ = primal.epoch(problem, rng.permutation(all_coordinates))
         if coarse is not None and coarse.due(epoch):
-            primal.intercept[0] = coarse.step(problem, primal.y, primal.margins, primal.coef,
-                                              primal.intercept[0])
+            primal.intercept[0] = coarse.step(
+                problem, primal.y, primal.margins, primal.coef, primal.intercept[0]
+            )
         if not schedule.due(epoch, max_delta, max_coef, epoch == max_iter):
             continue
         cert = primal.certify(problem)
@@ -94,23 +95,27 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
     inner_work = 0.0
     while epoch < max_iter:
         if coarse is not None:  # exact shifts along flat directions: margins unchanged
-            primal.intercept[0] = coarse.step(problem, primal.y, primal.margins, primal.coef,
-                                              primal.intercept[0])
+            primal.intercept[0] = coarse.step(
+                problem, primal.y, primal.margins, primal.coef, primal.intercept[0]
+            )
         violation = _violations(problem, primal.coef, cert.correlation)
         # Cost guard: a subproblem that cost less than the certificate it ends with
         # (small sets of cheap epochs) gets a set grown faster, so that fewer
         # certificates are spent on the way to the support.
         growth = _FAST_GROWTH if inner_work < certificate_work else 2
-        working_set, size = _grow_working_set(problem, primal, cert.correlation, violation,
-                                              size, growth)
-        target = _INNER_FRACTION * max(violation.max(initial=0.0),
-                                       primal.intercept_violation(problem))
+        working_set, size = _grow_working_set(
+            problem, primal, cert.correlation, violation, size, growth
+        )
+        target = _INNER_FRACTION * max(
+            violation.max(initial=0.0), primal.intercept_violation(problem)
+        )
         last = _last_target(problem, cert, primal.coef, tol)
         if last > 0.0 and _few_violators_left(primal.coef, working_set, violation):
             target = min(target, last)
         first = epoch
-        epoch = _solve_working_set(primal, problem, working_set, target, epoch, max_iter, rng,
-                                   memory)
+        epoch = _solve_working_set(
+            primal, problem, working_set, target, epoch, max_iter, rng, memory
+        )
         inner_work = (epoch - first) * primal.epoch_work
         extrapolated = memory.extrapolate(primal)
         cert = primal.certify(problem, extrapolated)
@@ -143,8 +148,7 @@ _LOSS_COST = {"squared": 1.0, "logistic": 4.0, "squared_hinge": 1.5}
 _VECTOR_COST = 0.25
 
 
-def _solve_working_set(primal, problem, working_set, target, epoch, max_iter, rng,
-                       memory) -> int:
+def _solve_working_set(primal, problem, working_set, target, epoch, max_iter, rng, memory) -> int:
     """Inner epochs on ``working_set`` until the largest violation met in an epoch is at
     most ``target`` (or nothing moves, or ``max_iter``); returns the last epoch."""
     anderson = _Anderson(primal, problem, working_set, memory)
@@ -223,8 +227,11 @@ def _grow_working_set(problem, primal, correlation, violation, previous, growth=
     with np.errstate(divide="ignore", invalid="ignore"):
         score = np.where(norms > 0, (np.abs(correlation) - problem.l1) / norms, -np.inf)
     score[support] = np.inf
-    chosen = np.sort(np.argpartition(-score, size - 1)[:size]) if size < len(coef) else \
-        np.arange(len(coef))
+    chosen = (
+        np.sort(np.argpartition(-score, size - 1)[:size])
+        if size < len(coef)
+        else np.arange(len(coef))
+    )
     if primal.fit_intercept:
         chosen = np.append(chosen, len(coef))
     return chosen, size
@@ -265,18 +272,32 @@ class _Primal:
         if warm is not None:  # a warm start (θ, b)
             coef[:], intercept[0] = warm
         elif problem.fit_intercept:
-            intercept[0] = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples),
-                                                 weights=weights)
+            intercept[0] = obj.optimal_intercept(
+                problem.loss, y, np.zeros(n_samples), weights=weights
+            )
         margins = matrix.scatter(coef) + intercept[0]
         cubes = matrix.cube_sums(weights) if problem.loss == "logistic" else np.zeros(0)
         kernels = device.kernels_for(epoch_matrix.data)
         xty = means = None
         if problem.loss == "squared" and kernels is cpu:
             xty, means = _squared_constants(matrix, y, problem.fit_intercept, weights)
-        return cls(matrix, y, coef, intercept, margins, matrix.sq_norms(weights), cubes,
-                   matrix.line_nnz(), problem.fit_intercept, _LOSS_COST[problem.loss],
-                   epoch_matrix=epoch_matrix, kernels=kernels, col_xty=xty, col_means=means,
-                   weights=weights)
+        return cls(
+            matrix,
+            y,
+            coef,
+            intercept,
+            margins,
+            matrix.sq_norms(weights),
+            cubes,
+            matrix.line_nnz(),
+            problem.fit_intercept,
+            _LOSS_COST[problem.loss],
+            epoch_matrix=epoch_matrix,
+            kernels=kernels,
+            col_xty=xty,
+            col_means=means,
+            weights=weights,
+        )
 
     @property
     def n_coordinates(self) -> int:
@@ -295,13 +316,40 @@ class _Primal:
         m = self.epoch_matrix
         if self.col_xty is not None:
             return cpu.scd_epoch_squared(
-                m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
-                self.coef, self.intercept, order, problem.l1, problem.l2, self.col_sq_norms,
-                self.col_xty, self.col_means, _UNWEIGHTED if self.weights is None
-                else self.weights)
-        args = (m.data, m.indices, m.indptr, m.dense, len(self.y), self.y, self.margins,
-                self.coef, self.intercept, order, problem.loss_code, problem.l1, problem.l2,
-                self.col_sq_norms, self.col_cube_sums)
+                m.data,
+                m.indices,
+                m.indptr,
+                m.dense,
+                len(self.y),
+                self.y,
+                self.margins,
+                self.coef,
+                self.intercept,
+                order,
+                problem.l1,
+                problem.l2,
+                self.col_sq_norms,
+                self.col_xty,
+                self.col_means,
+                _UNWEIGHTED if self.weights is None else self.weights,
+            )
+        args = (
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            len(self.y),
+            self.y,
+            self.margins,
+            self.coef,
+            self.intercept,
+            order,
+            problem.loss_code,
+            problem.l1,
+            problem.l2,
+            self.col_sq_norms,
+            self.col_cube_sums,
+        )
         if self.weights is not None:
             return cpu.scd_weighted_epoch(*args, self.weights)
         if self.kernels is cpu:
@@ -317,8 +365,9 @@ class _Primal:
 
     def objective(self, problem, margins, coef) -> float:
         losses = obj.loss_value(problem.loss, self.y, margins)
-        return (obj.weighted_sum(losses, self.weights) / len(self.y)
-                + obj.penalty_value(problem, coef))
+        return obj.weighted_sum(losses, self.weights) / len(self.y) + obj.penalty_value(
+            problem, coef
+        )
 
     def intercept_violation(self, problem) -> float:
         """|∂P/∂b| = |mean v∘ℓ'(ŷ)| (0 without an intercept)."""
@@ -330,9 +379,16 @@ class _Primal:
     def certify(self, problem, extrapolated=None) -> obj.Certificate:
         """The certificate of (θ, b) (:func:`best_certificate`); the best dual point
         seen is kept for the next ones."""
-        cert, self.kept = best_certificate(problem, self.matrix, self.y, self.coef,
-                                           self.margins, extrapolated, self.kept,
-                                           self.weights)
+        cert, self.kept = best_certificate(
+            problem,
+            self.matrix,
+            self.y,
+            self.coef,
+            self.margins,
+            extrapolated,
+            self.kept,
+            self.weights,
+        )
         return cert
 
     def finish(self, problem, epoch, history, extrapolated=None) -> Run:
@@ -365,8 +421,7 @@ def _affine_weights(iterates) -> np.ndarray | None:
     the combination of the iterates with the smallest combined difference."""
     U = np.diff(iterates, axis=0)
     gram = U @ U.T
-    gram[np.diag_indices_from(gram)] += _ANDERSON_RIDGE * max(float(gram.diagonal().max()),
-                                                              1e-300)
+    gram[np.diag_indices_from(gram)] += _ANDERSON_RIDGE * max(float(gram.diagonal().max()), 1e-300)
     try:
         z = np.linalg.solve(gram, np.ones(len(gram)))
     except np.linalg.LinAlgError:
@@ -393,8 +448,11 @@ class _Anderson:
         self.problem = problem
         self.iterates = np.empty((_ANDERSON_K + 1, len(self.columns) + 1))
         n = len(primal.y)
-        step = (float(primal.col_nnz[self.columns].sum()) + 2 * primal.loss_cost * n
-                + _ANDERSON_K ** 2 * len(self.columns))
+        step = (
+            float(primal.col_nnz[self.columns].sum())
+            + 2 * primal.loss_cost * n
+            + _ANDERSON_K**2 * len(self.columns)
+        )
         budget = _AUX_BUDGET * primal.cost(working_set)
         self.wait = max(0, int(np.ceil(step / max(budget, 1e-300))) - _ANDERSON_K)
         self.margins = np.empty(n)
@@ -471,7 +529,7 @@ class _MarginMemory:
         # vectors, the dual point takes a few loss evaluations, and the second vector of
         # the certificate's pass adds a multiply-add per stored entry to the same read.
         n = len(primal.y)
-        vectors = _ANDERSON_K ** 2 / 2 + _ANDERSON_K + 1 + 3 * primal.loss_cost
+        vectors = _ANDERSON_K**2 / 2 + _ANDERSON_K + 1 + 3 * primal.loss_cost
         cost = _VECTOR_COST * vectors * n + 0.5 * self.n_entries
         if cost > self.certificate_cost:
             return None

@@ -48,8 +48,9 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     if weights is not None and options.device == "gpu":
-        raise ValueError("sample weights are solved by the CPU epochs of solver='sdca': "
-                         "pass device='cpu'")
+        raise ValueError(
+            "sample weights are solved by the CPU epochs of solver='sdca': pass device='cpu'"
+        )
     settings = _settings(options.engine, options.device)
     matrix = MajorMatrix.from_array(X, "rows")
     epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
@@ -79,13 +80,21 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             )
             in_epochs += time.perf_counter() - tick
             intercept += rho * dual_total  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
-            certify = settled or schedule.due(epoch, max_delta, np.abs(dual_coef).max(),
-                                              epoch == max_iter)
+            certify = settled or schedule.due(
+                epoch, max_delta, np.abs(dual_coef).max(), epoch == max_iter
+            )
             exact = epochs.resync(epoch, certify, dual_coef, coef, alpha_n)
             if not certify:
                 continue
-            cert, _, _ = dual_certificate(problem, matrix, y, weighted_dual(dual_coef, weights),
-                                          coef if exact is None else exact, intercept, weights)
+            cert, _, _ = dual_certificate(
+                problem,
+                matrix,
+                y,
+                weighted_dual(dual_coef, weights),
+                coef if exact is None else exact,
+                intercept,
+                weights,
+            )
             history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
             options.progress.update(epoch, cert.relative_gap, cert.primal)
             if cert.relative_gap <= tol:
@@ -93,8 +102,9 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     finally:
         epochs.close()
     # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    cert, intercept, coef = dual_certificate(problem, matrix, y, weighted_dual(dual_coef, weights),
-                                             None, intercept, weights)
+    cert, intercept, coef = dual_certificate(
+        problem, matrix, y, weighted_dual(dual_coef, weights), None, intercept, weights
+    )
     margins = matrix.dot(coef) + intercept
     primal_cert = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
     if primal_cert.gap < cert.gap:
@@ -189,18 +199,55 @@ class _Shrinking:
 
     @classmethod
     def start(cls, n_samples):
-        return cls(np.arange(n_samples), np.array([n_samples]),
-                   np.array([np.inf, -np.inf, np.inf, 0.0]), np.empty(n_samples, dtype=np.int64),
-                   np.ones(n_samples, dtype=bool))
+        return cls(
+            np.arange(n_samples),
+            np.array([n_samples]),
+            np.array([np.inf, -np.inf, np.inf, 0.0]),
+            np.empty(n_samples, dtype=np.int64),
+            np.ones(n_samples, dtype=bool),
+        )
 
-    def epoch(self, matrix, y, dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept,
-              rho, dual_sum, rng, weights=None):
+    def epoch(
+        self,
+        matrix,
+        y,
+        dual_coef,
+        coef,
+        loss_code,
+        alpha_n,
+        row_sq_norms,
+        intercept,
+        rho,
+        dual_sum,
+        rng,
+        weights=None,
+    ):
         """One epoch of work; returns max |Δa_i| and whether all rows were solved to ε."""
         return sdca.sdca_shrinking_epoch(
-            matrix.data, matrix.indices, matrix.indptr, matrix.dense, matrix.n_minor, y,
-            dual_coef, coef, loss_code, alpha_n, row_sq_norms, intercept, rho, dual_sum,
-            self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep,
-            _RELATIVE_EPS, _SHRUNK_WORK, weights,
+            matrix.data,
+            matrix.indices,
+            matrix.indptr,
+            matrix.dense,
+            matrix.n_minor,
+            y,
+            dual_coef,
+            coef,
+            loss_code,
+            alpha_n,
+            row_sq_norms,
+            intercept,
+            rho,
+            dual_sum,
+            self.active,
+            self.n_active,
+            self.bounds,
+            _ROW_BLOCK,
+            rng,
+            self.order,
+            self.keep,
+            _RELATIVE_EPS,
+            _SHRUNK_WORK,
+            weights,
         )
 
 
@@ -211,8 +258,10 @@ GRID_OPTIONS = ("check_every", "chunk_order", "spill")
 def _settings(engine: dict, device_name: str) -> dict:
     given = sorted(set(engine) & set(GRID_OPTIONS))
     if given:
-        raise ValueError(f"{given} apply to solver='sdca' on a Grid (out of core, row chunk "
-                         "by row chunk); this X is in memory")
+        raise ValueError(
+            f"{given} apply to solver='sdca' on a Grid (out of core, row chunk "
+            "by row chunk); this X is in memory"
+        )
     settings = {"n_threads": 1, "sync_every": 1}
     settings.update(engine)
     for name, least in (("n_threads", 1), ("sync_every", 0)):
@@ -221,8 +270,10 @@ def _settings(engine: dict, device_name: str) -> dict:
             kind = "a positive integer" if least else "a non-negative integer"
             raise ValueError(f"{name} must be {kind}, got {value!r}")
     if settings["n_threads"] > 1 and device_name == "gpu":
-        raise ValueError("n_threads applies to SDCA epochs on the CPU; on the GPU every "
-                         "epoch is already asynchronous (leave n_threads=1)")
+        raise ValueError(
+            "n_threads applies to SDCA epochs on the CPU; on the GPU every "
+            "epoch is already asynchronous (leave n_threads=1)"
+        )
     return settings
 
 
@@ -292,8 +343,9 @@ class _Epochs:
         settled, and Σ a_i after it."""
         dual_sum = np.array([weighted_dual(dual_coef, self.weights).sum()])
         if self.pool is None:
-            max_delta, settled = self._epochs(dual_coef, coef, alpha_n, row_sq_norms,
-                                              intercept, rho, [dual_sum])[0]
+            max_delta, settled = self._epochs(
+                dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, [dual_sum]
+            )[0]
             return max_delta, settled, dual_sum[0]
         # Σ a_i enters the steps as ρΣa (the intercept's multiplier). A thread that saw
         # only its own changes would correct all of Σa, and k threads k times over (the
@@ -306,19 +358,28 @@ class _Epochs:
         unit = np.ones(0) if weights is None else weights
 
         common = (m.data, m.indices, m.indptr, m.dense, m.n_minor, self.y, dual_coef, coef)
-        step = (self.loss_code, alpha_n, row_sq_norms, unit, weights is not None, intercept,
-                rho, float(dual_sum[0]), slots)
+        step = (
+            self.loss_code,
+            alpha_n,
+            row_sq_norms,
+            unit,
+            weights is not None,
+            intercept,
+            rho,
+            float(dual_sum[0]),
+            slots,
+        )
         if m.dense:  # a private copy of w per thread, merged every MERGE_DENSE visits
             copies = np.empty((2 * (len(self.bounds) - 1), len(coef)))
 
             def thread(k, lo, hi):
-                return sdca.sdca_thread_epoch_local(*common, share(lo, hi), *step, k,
-                                                    MERGE_DENSE, copies[2 * k],
-                                                    copies[2 * k + 1])
+                return sdca.sdca_thread_epoch_local(
+                    *common, share(lo, hi), *step, k, MERGE_DENSE, copies[2 * k], copies[2 * k + 1]
+                )
         else:
+
             def thread(k, lo, hi):
-                return sdca.sdca_thread_epoch(*common, share(lo, hi), *step, k, PUBLISH,
-                                              self.hot)
+                return sdca.sdca_thread_epoch(*common, share(lo, hi), *step, k, PUBLISH, self.hot)
 
         jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
         max_delta = max(self._map(thread, jobs))
@@ -335,20 +396,61 @@ class _Epochs:
                 piece = share(lo, hi)
                 if weights is not None:
                     return sdca.sdca_weighted_epoch(
-                        m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef,
-                        piece, loss, alpha_n, row_sq_norms, weights, intercept, rho, dual_sum,
+                        m.data,
+                        m.indices,
+                        m.indptr,
+                        m.dense,
+                        m.n_minor,
+                        y,
+                        dual_coef,
+                        coef,
+                        piece,
+                        loss,
+                        alpha_n,
+                        row_sq_norms,
+                        weights,
+                        intercept,
+                        rho,
+                        dual_sum,
                     ), False
                 return kernels.sdca_epoch(
-                    m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef,
-                    piece, loss, alpha_n, row_sq_norms, intercept, rho, dual_sum,
+                    m.data,
+                    m.indices,
+                    m.indptr,
+                    m.dense,
+                    m.n_minor,
+                    y,
+                    dual_coef,
+                    coef,
+                    piece,
+                    loss,
+                    alpha_n,
+                    row_sq_norms,
+                    intercept,
+                    rho,
+                    dual_sum,
                 ), False
 
-            return self._map(plain, [(lo, hi, dual_sum)
-                                     for (lo, hi), dual_sum in zip(self._ranges(), sums)])
+            return self._map(
+                plain, [(lo, hi, dual_sum) for (lo, hi), dual_sum in zip(self._ranges(), sums)]
+            )
 
-        return [self.shrinking.epoch(self.matrix, y, dual_coef, coef, loss, alpha_n,
-                                     row_sq_norms, intercept, rho, sums[0], self.rng,
-                                     self.weights)]
+        return [
+            self.shrinking.epoch(
+                self.matrix,
+                y,
+                dual_coef,
+                coef,
+                loss,
+                alpha_n,
+                row_sq_norms,
+                intercept,
+                rho,
+                sums[0],
+                self.rng,
+                self.weights,
+            )
+        ]
 
     def resync(self, epoch, certify, dual_coef, coef, alpha_n):
         """With several threads: w = Xᵀa/(αn) when a certificate or a sync is due (then

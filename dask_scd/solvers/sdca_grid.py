@@ -68,8 +68,9 @@ class RowChunk:
     matrix: MajorMatrix
 
 
-def read_row_chunk(grid, r: int, memory: "ChunkMemory | None" = None,
-                   spill: "Spill | None" = None) -> RowChunk:
+def read_row_chunk(
+    grid, r: int, memory: "ChunkMemory | None" = None, spill: "Spill | None" = None
+) -> RowChunk:
     """Read and decode the cells of row chunk ``r`` into one matrix (CSR when sparse).
 
     A dense one is decoded into ``memory``'s next buffer (the chunk is then a view of it,
@@ -143,8 +144,12 @@ class Spill:
                 done = os.pwrite(self.file.fileno(), view, offset)
                 view, offset = view[done:], offset + done
         except OSError as exc:
-            warnings.warn(f"spilling decoded row chunks to {self.file.name!r} failed ({exc}); "
-                          "the fit decodes the grid at every pass", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"spilling decoded row chunks to {self.file.name!r} failed ({exc}); "
+                "the fit decodes the grid at every pass",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             self.close()
             return
         self.written[r] = True
@@ -178,8 +183,7 @@ class ChunkStream:
         for k in range(len(order)):
             chunk, pending = pending.result(), None
             if k + 1 < len(order):
-                pending = self.pool.submit(read_row_chunk, self.grid, int(order[k + 1]),
-                                           *memory)
+                pending = self.pool.submit(read_row_chunk, self.grid, int(order[k + 1]), *memory)
             work(chunk)
             chunk = None  # noqa: F841 (dropped before the next read: two chunks at most)
 
@@ -204,8 +208,10 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     settings = _settings(options.engine, options.device)
     grid = source.grid
     if settings["spill"] is not False and grid.is_sparse:
-        raise ValueError("spill keeps a dense grid's row chunks decoded; this grid is sparse "
-                         "(its row chunks are decoded at every pass): leave spill=False")
+        raise ValueError(
+            "spill keeps a dense grid's row chunks decoded; this grid is sparse "
+            "(its row chunks are decoded at every pass): leave spill=False"
+        )
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     n_samples, n_chunks = source.n_samples, source.n_row_chunks
     alpha_n = problem.alpha * n_samples
@@ -220,8 +226,9 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     try:
         state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
         row_sq_norms = state.row_sq_norms
-        rho = (PENALTY_SCALE * state.row_sq_sum / n_samples / alpha_n
-               if problem.fit_intercept else 0.0)
+        rho = (
+            PENALTY_SCALE * state.row_sq_sum / n_samples / alpha_n if problem.fit_intercept else 0.0
+        )
         coef = state.coef
         schedule = CertificateSchedule()
         history, orders = History(), []
@@ -229,8 +236,9 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
 
         def settle(pending):
             cert, cert_intercept = pending.finish(problem, y, alpha_n)
-            history.append(pending.epoch, cert.relative_gap, cert.primal,
-                           time.perf_counter() - start)
+            history.append(
+                pending.epoch, cert.relative_gap, cert.primal, time.perf_counter() - start
+            )
             options.progress.update(pending.epoch, cert.relative_gap, cert.primal)
             return cert, cert_intercept, pending
 
@@ -239,12 +247,26 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         # returns epoch e's w.
         pending, settled = None, None
         for epoch in range(1, max_iter + 1):
-            order = (rng.permutation(n_chunks) if settings["chunk_order"] == "random"
-                     else np.arange(n_chunks))
+            order = (
+                rng.permutation(n_chunks)
+                if settings["chunk_order"] == "random"
+                else np.arange(n_chunks)
+            )
             orders.append(order.tolist())
-            max_delta, dual_total = _epoch(stream, order, problem, y, dual_coef, coef,
-                                           alpha_n, row_sq_norms, intercept, rho, rng,
-                                           pending)
+            max_delta, dual_total = _epoch(
+                stream,
+                order,
+                problem,
+                y,
+                dual_coef,
+                coef,
+                alpha_n,
+                row_sq_norms,
+                intercept,
+                rho,
+                rng,
+                pending,
+            )
             if pending is not None:
                 settled = settle(pending)
                 if settled[0].relative_gap <= tol:
@@ -255,8 +277,9 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
                 due = schedule.due(epoch, max_delta, np.abs(dual_coef).max(), final)
             else:
                 due = final or epoch % settings["check_every"] == 0
-            pending = (_PointCertificate.at(epoch, problem, dual_coef, coef, intercept)
-                       if due else None)
+            pending = (
+                _PointCertificate.at(epoch, problem, dual_coef, coef, intercept) if due else None
+            )
         else:
             if pending is not None:  # the last epoch's: a pass of its own
                 stream.each(np.arange(n_chunks), pending.add)
@@ -265,26 +288,41 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     finally:
         stream.close()
     cert, cert_intercept, point = settled
-    extras = {"chunk_orders": orders[:point.epoch], "read_passes": passes,
-              "row_chunks": n_chunks}
-    return Run(grid.to_original_order(point.coef), float(cert_intercept), cert, point.epoch,
-               history, extras)
+    extras = {"chunk_orders": orders[: point.epoch], "read_passes": passes, "row_chunks": n_chunks}
+    return Run(
+        grid.to_original_order(point.coef),
+        float(cert_intercept),
+        cert,
+        point.epoch,
+        history,
+        extras,
+    )
 
 
 def _settings(engine: dict, device_name: str) -> dict:
     if device_name == "gpu":
-        raise ValueError("solver='sdca' on a Grid runs out of core on the CPU; pass "
-                         "device='cpu' (or read the grid into memory: fit(*source arrays))")
-    settings = {"n_threads": 1, "sync_every": 1, "check_every": None, "chunk_order": "random",
-                "spill": False}
+        raise ValueError(
+            "solver='sdca' on a Grid runs out of core on the CPU; pass "
+            "device='cpu' (or read the grid into memory: fit(*source arrays))"
+        )
+    settings = {
+        "n_threads": 1,
+        "sync_every": 1,
+        "check_every": None,
+        "chunk_order": "random",
+        "spill": False,
+    }
     settings.update(engine)
     if settings["n_threads"] != 1:
-        raise ValueError(f"n_threads={settings['n_threads']!r}: solver='sdca' on a Grid runs "
-                         "its epochs on one thread (a second one reads the next row chunk); "
-                         "leave n_threads=1")
+        raise ValueError(
+            f"n_threads={settings['n_threads']!r}: solver='sdca' on a Grid runs "
+            "its epochs on one thread (a second one reads the next row chunk); "
+            "leave n_threads=1"
+        )
     every = settings["check_every"]
-    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, np.integer))
-                              or every < 1):
+    if every is not None and (
+        isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1
+    ):
         raise ValueError(f"check_every must be a positive integer or None, got {every!r}")
     spill = settings["spill"]
     if not isinstance(spill, (bool, str, os.PathLike)):
@@ -292,8 +330,9 @@ def _settings(engine: dict, device_name: str) -> dict:
     if not isinstance(spill, bool) and not os.path.isdir(spill):
         raise ValueError(f"spill={spill!r} is not a directory")
     if settings["chunk_order"] not in CHUNK_ORDERS:
-        raise ValueError(f"chunk_order must be one of {CHUNK_ORDERS}, "
-                         f"got {settings['chunk_order']!r}")
+        raise ValueError(
+            f"chunk_order must be one of {CHUNK_ORDERS}, got {settings['chunk_order']!r}"
+        )
     return settings
 
 
@@ -334,8 +373,20 @@ def _start(stream, n_chunks, dual_coef, alpha_n, n_features) -> _Start:
     return state
 
 
-def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, row_sq_norms, intercept,
-           rho, rng, pending=None):
+def _epoch(
+    stream,
+    order,
+    problem,
+    y,
+    dual_coef,
+    coef,
+    alpha_n,
+    row_sq_norms,
+    intercept,
+    rho,
+    rng,
+    pending=None,
+):
     """One SDCA epoch, row chunk by row chunk in ``order``; returns max |Δa_i| and Σ a_i.
 
     ``pending``: a :class:`_PointCertificate` of the point before this epoch, summed over
@@ -351,8 +402,20 @@ def _epoch(stream, order, problem, y, dual_coef, coef, alpha_n, row_sq_norms, in
         m = chunk.matrix
         rows = _block_order(np.arange(hi - lo), rng)
         delta = cpu.sdca_epoch(
-            m.data, m.indices, m.indptr, m.dense, m.n_minor, y[lo:hi], dual_coef[lo:hi],
-            coef, rows, problem.loss_code, alpha_n, row_sq_norms[lo:hi], intercept, rho,
+            m.data,
+            m.indices,
+            m.indptr,
+            m.dense,
+            m.n_minor,
+            y[lo:hi],
+            dual_coef[lo:hi],
+            coef,
+            rows,
+            problem.loss_code,
+            alpha_n,
+            row_sq_norms[lo:hi],
+            intercept,
+            rho,
             dual_sum,
         )
         max_delta[0] = max(max_delta[0], delta)
@@ -384,8 +447,9 @@ class _PointCertificate:
         dual_point = dual_coef.copy()
         if problem.fit_intercept and dual_coef.sum() != 0.0:
             dual_point = obj.project_sum_zero(dual_coef)
-        return cls(epoch, coef.copy(), dual_point, intercept, np.empty(len(dual_coef)),
-                   np.zeros_like(coef))
+        return cls(
+            epoch, coef.copy(), dual_point, intercept, np.empty(len(dual_coef)), np.zeros_like(coef)
+        )
 
     def add(self, chunk: RowChunk) -> None:
         lo, hi = chunk.start, chunk.stop
@@ -399,8 +463,7 @@ class _PointCertificate:
         exact = self.exact / alpha_n
         intercept = 0.0
         if problem.fit_intercept:
-            intercept = obj.optimal_intercept(problem.loss, y, margins,
-                                              start=self.intercept_start)
+            intercept = obj.optimal_intercept(problem.loss, y, margins, start=self.intercept_start)
         margins += intercept
         losses = obj.loss_value(problem.loss, y, margins)
         duals = obj.dual_loss(problem.loss, y, dual_point)
@@ -410,6 +473,7 @@ class _PointCertificate:
         # Per example (ℓ_i(ŷ_i) + ℓ*_i(−a_i) + a_i ŷ_i)/n as in obj.sdca_certificate; the
         # rest (w against Xᵀa/(αn), a projected) is booked to the intercept.
         coordinate_gaps = (losses - duals + dual_point * margins) / n_samples
-        cert = obj.Certificate(primal, dual, coordinate_gaps,
-                               primal - dual - float(coordinate_gaps.sum()))
+        cert = obj.Certificate(
+            primal, dual, coordinate_gaps, primal - dual - float(coordinate_gaps.sum())
+        )
         return cert, intercept

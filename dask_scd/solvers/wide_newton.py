@@ -56,8 +56,7 @@ def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Proble
     views = _views(cells)
     margins = passes.refresh_margins(views, views[0].n_rows, state, offsets)
     stats = passes.certificate_stats(views, y, margins, problem)
-    d1, d2 = passes.weighted_derivatives(problem.loss_code, labels(y), margins,
-                                         row_weights(y))
+    d1, d2 = passes.weighted_derivatives(problem.loss_code, labels(y), margins, row_weights(y))
     stats["hx"] = np.concatenate([view.rmatvec(d2) for view in views])
     stats["hdiag"] = np.concatenate([view.rmatvec(d2, squared=True) for view in views])
     stats["h0"] = np.array([d2.sum()])
@@ -75,18 +74,29 @@ def curvature_product(cells: list, curvature, offsets, v) -> dict:
 def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) -> dict:
     """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ."""
     views = _views(cells)
-    u = passes.cells_matvec(views, direction["d_coef"], offsets,
-                            np.full(views[0].n_rows, float(direction["d_b"])))
-    return {"trials": passes.weighted_line_trials(
-        labels(y), margins, u, obj.LOSS_CODES[loss], row_weights(y))}
+    u = passes.cells_matvec(
+        views, direction["d_coef"], offsets, np.full(views[0].n_rows, float(direction["d_b"]))
+    )
+    return {
+        "trials": passes.weighted_line_trials(
+            labels(y), margins, u, obj.LOSS_CODES[loss], row_weights(y)
+        )
+    }
 
 
 # ---------------------------------------------------------------- the client's solve
 
 
-def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total: dict,
-                        product, relative_gap: float, offsets,
-                        tol_primal: float | None = None) -> tuple[dict, int]:
+def newton_cg_direction(
+    problem: obj.Problem,
+    n_samples: int,
+    state: dict,
+    total: dict,
+    product,
+    relative_gap: float,
+    offsets,
+    tol_primal: float | None = None,
+) -> tuple[dict, int]:
     """The Newton direction (Δθ, δb) by preconditioned conjugate gradients.
 
     ``product(v)`` returns Xᵀ diag(ℓ'') X v summed over the row chunks (one reduction).
@@ -131,10 +141,17 @@ def newton_cg_direction(problem: obj.Problem, n_samples: int, state: dict, total
     else:
         d_b = -g0 if problem.fit_intercept else 0.0
     target = theta + d_coef
-    model = (float(gradient @ d_coef) + g0 * d_b
-             + 0.5 * l2 * float(target @ target - theta @ theta))
-    return ({"coef": theta, "intercept": float(state["intercept"]), "d_coef": d_coef,
-             "d_b": float(d_b), "model": model}, products)
+    model = float(gradient @ d_coef) + g0 * d_b + 0.5 * l2 * float(target @ target - theta @ theta)
+    return (
+        {
+            "coef": theta,
+            "intercept": float(state["intercept"]),
+            "d_coef": d_coef,
+            "d_b": float(d_b),
+            "model": model,
+        },
+        products,
+    )
 
 
 def _pcg(apply, rhs, precondition, forcing: float) -> tuple[np.ndarray, int]:

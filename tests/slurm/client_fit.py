@@ -19,9 +19,17 @@ FIT = dict(loss="logistic", alpha=1e-4, tol=1e-12, solver="block_scd", random_st
 
 def slurm_resources(partition, jobs=2):
     """Jobs of one core and one worker: two of them fill the test node's two CPUs."""
-    return jq.job_resources("slurm", queue=partition, jobs=jobs, cores=1, processes=1,
-                            memory="2GiB", walltime="00:10:00",
-                            limits=jq.partition_limits(partition), environ={})
+    return jq.job_resources(
+        "slurm",
+        queue=partition,
+        jobs=jobs,
+        cores=1,
+        processes=1,
+        memory="2GiB",
+        walltime="00:10:00",
+        limits=jq.partition_limits(partition),
+        environ={},
+    )
 
 
 def main(grid, shared, job_name, partition):

@@ -38,8 +38,9 @@ def _partition_answers() -> str | None:
     if shutil.which("sinfo") is None:
         return "sinfo is not installed"
     try:
-        done = subprocess.run(["sinfo", "-h", "-p", PARTITION, "-o", "%t"], capture_output=True,
-                              text=True, timeout=15)
+        done = subprocess.run(
+            ["sinfo", "-h", "-p", PARTITION, "-o", "%t"], capture_output=True, text=True, timeout=15
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"sinfo did not answer ({error})"
     if done.returncode != 0 or not done.stdout.strip():
@@ -73,15 +74,18 @@ def shared(tmp_path_factory):
 @pytest.fixture(scope="module")
 def grid(shared):
     X, y, fields = make_onehot(30_000, n_fields=9, cardinality=30, random_state=0)
-    return dask_scd.to_grid(X, y, shared / "onehot.zarr", row_chunk=15_000, blocks=fields,
-                            overwrite=True)
+    return dask_scd.to_grid(
+        X, y, shared / "onehot.zarr", row_chunk=15_000, blocks=fields, overwrite=True
+    )
 
 
 @pytest.fixture(scope="module")
 def undisturbed(grid):
     """The fit on a LocalCluster of 2 worker processes of 1 thread (as 2 one-core jobs)."""
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         result = timed_fit("undisturbed", "LocalCluster", client, grid)
     yield result
     write_timings()
@@ -93,10 +97,18 @@ def timed_fit(scenario, where, client, grid, reference=None, resumed_at=0, **opt
         warnings.simplefilter("ignore")
         result = dask_scd.fit(grid, client=client, **FIT, **options)
     seconds = time.perf_counter() - start
-    delta = (float(np.max(np.abs(result.coef_ - reference.coef_)))
-             if reference is not None else 0.0)
-    TIMINGS.append((scenario, where, len(client.scheduler_info()["workers"]),
-                    result.n_iter_ - resumed_at, seconds, result.dual_gap_, delta))
+    delta = float(np.max(np.abs(result.coef_ - reference.coef_))) if reference is not None else 0.0
+    TIMINGS.append(
+        (
+            scenario,
+            where,
+            len(client.scheduler_info()["workers"]),
+            result.n_iter_ - resumed_at,
+            seconds,
+            result.dual_gap_,
+            delta,
+        )
+    )
     return result
 
 
@@ -109,8 +121,9 @@ def assert_same_model(result, reference):
 @contextmanager
 def slurm_cluster(shared, name, worker_extra_args=None):
     resources = slurm_resources(PARTITION)
-    with jq.make_cluster(resources, shared_directory=shared, job_name=name,
-                         worker_extra_args=worker_extra_args) as cluster:
+    with jq.make_cluster(
+        resources, shared_directory=shared, job_name=name, worker_extra_args=worker_extra_args
+    ) as cluster:
         cluster.adapt(minimum_jobs=resources.jobs, maximum_jobs=resources.jobs)
         with Client(cluster) as client:
             jq.wait_for_workers(client, cluster, resources.n_workers, timeout=180)
@@ -130,8 +143,9 @@ def workers(client):
 
 
 def squeue(name):
-    done = subprocess.run(["squeue", "-h", "--name", name, "-o", "%i"], capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        ["squeue", "-h", "--name", name, "-o", "%i"], capture_output=True, text=True, timeout=30
+    )
     return done.stdout.split()
 
 
@@ -141,11 +155,24 @@ def squeue(name):
 def test_the_example_through_slurm(shared, grid, undisturbed, tmp_path):
     directory = shared / "example"
     directory.mkdir(exist_ok=True)
-    env = {**os.environ, "DASK_SCD_EXAMPLE_SIZE": "small", "DASK_SCD_SLURM_QUEUE": PARTITION,
-           "DASK_SCD_SHARED_DIR": str(directory), "DASK_SCD_JOBS": "2", "DASK_SCD_CORES": "1",
-           "DASK_SCD_MEMORY": "2GiB", "DASK_SCD_WALLTIME": "00:10:00"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "cluster_jobqueue.py")],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "DASK_SCD_EXAMPLE_SIZE": "small",
+        "DASK_SCD_SLURM_QUEUE": PARTITION,
+        "DASK_SCD_SHARED_DIR": str(directory),
+        "DASK_SCD_JOBS": "2",
+        "DASK_SCD_CORES": "1",
+        "DASK_SCD_MEMORY": "2GiB",
+        "DASK_SCD_WALLTIME": "00:10:00",
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "cluster_jobqueue.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert f"#SBATCH -p {PARTITION}" in done.stdout
     # The pending report ("waiting for workers: 0/2 joined after N s; job J ...") is printed
@@ -157,8 +184,14 @@ def test_the_example_through_slurm(shared, grid, undisturbed, tmp_path):
     # The same fit of the grid the example wrote, on a cluster in this process.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        local = dask_scd.fit(dask_scd.open_grid(directory / "clicks.zarr"), loss="logistic",
-                             alpha=1e-5, tol=1e-6, solver="block_scd", random_state=0)
+        local = dask_scd.fit(
+            dask_scd.open_grid(directory / "clicks.zarr"),
+            loss="logistic",
+            alpha=1e-5,
+            tol=1e-6,
+            solver="block_scd",
+            random_state=0,
+        )
     assert float(saved["dual_gap"]) <= 1e-6
     assert np.max(np.abs(saved["coef"] - local.coef_)) <= 1e-12
     assert abs(float(saved["intercept"]) - local.intercept_) <= 1e-12
@@ -181,11 +214,13 @@ def test_a_cancelled_job_is_replaced_mid_fit(shared, grid, undisturbed):
                 cancelled.append(sorted(first)[0])
                 subprocess.run(["scancel", cancelled[0]], check=True, timeout=30)
             if state["epoch"] == 2:  # the rest of the fit runs on the replacement
-                wait_until(lambda: len(workers(client) - before) >= 1, 120,
-                           "no replacement worker joined")
+                wait_until(
+                    lambda: len(workers(client) - before) >= 1, 120, "no replacement worker joined"
+                )
 
-        result = timed_fit("job cancelled at epoch 1", "SLURM", client, grid, undisturbed,
-                           callback=disturb)
+        result = timed_fit(
+            "job cancelled at epoch 1", "SLURM", client, grid, undisturbed, callback=disturb
+        )
         replacements = set(jq.job_ids(cluster)) - first
     assert cancelled and replacements
     assert_same_model(result, undisturbed)
@@ -199,11 +234,15 @@ def test_workers_reaching_their_lifetime_are_replaced_mid_fit(shared, grid, undi
 
         def disturb(state):
             if state["epoch"] == 2:  # at least one worker retires and is replaced mid-fit
-                wait_until(lambda: len(workers(client) - before) >= 1, 120,
-                           "no worker retired and was replaced")
+                wait_until(
+                    lambda: len(workers(client) - before) >= 1,
+                    120,
+                    "no worker retired and was replaced",
+                )
 
-        result = timed_fit("workers' lifetime 60 s ± 15 s", "SLURM", client, grid, undisturbed,
-                           callback=disturb)
+        result = timed_fit(
+            "workers' lifetime 60 s ± 15 s", "SLURM", client, grid, undisturbed, callback=disturb
+        )
         assert set(jq.job_ids(cluster)) - first  # adapt submitted new jobs
     assert_same_model(result, undisturbed)
 
@@ -214,8 +253,11 @@ def test_a_killed_client_resumes_from_its_checkpoint_on_new_jobs(shared, grid, u
         stale.unlink()
     client_script = Path(__file__).parent / "client_fit.py"
     process = subprocess.Popen(
-        [sys.executable, str(client_script), str(grid.path), str(shared), "dscd-killed",
-         PARTITION], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [sys.executable, str(client_script), str(grid.path), str(shared), "dscd-killed", PARTITION],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         lines = []
         for line in process.stdout:
@@ -234,9 +276,15 @@ def test_a_killed_client_resumes_from_its_checkpoint_on_new_jobs(shared, grid, u
     wait_until(lambda: not squeue("dscd-killed"), 60, "the killed client's jobs did not end")
     (checkpoint,) = shared.glob("dask-scd-*.npz")  # the default one, written at epoch 5
     with slurm_cluster(shared, "dscd-resumed") as (cluster, client):
-        result = timed_fit("client killed after epoch 6, resumed from epoch 5", "SLURM",
-                           client, dask_scd.open_grid(grid.path), undisturbed, resumed_at=5,
-                           resume=True)
+        result = timed_fit(
+            "client killed after epoch 6, resumed from epoch 5",
+            "SLURM",
+            client,
+            dask_scd.open_grid(grid.path),
+            undisturbed,
+            resumed_at=5,
+            resume=True,
+        )
     assert result.history_.iteration == list(range(1, result.n_iter_ + 1))
     assert result.n_iter_ == undisturbed.n_iter_
     np.testing.assert_array_equal(result.coef_, undisturbed.coef_)  # bit for bit
@@ -246,10 +294,32 @@ def test_a_killed_client_resumes_from_its_checkpoint_on_new_jobs(shared, grid, u
 
 def test_the_cli_fits_on_slurm_and_resumes(shared, grid, undisturbed, capsys):
     out = shared / "cli-model.json"
-    common = ["fit", str(grid.path), "--slurm", PARTITION, "--jobs", "2", "--cores", "1",
-              "--memory", "2GiB", "--walltime", "00:10:00", "--loss", "logistic", "--alpha",
-              "1e-4", "--tol", "1e-12", "--solver", "block_scd", "--out", str(out),
-              "--checkpoint-every", "1"]
+    common = [
+        "fit",
+        str(grid.path),
+        "--slurm",
+        PARTITION,
+        "--jobs",
+        "2",
+        "--cores",
+        "1",
+        "--memory",
+        "2GiB",
+        "--walltime",
+        "00:10:00",
+        "--loss",
+        "logistic",
+        "--alpha",
+        "1e-4",
+        "--tol",
+        "1e-12",
+        "--solver",
+        "block_scd",
+        "--out",
+        str(out),
+        "--checkpoint-every",
+        "1",
+    ]
     assert cli.main([*common, "--max-iter", "3"]) == 0
     first = capsys.readouterr().out
     assert "waiting for workers: 0/2 joined" in first and "fitted block_scd: 3 epochs" in first
@@ -258,6 +328,7 @@ def test_the_cli_fits_on_slurm_and_resumes(shared, grid, undisturbed, capsys):
     second = capsys.readouterr().out
     assert f"fitted block_scd: {undisturbed.n_iter_} epochs" in second
     import json
+
     model = json.loads(out.read_text())
     assert model["history"]["iteration"][:4] == [1, 2, 3, 4]
     assert np.max(np.abs(np.array(model["coef"]) - undisturbed.coef_)) <= 1e-12
@@ -267,8 +338,18 @@ def test_the_cli_fits_on_slurm_and_resumes(shared, grid, undisturbed, capsys):
 def test_a_request_no_node_can_hold_fails_fast_naming_the_partition(grid, capsys):
     limits = jq.partition_limits(PARTITION)
     start = time.monotonic()
-    status = cli.main(["fit", str(grid.path), "--slurm", PARTITION, "--cores",
-                       str(limits.cpus + 1), "--solver", "block_scd"])
+    status = cli.main(
+        [
+            "fit",
+            str(grid.path),
+            "--slurm",
+            PARTITION,
+            "--cores",
+            str(limits.cpus + 1),
+            "--solver",
+            "block_scd",
+        ]
+    )
     err = capsys.readouterr().err
     assert status == cli.FAILURE and time.monotonic() - start < 30
     assert f"{limits.cpus + 1} cores" in err
@@ -297,8 +378,10 @@ def write_timings():
         "|---|---|---|---|---|---|---|---|",
     ]
     for scenario, where, n_workers, epochs, seconds, gap, delta in TIMINGS:
-        lines.append(f"| {scenario} | {where} | {n_workers} | {epochs} | {seconds:.1f} | "
-                     f"{seconds / max(epochs, 1):.2f} | {gap:.1e} | {delta:.1e} |")
+        lines.append(
+            f"| {scenario} | {where} | {n_workers} | {epochs} | {seconds:.1f} | "
+            f"{seconds / max(epochs, 1):.2f} | {gap:.1e} | {delta:.1e} |"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with open(RESULTS, "a", encoding="utf-8") as handle:
         handle.write("\n".join(lines) + "\n\n")
