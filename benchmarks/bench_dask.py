@@ -47,8 +47,8 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 import scipy.sparse as sp  # noqa: E402
+from _machine import cpu_model  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "dask.md"
@@ -484,8 +484,9 @@ def mean_epoch(epochs):
 
 def profile_engine(client, grid, loss, epochs):
     """A few epochs under the task stream; returns per-epoch analyses, the result, the probe."""
-    import dask_scd
     from distributed import get_task_stream
+
+    import dask_scd
 
     n_workers = len(client.scheduler_info()["workers"])
     with EngineProbe(client) as probe, get_task_stream(client) as ts:
@@ -794,10 +795,9 @@ def _time_to(history, target):
 
 
 def section_scaling(report, grid, sizes):
-    import dask_scd
-    from distributed import Client
+    from distributed import Client, get_task_stream
 
-    from distributed import get_task_stream
+    import dask_scd
 
     target_tol = 1e-4
     rows, rows_b = [], []
@@ -1193,9 +1193,10 @@ def _ooc_fit_main(args):
     """In a fresh process (the client; the scheduler lives here too): open the grid, fit a few
     epochs, watch every process's RSS. Prints STATUS / EPOCH / RESULT lines of JSON."""
     _quiet()
+    from distributed import Client
+
     import dask_scd
     from dask_scd.grid import open_grid
-    from distributed import Client
 
     def emit(kind, obj):
         print(kind, json.dumps(obj), flush=True)
@@ -1299,7 +1300,9 @@ def run_ooc_fit(path, memory, epochs, loss, stall_after, timeout, cache_fix) -> 
     paused_since = None
     while proc.poll() is None:
         time.sleep(1.0)
-        status = [json.loads(l.split(" ", 1)[1]) for l in list(lines) if l.startswith("STATUS")]
+        status = [
+            json.loads(line.split(" ", 1)[1]) for line in list(lines) if line.startswith("STATUS")
+        ]
         if status and "paused" in status[-1]["status"]:
             paused_since = paused_since or time.perf_counter()
         elif status:

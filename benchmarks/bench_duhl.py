@@ -33,8 +33,8 @@ import numpy as np
 from _machine import cpu_model
 
 from dask_scd import objectives as obj
-from dask_scd.grid import open_grid, to_grid
 from dask_scd.data.memory import InMemory
+from dask_scd.grid import open_grid, to_grid
 from dask_scd.solvers.base import Options
 from dask_scd.solvers.duhl import fit_duhl, fit_grid
 

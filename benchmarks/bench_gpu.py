@@ -386,7 +386,6 @@ def _simulator() -> bool:
 def header(args, n, max_iter, max_rounds, simulator) -> str:
     import numba
     import scipy
-
     from _machine import cpu_model
 
     root = HERE.parent

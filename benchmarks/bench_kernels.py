@@ -27,9 +27,9 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import gc  # noqa: E402
 import inspect  # noqa: E402
-import subprocess  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -38,10 +38,10 @@ from pathlib import Path  # noqa: E402
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from _machine import cpu_model, print_and_append  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 import scipy  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import sklearn  # noqa: E402
+from _machine import cpu_model, print_and_append  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression  # noqa: E402
 from sklearn.svm import LinearSVC  # noqa: E402

@@ -44,8 +44,9 @@ import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dask_scd  # noqa: E402
 from _machine import cpu_model, print_and_append  # noqa: E402
+
+import dask_scd  # noqa: E402
 from dask_scd.datasets import make_onehot  # noqa: E402
 from dask_scd.objectives import Problem  # noqa: E402
 

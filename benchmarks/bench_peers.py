@@ -1379,7 +1379,8 @@ def versions():
             continue
         version = getattr(mod, "__version__", None)
         if version is None:
-            from importlib.metadata import PackageNotFoundError, version as dist_version
+            from importlib.metadata import PackageNotFoundError
+            from importlib.metadata import version as dist_version
 
             try:
                 version = dist_version(name)

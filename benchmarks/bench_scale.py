@@ -31,7 +31,6 @@ for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MK
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import datetime  # noqa: E402
-import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import math  # noqa: E402
@@ -818,7 +817,8 @@ def _spark_main(args):
     parent asks for (one JSON line per fit; the parent answers 'next' or 'stop')."""
     spec = json.loads(args._spark)
     import pyspark
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -1155,8 +1155,9 @@ def _ooc_main(args):
     """In a fresh process: a LocalCluster of 2 workers with the given memory_limit, a few
     block_scd epochs on the grid, peak RSS of every worker. Prints one RESULT line."""
     _quiet()
-    import dask_scd
     from distributed import Client
+
+    import dask_scd
 
     grid = dask_scd.open_grid(args._ooc)
     n = grid.shape[0]
@@ -1386,7 +1387,6 @@ def header(args, sizes, elapsed, n, p, nnz, commit) -> str:
     import psutil
     import sklearn
     import zarr
-
     from _machine import cpu_model
 
     vers = [
@@ -1632,8 +1632,9 @@ def main(argv=None):
 
     grid_info = {}
     if "ours-grid" not in skip:
-        import dask_scd
         from distributed import Client
+
+        import dask_scd
 
         gpath = workdir / "grid.zarr"
         t = time.perf_counter()

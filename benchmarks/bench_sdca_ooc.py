@@ -99,9 +99,7 @@ def child(path: str, mode: str, epochs: int) -> None:
 
     import dask_scd
     from dask_scd.data.sources import make_source
-    from dask_scd.grid import open_grid
-
-    from dask_scd.grid import to_grid
+    from dask_scd.grid import open_grid, to_grid
 
     warnings.simplefilter("ignore", ConvergenceWarning)
     rng = np.random.default_rng(0)

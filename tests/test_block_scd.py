@@ -423,7 +423,10 @@ def test_a_cell_the_cache_has_no_room_for_is_read_once_per_block_iteration(monke
     cache.get((*cell, 0, 2), load((0, 2)))
     cache.get((*cell, 0, 2), load((0, 2)))
     assert loads[-1:] == [(0, 2)]
-    big = lambda key: lambda: loads.append(key) or np.zeros(30)  # 240 bytes
+
+    def big(key):
+        return lambda: loads.append(key) or np.zeros(30)  # 240 bytes
+
     cache.get((*cell, 0, 3), big((0, 3)))
     cache.get((*cell, 0, 3), big((0, 3)))
     assert loads[-2:] == [(0, 3), (0, 3)]  # 80 + 240 bytes held would pass 250
@@ -595,9 +598,9 @@ def test_row_chunks_stay_on_their_worker(onehot, clients):
 def test_trial_kernels_match_the_loss_differences(loss, rng):
     """The product form of the logistic trials equals ℓ(ŷ + a·d·x) − ℓ(ŷ) (numpy oracle)."""
     from dask_scd import objectives as obj
-    from dask_scd.solvers.coarse import LINE_SEARCH_STEPS as steps
     from dask_scd.kernels import block as kernels
     from dask_scd.kernels.layout import MajorMatrix
+    from dask_scd.solvers.coarse import LINE_SEARCH_STEPS as steps
 
     n, p = 3000, 40
     X = sp.csc_matrix(

@@ -264,7 +264,7 @@ def test_grid_tier_weighs_the_losses_with_the_grid_s_weights(tmp_path, loss, alp
     else:
         X, y = _svm(600, 12)
     w = rng.integers(1, top, size=X.shape[0]).astype(np.float64)
-    grid = to_grid(X, y, str(tmp_path / "w.zarr"), row_chunk=200, blocks=6, sample_weight=w)
+    to_grid(X, y, str(tmp_path / "w.zarr"), row_chunk=200, blocks=6, sample_weight=w)
     problem = obj.Problem(loss, alpha, 1.0 if loss == "squared" else 0.0, True)
     options = Options(TOL, 3000, np.random.default_rng(0), engine={"memory_budget": X.nbytes // 3})
     run = fit_grid(open_grid(tmp_path / "w.zarr"), problem, options)

@@ -29,7 +29,6 @@ from dask_scd import (
 )
 from dask_scd.objectives import Problem
 
-
 # The fits stop at a certified relative gap of tol (1e-6 by default), so a weighted fit and
 # the fit of the repeated rows agree to about that, not to these checks' rtol of 1e-7:
 # tests/test_weights.py runs the same two checks at tol=1e-13, where they pass.

@@ -10,14 +10,13 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import shared_dataset
 from sklearn import datasets, linear_model, svm
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 import dask_scd
 from dask_scd import objectives as obj
-
-from conftest import shared_dataset
 
 TOL = 1e-9
 

@@ -15,8 +15,8 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import nvvm_home
 import scipy.sparse as sp
+from conftest import nvvm_home
 
 import dask_scd
 from dask_scd import objectives as obj

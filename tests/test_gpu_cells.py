@@ -18,12 +18,12 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import nvvm_home
 import scipy.sparse as sp
+from conftest import nvvm_home
 
 from dask_scd import objectives as obj
-from dask_scd.kernels import device
 from dask_scd.data import cells as data_cells
+from dask_scd.kernels import device
 from dask_scd.runtime import passes
 from dask_scd.solvers import block_newton
 from dask_scd.solvers import block_ops as ops

@@ -193,3 +193,16 @@ def test_every_result_carries_its_plan(rng):
         "rule": "named",
         "predicted_passes": None,
     }
+
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
+def test_ruff_is_clean(command):
+    """The tree passes ruff's lint rules and its format (pyproject.toml's [tool.ruff])."""
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "."], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

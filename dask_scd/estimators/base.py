@@ -14,8 +14,8 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from dask_scd.data.inputs import ModelInput, is_dask, read_input
 from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_one
 from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
-from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.objectives import CLASSIFICATION_LOSSES
+from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.validation import (
     ENGINE_DTYPES,
     ENGINE_SPARSE_FORMATS,

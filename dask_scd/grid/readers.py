@@ -428,11 +428,11 @@ def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int,
     index (+ 1 when zero-based).
     """
     n_rows, smallest, largest = 0, None, -1
-    for numbers, buffer in _numbered_batches(path, batch_lines):
+    for line_numbers, buffer in _numbered_batches(path, batch_lines):
         try:
             X, _ = _parse_libsvm(buffer, None, np.float64, zero_based=True)  # indices as written
         except ValueError:
-            raise malformed_line(path, buffer, numbers) from None
+            raise malformed_line(path, buffer, line_numbers) from None
         n_rows += X.shape[0]
         if X.nnz:
             low, high = int(X.indices.min()), int(X.indices.max())

@@ -20,18 +20,35 @@ from numba import njit
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 from dask_scd.kernels.scalar import (
     ARMIJO as _ARMIJO,
+)
+from dask_scd.kernels.scalar import (
     BACKTRACK as _BACKTRACK,
+)
+from dask_scd.kernels.scalar import (
     LOGISTIC,
-    MAX_BACKTRACK as _MAX_BACKTRACK,
     SQUARED,
+)
+from dask_scd.kernels.scalar import (
+    MAX_BACKTRACK as _MAX_BACKTRACK,
+)
+from dask_scd.kernels.scalar import (
     cubic_accepts as _cubic_accepts,
+)
+from dask_scd.kernels.scalar import (
     dual_step as _dual_step,
+)
+from dask_scd.kernels.scalar import (
     loss as _loss,
+)
+from dask_scd.kernels.scalar import (
     loss_d1_d2 as _loss_d1_d2,
+)
+from dask_scd.kernels.scalar import (
     penalty as _penalty,
+)
+from dask_scd.kernels.scalar import (
     prox_newton as _prox_newton,
 )
-
 
 # ------------------------------------------------------------------ scalar helpers
 

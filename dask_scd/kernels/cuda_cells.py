@@ -31,8 +31,8 @@ from numba import cuda, float64
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cuda as tpa
 from dask_scd.kernels import scalar
-from dask_scd.kernels.scalar import LOGISTIC
 from dask_scd.kernels.cuda import _SHARED, _block_sums
+from dask_scd.kernels.scalar import LOGISTIC
 
 # Step sizes a trial kernel holds per thread (in registers): the engines try 4.
 MAX_STEPS = 8

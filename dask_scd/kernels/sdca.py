@@ -30,9 +30,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from dask_scd.kernels.cpu import _FAST, _line, _row_axpy, _row_dot
+from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
 from dask_scd.kernels.scalar import dual_step as _dual_step
-from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # liblinear does not step on a row whose projected gradient is below this (its 1.0e-12);
 # so the violation M − m of the active rows may stall near it, and ε stays above.

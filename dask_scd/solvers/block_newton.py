@@ -43,9 +43,9 @@ from dask_scd.result import History
 from dask_scd.runtime import passes
 from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
 from dask_scd.runtime.cluster import fit_client
-from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers import block_ops as ops
 from dask_scd.solvers import wide_newton
+from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.block_scd import SELECTIONS, _BlockSCD, grid_order_start
 from dask_scd.solvers.registry import NEWTON_MAX_FEATURES as MAX_FEATURES
 from dask_scd.solvers.registry import newton_forms_curvature

@@ -24,8 +24,8 @@ from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.passes import _ordered_sum, scattered_sum, sum_partials
-from dask_scd.solvers.coarse_level import RowSums
 from dask_scd.solvers.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
+from dask_scd.solvers.coarse_level import RowSums
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 

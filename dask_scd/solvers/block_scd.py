@@ -41,9 +41,9 @@ from dask_scd.runtime import collective, passes, strategies
 from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
 from dask_scd.solvers import block_collective
 from dask_scd.solvers import block_ops as ops
+from dask_scd.solvers.base import Options, Run
 from dask_scd.solvers.block_collective import plan_blocks
 from dask_scd.solvers.block_ops import INTERCEPT
-from dask_scd.solvers.base import Options, Run
 
 SELECTIONS = strategies.BLOCK_ORDERS
 

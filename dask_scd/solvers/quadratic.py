@@ -854,7 +854,7 @@ def block_shift(
     """
     problem = model.problem
     rows = design.rows
-    n, p = rows.n_major, rows.n_minor
+    p = rows.n_minor
     k = int(block_of.max()) + 1
     moved = model.coef[working] + delta[working]
     chosen = working[(moved != 0.0) & (block_of[working] >= 0)]
