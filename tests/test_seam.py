@@ -206,3 +206,15 @@ def test_ruff_is_clean(command):
         [sys.executable, "-m", "ruff", *command, "."], cwd=root, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_layers_name_every_module():
+    """Every module and package of dask_scd sits in one of the import-linter layers."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    contract = config["tool"]["importlinter"]["contracts"][0]
+    named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    modules = {f"dask_scd.{path.stem}" for path in PACKAGE.glob("*.py")} - {"dask_scd.__init__"}
+    packages = {f"dask_scd.{path.parent.name}" for path in PACKAGE.glob("*/__init__.py")}
+    assert modules | packages <= named, (modules | packages) - named
