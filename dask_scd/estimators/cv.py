@@ -79,7 +79,7 @@ def _doc(template: str) -> str:
 
 def _fit_doc(method):
     """``{sample_weight}`` in a ``fit`` docstring."""
-    method.__doc__ = method.__doc__.replace("{sample_weight}", _SAMPLE_WEIGHT.strip("\n"))
+    method.__doc__ = method.__doc__.replace("{sample_weight}", _SAMPLE_WEIGHT.strip())
     return method
 
 
@@ -116,16 +116,16 @@ class _LinearModelCV(_CrossValidated, _Regressor):
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the path, then refit the best point on all of X.
 
-                Parameters
-                ----------
-                X : array-like or sparse matrix of shape (n_samples, n_features)
-                y : array-like of shape (n_samples,)
-                sample_weight : float, array-like or dask array of shape (n_samples,), optional
-        {sample_weight}
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+            {sample_weight}
 
-                Returns
-                -------
-                self
+        Returns
+        -------
+        self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
         weights = cv_weights(data, sample_weight)
@@ -382,16 +382,16 @@ class RidgeCV(_CrossValidated, _Regressor):
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the alphas, then refit the best one on all of X.
 
-                Parameters
-                ----------
-                X : array-like or sparse matrix of shape (n_samples, n_features)
-                y : array-like of shape (n_samples,)
-                sample_weight : float, array-like or dask array of shape (n_samples,), optional
-        {sample_weight}
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+            {sample_weight}
 
-                Returns
-                -------
-                self
+        Returns
+        -------
+        self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
         weights = cv_weights(data, sample_weight)
@@ -520,21 +520,21 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate C (and l1_ratio), then refit the best on all of X.
 
-                Parameters
-                ----------
-                X : array-like or sparse matrix of shape (n_samples, n_features)
-                y : array-like of shape (n_samples,)
-                    Class labels; more than two classes: one model per class against the rest,
-                    each with its own C.
-                sample_weight : float, array-like or dask array of shape (n_samples,), optional
-        {sample_weight}
-                    ``C`` maps to ``alpha = 1/(C·Σw)``, Σw over the fold's training rows for
-                    its path and over all rows for the refit (scikit-learn's
-                    ``C Σ w_i loss_i + penalty``).
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels; more than two classes: one model per class against the rest,
+            each with its own C.
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+            {sample_weight}
+            ``C`` maps to ``alpha = 1/(C·Σw)``, Σw over the fold's training rows for
+            its path and over all rows for the refit (scikit-learn's
+            ``C Σ w_i loss_i + penalty``).
 
-                Returns
-                -------
-                self
+        Returns
+        -------
+        self
         """
         data = self._read_fit_input(X, y, y_numeric=False)
         self.classes_ = _classes(data)
