@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dask_scd.validation import check_finite, check_matrix, check_n_features
+from dask_scd.validation import check_finite, check_matrix, check_n_features, is_dask
 
 PLOT_EXTRA = "pip install dask-scd[plot]"
 
@@ -250,10 +250,10 @@ class FitResult:
         X = self._check_X(X)
         if np.ndim(self.coef_) == 2:
             coef, intercept = np.asarray(self.coef_), np.asarray(self.intercept_)
-            if _is_dask(X):
+            if is_dask(X):
                 return dask_scores(X, coef, intercept)
             return np.asarray(X @ coef.T) + intercept
-        if _is_dask(X):
+        if is_dask(X):
             return dask_scores(X, np.atleast_2d(self.coef_), np.atleast_1d(self.intercept_))[:, 0]
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
@@ -279,7 +279,7 @@ class FitResult:
             return scores
         if scores.ndim == 2:  # multinomial: the class of the largest score
             classes = np.asarray(self.classes_)
-            if _is_dask(scores):
+            if is_dask(scores):
                 return scores.map_blocks(
                     _argmax,
                     classes,
@@ -288,7 +288,7 @@ class FitResult:
                     meta=np.empty(0, dtype=classes.dtype),
                 )
             return _argmax(scores, classes)
-        if _is_dask(scores):
+        if is_dask(scores):
             classes = np.asarray(self.classes_)
             return scores.map_blocks(
                 _labels, classes, dtype=classes.dtype, meta=np.empty(0, dtype=classes.dtype)
@@ -299,7 +299,7 @@ class FitResult:
         """X checked as the estimators check it at prediction time (2-D, numeric, finite,
         of the fitted width); in-memory X converted as the engines read it."""
         n_features = np.shape(self.coef_)[-1]
-        if _is_dask(X):
+        if is_dask(X):
             check_n_features(X, n_features)
             return _finite_chunks(X)
         X = check_matrix(X, bounded=False)
@@ -313,10 +313,6 @@ def _labels(scores, classes):
 
 def _argmax(scores, classes):
     return classes[np.argmax(scores, axis=1)]
-
-
-def _is_dask(obj) -> bool:
-    return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
 
 
 def _finite_chunks(X):

@@ -301,6 +301,12 @@ def _engine_matrix(X):
     return X
 
 
+def is_dask(obj) -> bool:
+    """A dask array (checked by module name: importing dask is not needed to say no).
+    The one test of it: the data layer, the results and the grid writer ask here."""
+    return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
+
+
 def to_scipy(chunk):
     """A scipy.sparse CSR matrix of a scipy.sparse or pydata ``sparse`` chunk (not copied
     when it already is one)."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.validation import is_dask
+
 
 @dataclass
 class ModelInput:
@@ -24,11 +26,6 @@ class ModelInput:
     y: object
     kind: str  # "native", "memory", "dask" or "grid"
     feature_names: np.ndarray | None = None
-
-
-def is_dask(obj) -> bool:
-    """A dask array (checked by module name: importing dask is not needed to say no)."""
-    return type(obj).__module__.startswith("dask.") and hasattr(obj, "chunks")
 
 
 def is_dask_frame(obj) -> bool:

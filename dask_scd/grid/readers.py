@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.validation import is_dask, to_scipy
+
 __all__ = ["RowReader", "iter_libsvm_batches", "malformed_line", "row_reader", "scan_libsvm"]
 
 
@@ -84,17 +86,6 @@ def storage_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64)
 
 
-def _to_scipy(chunk) -> sp.csr_matrix:
-    """Convert a scipy / pydata-sparse chunk to a fresh-or-shared CSR matrix."""
-    if sp.issparse(chunk):
-        return sp.csr_matrix(chunk)
-    if hasattr(chunk, "tocsr"):  # pydata sparse COO / GCXS
-        return sp.csr_matrix(chunk.tocsr())
-    if hasattr(chunk, "to_scipy_sparse"):
-        return sp.csr_matrix(chunk.to_scipy_sparse())
-    return sp.csr_matrix(np.asarray(chunk))
-
-
 def _is_pydata_sparse(obj) -> bool:
     return type(obj).__module__.startswith("sparse")
 
@@ -109,7 +100,7 @@ def _as_labels(y, n: int):
         from dask_scd.validation import pandas_labels
 
         y = pandas_labels(y)
-    if _is_dask(y):
+    if is_dask(y):
         if y.ndim != 1:
             raise ValueError(f"y must be 1-D, got shape {y.shape}")
         if any(math.isnan(c) for c in y.chunks[0]):
@@ -125,17 +116,9 @@ def _as_labels(y, n: int):
     return y
 
 
-def _is_dask(obj) -> bool:
-    try:
-        import dask.array as da
-    except ImportError:  # pragma: no cover - dask is a dependency
-        return False
-    return isinstance(obj, da.Array)
-
-
 def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
     if _is_pydata_sparse(X):
-        X = _to_scipy(X)
+        X = to_scipy(X)
     if sp.issparse(X):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D, got shape {X.shape}")
@@ -157,7 +140,7 @@ def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         Xc = csr[start:stop]
         Xc = Xc.astype(dtype, copy=False)
         yc = y[start:stop]
-        if _is_dask(yc):
+        if is_dask(yc):
             yc = yc.compute()
         return Xc, np.asarray(yc, dtype=np.float64)
 
@@ -165,7 +148,7 @@ def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         shape=tuple(int(s) for s in X.shape),
         dtype=dtype,
         is_sparse=is_sparse,
-        in_memory=not _is_dask(y),
+        in_memory=not is_dask(y),
         chunk_fn=chunk_fn,
         feature_names=feature_names,
         default_blocks=default_blocks,
@@ -193,10 +176,10 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         yc = y[start:stop]
         Xc, yc = dask.compute(X[start:stop], yc)
         if is_sparse:
-            Xc = _to_scipy(Xc).astype(dtype, copy=False)
+            Xc = to_scipy(Xc).astype(dtype, copy=False)
         elif sp.issparse(Xc) or _is_pydata_sparse(Xc):
             # meta claimed dense but the chunks are sparse: honour the meta.
-            Xc = _to_scipy(Xc).toarray().astype(dtype, copy=False)
+            Xc = to_scipy(Xc).toarray().astype(dtype, copy=False)
         else:
             Xc = np.asarray(Xc).astype(dtype, copy=False)
         return Xc, np.asarray(yc, dtype=np.float64)
@@ -213,7 +196,7 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
 
 
 def _array_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
-    if _is_dask(X):
+    if is_dask(X):
         return _dask_source(X, y, feature_names, default_blocks)
     return _memory_source(X, y, feature_names, default_blocks)
 
@@ -346,10 +329,10 @@ def _dataset_source(ds, y, sample_dim=None) -> RowReader:
         names.extend(var_names)
         blocks.append(np.arange(offset, offset + len(var_names), dtype=np.int64))
         offset += len(var_names)
-    if any(_is_dask(c) for c in columns):
+    if any(is_dask(c) for c in columns):
         X = da.concatenate([da.asarray(c) for c in columns], axis=1)
     elif any(sp.issparse(c) or _is_pydata_sparse(c) for c in columns):
-        X = sp.hstack([_to_scipy(c) for c in columns], format="csr")
+        X = sp.hstack([to_scipy(c) for c in columns], format="csr")
     else:
         X = np.hstack([np.asarray(c) for c in columns])
     return _array_source(X, y, feature_names=names, default_blocks=blocks)
