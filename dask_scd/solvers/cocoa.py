@@ -26,6 +26,7 @@ weights, or a dask vector's chunks, reach the workers that way, never through X)
 
 from __future__ import annotations
 
+import operator
 import time
 
 import numpy as np
@@ -327,12 +328,12 @@ class _Primal:
             for k, (p, s) in enumerate(zip(self.parts, self.slices))
         ]
         point = here.submit(ops.primal_point, problem, self.y, self.intercept, *shares)
-        dual_point = here.submit(ops.pick, point, "a")
+        dual_point = here.submit(operator.getitem, point, "a")
         correlations = [
             here.submit(ops.part_correlation, p, dual_point, part=k)
             for k, p in enumerate(self.parts)
         ]
-        self.margins = here.submit(ops.pick, point, "margins")
+        self.margins = here.submit(operator.getitem, point, "margins")
         return here.gather(
             here.submit(ops.primal_certificate, problem, self.y, self.coef, point, *correlations)
         )

@@ -137,11 +137,6 @@ def join_labels(*row_labels):
     return WeightedLabels(y, np.concatenate([row_weights(value) for value in row_labels]))
 
 
-def pick(result: dict, key: str):
-    """(task) One entry of a task's result, left on the worker."""
-    return result[key]
-
-
 def ordered_sum(*parts) -> np.ndarray:
     """Σ in part order: the same bits wherever each part was computed."""
     total = np.array(parts[0], dtype=np.float64, copy=True)
