@@ -113,7 +113,7 @@ def plan(
         The names of the engine options passed.
     """
     engine = registry.resolve(solver, problem, data, given=given)
-    rule, passes = _why(solver, problem, data, engine)
+    rule, passes = _why(solver, problem, data)
     if solver == "auto" and engine.name == "block_newton" and set(options) & set(RESIDENCY_OPTIONS):
         engine, rule = registry.get("block_scd"), "a memory budget is block SCD's to keep"
     device = _device(engine, solver, problem, data, requested, available, on_device, given)
@@ -211,20 +211,14 @@ def _device(engine, solver, problem, data, requested, available, on_device, give
     raise ValueError(f"device='gpu': {reason}")
 
 
-def _why(solver, problem, data, engine) -> tuple[str, dict | None]:
-    """The rule that chose ``engine``, and the cost model's passes where it decided."""
+def _why(solver, problem, data) -> tuple[str, dict | None]:
+    """The rule that chose the engine, and the cost model's passes where it decided."""
     if solver != "auto":
         return "named", None
     if registry.data_kind(data) != "memory":
         if problem.loss == MULTINOMIAL:
             return "the softmax loss on the cluster: block Newton", None
-        if registry.newton_forms_curvature(data):
-            return "block Newton forms the p × p curvature of the row chunks", None
-        if engine.name == "block_scd":
-            return (
-                "wide X: block SCD (an L1 term, or L2 on a grid of pure blocks run collectively)"
-            ), None
-        return "wide X: block Newton by conjugate gradients on curvature products", None
+        return registry.dask_choice(data, problem)[1], None
     if problem.unpenalized or problem.loss == MULTINOMIAL:
         return "the one engine of penalty=None and of the softmax loss", None
     among = registry.weighted_engines(problem.loss) if data.weighted else None

@@ -348,29 +348,29 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
     """
     kind = data_kind(data)
     weighted = getattr(data, "weighted", False)
+    on_cluster = solver == "auto" and kind != "memory"
     if solver == "auto" and kind == "memory":
         if weighted:  # only the engines that take sample weights
             among = [
                 name for name in weighted_engines(problem.loss) if among is None or name in among
             ]
         solver = _auto_in_memory(problem, data, among)
-    elif solver == "auto":
-        solver = "block_newton" if problem.loss == MULTINOMIAL else _auto_dask(data, problem)
-        reason = get(solver).refusal(problem, weighted, kind, given)
-        if reason is not None:  # auto has no Dask engine for it: say how to fit it
-            raise ValueError(
-                f"X is above in_memory_limit, so solver='auto' runs a Dask engine, and none "
-                f"solves this problem on it ({reason}); pass a larger in_memory_limit to fit "
-                "it in memory"
-                + (
-                    ", or fit one binary model per class on the cluster with "
-                    "LogisticRegression(multi_class='ovr')"
-                    if problem.loss == MULTINOMIAL
-                    else ""
-                )
-            )
+    elif on_cluster:
+        solver = "block_newton" if problem.loss == MULTINOMIAL else dask_auto(data, problem)
     engine = get(solver)
     reason = engine.refusal(problem, weighted, kind, given)
+    if reason is not None and on_cluster:  # auto has no Dask engine for it: say how to fit it
+        raise ValueError(
+            f"X is above in_memory_limit, so solver='auto' runs a Dask engine, and none "
+            f"solves this problem on it ({reason}); pass a larger in_memory_limit to fit "
+            "it in memory"
+            + (
+                ", or fit one binary model per class on the cluster with "
+                "LogisticRegression(multi_class='ovr')"
+                if problem.loss == MULTINOMIAL
+                else ""
+            )
+        )
     if reason is not None:
         raise ValueError(reason)
     return engine
@@ -392,12 +392,15 @@ def newton_forms_curvature(source) -> bool:
 
 
 def dask_auto(source, problem: Problem) -> str:
-    """The Dask engine that ``solver="auto"`` runs on ``source`` (see :func:`_auto_dask`)."""
-    return _auto_dask(source, problem)
+    """The Dask engine that ``solver="auto"`` runs on ``source`` (see :func:`dask_choice`)."""
+    return dask_choice(source, problem)[0]
 
 
-def _auto_dask(source, problem: Problem) -> str:
-    """Block Newton where it forms the p × p curvature (a few steps of one read each).
+def dask_choice(source, problem: Problem) -> tuple[str, str]:
+    """(engine, the rule that chose it) of ``solver="auto"`` on the cluster, for a binary
+    loss.
+
+    Block Newton where it forms the p × p curvature (a few steps of one read each).
     Wider: block SCD for an L1 term, and for L2 too on a grid of pure blocks whose epochs
     run collectively (exact block steps, one task per worker and iteration: Criteo-like
     500k × 611k, 2 workers, to 1e-6: logistic at 1/n 4.95 s against block Newton's 5.83 s,
@@ -406,12 +409,14 @@ def _auto_dask(source, problem: Problem) -> str:
     (5–10 steps of 2 + CG reads, one reduction per read: a task graph of block SCD pays
     the scheduler's latency per block)."""
     if newton_forms_curvature(source):
-        return "block_newton"
+        return "block_newton", "block Newton forms the p × p curvature of the row chunks"
     from dask_scd.solvers.block_scd import collective_on_pure_blocks
 
     if problem.l1 > 0.0 or collective_on_pure_blocks(source):
-        return "block_scd"
-    return "block_newton"
+        return "block_scd", (
+            "wide X: block SCD (an L1 term, or L2 on a grid of pure blocks run collectively)"
+        )
+    return "block_newton", "wide X: block Newton by conjugate gradients on curvature products"
 
 
 # The cost model of ``auto`` in memory, in passes over the stored values of X. The
@@ -562,8 +567,8 @@ def _lasso_without_rank(problem: Problem, n: int, p: int) -> bool:
     proximal Newton, whose inner solves run on working sets, certified 1e-6 in 35–107
     steps, 0.2–1.4 s). Wider (1000 × 5000: SCD stalled at 6e-3 in 2.3 s, Newton took
     17.7 s) SCD stays, and ``fit`` hands it over to Newton where it stops short
-    (dask_scd.solvers.planner.fit_hands_over), as it does where rank is missing with n > p. The elastic
-    net's L2 part keeps SCD converging (266–722 epochs there)."""
+    (dask_scd.solvers.planner.fit_hands_over), as it does where rank is missing with
+    n > p. The elastic net's L2 part keeps SCD converging (266–722 epochs there)."""
     return problem.loss == "squared" and problem.l2 == 0.0 and n <= p <= _NEWTON_GRAM_MAX
 
 
@@ -644,9 +649,9 @@ def capability_table() -> str:
 
 
 def _cell(engine: Engine, kind: str, losses, short, l1_ratio: float, unpenalized: bool):
-    def solves(loss, weighted):
-        from dask_scd.validation import check_problem
+    from dask_scd.validation import check_problem
 
+    def solves(loss, weighted):
         penalty = None if unpenalized else "l1" if l1_ratio else "l2"
         try:  # what no engine solves (the hinge with L1) is refused before any engine
             problem = check_problem(loss, penalty, 1.0, 0.5, True)
