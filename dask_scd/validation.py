@@ -205,7 +205,7 @@ def check_finite(X, origin: tuple = (0, 0), where: str = "") -> None:
     ValueError
         If X holds a NaN or an infinity.
     """
-    values = X.data if sp.issparse(X) or type(X).__module__.startswith("sparse") else X
+    values = X.data if sp.issparse(X) or is_pydata_sparse(X) else X
     values = np.asarray(values)
     # Integers cannot be NaN; max/min find a non-finite value without a boolean temporary.
     if values.dtype.kind == "f" and not np.isfinite(largest_magnitude(values)):
@@ -214,7 +214,7 @@ def check_finite(X, origin: tuple = (0, 0), where: str = "") -> None:
 
 def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
     """The error of X's first NaN or infinity, row by row (the error path only)."""
-    if sp.issparse(X) or type(X).__module__.startswith("sparse"):
+    if sp.issparse(X) or is_pydata_sparse(X):
         X = to_scipy(X)  # CSR: its stored values in row order
         first = int(np.argmax(~np.isfinite(X.data)))
         row = int(np.searchsorted(X.indptr, first, side="right")) - 1
@@ -293,12 +293,16 @@ def check_feature_magnitude(largest: float, where: str = "") -> None:
 def _engine_matrix(X):
     if sp.issparse(X):
         return X if X.format in ENGINE_SPARSE_FORMATS else X.tocsr()  # tocsr: a new object
-    module = type(X).__module__
-    if module.startswith("sparse"):  # pydata sparse: numpy refuses to densify it
+    if is_pydata_sparse(X):  # numpy refuses to densify it
         return to_scipy(X)
-    if module.startswith("pandas") and hasattr(X, "dtypes"):
+    if type(X).__module__.startswith("pandas") and hasattr(X, "dtypes"):
         return numeric_frame(X)
     return X
+
+
+def is_pydata_sparse(obj) -> bool:
+    """A pydata ``sparse`` array (by module name, as :func:`is_dask`)."""
+    return type(obj).__module__.startswith("sparse")
 
 
 def is_dask(obj) -> bool:

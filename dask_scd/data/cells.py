@@ -23,6 +23,7 @@ from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.validation import (
     check_feature_magnitude,
     check_label_values,
+    is_pydata_sparse,
     largest_magnitude,
     to_scipy,
 )
@@ -67,7 +68,7 @@ class CellView:
     """A cell wrapped for the kernels: X_cell d, X_cellᵀ v and friends."""
 
     def __init__(self, cell):
-        if not sp.issparse(cell) and type(cell).__module__.startswith("sparse"):
+        if is_pydata_sparse(cell):
             cell = to_scipy(cell)
         self.n_rows, self.n_columns = cell.shape
         self.by_columns = sp.issparse(cell)

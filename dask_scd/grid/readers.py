@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.validation import is_dask, to_scipy
+from dask_scd.validation import is_dask, is_pydata_sparse, to_scipy
 
 __all__ = ["RowReader", "iter_libsvm_batches", "malformed_line", "row_reader", "scan_libsvm"]
 
@@ -86,10 +86,6 @@ def storage_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64)
 
 
-def _is_pydata_sparse(obj) -> bool:
-    return type(obj).__module__.startswith("sparse")
-
-
 def _as_labels(y, n: int):
     """Return y as an object supporting ``y[start:stop]`` (numpy or dask)."""
     if y is None:
@@ -117,7 +113,7 @@ def _as_labels(y, n: int):
 
 
 def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
-    if _is_pydata_sparse(X):
+    if is_pydata_sparse(X):
         X = to_scipy(X)
     if sp.issparse(X):
         if X.ndim != 2:
@@ -167,7 +163,7 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         )
     dtype = storage_dtype(X.dtype)
     meta = X._meta
-    is_sparse = sp.issparse(meta) or _is_pydata_sparse(meta)
+    is_sparse = sp.issparse(meta) or is_pydata_sparse(meta)
     y = _as_labels(y, X.shape[0])
 
     def chunk_fn(start, stop):
@@ -177,7 +173,7 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         Xc, yc = dask.compute(X[start:stop], yc)
         if is_sparse:
             Xc = to_scipy(Xc).astype(dtype, copy=False)
-        elif sp.issparse(Xc) or _is_pydata_sparse(Xc):
+        elif sp.issparse(Xc) or is_pydata_sparse(Xc):
             # meta claimed dense but the chunks are sparse: honour the meta.
             Xc = to_scipy(Xc).toarray().astype(dtype, copy=False)
         else:
@@ -331,7 +327,7 @@ def _dataset_source(ds, y, sample_dim=None) -> RowReader:
         offset += len(var_names)
     if any(is_dask(c) for c in columns):
         X = da.concatenate([da.asarray(c) for c in columns], axis=1)
-    elif any(sp.issparse(c) or _is_pydata_sparse(c) for c in columns):
+    elif any(sp.issparse(c) or is_pydata_sparse(c) for c in columns):
         X = sp.hstack([to_scipy(c) for c in columns], format="csr")
     else:
         X = np.hstack([np.asarray(c) for c in columns])

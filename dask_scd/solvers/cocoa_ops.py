@@ -42,7 +42,12 @@ from dask_scd.kernels import cpu
 from dask_scd.kernels import sdca as sdca_kernels
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.solvers.sdca import weighted_dual
-from dask_scd.validation import check_feature_magnitude, largest_magnitude, to_scipy
+from dask_scd.validation import (
+    check_feature_magnitude,
+    is_pydata_sparse,
+    largest_magnitude,
+    to_scipy,
+)
 
 AGGREGATIONS = ("adaptive", "average", "add")
 
@@ -88,7 +93,7 @@ def _cell_array(cell):
         cell = read_cell(cell.path, cell.grid_id, cell.r, cell.b)
     if sp.issparse(cell):
         return cell
-    if type(cell).__module__.startswith("sparse"):
+    if is_pydata_sparse(cell):
         return to_scipy(cell)
     return np.asarray(cell)
 
