@@ -335,8 +335,8 @@ class EngineProbe:
     def __enter__(self):
         from dask.utils import key_split
 
-        from dask_scd.solvers import block_ops as ops
-        from dask_scd.solvers import block_scd
+        from dask_scd.engines.block import block_ops as ops
+        from dask_scd.engines.block import block_scd
 
         self._cls = block_scd._BlockSCD
         self._orig = {}

@@ -34,9 +34,9 @@ from _machine import cpu_model
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines.base import Options
+from dask_scd.engines.local.duhl import fit_duhl, fit_grid
 from dask_scd.grid import open_grid, to_grid
-from dask_scd.solvers.base import Options
-from dask_scd.solvers.duhl import fit_duhl, fit_grid
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "duhl.md"

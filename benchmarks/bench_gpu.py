@@ -39,10 +39,10 @@ import scipy.sparse as sp
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines import registry
+from dask_scd.engines.base import Options
+from dask_scd.engines.local.duhl import fit_duhl
 from dask_scd.kernels import device
-from dask_scd.solvers import registry
-from dask_scd.solvers.base import Options
-from dask_scd.solvers.duhl import fit_duhl
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "gpu.md"

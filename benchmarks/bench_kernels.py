@@ -49,9 +49,9 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 import dask_scd  # noqa: E402
 from dask_scd.datasets import make_onehot  # noqa: E402
+from dask_scd.engines.local.sdca import _block_order  # noqa: E402
 from dask_scd.kernels import cpu  # noqa: E402
 from dask_scd.kernels.layout import MajorMatrix  # noqa: E402
-from dask_scd.solvers.sdca import _block_order  # noqa: E402
 
 TARGETS = (1e-6, 1e-9)
 _SDCA_PAIRED = "paired" in inspect.signature(cpu.sdca_epoch.py_func).parameters

@@ -35,8 +35,8 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from dask_scd import LogisticRegression
-from dask_scd.multinomial import certificate
 from dask_scd.objectives import Problem
+from dask_scd.objectives.multinomial import certificate
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "multinomial.md"

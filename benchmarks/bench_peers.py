@@ -509,7 +509,7 @@ def n_iterations(est):
 def our_solvers() -> tuple:
     """Every solver name dask_scd accepts, looked up at run time (new engines appear)."""
     names = None
-    for module in ("dask_scd.solvers.registry", "dask_scd.validation"):
+    for module in ("dask_scd.engines.registry", "dask_scd.validation"):
         names = getattr(_optional(module), "SOLVERS", None)
         if names:
             break

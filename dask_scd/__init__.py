@@ -1,7 +1,7 @@
 """dask_scd: regularized linear models by coordinate descent, certified by duality gaps.
 
 The public names load on first use: a dask worker that runs the engines' tasks imports
-``dask_scd.solvers`` and ``dask_scd.kernels`` only, not scikit-learn (whose import costs a
+``dask_scd.engines`` and ``dask_scd.kernels`` only, not scikit-learn (whose import costs a
 worker process ~100 MiB of its memory limit).
 """
 

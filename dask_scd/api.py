@@ -10,12 +10,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd.data import in_memory, is_dask_frame, is_grid, make_source, read_input
 from dask_scd.data.memory import InMemory
+from dask_scd.engines import planner, registry
+from dask_scd.engines.base import Options, Run
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.runtime.session import fit_session
-from dask_scd.solvers import planner, registry
-from dask_scd.solvers.base import Options, Run
 from dask_scd.validation import (
     check_fit_args,
     check_problem,
@@ -85,9 +85,9 @@ def fit(
         Iterations of the engine that runs: epochs (passes over all coordinates, or over
         all blocks for block SCD), Newton steps ("newton", "block_newton"), rounds ("duhl").
     solver : {"auto", "gram", "scd", "sdca", "newton", "duhl", "block_scd", "block_newton", "cocoa"}
-        The engine (:mod:`dask_scd.solvers.registry` lists them all). In memory, "auto"
+        The engine (:mod:`dask_scd.engines.registry` lists them all). In memory, "auto"
         takes the applicable engine with the fewest predicted passes over X
-        (:func:`dask_scd.solvers.registry.predicted_passes`): "gram" for the squared loss
+        (:func:`dask_scd.engines.registry.predicted_passes`): "gram" for the squared loss
         with n ≥ 4p and p ≤ 512; for the hinge "newton" (smoothed) when p < 2000 unless
         "sdca" is predicted to need fewer than ~60 epochs; for other L2 problems "sdca" when
         its dual is well conditioned (≈ 10·mean‖x_i‖²/(alpha·n) epochs), else proximal Newton
@@ -153,7 +153,7 @@ def fit(
     FitResult
         ``coef_``, ``intercept_``, ``dual_gap_`` (relative), ``n_iter_``, ``history_``;
         ``extras_["plan"]``: the engine, the device, the rule of
-        :mod:`dask_scd.solvers.planner` that chose them and the predicted passes where the
+        :mod:`dask_scd.engines.planner` that chose them and the predicted passes where the
         cost model did; ``extras_["device"]``: where the epochs ran.
     """
     problem = check_problem(loss, penalty, alpha, l1_ratio, fit_intercept)

@@ -23,8 +23,8 @@ import sys
 import time
 import warnings
 
+from dask_scd.engines.registry import SOLVERS
 from dask_scd.objectives import LOSSES, PENALTIES
-from dask_scd.solvers.registry import SOLVERS
 
 PROG = "dask-scd"
 USAGE_ERROR = 2  # argparse's status for a bad command line

@@ -55,10 +55,10 @@ from sklearn.exceptions import ConvergenceWarning
 from dask_scd import objectives as obj
 from dask_scd.data import in_memory, make_source
 from dask_scd.data.memory import InMemory
+from dask_scd.engines import planner, registry
+from dask_scd.engines.base import Options
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
-from dask_scd.solvers import planner, registry
-from dask_scd.solvers.base import Options
 from dask_scd.validation import (
     check_fit_args,
     check_problem,

@@ -21,6 +21,9 @@ from dask_scd.objectives import (
     Problem,
 )
 
+# The weighted objective's own rule, kept beside it; callers read it here too.
+from dask_scd.objectives import check_sample_weight as check_sample_weight
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
 
@@ -122,7 +125,7 @@ def check_fit_args(tol, max_iter) -> None:
 
 
 def check_start(coef_init, intercept_init, n_features: int, fit_intercept: bool):
-    """A warm start (θ, b) for :class:`dask_scd.solvers.base.Options`, or None.
+    """A warm start (θ, b) for :class:`dask_scd.engines.base.Options`, or None.
 
     θ is copied (the caller's array is never modified) and defaults to zeros; b defaults
     to 0 (and is 0 without an intercept). Neither given: None, a cold start.
@@ -427,49 +430,6 @@ def pandas_labels(series):
     ):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     return series.to_numpy()
-
-
-def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weight"):
-    """Check per-example weights and scale them to mean 1.
-
-    The weighted objective ``(1/Σw) Σ w_i ℓ_i + penalty`` is ``(1/n) Σ v_i ℓ_i + penalty``
-    with ``v = n·w/Σw``: the engines keep their 1/n and read v.
-
-    Returns
-    -------
-    v : array of shape (n_samples,), float64 (a new array: the caller's is untouched),
-        or None when ``sample_weight`` is None.
-    """
-    if sample_weight is None:
-        return None
-    if type(sample_weight).__module__.startswith("pandas"):
-        sample_weight = sample_weight.to_numpy()
-    w = np.asarray(sample_weight)
-    if w.ndim == 2 and w.shape[1] == 1:
-        w = w[:, 0]
-    if w.ndim != 1:
-        raise ValueError(f"{where} must be 1-D of shape (n_samples,), got shape {w.shape}")
-    if w.shape[0] != n_samples:
-        raise ValueError(f"{where} has {w.shape[0]} entries but X has {n_samples} rows")
-    if w.dtype.kind not in "biuf":
-        raise ValueError(f"{where} must be numeric, got dtype {w.dtype}")
-    w = w.astype(np.float64)  # always a copy
-    if not np.isfinite(w).all():
-        raise ValueError(
-            f"{where} contains NaN or infinity (first at index {np.argmax(~np.isfinite(w))})"
-        )
-    if (w < 0).any():
-        first = int(np.argmax(w < 0))
-        raise ValueError(f"{where} must be non-negative: {where}[{first}] = {w[first]!r}")
-    total = float(w.sum())
-    if not total > 0.0:
-        raise ValueError(f"{where} sums to zero: at least one example needs a positive weight")
-    if not np.isfinite(total):
-        raise ValueError(f"{where} sums to infinity; rescale it (only ratios matter)")
-    if (w == w[0]).all():
-        return None  # equal weights: the unweighted problem itself
-    w *= n_samples / total
-    return w
 
 
 def check_weighted_classes(y, weights) -> None:

@@ -1,7 +1,7 @@
 """The conformance matrix (tests/test_conformance*.py): every combination the registry
 declares solves the problem asked.
 
-The rows are generated from :mod:`dask_scd.solvers.registry`, never written by hand: for
+The rows are generated from :mod:`dask_scd.engines.registry`, never written by hand: for
 every engine, every loss × penalty the problem check accepts × data kind ("memory",
 "dask", "grid") × weighted or not, the engine's own :meth:`~registry.Engine.refusal`
 says whether it is declared. A declared combination is fitted on a small problem, with
@@ -37,8 +37,8 @@ from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
+from dask_scd.engines import registry
 from dask_scd.objectives import LOSSES, MULTINOMIAL
-from dask_scd.solvers import registry
 from dask_scd.validation import check_problem
 
 ALPHA = 0.05

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.solvers import registry
+from dask_scd.engines import registry
 
 
 def _onehot(n, fields, levels, rng):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dask_scd
-from dask_scd.solvers.registry import SOLVERS
+from dask_scd.engines.registry import SOLVERS
 
 BENCHMARKS = str(Path(__file__).resolve().parents[1] / "benchmarks")
 

@@ -12,9 +12,9 @@ from sklearn.linear_model import Lasso, LogisticRegression, Ridge
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.datasets import make_onehot
+from dask_scd.engines.block import block_memory
 from dask_scd.grid.partition import block_purity, detect_pure_blocks, pure_on_all_rows
 from dask_scd.kernels import threads
-from dask_scd.solvers import block_memory
 
 
 @pytest.fixture(scope="module")

@@ -203,8 +203,8 @@ def test_auto_on_a_wide_grid_of_pure_blocks_runs_block_scd(wide, client):
     and iteration); a grid with an impure block, or a dask array (task graphs), keeps
     block Newton by conjugate gradients; with few features, block Newton either way."""
     from dask_scd.data.sources import make_source
-    from dask_scd.solvers import registry
-    from dask_scd.solvers.block_scd import collective_on_pure_blocks
+    from dask_scd.engines import registry
+    from dask_scd.engines.block.block_scd import collective_on_pure_blocks
 
     X, y, grid = wide
     problem = dask_scd.Problem("logistic", 1.0 / X.shape[0], 0.0, True)

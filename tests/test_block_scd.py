@@ -330,7 +330,7 @@ def test_sparse_dask_chunks(onehot):
 
 def test_compact_row_sums_equal_the_float_ones(onehot):
     X, _, blocks, *_ = onehot
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     X = sp.csr_matrix(X)
     cells = [X[:800][:, b] for b in blocks]
@@ -364,7 +364,7 @@ def test_compact_row_sums_equal_the_float_ones(onehot):
 
 @pytest.mark.parametrize("loss", ["squared", "logistic", "squared_hinge", "hinge"])
 def test_intercept_at_zero_from_counts(loss):
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     y = np.where(np.arange(1000) % 7 < 2, 1.0, -1.0)
     if loss == "squared":
@@ -598,9 +598,9 @@ def test_row_chunks_stay_on_their_worker(onehot, clients):
 def test_trial_kernels_match_the_loss_differences(loss, rng):
     """The product form of the logistic trials equals ℓ(ŷ + a·d·x) − ℓ(ŷ) (numpy oracle)."""
     from dask_scd import objectives as obj
+    from dask_scd.engines.coarse import LINE_SEARCH_STEPS as steps
     from dask_scd.kernels import block as kernels
     from dask_scd.kernels.layout import MajorMatrix
-    from dask_scd.solvers.coarse import LINE_SEARCH_STEPS as steps
 
     n, p = 3000, 40
     X = sp.csc_matrix(
@@ -653,7 +653,7 @@ def test_trial_kernels_match_the_loss_differences(loss, rng):
 def test_proven_coordinates_skip_the_trials_with_the_same_step(rng):
     """Logistic, pure block: the cubic bound only skips trials whose answer it knows."""
     from dask_scd import objectives as obj
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     n, p = 4000, 30
     weights = np.r_[np.ones(p - 10), np.full(10, 1e-3)]  # rare columns take long steps
@@ -752,7 +752,7 @@ def test_wide_blocks_over_many_row_chunks_are_summed_in_a_tree(tmp_path, clients
     TREE_BYTES in one task is summed in a tree of tasks (what keeps a small worker alive on
     a 200k-column block): the same model on 1 and 2 workers, bit for bit, the flat sum's
     model to rounding, and the optimum."""
-    from dask_scd.solvers.block_scd import _BlockSCD
+    from dask_scd.engines.block.block_scd import _BlockSCD
 
     X, y, blocks = make_onehot(1200, 3, 60, set_valued=1, set_size=3, random_state=2)
     grid = to_grid(X, y, str(tmp_path / "tall.zarr"), row_chunk=100, blocks=blocks)
@@ -797,8 +797,8 @@ def test_provable_steps_are_certain_decreases(rng):
     its Newton step (or 0), its true objective change is below the Armijo line, and the
     coordinates whose bound could not prove the full step are counted as unsure."""
     from dask_scd import objectives as obj
+    from dask_scd.engines.block import block_ops as ops
     from dask_scd.kernels.scalar import ARMIJO
-    from dask_scd.solvers import block_ops as ops
 
     n, p = 4000, 30
     weights = np.r_[np.ones(p - 10), np.full(10, 1e-3)]  # rare columns take long steps
@@ -876,7 +876,7 @@ def test_collective_iterations_are_the_task_graphs_bits(
     """One task per worker exchanging statistics directly gives the same iterates as the
     task graph, bit for bit (pure blocks, the Gram block, the intercept, the coarse step
     over all or over the non-zero coefficients), on 2 and 4 workers."""
-    from dask_scd.solvers.block_scd import _BlockSCD
+    from dask_scd.engines.block.block_scd import _BlockSCD
 
     *_, grid, _ = onehot
     monkeypatch.setattr(_BlockSCD, "collective", False)
@@ -910,8 +910,8 @@ def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
     """A member that cannot meet the others (here: its exchange fails in the second
     iteration) makes the engine redo that iteration as a task graph from the same
     margins: the same model as an undisturbed fit, and the fit goes on collectively."""
+    from dask_scd.engines.block.block_scd import _BlockSCD
     from dask_scd.runtime import collective
-    from dask_scd.solvers.block_scd import _BlockSCD
 
     *_, grid, _ = onehot
     with (
@@ -953,7 +953,7 @@ def test_a_lost_member_falls_back_to_the_task_graph(onehot, monkeypatch):
 def _disturbed_fit(grid, monkeypatch, loss, forget):
     """4 epochs on 2 in-process workers, undisturbed and with ``forget(state)`` as the
     callback: (undisturbed, disturbed, how many iterations ran as the task graph)."""
-    from dask_scd.solvers.block_scd import _BlockSCD
+    from dask_scd.engines.block.block_scd import _BlockSCD
 
     with (
         LocalCluster(
@@ -978,7 +978,7 @@ def test_margins_not_kept_are_recomputed(onehot, monkeypatch):
     """Margins the members should have kept but did not find (their worker process was
     replaced between iterations) are recomputed from (θ, b) by ordinary tasks, and that
     iteration runs as the task graph: the same model."""
-    from dask_scd.solvers import block_collective
+    from dask_scd.engines.block import block_collective
 
     *_, grid, _ = onehot
 
@@ -1000,7 +1000,7 @@ def test_fixed_parts_not_kept_end_the_iteration_alike(onehot, monkeypatch):
     """The members send the parts of a block's statistics that do not change between
     epochs once per fit; where the others no longer hold them (a replaced worker), that
     iteration runs as the task graph: the same model."""
-    from dask_scd.solvers import block_collective
+    from dask_scd.engines.block import block_collective
 
     *_, grid, _ = onehot
     held = []
@@ -1023,7 +1023,7 @@ def test_a_certificate_that_ends_the_fit_is_whole():
     correlation Xᵀa/n (and the coordinate gaps, where nothing reads them); one at or
     below the tolerance is sent whole."""
     from dask_scd import objectives as obj
-    from dask_scd.solvers.block_collective import _slimmed
+    from dask_scd.engines.block.block_collective import _slimmed
 
     gaps, corr = np.ones(3), np.arange(3.0)
     far = {"coef": gaps, "certificate": obj.Certificate(1.0, 0.5, gaps, 0.0, corr)}
@@ -1038,7 +1038,7 @@ def test_a_certificate_that_ends_the_fit_is_whole():
 def test_a_member_runs_its_groups_on_its_workers_threads(onehot, monkeypatch):
     """One worker of two threads: its member runs its two groups of row chunks on both
     threads at once, the same bits as the task graph."""
-    from dask_scd.solvers.block_scd import _BlockSCD
+    from dask_scd.engines.block.block_scd import _BlockSCD
 
     *_, grid, _ = onehot
     with (
@@ -1051,7 +1051,7 @@ def test_a_member_runs_its_groups_on_its_workers_threads(onehot, monkeypatch):
         graph = _fixed_epochs(grid, c, "logistic", epochs=3, penalty="l1")
         monkeypatch.setattr(_BlockSCD, "collective", True)
         pools = []
-        from dask_scd.solvers import block_collective
+        from dask_scd.engines.block import block_collective
 
         real = block_collective._GroupPool.__init__
 
@@ -1073,7 +1073,7 @@ def test_pure_cells_read_by_rows_give_the_column_sums(one_hot):
     equal those of the column-major kernels (a one-hot cell keeps no values); an impure
     cell has no by-rows form."""
     from dask_scd.data.cells import CellView, pure_rows
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     rng = np.random.default_rng(0)
     n, width = 500, 40
@@ -1133,7 +1133,7 @@ def test_a_pure_grid_cell_is_cached_by_rows_only(tmp_path, monkeypatch):
     cells_read = grid.n_row_chunks * grid.n_blocks
     assert cache.counts["reads"] == cells_read  # each cell once, over both passes
     # The coarse step's row sums read a pure cell by rows too: the same bits, no read.
-    from dask_scd.solvers import block_ops
+    from dask_scd.engines.block import block_ops
 
     for b in range(grid.n_blocks):
         ref = CellRef(grid.path, grid.grid_id, 1, b, grid.store_version)
@@ -1158,7 +1158,7 @@ def test_out_of_core_block_iterations_read_each_pure_cell_once(tmp_path, monkeyp
     from dask_scd.data import cache as cell_cache
     from dask_scd.data import cells
     from dask_scd.data.cells import CellRef
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     X, y = make_onehot(200, 4, 6, random_state=0)[:2]
     fields = [np.arange(6 * k, 6 * k + 6) for k in range(4)]
@@ -1183,7 +1183,7 @@ def test_pure_cells_line_search_by_rows_gives_the_column_trials(loss):
     column-major kernel's, at its stored columns."""
     from dask_scd import objectives as obj
     from dask_scd.data.cells import CellView
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     rng = np.random.default_rng(1)
     n, width = 400, 30
@@ -1226,7 +1226,7 @@ def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, mo
     from dask_scd.data import cache as cell_cache
     from dask_scd.data import cells
     from dask_scd.data.cells import CellRef
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     X, y = make_onehot(300, 4, 6, random_state=1)[:2]
     X = sp.hstack([X, sp.random(300, 5, density=0.5, random_state=2, format="csr")]).tocsr()
@@ -1263,7 +1263,7 @@ def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatc
     from dask_scd.data import cache as cell_cache
     from dask_scd.data import cells
     from dask_scd.data.cells import CellRef
-    from dask_scd.solvers import block_ops as ops
+    from dask_scd.engines.block import block_ops as ops
 
     X, y = make_onehot(300, 3, 6, random_state=1)[:2]
     X = sp.hstack([X, sp.random(300, 5, density=0.5, random_state=2, format="csr")]).tocsr()

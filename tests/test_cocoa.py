@@ -12,7 +12,7 @@ from scipy.optimize import minimize_scalar
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.cells import WeightedLabels
-from dask_scd.solvers import cocoa_ops as ops
+from dask_scd.engines.cocoa import cocoa_ops as ops
 
 
 def _regression(n=200, p=16, seed=0):

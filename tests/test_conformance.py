@@ -19,7 +19,7 @@ from conformance_matrix import (  # noqa: F401  (client, grids: fixtures)
     grids,
 )
 
-from dask_scd.solvers import registry
+from dask_scd.engines import registry
 
 
 def test_the_matrix_covers_every_engine_and_axis():
@@ -65,7 +65,7 @@ def test_undeclared_combination_is_refused_naming_the_engines(row, grids, client
 
 def test_the_capability_page_is_the_registry():
     """docs/capabilities.md is generated from the declarations this matrix checks
-    (rewrite it with ``python -c "from dask_scd.solvers import registry;
+    (rewrite it with ``python -c "from dask_scd.engines import registry;
     print(registry.capability_table(), end='')" > docs/capabilities.md``)."""
     from pathlib import Path
 

@@ -16,7 +16,7 @@ from conformance_matrix import (  # noqa: F401  (client, grids: fixtures)
     grids,
 )
 
-from dask_scd.solvers import registry
+from dask_scd.engines import registry
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -11,9 +11,9 @@ from sklearn.exceptions import ConvergenceWarning
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines.base import Options
+from dask_scd.engines.local.duhl import fit_duhl, fit_grid
 from dask_scd.grid import open_grid, to_grid
-from dask_scd.solvers.base import Options
-from dask_scd.solvers.duhl import fit_duhl, fit_grid
 
 TOL = 1e-4
 
@@ -210,7 +210,7 @@ def test_grid_engine_residency(tmp_path):
     to_grid(X, y, str(tmp_path / "g.zarr"), row_chunk=300, blocks=4)
     grid = open_grid(tmp_path / "g.zarr")
     from dask_scd.data import make_source
-    from dask_scd.solvers.block_scd import fit_block_scd
+    from dask_scd.engines.block.block_scd import fit_block_scd
 
     problem = obj.Problem("squared", 0.1, 1.0, True)
     fits = {}

@@ -47,7 +47,7 @@ _DENSE, _SPARSE = (
 )
 # LassoCV failed the dense one while its refit at the toy data's smallest alpha stopped at
 # max_iter (SCD at a gap of 1e-2); "auto" now hands such a fit over to proximal Newton
-# (dask_scd.solvers.planner.fit_hands_over) and it passes. ElasticNetCV's two refits then agree as far
+# (dask_scd.engines.planner.fit_hands_over) and it passes. ElasticNetCV's two refits then agree as far
 # as their certificates bind them: at the chosen alpha (2.3e-4, L2 part 1.2e-4) a gap
 # bounds ‖θ − θ*‖ by √(2·gap/l2), and even at tol=1e-12 (gaps 3e-14 and 4e-14) the two
 # coefficient vectors differ by 5.7e-7, the predictions by 1e-5 relative; the same

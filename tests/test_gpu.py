@@ -401,8 +401,8 @@ def test_duhl_with_device_memory_equals_host_memory(rng, sparse, loss, alpha, l1
     """DuHL with the GPU as fast memory: chunks loaded into device memory, epochs by the
     CUDA kernels; the same model as with RAM as fast memory, the same budget kept."""
     from dask_scd.data.memory import InMemory
-    from dask_scd.solvers.base import Options
-    from dask_scd.solvers.duhl import fit_duhl
+    from dask_scd.engines.base import Options
+    from dask_scd.engines.local.duhl import fit_duhl
 
     X, dense, y = _data(rng, sparse=sparse, n=24, p=8)
     if loss == "squared":

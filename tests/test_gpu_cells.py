@@ -1,7 +1,7 @@
 """The block engines' cell statistics on cells in device memory against the same
 statistics on the host.
 
-Every task function of :mod:`dask_scd.solvers.block_ops` (and the row-chunk tasks of
+Every task function of :mod:`dask_scd.engines.block.block_ops` (and the row-chunk tasks of
 ``block_newton``) is called twice with the same labels, margins and directions: once on
 a numpy / scipy.sparse cell (the CPU kernels) and once on the same cell in device memory
 (a numba device array, or a :class:`~dask_scd.kernels.device.DeviceCSC`: the CUDA
@@ -23,10 +23,10 @@ from conftest import nvvm_home
 
 from dask_scd import objectives as obj
 from dask_scd.data import cells as data_cells
+from dask_scd.engines.block import block_newton
+from dask_scd.engines.block import block_ops as ops
 from dask_scd.kernels import device
 from dask_scd.runtime import passes
-from dask_scd.solvers import block_newton
-from dask_scd.solvers import block_ops as ops
 
 pytestmark = pytest.mark.gpu
 
@@ -120,7 +120,7 @@ def test_the_cpu_path_imports_nothing_of_the_gpu():
         import numpy as np
         import scipy.sparse as sp
         from dask_scd.data import cells as data_cells
-        from dask_scd.solvers import block_ops as ops
+        from dask_scd.engines.block import block_ops as ops
         X = np.eye(4)
         for cell in (X, sp.csr_matrix(X)):
             ops.block_stats(cell, np.ones(4), np.zeros(4), "logistic", gram=True)

@@ -14,10 +14,10 @@ from test_fit import TOL, _assert_matches, _diabetes
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines.local.gram import GramSystem
+from dask_scd.engines.registry import GRAM_MAX_FEATURES, resolve
 from dask_scd.kernels import reference
 from dask_scd.kernels.gram import gram_epoch
-from dask_scd.solvers.gram import GramSystem
-from dask_scd.solvers.registry import GRAM_MAX_FEATURES, resolve
 
 
 def _regression(rng, n=400, p=30, density=1.0):

@@ -16,8 +16,8 @@ from sklearn.preprocessing import StandardScaler
 
 import dask_scd
 from dask_scd import LogisticRegression
-from dask_scd.multinomial import certificate
 from dask_scd.objectives import Problem
+from dask_scd.objectives.multinomial import certificate
 
 TOL = 1e-10
 
@@ -206,7 +206,7 @@ def test_string_labels_and_dask_input(iris):
 def test_dask_engine_reaches_the_in_memory_model(iris, curvature, monkeypatch):
     """Above in_memory_limit: Newton steps over row-chunk reductions (the Hessian formed,
     or conjugate gradients on its products), the same model to the certified gap."""
-    from dask_scd.solvers import multinomial_dask
+    from dask_scd.engines.newton import multinomial_dask
 
     if not curvature:
         monkeypatch.setattr(multinomial_dask, "MAX_CURVATURE", 1)

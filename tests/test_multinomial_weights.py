@@ -13,8 +13,8 @@ from sklearn.preprocessing import StandardScaler
 
 import dask_scd
 from dask_scd import LogisticRegression
-from dask_scd.multinomial import certificate
 from dask_scd.objectives import Problem
+from dask_scd.objectives.multinomial import certificate
 
 TOL = 1e-10
 
@@ -176,7 +176,7 @@ def test_the_weighted_certificate_is_valid_away_from_the_optimum():
 def test_dask_engine_takes_weights(curvature, monkeypatch):
     """Above in_memory_limit the row tasks weight every sum: the in-memory model to the
     certified gap (the Hessian formed, or conjugate gradients on its products)."""
-    from dask_scd.solvers import multinomial_dask
+    from dask_scd.engines.newton import multinomial_dask
 
     if not curvature:
         monkeypatch.setattr(multinomial_dask, "MAX_CURVATURE", 1)

@@ -19,10 +19,10 @@ import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.datasets import make_onehot
+from dask_scd.engines.base import Options
+from dask_scd.engines.newton import newton, quadratic
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import reference
-from dask_scd.solvers import newton, quadratic
-from dask_scd.solvers.base import Options
 
 TOL = 1e-9
 LOSSES = ("logistic", "squared_hinge", "squared")
@@ -598,7 +598,7 @@ def test_block_row_sums_equal_the_sparse_product(rng):
     product X @ Z column for column, bit for bit, in the same compact dtype, the ones
     columns dropped: one-hot counts (all ones: nothing stored), real values, signed and
     large integers, an incomplete field, and blocks of a random sparse X."""
-    from dask_scd.solvers.coarse_level import RowSums, block_index, row_sums_of_blocks
+    from dask_scd.engines.coarse_level import RowSums, block_index, row_sums_of_blocks
 
     def by_product(X, blocks):
         block_of = block_index(X, blocks)

@@ -687,8 +687,8 @@ def test_collective_fits_of_folds_side_by_side_take_turns(diabetes, tmp_path, mo
     MEMBER_TIMEOUT, then run the epoch as a task graph). Same bits as the folds in turn."""
     from distributed import Client, LocalCluster
 
+    from dask_scd.engines.block import block_scd
     from dask_scd.estimators import path_cv
-    from dask_scd.solvers import block_scd
 
     X, y = diabetes
     monkeypatch.setattr(block_scd._BlockSCD, "MEMBER_TIMEOUT", 5.0)

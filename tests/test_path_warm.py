@@ -12,9 +12,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd.datasets import make_onehot
+from dask_scd.engines.newton.quadratic import Design, _shift_model
 from dask_scd.kernels import newton as kernels
 from dask_scd.objectives import Problem
-from dask_scd.solvers.quadratic import Design, _shift_model
 
 TOL = 1e-8
 

@@ -11,9 +11,10 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.datasets import make_onehot
+from dask_scd.engines import coarse
+from dask_scd.engines.local import scd
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.solvers import coarse, scd
 
 
 def _onehot_regression(n=4000, fields=6, cardinality=30, seed=0):

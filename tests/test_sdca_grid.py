@@ -10,8 +10,8 @@ import scipy.sparse as sp
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.engines.local import sdca_grid
 from dask_scd.grid import to_grid
-from dask_scd.solvers import sdca_grid
 
 ALPHA = 0.05
 N_SAMPLES, N_FEATURES, ROW_CHUNK = 230, 12, 50  # five row chunks, the last one of 30 rows

@@ -171,8 +171,8 @@ def test_atomic_adds_from_two_threads_are_never_lost():
 def test_hot_features_are_those_most_rows_hold():
     import scipy.sparse as sp
 
+    from dask_scd.engines.local.sdca import HOT, hot_features
     from dask_scd.kernels.layout import MajorMatrix
-    from dask_scd.solvers.sdca import HOT, hot_features
 
     n = 5000
     rows = np.arange(n)

@@ -11,9 +11,9 @@ import pytest
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines import registry
+from dask_scd.engines.base import Options, Run
 from dask_scd.kernels import reference, scalar
-from dask_scd.solvers import registry
-from dask_scd.solvers.base import Options, Run
 
 PACKAGE = Path(dask_scd.__file__).resolve().parent
 
@@ -170,7 +170,7 @@ def test_auto_is_decided_by_the_planner_alone():
         "registry.predicted_passes(",
         "engines_solving(",
     )
-    allowed = {PACKAGE / "solvers" / "registry.py", PACKAGE / "solvers" / "planner.py"}
+    allowed = {PACKAGE / "engines" / "registry.py", PACKAGE / "engines" / "planner.py"}
     for module in PACKAGE.rglob("*.py"):
         if module in allowed:
             continue

@@ -32,9 +32,9 @@ from dask_scd import (
     to_grid,
 )
 from dask_scd.cli import main
-from dask_scd.multinomial import certificate as multinomial_certificate
+from dask_scd.engines import registry
 from dask_scd.objectives import Problem
-from dask_scd.solvers import registry
+from dask_scd.objectives.multinomial import certificate as multinomial_certificate
 from dask_scd.validation import check_sample_weight
 
 TIGHT = 1e-12

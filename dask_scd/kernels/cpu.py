@@ -1,7 +1,7 @@
 """Numba kernels: one epoch of primal SCD over columns, of dual SDCA over rows.
 
 Pure numerical code: contiguous arrays and scalars in, arrays updated in place, no
-validation (the wrappers in :mod:`dask_scd.solvers.scd` and :mod:`dask_scd.solvers.sdca`
+validation (the wrappers in :mod:`dask_scd.engines.local.scd` and :mod:`dask_scd.engines.local.sdca`
 do that once).
 
 Every kernel takes a matrix as a *compressed major-axis* triple ``(data, indices, indptr)``

@@ -1,6 +1,6 @@
 """CUDA kernels of the block engines' cell statistics, for a cell held in device memory.
 
-The same reductions as the CPU path of :class:`dask_scd.solvers.block_ops.CellView` and
+The same reductions as the CPU path of :class:`dask_scd.engines.block.block_ops.CellView` and
 :func:`dask_scd.kernels.block.coordinate_trials`, batched over the columns of a cell in
 the manner of TPA-SCD (:mod:`dask_scd.kernels.cuda`): one thread block per column (per
 pair of columns for the Gram matrix), its threads striding over the column's stored

@@ -4,7 +4,7 @@ For the squared loss the coordinate step needs only ``H = XᵀX/n`` (centred whe
 an intercept) and the gradient ``q = Hθ − Xᵀy/n``: a step on coordinate j moves q by
 ``H[j] Δθ_j``, p operations instead of a pass over a column of n values ("covariance
 updates", Friedman, Hastie & Tibshirani 2010, section 2.2). The wrapper is
-:func:`dask_scd.solvers.gram.fit_gram`.
+:func:`dask_scd.engines.local.gram.fit_gram`.
 """
 
 from __future__ import annotations

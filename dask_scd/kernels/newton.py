@@ -1,5 +1,5 @@
-"""Numba kernels of the proximal Newton engine (:mod:`dask_scd.solvers.newton`, its
-quadratic models in :mod:`dask_scd.solvers.quadratic`).
+"""Numba kernels of the proximal Newton engine (:mod:`dask_scd.engines.newton.newton`, its
+quadratic models in :mod:`dask_scd.engines.newton.quadratic`).
 
 The outer step needs, at the margins z: the loss derivatives g = ℓ'(z) and d = ℓ''(z)
 (:func:`derivatives`), the loss along a direction for the line search

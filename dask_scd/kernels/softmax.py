@@ -1,5 +1,5 @@
 """Numba kernel of the multinomial engine's L1 / elastic-net inner solver
-(:mod:`dask_scd.solvers.multinomial`): coordinate descent on the local quadratic model.
+(:mod:`dask_scd.engines.newton.multinomial`): coordinate descent on the local quadratic model.
 
 At the probabilities P of the current iterate the model of a step (Δ, Δb) is::
 

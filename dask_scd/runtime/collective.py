@@ -9,7 +9,7 @@ over the workers' own connections (a handler of this module, :func:`register`) a
 for theirs in a mailbox. Each member then sums all the parts in row-chunk order itself,
 the same bits as the task graph.
 
-Nothing here decides what is exchanged; :mod:`dask_scd.solvers.block_collective` does.
+Nothing here decides what is exchanged; :mod:`dask_scd.engines.block.block_collective` does.
 A member that waits too long, or whose exchange the client aborted (a worker was lost),
 raises :class:`Aborted`, and the engine runs that epoch as a task graph instead.
 """

@@ -1,0 +1,90 @@
+"""What every engine receives and returns: the seam between ``fit`` and the engines.
+
+An engine is a function ``run(data, problem, options) -> Run``:
+
+- ``data`` is a source of the data layer (:mod:`dask_scd.data`): an
+  :class:`~dask_scd.data.memory.InMemory` (validated X and y) for the in-memory engines,
+  a :class:`~dask_scd.data.sources.Source` of cells for the dask engines;
+- ``problem`` is the :class:`dask_scd.objectives.Problem`;
+- ``options`` is :class:`Options`: the common fit arguments, a :class:`Progress` reporter
+  and the engine's own keyword options (already checked against the names it declares).
+
+It returns a :class:`Run`: coefficients, intercept and the final certificate. Engines
+never validate user input, never call :func:`dask_scd.fit`, and never build the user's
+result: :func:`dask_scd.api.fit` does those once, for all of them. The registry of
+engines is :mod:`dask_scd.engines.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dask_scd import objectives as obj
+from dask_scd.progress import Progress
+from dask_scd.result import History
+
+
+@dataclass
+class Options:
+    """The fit's common arguments, as every engine receives them."""
+
+    tol: float
+    max_iter: int
+    rng: np.random.Generator
+    progress: Progress = field(default_factory=lambda: Progress("", 0.0, 0))
+    engine: dict = field(default_factory=dict)  # the engine's own options
+    device: str = "cpu"  # where epochs run, "cpu" or "gpu" (see dask_scd.kernels.device)
+    # A warm start (θ in the original feature order, b), or None for θ = 0 and the best
+    # intercept at θ = 0. Engines without a primal start ("sdca", "duhl", the hinge's
+    # Newton) begin cold.
+    start: tuple | None = None
+    # What an engine may keep between runs on the same data (the points of a path: its
+    # design of X, Gram blocks of a constant curvature, the margins of ``start``); None
+    # for a single fit.
+    memo: dict | None = None
+
+
+@dataclass
+class Run:
+    """What an engine hands back to :func:`dask_scd.fit`."""
+
+    coef: np.ndarray
+    intercept: float
+    certificate: obj.Certificate
+    n_iter: int
+    history: History
+    extras: dict = field(default_factory=dict)  # engine-specific figures (bytes moved, ...)
+    stopped_by_callback: bool = False  # the user's callback asked to stop: no warning
+    # penalty=None: ‖∇P‖∞/max(1, |P|), the stopping measure where there is no gap.
+    grad_norm: float | None = None
+
+    def converged(self, tol: float) -> bool:
+        if self.grad_norm is not None:
+            return self.grad_norm <= tol
+        return self.certificate.relative_gap <= tol
+
+
+class CertificateSchedule:
+    """When to pay for a certificate (a full pass over X): the two-stage test.
+
+    Every epoch at first; then when the cheap test says the iterate has nearly stopped
+    moving (max |Δθ| ≤ 1e-3·max |θ|) and ``spacing`` epochs have passed since the last
+    certificate, and at least every ``every`` epochs.
+    """
+
+    def __init__(self, first=3, every=5, gate=1e-3):
+        self.first, self.every, self.gate = first, every, gate
+        self.last = 0
+
+    def due(self, epoch, max_delta, max_coef, final, spacing=1) -> bool:
+        due = (
+            final
+            or epoch <= self.first
+            or epoch - self.last >= self.every
+            or (max_delta <= self.gate * max_coef and epoch - self.last >= spacing)
+        )
+        if due:
+            self.last = epoch
+        return due

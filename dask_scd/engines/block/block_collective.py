@@ -1,0 +1,525 @@
+"""A block-SCD iteration run collectively: one long task per worker instead of a stage
+of tasks per block.
+
+The task graph of an epoch (:meth:`_BlockSCD._graph_epoch`) spends most of a block's time
+waiting for the scheduler: the next block's tasks start only once the scheduler has
+heard that the last ones ended, and the row chunks' statistics reach the other workers
+through it. Here each worker runs one task (a *member*) over all of its groups of row
+chunks for the whole epoch, and the members swap each block's statistics directly
+(:mod:`dask_scd.runtime.collective`). Every member then calls the very functions the task
+graph calls — :func:`block_ops.apply_then_stats`, :func:`block_ops.block_direction_from`,
+:func:`block_ops.block_trials`, :func:`block_ops.block_choose`, then the coarse step's
+:func:`block_ops.coarse_stats`, :func:`block_ops.coarse_direction`,
+:func:`block_ops.coarse_trials`, :func:`block_ops.coarse_apply` — on the same values in
+the same row-chunk order, so the iteration gives the same bits either way, and the model
+stays independent of the workers.
+
+The members then compute the certificate of the new state (:func:`_certify`: fresh
+margins from (θ, b), the statistics summed at member 0) and keep those margins in their
+worker process for the next iteration's members. A member returns the state and the
+certificate to the client and nothing any task reads, so no task's lineage ever holds a
+member (a member could not run again on its own): a lost worker's results are recomputed
+by ordinary tasks, and margins that are not where a member expects them (its worker was
+replaced) make the engine recompute them from the state by ordinary tasks, the same bits.
+
+Where the task graph sums a block's statistics in a tree of tasks (a Gram block, a very
+wide one over many row chunks), each member sums them in the same tree, locally
+(:func:`tree_sum`). An epoch whose statistics would be too large to send to every member
+runs as a task graph, as does one whose member was lost (:class:`collective.Aborted`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_scd.data.cells import CellRef
+from dask_scd.engines.block import block_ops as ops
+from dask_scd.engines.block.block_ops import INTERCEPT
+from dask_scd.runtime import passes
+from dask_scd.runtime.cluster import _picked
+from dask_scd.runtime.collective import Aborted, Member
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What the epoch does with one block: the same decisions for both ways of running it."""
+
+    b: int  # the block (block_ops.INTERCEPT for the intercept)
+    block: slice | None  # its columns in grid order, None for the intercept
+    pure: bool
+    gram: bool  # an impure block small enough for the exact Newton step of its Gram matrix
+    tree: bool  # statistics summed in a tree of tasks (a Gram block, or a wide one)
+    provable: bool  # a final step without a line search
+    trials: bool  # a line search follows the direction
+
+
+def plan_blocks(order, slices, purity, loss: str, gram_max: int, provable, tree) -> list:
+    """What an epoch does with each block of ``order``, in that order (a
+    :class:`BlockPlan` each): ``provable(b, pure)`` says whether block b takes a provable
+    step, ``tree(block)`` whether its statistics are summed in a tree."""
+    plan = []
+    for b in order:
+        pure = b == INTERCEPT or purity[b]
+        block = None if b == INTERCEPT else slices[b]
+        # An impure block small enough takes the exact Newton step of its Gram matrix.
+        gram = not pure and (1 if block is None else block.stop - block.start) <= gram_max
+        sure = provable(b, pure)
+        plan.append(
+            BlockPlan(
+                b,
+                block,
+                pure,
+                gram,
+                gram or tree(block),
+                sure,
+                not (sure or (pure or gram) and loss == "squared"),
+            )
+        )
+    return plan
+
+
+def epoch_member(
+    token: str,
+    index: int,
+    addresses: list,
+    groups: list,
+    margins,
+    pick,
+    cells: list,
+    labels: list,
+    start,
+    plan: list,
+    problem,
+    n_samples: int,
+    slack: float,
+    timeout: float,
+    coarse=None,
+    certify=None,
+) -> dict | None:
+    """(task) One member's share of a collective iteration: the epoch, the coarse step,
+    then the certificate with the next iteration's margins.
+
+    ``groups``: the indices of this member's groups of row chunks; ``margins[k]`` the
+    margins of group k (a list per row chunk, element ``pick`` of each where not None),
+    or ``margins`` None: those this worker kept from the iteration ``certify[3]``, and
+    ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]``
+    row chunk i of group k's cells (one per block), ``labels[k][i]`` its labels;
+    ``coarse``: None (no coarse step) or (fit key, the :class:`block_ops.CoarseSpace`,
+    row sums per group or None to take them over the non-zero coefficients);
+    ``certify``: None, or (fit key, rows of each row chunk per group, offsets, the token
+    of the iteration whose margins to read or None, ``slim``: None, or the tolerance
+    above which the certificate returned leaves out what only a final one needs (see
+    :func:`_slimmed`), ``resend``: None to send the statistics whole, else whether to
+    send their fixed parts again (see :class:`_StaticParts`)).
+
+    Returns, from member 0 only (every member computes the same): {"state": (θ, b) after
+    the iteration, "unsure": the blocks whose step was unsure, "certified": the
+    certificate's result (:func:`passes.certificate`) with ``certify``}; the other
+    members None. A member that cannot meet the others, or lacks the margins it should
+    have kept, returns {"aborted": why} (not an error: the engine runs the iteration as a
+    task graph).
+    """
+    try:
+        member = Member(token, index, addresses, timeout)
+        if margins is None:
+            margins, pick = _kept_margins(certify[0], groups, certify[3]), None
+        if start is None:
+            start = _kept_state(certify[0], certify[3])
+        began = time.perf_counter()
+        static = (
+            None
+            if certify is None or certify[5] is None
+            else _StaticParts(certify[0], addresses, problem.loss, certify[5])
+        )
+        with _GroupPool(member.worker, len(groups)) as each:
+            state, unsure = _iterate(
+                member,
+                each,
+                groups,
+                margins,
+                pick,
+                cells,
+                labels,
+                start,
+                plan,
+                problem,
+                n_samples,
+                slack,
+                coarse,
+                static,
+            )
+            epoch_done = time.perf_counter()
+            certified = None
+            if certify is not None:
+                certified = _certify(
+                    member, each, groups, cells, labels, state, problem, n_samples, certify
+                )
+        member.close()
+        if static is not None:
+            static.commit()
+        timing = (epoch_done - began, time.perf_counter() - epoch_done)
+    except Aborted as e:
+        return {"aborted": str(e)}
+    if index != 0:
+        return None
+    if certified is not None and certify[4] is not None:
+        certified = _slimmed(certified, certify[4])
+    return {
+        "state": state,
+        "unsure": unsure,
+        "certified": certified,
+        "waited": member.waited,
+        "timing": timing,
+    }
+
+
+def _slimmed(certified: dict, slim: float) -> dict:
+    """The certificate's result as the client needs it after an iteration that does not
+    end the fit (relative gap above |``slim``|): without the per-feature correlation
+    Xᵀa/n (warm starts and screening read a final certificate's), and without the
+    coordinate gaps where ``slim`` ≥ 0 (the engine's block order and residency read
+    them otherwise). Two vectors of the model's width less to send every iteration."""
+    cert = certified["certificate"]
+    if cert.relative_gap <= abs(slim):
+        return certified
+    gaps = cert.coordinate_gaps if slim < 0 else None
+    return {
+        **certified,
+        "certificate": dataclasses.replace(cert, correlation=None, coordinate_gaps=gaps),
+    }
+
+
+class _GroupPool:
+    """``each(fn)``: [fn(k) for every group k of a member], the groups on the worker's
+    threads at once (the kernels release the GIL); each group's arithmetic is the same
+    whichever thread runs it."""
+
+    def __init__(self, worker, n_groups: int):
+        threads = int(getattr(getattr(worker, "state", None), "nthreads", 1) or 1)
+        self.n_groups = n_groups
+        self.pool = None
+        if min(threads, n_groups) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(
+                min(threads, n_groups), thread_name_prefix="dask-scd-member"
+            )
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+    def __call__(self, fn) -> list:
+        if self.pool is None:
+            return [fn(k) for k in range(self.n_groups)]
+        return list(self.pool.map(fn, range(self.n_groups)))
+
+
+def _certify(member, each, groups, cells, labels, state, problem, n_samples, certify):
+    """:meth:`ClusterRuntime.certify` among the members: fresh margins from ``state`` and
+    the certificate on them, the same calls in the same order (the statistics summed at
+    member 0, the dual sums too). Every member keeps its margins for the next iteration;
+    member 0 returns the certificate's result."""
+    fit_key, n_rows, offsets = certify[:3]
+    fresh = each(
+        lambda k: [
+            passes.certificate_pass(cells[k][i], n_rows[k][i], y, state, offsets, problem, True)
+            for i, y in enumerate(labels[k])
+        ]
+    )
+    margins = [[f[0] for f in group] for group in fresh]
+    stats = [[f[1] for f in group] for group in fresh]
+    del fresh
+    parts = member.gather(dict(zip(groups, stats)))
+    del stats
+    total = slim = None
+    if parts is not None:  # member 0
+        level = tree_sum(_in_row_order(parts))
+        total = level[0] if len(level) == 1 else passes.sum_partials(*level)
+        slim = passes.slim_total(problem, n_samples, total)
+    slim = member.broadcast(slim)
+    duals = each(
+        lambda k: [
+            passes.dual_loss_sum(y, margins[k][i], problem, slim, n_samples)
+            for i, y in enumerate(labels[k])
+        ]
+    )
+    parts = member.gather(dict(zip(groups, duals)))
+    _keep_margins(fit_key, groups, member.token, margins, state)
+    if parts is None:
+        return None
+    return passes.certificate(problem, n_samples, state, total, *_in_row_order(parts))
+
+
+def _in_row_order(parts) -> list:
+    """Every row chunk's value in row order from the members' {group: [values]}."""
+    merged = {g: values for part in parts for g, values in part.items()}
+    return [value for g in sorted(merged) for value in merged[g]]
+
+
+# The margins of the running fits' last collective certificate, per group of row chunks
+# held by this worker process: {(fit key, group): (iteration token, [margins per row
+# chunk])}. The next iteration's member reads them here instead of from a task's result
+# (a member's result in a lineage could not be recomputed on its own).
+_kept: dict = {}
+_kept_lock = threading.Lock()
+
+
+def _keep_margins(fit_key, groups, token, margins, state):
+    """Keep this member's fresh margins and the state they belong to (the next
+    iteration's start: the client then sends neither)."""
+    with _kept_lock:
+        for g, values in zip(groups, margins):
+            _kept[(fit_key, g)] = (token, values)
+        _kept[(fit_key, "state")] = (token, (state["coef"], float(state["intercept"])))
+
+
+def _kept_state(fit_key, token) -> tuple:
+    with _kept_lock:
+        kept = _kept.get((fit_key, "state"))
+        if kept is None or kept[0] != token:
+            raise Aborted("the state of the last iteration is not kept here")
+        return kept[1]
+
+
+def _kept_margins(fit_key, groups, token) -> list:
+    with _kept_lock:
+        out = []
+        for g in groups:
+            kept = _kept.get((fit_key, g))
+            if kept is None or kept[0] != token:
+                raise Aborted(f"the margins of group {g} are not kept here")
+            out.append(list(kept[1]))
+        return out
+
+
+def _iterate(
+    member,
+    each,
+    groups,
+    margins,
+    pick,
+    cells,
+    labels,
+    start,
+    plan,
+    problem,
+    n_samples,
+    slack,
+    coarse,
+    static=None,
+):
+    rows = [list(_picked(m, pick)) for m in margins]
+    loss = problem.loss
+    thetas, unsure = [], []
+    pending = None  # (column of the cells, step) of the block before
+
+    def everyone(mine, column=None):
+        """Every row chunk's value in row order: this member's and the others'. With
+        ``column`` (the cells of a block's statistics ``mine``), the parts the others
+        already hold are not sent again (:class:`_StaticParts`)."""
+        if static is None or column is None:
+            return _in_row_order(member.exchange(dict(zip(groups, mine))))
+        sent = {
+            g: [static.strip(cell, part) for cell, part in zip(column[k], mine[k])]
+            for k, g in enumerate(groups)
+        }
+        parts = member.exchange(sent)
+        parts = [
+            dict(zip(groups, mine))
+            if i == member.index
+            else {g: [static.restore(part) for part in values] for g, values in got.items()}
+            for i, got in enumerate(parts)
+        ]
+        return _in_row_order(parts)
+
+    for p in plan:
+        column = [
+            [None if p.block is None else row_cells[p.b] for row_cells in group] for group in cells
+        ]
+
+        def stats_of(k, p=p, column=column, pending=pending):
+            per_row = []
+            for i, y in enumerate(labels[k]):
+                if pending is None:
+                    per_row.append(ops.block_stats(column[k][i], y, rows[k][i], loss, p.gram))
+                else:
+                    rows[k][i], s = ops.apply_then_stats(
+                        rows[k][i], pending[0][k][i], column[k][i], y, pending[1], loss, p.gram
+                    )
+                    per_row.append(s)
+            return per_row
+
+        stats = each(stats_of)
+        summed = tree_sum if p.tree else list
+        direction = ops.block_direction_from(
+            problem, n_samples, start, p.block, p.provable, *summed(everyone(stats, column))
+        )
+        step = direction
+        if p.trials:
+            trials = each(
+                lambda k, p=p, column=column, direction=direction: [
+                    ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
+                    for i, y in enumerate(labels[k])
+                ]
+            )
+            step = ops.block_choose(direction, n_samples, slack, *summed(everyone(trials)))
+        pending = (column, step)
+        thetas.append((p.block, step["theta"]))
+        if step.get("unsure", 0):
+            unsure.append(int(p.b))
+    if pending is not None:
+        rows = each(
+            lambda k: [
+                ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
+                for i in range(len(rows[k]))
+            ]
+        )
+    # The state after the epoch, as the engine builds it from the steps.
+    state = ops.state_after(start[0], start[1], thetas)
+    coef = state["coef"]
+    if coarse is None:
+        return state, unsure
+    # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
+    fit_key, space, row_sums = coarse
+    if row_sums is None:
+        row_sums = _active_row_sums(
+            each, fit_key, groups, cells, coef, space.offsets, problem.fit_intercept
+        )
+    sums = [list(group) for group in row_sums]
+    stats = each(
+        lambda k: [
+            ops.coarse_stats(sums[k][i], y, rows[k][i], loss) for i, y in enumerate(labels[k])
+        ]
+    )
+    direction = ops.coarse_direction(problem, n_samples, space, state, *everyone(stats))
+    if loss == "squared":
+        return ops.coarse_apply(problem, n_samples, space, state, direction), unsure
+    trials = each(
+        lambda k: [
+            ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+            for i, y in enumerate(labels[k])
+        ]
+    )
+    return ops.coarse_apply(problem, n_samples, space, state, direction, *everyone(trials)), unsure
+
+
+# The parts of a block's statistics that are the same in every epoch of a fit (functions
+# of the cell alone): held by every member process for the others' cells, {(fit key, cell
+# key): {name: value}}; and, per fit and set of members, the cells whose parts this
+# process has sent to the others in an iteration that completed.
+_static: dict = {}
+_static_sent: dict = {}
+_static_lock = threading.Lock()
+
+
+class _StaticParts:
+    """A block's statistics of a row chunk, as sent to the other members: their parts that
+    do not change between epochs (the stored columns, Σ|x|³, and (X∘X)ᵀ1 under the
+    squared loss) are sent in the first iteration of a fit only; the members keep the
+    others' and put them back (:meth:`restore`), the same values. A member missing them
+    (a replaced worker) ends the iteration (:class:`Aborted`: the task graph runs it)."""
+
+    def __init__(self, fit_key, addresses, loss: str, resend: bool = False):
+        self.fit_key = fit_key
+        self.names = ("cols", "cube", "width", "sparse") + (("h",) if loss == "squared" else ())
+        self.peers = (fit_key, tuple(addresses))
+        with _static_lock:
+            if resend:  # the last iteration did not complete collectively: send them all
+                _static_sent.pop(self.peers, None)
+            self.held = set(_static_sent.get(self.peers, ()))
+        self.sending: set = set()
+
+    def strip(self, cell, stats: dict) -> dict:
+        key = getattr(cell, "key", None)
+        if not isinstance(cell, CellRef) or not any(n in stats for n in self.names):
+            return stats
+        if key in self.held:
+            return {**{k: v for k, v in stats.items() if k not in self.names}, "_held": key}
+        self.sending.add(key)
+        return {**stats, "_cell": key}
+
+    def restore(self, stats: dict) -> dict:
+        if "_held" in stats:
+            with _static_lock:
+                kept = _static.get((self.fit_key, stats["_held"]))
+            if kept is None:
+                raise Aborted(f"the statistics' fixed parts of {stats['_held']} are not kept here")
+            return {**{k: v for k, v in stats.items() if k != "_held"}, **kept}
+        if "_cell" in stats:
+            kept = {k: stats[k] for k in self.names if k in stats}
+            with _static_lock:
+                _static[(self.fit_key, stats["_cell"])] = kept
+            return {k: v for k, v in stats.items() if k != "_cell"}
+        return stats
+
+    def commit(self):
+        """The iteration completed: the others hold what this member sent."""
+        with _static_lock:
+            _static_sent.setdefault(self.peers, set()).update(self.sending)
+
+
+# S over the non-zero coefficients of the running fit, per row chunk, made again only
+# where the support changed (late epochs of an L1 fit keep it): {"fit", "rows": {(g, i):
+# (support, S)}}. One fit's at a time per worker process.
+_active = {"fit": None, "rows": {}}
+_active_lock = threading.Lock()
+
+
+def _active_row_sums(each, fit_key, groups, cells, coef, offsets, with_intercept) -> list:
+    support = coef != 0.0
+    with _active_lock:
+        if _active["fit"] != fit_key:
+            _active["fit"], _active["rows"] = fit_key, {}
+        held = dict(_active["rows"])
+
+    def group(k):
+        per_row = []
+        for i, row_cells in enumerate(cells[k]):
+            kept = held.get((groups[k], i))
+            if kept is None or not np.array_equal(kept[0], support):
+                kept = (support, ops.active_row_sums(row_cells, coef, offsets, with_intercept))
+                with _active_lock:
+                    if _active["fit"] == fit_key:
+                        _active["rows"][(groups[k], i)] = kept
+            per_row.append(kept[1])
+        return per_row
+
+    return each(group)
+
+
+def forget_fit(fit_key, dask_worker=None) -> bool:
+    """(on a worker, by ``client.run``) drop what a finished fit kept: its S, its margins."""
+    with _active_lock:
+        if _active["fit"] == fit_key:
+            _active["fit"], _active["rows"] = None, {}
+    with _kept_lock:
+        for key in [k for k in _kept if k[0] == fit_key]:
+            del _kept[key]
+    with _static_lock:
+        for table in (_static, _static_sent):
+            for key in [k for k in table if k[0] == fit_key]:
+                del table[key]
+    return True
+
+
+def tree_sum(partials: list, split_every: int = 4) -> list:
+    """The partial sums :meth:`ClusterRuntime.tree_sum` leaves of row-chunk results, the
+    same runs of consecutive row chunks summed level by level (the same bits)."""
+    if len(partials) <= split_every:
+        return [passes.sum_partials(*partials)]
+    while True:
+        partials = [
+            passes.sum_partials(*partials[i : i + split_every])
+            for i in range(0, len(partials), split_every)
+        ]
+        if len(partials) <= split_every:
+            return partials

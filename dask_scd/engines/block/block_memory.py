@@ -1,0 +1,517 @@
+"""Block SCD in memory: the block engine's exact block steps on numpy / scipy.sparse X.
+
+On one-hot data (pure blocks: no example has two non-zeros in a field) the block step of
+:mod:`dask_scd.engines.block.block_scd` is sequential coordinate descent over the whole field
+from one reduction, and with the coarse step (whole-field shifts against the intercept)
+an epoch moves along the directions column-by-column descent crawls along: a
+Criteo-like problem reaches 1e-6 in 11–30 epochs. This engine runs those very steps in
+this process, without Dask: X is cut once into cells (a few row chunks × the blocks, each
+cell a column-major copy of its part of X in block order, a pure one also by rows), and
+every epoch takes the plan, directions, line searches and coarse step of the Dask engine
+(:func:`block_collective.plan_blocks`, :mod:`block_ops`, :mod:`dask_scd.runtime.passes`).
+On a pure cell the margins are updated in place and a block's statistics come from one
+pass over the row chunk's rows (:func:`~dask_scd.kernels.block.pure_stats`, which also
+applies the last block's step). The row chunks run on this process's threads (the
+kernels release the GIL); every sum runs over them in row order, and their number
+depends on the size of X alone, so a fit gives the same bits on any number of cores.
+
+The blocks are X's pure blocks where :attr:`InMemory.pure_blocks` finds 2 to 256 of them
+(one-hot fields), else consecutive blocks of :data:`BLOCK_COLUMNS` columns, which take
+the exact Newton step of their Gram matrix with a line search (the engine's impure
+step). Columns without a stored value keep θ_j = 0, their optimum.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import CellView, WeightedLabels, inspect_cell
+from dask_scd.engines.base import Options, Run
+from dask_scd.engines.block import block_collective
+from dask_scd.engines.block import block_ops as ops
+from dask_scd.engines.block.block_ops import INTERCEPT
+from dask_scd.engines.coarse_level import MAX_BLOCKS
+from dask_scd.kernels import block as block_kernels
+from dask_scd.kernels import threads
+from dask_scd.result import History
+from dask_scd.runtime import passes, strategies
+
+# Columns per block where X has no pure blocks (each block a Gram step: ≤ 1024 columns).
+BLOCK_COLUMNS = 256
+# Row chunks of X: at least ROW_CHUNKS (for the threads), of at most CHUNK_ROWS rows (a row
+# chunk's margins and labels stay in cache while a block's pass gathers and scatters into
+# them). Fixed by the size of X (never by the cores): the same sums, and the same model,
+# on any machine.
+ROW_CHUNKS = 4
+CHUNK_ROWS = 131_072
+GRAM_MAX = 1024  # an impure block up to this wide takes the exact step of its Gram matrix
+# Options of the Dask engine that have no meaning in memory.
+_DASK_ONLY = ("client", "checkpoint", "checkpoint_every", "resume", "residency", "memory_budget")
+
+
+_ONES = np.zeros(0)  # the values of a one-hot cell by rows: all 1
+
+
+def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
+    """Block SCD on :class:`~dask_scd.data.memory.InMemory` data.
+
+    Engine options: ``selection`` ("shuffle", "cyclic", "gap": the block order within an
+    epoch) and ``callback`` (called after every epoch with {epoch, coef, intercept,
+    relative_gap}; returning True stops the fit), as on Dask input.
+    """
+    engine_options = dict(options.engine)
+    given = sorted(name for name in _DASK_ONLY if engine_options.get(name) is not None)
+    if given:
+        raise ValueError(
+            f"{given} apply to solver='block_scd' on a dask array or a Grid; "
+            "X is in memory, where the engine runs in this process"
+        )
+    selection = engine_options.get("selection", "shuffle")
+    if selection not in strategies.BLOCK_ORDERS:
+        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
+    engine = _Engine(data, problem, options.rng, selection, options.progress, options.memo)
+    try:
+        run = engine.run(
+            options.tol, options.max_iter, options.start, engine_options.get("callback")
+        )
+    finally:
+        block_collective.forget_fit(engine.fit_key)
+    coef = np.zeros(data.n_features)
+    coef[engine.columns] = run["coef"]
+    return Run(
+        coef,
+        run["intercept"],
+        run["certificate"],
+        run["epoch"],
+        run["history"],
+        {"blocks": len(engine.slices), "row_chunks": len(engine.cells)},
+        stopped_by_callback=run["stopped"],
+    )
+
+
+def column_blocks(data) -> list[np.ndarray]:
+    """The blocks of X's columns that hold a value: its pure blocks (one-hot fields) when
+    there are 2 to :data:`MAX_BLOCKS`, else runs of :data:`BLOCK_COLUMNS` columns."""
+    X = data.X
+    blocks = data.pure_blocks
+    if blocks is not None and 2 <= len(blocks) <= MAX_BLOCKS:
+        # Detected on the first rows: a rare column may share a row with its block's
+        # others further down, and an impure block loses the exact step.
+        from dask_scd.grid.partition import pure_on_all_rows
+
+        blocks = pure_on_all_rows(X, blocks)
+        if len(blocks) <= MAX_BLOCKS:
+            return blocks
+    if sp.issparse(X):
+        used = np.flatnonzero(np.bincount(sp.csr_matrix(X).indices, minlength=X.shape[1]))
+    else:
+        used = np.arange(X.shape[1])
+    if not len(used):  # X holds no value: one block of empty columns (θ stays 0)
+        used = np.arange(min(X.shape[1], BLOCK_COLUMNS))
+    return [used[i : i + BLOCK_COLUMNS] for i in range(0, len(used), BLOCK_COLUMNS)]
+
+
+def row_bounds(n_rows: int, entries: int) -> np.ndarray:
+    """Where the row chunks start and end: about equal runs of at most
+    :data:`CHUNK_ROWS` rows, and at least :data:`ROW_CHUNKS` of them, above
+    :data:`threads.MIN_ENTRIES` stored entries; else one."""
+    parts = 1
+    if entries >= threads.MIN_ENTRIES:
+        parts = max(ROW_CHUNKS, -(-n_rows // CHUNK_ROWS))
+    return np.linspace(0, n_rows, min(parts, n_rows) + 1).astype(np.int64)
+
+
+def _on_threads(calls: list, n_threads: int) -> list:
+    """[call() for call in calls]: on this process's threads (:func:`threads.run_all`, a
+    run of consecutive calls per thread) where ``n_threads`` (:func:`threads.usable`)
+    allows more than one."""
+    if n_threads <= 1:
+        return [call() for call in calls]
+    return threads.run_all(calls)
+
+
+class _Engine:
+    # What depends on X alone (kept in Options.memo between the points of a path).
+    _LAYOUT = (
+        "n",
+        "n_features",
+        "columns",
+        "offsets",
+        "slices",
+        "rows",
+        "cells",
+        "labels",
+        "by_rows",
+        "purity",
+        "threads",
+        "weighted",
+    )
+
+    def __init__(self, data, problem, rng, selection, progress, memo=None):
+        self.problem, self.rng, self.progress = problem, rng, progress
+        kept = None if memo is None else memo.get("block_scd")
+        if kept is None:
+            self._lay_out(data)
+            kept = {name: getattr(self, name) for name in self._LAYOUT}
+            if memo is not None:
+                memo["block_scd"] = kept
+        else:
+            self.__dict__.update({name: kept[name] for name in self._LAYOUT})
+        self.order = strategies.block_order(selection, self.slices)
+        self.bounded = problem.loss == "logistic" and not data.weighted
+        self.unsure: set = set()
+        self.fit_key = f"memory-{uuid.uuid4().hex}"
+        self.row_sums = None
+        if problem.l1 <= 0.0:  # the coarse space's S over all columns (L1: over the support)
+            key = ("row_sums", problem.fit_intercept)
+            if key not in kept:
+                kept[key] = self.each(
+                    lambda k: ops.block_row_sums(self.cells[k], problem.fit_intercept)
+                )
+            self.row_sums = kept[key]
+
+    def _lay_out(self, data):
+        """The blocks, the row chunks and their cells."""
+        self.n, self.n_features = data.n_samples, data.n_features
+        blocks = column_blocks(data)
+        self.columns = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+        widths = [len(b) for b in blocks]
+        self.offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        self.slices = [slice(int(a), int(b)) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        bounds = row_bounds(self.n, data.nnz)
+        self.rows = np.diff(bounds).astype(int)
+        self.cells, self.labels, self.by_rows, self.purity = self._cells(data, bounds)
+        self.threads = threads.usable(data.nnz) if len(self.cells) > 1 else 1
+        self.weighted = data.weighted
+        if data.weighted:  # the fused passes are for unweighted losses
+            self.by_rows = None
+
+    def _cells(self, data, bounds) -> tuple[list, list, list | None, list]:
+        """(cells, labels, by_rows, purity): cells[k] = [the cells of row chunk k, one per
+        block]; labels[k] = its labels (with its sample weights, where there are);
+        by_rows[k][b] = (column, value) of block b's pure cell by rows (a sparse X; else
+        None); purity[b]: no row holds two entries of block b. The row chunks are cut on
+        threads."""
+        X, labels = data.X, []
+        chunks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        for lo, hi in chunks:
+            y = np.ascontiguousarray(data.y[lo:hi], dtype=np.float64)
+            labels.append(y if data.weights is None else WeightedLabels(y, data.weights[lo:hi]))
+        if not sp.issparse(X):
+            cells = [
+                [CellView(np.ascontiguousarray(X[lo:hi][:, self.columns[s]])) for s in self.slices]
+                for lo, hi in chunks
+            ]
+            reports = _on_threads(
+                [
+                    lambda k=k: [inspect_cell(cell, "X") for cell in cells[k]]
+                    for k in range(len(cells))
+                ],
+                threads.usable(data.nnz),
+            )
+            purity = [
+                max(report[b]["max_per_row"] for report in reports) <= 1
+                for b in range(len(self.slices))
+            ]
+            return cells, labels, None, purity
+        X = sp.csr_matrix(X)  # not a copy when X is CSR
+        width = len(self.columns)
+        position = np.full(X.shape[1], -1, dtype=np.int32)
+        position[self.columns] = np.arange(width, dtype=np.int32)
+        block_of = np.repeat(np.arange(len(self.slices), dtype=np.int32), np.diff(self.offsets))
+
+        def chunk(lo, hi):
+            starts, rows, values = block_kernels.rows_by_columns(
+                X.indptr, X.indices, X.data, lo, hi, position, width
+            )
+            cells = []
+            for s in self.slices:
+                a, b = starts[s.start], starts[s.stop]
+                indptr = (starts[s.start : s.stop + 1] - a).astype(np.int32)
+                cells.append(
+                    CellView(
+                        sp.csc_matrix(
+                            (values[a:b], rows[a:b], indptr),
+                            shape=(hi - lo, s.stop - s.start),
+                            copy=False,
+                        )
+                    )
+                )
+            by_rows = block_kernels.rows_by_blocks(
+                X.indptr, X.indices, X.data, lo, hi, position, block_of, self.offsets
+            )
+            return cells, by_rows
+
+        done = _on_threads(
+            [lambda lo=lo, hi=hi: chunk(lo, hi) for lo, hi in chunks], threads.usable(data.nnz)
+        )
+        impure = np.any([by_rows[2] for _, by_rows in done], axis=0)
+        purity = [not bool(flag) for flag in impure]
+        # One-hot X keeps no values by rows (the kernels take an empty one as all ones).
+        ones = bool(np.all(X.data == 1))
+        by_rows = [
+            [
+                (column[b], _ONES if ones else value[b]) if purity[b] else None
+                for b in range(len(self.slices))
+            ]
+            for _, (column, value, _) in done
+        ]
+        return [cells for cells, _ in done], labels, by_rows, purity
+
+    def each(self, fn) -> list:
+        """[fn(k) for every row chunk k], on this process's threads where there are."""
+        return _on_threads([lambda k=k: fn(k) for k in range(len(self.cells))], self.threads)
+
+    def run(self, tol, max_iter, start, callback) -> dict:
+        """The loop of :meth:`block_scd._BlockSCD.run`: certify, then epochs (block steps,
+        coarse step, certificate) until the relative gap is at most ``tol``."""
+        problem, history, epoch = self.problem, History(), 0
+        if start is not None:
+            coef = np.array(start[0], dtype=np.float64)[self.columns]
+            intercept = float(start[1])
+        else:
+            coef, intercept = np.zeros(len(self.columns)), 0.0
+            if problem.fit_intercept:
+                stats = passes.sum_partials(*[ops.label_stats(y) for y in self.labels])
+                intercept = ops.intercept_at_zero(
+                    problem.loss,
+                    float(stats["n"][0]),
+                    float(stats["sum"][0]),
+                    float(stats["pos"][0]),
+                )
+        began = time.perf_counter()
+        margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
+        stopped = False
+        while cert.relative_gap > tol and epoch < max_iter:
+            epoch += 1
+            plan = self._plan(self._block_order(cert))
+            state, unsure = self._epoch(margins, plan, (coef, intercept), 1e-13 * abs(cert.primal))
+            state = self._coarse_step(margins, state)
+            self.unsure = set(unsure)
+            margins, (coef, intercept, cert) = self._certify(state)
+            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - began)
+            self.progress.update(epoch, cert.relative_gap, cert.primal)
+            if callback is not None and callback(
+                {
+                    "epoch": epoch,
+                    "coef": self._original(coef),
+                    "intercept": intercept,
+                    "relative_gap": cert.relative_gap,
+                }
+            ):
+                stopped = True
+                break
+        return {
+            "coef": coef,
+            "intercept": intercept,
+            "epoch": epoch,
+            "history": history,
+            "certificate": cert,
+            "stopped": stopped,
+        }
+
+    def _original(self, coef) -> np.ndarray:
+        out = np.zeros(self.n_features)
+        out[self.columns] = coef
+        return out
+
+    def _block_order(self, cert) -> list:
+        order = self.order.order(len(self.slices), cert, self.rng)
+        if self.problem.fit_intercept:
+            order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
+        return order
+
+    def _plan(self, order) -> list:
+        """The Dask engine's plan: provable steps on pure logistic blocks whose last step
+        was sure; no tree sums (a few row chunks)."""
+        return block_collective.plan_blocks(
+            order,
+            self.slices,
+            self.purity,
+            self.problem.loss,
+            GRAM_MAX,
+            lambda b, pure: self.bounded and pure and b not in self.unsure,
+            lambda block: False,
+        )
+
+    # -- one epoch: the block steps, then the coarse step ---------------------------
+
+    def _epoch(self, margins, plan, start, slack) -> tuple[dict, list]:
+        """The block steps of ``plan`` from the state ``start`` = (θ, b) whose margins
+        per row chunk are ``margins`` (updated in place): the state after them, and the
+        blocks whose step was unsure. The statistics, directions, line searches and
+        steps of :func:`block_collective._iterate`; a pure block of a sparse X reads its
+        cells with the fused kernels (:func:`pure_apply`, :func:`pure_stats`)."""
+        problem, n = self.problem, self.n
+        thetas, unsure, pending = [], [], None
+        for p in plan:
+
+            def stats_of(k, p=p, pending=pending):
+                return self._stats(k, p, margins, pending)
+
+            stats = self.each(stats_of)
+            direction = ops.block_direction_from(problem, n, start, p.block, p.provable, *stats)
+            step = direction
+            if p.trials:
+                trials = self.each(
+                    lambda k, p=p, direction=direction: ops.block_trials(
+                        self._cell(k, p.b), self.labels[k], margins[k], direction, problem, p.pure
+                    )
+                )
+                step = ops.block_choose(direction, n, slack, *trials)
+            pending = (p, step)
+            thetas.append((p.block, step["theta"]))
+            if step.get("unsure", 0):
+                unsure.append(int(p.b))
+        if pending is not None:
+            self.each(lambda k: self._apply(k, margins, pending))
+        return ops.state_after(start[0], start[1], thetas), unsure
+
+    def _cell(self, k, b):
+        return None if b == INTERCEPT else self.cells[k][b]
+
+    _NONE = (*ops.NO_STEP, 0.0)  # no step to apply: no cell by rows, no shift
+
+    def _pending(self, k, margins, pending) -> tuple:
+        """The last block's step for a fused pass over row chunk k: (its cell by rows and
+        Δ, or empty; the intercept's shift). A step the fused passes cannot take is
+        applied here, and nothing is left for them."""
+        if pending is None:
+            return self._NONE
+        p, step = pending
+        delta = step["delta"]
+        if not np.any(delta):
+            return self._NONE
+        if p.block is None:
+            return (*self._NONE[:3], float(delta[0]))
+        if self._fused(p):
+            column, value = self.by_rows[k][p.b]
+            return column, value, np.ascontiguousarray(delta, dtype=np.float64), 0.0
+        margins[k] = ops.apply_step(margins[k], self.cells[k][p.b], step)
+        return self._NONE
+
+    def _apply(self, k, margins, pending):
+        """The last block's step on row chunk k's margins, in place."""
+        column, value, delta, shift = self._pending(k, margins, pending)
+        if shift != 0.0:
+            margins[k] += shift
+        elif len(delta):
+            block_kernels.pure_apply(column, value, delta, margins[k])
+
+    def _fused(self, p) -> bool:
+        return p.block is not None and p.pure and self.by_rows is not None
+
+    def _stats(self, k, p, margins, pending) -> dict:
+        """Row chunk k's statistics of block ``p`` (:func:`block_ops.block_stats`), after
+        the last block's step (``pending``) on its margins, in one pass where it can."""
+        y, loss, code = self.labels[k], self.problem.loss, self.problem.loss_code
+        if p.block is None and not self.weighted:
+            column, value, delta, shift = self._pending(k, margins, pending)
+            if shift != 0.0:  # (the intercept does not follow itself)
+                margins[k] += shift
+            g, h = block_kernels.shift_stats(column, value, delta, y, margins[k], code)
+            stats = {"g": np.array([g]), "h": np.array([h])}
+            if loss == "logistic":
+                stats["cube"] = np.array([float(len(margins[k]))])
+            return stats
+        if not self._fused(p):
+            self._apply(k, margins, pending)
+            return ops.block_stats(self._cell(k, p.b), y, margins[k], loss, p.gram)
+        view = self.cells[k][p.b]
+        width = view.n_columns
+        g, h = np.empty(width), np.empty(width)
+        column, value = self.by_rows[k][p.b]
+        block_kernels.pure_stats(
+            *self._pending(k, margins, pending), column, value, y, margins[k], code, g, h
+        )
+        stats = {"g": g, "h": h}
+        if loss == "logistic":
+            stats["cube"] = view.cube_sums()
+        return stats
+
+    def _coarse_step(self, margins, state) -> dict:
+        """The Newton step on whole-block shifts (+ intercept) of
+        :meth:`block_scd._BlockSCD._coarse_step`, line-searched for a non-quadratic loss:
+        S over all columns (L2), or over the support, made again when it changes (L1)."""
+        problem, n, offsets, loss = self.problem, self.n, self.offsets, self.problem.loss
+        row_sums = self.row_sums
+        if row_sums is None:
+            row_sums = [
+                group[0]
+                for group in block_collective._active_row_sums(
+                    self.each,
+                    self.fit_key,
+                    list(range(len(self.cells))),
+                    [[cells] for cells in self.cells],
+                    state["coef"],
+                    offsets,
+                    problem.fit_intercept,
+                )
+            ]
+        stats = self.each(lambda k: ops.coarse_stats(row_sums[k], self.labels[k], margins[k], loss))
+        direction = ops.coarse_direction(problem, n, offsets, state, *stats)
+        if loss == "squared":
+            return ops.coarse_apply(problem, n, offsets, state, direction)
+        trials = self.each(
+            lambda k: ops.coarse_trials(row_sums[k], self.labels[k], margins[k], direction, loss)
+        )
+        return ops.coarse_apply(problem, n, offsets, state, direction, *trials)
+
+    def _certify(self, state) -> tuple:
+        """Fresh margins from ``state`` and the certificate on them: (margins per row
+        chunk, (coef, intercept, certificate)), the calls of the Dask engine's certificate
+        in the same order."""
+        problem, n, offsets = self.problem, self.n, self.offsets
+        if self.by_rows is not None:
+            fresh = self.each(lambda k: self._certificate_pass(k, state))
+        else:
+            fresh = self.each(
+                lambda k: passes.certificate_pass(
+                    self.cells[k], int(self.rows[k]), self.labels[k], state, offsets, problem, True
+                )
+            )
+        margins = [f[0] for f in fresh]
+        level = block_collective.tree_sum([f[1] for f in fresh])
+        del fresh
+        total = level[0] if len(level) == 1 else passes.sum_partials(*level)
+        slim = passes.slim_total(problem, n, total)
+        duals = self.each(
+            lambda k: passes.dual_loss_sum(self.labels[k], margins[k], problem, slim, n)
+        )
+        result = passes.certificate(problem, n, state, total, *duals)
+        return margins, (result["coef"], float(result["intercept"]), result["certificate"])
+
+    def _certificate_pass(self, k, state) -> tuple:
+        """:func:`passes.certificate_pass` of row chunk k, its pure cells read by rows:
+        (fresh margins, the statistics of :func:`passes.certificate_stats`, every block
+        at full width). Unweighted (the by-rows form exists only then)."""
+        problem, y = self.problem, self.labels[k]
+        margins = np.full(int(self.rows[k]), float(state["intercept"]))
+        coef = state["coef"]
+        for b, s in enumerate(self.slices):
+            theta = coef[s]
+            if not np.any(theta):
+                continue
+            if self.by_rows[k][b] is not None:
+                column, value = self.by_rows[k][b]
+                block_kernels.pure_apply(column, value, np.ascontiguousarray(theta), margins)
+            else:
+                margins += self.cells[k][b].matvec(theta)
+        v, y, pos, neg = passes.signed_dual_point(problem, y, margins)
+        xt_pos, xt_neg = [], []
+        for b, view in enumerate(self.cells[k]):
+            if self.by_rows[k][b] is not None:
+                column, value = self.by_rows[k][b]
+                x_pos, x_neg = block_kernels.pure_rmatvec_pair(
+                    column, value, pos, neg, view.n_columns
+                )
+            else:
+                x_pos, x_neg = view.matrix.dot_pair(pos, neg)
+            xt_pos.append(x_pos)
+            xt_neg.append(x_neg)
+        return margins, passes.certificate_sums(problem, y, v, margins, pos, neg, xt_pos, xt_neg)

@@ -1,0 +1,603 @@
+"""Proximal Newton over dask: the block engine's outer loop when the features are few.
+
+Coordinate descent converges at a rate set by the conditioning of the problem: on real
+data at the regularization users choose (scikit-learn's C = 1 and weaker) that is hundreds
+of passes over the grid. A Newton step needs the whole curvature, but when p is small it
+is a reduction of the same shape as block SCD's sufficient statistics: every row chunk
+sums its share of
+
+    g = Xᵀℓ'(ŷ)/n,   H = Xᵀ diag(ℓ''(ŷ)) X / n    (with the intercept's ones column),
+
+the client sums them in a fixed order and solves the local quadratic model
+
+    min_Δ gᵀΔ + ½ ΔᵀHΔ + penalty(θ + Δ)
+
+(the intercept eliminated exactly by its Schur complement; ridge by Cholesky, an L1 term
+by coordinate descent on H — newGLMNET's inner solver), then one line search on the true
+objective along XΔ, reduced over row chunks too. Each Newton iteration reads the grid
+twice — once for fresh margins, the curvature and the certificate of the current model
+together, once for the line search — and waits once; logistic regression converges in
+5–20 iterations at any regularization. The squared loss's model is exact: one
+step solves ridge, no line search.
+
+It runs on the block engine's runtime (row-chunk homes, keyed submits, fixed-order sums,
+checkpoints): the model does not depend on the number of workers, a lost worker is
+recomputed, and a checkpointed fit resumes to the same model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
+from dask_scd.data.sources import Source
+from dask_scd.engines.base import Options, Run
+from dask_scd.engines.block import block_ops as ops
+from dask_scd.engines.block import wide_newton
+from dask_scd.engines.block.block_scd import SELECTIONS, _BlockSCD, grid_order_start
+from dask_scd.kernels import cpu
+from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
+from dask_scd.kernels.scalar import penalty as _scalar_penalty
+from dask_scd.result import History
+from dask_scd.runtime import passes
+from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
+from dask_scd.runtime.cluster import fit_client
+
+# Block Newton forms the p × p curvature per row chunk: n·p² flops for dense cells, about
+# n·(nnz per row)² for sparse ones. Below these it forms H; above, an L2 problem takes its
+# Newton steps by conjugate gradients on curvature products (dask_scd.engines.block.wide_newton)
+# and an L1 term goes to block SCD.
+MAX_FEATURES = 2048
+MAX_ROW_COST = 256**2
+
+
+def newton_forms_curvature(source) -> bool:
+    """Whether block Newton forms the p × p curvature of ``source`` (else products)."""
+    n, p = source.n_samples, source.n_features
+    per_row = (source.nnz if source.nnz is not None else source.nbytes / 8.0) / max(n, 1)
+    return p <= MAX_FEATURES and min(per_row, p) ** 2 <= MAX_ROW_COST
+
+
+# Rounds of (coordinate descent on H, exact solve on its support) for an L1 model, and
+# the sweeps of each (a sweep is O(p²)).
+_INNER_ROUNDS = 30
+_INNER_SWEEPS = 50
+
+_penalty = _scalar_penalty.py_func  # elementwise on arrays
+
+
+# ---------------------------------------------------------------- row-chunk tasks
+
+
+def _row_matrix(cells: list):
+    """The row chunk's cells side by side, in grid column order, in float64 (a
+    :class:`_DeviceRow` when they are in device memory)."""
+    views = [cell_view(cell) for cell in cells]
+    if isinstance(views[0], DeviceCellView):
+        return _DeviceRow(views)
+    parts = []
+    for view in views:
+        m = view.matrix
+        if view.by_columns:
+            parts.append(
+                sp.csc_matrix((m.data, m.indices, m.indptr), shape=(view.n_rows, view.n_columns))
+            )
+        else:
+            parts.append(m.data.reshape(view.n_rows, view.n_columns))
+    if views[0].by_columns:
+        return sp.hstack(parts, format="csr", dtype=np.float64)
+    return np.hstack(parts).astype(np.float64, copy=False)
+
+
+class _DeviceRow:
+    """A row chunk's device cells side by side: the products :func:`newton_row` and
+    :func:`newton_trials` take of the row matrix A (``A @ v``, ``A.T @ u``, and the
+    weighted Gram matrix block by block), by the CUDA kernels of the cells, on the host."""
+
+    def __init__(self, views: list):
+        self.views = views
+        self.offsets = np.cumsum([0] + [view.n_columns for view in views])
+
+    def __matmul__(self, v) -> np.ndarray:
+        """A v = Σ_b X_b v_b."""
+        out = np.zeros(self.views[0].n_rows)
+        for view, lo, hi in zip(self.views, self.offsets[:-1], self.offsets[1:]):
+            if np.any(v[lo:hi]):
+                out += view.matvec(v[lo:hi])
+        return out
+
+    @property
+    def T(self) -> "_DeviceRow._Transposed":
+        return self._Transposed(self)
+
+    class _Transposed:
+        def __init__(self, row):
+            self.row = row
+
+        def __matmul__(self, u) -> np.ndarray:
+            """Aᵀ u, the blocks' column sums concatenated."""
+            return np.concatenate([view.rmatvec(u) for view in self.row.views])
+
+    def weighted_gram(self, weights) -> np.ndarray:
+        """Aᵀ diag(weights) A, one kernel per pair of blocks b ≤ c."""
+        offsets, views = self.offsets, self.views
+        out = np.empty((offsets[-1], offsets[-1]))
+        for b, view in enumerate(views):
+            for c in range(b, len(views)):
+                block = view.gram(weights, None if c == b else views[c])
+                out[offsets[b] : offsets[b + 1], offsets[c] : offsets[c + 1]] = block
+                out[offsets[c] : offsets[c + 1], offsets[b] : offsets[b + 1]] = block.T
+        return out
+
+
+def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
+    """Everything one Newton iteration needs from a row chunk, in one read of its cells.
+
+    Margins ŷ = Xθ + b are computed afresh from ``state`` (no rounding carried between
+    iterations, so a resumed fit takes the same steps), then the shares of the gradient
+    and the curvature (with the intercept's) and of the certificate of ``state``
+    (:func:`dask_scd.runtime.passes.certificate_stats`'s keys: the dual point
+    a = −ℓ'(ŷ) split by sign, whose scales are known only after the reduction).
+
+    Returns (statistics, margins).
+    """
+    v = row_weights(y)
+    y = labels(y)
+    A = _row_matrix(cells)
+    margins = np.asarray(A @ state["coef"]).ravel() + float(state["intercept"])
+    d1, d2 = passes.weighted_derivatives(problem.loss_code, y, margins, v)
+    pos, neg = np.where(d1 < 0, -d1, 0.0), np.where(d1 > 0, -d1, 0.0)  # a = −ℓ'(ŷ) by sign
+    if isinstance(A, _DeviceRow):
+        hessian = A.weighted_gram(d2)
+    elif sp.issparse(A):
+        hessian = np.asarray((A.T @ sp.diags(d2) @ A).todense())
+    else:
+        hessian = A.T @ (A * d2[:, None])
+    xt_pos, xt_neg = np.asarray(A.T @ pos).ravel(), np.asarray(A.T @ neg).ravel()
+    stats = {
+        "h": hessian,
+        "hx": np.asarray(A.T @ d2).ravel(),
+        "h0": np.array([d2.sum()]),
+        "loss": np.array([obj.weighted_sum(obj.loss_value(problem.loss, y, margins), v)]),
+        "pos": np.array([pos.sum()]),
+        "neg": np.array([neg.sum()]),
+        "xt_pos": xt_pos,
+        "xt_neg": xt_neg,
+        "margin_pos": np.array([obj.vdot(pos, margins)]),
+        "margin_neg": np.array([obj.vdot(neg, margins)]),
+    }
+    return stats, margins
+
+
+def newton_trials(cells: list, y, margins, direction: dict, loss: str) -> dict:
+    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ, and
+    Σ −ℓ*(−a'_i) for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)·u) (−inf if some a'_i
+    is outside the loss's dual domain): see :func:`model_dual_value`."""
+    v = row_weights(y)
+    y = labels(y)
+    u = np.asarray(_row_matrix(cells) @ direction["d_coef"]).ravel() + direction["d_b"]
+    code = obj.LOSS_CODES[loss]
+    d1, d2 = passes.weighted_derivatives(code, y, margins, v)
+    return {
+        "trials": passes.weighted_line_trials(y, margins, u, code, v),
+        "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u), v).sum()]),
+    }
+
+
+# ---------------------------------------------------------------- client-side steps
+
+
+def newton_direction(problem: obj.Problem, n_samples: int, state: dict, total: dict) -> dict:
+    """The prox-Newton direction (Δθ, δb) of the summed model at ``state``."""
+    gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples  # Xᵀℓ'(ŷ)/n
+    g, hessian = gradient, total["h"] / n_samples
+    theta = np.asarray(state["coef"], dtype=np.float64)
+    g0 = -(total["pos"][0] + total["neg"][0]) / n_samples
+    h0, hx = total["h0"][0] / n_samples, total["hx"] / n_samples
+    eliminate = problem.fit_intercept and h0 > 0.0
+    if eliminate:
+        # min over δ of the model: δ = −(g0 + hxᵀΔ)/h0; what is left is a model in Δ alone
+        # with H − hx hxᵀ/h0 and g − hx g0/h0 (the Schur complement of the intercept).
+        hessian = hessian - np.outer(hx, hx) / h0
+        g = g - hx * (g0 / h0)
+    target = _solve_model(hessian, g, theta, problem.l1, problem.l2)
+    d_coef = target - theta
+    if eliminate:
+        d_b = -(g0 + float(hx @ d_coef)) / h0
+    else:
+        d_b = -g0 if problem.fit_intercept else 0.0  # a flat intercept direction: a gradient step
+    model = (
+        float(gradient @ d_coef)
+        + g0 * d_b
+        + float(
+            np.sum(
+                _penalty(problem.l1, problem.l2, target) - _penalty(problem.l1, problem.l2, theta)
+            )
+        )
+    )
+    return {
+        "coef": theta,
+        "intercept": float(state["intercept"]),
+        "d_coef": d_coef,
+        "d_b": float(d_b),
+        "model": model,
+    }
+
+
+def _solve_model(hessian, g, theta, l1: float, l2: float) -> np.ndarray:
+    """argmin_t gᵀ(t−θ) + ½(t−θ)ᵀH(t−θ) + l1‖t‖₁ + l2/2‖t‖².
+
+    Ridge: one Cholesky solve. With an L1 term, coordinate descent finds the signs; on the
+    ill-conditioned curvature of real data (one-hot groups, collinear columns) it would
+    then crawl, so each round solves the model exactly on the current support and signs
+    (a linear system), keeps it when its optimality conditions hold, and otherwise moves
+    toward it as far as the signs hold — a descent step of the orthant's quadratic — and
+    lets coordinate descent change the support (an active-set method).
+    """
+    if l1 == 0.0:
+        return _solve_ridge(hessian + l2 * np.eye(len(theta)), g + l2 * theta, theta)
+    hessian = np.ascontiguousarray(hessian)
+    scale = l1 + np.abs(g).max(initial=0.0)
+    t = theta.copy()
+    for _ in range(_INNER_ROUNDS):
+        t = cpu.block_newton_qp(hessian, g + hessian @ (t - theta), t, l1, l2, _INNER_SWEEPS, 1e-13)
+        support = np.flatnonzero(t)
+        signs = np.sign(t[support])
+        refined = np.zeros_like(t)
+        if len(support):
+            rhs = hessian[support] @ theta - g[support] - l1 * signs
+            block = hessian[np.ix_(support, support)] + l2 * np.eye(len(support))
+            refined[support] = _solve_ridge(block, -rhs, np.zeros(len(support)))
+        slope = g + hessian @ (refined - theta) + l2 * refined
+        zeros = np.setdiff1d(np.arange(len(t)), support)
+        # A singular support block (a complete one-hot group) may have no exact solution:
+        # the least-squares answer must also zero the support's slope.
+        solved = np.all(np.abs(slope[support] + l1 * signs) <= 1e-9 * scale)
+        flipped = np.sign(refined[support]) != signs
+        if solved and not flipped.any() and np.all(np.abs(slope[zeros]) <= l1 * (1 + 1e-9)):
+            return refined
+        if solved:
+            # The orthant's quadratic decreases all the way to ``refined``: go as far as
+            # the first coordinate that reaches zero.
+            tj, rj = t[support][flipped], refined[support][flipped]
+            step = min(1.0, float(np.min(tj / (tj - rj)))) if flipped.any() else 1.0
+            moved = t + step * (refined - t)
+            moved[support[flipped][np.argmin(tj / (tj - rj))] if flipped.any() else []] = 0.0
+            t = moved
+    return t
+
+
+def _solve_ridge(system, rhs, start) -> np.ndarray:
+    """start − system⁻¹ rhs (Cholesky; least squares for a singular generalized Hessian)."""
+    try:
+        return start - scipy.linalg.cho_solve(scipy.linalg.cho_factor(system), rhs)
+    except np.linalg.LinAlgError:
+        return start - np.linalg.lstsq(system, rhs, rcond=None)[0]
+
+
+def newton_choose(
+    problem: obj.Problem, n_samples: int, slack: float, direction: dict, *partials
+) -> dict:
+    """The new state: the largest trial step passing Armijo (the full step for squared loss)."""
+    theta, d = direction["coef"], direction["d_coef"]
+    step = 1.0
+    if partials:
+        trials = passes.sum_partials(*partials)["trials"] / n_samples
+        pen = lambda t: float(np.sum(_penalty(problem.l1, problem.l2, theta + t * d)))  # noqa: E731
+        base = pen(0.0)
+        accept = [
+            trials[k] + pen(t) - base <= ARMIJO * t * direction["model"] + slack
+            for k, t in enumerate(TRIAL_STEPS)
+        ]
+        step = float(TRIAL_STEPS[accept.index(True)]) if any(accept) else 0.0
+    return {
+        "coef": theta + step * d,
+        "intercept": direction["intercept"] + step * direction["d_b"],
+        "step": step,
+    }
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def model_dual_value(
+    problem: obj.Problem, n_samples: int, total: dict, direction: dict, cert: dict, *partials
+) -> float:
+    """D(a') for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)∘(XΔ + δ)), or −inf.
+
+    The model is solved exactly (Cholesky, or the active-set solve for an L1 term), so
+    Xᵀa'/n = −(∇f + HΔ + h_x·δ) comes from the reduced statistics with no pass over the
+    grid, and Σa' = −n(g₀ + h_xᵀΔ + h₀δ) = 0 with the intercept eliminated. D* − D(a') is
+    of the order of the square of the step's error: the certificate of the current state
+    with D(a') is of the order of its true error, where the gap of a = −ℓ'(ŷ) is up to the
+    condition number larger (``docs/engines/newton.md``). A pure L1 penalty is
+    Lipschitzed with the bound of the state's primal value, as the certificate is.
+    """
+    if problem.loss == "squared" or not partials:
+        return -np.inf  # ridge/lasso: a' is the next residual, the next certificate's own
+    h0 = total["h0"][0] / n_samples
+    if problem.fit_intercept and not h0 > 0.0:
+        return -np.inf  # δ is a gradient step: Σa' ≠ 0
+    psi = float(passes.sum_partials(*partials)["model_dual"][0])
+    if not np.isfinite(psi):
+        return -np.inf
+    gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples
+    d_coef, d_b = direction["d_coef"], direction["d_b"]
+    correlation = -(gradient + (total["h"] @ d_coef) / n_samples + (total["hx"] / n_samples) * d_b)
+    bound = obj.lipschitz_bound(problem, cert["certificate"].primal)
+    loss_part = psi / n_samples
+    conjugate = float(obj.penalty_conjugate(problem, correlation, bound).sum())
+    # Xᵀa' comes from sums of H, not from X: a margin for their rounding keeps the bound
+    # below D(a') (this point is tight enough for the gap to reach the rounding of P).
+    return loss_part - conjugate - obj.DUAL_ROUNDING * (abs(loss_part) + conjugate)
+
+
+def _tightened(cert: obj.Certificate, dual: float) -> obj.Certificate:
+    """``cert`` with a higher dual value (any feasible dual point bounds P* from below)."""
+    if not dual > cert.dual:
+        return cert
+    intercept_gap = cert.primal - dual - float(cert.coordinate_gaps.sum())
+    return obj.Certificate(cert.primal, dual, cert.coordinate_gaps, intercept_gap, cert.correlation)
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _second(pair):
+    return pair[1]
+
+
+def _third(triple):
+    return triple[2]
+
+
+class _BlockNewton(_BlockSCD):
+    """The block engine's runtime (cells, labels, homes, keyed submits, fixed-order sums)
+    driving Newton iterations: two reads of the grid and one wait each."""
+
+    def run(self, tol, max_iter, checkpoint, checkpoint_every, resume, callback) -> dict:
+        state = {"coef": np.zeros(self.source.n_features), "intercept": 0.0}
+        history, iteration = History(), 0
+        saved = (
+            load_checkpoint(checkpoint, self.signature(), self.rng)
+            if (resume and checkpoint)
+            else None
+        )
+        if saved is not None:
+            state = {"coef": saved["coef"], "intercept": saved["intercept"]}
+            iteration, history = saved["epoch"], saved["history"]
+        elif self.warm is not None:
+            state = {"coef": self.warm[0], "intercept": self.warm[1]}
+        elif self.problem.fit_intercept:
+            state["intercept"] = self._initial_intercept()
+        start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
+        self.passes, self.steps = 0, []
+        stopped = False
+        while True:
+            self._assign_homes()  # a worker may have been lost or added
+            cert, chosen = self._iteration(state, final=iteration >= max_iter)
+            history.append(iteration, cert.relative_gap, cert.primal, time.perf_counter() - start)
+            self.progress.update(iteration, cert.relative_gap, cert.primal)
+            stop = cert.relative_gap <= tol or chosen is None or chosen["step"] == 0.0
+            if checkpoint and (iteration % checkpoint_every == 0 or stop):
+                save_checkpoint(
+                    checkpoint,
+                    coef=state["coef"],
+                    intercept=state["intercept"],
+                    epoch=iteration,
+                    rng=self.rng,
+                    history=history,
+                    signature=self.signature(),
+                )
+            if callback is not None and callback(
+                {
+                    "epoch": iteration,
+                    "coef": self._original_order(state["coef"]),
+                    "intercept": state["intercept"],
+                    "relative_gap": cert.relative_gap,
+                }
+            ):
+                stop = stopped = True
+            if stop:
+                break
+            state = {"coef": chosen["coef"], "intercept": float(chosen["intercept"])}
+            self.steps.append(chosen["step"])
+            iteration += 1
+        return {
+            "coef": state["coef"],
+            "intercept": state["intercept"],
+            "epoch": iteration,
+            "history": history,
+            "certificate": cert,
+            "stopped_by_callback": stopped,
+        }
+
+    def _iteration(self, state: dict, final: bool):
+        """The certificate of ``state`` (with the dual value of the model solved at it) and,
+        unless ``final``, the next state; one wait."""
+        if self.wide:
+            return self._wide_iteration(state, final)
+        submit, problem, n = self._submit, self.problem, self.source.n_samples
+        R = self.source.n_row_chunks
+        rows = [
+            self._submit_row(
+                r, newton_row, self.cells[r], self.labels[r], state, self.offsets, problem
+            )
+            for r in range(R)
+        ]
+        stats = [self._submit_row(r, _first, rows[r]) for r in range(R)]
+        margins = [self._submit_row(r, _second, rows[r]) for r in range(R)]
+        total = submit(passes.sum_partials, *self._tree_sum(stats))
+        duals = [
+            self._submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
+            for r in range(R)
+        ]
+        cert = submit(passes.certificate, problem, n, state, total, *duals)
+        self.passes += 1
+        if final:
+            return cert.result()["certificate"], None
+        direction = submit(newton_direction, problem, n, state, total)
+        trials = []
+        if problem.loss != "squared":
+            trials = [
+                self._submit_row(
+                    r,
+                    newton_trials,
+                    self.cells[r],
+                    self.labels[r],
+                    margins[r],
+                    direction,
+                    problem.loss,
+                )
+                for r in range(R)
+            ]
+            self.passes += 1
+        # Below ~1e-13·P a change of objective is rounding noise (as in block SCD).
+        slack = submit(_slack, cert)
+        chosen = submit(newton_choose, problem, n, slack, direction, *trials)
+        # The model's dual point bounds P* for the current state too: a step whose model
+        # certifies tol is not taken.
+        model_dual = submit(model_dual_value, problem, n, total, direction, cert, *trials)
+        cert, chosen, model_dual = self.client.gather([cert, chosen, model_dual])
+        return _tightened(cert["certificate"], model_dual), chosen
+
+    def _wide_iteration(self, state: dict, final: bool):
+        """Above :data:`MAX_FEATURES`: the certificate of ``state`` (one read), then unless
+        ``final`` or certified, the Newton step by conjugate gradients on curvature
+        products (one read and one wait each) and its line search (one read)."""
+        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
+        R, submit_row = self.source.n_row_chunks, self._submit_row
+        rows = [
+            submit_row(
+                r,
+                wide_newton.wide_row,
+                self.cells[r],
+                self.labels[r],
+                self.row_sums[r],
+                state,
+                self.offsets,
+                problem,
+            )
+            for r in range(R)
+        ]
+        stats = [submit_row(r, _first, rows[r]) for r in range(R)]
+        margins = [submit_row(r, _second, rows[r]) for r in range(R)]
+        curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
+        total = self._submit(passes.sum_partials, *self._tree_sum(stats))
+        duals = [
+            submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
+            for r in range(R)
+        ]
+        cert = self._submit(passes.certificate, problem, n, state, total, *duals)
+        self.passes += 1
+        cert, total = self.client.gather([cert, total])
+        cert = cert["certificate"]
+        if final or cert.relative_gap <= self.tol:
+            return cert, None
+
+        def product(v):
+            shared = self.client.scatter(v, hash=False)
+            parts = runtime.map_rows(
+                wide_newton.curvature_product, (self.cells, curvature), self.offsets, shared
+            )
+            return runtime.reduce(passes.sum_partials, (), parts).result()["hv"]
+
+        direction, products = wide_newton.newton_cg_direction(
+            problem,
+            n,
+            state,
+            total,
+            product,
+            cert.relative_gap,
+            self.offsets,
+            tol_primal=self.tol * abs(cert.primal),
+        )
+        self.passes += products
+        self.products.append(products)
+        trials = []
+        if problem.loss != "squared":
+            trials = [
+                submit_row(
+                    r,
+                    wide_newton.line_trials,
+                    self.cells[r],
+                    self.labels[r],
+                    margins[r],
+                    direction,
+                    self.offsets,
+                    problem.loss,
+                )
+                for r in range(R)
+            ]
+            self.passes += 1
+        chosen = self._submit(
+            newton_choose, problem, n, 1e-13 * abs(cert.primal), direction, *trials
+        ).result()
+        return cert, chosen
+
+
+def _slack(cert: dict) -> float:
+    return 1e-13 * abs(cert["certificate"].primal)
+
+
+def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> Run:
+    """Proximal Newton on a dask array or a Grid: the p × p curvature reduced over row
+    chunks up to :data:`MAX_FEATURES` features, conjugate gradients on curvature products
+    above (L2 penalties; :mod:`dask_scd.engines.block.wide_newton`).
+
+    Engine options are those of :func:`dask_scd.engines.block.block_scd.fit_block_scd`
+    (``client``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``callback``); an
+    iteration is one Newton step, and ``Run.extras["total_passes"]`` counts the reads of the grid.
+    """
+    engine_options = dict(options.engine)
+    wide = not newton_forms_curvature(source)
+    if wide and problem.l1 > 0.0:
+        raise ValueError(
+            f"solver='block_newton' with p = {source.n_features} features (more "
+            f"than {MAX_FEATURES}, or rows too dense to form the p × p curvature) "
+            "finds its steps by conjugate gradients, for L2 penalties only; use "
+            "solver='block_scd' for an L1 or elastic-net penalty"
+        )
+    selection = engine_options.pop("selection", "shuffle")
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    with fit_client(engine_options.pop("client", None)) as c:
+        engine = _BlockNewton(
+            c, source, problem, options.rng, selection, options.progress, coarse=False
+        )
+        engine.wide, engine.tol, engine.products = wide, options.tol, []
+        engine.warm = grid_order_start(source, options.start)
+        if wide:  # the block-sum directions of the preconditioner's coarse level
+            engine.row_sums = [
+                engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r], False)
+                for r in range(source.n_row_chunks)
+            ]
+        run = engine.run(
+            options.tol,
+            options.max_iter,
+            engine_options.get("checkpoint"),
+            engine_options.get("checkpoint_every", 1),
+            engine_options.get("resume", False),
+            engine_options.get("callback"),
+        )
+    coef = np.empty(source.n_features)
+    coef[source.feature_order] = run["coef"]
+    return Run(
+        coef,
+        run["intercept"],
+        run["certificate"],
+        run["epoch"],
+        run["history"],
+        extras={
+            "total_passes": float(engine.passes),
+            "steps": engine.steps,
+            "cg_products": engine.products,
+        },
+        stopped_by_callback=run["stopped_by_callback"],
+    )

@@ -1,0 +1,808 @@
+"""Block SCD over dask: the engine of the SCD paper ("robust large-scale ML in the cloud").
+
+The design matrix is a grid of cells (row chunks × column blocks). One iteration updates
+one block B:
+
+    select B → one task per row chunk: partial (g_B, h_B) from its cell, labels, margins
+             → one task sums them in row-chunk order and takes the coordinate step
+             → [line search: one task per row chunk tries step sizes, one task chooses]
+             → one task per row chunk applies Δθ_B to its margins (the same task as the
+               next block's partial sums)
+
+Margins ŷ live on the workers as futures next to their row chunk; only block-sized
+vectors travel. The block update runs inside a task, so a whole epoch (one pass over all
+blocks and the intercept) is submitted without waiting; the client waits for the
+epoch's steps, then once for the coarse step and the duality-gap certificate, chained.
+Every task of a row chunk runs on that row chunk's home worker. On a *pure* block (≤ 1
+non-zero per example) the block step equals sequential coordinate descent; impure blocks
+take a line-searched step.
+
+Each epoch starts from margins recomputed exactly from (θ, b), and every sum runs in a
+fixed order, so the model is independent of the number of workers, a worker lost
+mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpoint of
+(θ, b, epoch, RNG state) resumes to the same model bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+import time
+import uuid
+
+import numpy as np
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import hold_cells
+from dask_scd.data.sources import Source
+from dask_scd.engines.base import Options, Run
+from dask_scd.engines.block import block_collective
+from dask_scd.engines.block import block_ops as ops
+from dask_scd.engines.block.block_collective import plan_blocks
+from dask_scd.engines.block.block_ops import INTERCEPT
+from dask_scd.result import History
+from dask_scd.runtime import collective, passes, strategies
+from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
+
+SELECTIONS = strategies.BLOCK_ORDERS
+
+
+# ------------------------------------------------------------------------- the engine
+
+
+# The collective iterations of the fits run from one client process (CV folds side by
+# side, dask_scd.estimators.path_cv) take turns. A member holds its worker's thread while
+# it waits for its partners' statistics: two fits' members, queued crosswise on workers
+# of one thread each, would wait for each other until MEMBER_TIMEOUT (LassoCV on a grid,
+# 2 workers of one thread, 3 folds at once: over 5 min where the folds in turn took
+# 167 s). Their other stages (certificates, coarse steps: ordinary tasks) still overlap.
+_COLLECTIVE_TURN = threading.RLock()
+
+
+def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run:
+    """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`).
+
+    Engine options (``options.engine``)
+    -----------------------------------
+    client : distributed.Client, optional
+        Defaults to the current client, else an in-process threaded cluster for the fit.
+    selection : {"shuffle", "cyclic", "gap"}
+        Block order within an epoch: a fresh permutation, the grid order, or by decreasing
+        block duality gap (from the last certificate).
+    checkpoint : path, optional
+        File (.npz) written atomically every ``checkpoint_every`` epochs.
+    resume : bool
+        Continue from ``checkpoint`` if it exists.
+    callback : callable, optional
+        Called after every epoch with a dict (epoch, coef in the original feature order,
+        intercept, relative_gap); returning True stops the fit.
+    residency : {"duhl", "sequential", "random", "importance"}, optional
+        A grid only: each epoch updates only the blocks this policy makes resident within
+        ``memory_budget`` (bytes of cells over the whole grid; each worker holds its row
+        chunks' share), chosen on the client from the last certificate's block gaps, so
+        the model stays independent of the workers. Default: every block, every epoch,
+        cells in each worker's LRU cache. The Run's extras count the cells' bytes moved
+        and swaps.
+    memory_budget : int, bytes
+        Default: a quarter of the grid.
+    """
+    from dask_scd.data.memory import InMemory
+
+    if isinstance(source, InMemory):
+        from dask_scd.engines.block.block_memory import fit_block_memory
+
+        return fit_block_memory(source, problem, options)
+    engine_options = dict(options.engine)
+    selection = engine_options.pop("selection", "shuffle")
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    client = engine_options.pop("client", None)
+    residency = engine_options.pop("residency", None)
+    budget = engine_options.pop("memory_budget", None)
+    if residency is not None and not source.on_disk:
+        raise ValueError(
+            "residency applies to a Grid (a dask array's chunks already live "
+            "in the workers' memory)"
+        )
+    with fit_client(client) as c:
+        engine = _BlockSCD(
+            c,
+            source,
+            problem,
+            options.rng,
+            selection,
+            options.progress,
+            residency=residency,
+            memory_budget=budget,
+        )
+        engine.warm = grid_order_start(source, options.start)
+        hooks = EpochHooks(
+            engine_options.get("checkpoint"),
+            engine_options.get("checkpoint_every", 1),
+            engine_options.get("resume", False),
+            engine_options.get("callback"),
+            engine.signature(),
+        )
+        try:
+            run = engine.run(options.tol, options.max_iter, hooks)
+        finally:
+            engine.release()
+    coef = np.empty(source.n_features)
+    coef[source.feature_order] = run["coef"]
+    extras = dict(engine.moved) if residency is not None else {}
+    if engine.member_seconds:  # where a collective iteration's time went (member 0)
+        extras["member_seconds"] = [
+            {"waiting": w, "epoch_and_coarse": e, "certificate": c}
+            for w, e, c in engine.member_seconds
+        ]
+    if engine.fallbacks:  # collective iterations redone as task graphs, and why
+        extras["collective_fallbacks"] = list(engine.fallbacks)
+    return Run(
+        coef,
+        run["intercept"],
+        run["certificate"],
+        run["epoch"],
+        run["history"],
+        extras,
+        stopped_by_callback=run["stopped_by_callback"],
+    )
+
+
+def _live_columns(reports, slices) -> np.ndarray | None:
+    """Which columns (grid order) hold a value in some cell, from the cells' inspection
+    reports; None where all do (or a report does not say)."""
+    live = np.zeros(slices[-1].stop if slices else 0, dtype=bool)
+    for row in reports:
+        for report, block in zip(row, slices):
+            if report.get("columns") is None:
+                return None
+            width = block.stop - block.start
+            live[block] |= np.unpackbits(report["columns"], count=width).astype(bool)
+    return None if live.all() else live
+
+
+def grid_order_start(source: Source, start):
+    """A warm start (θ in the original feature order, b) in the grid's column order."""
+    if start is None:
+        return None
+    return np.array(start[0], dtype=np.float64)[source.feature_order], float(start[1])
+
+
+class _Kept:
+    """Margins kept in the workers by the members of the collective iteration ``token``
+    (:func:`block_collective.epoch_member`), not held by any future."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str):
+        self.token = token
+
+
+def _exchanged_bytes(source, width: int, gram: bool) -> int:
+    """Bytes a collective epoch sends for one block: its statistics over all row chunks
+    (``width`` columns a row chunk may hold; a Gram block's width² products)."""
+    per_row_chunk = width * width * 8 if gram else width * 32
+    return source.n_row_chunks * per_row_chunk
+
+
+def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
+    """Whether block SCD on ``source`` runs its epochs collectively (one task per worker,
+    :mod:`dask_scd.engines.block.block_collective`) with every block pure: a grid whose blocks'
+    statistics stay within :attr:`_BlockSCD.COLLECTIVE_BYTES`, on which every block step
+    is exact. ``auto`` then prefers block SCD to block Newton's conjugate gradients."""
+    if not (_BlockSCD.collective and source.on_disk and all(source.purity)):
+        return False
+    most_rows = int(np.diff(source.row_bounds).max())
+    return all(
+        _exchanged_bytes(source, min(block.stop - block.start, most_rows), False)
+        <= _BlockSCD.COLLECTIVE_BYTES
+        for block in source.slices
+    )
+
+
+class _BlockSCD:
+    """The solver loop: select → reduce → update → certify, one epoch at a time.
+
+    The cluster plumbing (homes, keyed submits, ordered sums, the certificate) is the
+    :class:`~dask_scd.runtime.cluster.ClusterRuntime`; the block order within an epoch is
+    a :class:`~dask_scd.runtime.strategies.BlockOrder`.
+    """
+
+    warm = None  # a warm start (θ in grid order, b), or None for a cold one
+
+    def __init__(
+        self,
+        client,
+        source: Source,
+        problem: obj.Problem,
+        rng,
+        selection,
+        progress,
+        gram_max=1024,
+        coarse=True,
+        residency=None,
+        memory_budget=None,
+    ):
+        self.client = client
+        self.coarse = coarse
+        self.gram_max = gram_max
+        self.source = source
+        self.problem = problem
+        self.rng = rng
+        self.selection = selection
+        self.progress = progress
+        self.slices = source.slices
+        self.order = strategies.block_order(selection, self.slices)
+        self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
+        # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
+        self.runtime = ClusterRuntime(
+            client, source.n_row_chunks, pin=source.on_disk, row_counts=np.diff(source.row_bounds)
+        )
+        self.cells, self.labels = source.connect(client)
+        if source.weighted and source.on_disk:
+            # A grid's weights are arrays in the client: made into one task per row chunk
+            # on its home (a lost copy is recomputed), not sent with every task.
+            self.labels = [
+                self.runtime.submit_row(r, ops.held, labels) for r, labels in enumerate(self.labels)
+            ]
+        self.rows = np.diff(source.row_bounds).astype(int)
+        self._preflight()
+        self.residency = None
+        if residency is not None:
+            self.residency = strategies.residency(residency, self.block_bytes)
+            total = int(self.block_bytes.sum())
+            self.memory_budget = int(memory_budget if memory_budget is not None else total // 4)
+            if self.memory_budget < int(self.block_bytes.max()):
+                raise ValueError(
+                    f"memory_budget={self.memory_budget} bytes is smaller than one "
+                    f"block's cells ({int(self.block_bytes.max())} bytes)"
+                )
+        self.moved = {"bytes_moved": 0, "swaps": 0, "rounds": {"blocks": [], "swaps": []}}
+        # Pure logistic blocks take provable steps without a line search (one stage per
+        # block instead of two), except those whose last step was unsure: those run the
+        # trials this epoch (see _provable).
+        self.bounded = problem.loss == "logistic" and not source.weighted
+        self.unsure = set()
+        self._slim = None  # see run
+        self._resend = False  # see _collective_iteration
+        self._fixed_parts = {}  # see _keeps_fixed_parts
+        self._registered = set()  # workers with the collective iterations' mailbox
+        self._collective_ran = False
+        # Per collective iteration, member 0's (waiting for the others, epoch and coarse
+        # step, certificate) seconds: where the time of an iteration goes.
+        self.member_seconds = []
+        self.fallbacks = []  # why collective iterations gave way to the task graph
+
+    # -- set-up ---------------------------------------------------------------------
+
+    def _preflight(self):
+        """One pass over every cell: finite values, purity, and the coarse space's S_r."""
+        submit_row = self.runtime.submit_row
+        # One task per row chunk: a cell is read once for its check and its row sums.
+        fused = [
+            submit_row(
+                r,
+                ops.inspect_row_chunk,
+                self.cells[r],
+                f"row chunk {r}",
+                self.coarse,
+                self.problem.fit_intercept,
+            )
+            for r in range(self.source.n_row_chunks)
+        ]
+        reports = self.runtime.gather(
+            [submit_row(r, operator.getitem, fused[r], 0) for r in range(self.source.n_row_chunks)]
+        )
+        n_blocks = len(self.slices)
+        self.source.purity = [
+            max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
+            for b in range(n_blocks)
+        ]
+        self.block_bytes = np.array(
+            [
+                sum(reports[r][b].get("nbytes", 0) for r in range(len(reports)))
+                for b in range(n_blocks)
+            ]
+        )
+        self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
+        if self.coarse:
+            self.row_sums = [
+                submit_row(r, operator.getitem, fused[r], 1)
+                for r in range(self.source.n_row_chunks)
+            ]
+
+    # The runtime under the names the engines built on this class call it by.
+    def _submit(self, func, *args, **kwargs):
+        return self.runtime.submit(func, *args, **kwargs)
+
+    def _submit_row(self, r, func, *args):
+        return self.runtime.submit_row(r, func, *args)
+
+    def _tree_sum(self, partials, split_every=4):
+        return self.runtime.tree_sum(partials, split_every)
+
+    def _assign_homes(self):
+        self.runtime.assign_homes()
+
+    def signature(self) -> dict:
+        p = self.problem
+        return {
+            "loss": p.loss,
+            "alpha": p.alpha,
+            "l1_ratio": p.l1_ratio,
+            "fit_intercept": p.fit_intercept,
+            "shape": [self.source.n_samples, self.source.n_features],
+            "blocks": [int(len(b)) for b in self.source.blocks],
+            "row_bounds": [int(v) for v in self.source.row_bounds],
+            "selection": self.selection,
+        }
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self, tol, max_iter, hooks: EpochHooks) -> dict:
+        coef = np.zeros(self.source.n_features)
+        intercept = 0.0
+        history = History()
+        epoch = 0
+        saved = hooks.load(self.rng)
+        if saved is not None:
+            coef, intercept, epoch, history = (
+                saved["coef"],
+                saved["intercept"],
+                saved["epoch"],
+                saved["history"],
+            )
+            self.unsure = set(saved.get("engine", {}).get("unsure", []))
+        elif self.warm is not None:
+            coef, intercept = self.warm
+        elif self.problem.fit_intercept:
+            intercept = self._initial_intercept()
+        start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
+        margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
+        stopped = False
+        while cert.relative_gap > tol and epoch < max_iter:
+            epoch += 1
+            # Iterations that do not end the fit return a certificate without what only a
+            # final one needs (see block_collective._slimmed).
+            self._slim = None if epoch == max_iter else (-tol if self._needs_gaps() else tol)
+            self.runtime.assign_homes()  # a worker may have been lost or added
+            order = self._block_order(cert)
+            # Handed over, not kept here: the epoch's first stage reads these margins,
+            # and a reference held through the epoch kept them (~2 MB a row chunk) on
+            # the workers beside the ones the epoch makes.
+            box, margins = [margins], None
+            margins, (coef, intercept, cert) = self._iteration(
+                box, order, coef, intercept, cert.primal
+            )
+            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
+            self.progress.update(epoch, cert.relative_gap, cert.primal)
+            if hooks.after_epoch(
+                epoch,
+                coef,
+                intercept,
+                cert,
+                history,
+                self.rng,
+                tol,
+                self._original_order,
+                {"unsure": sorted(self.unsure)},
+            ):
+                stopped = True
+                break
+        return {
+            "coef": coef,
+            "intercept": intercept,
+            "epoch": epoch,
+            "history": history,
+            "certificate": cert,
+            "stopped_by_callback": stopped,
+        }
+
+    def _needs_gaps(self) -> bool:
+        """Whether the block order or the residency reads every certificate's coordinate
+        gaps."""
+        return self.residency is not None or self.order.uses_gaps
+
+    def _original_order(self, coef) -> np.ndarray:
+        out = np.empty_like(coef)
+        out[self.source.feature_order] = coef
+        return out
+
+    def _initial_intercept(self) -> float:
+        """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
+        stats = [
+            self.runtime.submit_row(r, ops.label_stats, self.labels[r])
+            for r in range(self.source.n_row_chunks)
+        ]
+        total = passes.sum_partials(*self.runtime.gather(stats))
+        return ops.intercept_at_zero(
+            self.problem.loss, float(total["n"][0]), float(total["sum"][0]), float(total["pos"][0])
+        )
+
+    def _block_order(self, cert) -> list:
+        order = self.order.order(len(self.slices), cert, self.rng)
+        if self.residency is not None:
+            chosen = self._make_resident(cert)
+            order = [b for b in order if b in chosen]
+        if self.problem.fit_intercept:
+            order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
+        return order
+
+    def _make_resident(self, cert) -> set:
+        """The residency's choice of blocks from the block gaps, pinned on every row
+        chunk's home (cells of other blocks released); counts the bytes it moved."""
+        block_gaps = np.array([max(cert.coordinate_gaps[s].sum(), 0.0) for s in self.slices])
+        chosen = self.residency.choose(self.block_bytes, self.memory_budget, block_gaps, self.rng)
+        held = self.runtime.gather(
+            [
+                self.runtime.submit_row(r, hold_cells, r, [self.cells[r][b] for b in chosen])
+                for r in range(self.source.n_row_chunks)
+            ]
+        )
+        loads = sum(h["loads"] for h in held)
+        self.moved["bytes_moved"] += sum(h["bytes"] for h in held)
+        self.moved["swaps"] += loads
+        self.moved["rounds"]["blocks"].append([int(b) for b in chosen])
+        self.moved["rounds"]["swaps"].append(int(loads))
+        return {int(b) for b in chosen}
+
+    def release(self):
+        """Unpin the cells a residency policy held on the workers; drop what the
+        collective iterations kept for this fit."""
+        if self.residency is not None:
+            self.runtime.run_on_rows(hold_cells, [])
+        if self._collective_ran:
+            with contextlib.suppress(Exception):
+                self.client.run(block_collective.forget_fit, self.runtime._fit_token)
+
+    def _plan(self, order) -> list:
+        """What the epoch does with each block of ``order``, in that order."""
+        return plan_blocks(
+            order,
+            self.slices,
+            self.source.purity,
+            self.problem.loss,
+            self.gram_max,
+            self._provable,
+            self._tree,
+        )
+
+    def _iteration(self, box, order, coef, intercept, primal):
+        """One epoch over the blocks of ``order``, the coarse step and the certificate:
+        collectively where it can (:mod:`dask_scd.engines.block.block_collective`), else as a
+        task graph; the same bits either way. ``box``: a list holding the margins, which
+        the epoch takes out (so that nothing keeps them once read). Returns (margins,
+        (coef, intercept, certificate)) after it; the margins are
+        :class:`~dask_scd.runtime.cluster.Rows`, or :class:`_Kept` where the members
+        kept them."""
+        plan = self._plan(order)
+        slack = 1e-13 * abs(primal)
+        if self._collective_fits(plan):
+            done = self._collective_iteration(box[0], plan, coef, intercept, slack)
+            if done is not None:
+                return done
+        if isinstance(box[0], _Kept):  # the same bits as the members' certificate's
+            box[0], _ = self._certify({"coef": coef, "intercept": intercept})
+        results, margins = self._graph_epoch(box, plan, coef, intercept, slack)
+        self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
+        state = ops.state_after(
+            coef,
+            intercept,
+            [
+                (None if b == INTERCEPT else self.slices[b], step["theta"])
+                for b, step in results.items()
+            ],
+        )
+        if self.coarse:  # see dask_scd.engines.coarse
+            state = self._coarse_step(margins, state)
+        del margins  # the certificate makes them afresh: not kept beside its own
+        return self._certify(state)
+
+    # A collective epoch sends every block's statistics to every member: not where one
+    # block's, over all row chunks, would weigh more than this (the task graph sums those
+    # in a tree of tasks, each holding a few row chunks' parts).
+    COLLECTIVE_BYTES = 128 * 2**20
+    collective = True  # run epochs collectively where possible (False: task graphs only)
+
+    def _collective_fits(self, plan) -> bool:
+        if not (self.collective and self.source.on_disk):
+            return False
+        return all(
+            _exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
+            <= self.COLLECTIVE_BYTES
+            for p in plan
+            if p.block is not None
+        )
+
+    def _keeps_fixed_parts(self, addresses) -> bool:
+        """Whether the members send the statistics' fixed parts once and keep the others'
+        (:class:`block_collective._StaticParts`): unmanaged memory of the order of the
+        other workers' cells' stored columns, so only where a worker's share of the grid
+        takes at most a quarter of its memory limit (in core; out of core the parts are
+        sent whole, as the task graph does)."""
+        key = tuple(addresses)
+        if key not in self._fixed_parts:
+            workers = {} if addresses == [None] else self.client.scheduler_info().get("workers", {})
+            limits = [workers.get(a, {}).get("memory_limit") or 0 for a in addresses]
+            share = float(np.sum(self.block_bytes)) / len(addresses)
+            # (no limit anywhere, or a single member: nothing is kept for another)
+            self._fixed_parts[key] = (
+                not any(limits) if not all(limits) else share <= 0.25 * min(limits)
+            )
+        return self._fixed_parts[key]
+
+    def _members(self) -> tuple[list, list]:
+        """The members of a collective epoch: one per home worker (every worker when the
+        groups have no homes: a single member), with the groups each runs."""
+        homes = self.runtime.group_homes
+        addresses, groups = [], []
+        for g, home in enumerate(homes):
+            if home not in addresses:
+                addresses.append(home)
+                groups.append([])
+            groups[addresses.index(home)].append(g)
+        return addresses, groups
+
+    def _collective_iteration(self, margins, plan, coef, intercept, slack):
+        """The iteration as one task per worker exchanging statistics directly
+        (:func:`block_collective.epoch_member`): (the margins the members kept, (coef,
+        intercept, certificate)), or None where a member was lost or could not meet the
+        others (the caller runs the task graph from the same margins). The fits of this
+        process take turns (:data:`_COLLECTIVE_TURN`)."""
+        with _COLLECTIVE_TURN:
+            return self._members_iteration(margins, plan, coef, intercept, slack)
+
+    def _members_iteration(self, margins, plan, coef, intercept, slack):
+        runtime, client = self.runtime, self.client
+        addresses, groups = self._members()
+        single = addresses == [None]
+        if not single:
+            new = [a for a in addresses if a not in self._registered]
+            if new:
+                client.run(collective.register, workers=new)
+                self._registered.update(new)
+        token = f"epoch-{uuid.uuid4().hex}"
+        self._collective_ran = True
+        fit_key = self.runtime._fit_token
+        kept = margins.token if isinstance(margins, _Kept) else None
+        members = []
+        for i, (address, mine) in enumerate(zip(addresses, groups)):
+            rows = [runtime.groups[g] for g in mine]
+            coarse = None
+            if self.coarse:
+                sums = (
+                    None
+                    if self.problem.l1 > 0.0
+                    else [[self.row_sums[r] for r in group] for group in rows]
+                )
+                coarse = (fit_key, self.coarse_space, sums)
+            certify = (
+                fit_key,
+                [[int(self.rows[r]) for r in group] for group in rows],
+                self.offsets,
+                kept,
+                self._slim,
+                self._resend if self._keeps_fixed_parts(addresses) else None,
+            )
+            place = {} if single else {"workers": [address], "allow_other_workers": True}
+            members.append(
+                runtime.submit(
+                    block_collective.epoch_member,
+                    token,
+                    i,
+                    addresses,
+                    mine,
+                    None if kept else [margins.parts[g] for g in mine],
+                    None if kept else margins.pick,
+                    [[self.cells[r] for r in group] for group in rows],
+                    [[self.labels[r] for r in group] for group in rows],
+                    None if kept else (coef, intercept),
+                    plan,
+                    self.problem,
+                    self.source.n_samples,
+                    slack,
+                    self.MEMBER_TIMEOUT,
+                    coarse,
+                    certify,
+                    name="epoch_member",
+                    retries=0,
+                    **place,
+                )
+            )
+        try:
+            remaining, checked, pause = list(members), time.monotonic(), 0.001
+            results = {}
+            while remaining:
+                # The futures' states are the client's own (its event loop updates them):
+                # polling them costs no message.
+                time.sleep(pause)
+                pause = min(2 * pause, 0.01)
+                if any(f.status in ("error", "cancelled", "lost") for f in remaining):
+                    raise collective.Aborted("a member failed")
+                finished = [f for f in remaining if f.status == "finished"]
+                for f in finished:
+                    # A member that gave up (its kept margins were lost with a replaced
+                    # worker, say) leaves the others waiting for its parts: end the
+                    # exchange now rather than at their timeout.
+                    results[f.key] = runtime.gather(f)
+                    if results[f.key] is not None and "aborted" in results[f.key]:
+                        raise collective.Aborted(
+                            "a member could not meet the others: " + str(results[f.key]["aborted"])
+                        )
+                remaining = [f for f in remaining if f not in finished]
+                if remaining and not single and time.monotonic() - checked > 1.0:
+                    checked = time.monotonic()
+                    if not set(addresses) <= set(client.scheduler_info()["workers"]):
+                        raise collective.Aborted("a member's worker left")
+            result = results[members[0].key]
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task graph redoes it
+            # ... but the fit says so: a member's own error (not a lost worker) would
+            # otherwise cost every epoch a collective attempt without a word.
+            self.fallbacks.append(f"{type(exc).__name__}: {exc}"[:200])
+            with contextlib.suppress(Exception):
+                client.run(collective.abort, token)
+            client.cancel(members)
+            self._resend = True  # the others may lack what the members sent
+            return None
+        self._resend = False
+        self.unsure = set(result["unsure"])
+        self.member_seconds.append((float(result["waited"]),) + tuple(result["timing"]))
+        certified = result["certified"]
+        return _Kept(token), (
+            certified["coef"],
+            float(certified["intercept"]),
+            certified["certificate"],
+        )
+
+    MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
+
+    def _graph_epoch(self, box, plan, coef, intercept, slack):
+        """Submit one pass over the blocks as a single graph; wait only for its end.
+
+        ``box`` holds the margins (:class:`~dask_scd.runtime.cluster.Rows`), taken out
+        here so that only the stages reading them keep them. Every stage runs as one
+        task per group of row chunks (:meth:`ClusterRuntime.map_rows`), every reduction
+        sums the row chunks' parts in order (:meth:`ClusterRuntime.reduce`).
+        """
+        runtime, labels = self.runtime, self.labels
+        problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
+        margins = box.pop()  # rebound stage by stage: each stage's are released once read
+        steps = {}
+        # The step of the previous block is applied by the task that computes the next
+        # block's statistics (one stage fewer per block).
+        pending = None
+        # θ at the start of the epoch, sent to each worker once (a task, not scattered
+        # data: a copy lost with a worker is recomputed); a block's task reads its slice.
+        start = runtime.submit(ops.held, (coef, intercept), name="epoch_start")
+        for p in plan:
+            cells = [None if p.block is None else self.cells[r][p.b] for r in range(R)]
+            wide = self._tree(p.block)
+            if pending is None:
+                stats = runtime.map_rows(
+                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
+                )
+            elif wide:
+                # Not fused: a fused task's statistics live as long as its margins (one
+                # result), i.e. through the line search; a wide block's are large.
+                margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
+                stats = runtime.map_rows(
+                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
+                )
+            else:
+                fused = runtime.map_rows(
+                    ops.apply_then_stats,
+                    (margins, pending[0], cells, labels),
+                    pending[1],
+                    problem.loss,
+                    p.gram,
+                )
+                margins, stats = fused.item(0), fused.item(1)
+            fixed = (problem, n, start, p.block, p.provable)
+            # The direction and the step are summed inside the tasks that read them
+            # (inline reductions); a Gram block's matrices and a wide block's statistics
+            # over many row chunks take a tree of tasks.
+            if p.tree:
+                step = direction = runtime.submit(
+                    ops.block_direction_from, *fixed, *runtime.tree_sum(stats)
+                )
+            else:
+                step = direction = runtime.inline_reduce(ops.block_direction_from, fixed, stats)
+            if p.trials:
+                trials = runtime.map_rows(
+                    ops.block_trials, (cells, labels, margins), direction, problem, p.pure
+                )
+                if p.tree:
+                    step = runtime.submit(
+                        ops.block_choose, direction, n, slack, *runtime.tree_sum(trials)
+                    )
+                else:
+                    step = runtime.inline_reduce(ops.block_choose, (direction, n, slack), trials)
+            pending = (cells, step)
+            steps[p.b] = runtime.evaluate(step)
+        if pending is not None:
+            margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
+        return runtime.gather(steps), margins
+
+    def _provable(self, b, pure: bool) -> bool:
+        """Whether block ``b`` takes a provable step (no line search) this epoch: a pure
+        block under the unweighted logistic loss whose last step was sure, i.e. took
+        every coordinate's full Newton step (:func:`block_ops.provable_steps`). A block
+        whose step was cut, or whose trials had to try a coordinate, runs the trials
+        until a step of it is sure again: the line search is kept where it can take more
+        than the bound proves, and skipped (one stage fewer per block) where the bound
+        already proves the full step. The choice depends on the iterates alone, never
+        on the workers."""
+        return self.bounded and pure and b not in self.unsure
+
+    # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
+    # each at up to min(width, rows) columns per row chunk) would weigh more than this in
+    # the one task that sums them is summed in a tree of tasks instead, each holding a few
+    # row chunks' parts: a worker of a few hundred MiB survives a 200k-column block over
+    # millions of rows. The choice depends on the grid alone (its row chunks and the
+    # block's width), never on the workers, so the model stays the same bits for any
+    # cluster; grids of at most INLINE_GROUPS row chunks keep the flat sum.
+    TREE_BYTES = 32 * 2**20
+
+    def _tree(self, block) -> bool:
+        R = self.source.n_row_chunks
+        if block is None or R <= ClusterRuntime.INLINE_GROUPS:
+            return False
+        return R * self._stats_width(block) * 32 > self.TREE_BYTES
+
+    def _stats_width(self, block) -> int:
+        """Columns a row chunk's statistics of ``block`` may hold: at most one per row."""
+        return min(block.stop - block.start, int(self.rows.max()))
+
+    def _coarse_step(self, margins, state):
+        """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
+
+        Coordinate descent is slow along directions its coordinates only see together —
+        on one-hot data, shifting a whole field against the intercept or another field.
+        One reduction gives the k×k curvature of the loss on that subspace; the penalty
+        is added exactly, and the small problem is solved in a task
+        (:func:`dask_scd.engines.coarse.coarse_newton`). A line search keeps it a descent step
+        for non-quadratic losses. Returns a future of the new state, {"coef",
+        "intercept"}: nothing waits here, the certificate's gather fetches it.
+        """
+        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
+        row_sums = self.row_sums
+        if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
+            row_sums = self._active_row_sums(state["coef"])
+        stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins), problem.loss)
+        direction = runtime.reduce(
+            ops.coarse_direction, (problem, n, self.coarse_space, state), stats
+        )
+        fixed = (problem, n, self.coarse_space, state, direction)
+        if problem.loss == "squared":
+            return runtime.submit(ops.coarse_apply, *fixed)
+        trials = runtime.map_rows(
+            ops.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
+        )
+        return runtime.reduce(ops.coarse_apply, fixed, trials)
+
+    _support = _active = None  # the support S was last read for, and that S (Rows)
+
+    def _active_row_sums(self, coef):
+        """S over the non-zero coefficients: a pass over the cells, made again only when
+        the support changed since the last one (late epochs of an L1 fit keep it)."""
+        support = np.asarray(coef) != 0.0
+        if self._support is None or not np.array_equal(support, self._support):
+            self._active = self.runtime.map_rows(
+                ops.active_row_sums, (self.cells,), coef, self.offsets, self.problem.fit_intercept
+            )
+            self._support = support
+        return self._active
+
+    def _certify(self, state):
+        """Fresh margins from the state (θ, b) and the certificate on them (see
+        :meth:`ClusterRuntime.certify`)."""
+        return self.runtime.certify(
+            self.problem,
+            self.source.n_samples,
+            self.cells,
+            self.labels,
+            self.rows,
+            self.offsets,
+            state,
+        )

@@ -1,0 +1,178 @@
+"""Newton over dask for any number of features: the curvature as products, never a matrix.
+
+Above :data:`dask_scd.engines.block.block_newton.MAX_FEATURES` the p × p curvature of
+:mod:`dask_scd.engines.block.block_newton` no longer fits (a Criteo-like problem has 611k
+features). Newton's step is then found by conjugate gradients, whose only use of the
+curvature is the product
+
+    H v = Xᵀ diag(ℓ''(ŷ)) X v / n + l2·v,
+
+one reduction over row chunks (X v and Xᵀ(ℓ''∘X v) in one read of each row chunk's
+cells), with the intercept eliminated exactly by its Schur complement, as in the dense
+solve: H_s v = H v − h_x (h_xᵀ v)/h₀, h_x = Xᵀℓ''/n, h₀ = Σℓ''/n, preconditioned by the
+diagonal of H_s and an exact solve on the whole-block shifts
+(:mod:`dask_scd.engines.coarse_level`). The step then takes the same line search and certificate as the dense
+engine. Each Newton iteration reads the grid 2 + (conjugate-gradient iterations) times,
+with one reduction and one wait per read, whatever p: on a cluster whose round trips are
+slow, far fewer waits than one reduction per block.
+
+L2 penalties only (an L1 term needs coordinate descent on the model, that is, columns of
+the curvature; block SCD solves those).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import cell_view, labels, row_weights
+from dask_scd.engines.coarse_level import block_sums, two_level
+from dask_scd.kernels import block as block_kernels
+from dask_scd.runtime import passes
+
+# Conjugate-gradient iterations of one Newton step, at most; and the forcing term: the
+# residual is solved to min(_FORCING, √(relative gap)) of the gradient, so the steps
+# become exact Newton steps (superlinear convergence) as the gap closes.
+MAX_CG = 200
+_FORCING = 0.1
+
+
+# ---------------------------------------------------------------- row-chunk tasks
+
+
+def _views(cells: list) -> list:
+    return [cell_view(cell) for cell in cells]
+
+
+def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Problem) -> tuple:
+    """One read of the row chunk for a Newton iteration: fresh margins ŷ = Xθ + b, the
+    gradient and certificate statistics (:func:`dask_scd.runtime.passes.certificate_stats`'s
+    keys), the curvature's h_x = Xᵀℓ'', h₀ = Σℓ'', diagonal (X∘X)ᵀℓ'' and its coarse
+    part SᵀDS on the block-sum directions S = [X_B 1] (``row_sums``, see
+    :func:`dask_scd.engines.block.block_ops.block_row_sums`).
+
+    Returns (statistics, margins, curvature ℓ''(ŷ)).
+    """
+    views = _views(cells)
+    margins = passes.refresh_margins(views, views[0].n_rows, state, offsets)
+    stats = passes.certificate_stats(views, y, margins, problem)
+    d1, d2 = passes.weighted_derivatives(problem.loss_code, labels(y), margins, row_weights(y))
+    stats["hx"] = np.concatenate([view.rmatvec(d2) for view in views])
+    stats["hdiag"] = np.concatenate([view.rmatvec(d2, squared=True) for view in views])
+    stats["h0"] = np.array([d2.sum()])
+    stats["coarse"] = block_kernels.coarse_stats(row_sums.counts, row_sums.column_of, d1, d2)[1]
+    return stats, margins, d2
+
+
+def curvature_product(cells: list, curvature, offsets, v) -> dict:
+    """The row chunk's share of Xᵀ diag(ℓ'') X v."""
+    views = _views(cells)
+    w = curvature * passes.cells_matvec(views, v, offsets, np.zeros(views[0].n_rows))
+    return {"hv": np.concatenate([view.rmatvec(w) for view in views])}
+
+
+def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) -> dict:
+    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ."""
+    views = _views(cells)
+    u = passes.cells_matvec(
+        views, direction["d_coef"], offsets, np.full(views[0].n_rows, float(direction["d_b"]))
+    )
+    return {
+        "trials": passes.weighted_line_trials(
+            labels(y), margins, u, obj.LOSS_CODES[loss], row_weights(y)
+        )
+    }
+
+
+# ---------------------------------------------------------------- the client's solve
+
+
+def newton_cg_direction(
+    problem: obj.Problem,
+    n_samples: int,
+    state: dict,
+    total: dict,
+    product,
+    relative_gap: float,
+    offsets,
+    tol_primal: float | None = None,
+) -> tuple[dict, int]:
+    """The Newton direction (Δθ, δb) by preconditioned conjugate gradients.
+
+    ``product(v)`` returns Xᵀ diag(ℓ'') X v summed over the row chunks (one reduction).
+    For the squared loss the model is the objective: the residual r of the solve is the
+    gradient of P at the step, whose gap is at most ‖r‖²/(2·l2), so CG stops at
+    ‖r‖ ≤ √(l2·tol·P) (``tol_primal`` = tol·P) and one step certifies tol.
+    Returns the direction (the keys of :func:`dask_scd.engines.block.block_newton.newton_direction`)
+    and the number of products taken.
+    """
+    n = n_samples
+    theta = np.asarray(state["coef"], dtype=np.float64)
+    gradient = -(total["xt_pos"] + total["xt_neg"]) / n  # Xᵀℓ'(ŷ)/n
+    g0 = -(total["pos"][0] + total["neg"][0]) / n
+    h0, hx = total["h0"][0] / n, total["hx"] / n
+    l2 = problem.l2
+    eliminate = problem.fit_intercept and h0 > 0.0
+    # min over δ of the model: δ = −(g0 + hxᵀΔ)/h0 leaves the Schur complement in Δ.
+    rhs = -(gradient + l2 * theta - (hx * (g0 / h0) if eliminate else 0.0))
+
+    def schur(v):
+        hv = product(v) / n + l2 * v
+        return hv - hx * (float(hx @ v) / h0) if eliminate else hv
+
+    diagonal = total["hdiag"] / n + l2 - (hx * hx / h0 if eliminate else 0.0)
+    inverse = 1.0 / np.maximum(diagonal, max(l2, np.finfo(float).tiny))
+    # The coarse level (dask_scd.engines.coarse_level): exact on whole-block shifts.
+    sizes = np.diff(offsets)
+    k = len(sizes)
+    block_of = np.repeat(np.arange(k), sizes)
+    small = total["coarse"][:k, :k] / n + l2 * np.diag(sizes.astype(np.float64))
+    if eliminate:
+        z_hx = block_sums(hx, block_of, k)
+        small = small - np.outer(z_hx, z_hx) / h0
+    precondition = two_level(inverse, small, block_of, k)
+    forcing = min(_FORCING, np.sqrt(max(relative_gap, 0.0)))
+    if problem.loss == "squared" and tol_primal is not None and l2 > 0.0:
+        norm = float(np.linalg.norm(rhs))
+        forcing = min(1.0, np.sqrt(l2 * tol_primal) / norm) if norm > 0.0 else 0.0
+    d_coef, products = _pcg(schur, rhs, precondition, forcing)
+    if eliminate:
+        d_b = -(g0 + float(hx @ d_coef)) / h0
+    else:
+        d_b = -g0 if problem.fit_intercept else 0.0
+    target = theta + d_coef
+    model = float(gradient @ d_coef) + g0 * d_b + 0.5 * l2 * float(target @ target - theta @ theta)
+    return (
+        {
+            "coef": theta,
+            "intercept": float(state["intercept"]),
+            "d_coef": d_coef,
+            "d_b": float(d_b),
+            "model": model,
+        },
+        products,
+    )
+
+
+def _pcg(apply, rhs, precondition, forcing: float) -> tuple[np.ndarray, int]:
+    """Solve apply(x) = rhs from x = 0 until ‖r‖ ≤ forcing·‖rhs‖ (or :data:`MAX_CG`)."""
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    target = forcing * float(np.linalg.norm(rhs))
+    z = precondition(r)
+    d = z.copy()
+    rz = float(r @ z)
+    k = 0
+    while k < MAX_CG and float(np.linalg.norm(r)) > target:
+        q = apply(d)
+        k += 1
+        curvature = float(d @ q)
+        if not curvature > 0.0:
+            break
+        step = rz / curvature
+        x += step * d
+        r -= step * q
+        z = precondition(r)
+        rz, rz_old = float(r @ z), rz
+        d = z + (rz / rz_old) * d
+    return x, k

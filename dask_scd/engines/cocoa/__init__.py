@@ -1,0 +1,1 @@
+"""CoCoA: local solvers on the partitions of a cluster, their updates combined."""

@@ -1,0 +1,359 @@
+"""The multinomial loss over dask: Newton-CG with every pass a reduction over row chunks.
+
+The in-memory engine's L2 method (:mod:`dask_scd.engines.newton.multinomial`) with X a dask
+array: each row chunk's task reads its cells and sums its share of
+
+- the gradient pass: Σ_i ℓ_i, XᵀP, Σ_i p_i, Σ_i H(p_i) and the Hessian's diagonal
+  (X²)ᵀ(P(1 − P)) (P recomputed from the chunk's margins XW + b);
+- a Hessian-vector product: XᵀR with R_ik = p_ik(U_ik − Σ_l p_il U_il), U = XV + v_b;
+- the line search: the loss at every trial step t ∈ {1, ½, ..., 2⁻¹⁰} along XΔ + Δb,
+
+and the client adds the partial sums in row order (the model does not depend on the
+number of workers). Only p × K arrays travel. XᵀY and Xᵀ1 are one more pass, once.
+
+The certificate needs no second pass: the mixed dual point's entropy is bounded below
+by concavity, H((1 − t)p_i + tπ) ≥ (1 − t)H(p_i) + tH(π), so
+D ≥ (1/n)[(1 − t)Σ_i H(p_i) + n·t·H(π)] − Σ g*(XᵀA/n) is a valid dual value from the
+gradient pass's sums; it is exact at t = 0, the optimum. For an L2 penalty (an L1
+term's inner coordinate descent reads every row at every step).
+
+With sample weights each row chunk's labels travel with its weights v, scaled to mean 1
+(:class:`~dask_scd.data.cells.WeightedLabels`), and every sum above is the weighted one:
+Σ v_i ℓ_i, XᵀVP, Σ v_i p_i, Σ v_i H(p_i), the curvature's V·P(1 − P) (and the Hessian's
+V), XᵀVR, XᵀVY, Xᵀv, the weighted class counts and the line-search trials. The bound by
+concavity holds as it is: Σ_i v_i = n.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from scipy.special import entr
+
+from dask_scd import objectives as obj
+from dask_scd.data.cells import labels as label_values
+from dask_scd.data.cells import row_weights
+from dask_scd.data.sources import DaskSource, Source
+from dask_scd.engines.base import Options, Run
+from dask_scd.engines.newton.multinomial import _centred, conjugate_gradients
+from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping
+from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
+from dask_scd.objectives import multinomial as mn
+from dask_scd.result import History
+from dask_scd.runtime.cluster import fit_client
+
+_MAX_CG = 500
+# Above this many variables ((p + 1)·K) the Hessian is not formed: it costs n·((p + 1)K)²
+# flops a step where a conjugate-gradient product costs ~4·n·p·K (dense 20,000 × 100,
+# 10 classes: 47 s with the Hessian against 3 s in memory by products); conjugate
+# gradients on its products then, one reduction each. The same row cost as block
+# Newton's limit (block_newton.MAX_ROW_COST = 256²).
+MAX_CURVATURE = 256
+_PATIENCE = 8
+_TRIALS = tuple(0.5**k for k in range(11))
+_ROUNDING = 1e-11
+
+
+# ---------------------------------------------------------------- row-chunk tasks
+
+
+def _rows(cells):
+    """The row chunk's cells side by side (grid column order), float64."""
+    if any(sp.issparse(c) or hasattr(c, "to_scipy_sparse") for c in cells):
+        from dask_scd.validation import to_scipy
+
+        return sp.hstack([to_scipy(c) for c in cells], format="csr", dtype=np.float64)
+    return np.hstack([np.asarray(c, dtype=np.float64) for c in cells])
+
+
+def _probabilities(X, W, b):
+    margins = np.asarray(X @ W) + b
+    P, lse = mn.softmax_rows(margins)
+    return margins, P, lse
+
+
+def _codes(y):
+    """(class indices, sample weights or None) of a row chunk's labels argument."""
+    # the labels' tasks hand out float64
+    return label_values(y).astype(np.intp), row_weights(y)
+
+
+def gradient_part(cells, y, W, b, with_labels: bool, curvature: bool = False) -> dict:
+    """A row chunk's share of the gradient pass (and, once, of XᵀVY, Xᵀv and the class
+    counts; with ``curvature``, of the whole Hessian of the loss)."""
+    X = _rows(cells)
+    codes, v = _codes(y)
+    margins, P, lse = _probabilities(X, W, b)
+    rows = np.arange(len(codes))
+    squares = X.multiply(X) if sp.issparse(X) else X * X
+    VP = mn.weighted_rows(P, v)
+    part = {
+        "loss": obj.weighted_sum(lse - margins[rows, codes], v),
+        "xt_prob": np.asarray(X.T @ VP),
+        "prob_sums": VP.sum(axis=0),
+        "entropy": mn.entropy_sum(P, v),
+        "diagonal": np.asarray(squares.T @ (VP * (1.0 - P))),
+        "diagonal_b": (VP * (1.0 - P)).sum(axis=0),
+    }
+    if curvature:
+        part["hessian"] = _hessian(X, P, v)
+    if with_labels:
+        K = W.shape[1]
+        part["xt_onehot"] = np.asarray(X.T @ mn.weighted_rows(mn.one_hot(codes, K), v))
+        part["column_sums"] = (
+            np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+            if v is None
+            else np.asarray(X.T @ v, dtype=np.float64).ravel()
+        )
+        part["counts"] = mn.class_counts(codes, K, v)
+    return part
+
+
+def _hessian(X, P, v=None):
+    """Σ_i v_i (diag(p_i) − p_i p_iᵀ) ⊗ x̃_i x̃_iᵀ over the chunk, x̃_i = (x_i, 1), as a
+    ((p + 1)K)² matrix indexed (feature, class) in row-major order: K(K + 1)/2 weighted
+    Gram matrices X̃ᵀ diag(w_kl) X̃, w_kl = v·p_k(δ_kl − p_l) (v = 1 without weights)."""
+    n, K = P.shape
+    if sp.issparse(X):
+        Xa = sp.hstack([X, np.ones((n, 1))], format="csr")
+    else:
+        Xa = np.hstack([X, np.ones((n, 1))])
+    q = Xa.shape[1]
+    H = np.empty((q, K, q, K))
+    for k in range(K):
+        for m in range(k, K):
+            w = P[:, k] * ((k == m) - P[:, m])
+            if v is not None:
+                w = w * v
+            weighted = Xa.multiply(w[:, None]).tocsr() if sp.issparse(Xa) else Xa * w[:, None]
+            gram = Xa.T @ weighted
+            gram = gram.toarray() if sp.issparse(gram) else gram
+            H[:, k, :, m] = gram
+            H[:, m, :, k] = gram.T
+    return H.reshape(q * K, q * K)
+
+
+def hessian_part(cells, y, W, b, V, v_b) -> dict:
+    """A row chunk's share of the Hessian-vector product of the loss."""
+    X = _rows(cells)
+    _, P, _ = _probabilities(X, W, b)
+    U = np.asarray(X @ V) + v_b
+    R = mn.weighted_rows(P * (U - (P * U).sum(axis=1, keepdims=True)), row_weights(y))
+    return {"xt_r": np.asarray(X.T @ R), "r_sums": R.sum(axis=0)}
+
+
+def trials_part(cells, y, W, b, D, d_b) -> np.ndarray:
+    """A row chunk's loss sums at every trial step along (D, d_b)."""
+    X = _rows(cells)
+    codes, v = _codes(y)
+    margins = np.asarray(X @ W) + b
+    U = np.asarray(X @ D) + d_b
+    return np.array([mn.loss_sum(margins + t * U, codes, v) for t in _TRIALS])
+
+
+# ------------------------------------------------------------------------- engine
+
+
+class _Reducer:
+    """Submits one task per row chunk and adds the parts in row order."""
+
+    def __init__(self, client, cells, labels):
+        self.client, self.cells, self.labels = client, cells, labels
+
+    def map(self, function, *args, labels=False):
+        futures = [
+            self.client.submit(
+                function, self.cells[r], *((self.labels[r],) if labels else ()), *args, pure=False
+            )
+            for r in range(len(self.cells))
+        ]
+        parts = self.client.gather(futures)
+        total = parts[0]
+        for part in parts[1:]:  # fixed order: the sum does not depend on the workers
+            total = (
+                {k: total[k] + part[k] for k in total} if isinstance(total, dict) else total + part
+            )
+        return total
+
+
+def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options) -> Run:
+    """Newton-CG for the multinomial loss (L2 penalty) on a dask array.
+
+    ``source``: a :class:`~dask_scd.data.sources.DaskSource` whose labels are class
+    indices, with its sample weights if any. ``options.max_iter`` counts Newton steps.
+    The Run's ``coef`` has shape (n_classes, n_features) in the original feature order,
+    its ``intercept`` (n_classes,).
+    """
+    if not isinstance(source, DaskSource):
+        raise ValueError(
+            "loss='multinomial' over dask takes a dask array; a grid above "
+            "in_memory_limit is fitted by LogisticRegression(multi_class='ovr')"
+        )
+    unsupported = {k: v for k, v in options.engine.items() if k != "client" and v}
+    if unsupported:
+        raise ValueError(
+            f"loss='multinomial' over dask takes no {sorted(unsupported)} (only client=)"
+        )
+    with fit_client(options.engine.get("client")) as client:
+        cells, labels = source.connect(client)
+        run = _newton(_Reducer(client, cells, labels), source, problem, options)
+    coef = np.empty_like(run.coef)
+    coef[:, source.feature_order] = run.coef
+    run.coef = coef
+    return run
+
+
+def _newton(reduce: _Reducer, source, problem, options) -> Run:
+    n, p = source.n_samples, source.n_features
+    K = int(max(int(c.max()) for c in source.y_chunks)) + 1
+    meter = Meter()
+    start = time.perf_counter()
+    W, b = np.zeros((p, K)), np.zeros(K)
+    fixed = None
+    history, gaps = History(), []
+    stopping = Stopping(options.tol, options.max_iter, patience=_PATIENCE)
+    step, first_norm, grad_norm, cert = 0, None, None, None
+    curvature = (p + 1) * K <= MAX_CURVATURE
+    while True:
+        tick = time.perf_counter()
+        part = reduce.map(gradient_part, W, b, fixed is None, curvature, labels=True)
+        if fixed is None:
+            fixed = {k: part[k] for k in ("xt_onehot", "column_sums", "counts")}
+            mn.check_class_weights(fixed["counts"], problem.fit_intercept)
+            if problem.fit_intercept:  # the best b for W = 0, then the pass again
+                b = np.log(fixed["counts"]) - np.log(fixed["counts"]).mean()
+                part = reduce.map(gradient_part, W, b, False, curvature, labels=True)
+        meter.add("gradient", 1.0, tick)
+        grad_loss = (part["xt_prob"] - fixed["xt_onehot"]) / n
+        grad_b = (part["prob_sums"] - fixed["counts"]) / n if problem.fit_intercept else np.zeros(K)
+        objective = part["loss"] / n + mn.penalty_value(problem, W)
+        if problem.unpenalized:
+            violation = max(float(np.abs(grad_loss).max()), float(np.abs(grad_b).max()))
+            grad_norm = violation / max(1.0, abs(objective))
+            measure = grad_norm
+        else:
+            cert = _certificate(problem, W, part, fixed, n, objective)
+            gaps.append(cert.gap)
+            measure = cert.relative_gap
+        history.append(step, measure, objective, time.perf_counter() - start)
+        options.progress.update(step, measure, objective)
+        if cert is None:
+            if grad_norm <= options.tol or step >= options.max_iter:
+                break
+        elif stopping.check(cert, step, W, b) == STOP:
+            break
+        tick = time.perf_counter()
+        grad = grad_loss + problem.l2 * W
+        norm = float(np.sqrt(np.sum(grad * grad) + np.sum(grad_b**2)))
+        first_norm = first_norm or max(norm, np.finfo(float).tiny)
+        forcing = min(0.5, np.sqrt(norm / first_norm))
+        if curvature:
+            D, d_b = _newton_direction(problem, n, part["hessian"], grad, grad_b)
+            meter.add("solve:cholesky", 0.0, tick)
+        else:
+            diagonal = (part["diagonal"] / n + problem.l2, part["diagonal_b"] / n)
+            D, d_b, passes = _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing)
+            meter.add("solve:cg", passes, tick)
+        tick = time.perf_counter()
+        t = _line_search(reduce, problem, n, W, b, D, d_b, objective, grad_loss, grad_b)
+        meter.add("line_search", 1.0, tick)
+        if t == 0.0:
+            break
+        step += 1
+        W, b = W + t * D, b + t * d_b
+    if cert is None:
+        nan = float("nan")
+        final = obj.Certificate(objective, nan, np.full((K, p), nan), nan)
+        W = W - W.mean(axis=1, keepdims=True)
+        return Run(
+            W.T.copy(), _centred(b), final, step, history, meter.as_dict(), grad_norm=grad_norm
+        )
+    W, b = stopping.returned(cert, W, b)
+    if not stopping.fresh:  # the best iterate was an earlier one: certify it again
+        part = reduce.map(gradient_part, W, b, False, labels=True)
+        cert = _certificate(
+            problem, W, part, fixed, n, part["loss"] / n + mn.penalty_value(problem, W)
+        )
+    extras = meter.as_dict()
+    extras["primal_minus_dual"] = gaps
+    final = mn.transposed(cert)
+    return Run(W.T.copy(), _centred(b), final, step, history, extras)
+
+
+def _certificate(problem, W, part, fixed, n, primal) -> obj.Certificate:
+    """The certificate of the module's docstring from the gradient pass's sums."""
+    t, pi = mn.mixing(part["prob_sums"], fixed["counts"]) if problem.fit_intercept else (0.0, None)
+    xt_q = (1.0 - t) * part["xt_prob"]
+    if t > 0.0:
+        xt_q = xt_q + t * np.outer(fixed["column_sums"], pi)
+    correlation = (fixed["xt_onehot"] - xt_q) / n
+    entropy = (1.0 - t) * part["entropy"] / n
+    if t > 0.0:
+        entropy += t * float(entr(pi).sum())
+    g = obj.penalty_terms(problem, W)
+    g_star = obj.penalty_conjugate(problem, correlation, np.inf)
+    dual = mn._rounded_down(entropy - float(g_star.sum()))
+    coordinate_gaps = g + g_star - correlation * W
+    intercept_gap = primal - dual - float(coordinate_gaps.sum())
+    return obj.Certificate(primal, dual, coordinate_gaps, intercept_gap, correlation)
+
+
+def _newton_direction(problem, n, hessian, grad, grad_b):
+    """Solve H d = −∇P with the reduced Hessian. The loss is flat along a common shift
+    of the intercepts (and, without a penalty, of a feature's K coefficients), which the
+    gradient is orthogonal to: a ridge of 1e-12·max diag makes the system definite and
+    leaves the direction's other components as they are to that order."""
+    p, K = grad.shape
+    H = hessian / n
+    index = np.arange(p * K)
+    H[index, index] += problem.l2
+    scale = float(np.max(np.diag(H), initial=0.0)) or 1.0
+    H[np.diag_indices_from(H)] += 1e-12 * scale
+    rhs = -np.concatenate([grad.ravel(), grad_b])
+    try:
+        solution = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), rhs)
+    except np.linalg.LinAlgError:
+        solution = scipy.linalg.lstsq(H, rhs)[0]
+    d_b = solution[p * K :] if problem.fit_intercept else np.zeros(K)
+    return solution[: p * K].reshape(p, K), d_b
+
+
+def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
+    """Preconditioned conjugate gradients on H d = −∇P, one reduction per product."""
+    diag = np.where(diagonal[0] > 0.0, diagonal[0], 1.0)
+    diag_b = np.where(diagonal[1] > 0.0, diagonal[1], 1.0)
+
+    def product(v, v_b):
+        part = reduce.map(hessian_part, W, b, v, v_b, labels=True)
+        Hv = part["xt_r"] / n + problem.l2 * v
+        Hv_b = part["r_sums"] / n if problem.fit_intercept else np.zeros_like(v_b)
+        return Hv, Hv_b
+
+    d, d_b, products = conjugate_gradients(product, -grad, -grad_b, diag, diag_b, forcing)
+    passes = float(products)
+    if not problem.fit_intercept:
+        d_b[:] = 0.0
+    return d, d_b, passes
+
+
+def _line_search(reduce, problem, n, W, b, D, d_b, objective, grad_loss, grad_b) -> float:
+    """The first trial step passing the Armijo test (all trials in one pass)."""
+    decrease = (
+        float(np.sum(grad_loss * D) + np.sum(grad_b * d_b))
+        + mn.penalty_value(problem, W + D)
+        - mn.penalty_value(problem, W)
+    )
+    if not (np.any(D) or np.any(d_b)) or not np.isfinite(decrease):
+        return 0.0
+    if decrease > -_ROUNDING * abs(objective):
+        return 1.0
+    losses = reduce.map(trials_part, W, b, D, d_b, labels=True) / n
+    noise = 1e-15 * abs(objective)
+    for t, loss in zip(_TRIALS, losses):
+        trial = loss + mn.penalty_value(problem, W + t * D)
+        if trial - objective <= _ARMIJO * t * decrease + noise:
+            return t
+    return 0.0

@@ -1,0 +1,326 @@
+"""In-memory engine: proximal Newton outer steps, an inner solver for each penalty.
+
+Every outer step reads the loss derivatives g = ℓ'(z) and d = ℓ''(z) at the margins z,
+solves the local quadratic model
+
+    q(Δ) = gᵀXΔ/n + ½ΔᵀXᵀDXΔ/n + penalty(θ + Δ)        (Δb: the intercept, unpenalized)
+
+to an inner tolerance that tightens with the outer optimality violation, and takes the
+longest step t ∈ {1, ½, ¼, ...} along Δ that passes the Armijo test on the true objective
+(Tseng & Yun 2009; Lee, Sun & Saunders 2014). The quadratic model is exact for the
+squared loss (t = 1), and the generalized Hessian serves the squared hinge.
+
+The model, its inner solvers (Cholesky or conjugate gradients for L2, coordinate
+descent over a working set for L1 / elastic net) and the sampled Hessian are in
+:mod:`dask_scd.engines.newton.quadratic`; ``docs/engines/newton.md`` says which runs when.
+
+Every outer step is certified by the duality gap of the dual point a = −ℓ'(z) from X
+itself; for an L1 term the best dual value seen and celer's dual extrapolation (a
+combination of the last dual points, kept when its dual value is higher) tighten it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from dask_scd import objectives as obj
+from dask_scd.data.memory import InMemory
+from dask_scd.engines.base import Options, Run
+from dask_scd.engines.certificates import DualMemory, primal_certificate
+from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
+from dask_scd.engines.newton.quadratic import (
+    Design,
+    HessianSample,
+    Model,
+    l1_direction,
+    l2_direction,
+    model_decrease,
+    set_inner_targets,
+    working_set,
+)
+from dask_scd.kernels import newton as kernels
+from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
+from dask_scd.result import History
+
+# Smallest working set; it grows to twice the last one at each outer step.
+_WS_MIN = 10
+# Below this relative model decrease the Armijo test reads the rounding of F.
+_ROUNDING = 1e-11
+
+
+def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
+    """Proximal Newton for the smooth losses, any penalty, with or without intercept.
+
+    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
+    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
+    ``options.max_iter`` counts Newton steps. The hinge (L2 only) is the other function of
+    ``solver="newton"``: Newton on a smoothed hinge with the smoothing driven to zero,
+    ``dask_scd.engines.newton.hinge_newton.fit_hinge_newton``, which the registry's entry runs
+    for ``loss="hinge"`` (:mod:`dask_scd.engines.registry`).
+    """
+    if problem.loss == "hinge":
+        raise ValueError(
+            "fit_newton solves the smooth losses; loss='hinge' is "
+            "hinge_newton.fit_hinge_newton's (solver='newton' picks it)"
+        )
+    if problem.unpenalized:
+        return fit_unpenalized(data, problem, options)
+    X, y, weights = data.X, data.y, data.weights
+    n, p = X.shape
+    meter = Meter()
+    start = time.perf_counter()
+    design = _design(data, problem, options.memo)
+    meter.add("setup", 0.0, start)
+    coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
+    grad_rows, curv = np.empty(n), np.empty(n)
+    duals = DualMemory(problem, y, weights)
+    history = History()
+    stopping = Stopping(options.tol, options.max_iter)
+    # Working sets of up to √nnz columns are free: a model epoch over their Gram costs at
+    # most a pass over X. Beyond that they grow geometrically from the support.
+    free = max(_WS_MIN, int(np.sqrt(design.nnz)))
+    # A warm start's support is most of the working set: room beyond it for as many
+    # violators again (else the first steps cannot move a coefficient outside it).
+    step, size, first_violation = 0, max(free, 2 * int(np.count_nonzero(coef))), None
+    sample = None
+    if problem.l1 == 0.0:
+        sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
+    sampled = False  # whether the step about to be taken came from the sample
+    t = 1.0  # the step size of the last line search
+    while True:
+        tick = time.perf_counter()
+        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
+        parts = design.signed_scatter(grad_rows)
+        grad = (parts[0] + parts[1]) / n  # Xᵀg/n
+        meter.add("gradient", 1.0, tick)
+        tick = time.perf_counter()
+        cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
+        meter.add("certificate", passes, tick)
+        if sampled:  # the last step came from the sample
+            sample.observe(cert.relative_gap, t)
+            sampled = False
+        solved = None
+        if cert.relative_gap > options.tol and step < options.max_iter:
+            # The next step's model first: its dual point a' (the model's own dual
+            # variable, a first-order model of −ℓ'(z + u)) is within the square of the
+            # step's error of the dual optimum, so it may certify (θ, b) as it is and
+            # spare the step.
+            tick = time.perf_counter()
+            model = Model(
+                problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv
+            )
+            violation = model.violation()
+            first_violation = first_violation or max(violation, np.finfo(float).tiny)
+            set_inner_targets(model, cert, options.tol, violation, first_violation)
+            if problem.l1 > 0.0:
+                working = working_set(problem, coef, grad, size)
+                size = min(p, max(free, 2 * len(working)))
+                meter.add("working_set", 0.0, tick)
+                tick = time.perf_counter()
+                solved = l1_direction(design, model, working)
+            else:
+                sampled = sample is not None and sample.active
+                solved = l2_direction(design, model, sample if sampled else None)
+            meter.add(f"solve:{solved[4]}", solved[3], tick)
+            if _near_the_end(model, solved, cert, options.tol):
+                tick = time.perf_counter()
+                meter.add(
+                    "certificate",
+                    duals.offer_linearized(design, grad_rows, curv, solved[2], model.correlation),
+                    tick,
+                )
+                cert = duals.tighten(cert)
+        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
+        options.progress.update(step, cert.relative_gap, cert.primal)
+        action = stopping.check(cert, step, coef, intercept)
+        if action == REFRESH:
+            tick = time.perf_counter()
+            margins = design.rows.dot(coef) + intercept
+            meter.add("margins", 1.0, tick)
+            continue
+        if action == STOP:
+            break
+        step += 1
+        delta, delta_b, direction = solved[:3]
+        tick = time.perf_counter()
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b, weights)
+        meter.add("line_search", 0.0, tick)
+        if t == 0.0:
+            if sampled:  # no decrease along the sampled direction: the full Hessian's
+                sample.active = sampled = False
+                continue
+            break
+        coef += t * delta
+        intercept += t * delta_b
+        margins += t * direction
+        # One step from margins computed from scratch adds one product XΔ to them: as
+        # exact as recomputing them, which a path's points (mostly one step each) skip.
+        stopping.fresh = options.memo is not None and step == 1
+    coef, intercept = stopping.returned(cert, coef, intercept)
+    final = cert
+    if not stopping.fresh:  # certify on margins recomputed from scratch
+        tick = time.perf_counter()
+        margins = design.rows.dot(coef) + intercept
+        final = duals.tighten(
+            primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
+        )
+        meter.add("certificate", 2.0, tick)
+    extras = meter.as_dict()
+    extras["extrapolation_wins"] = duals.extrapolation_wins
+    return Run(coef, float(intercept), final, step, history, extras)
+
+
+def _design(data: InMemory, problem: obj.Problem, memo: dict | None) -> Design:
+    """X by rows, kept in ``memo`` for the next run on the same data; with a constant
+    curvature (the squared loss, no sample weights) its Gram blocks are kept too."""
+    if memo is not None and memo.get("design") is not None:
+        return memo["design"]
+    design = Design.from_array(data.X, lambda: data.pure_blocks, data.by_rows)
+    if memo is not None:
+        design.unit_curvature = problem.loss == "squared" and data.weights is None
+        memo["design"] = design
+    return design
+
+
+def _start(problem: obj.Problem, design: Design, y, start, weights=None, memo=None):
+    """(θ, b, margins) of a cold start (θ = 0, the best b for it) or of a warm one (its
+    margins from ``memo`` when they were computed there for this very start)."""
+    n, p = design.rows.n_major, design.rows.n_minor
+    if start is not None:
+        coef, intercept = np.array(start[0], dtype=np.float64), float(start[1])
+        known = (memo or {}).get("margins")
+        if known is not None and known[1] == intercept and np.array_equal(known[0], coef):
+            return coef, intercept, np.array(known[2], dtype=np.float64)
+        return coef, intercept, design.rows.dot(coef) + intercept
+    intercept = (
+        obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
+        if problem.fit_intercept
+        else 0.0
+    )
+    return np.zeros(p), intercept, np.full(n, intercept)
+
+
+def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> Run:
+    """Newton's method without a penalty (``penalty=None``), stopped on the gradient.
+
+    There is no dual, so no gap: the fit stops at ``‖∇P‖∞ ≤ tol·max(1, |P|)`` (the
+    intercept's derivative included), read on margins recomputed from scratch at every
+    step; that relative gradient norm is the Run's ``grad_norm`` and what the history
+    records in place of the gap.
+    """
+    X, y, weights = data.X, data.y, data.weights
+    n, p = X.shape
+    meter = Meter()
+    start = time.perf_counter()
+    design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
+    meter.add("setup", 0.0, start)
+    coef = np.zeros(p)
+    intercept = (
+        obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
+        if problem.fit_intercept
+        else 0.0
+    )
+    grad_rows, curv = np.empty(n), np.empty(n)
+    history = History()
+    step, first_violation = 0, None
+    while True:
+        tick = time.perf_counter()
+        margins = design.rows.dot(coef) + intercept
+        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
+        parts = design.signed_scatter(grad_rows)
+        model = Model(
+            problem,
+            coef,
+            intercept,
+            (parts[0] + parts[1]) / n,
+            float(grad_rows.sum()) / n,
+            grad_rows,
+            curv,
+        )
+        meter.add("gradient", 2.0, tick)
+        primal, violation = loss_sum / n, model.violation()
+        grad_norm = violation / max(1.0, abs(primal))
+        history.append(step, grad_norm, primal, time.perf_counter() - start)
+        options.progress.update(step, grad_norm, primal)
+        if grad_norm <= options.tol or step >= options.max_iter:
+            break
+        # The forcing term of inexact Newton (superlinear), as the penalized loop's.
+        first_violation = first_violation or max(violation, np.finfo(float).tiny)
+        model.forcing = min(model.forcing, np.sqrt(violation / first_violation))
+        tick = time.perf_counter()
+        delta, delta_b, direction, passes, inner = l2_direction(design, model)
+        meter.add(f"solve:{inner}", passes, tick)
+        t = _line_search(problem, y, margins, direction, loss_sum, model, delta, delta_b, weights)
+        if t == 0.0:
+            break
+        step += 1
+        coef = coef + t * delta
+        intercept += t * delta_b
+    nan = float("nan")
+    cert = obj.Certificate(primal, nan, np.full(p, nan), nan)
+    return Run(coef, float(intercept), cert, step, history, meter.as_dict(), grad_norm=grad_norm)
+
+
+def _near_the_end(model, solved, cert, tol) -> bool:
+    """Whether the model's first-order decrease −(∇fᵀΔ + penalty change) is below √tol·P:
+    from there the step's dual point may certify tol now or at the next iterate (the
+    error of a Newton iterate is about its model's decrease); before, it only costs."""
+    return model_decrease(model, solved[0], solved[1]) <= np.sqrt(tol) * abs(cert.primal)
+
+
+# ---------------------------------------------------------------------- line search
+
+
+def _derivatives(problem, y, margins, weights, grad_rows, curv) -> float:
+    """g = v∘ℓ'(z) and d = v∘ℓ''(z) into ``grad_rows`` and ``curv`` (v = 1 without sample
+    weights); returns Σ v_i ℓ(y_i, z_i). Every model and certificate downstream reads the
+    weighted loss through these alone."""
+    if weights is None:
+        return kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
+    return kernels.weighted_derivatives(problem.loss_code, y, margins, weights, grad_rows, curv)
+
+
+def _line_search(
+    problem, y, margins, direction, loss_sum, model, delta, delta_b, weights=None
+) -> float:
+    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·(∇fᵀΔ + penalty change)
+    (0 if none, or Δ = 0). O(n) per trial, no pass over X."""
+    n = len(y)
+    coef = model.coef
+    base = loss_sum / n + obj.penalty_value(problem, coef)
+    slope = float(model.grad @ delta) + model.grad_b * delta_b
+    decrease = slope + obj.penalty_value(problem, coef + delta) - obj.penalty_value(problem, coef)
+    noise = 1e-15 * abs(base)
+    if not (np.any(delta) or delta_b) or not np.isfinite(decrease):
+        return 0.0
+    if decrease > -_ROUNDING * abs(base):
+        # F cannot tell the step from rounding, but the gap, first order in the gradient,
+        # still can: take the unit step of the local model (the caller keeps the best
+        # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
+        return 1.0
+    return backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)
+
+
+def backtrack(
+    problem, y, margins, direction, coef, delta, base, decrease, noise, weights=None
+) -> float:
+    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − ``base`` ≤ ARMIJO·t·``decrease`` +
+    ``noise`` (0 if none): F from the loss along ``margins + t·direction`` (O(n), no pass
+    over X) and the penalty at θ + tΔ."""
+    n = len(y)
+    t = 1.0
+    for _ in range(MAX_BACKTRACK):
+        if weights is None:
+            trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
+        else:
+            trial = (
+                kernels.weighted_loss_along(problem.loss_code, y, margins, weights, direction, t)
+                / n
+            )
+        trial += obj.penalty_value(problem, coef + t * delta)
+        if trial - base <= ARMIJO * t * decrease + noise:
+            return t
+        t *= BACKTRACK
+    return 0.0

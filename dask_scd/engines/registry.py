@@ -1,0 +1,657 @@
+"""The registry of engines, and the one place where ``solver="auto"`` is resolved.
+
+Adding an engine is one file and one line here: write ``run(data, problem, options) ->
+Run`` (see :mod:`dask_scd.engines.base`) in ``dask_scd/engines/<name>.py`` and register
+it below with the data it takes, the problems it solves and the options it accepts.
+Entries name their function by import path, so nothing is imported until it runs (the
+dask engine's imports cost a second).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from dask_scd.engines.block.block_newton import newton_forms_curvature
+from dask_scd.engines.coarse_level import MAX_BLOCKS
+from dask_scd.objectives import LOSSES, MULTINOMIAL, Problem
+
+ANY_LOSS = LOSSES
+SMOOTH = ("squared", "logistic", "squared_hinge")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One way to run a problem.
+
+    Attributes
+    ----------
+    name : the ``solver=`` value.
+    entry : ``"module:function"`` of its ``run(data, problem, options)``.
+    data : ``"memory"`` (numpy / scipy.sparse), ``"dask"`` (dask array or Grid) or
+        ``"any"`` (either, as it is given: dask input stays distributed).
+    losses : the losses it solves.
+    l1 : whether it solves penalties with an L1 term.
+    options : names of the keyword options it accepts.
+    per_loss : ``(loss, "module:function")`` pairs: the function that runs that loss in
+        place of ``entry`` (one ``solver=`` value, one function per loss).
+    unpenalized : whether it solves ``penalty=None`` (no regularization, no dual).
+    grid_entry : ``"module:function"`` that runs this in-memory engine out of core on a
+        Grid named by ``solver=`` (read row chunk by row chunk in the calling process,
+        never materialized); empty: a Grid is read into memory first.
+    weighted : the losses it solves with sample weights.
+    l2_only : the losses it solves with an L2 penalty only (no L1 term), where ``l1`` is
+        True for the others.
+    grid_weighted : the losses its ``grid_entry`` (out of core) solves with sample weights.
+    no_grid : the losses it does not solve on a grid.
+    gpu : the losses its epochs solve on a GPU (``device="gpu"``, in-memory X), without
+        sample weights (its weighted epochs run on the CPU).
+
+    What an engine declares here is what it solves, exactly: the conformance matrix
+    (tests/test_conformance.py) fits every declared combination against a reference and
+    checks that every other one is refused by :meth:`refusal`, naming the engines that
+    solve it.
+    """
+
+    name: str
+    entry: str
+    data: str
+    losses: tuple = ANY_LOSS
+    l1: bool = True
+    options: tuple = ()
+    per_loss: tuple = ()
+    unpenalized: bool = False
+    grid_entry: str = ""
+    weighted: tuple = ()
+    l2_only: tuple = ()
+    grid_weighted: tuple = ()
+    no_grid: tuple = ()
+    gpu: tuple = ()
+
+    def entry_for(self, loss: str) -> str:
+        """The ``"module:function"`` that runs ``loss``."""
+        return dict(self.per_loss).get(loss, self.entry)
+
+    def load(self):
+        """Its ``run(data, problem, options)``; with ``per_loss`` entries, a ``run`` that
+        imports and runs the function of the problem's loss; with a ``grid_entry``, a
+        ``run`` that gives it the grids (sources on disk)."""
+        if not self.per_loss and not self.grid_entry:
+            return _function(self.entry)
+
+        def run(data, problem, options):
+            if self.grid_entry and getattr(data, "on_disk", False):
+                return _function(self.grid_entry)(data, problem, options)
+            return _function(self.entry_for(problem.loss))(data, problem, options)
+
+        return run
+
+    def kinds(self) -> tuple:
+        """The data kinds it takes: "memory" (numpy, scipy.sparse), "dask" (a dask array)
+        and "grid" (a grid store). An in-memory engine named for dask input reads X into
+        memory first; one with a ``grid_entry`` runs a grid out of core."""
+        return ("dask", "grid") if self.data == "dask" else ("memory", "dask", "grid")
+
+    def out_of_core(self, kind: str) -> bool:
+        """Whether a grid runs through its ``grid_entry`` (read chunk by chunk)."""
+        return kind == "grid" and bool(self.grid_entry)
+
+    def refusal(
+        self,
+        problem: Problem,
+        weighted: bool = False,
+        kind: str = "memory",
+        given: str | None = None,
+        device: str = "cpu",
+    ) -> str | None:
+        """Why this engine cannot solve ``problem`` on data of ``kind`` (None if it can),
+        with sample weights when ``weighted``: what it lacks, and the engines that do
+        solve it (:func:`engines_solving`) on the caller's kind of data, ``given`` (dask
+        input read into memory is "memory" to the engine, "dask" or "grid" to the caller).
+        """
+        reason = self._lacks(problem, weighted, kind, device)
+        if reason is None:
+            return None
+        kind = given or kind
+        others = engines_solving(problem, kind, weighted, device)
+        where = {"memory": "in-memory X", "dask": "a dask array", "grid": "a grid"}[kind]
+        where += " on a GPU" if device == "gpu" else ""
+        if others:
+            return f"{reason}; the engines that solve it on {where}: {others}"
+        return f"{reason}; no engine solves it on {where}"
+
+    def _lacks(
+        self, problem: Problem, weighted: bool, kind: str, device: str = "cpu"
+    ) -> str | None:
+        name = repr(self.name)
+        if device == "gpu":
+            if problem.loss not in self.gpu or self.out_of_core(kind):
+                return f"solver={name} runs loss={problem.loss!r} on the CPU only"
+            if weighted:
+                return (
+                    f"solver={name} solves sample weights by its CPU epochs only; pass device='cpu'"
+                )
+        if kind not in self.kinds():
+            return f"solver={name} needs a dask array or a Grid, got in-memory X"
+        if problem.loss not in self.losses:
+            if problem.loss == "hinge":
+                return (
+                    f"solver={name} needs a smooth loss (loss='squared_hinge' is one), "
+                    "got loss='hinge'"
+                )
+            return f"solver={name} solves loss in {self.losses}, got loss={problem.loss!r}"
+        if kind == "grid" and problem.loss in self.no_grid:
+            return f"solver={name} does not fit loss={problem.loss!r} on a grid"
+        if problem.unpenalized and not self.unpenalized:
+            return (
+                f"solver={name} needs a penalty: penalty=None (no regularization, so no "
+                "duality gap) is fitted in memory"
+            )
+        if problem.l1_ratio > 0 and (not self.l1 or problem.loss in self.l2_only):
+            return (
+                f"solver={name} solves loss={problem.loss!r} with an L2 penalty only, got "
+                f"an L1 term (l1_ratio={problem.l1_ratio})"
+            )
+        if weighted:
+            losses = self.grid_weighted if self.out_of_core(kind) else self.weighted
+            if problem.loss not in losses:
+                how = " out of core on a grid" if self.out_of_core(kind) else ""
+                return (
+                    f"solver={name} does not take sample weights (given to fit or stored "
+                    f"in the grid) for loss={problem.loss!r}{how}"
+                )
+        return None
+
+
+def engines_solving(
+    problem: Problem, kind: str = "memory", weighted: bool = False, device: str = "cpu"
+) -> list:
+    """The engines that solve ``problem`` on data of ``kind`` ("memory", "dask", "grid"),
+    with sample weights when ``weighted``, on ``device`` ("cpu", "gpu"), as declared."""
+    return [
+        name
+        for name, engine in ENGINES.items()
+        if engine._lacks(problem, weighted, kind, device) is None
+    ]
+
+
+def weighted_engines(loss: str) -> list[str]:
+    """The engines that solve ``loss`` with sample weights (in memory)."""
+    return [name for name, engine in ENGINES.items() if loss in engine.weighted]
+
+
+def _function(entry: str):
+    module, function = entry.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+ENGINES: dict[str, Engine] = {}
+
+
+def register(engine: Engine) -> Engine:
+    ENGINES[engine.name] = engine
+    return engine
+
+
+register(
+    Engine(
+        "gram",
+        "dask_scd.engines.local.gram:fit_gram",
+        "memory",
+        losses=("squared",),
+        weighted=("squared",),
+    )
+)
+register(
+    Engine(
+        "scd",
+        "dask_scd.engines.local.scd:fit_scd",
+        "memory",
+        losses=SMOOTH,
+        weighted=SMOOTH,
+        gpu=SMOOTH,
+    )
+)
+# Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
+# its chunk epochs and certificate have no weights.
+register(
+    Engine(
+        "sdca",
+        "dask_scd.engines.local.sdca:fit_sdca",
+        "memory",
+        l1=False,
+        options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
+        grid_entry="dask_scd.engines.local.sdca_grid:fit_sdca_grid",
+        weighted=ANY_LOSS,
+        gpu=ANY_LOSS,
+    )
+)
+register(
+    Engine(
+        "newton",
+        "dask_scd.engines.newton.newton:fit_newton",
+        "memory",
+        losses=(*SMOOTH, "hinge", MULTINOMIAL),
+        per_loss=(
+            ("hinge", "dask_scd.engines.newton.hinge_newton:fit_hinge_newton"),
+            (MULTINOMIAL, "dask_scd.engines.newton.multinomial:fit_multinomial"),
+        ),
+        unpenalized=True,
+        weighted=(*SMOOTH, MULTINOMIAL),
+    )
+)
+register(
+    Engine(
+        "lbfgs",
+        "dask_scd.engines.newton.lbfgs:fit_lbfgs",
+        "memory",
+        losses=SMOOTH,
+        l1=False,
+        weighted=SMOOTH,
+    )
+)
+register(
+    Engine(
+        "duhl",
+        "dask_scd.engines.local.duhl:fit_duhl",
+        "memory",
+        options=(
+            "memory_budget",
+            "local_epochs",
+            "residency",
+            "chunk_size",
+            "gap_refresh",
+            "certify_every",
+        ),
+        weighted=ANY_LOSS,
+        l2_only=("hinge",),
+    )
+)
+_CLUSTER_OPTIONS = ("client", "selection", "checkpoint", "checkpoint_every", "resume", "callback")
+# Block SCD runs a dask array or a Grid on the cluster, and in-memory X in this process
+# (dask_scd.engines.block.block_memory: the same steps, the row chunks on threads).
+register(
+    Engine(
+        "block_scd",
+        "dask_scd.engines.block.block_scd:fit_block_scd",
+        "any",
+        losses=SMOOTH,
+        options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"),
+        weighted=SMOOTH,
+    )
+)
+register(
+    Engine(
+        "block_newton",
+        "dask_scd.engines.block.block_newton:fit_block_newton",
+        "dask",
+        losses=(*SMOOTH, MULTINOMIAL),
+        options=_CLUSTER_OPTIONS,
+        per_loss=((MULTINOMIAL, "dask_scd.engines.newton.multinomial_dask:fit_multinomial_dask"),),
+        weighted=(*SMOOTH, MULTINOMIAL),
+        l2_only=(MULTINOMIAL,),
+        no_grid=(MULTINOMIAL,),
+    )
+)
+register(
+    Engine(
+        "cocoa",
+        "dask_scd.engines.cocoa.cocoa:fit_cocoa",
+        "any",
+        options=("client", "n_partitions", "local_epochs", "aggregation", "split"),
+        weighted=ANY_LOSS,
+        l2_only=("hinge",),
+    )
+)
+
+SOLVERS = ("auto", *ENGINES)
+# Above this many features H = XᵀX/n costs more than the epochs it saves (n·p²/2 flops
+# against ~10–30 SCD epochs of n·p) and no longer fits in cache.
+GRAM_MAX_FEATURES = 512
+# Options of fit itself for dask input (not of an engine).
+DATA_OPTIONS = ("blocks", "in_memory_limit")
+IN_MEMORY_LIMIT = 256 * 2**20
+
+
+def get(solver: str) -> Engine:
+    if solver not in ENGINES:
+        names = ", ".join(map(repr, SOLVERS))
+        raise ValueError(f"solver={solver!r} is not one of {names}")
+    return ENGINES[solver]
+
+
+def runs_in_memory(
+    solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT, on_disk: bool = False
+) -> bool:
+    """Whether a fit of dask input runs in memory: with ``"auto"`` below ``in_memory_limit``
+    bytes (the local kernels beat any cluster's task overhead there), and whenever an
+    in-memory engine is asked for by name, unless it runs a grid (``on_disk``) out of core
+    (its ``grid_entry``)."""
+    if solver == "auto":
+        return nbytes <= in_memory_limit
+    engine = get(solver)
+    return engine.data == "memory" and not (on_disk and engine.grid_entry)
+
+
+def data_kind(data) -> str:
+    """ "memory" (:class:`~dask_scd.data.memory.InMemory`), "grid" (a grid source) or
+    "dask" (a dask array's source)."""
+    from dask_scd.data.memory import InMemory
+
+    if isinstance(data, InMemory):
+        return "memory"
+    return "grid" if getattr(data, "on_disk", False) else "dask"
+
+
+def resolve(solver: str, problem: Problem, data, among=None, given: str | None = None) -> Engine:
+    """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
+
+    ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
+    the dask engine: :func:`runs_in_memory` has already said it stays distributed).
+    ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
+    ``given``: the kind of the caller's X (:func:`data_kind`), where dask input was read
+    into memory: what a refusal is about, and which engines it names.
+    """
+    kind = data_kind(data)
+    weighted = getattr(data, "weighted", False)
+    on_cluster = solver == "auto" and kind != "memory"
+    if solver == "auto" and kind == "memory":
+        if weighted:  # only the engines that take sample weights
+            among = [
+                name for name in weighted_engines(problem.loss) if among is None or name in among
+            ]
+        solver = _auto_in_memory(problem, data, among)
+    elif on_cluster:
+        solver = "block_newton" if problem.loss == MULTINOMIAL else dask_auto(data, problem)
+    engine = get(solver)
+    reason = engine.refusal(problem, weighted, kind, given)
+    if reason is not None and on_cluster:  # auto has no Dask engine for it: say how to fit it
+        raise ValueError(
+            f"X is above in_memory_limit, so solver='auto' runs a Dask engine, and none "
+            f"solves this problem on it ({reason}); pass a larger in_memory_limit to fit "
+            "it in memory"
+            + (
+                ", or fit one binary model per class on the cluster with "
+                "LogisticRegression(multi_class='ovr')"
+                if problem.loss == MULTINOMIAL
+                else ""
+            )
+        )
+    if reason is not None:
+        raise ValueError(reason)
+    return engine
+
+
+def dask_auto(source, problem: Problem) -> str:
+    """The Dask engine that ``solver="auto"`` runs on ``source`` (see :func:`dask_choice`)."""
+    return dask_choice(source, problem)[0]
+
+
+def dask_choice(source, problem: Problem) -> tuple[str, str]:
+    """(engine, the rule that chose it) of ``solver="auto"`` on the cluster, for a binary
+    loss.
+
+    Block Newton where it forms the p × p curvature (a few steps of one read each).
+    Wider: block SCD for an L1 term, and for L2 too on a grid of pure blocks whose epochs
+    run collectively (exact block steps, one task per worker and iteration: Criteo-like
+    500k × 611k, 2 workers, to 1e-6: logistic at 1/n 4.95 s against block Newton's 5.83 s,
+    at 0.1/n 9.33 s against 14.8 s, squared loss 4.92 s against 4.51 s; 2M rows at 1/n
+    9.63 s against 10.2 s); else block Newton by conjugate gradients on curvature products
+    (5–10 steps of 2 + CG reads, one reduction per read: a task graph of block SCD pays
+    the scheduler's latency per block)."""
+    if newton_forms_curvature(source):
+        return "block_newton", "block Newton forms the p × p curvature of the row chunks"
+    from dask_scd.engines.block.block_scd import collective_on_pure_blocks
+
+    if problem.l1 > 0.0 or collective_on_pure_blocks(source):
+        return "block_scd", (
+            "wide X: block SCD (an L1 term, or L2 on a grid of pure blocks run collectively)"
+        )
+    return "block_newton", "wide X: block Newton by conjugate gradients on curvature products"
+
+
+# The cost model of ``auto`` in memory, in passes over the stored values of X. The
+# constants are the engines' measured pass counts (docs/engines/newton.md, local.md,
+# benchmarks/results/peers.md): SDCA needs about 10·κ epochs on a smooth L2 problem whose
+# dual conditioning is κ = mean‖x_i‖²/(αn) (and at least a few); a Newton step costs its
+# curvature plus ~3 passes (gradient with certificate, line search, extrapolation), and
+# 6–8 steps reach 1e-9 at any α (L2); without XᵀDX a step costs ~9 passes of
+# conjugate-gradient products (one-hot 100k × 20k: 5 steps, 45 passes). A dense BLAS Gram
+# runs ~8× faster per flop than a kernel's pass.
+_SDCA_EPOCHS_PER_KAPPA = 10.0
+_SDCA_MIN_EPOCHS = 5.0
+_NEWTON_STEPS = 7.0
+_NEWTON_CG_PASSES = 9.0
+_RIDGE_CG_PASSES = 30.0  # one CG solve of ridge to 1e-6..1e-9 (one-hot 1M × 100k: 27–36)
+_NEWTON_GRAM_MAX = 2000  # above this many columns the Newton engine never forms XᵀDX
+_BLAS_SPEEDUP = 8.0
+# A ridge whose XᵀX and Cholesky cost at most this many flops (about a millisecond) is
+# solved by Newton's one exact step (to rounding) rather than to tol by an iterative
+# engine: the time is the same, the answer exact (a weighted fit then equals the fit of
+# its repeated rows to rounding, as scikit-learn's direct solvers give).
+_EXACT_FLOPS = 1e6
+# Primal SCD on an L2 problem: epochs grow with the primal conditioning, which the data's
+# statistics do not give cheaply; it is the fallback where the others do not apply.
+_SCD_EPOCHS = 1000.0
+
+
+def predicted_passes(problem: Problem, data) -> dict[str, float]:
+    """Predicted passes over X to a tight gap for each in-memory engine that applies.
+
+    - squared loss with n ≥ 4p and p ≤ 512: "gram" (one pass builds XᵀX/n; after it every
+      step and certificate is O(p)) — cheapest whenever it applies, except for L1 on pure
+      blocks, where Newton's block shifts win;
+    - the hinge (L2): "sdca" at ≈ 120·κ^¾ epochs against "newton" (a smoothed hinge, its
+      width driven to zero) at ≈ 60 steps of about one pass when p + 1 ≤ 2000
+      (:func:`_hinge_passes`);
+    - L2 with a smooth loss: "sdca" at ≈ 10·κ epochs against "newton" at ≈ 10 steps of
+      its curvature (Cholesky of XᵀDX when p ≤ 2000 and cheaper than conjugate gradients),
+      ≈ 7 steps (one for the squared loss); and "block_scd" (≈ 25 passes) on large
+      one-hot fields (:func:`_block_steps_pay`);
+    - L1 / elastic net: "newton" when its working set's Gram fits (p ≤ 2000) and the loss
+      is not squared, for the squared loss's lasso with n ≤ p ≤ 2000
+      (:func:`_lasso_without_rank`), or when X has pure blocks (one-hot fields: the block shifts of its
+      inner solver, :func:`dask_scd.engines.newton.quadratic.block_shift`, take the directions
+      coordinate descent crawls along; Criteo-like 200k × 611k logistic L1: 11 steps to
+      3e-11 against SCD's 94 epochs short of 1e-4); else "scd" (working sets with
+      extrapolation, the Gram engine's method for the squared loss).
+    """
+    n, p = data.shape
+    costs = {}
+    if problem.loss == "squared" and p <= GRAM_MAX_FEATURES and n >= 4 * p:
+        # On one-hot fields an L1 problem's coordinate descent creeps along whole-field
+        # shifts (Adult, lasso at 1e-3·alpha_max without intercept: 1,631 Gram epochs,
+        # 0.12 s, against one Newton step, 0.02 s, whose inner solver moves whole blocks).
+        costs["gram"] = 3.0 if problem.l1_ratio > 0 and _has_fields(data) else 1.0
+    if problem.loss == "hinge":
+        return _hinge_passes(problem, data)
+    if problem.l1_ratio > 0:
+        if (
+            (problem.loss != "squared" and p <= _NEWTON_GRAM_MAX)
+            or _has_blocks(data)
+            or _lasso_without_rank(problem, n, p)
+        ):
+            costs["newton"] = 2.0
+        costs["scd"] = 3.0
+        return costs
+    kappa = data.mean_row_sq_norm / (problem.alpha * n)
+    costs["sdca"] = max(_SDCA_MIN_EPOCHS, _SDCA_EPOCHS_PER_KAPPA * kappa)
+    step = _NEWTON_CG_PASSES
+    cholesky = float("inf")  # flops of XᵀDX and its factor (only where Newton forms them)
+    if p <= _NEWTON_GRAM_MAX:
+        cholesky = data.gram_flops + p**3 / 3.0
+        step = min(step, 3.0 + cholesky / (_BLAS_SPEEDUP * max(data.nnz, 1)))
+    if problem.loss == "squared":  # one exact step: Cholesky, or one CG solve to tol
+        costs["newton"] = step if step < _NEWTON_CG_PASSES else _RIDGE_CG_PASSES
+        if cholesky <= _EXACT_FLOPS:
+            costs["newton"] = 0.0  # a small ridge: solved exactly, whatever tol
+    else:
+        costs["newton"] = _NEWTON_STEPS * step
+    costs["scd"] = _SCD_EPOCHS
+    if _block_steps_pay(data):
+        costs["block_scd"] = _BLOCK_PASSES
+    return costs
+
+
+# Block SCD in memory (dask_scd.engines.block.block_memory) on one-hot fields, L2: about 6–30
+# epochs of ~2 passes (a fused pass over the blocks, the certificate), whatever the
+# columns' frequencies; Newton's conjugate gradients need more products where many
+# columns are rare (their curvature is ~α), and few where columns are frequent. So the
+# median count of a column's stored values decides, not their mean (which the frequent
+# columns of a Zipf field dominate). Measured (make_onehot, logistic at α = 1/n and
+# 0.1/n, certified 1e-6, 2 threads; one thread in brackets), seconds, block SCD against
+# Newton: Criteo-like 611k columns, 1M rows (median 3 values a column): 5.3 / 9.3
+# against 6.6 / 13.8 [9.7 / 15.9 against 8.7 / 19.8]; 6M rows: 34.4 against 57.5 at 1/n;
+# 1M × 100k (median 45): 3.0 / 3.3 against 2.3 / 2.5 [5.1 against 2.5 at 1/n]; 2M × 3k
+# (median 13,000): 4.5 / 4.8 against 2.9 / 2.9. Below ~8M stored entries its set-up and
+# per-block steps cost more than they save: 300k × 9.4k (3M): 0.40–0.48 against
+# 0.35–0.39; 200k × 20k (2M): 0.39–0.46 against 0.33–0.36.
+_BLOCK_PASSES = 25.0
+_BLOCK_MIN_ENTRIES = 8_000_000
+_BLOCK_MAX_MEDIAN_COUNT = 20
+
+
+def _block_steps_pay(data) -> bool:
+    """Whether block SCD in memory is a candidate: unweighted sparse X of ≥ 8M stored
+    entries, wider than Newton's Gram, whose median column holds at most 20 values, in
+    one-hot fields (pure blocks, detected last: it reads X)."""
+    p = data.shape[1]  # (dense X has no pure blocks: _has_fields says no without a pass)
+    return (
+        not data.weighted
+        and data.nnz >= _BLOCK_MIN_ENTRIES
+        and p > _NEWTON_GRAM_MAX
+        and data.median_column_count <= _BLOCK_MAX_MEDIAN_COUNT
+        and _has_fields(data)
+    )
+
+
+# The hinge: SDCA's shrinking epochs to 1e-9 grow as κ^¾ rather than κ (Adult, κ = 0.14 /
+# 1.4 / 14 / 140 at C = 0.01 / 0.1 / 1 / 10: 26 / 171 / 974 / > 1000 epochs; dense
+# 20000 × 50 at C = 0.1: 346; one-hot 20000 × 10000 at C = 0.1: 111). The smoothed Newton
+# method takes 30–90 steps (Adult C = 0.01 to 10, dense), each about one pass and one
+# SDCA epoch in time (gradient with certificate, XΔ, the band's Gram; the exact line
+# search is O(n)), plus the (p + 1)³/3 flops of the band's Cholesky.
+_HINGE_SDCA_EPOCHS_PER_KAPPA = 120.0
+_HINGE_SDCA_EXPONENT = 0.75
+_HINGE_NEWTON_STEPS = 60.0
+
+
+def _hinge_passes(problem: Problem, data) -> dict[str, float]:
+    """Predicted passes of the hinge's engines: "sdca", and "newton" while p + 1 ≤ 2000
+    (above, its band system goes to conjugate gradients, whose iterations grow with the
+    band: one-hot 20000 × 10000 took 40–280 steps of 60–200 passes each)."""
+    n, p = data.shape
+    kappa = data.mean_row_sq_norm / (problem.alpha * n)
+    epochs = _HINGE_SDCA_EPOCHS_PER_KAPPA * kappa**_HINGE_SDCA_EXPONENT
+    costs = {"sdca": max(_SDCA_MIN_EPOCHS, epochs)}
+    if p + 1 <= _NEWTON_GRAM_MAX:
+        cholesky = (p + 1) ** 3 / 3.0 / (_BLAS_SPEEDUP * max(data.nnz, 1))
+        costs["newton"] = _HINGE_NEWTON_STEPS * (1.0 + cholesky)
+    return costs
+
+
+def _lasso_without_rank(problem: Problem, n: int, p: int) -> bool:
+    """The lasso (no L2 part) of the squared loss with n ≤ p ≤ 2000 (Newton's working-set
+    Gram fits): near its interpolating end coordinate descent crawls, X having no full
+    column rank (dense, at 10⁻³·alpha_max, tol 1e-6: 100 × 1000, 300 × 400 and
+    500 × 1000 stopped at 1000 SCD epochs at gaps 8e-4 to 1e-1, as did the Gram engine;
+    proximal Newton, whose inner solves run on working sets, certified 1e-6 in 35–107
+    steps, 0.2–1.4 s). Wider (1000 × 5000: SCD stalled at 6e-3 in 2.3 s, Newton took
+    17.7 s) SCD stays, and ``fit`` hands it over to Newton where it stops short
+    (dask_scd.engines.planner.fit_hands_over), as it does where rank is missing with
+    n > p. The elastic net's L2 part keeps SCD converging (266–722 epochs there)."""
+    return problem.loss == "squared" and problem.l2 == 0.0 and n <= p <= _NEWTON_GRAM_MAX
+
+
+def _has_blocks(data) -> bool:
+    """Whether sparse X has 2 to 256 pure blocks (detected once, kept for the engine)."""
+    blocks = getattr(data, "pure_blocks", None)
+    return blocks is not None and 2 <= len(blocks) <= MAX_BLOCKS
+
+
+def _has_fields(data) -> bool:
+    """Whether X's pure blocks are one-hot fields: blocks of two columns or more on
+    average (a sparse X of unrelated columns splits into blocks of one)."""
+    return _has_blocks(data) and 2 * len(data.pure_blocks) <= data.shape[1]
+
+
+def _auto_in_memory(problem: Problem, data, among=None) -> str:
+    """The applicable engine (of ``among``, if given) with the fewest predicted passes."""
+    if problem.unpenalized or problem.loss == MULTINOMIAL:
+        return "newton"  # the one engine without a dual, and of the softmax loss
+    costs = predicted_passes(problem, data)
+    if among is not None:
+        costs = {name: cost for name, cost in costs.items() if name in among}
+        if not costs:  # e.g. only "gram" applied: the primal runs its regime
+            fallback = [
+                name
+                for name in ("scd", "newton", *among)
+                if name in among and get(name).refusal(problem) is None
+            ]
+            costs = {fallback[0] if fallback else "scd": 1.0}
+    return min(costs, key=costs.get)
+
+
+def capability_table() -> str:
+    """The capability matrix of every engine, as a markdown page (docs/capabilities.md,
+    which a test keeps equal to this): the data kinds it takes, the problems it solves on
+    each, with and without sample weights, read from the declarations alone."""
+    problems = [("l2", 0.0), ("l1 / elasticnet", 1.0)]
+    losses = (*ANY_LOSS, MULTINOMIAL)
+    lines = [
+        "# Capability matrix",
+        "",
+        "Generated from the engine registry (`dask_scd.engines.registry.capability_table`;",
+        "`tests/test_conformance.py` checks this page against it, and fits every combination",
+        "marked here against an independent reference). A cell lists the losses the engine",
+        "solves on that data kind and penalty: `sq` squared, `log` logistic, `hinge`,",
+        "`sqh` squared hinge, `mn` multinomial; `w:` those it also solves with sample",
+        "weights. Any other combination is refused with a ValueError that names the engines",
+        "that solve it. In-memory engines named for dask input read X into memory first; on a",
+        "grid, `sdca` runs out of core. On a GPU the engines' epochs run as CUDA kernels on",
+        "X in memory, L1 terms included where the CPU engine takes them (the block engines",
+        "run a dask array of cupy chunks on its GPUs: docs/gpu.md).",
+        "",
+        "| engine | data kind | "
+        + " | ".join(name for name, _ in problems)
+        + ' | penalty=None | GPU (`device="gpu"`) |',
+        "|---|---|" + "---|" * (len(problems) + 2),
+    ]
+    short = {
+        "squared": "sq",
+        "logistic": "log",
+        "hinge": "hinge",
+        "squared_hinge": "sqh",
+        MULTINOMIAL: "mn",
+    }
+    for name, engine in ENGINES.items():
+        for kind in engine.kinds():
+            cells = []
+            for _, l1_ratio in problems:
+                cells.append(_cell(engine, kind, losses, short, l1_ratio, False))
+            cells.append(_cell(engine, kind, losses, short, 0.0, True))
+            gpu = [short[loss] for loss in losses if loss in engine.gpu]
+            cells.append(
+                ", ".join(gpu) + " (unweighted)" if gpu and not engine.out_of_core(kind) else "—"
+            )
+            where = kind + (" (out of core)" if engine.out_of_core(kind) else "")
+            lines.append(f"| `{name}` | {where} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(engine: Engine, kind: str, losses, short, l1_ratio: float, unpenalized: bool):
+    from dask_scd.validation import check_problem
+
+    def solves(loss, weighted):
+        penalty = None if unpenalized else "l1" if l1_ratio else "l2"
+        try:  # what no engine solves (the hinge with L1) is refused before any engine
+            problem = check_problem(loss, penalty, 1.0, 0.5, True)
+        except ValueError:
+            return False
+        return engine._lacks(problem, weighted, kind) is None
+
+    plain = [short[loss] for loss in losses if solves(loss, False)]
+    weighted = [short[loss] for loss in losses if solves(loss, True)]
+    if not plain:
+        return "—"
+    return ", ".join(plain) + (f"; w: {', '.join(weighted)}" if weighted else "; w: —")

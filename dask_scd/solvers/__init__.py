@@ -1,1 +1,0 @@
-"""Engines: one file per way of running the same problem."""
