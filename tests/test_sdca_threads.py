@@ -150,7 +150,7 @@ def test_atomic_adds_from_two_threads_are_never_lost():
 
     from numba import njit
 
-    from dask_scd.kernels.sdca import atomic_add
+    from dask_scd.kernels.sdca_threads import atomic_add
 
     @njit(nogil=True)
     def add_many(w, n):
@@ -191,7 +191,7 @@ def test_private_copies_of_w_lose_no_step():
     of both threads counted), up to rounding."""
     import threading
 
-    from dask_scd.kernels import sdca
+    from dask_scd.kernels import sdca_threads
     from dask_scd.objectives import LOSS_CODES
 
     rng = np.random.default_rng(0)
@@ -202,13 +202,13 @@ def test_private_copies_of_w_lose_no_step():
     dual = 0.5 * y  # a feasible logistic dual point (y·a in (0, 1))
     coef = X.T @ dual / alpha_n
     order = rng.permutation(n)
-    slots = np.zeros((2, sdca.SLOT))
+    slots = np.zeros((2, sdca_threads.SLOT))
     copies = np.empty((4, p))
     norms = np.einsum("ij,ij->i", X, X)
     data = np.ascontiguousarray(X).ravel()
 
     def run(k, part):
-        sdca.sdca_thread_epoch_local(
+        sdca_threads.sdca_thread_epoch_local(
             data,
             np.zeros(0, np.int64),
             np.zeros(0, np.int64),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dask_scd.kernels.lines import FAST, line, minor, row_axpy, row_dot, weighted_dot
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 from dask_scd.kernels.scalar import (
     ARMIJO as _ARMIJO,
@@ -50,32 +51,10 @@ from dask_scd.kernels.scalar import (
     prox_newton as _prox_newton,
 )
 
-# ------------------------------------------------------------------ scalar helpers
-
-
-@njit(inline="always")
-def _line(dense, indptr, major, n_minor):
-    if dense:
-        return major * n_minor, (major + 1) * n_minor
-    return indptr[major], indptr[major + 1]
-
-
-@njit(inline="always")
-def _minor(dense, indices, idx, start):
-    if dense:
-        return idx - start
-    return indices[idx]
-
-
 # --------------------------------------------------------------------- primal SCD
 
 
-# Reassociation (and fused multiply-add) lets LLVM vectorize the reductions; results stay
-# deterministic for a given build. No other fast-math flag: infinities are meaningful here.
-_FAST = {"reassoc", "contract"}
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def scd_epoch(
     data,
     indices,
@@ -122,7 +101,7 @@ def scd_epoch(
     return max_delta, max_coef
 
 
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def scd_epoch_violation(
     data,
     indices,
@@ -167,7 +146,7 @@ def scd_epoch_violation(
     )
 
 
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def scd_weighted_epoch(
     data,
     indices,
@@ -271,7 +250,7 @@ def _epoch(
     return max_delta, max_coef, max_violation
 
 
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def scd_epoch_squared(
     data,
     indices,
@@ -343,11 +322,11 @@ def scd_epoch_squared(
         j = order[k]
         if j == n_features:
             continue
-        start, end = _line(dense, indptr, j, n_samples)
+        start, end = line(dense, indptr, j, n_samples)
         if weighted:
-            g = _weighted_dot(data, indices, dense, start, end, margins, weights)
+            g = weighted_dot(data, indices, dense, start, end, margins, weights)
         else:
-            g = _row_dot(data, indices, dense, start, end, margins)
+            g = row_dot(data, indices, dense, start, end, margins)
         mean = col_means[j] if centered else 0.0
         g = (g - col_xty[j]) * inv_n + shift * mass * mean  # x_jᵀV(ŷ + shift − y)/n
         h = col_sq_norms[j] * inv_n - mass * mean * mean  # ‖x_j − mean·1‖²_V/n
@@ -361,7 +340,7 @@ def scd_epoch_squared(
         max_coef = max(max_coef, abs(old + delta))
         if delta == 0.0:
             continue
-        _row_axpy(data, indices, dense, start, end, delta, margins)
+        row_axpy(data, indices, dense, start, end, delta, margins)
         shift -= delta * mean
         coef[j] = old + delta
         max_delta = max(max_delta, abs(delta))
@@ -401,13 +380,13 @@ def _column_step(
     cube_mean,
     weights,
 ):
-    start, end = _line(dense, indptr, j, n_samples)
+    start, end = line(dense, indptr, j, n_samples)
     weighted = weights.shape[0] > 0
     g = 0.0
     h = 0.0
     if loss == SQUARED and weighted:  # h: the weighted Σ v_i x_ij² / n
         for idx in range(start, end):
-            i = _minor(dense, indices, idx, start)
+            i = minor(dense, indices, idx, start)
             g += (margins[i] - y[i]) * weights[i] * data[idx]
         h = sq_norm
     elif loss == SQUARED:
@@ -420,7 +399,7 @@ def _column_step(
         h = sq_norm
     else:
         for idx in range(start, end):
-            i = _minor(dense, indices, idx, start)
+            i = minor(dense, indices, idx, start)
             d1, d2 = _loss_d1_d2(loss, y[i], margins[i])
             if weighted:
                 d1 *= weights[i]
@@ -474,7 +453,7 @@ def _column_line_search(
     model = g * delta + _penalty(l1, l2, old + delta) - _penalty(l1, l2, old)
     base = 0.0
     for idx in range(start, end):
-        i = _minor(dense, indices, idx, start)
+        i = minor(dense, indices, idx, start)
         base += _weight(weights, i) * _loss(loss, y[i], margins[i])
     base *= inv_n
     # Below this, a change of objective is rounding noise: accept rather than stall.
@@ -484,7 +463,7 @@ def _column_line_search(
         trial = 0.0
         step = t * delta
         for idx in range(start, end):
-            i = _minor(dense, indices, idx, start)
+            i = minor(dense, indices, idx, start)
             trial += _weight(weights, i) * _loss(loss, y[i], margins[i] + step * data[idx])
         change = trial * inv_n - base + _penalty(l1, l2, old + step) - _penalty(l1, l2, old)
         if change <= _ARMIJO * t * model + noise:
@@ -549,39 +528,7 @@ def _intercept_step(y, margins, intercept, loss, cubic, weights):
 # ----------------------------------------------------------------------- dual SDCA
 
 
-@njit(inline="always")
-def _row_dot(data, indices, dense, start, end, w):
-    s = 0.0
-    if dense:
-        for k in range(end - start):
-            s += data[start + k] * w[k]
-    else:
-        for idx in range(start, end):
-            s += data[idx] * w[indices[idx]]
-    return s
-
-
-@njit(inline="always")
-def _weighted_dot(data, indices, dense, start, end, w, weights):
-    """Σ over the line of x·v·w: :func:`_row_dot` of w with sample weights v."""
-    s = 0.0
-    for idx in range(start, end):
-        i = _minor(dense, indices, idx, start)
-        s += data[idx] * weights[i] * w[i]
-    return s
-
-
-@njit(inline="always")
-def _row_axpy(data, indices, dense, start, end, scale, w):
-    if dense:
-        for k in range(end - start):
-            w[k] += scale * data[start + k]
-    else:
-        for idx in range(start, end):
-            w[indices[idx]] += scale * data[idx]
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def sdca_epoch(
     data,
     indices,
@@ -614,8 +561,8 @@ def sdca_epoch(
         if k + AHEAD < n_visits:
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
-        start, end = _line(dense, indptr, i, n_features)
-        margin = _row_dot(data, indices, dense, start, end, coef)
+        start, end = line(dense, indptr, i, n_features)
+        margin = row_dot(data, indices, dense, start, end, coef)
         q = row_sq_norms[i] / alpha_n + rho
         shifted = margin + intercept + rho * dual_sum[0]
         t = _dual_step(loss, y[i], dual_coef[i], shifted, q)
@@ -623,129 +570,6 @@ def sdca_epoch(
             continue
         dual_coef[i] += t
         dual_sum[0] += t
-        _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
+        row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
         max_delta = max(max_delta, abs(t))
     return max_delta
-
-
-# ------------------------------------------------------------------------ products
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
-    """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v).
-
-    ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'').
-    """
-    major_dot_range(data, indices, indptr, dense, 0, n_major, n_minor, v, out, squared)
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def major_dot_range(data, indices, indptr, dense, lo, hi, n_minor, v, out, squared):
-    """:func:`major_dot` for the lines lo ≤ r < hi (out[r] only for those)."""
-    for r in range(lo, hi):
-        start, end = _line(dense, indptr, r, n_minor)
-        if squared:
-            s = 0.0
-            for idx in range(start, end):
-                x = np.float64(data[idx])
-                s += x * x * v[_minor(dense, indices, idx, start)]
-            out[r] = s
-        else:
-            out[r] = _row_dot(data, indices, dense, start, end, v)
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, squared):
-    """out[k] += Σ_r A[r, k] u[r] (CSR: Xᵀ u; CSC: X u); A² with ``squared``."""
-    for r in range(n_major):
-        start, end = _line(dense, indptr, r, n_minor)
-        if squared:
-            for idx in range(start, end):
-                x = np.float64(data[idx])
-                out[_minor(dense, indices, idx, start)] += x * x * u[r]
-        elif u[r] != 0.0:  # a sparse u (lasso coefficients) skips its zero lines
-            _row_axpy(data, indices, dense, start, end, u[r], out)
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, vw, out_v, out_w):
-    """out_v = A v and out_w = A w over the major axis in one pass over A (CSC: Xᵀv, Xᵀw),
-    with ``vw`` the (n_minor, 2) array [v w]: the certificate's plain and extrapolated dual
-    points read X once, and a sparse entry gathers one cache line for both."""
-    for r in range(n_major):
-        start, end = _line(dense, indptr, r, n_minor)
-        s = 0.0
-        t = 0.0
-        if dense:
-            for k in range(end - start):
-                x = data[start + k]
-                s += x * vw[k, 0]
-                t += x * vw[k, 1]
-        else:
-            for idx in range(start, end):
-                x = data[idx]
-                i = indices[idx]
-                s += x * vw[i, 0]
-                t += x * vw[i, 1]
-        out_v[r] = s
-        out_w[r] = t
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def lines_scatter(data, indices, indptr, dense, n_minor, lines, values, offset, out):
-    """out[k] = offset + Σ_m values[m]·A[lines[m], k] (CSC: the margins X_W θ_W + b of the
-    columns W = ``lines``), reading only those lines."""
-    for k in range(n_minor):
-        out[k] = offset
-    for m in range(lines.shape[0]):
-        if values[m] == 0.0:
-            continue
-        start, end = _line(dense, indptr, lines[m], n_minor)
-        _row_axpy(data, indices, dense, start, end, values[m], out)
-
-
-@njit(nogil=True, cache=True)
-def major_power_sums(data, indices, indptr, dense, n_major, n_minor, power, weights, out):
-    """out[r] = Σ_k |A[r, k]|^power along the major axis, power 2 (‖line‖²) or 3 (the
-    third-order bound of the logistic); in float64: float32 products lose digits. With
-    ``weights`` v over the minor axis (empty: none), Σ_k v_k |A[r, k]|^power."""
-    weighted = weights.shape[0] > 0
-    for r in range(n_major):
-        start, end = _line(dense, indptr, r, n_minor)
-        s = 0.0
-        for idx in range(start, end):
-            x = abs(np.float64(data[idx]))
-            term = x * x * x if power == 3 else x * x
-            if weighted:
-                term *= weights[_minor(dense, indices, idx, start)]
-            s += term
-        out[r] = s
-
-
-@njit(nogil=True, cache=True)
-def block_newton_qp(hessian, gradient, theta, l1, l2, max_sweeps, tol):
-    """argmin_t gᵀ(t−θ) + ½(t−θ)ᵀH(t−θ) + Σ_j l1|t_j| + l2/2 t_j², by cyclic CD.
-
-    The exact (prox-)Newton step of a whole block from its Gram matrix H = X_Bᵀ W X_B / n:
-    for squared loss it is the exact block minimizer, which a diagonal step on an impure
-    block only approaches over many iterations.
-    """
-    k = theta.shape[0]
-    t = theta.copy()
-    residual = gradient.copy()  # r = g + H(t − θ)
-    for _ in range(max_sweeps):
-        biggest = 0.0
-        scale = 0.0
-        for j in range(k):
-            new = _prox_newton(t[j], residual[j], hessian[j, j], l1, l2)
-            delta = new - t[j]
-            if delta != 0.0:
-                for i in range(k):
-                    residual[i] += hessian[i, j] * delta
-                t[j] = new
-            biggest = max(biggest, abs(delta))
-            scale = max(scale, abs(new))
-        if biggest <= tol * max(scale, 1e-300):
-            break
-    return t

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from dask_scd.kernels.cpu import _FAST
+from dask_scd.kernels.lines import FAST as _FAST
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.kernels import cpu, threads
+from dask_scd.kernels import lines as line_kernels
+from dask_scd.kernels import threads
 
 _EMPTY_INDEX = np.zeros(0, dtype=np.int32)
 _NO_WEIGHTS = np.zeros(0)
@@ -90,7 +91,7 @@ class MajorMatrix:
         )
         threads.run_all(
             [
-                lambda lo=lo, hi=hi: cpu.major_dot_range(
+                lambda lo=lo, hi=hi: line_kernels.major_dot_range(
                     *head, lo, hi, self.n_minor, v, out, squared
                 )
                 for lo, hi in ranges
@@ -101,7 +102,9 @@ class MajorMatrix:
     def scatter(self, u, squared: bool = False) -> np.ndarray:
         """Σ_r A[r, k] u[r] for every minor index k: Xᵀ u by rows, X u by columns."""
         out = np.zeros(self.n_minor, dtype=np.float64)
-        cpu.major_scatter(*self._args(), np.ascontiguousarray(u, dtype=np.float64), out, squared)
+        line_kernels.major_scatter(
+            *self._args(), np.ascontiguousarray(u, dtype=np.float64), out, squared
+        )
         return out
 
     def dot_pair(self, v, w) -> tuple[np.ndarray, np.ndarray]:
@@ -111,13 +114,13 @@ class MajorMatrix:
         vw = np.empty((self.n_minor, 2), dtype=np.float64)
         vw[:, 0] = v
         vw[:, 1] = w
-        cpu.major_dot_pair(*self._args(), vw, out_v, out_w)
+        line_kernels.major_dot_pair(*self._args(), vw, out_v, out_w)
         return out_v, out_w
 
     def lines_scatter(self, lines, values, offset: float, out: np.ndarray) -> np.ndarray:
         """out = offset + Σ_m values[m]·(line lines[m]), reading only those lines (by
         columns: the margins X_W θ_W + b of the columns W)."""
-        cpu.lines_scatter(
+        line_kernels.lines_scatter(
             self.data,
             self.indices,
             self.indptr,
@@ -149,7 +152,7 @@ class MajorMatrix:
     def _power_sums(self, power: int, weights) -> np.ndarray:
         out = np.empty(self.n_major, dtype=np.float64)
         weights = _NO_WEIGHTS if weights is None else np.ascontiguousarray(weights, np.float64)
-        cpu.major_power_sums(
+        line_kernels.major_power_sums(
             self.data,
             self.indices,
             self.indptr,

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.cpu import _line, _minor
+from dask_scd.kernels.lines import line as _line
+from dask_scd.kernels.lines import minor as _minor
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import loss_d1_d2 as _loss_d1_d2
 from dask_scd.kernels.scalar import prox_newton as _prox_newton

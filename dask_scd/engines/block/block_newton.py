@@ -40,7 +40,7 @@ from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block import wide_newton
 from dask_scd.engines.block.block_scd import SELECTIONS, _BlockSCD, grid_order_start
-from dask_scd.kernels import cpu
+from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
 from dask_scd.result import History
@@ -245,7 +245,9 @@ def _solve_model(hessian, g, theta, l1: float, l2: float) -> np.ndarray:
     scale = l1 + np.abs(g).max(initial=0.0)
     t = theta.copy()
     for _ in range(_INNER_ROUNDS):
-        t = cpu.block_newton_qp(hessian, g + hessian @ (t - theta), t, l1, l2, _INNER_SWEEPS, 1e-13)
+        t = block_kernels.block_newton_qp(
+            hessian, g + hessian @ (t - theta), t, l1, l2, _INNER_SWEEPS, 1e-13
+        )
         support = np.flatnonzero(t)
         signs = np.sign(t[support])
         refined = np.zeros_like(t)

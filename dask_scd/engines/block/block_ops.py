@@ -23,7 +23,7 @@ from dask_scd.data.cells import cell_view, inspect_cell, labels, pure_rows, row_
 from dask_scd.engines.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 from dask_scd.engines.coarse_level import RowSums
 from dask_scd.kernels import block as block_kernels
-from dask_scd.kernels import cpu, scalar
+from dask_scd.kernels import scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.runtime.passes import _ordered_sum, scattered_sum, sum_partials
 
@@ -248,7 +248,7 @@ def block_direction(
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
     if "gram" in partials[0]:
         hessian = _ordered_sum(p["gram"] for p in partials) / n_samples
-        target = cpu.block_newton_qp(
+        target = block_kernels.block_newton_qp(
             hessian, g, np.asarray(theta, dtype=np.float64), l1, l2, 1000, 1e-15
         )
     else:

@@ -17,7 +17,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run
 from dask_scd.engines.certificates import dual_certificate, primal_certificate
-from dask_scd.kernels import cpu, device, sdca
+from dask_scd.kernels import cpu, device, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 
@@ -288,7 +288,7 @@ HOT = 1e-3  # a feature held by more than this fraction of the rows is updated a
 
 def hot_features(matrix, n_samples: int) -> np.ndarray:
     """Per feature: is it held by more than ``HOT`` of the rows (every feature of dense
-    data)? The threads of SA-SDCA add to those atomically (sdca.sdca_thread_epoch)."""
+    data)? The threads of SA-SDCA add to those atomically (sdca_threads.sdca_thread_epoch)."""
     if matrix.dense:
         return np.ones(matrix.n_minor, dtype=np.bool_)
     counts = np.bincount(matrix.indices, minlength=matrix.n_minor)
@@ -351,9 +351,9 @@ class _Epochs:
         # only its own changes would correct all of Σa, and k threads k times over (the
         # multiplier then diverges); one scalar written by every thread at every step
         # would bounce between the cores. Each thread publishes its own changes every
-        # PUBLISH visits and reads the others' (sdca.sdca_thread_epoch).
+        # PUBLISH visits and reads the others' (sdca_threads.sdca_thread_epoch).
         share = _order_by_shares(self.all_rows, self.rng)
-        slots = np.zeros((len(self.bounds) - 1, sdca.SLOT))
+        slots = np.zeros((len(self.bounds) - 1, sdca_threads.SLOT))
         m, weights = self.epoch_matrix, self.weights
         unit = np.ones(0) if weights is None else weights
 
@@ -373,13 +373,15 @@ class _Epochs:
             copies = np.empty((2 * (len(self.bounds) - 1), len(coef)))
 
             def thread(k, lo, hi):
-                return sdca.sdca_thread_epoch_local(
+                return sdca_threads.sdca_thread_epoch_local(
                     *common, share(lo, hi), *step, k, MERGE_DENSE, copies[2 * k], copies[2 * k + 1]
                 )
         else:
 
             def thread(k, lo, hi):
-                return sdca.sdca_thread_epoch(*common, share(lo, hi), *step, k, PUBLISH, self.hot)
+                return sdca_threads.sdca_thread_epoch(
+                    *common, share(lo, hi), *step, k, PUBLISH, self.hot
+                )
 
         jobs = [(k, lo, hi) for k, (lo, hi) in enumerate(self._ranges())]
         max_delta = max(self._map(thread, jobs))

@@ -1,0 +1,158 @@
+"""One line of a compressed major-axis matrix, and the products over all its lines.
+
+The matrix is the triple ``(data, indices, indptr)`` with a ``dense`` flag described in
+:mod:`dask_scd.kernels.cpu`: :func:`line` gives a line's span in ``data``, :func:`minor` the
+minor index of an entry. The inline helpers (a line's dot product and axpy) are shared by
+every CPU kernel; the products (Xv, Xᵀu, their squared forms, row sums of powers) are the
+passes the Newton and block engines make over X.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Reassociation (and fused multiply-add) lets LLVM vectorize the reductions; results stay
+# deterministic for a given build. No other fast-math flag: infinities are meaningful here.
+FAST = {"reassoc", "contract"}
+
+
+@njit(inline="always")
+def line(dense, indptr, major, n_minor):
+    if dense:
+        return major * n_minor, (major + 1) * n_minor
+    return indptr[major], indptr[major + 1]
+
+
+@njit(inline="always")
+def minor(dense, indices, idx, start):
+    if dense:
+        return idx - start
+    return indices[idx]
+
+
+@njit(inline="always")
+def row_dot(data, indices, dense, start, end, w):
+    s = 0.0
+    if dense:
+        for k in range(end - start):
+            s += data[start + k] * w[k]
+    else:
+        for idx in range(start, end):
+            s += data[idx] * w[indices[idx]]
+    return s
+
+
+@njit(inline="always")
+def weighted_dot(data, indices, dense, start, end, w, weights):
+    """Σ over the line of x·v·w: :func:`row_dot` of w with sample weights v."""
+    s = 0.0
+    for idx in range(start, end):
+        i = minor(dense, indices, idx, start)
+        s += data[idx] * weights[i] * w[i]
+    return s
+
+
+@njit(inline="always")
+def row_axpy(data, indices, dense, start, end, scale, w):
+    if dense:
+        for k in range(end - start):
+            w[k] += scale * data[start + k]
+    else:
+        for idx in range(start, end):
+            w[indices[idx]] += scale * data[idx]
+
+
+# ------------------------------------------------------------------------ products
+
+
+@njit(nogil=True, cache=True, fastmath=FAST)
+def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
+    """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v).
+
+    ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'').
+    """
+    major_dot_range(data, indices, indptr, dense, 0, n_major, n_minor, v, out, squared)
+
+
+@njit(nogil=True, cache=True, fastmath=FAST)
+def major_dot_range(data, indices, indptr, dense, lo, hi, n_minor, v, out, squared):
+    """:func:`major_dot` for the lines lo ≤ r < hi (out[r] only for those)."""
+    for r in range(lo, hi):
+        start, end = line(dense, indptr, r, n_minor)
+        if squared:
+            s = 0.0
+            for idx in range(start, end):
+                x = np.float64(data[idx])
+                s += x * x * v[minor(dense, indices, idx, start)]
+            out[r] = s
+        else:
+            out[r] = row_dot(data, indices, dense, start, end, v)
+
+
+@njit(nogil=True, cache=True, fastmath=FAST)
+def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, squared):
+    """out[k] += Σ_r A[r, k] u[r] (CSR: Xᵀ u; CSC: X u); A² with ``squared``."""
+    for r in range(n_major):
+        start, end = line(dense, indptr, r, n_minor)
+        if squared:
+            for idx in range(start, end):
+                x = np.float64(data[idx])
+                out[minor(dense, indices, idx, start)] += x * x * u[r]
+        elif u[r] != 0.0:  # a sparse u (lasso coefficients) skips its zero lines
+            row_axpy(data, indices, dense, start, end, u[r], out)
+
+
+@njit(nogil=True, cache=True, fastmath=FAST)
+def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, vw, out_v, out_w):
+    """out_v = A v and out_w = A w over the major axis in one pass over A (CSC: Xᵀv, Xᵀw),
+    with ``vw`` the (n_minor, 2) array [v w]: the certificate's plain and extrapolated dual
+    points read X once, and a sparse entry gathers one cache line for both."""
+    for r in range(n_major):
+        start, end = line(dense, indptr, r, n_minor)
+        s = 0.0
+        t = 0.0
+        if dense:
+            for k in range(end - start):
+                x = data[start + k]
+                s += x * vw[k, 0]
+                t += x * vw[k, 1]
+        else:
+            for idx in range(start, end):
+                x = data[idx]
+                i = indices[idx]
+                s += x * vw[i, 0]
+                t += x * vw[i, 1]
+        out_v[r] = s
+        out_w[r] = t
+
+
+@njit(nogil=True, cache=True, fastmath=FAST)
+def lines_scatter(data, indices, indptr, dense, n_minor, lines, values, offset, out):
+    """out[k] = offset + Σ_m values[m]·A[lines[m], k] (CSC: the margins X_W θ_W + b of the
+    columns W = ``lines``), reading only those lines."""
+    for k in range(n_minor):
+        out[k] = offset
+    for m in range(lines.shape[0]):
+        if values[m] == 0.0:
+            continue
+        start, end = line(dense, indptr, lines[m], n_minor)
+        row_axpy(data, indices, dense, start, end, values[m], out)
+
+
+@njit(nogil=True, cache=True)
+def major_power_sums(data, indices, indptr, dense, n_major, n_minor, power, weights, out):
+    """out[r] = Σ_k |A[r, k]|^power along the major axis, power 2 (‖line‖²) or 3 (the
+    third-order bound of the logistic); in float64: float32 products lose digits. With
+    ``weights`` v over the minor axis (empty: none), Σ_k v_k |A[r, k]|^power."""
+    weighted = weights.shape[0] > 0
+    for r in range(n_major):
+        start, end = line(dense, indptr, r, n_minor)
+        s = 0.0
+        for idx in range(start, end):
+            x = abs(np.float64(data[idx]))
+            term = x * x * x if power == 3 else x * x
+            if weighted:
+                term *= weights[minor(dense, indices, idx, start)]
+            s += term
+        out[r] = s
