@@ -23,7 +23,8 @@ lazy decision values of dask input are ``dask_scd.result.dask_scores``, which
 """
 
 from dask_scd.estimators.classifiers import LinearSVC, LogisticRegression
-from dask_scd.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV, RidgeCV
+from dask_scd.estimators.cv import ElasticNetCV, LassoCV, RidgeCV
+from dask_scd.estimators.logistic_cv import LogisticRegressionCV
 from dask_scd.estimators.regressors import ElasticNet, Lasso, Ridge
 
 __all__ = [

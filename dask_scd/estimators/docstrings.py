@@ -86,3 +86,56 @@ def _docstring(template: str) -> str:
         .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
         .replace("{inputs}", _INPUTS.strip("\n"))
     )
+
+
+# The cross-validated estimators' shared sections.
+_CV_PARAMETERS = """
+    cv : int, cross-validation splitter or iterable, default=None
+        The folds (scikit-learn's ``cv``): None for 5 folds, an int for that many
+        (``KFold``; ``StratifiedKFold`` for a classifier), a splitter such as
+        ``KFold(5, shuffle=True, random_state=0)``, or (train, test) index pairs.
+    tol : float, default=1e-6
+        Target relative duality gap ``(P − D)/|P|`` of every path point and of the refit.
+    max_iter : int, default=1000
+        Maximum iterations of the engine per point (see :func:`dask_scd.fit`).
+    solver : str, default="auto"
+        The engine (see :func:`dask_scd.fit`).
+    random_state : int, numpy.random.Generator or None, default=None
+        Seeds the engines' coordinate order.
+    verbose : bool or int, default=0
+        Progress of each fit (see :class:`dask_scd.Progress`).
+"""
+
+_CV_NOTES = """
+    In memory (numpy, scipy.sparse, pandas), on a running ``distributed.Client`` the
+    folds' paths are tasks on its workers (X sent once); else they run here, one after
+    the other. A dask array or a grid is never sliced or copied: each fold's path is the
+    weighted :func:`dask_scd.path` of all of X with weight 0 on the held-out rows (the
+    same objective as the training rows' alone), the folds one after the other, each
+    point a :func:`dask_scd.fit` that runs on the cluster (in memory below
+    ``in_memory_limit``, as ``fit`` decides); the held-out rows are scored from a lazy
+    product of X with the path's coefficients. The folds, the grid and the choice are
+    those of the same data in memory. Every path point is certified below ``tol`` by
+    its duality gap.
+"""
+
+
+_SAMPLE_WEIGHT = """
+            Non-negative weights of the examples (a number: the same for every row; a
+            dask vector chunked like y for a dask X; a grid's stored weights when
+            omitted). Each fold's path weighs its training rows by w, the held-out
+            scores are weighted by w, and the refit uses w: integer weights are the
+            rows repeated, with the same folds.
+"""
+
+
+def cv_doc(template: str) -> str:
+    return template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n")).replace(
+        "{cv_notes}", _CV_NOTES.strip("\n")
+    )
+
+
+def cv_fit_doc(method):
+    """``{sample_weight}`` in a ``fit`` docstring."""
+    method.__doc__ = method.__doc__.replace("{sample_weight}", _SAMPLE_WEIGHT.strip())
+    return method
