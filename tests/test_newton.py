@@ -20,9 +20,11 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.datasets import make_onehot
 from dask_scd.engines.base import Options
-from dask_scd.engines.newton import newton, quadratic
+from dask_scd.engines.newton import design as design_module
+from dask_scd.engines.newton import l1_model, newton, quadratic
+from dask_scd.engines.newton.design import Design
 from dask_scd.kernels import newton as kernels
-from dask_scd.kernels import reference
+from dask_scd.kernels import newton_shift, reference
 
 TOL = 1e-9
 LOSSES = ("logistic", "squared_hinge", "squared")
@@ -160,7 +162,8 @@ def test_with_intercept_matches_coordinate_descent(rng, loss, penalty, rho):
 def _inner_solvers(monkeypatch, which):
     """Force the inner solver without a Gram matrix (CG for L2, columns for L1)."""
     if which != "gram":
-        monkeypatch.setattr(quadratic, "GRAM_MAX", 0)
+        for module in (design_module, quadratic, l1_model):
+            monkeypatch.setattr(module, "GRAM_MAX", 0)
 
 
 @pytest.mark.parametrize("which", ["gram", "cg"])
@@ -322,9 +325,7 @@ def test_sampled_hessian_hands_back_where_the_sample_misses_a_column(rng):
     hands back to exact steps and still reaches the certified optimum."""
     X, y = _many_rows(rng)
     n, p = X.shape
-    sample = quadratic.HessianSample.build(
-        quadratic.Design.from_array(X), p + 1, np.random.default_rng(0)
-    )
+    sample = quadratic.HessianSample.build(Design.from_array(X), p + 1, np.random.default_rng(0))
     outside = np.setdiff1d(np.arange(n), sample.rows)
     X[:, 0] = 0.0
     X[rng.choice(outside, 30, replace=False), 0] = 5.0
@@ -431,7 +432,7 @@ def test_hessian_vector_and_gram_match_reference(rng, layout):
     if layout == "dense":
         X = dense
     weights = rng.random(60) * (rng.random(60) < 0.8)
-    design = quadratic.Design.from_array(X)
+    design = Design.from_array(X)
     rows = design.rows
     v, out = rng.normal(size=12), np.empty(12)
     total = kernels.hessian_vector(
@@ -477,7 +478,7 @@ def test_coordinate_descent_epochs_match_reference(rng, intercept):
         np.testing.assert_allclose(q, ref_q, rtol=1e-10, atol=1e-13)
         assert worst == pytest.approx(ref_worst, rel=1e-10)
     # over the columns, XΔ kept
-    columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
+    columns = Design.from_array(sp.csc_matrix(dense)).columns
     col_curv = (dense * dense).T @ curv / n
     order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
     delta, delta_b = np.zeros(p), np.zeros(1)
@@ -536,12 +537,10 @@ def test_block_shifts_solve_one_hot_l1_with_an_intercept(monkeypatch):
 def test_block_shift_solve_is_exact_in_each_coordinate(rng):
     """One block and no coupling: shift_solve's answer minimizes
     q·c + ½h·c² + l1·Σ|c − t_j| (checked on a fine grid)."""
-    from dask_scd.kernels import newton as kernels
-
     kinks = np.sort(rng.normal(size=9))
     for q in (-3.0, -0.2, 0.0, 0.4, 5.0):
         shift = np.zeros(1)
-        kernels.shift_solve(
+        newton_shift.shift_solve(
             np.array([q]), np.array([[0.7]]), np.array([0, 9]), kinks, 0.3, 10, 0.0, shift
         )
         grid = np.linspace(-12, 12, 480_001)
@@ -666,7 +665,7 @@ def test_epochs_kept_on_the_residual_are_the_packed_epoch(rng, intercept, kept):
     grad = rng.normal(size=n) * 0.3
     curv = np.ones(n) if unit else rng.uniform(0.01, 0.25, size=n)
     coef = np.where(rng.random(p) < 0.5, rng.normal(size=p), 0.0)
-    columns = quadratic.Design.from_array(sp.csc_matrix(dense)).columns
+    columns = Design.from_array(sp.csc_matrix(dense)).columns
     col_curv = (dense * dense).T @ curv / n
     order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
     packed = np.column_stack([grad, curv, np.zeros(n)])
@@ -698,7 +697,7 @@ def test_logistic_l1_by_column_epochs_on_the_pair_finds_the_optimum(monkeypatch,
     runs = {}
     for rows in (0, 10**9):  # every X long, none
         with monkeypatch.context() as patch:
-            patch.setattr(quadratic, "PAIR_ROWS", rows)
+            patch.setattr(l1_model, "PAIR_ROWS", rows)
             runs[rows] = newton.fit_newton(
                 InMemory(X, y), problem, Options(1e-10, 100, np.random.default_rng(0))
             )
@@ -720,7 +719,7 @@ def test_lasso_by_column_epochs_on_the_residual_finds_the_optimum(monkeypatch, f
     for which in ("unit", "packed"):
         with monkeypatch.context() as patch:
             if which == "packed":
-                patch.setattr(quadratic, "_unit_curvature", lambda design, model: False)
+                patch.setattr(l1_model, "_unit_curvature", lambda design, model: False)
             runs[which] = newton.fit_newton(
                 InMemory(X, y), problem, Options(1e-10, 100, np.random.default_rng(0))
             )

@@ -12,8 +12,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd.datasets import make_onehot
-from dask_scd.engines.newton.quadratic import Design, _shift_model
-from dask_scd.kernels import newton as kernels
+from dask_scd.engines.newton.design import Design
+from dask_scd.engines.newton.l1_model import _shift_model
+from dask_scd.kernels import newton_shift
 from dask_scd.objectives import Problem
 
 TOL = 1e-8
@@ -76,7 +77,7 @@ def test_kept_block_shifts_equal_the_kernels(onehot, fit_intercept):
         m = k + int(fit_intercept)
         want_grad, want_hess = np.empty(m), np.empty((m, m))
         rows = design.rows
-        kernels.shift_stats(
+        newton_shift.shift_stats(
             rows.data,
             rows.indices,
             rows.indptr,
@@ -189,7 +190,7 @@ def test_shift_stats_batched_equals_row_by_row(fit_intercept):
     product per batch); it gives the row-by-row products to rounding, across several
     batches and a partial last one."""
     rng = np.random.default_rng(3)
-    n, k, width = 3 * kernels._SHIFT_BATCH + 17, 6, 5
+    n, k, width = 3 * newton_shift._SHIFT_BATCH + 17, 6, 5
     p = k * width
     cols = (np.arange(k) * width + rng.integers(0, width, size=(n, k))).ravel()
     X = sp.csr_matrix((rng.normal(size=n * k), cols, np.arange(0, n * k + 1, k)), shape=(n, p))
@@ -200,10 +201,10 @@ def test_shift_stats_batched_equals_row_by_row(fit_intercept):
     m = k + int(fit_intercept)
     got = np.empty(m), np.empty((m, m))
     want = np.empty(m), np.empty((m, m))
-    kernels.shift_stats(
+    newton_shift.shift_stats(
         X.data, X.indices, X.indptr, False, n, p, shifted, k, residual, curv, fit_intercept, *got
     )
-    kernels._shift_stats_rows(
+    newton_shift._shift_stats_rows(
         X.data, X.indices, X.indptr, False, n, p, shifted, k, residual, curv, fit_intercept, *want
     )
     S = np.zeros((n, m))

@@ -14,8 +14,9 @@ every row (SᵀDS, k × k), in the same read as the rest of a Newton step; S is 
 compactly (:class:`RowSums`): a complete one-hot block's column is the ones vector
 and takes no storage.
 
-Used by the in-memory engine (:mod:`dask_scd.engines.newton.quadratic`) and the dask engine's
-curvature-product path (:mod:`dask_scd.engines.block.wide_newton`).
+Used by the in-memory engine (built by :mod:`dask_scd.engines.newton.design`, applied by
+:mod:`dask_scd.engines.newton.quadratic`) and the dask engine's curvature-product path
+(:mod:`dask_scd.engines.block.wide_newton`).
 """
 
 from __future__ import annotations

@@ -451,7 +451,7 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     - L1 / elastic net: "newton" when its working set's Gram fits (p ≤ 2000) and the loss
       is not squared, for the squared loss's lasso with n ≤ p ≤ 2000
       (:func:`_lasso_without_rank`), or when X has pure blocks (one-hot fields: the block shifts of its
-      inner solver, :func:`dask_scd.engines.newton.quadratic.block_shift`, take the directions
+      inner solver, :func:`dask_scd.engines.newton.l1_model.block_shift`, take the directions
       coordinate descent crawls along; Criteo-like 200k × 611k logistic L1: 11 steps to
       3e-11 against SCD's 94 epochs short of 1e-4); else "scd" (working sets with
       extrapolation, the Gram engine's method for the squared loss).

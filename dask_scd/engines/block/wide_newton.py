@@ -27,6 +27,7 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, labels, row_weights
 from dask_scd.engines.coarse_level import block_sums, two_level
+from dask_scd.engines.pcg import conjugate_gradients
 from dask_scd.kernels import block as block_kernels
 from dask_scd.runtime import passes
 
@@ -135,7 +136,7 @@ def newton_cg_direction(
     if problem.loss == "squared" and tol_primal is not None and l2 > 0.0:
         norm = float(np.linalg.norm(rhs))
         forcing = min(1.0, np.sqrt(l2 * tol_primal) / norm) if norm > 0.0 else 0.0
-    d_coef, products = _pcg(schur, rhs, precondition, forcing)
+    d_coef, products = conjugate_gradients(schur, rhs, precondition, forcing, MAX_CG)
     if eliminate:
         d_b = -(g0 + float(hx @ d_coef)) / h0
     else:
@@ -152,27 +153,3 @@ def newton_cg_direction(
         },
         products,
     )
-
-
-def _pcg(apply, rhs, precondition, forcing: float) -> tuple[np.ndarray, int]:
-    """Solve apply(x) = rhs from x = 0 until ‖r‖ ≤ forcing·‖rhs‖ (or :data:`MAX_CG`)."""
-    x = np.zeros_like(rhs)
-    r = rhs.copy()
-    target = forcing * float(np.linalg.norm(rhs))
-    z = precondition(r)
-    d = z.copy()
-    rz = float(r @ z)
-    k = 0
-    while k < MAX_CG and float(np.linalg.norm(r)) > target:
-        q = apply(d)
-        k += 1
-        curvature = float(d @ q)
-        if not curvature > 0.0:
-            break
-        step = rz / curvature
-        x += step * d
-        r -= step * q
-        z = precondition(r)
-        rz, rz_old = float(r @ z), rz
-        d = z + (rz / rz_old) * d
-    return x, k

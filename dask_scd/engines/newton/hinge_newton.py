@@ -33,15 +33,10 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.certificates import DualMemory, dual_certificate
+from dask_scd.engines.newton.design import GRAM_MAX, Design
 from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
-from dask_scd.engines.newton.quadratic import (
-    CG_MAX,
-    GRAM_MAX,
-    Design,
-    Model,
-    cholesky_solve,
-    conjugate_gradients,
-)
+from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg
+from dask_scd.engines.pcg import MAX_ITER
 from dask_scd.result import History
 
 # The first smoothing width: the whole margin range [0, 1] is quadratic.
@@ -213,7 +208,7 @@ class _Model:
         k = p + int(fit_b)
         # CG ends in at most |B| + 2 iterations in exact arithmetic (H is αI plus a
         # matrix of rank ≤ |B| + 1); each reads the band twice.
-        cg_flops = min(len(self.band) + 2, CG_MAX) * (2.0 * banded.nnz + k + _CG_OVERHEAD)
+        cg_flops = min(len(self.band) + 2, MAX_ITER) * (2.0 * banded.nnz + k + _CG_OVERHEAD)
         if k <= GRAM_MAX and banded.gram_flops + k**3 / 3.0 <= cg_flops:
             hessian = banded.gram(np.arange(p), weights, fit_b)
             hessian[np.arange(p), np.arange(p)] += problem.l2
@@ -223,7 +218,7 @@ class _Model:
             model = Model(
                 problem, self.coef, 0.0, self.grad, 0.0, weights, weights, forcing=_CG_FORCING
             )
-            solution, iterations = conjugate_gradients(banded, model, rhs)
+            solution, iterations = hessian_cg(banded, model, rhs)
             passes, inner = share * (1 + iterations), "cg"
         return solution[:p], float(solution[p]) if fit_b else 0.0, passes, inner
 

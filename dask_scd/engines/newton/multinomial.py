@@ -37,6 +37,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping
+from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
 from dask_scd.kernels.softmax import model_cd
 from dask_scd.objectives import multinomial as mn
@@ -44,8 +45,6 @@ from dask_scd.result import History
 
 # Below this relative model decrease the Armijo test reads the rounding of F.
 _ROUNDING = 1e-11
-# Conjugate-gradient iterations per Newton step, at most (the system's size caps it too).
-_MAX_CG = 500
 # Steps without a smaller certified gap before the engine stops: the gap of an L1 problem
 # may rise for a step or two while its support settles (seen on iris), so more than the
 # binary engine's three.
@@ -250,8 +249,30 @@ def _centred(b):
 # ------------------------------------------------------------------------ L2: Newton-CG
 
 
+def newton_cg(product, rhs: tuple, diag, diag_b, forcing: float):
+    """Preconditioned conjugate gradients (:func:`dask_scd.engines.pcg.conjugate_gradients`)
+    on H (d, d_b) = ``rhs`` from zero, the preconditioner diag(diag, diag_b) (H's
+    diagonal; an entry that is not positive reads as 1), to ‖residual‖ ≤ forcing·‖rhs‖, at
+    most :data:`dask_scd.engines.pcg.MAX_ITER` steps and no more than the system's size.
+    ``product((v, v_b))`` returns H (v, v_b). Returns ((d, d_b), number of products)."""
+    diag = np.where(diag > 0.0, diag, 1.0)
+    diag_b = np.where(diag_b > 0.0, diag_b, 1.0)
+    return conjugate_gradients(
+        product,
+        rhs,
+        lambda r: (r[0] / diag, r[1] / diag_b),
+        forcing,
+        min(MAX_ITER, rhs[0].size + rhs[1].size),
+        dot=_sum_of_products,
+    )
+
+
+def _sum_of_products(a, b):
+    return np.sum(a * b)
+
+
 def _hessian_product(softmax: Softmax, problem, P, V, v_b):
-    """(H V, H v_b) of the objective; returns them and U = XV + v_b."""
+    """(H V, H v_b) of the objective, through U = XV + v_b."""
     U = softmax.dot(V, v_b)
     R = softmax.weighted(P * (U - (P * U).sum(axis=1, keepdims=True)))
     HV = softmax.transpose_dot(R) / softmax.n + problem.l2 * V
@@ -263,14 +284,10 @@ def _l2_direction(softmax: Softmax, problem, point: Point, grad, forcing):
     """Preconditioned conjugate gradients on H d = −∇P to ‖r‖ ≤ forcing·‖∇P‖; returns
     (Δ, Δb, XΔ + Δb, passes over X)."""
     diag, diag_b = softmax.diagonal(point.P)
-    diag = diag + problem.l2
-    diag = np.where(diag > 0.0, diag, 1.0)
-    diag_b = np.where(diag_b > 0.0, diag_b, 1.0)
-    d, d_b, products = conjugate_gradients(
-        lambda v, v_b: _hessian_product(softmax, problem, point.P, v, v_b),
-        -grad,
-        -point.grad_b,
-        diag,
+    (d, d_b), products = newton_cg(
+        lambda v: _hessian_product(softmax, problem, point.P, *v),
+        (-grad, -point.grad_b),
+        diag + problem.l2,
         diag_b,
         forcing,
     )
@@ -278,40 +295,6 @@ def _l2_direction(softmax: Softmax, problem, point: Point, grad, forcing):
     if not problem.fit_intercept:
         d_b[:] = 0.0
     return d, d_b, softmax.dot(d, d_b), passes + 1.0
-
-
-def conjugate_gradients(product, r, r_b, diag, diag_b, forcing):
-    """Preconditioned conjugate gradients on H (d, d_b) = (r, r_b) from zero, the
-    preconditioner diag(diag, diag_b), to ‖residual‖ ≤ forcing·‖(r, r_b)‖, at most _MAX_CG
-    steps; stops at a direction of non-positive curvature. ``product(v, v_b)`` returns
-    H (v, v_b). Returns (d, d_b, number of products)."""
-    r, r_b = r.copy(), r_b.copy()
-    d, d_b = np.zeros_like(r), np.zeros_like(r_b)
-    target = forcing * float(np.sqrt(np.sum(r * r) + np.sum(r_b * r_b)))
-    z, z_b = r / diag, r_b / diag_b
-    v, v_b = z.copy(), z_b.copy()
-    rz = float(np.sum(r * z) + np.sum(r_b * z_b))
-    products = 0
-    for _ in range(min(_MAX_CG, r.size + r_b.size)):
-        Hv, Hv_b = product(v, v_b)
-        products += 1
-        curvature = float(np.sum(v * Hv) + np.sum(v_b * Hv_b))
-        if not curvature > 0.0:
-            break
-        step = rz / curvature
-        d += step * v
-        d_b += step * v_b
-        r -= step * Hv
-        r_b -= step * Hv_b
-        if np.sqrt(np.sum(r * r) + np.sum(r_b * r_b)) <= target:
-            break
-        z, z_b = r / diag, r_b / diag_b
-        rz_next = float(np.sum(r * z) + np.sum(r_b * z_b))
-        beta = rz_next / rz
-        rz = rz_next
-        v = z + beta * v
-        v_b = z_b + beta * v_b
-    return d, d_b, products
 
 
 # ------------------------------------------------------- L1 / elastic net: proximal Newton

@@ -38,14 +38,13 @@ from dask_scd.data.cells import labels as label_values
 from dask_scd.data.cells import row_weights
 from dask_scd.data.sources import DaskSource, Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.newton.multinomial import _centred, conjugate_gradients
+from dask_scd.engines.newton.multinomial import _centred, newton_cg
 from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.objectives import multinomial as mn
 from dask_scd.result import History
 from dask_scd.runtime.cluster import fit_client
 
-_MAX_CG = 500
 # Above this many variables ((p + 1)·K) the Hessian is not formed: it costs n·((p + 1)K)²
 # flops a step where a conjugate-gradient product costs ~4·n·p·K (dense 20,000 × 100,
 # 10 classes: 47 s with the Hessian against 3 s in memory by products); conjugate
@@ -323,16 +322,15 @@ def _newton_direction(problem, n, hessian, grad, grad_b):
 
 def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
     """Preconditioned conjugate gradients on H d = −∇P, one reduction per product."""
-    diag = np.where(diagonal[0] > 0.0, diagonal[0], 1.0)
-    diag_b = np.where(diagonal[1] > 0.0, diagonal[1], 1.0)
 
-    def product(v, v_b):
+    def product(vector):
+        v, v_b = vector
         part = reduce.map(hessian_part, W, b, v, v_b, labels=True)
         Hv = part["xt_r"] / n + problem.l2 * v
         Hv_b = part["r_sums"] / n if problem.fit_intercept else np.zeros_like(v_b)
         return Hv, Hv_b
 
-    d, d_b, products = conjugate_gradients(product, -grad, -grad_b, diag, diag_b, forcing)
+    (d, d_b), products = newton_cg(product, (-grad, -grad_b), *diagonal, forcing)
     passes = float(products)
     if not problem.fit_intercept:
         d_b[:] = 0.0

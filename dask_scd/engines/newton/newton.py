@@ -10,9 +10,11 @@ longest step t ∈ {1, ½, ¼, ...} along Δ that passes the Armijo test on the 
 (Tseng & Yun 2009; Lee, Sun & Saunders 2014). The quadratic model is exact for the
 squared loss (t = 1), and the generalized Hessian serves the squared hinge.
 
-The model, its inner solvers (Cholesky or conjugate gradients for L2, coordinate
-descent over a working set for L1 / elastic net) and the sampled Hessian are in
-:mod:`dask_scd.engines.newton.quadratic`; ``docs/engines/newton.md`` says which runs when.
+X by rows is a :class:`~dask_scd.engines.newton.design.Design`; the model, its L2 solvers
+(Cholesky or conjugate gradients) and the sampled Hessian are in
+:mod:`dask_scd.engines.newton.quadratic`, coordinate descent over a working set for L1 /
+elastic net in :mod:`dask_scd.engines.newton.l1_model`; ``docs/engines/newton.md`` says
+which runs when.
 
 Every outer step is certified by the duality gap of the dual point a = −ℓ'(z) from X
 itself; for an L1 term the best dual value seen and celer's dual extrapolation (a
@@ -29,16 +31,15 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.certificates import DualMemory, primal_certificate
+from dask_scd.engines.newton.design import Design
+from dask_scd.engines.newton.l1_model import l1_direction, working_set
 from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
 from dask_scd.engines.newton.quadratic import (
-    Design,
     HessianSample,
     Model,
-    l1_direction,
     l2_direction,
     model_decrease,
     set_inner_targets,
-    working_set,
 )
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK

@@ -1,0 +1,290 @@
+"""X held by rows for the proximal Newton engines' quadratic models, and by columns on demand.
+
+:class:`Design` gives the passes the models read (margins, Xᵀu, Hessian-vector
+products), the weighted Gram XᵀDX/n of a set of columns (kept between a path's points for
+the squared loss), X's pure blocks and the coarse level of the conjugate gradients'
+preconditioner (:mod:`dask_scd.engines.coarse_level`). A pass over many stored entries is
+cut into fixed ranges of rows (:func:`row_parts`), summed in order: the same bits on any
+number of threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse
+
+from dask_scd.data.memory import pure_blocks
+from dask_scd.engines.coarse_level import block_index, memory_coarse
+from dask_scd.kernels import newton as kernels
+from dask_scd.kernels import threads
+from dask_scd.kernels.layout import MajorMatrix
+
+# Above this many coordinates a Gram matrix (k² float64) is not formed.
+GRAM_MAX = 2000
+# A BLAS Gram of dense rows runs this many times faster per flop than a pass of the kernels.
+_BLAS_SPEEDUP = 8.0
+# Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
+_CHUNK_BYTES = 4 << 20
+# Scatter passes (Xᵀu, XᵀDXv by rows) over at least threads.MIN_ENTRIES stored entries
+# are summed over this many fixed ranges of rows, run on threads where there are: their
+# rounding depends on the data's size, never on the number of cores.
+_SCATTER_PARTS = 4
+
+
+@dataclass
+class Design:
+    """X by rows (margins, gradients, Hessian products, Gram), by columns on demand."""
+
+    X: object
+    rows: MajorMatrix
+    column_nnz: np.ndarray  # non-zeros per column
+    gram_flops: float  # Σ_i nnz_i²: a weighted Gram of all columns
+    blocks: object = None  # a function giving the pure blocks (or None), called once
+    _columns: MajorMatrix | None = None
+    _coarse: tuple | None = None
+    _coarse_built: bool = False
+    # The curvature D is the identity (squared loss, no sample weights) and the design is
+    # kept between runs: Gram blocks are then kept too (:meth:`gram`).
+    unit_curvature: bool = False
+    _kept_gram: tuple | None = None
+    _kept_shift: object = None  # _KeptShift
+    _gram_spent: float = 0.0
+    _sq_norms: np.ndarray | None = None
+
+    @property
+    def column_sq_norms(self) -> np.ndarray:
+        """‖x_j‖² of every column, computed once."""
+        if self._sq_norms is None:
+            self._sq_norms = self.columns.sq_norms()
+        return self._sq_norms
+
+    @property
+    def pure_blocks(self) -> list | None:
+        """X's pure blocks (:func:`dask_scd.data.memory.pure_blocks`), found once."""
+        if self.blocks is None:
+            self.blocks = lambda: pure_blocks(self.by_rows)
+        if callable(self.blocks):
+            self.blocks = self.blocks() or []
+        return self.blocks or None
+
+    @property
+    def coarse(self):
+        """(block of every column, S) for the CG preconditioner's coarse level, or None
+        (:func:`dask_scd.engines.coarse_level.memory_coarse`), built once."""
+        if not self._coarse_built:
+            self._coarse = memory_coarse(self.by_rows, self.pure_blocks)
+            self._coarse_built = True
+        return self._coarse
+
+    @property
+    def block_of(self) -> np.ndarray | None:
+        """The pure block of every column (−1: none), or None without 2 to 256 blocks."""
+        if self._coarse_built and self._coarse is not None:
+            return self._coarse[0]
+        return block_index(self.X, self.pure_blocks)
+
+    @property
+    def by_rows(self):
+        """X as a CSR matrix over the arrays of ``rows`` (no copy), or dense X."""
+        rows = self.rows
+        if rows.dense:
+            return self.X
+        return scipy.sparse.csr_matrix(
+            (rows.data, rows.indices, rows.indptr), shape=(rows.n_major, rows.n_minor), copy=False
+        )
+
+    @classmethod
+    def from_array(cls, X, blocks=None, by_rows=None) -> Design:
+        """X by rows; ``blocks``: a function giving its pure blocks when a coarse level
+        first asks (default: detected on X); ``by_rows``: X as CSR where the caller has
+        it (a CSC X is converted once, not by every reader of its rows)."""
+        rows = MajorMatrix.from_array(X if by_rows is None else by_rows, "rows")
+        n, p = X.shape
+        if rows.dense:
+            column_nnz = np.full(p, n, dtype=np.int64)
+            gram_flops = n * float(p) ** 2 / _BLAS_SPEEDUP
+        else:
+            column_nnz = np.bincount(rows.indices, minlength=p)
+            gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
+        return cls(X, rows, column_nnz, gram_flops, blocks)
+
+    def signed_scatter(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows."""
+        rows = self.rows
+        u = np.ascontiguousarray(u, dtype=np.float64)
+        ranges = row_parts(rows)
+        outs = [(np.empty(rows.n_minor), np.empty(rows.n_minor)) for _ in ranges]
+
+        def part(k):
+            lo, hi = ranges[k]
+            sub = rows.lines(lo, hi)
+            kernels.signed_scatter(
+                sub.data,
+                sub.indices,
+                sub.indptr,
+                sub.dense,
+                hi - lo,
+                rows.n_minor,
+                u[lo:hi],
+                *outs[k],
+            )
+
+        run_parts(rows, part, len(ranges))
+        neg, pos = outs[0]
+        for more_neg, more_pos in outs[1:]:
+            neg += more_neg
+            pos += more_pos
+        return neg, pos
+
+    @property
+    def nnz(self) -> float:
+        return float(self.column_nnz.sum())
+
+    @property
+    def columns(self) -> MajorMatrix:
+        if self._columns is None:
+            self._columns = MajorMatrix.from_array(self.X, "columns")
+        return self._columns
+
+    def gram(self, working, weights, intercept) -> np.ndarray:
+        """XᵀDX/n on the columns ``working`` (+ the column of ones), float64."""
+        if self.unit_curvature:
+            return self._unit_gram(working, weights, intercept)
+        return self._gram(working, weights, intercept)
+
+    def _unit_gram(self, working, weights, intercept) -> np.ndarray:
+        """XᵀX/n on ``working`` from the kept block when it holds those columns; else
+        the block of those and the kept ones together (the working sets of a path's
+        points mostly grow), or of all columns once the blocks computed so far cost as
+        much as they do (then at most twice the least possible), kept in its place.
+
+        A block that grows from sparse rows adds only the products of its new columns:
+        the kept ones' sums are the same bits a new block would compute (the same
+        products, added row by row in the same order)."""
+        kept = self._kept_gram
+        if kept is None or kept[0] != intercept or not np.all(kept[2][working] >= 0):
+            same = kept is not None and kept[0] == intercept
+            columns = np.union1d(kept[1], working) if same else working
+            p = self.rows.n_minor
+            share = float(self.column_nnz[columns].sum()) / max(self.nnz, 1.0)
+            held = float(self.column_nnz[kept[1]].sum()) / max(self.nnz, 1.0) if same else 0.0
+            # the products of the pairs not held, and a pass (growing: the new columns'
+            # rows alone)
+            read = (share - held) * self.gram_flops / max(self.nnz, 1.0) if same else 1.0
+            self._gram_spent += self.nnz * read + self.gram_flops * (share * share - held * held)
+            if p <= GRAM_MAX and self.nnz + self.gram_flops <= self._gram_spent:
+                columns = np.arange(p)  # as much as the blocks so far cost: ski rental
+            elif len(columns) > GRAM_MAX:
+                columns = working
+            position = np.full(self.rows.n_minor, -1, dtype=np.int64)
+            position[columns] = np.arange(len(columns))
+            if same and not self.rows.dense and np.all(position[kept[1]] >= 0):
+                sums = self._grown_sums(kept, columns, position, intercept)
+            else:
+                sums = self._sums(columns, weights, intercept)
+            kept = (intercept, columns, position, self._normalized(sums), sums)
+            self._kept_gram = kept
+        index = kept[2][working]
+        if intercept:
+            index = np.append(index, len(kept[1]))
+        return kept[3][np.ix_(index, index)]
+
+    def _grown_sums(self, kept, columns, position, intercept) -> np.ndarray:
+        """The un-normalized upper triangle of XᵀX on ``columns`` ⊇ the kept ones: the kept
+        sums moved to their new places, the new columns' pairs from one pass."""
+        old = position[kept[1]]
+        if intercept:
+            old = np.append(old, len(columns))
+        k = len(columns) + int(intercept)
+        out = np.zeros((k, k))
+        out[np.ix_(old, old)] = kept[4]
+        new = np.ones(k, dtype=np.bool_)
+        new[old] = False
+        rows, cols = self.rows, self.columns
+        added = columns[new[: len(columns)]]
+        kernels.gram_of_new_columns(
+            rows.data,
+            rows.indices,
+            rows.indptr,
+            cols.data,
+            cols.indices,
+            cols.indptr,
+            added,
+            position,
+            new,
+            intercept,
+            out,
+        )
+        return out
+
+    def _normalized(self, sums) -> np.ndarray:
+        """XᵀDX/n from the sums of its upper triangle (sparse rows) or all of it (dense)."""
+        if not self.rows.dense:
+            sums = np.triu(sums) + np.triu(sums, 1).T
+        return sums / self.rows.n_major
+
+    def _gram(self, working, weights, intercept) -> np.ndarray:
+        return self._normalized(self._sums(working, weights, intercept))
+
+    def _sums(self, working, weights, intercept) -> np.ndarray:
+        """Σ_i d_i x_i x_iᵀ on ``working`` (+ the ones column): its upper triangle from
+        sparse rows, all of it from dense ones."""
+        n = self.rows.n_major
+        k = len(working) + int(intercept)
+        out = np.zeros((k, k))
+        if self.rows.dense:
+            self._dense_gram(working, weights, intercept, out)
+        else:
+            position = np.full(self.rows.n_minor, -1, dtype=np.int64)
+            position[working] = np.arange(len(working))
+            kernels.weighted_gram(
+                self.rows.data,
+                self.rows.indices,
+                self.rows.indptr,
+                n,
+                position,
+                weights,
+                intercept,
+                out,
+            )
+        return out
+
+    def _dense_gram(self, working, weights, intercept, out) -> None:
+        """Σ d_i x_i x_iᵀ as (√d·X)ᵀ(√d·X) over row chunks (numpy hands a product of a
+        matrix with its own transpose to BLAS syrk: half the multiply-adds, no gather of X
+        when every column is in); the intercept's row and column by a product with d."""
+        A = np.asarray(self.X)
+        p = A.shape[1]
+        every = len(working) == p  # the whole matrix: no gather of columns
+        m = len(working)
+        gram = out[:m, :m]  # a view: the chunks' sums land in out
+        side = np.zeros(m)
+        step = max(256, _CHUNK_BYTES // (8 * max(p, 1)))
+        for start in range(0, A.shape[0], step):
+            chunk = A[start : start + step] if every else A[start : start + step][:, working]
+            w = weights[start : start + step]
+            if intercept:
+                side += w @ chunk
+            scaled = chunk * np.sqrt(w)[:, None]  # a float64 copy of one chunk
+            gram += scaled.T @ scaled
+        if intercept:
+            out[m, :m] = side
+            out[:m, m] = side
+            out[m, m] = float(weights.sum())
+
+
+def row_parts(rows) -> list[tuple[int, int]]:
+    """The fixed ranges of ``rows`` a scatter pass sums in order."""
+    parts = _SCATTER_PARTS if rows.stored >= threads.MIN_ENTRIES else 1
+    return threads.line_ranges(None if rows.dense else rows.indptr, rows.n_major, parts)
+
+
+def run_parts(rows, part, count: int) -> None:
+    """part(0), …, part(count − 1): on threads where a pass of ``rows`` may use them."""
+    if count > 1 and threads.usable(rows.stored) > 1:
+        threads.run_all([lambda k=k: part(k) for k in range(count)])
+    else:
+        for k in range(count):
+            part(k)
