@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.cpu import _line, _minor
+from dask_scd.kernels.lines import line as _line
+from dask_scd.kernels.lines import minor as _minor
 
 # Rows of S gathered densely before one matrix product adds their SᵀDS (shift_stats).
 _SHIFT_BATCH = 128
