@@ -108,23 +108,14 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             # variable, a first-order model of −ℓ'(z + u)) is within the square of the
             # step's error of the dual optimum, so it may certify (θ, b) as it is and
             # spare the step.
-            tick = time.perf_counter()
             model = Model(
                 problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv
             )
             violation = model.violation()
             first_violation = first_violation or max(violation, np.finfo(float).tiny)
             set_inner_targets(model, cert, options.tol, violation, first_violation)
-            if problem.l1 > 0.0:
-                working = working_set(problem, coef, grad, size)
-                size = min(p, max(free, 2 * len(working)))
-                meter.add("working_set", 0.0, tick)
-                tick = time.perf_counter()
-                solved = l1_direction(design, model, working)
-            else:
-                sampled = sample is not None and sample.active
-                solved = l2_direction(design, model, sample if sampled else None)
-            meter.add(f"solve:{solved[4]}", solved[3], tick)
+            sampled = problem.l1 == 0.0 and sample is not None and sample.active
+            solved, size = _direction(design, model, sample if sampled else None, size, free, meter)
             if _near_the_end(model, solved, cert, options.tol):
                 tick = time.perf_counter()
                 meter.add(
@@ -171,6 +162,24 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
     return Run(coef, float(intercept), final, step, history, extras)
+
+
+def _direction(design: Design, model: Model, sample, size: int, free: int, meter: Meter):
+    """The step's direction from ``model`` (:func:`l1_direction` on a working set of
+    ``size`` columns for an L1 term, else :func:`l2_direction`, from the Hessian
+    ``sample`` when one is given), and the next working set's size."""
+    tick = time.perf_counter()
+    problem = model.problem
+    if problem.l1 > 0.0:
+        working = working_set(problem, model.coef, model.grad, size)
+        size = min(design.rows.n_minor, max(free, 2 * len(working)))
+        meter.add("working_set", 0.0, tick)
+        tick = time.perf_counter()
+        solved = l1_direction(design, model, working)
+    else:
+        solved = l2_direction(design, model, sample)
+    meter.add(f"solve:{solved[4]}", solved[3], tick)
+    return solved, size
 
 
 def _design(data: InMemory, problem: obj.Problem, memo: dict | None) -> Design:
