@@ -39,11 +39,10 @@ from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_collective import plan_blocks
-from dask_scd.engines.block.block_ops import INTERCEPT
-from dask_scd.result import History
-from dask_scd.runtime import collective, passes, strategies
-from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
+from dask_scd.engines.block.block_loop import BlockLoop, Certified, RowChunks, block_steps
+from dask_scd.runtime import collective, strategies
+from dask_scd.runtime.checkpoint import EpochHooks
+from dask_scd.runtime.cluster import ClusterRuntime, fit_client
 
 SELECTIONS = strategies.BLOCK_ORDERS
 
@@ -201,15 +200,14 @@ def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
     )
 
 
-class _BlockSCD:
-    """The solver loop: select → reduce → update → certify, one epoch at a time.
+class _BlockSCD(BlockLoop):
+    """Block SCD on the cluster: the loop of :class:`block_loop.BlockLoop`, an epoch as a
+    task graph (:class:`_Graph`) or collectively (:mod:`block_collective`).
 
     The cluster plumbing (homes, keyed submits, ordered sums, the certificate) is the
     :class:`~dask_scd.runtime.cluster.ClusterRuntime`; the block order within an epoch is
-    a :class:`~dask_scd.runtime.strategies.BlockOrder`.
+    a :class:`~dask_scd.runtime.strategies.BlockOrder`; a warm start is in grid order.
     """
-
-    warm = None  # a warm start (θ in grid order, b), or None for a cold one
 
     def __init__(
         self,
@@ -233,6 +231,7 @@ class _BlockSCD:
         self.selection = selection
         self.progress = progress
         self.slices = source.slices
+        self.n_columns = source.n_features
         self.order = strategies.block_order(selection, self.slices)
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
@@ -295,7 +294,7 @@ class _BlockSCD:
             [submit_row(r, operator.getitem, fused[r], 0) for r in range(self.source.n_row_chunks)]
         )
         n_blocks = len(self.slices)
-        self.source.purity = [
+        self.source.purity = self.purity = [
             max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
             for b in range(n_blocks)
         ]
@@ -312,19 +311,6 @@ class _BlockSCD:
                 for r in range(self.source.n_row_chunks)
             ]
 
-    # The runtime under the names the engines built on this class call it by.
-    def _submit(self, func, *args, **kwargs):
-        return self.runtime.submit(func, *args, **kwargs)
-
-    def _submit_row(self, r, func, *args):
-        return self.runtime.submit_row(r, func, *args)
-
-    def _tree_sum(self, partials, split_every=4):
-        return self.runtime.tree_sum(partials, split_every)
-
-    def _assign_homes(self):
-        self.runtime.assign_homes()
-
     def signature(self) -> dict:
         p = self.problem
         return {
@@ -338,66 +324,27 @@ class _BlockSCD:
             "selection": self.selection,
         }
 
-    # -- the loop -------------------------------------------------------------------
+    # -- the epoch (the loop is BlockLoop.run) -------------------------------------
 
-    def run(self, tol, max_iter, hooks: EpochHooks) -> dict:
-        coef = np.zeros(self.source.n_features)
-        intercept = 0.0
-        history = History()
-        epoch = 0
-        saved = hooks.load(self.rng)
-        if saved is not None:
-            coef, intercept, epoch, history = (
-                saved["coef"],
-                saved["intercept"],
-                saved["epoch"],
-                saved["history"],
-            )
-            self.unsure = set(saved.get("engine", {}).get("unsure", []))
-        elif self.warm is not None:
-            coef, intercept = self.warm
-        elif self.problem.fit_intercept:
-            intercept = self._initial_intercept()
-        start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
-        margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
-        stopped = False
-        while cert.relative_gap > tol and epoch < max_iter:
-            epoch += 1
-            # Iterations that do not end the fit return a certificate without what only a
-            # final one needs (see block_collective._slimmed).
-            self._slim = None if epoch == max_iter else (-tol if self._needs_gaps() else tol)
-            self.runtime.assign_homes()  # a worker may have been lost or added
-            order = self._block_order(cert)
-            # Handed over, not kept here: the epoch's first stage reads these margins,
-            # and a reference held through the epoch kept them (~2 MB a row chunk) on
-            # the workers beside the ones the epoch makes.
-            box, margins = [margins], None
-            margins, (coef, intercept, cert) = self._iteration(
-                box, order, coef, intercept, cert.primal
-            )
-            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            self.progress.update(epoch, cert.relative_gap, cert.primal)
-            if hooks.after_epoch(
-                epoch,
-                coef,
-                intercept,
-                cert,
-                history,
-                self.rng,
-                tol,
-                self._original_order,
-                {"unsure": sorted(self.unsure)},
-            ):
-                stopped = True
-                break
-        return {
-            "coef": coef,
-            "intercept": intercept,
-            "epoch": epoch,
-            "history": history,
-            "certificate": cert,
-            "stopped_by_callback": stopped,
-        }
+    def _first(self, state, final) -> Certified:
+        margins, (coef, intercept, cert) = self._certify(state)
+        return Certified(coef, intercept, cert, [margins])
+
+    def _next(self, point, final) -> Certified:
+        # Iterations that do not end the fit return a certificate without what only a
+        # final one needs (see block_collective._slimmed).
+        tol = self.tol
+        self._slim = None if final else (-tol if self._needs_gaps() else tol)
+        self.runtime.assign_homes()  # a worker may have been lost or added
+        order = self._block_order(point.certificate)
+        # Handed over, not kept here: the epoch's first stage reads these margins, and a
+        # reference held through the epoch kept them (~2 MB a row chunk) on the workers
+        # beside the ones the epoch makes.
+        box, point.carry = point.carry, None
+        margins, (coef, intercept, cert) = self._iteration(
+            box, order, point.coef, point.intercept, point.certificate.primal
+        )
+        return Certified(coef, intercept, cert, [margins])
 
     def _needs_gaps(self) -> bool:
         """Whether the block order or the residency reads every certificate's coordinate
@@ -409,25 +356,19 @@ class _BlockSCD:
         out[self.source.feature_order] = coef
         return out
 
-    def _initial_intercept(self) -> float:
-        """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
-        stats = [
-            self.runtime.submit_row(r, ops.label_stats, self.labels[r])
-            for r in range(self.source.n_row_chunks)
-        ]
-        total = passes.sum_partials(*self.runtime.gather(stats))
-        return ops.intercept_at_zero(
-            self.problem.loss, float(total["n"][0]), float(total["sum"][0]), float(total["pos"][0])
+    def _label_stats(self) -> list:
+        return self.runtime.gather(
+            [
+                self.runtime.submit_row(r, ops.label_stats, self.labels[r])
+                for r in range(self.source.n_row_chunks)
+            ]
         )
 
-    def _block_order(self, cert) -> list:
-        order = self.order.order(len(self.slices), cert, self.rng)
-        if self.residency is not None:
-            chosen = self._make_resident(cert)
-            order = [b for b in order if b in chosen]
-        if self.problem.fit_intercept:
-            order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
-        return order
+    def _chosen(self, order, cert) -> list:
+        if self.residency is None:
+            return order
+        chosen = self._make_resident(cert)
+        return [b for b in order if b in chosen]
 
     def _make_resident(self, cert) -> set:
         """The residency's choice of blocks from the block gaps, pinned on every row
@@ -456,18 +397,6 @@ class _BlockSCD:
             with contextlib.suppress(Exception):
                 self.client.run(block_collective.forget_fit, self.runtime._fit_token)
 
-    def _plan(self, order) -> list:
-        """What the epoch does with each block of ``order``, in that order."""
-        return plan_blocks(
-            order,
-            self.slices,
-            self.source.purity,
-            self.problem.loss,
-            self.gram_max,
-            self._provable,
-            self._tree,
-        )
-
     def _iteration(self, box, order, coef, intercept, primal):
         """One epoch over the blocks of ``order``, the coarse step and the certificate:
         collectively where it can (:mod:`dask_scd.engines.block.block_collective`), else as a
@@ -484,16 +413,7 @@ class _BlockSCD:
                 return done
         if isinstance(box[0], _Kept):  # the same bits as the members' certificate's
             box[0], _ = self._certify({"coef": coef, "intercept": intercept})
-        results, margins = self._graph_epoch(box, plan, coef, intercept, slack)
-        self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
-        state = ops.state_after(
-            coef,
-            intercept,
-            [
-                (None if b == INTERCEPT else self.slices[b], step["theta"])
-                for b, step in results.items()
-            ],
-        )
+        state, margins = self._graph_epoch(box, plan, coef, intercept, slack)
         if self.coarse:  # see dask_scd.engines.coarse
             state = self._coarse_step(margins, state)
         del margins  # the certificate makes them afresh: not kept beside its own
@@ -658,82 +578,18 @@ class _BlockSCD:
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
     def _graph_epoch(self, box, plan, coef, intercept, slack):
-        """Submit one pass over the blocks as a single graph; wait only for its end.
-
-        ``box`` holds the margins (:class:`~dask_scd.runtime.cluster.Rows`), taken out
-        here so that only the stages reading them keep them. Every stage runs as one
-        task per group of row chunks (:meth:`ClusterRuntime.map_rows`), every reduction
-        sums the row chunks' parts in order (:meth:`ClusterRuntime.reduce`).
-        """
-        runtime, labels = self.runtime, self.labels
-        problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
-        margins = box.pop()  # rebound stage by stage: each stage's are released once read
-        steps = {}
-        # The step of the previous block is applied by the task that computes the next
-        # block's statistics (one stage fewer per block).
-        pending = None
+        """Submit one pass over the blocks as a single graph (:class:`_Graph`); wait only
+        for its end. ``box`` holds the margins, taken out here so that only the stages
+        reading them keep them. Returns (the state after it, its margins)."""
+        rows = _Graph(self, box.pop())
         # θ at the start of the epoch, sent to each worker once (a task, not scattered
         # data: a copy lost with a worker is recomputed); a block's task reads its slice.
-        start = runtime.submit(ops.held, (coef, intercept), name="epoch_start")
-        for p in plan:
-            cells = [None if p.block is None else self.cells[r][p.b] for r in range(R)]
-            wide = self._tree(p.block)
-            if pending is None:
-                stats = runtime.map_rows(
-                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
-                )
-            elif wide:
-                # Not fused: a fused task's statistics live as long as its margins (one
-                # result), i.e. through the line search; a wide block's are large.
-                margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
-                stats = runtime.map_rows(
-                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
-                )
-            else:
-                fused = runtime.map_rows(
-                    ops.apply_then_stats,
-                    (margins, pending[0], cells, labels),
-                    pending[1],
-                    problem.loss,
-                    p.gram,
-                )
-                margins, stats = fused.item(0), fused.item(1)
-            fixed = (problem, n, start, p.block, p.provable)
-            # The direction and the step are summed inside the tasks that read them
-            # (inline reductions); a Gram block's matrices and a wide block's statistics
-            # over many row chunks take a tree of tasks.
-            if p.tree:
-                step = direction = runtime.submit(
-                    ops.block_direction_from, *fixed, *runtime.tree_sum(stats)
-                )
-            else:
-                step = direction = runtime.inline_reduce(ops.block_direction_from, fixed, stats)
-            if p.trials:
-                trials = runtime.map_rows(
-                    ops.block_trials, (cells, labels, margins), direction, problem, p.pure
-                )
-                if p.tree:
-                    step = runtime.submit(
-                        ops.block_choose, direction, n, slack, *runtime.tree_sum(trials)
-                    )
-                else:
-                    step = runtime.inline_reduce(ops.block_choose, (direction, n, slack), trials)
-            pending = (cells, step)
-            steps[p.b] = runtime.evaluate(step)
-        if pending is not None:
-            margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
-        return runtime.gather(steps), margins
-
-    def _provable(self, b, pure: bool) -> bool:
-        """Whether block ``b`` takes a provable step (no line search) this epoch: a pure
-        block under the unweighted logistic loss whose last step was sure, i.e. took
-        every coordinate's full Newton step (:func:`block_ops.provable_steps`). A block
-        whose step was cut, or whose trials had to try a coordinate, runs the trials
-        until a step of it is sure again: the line search is kept where it can take more
-        than the bound proves, and skipped (one stage fewer per block) where the bound
-        already proves the full step. The choice depends on the iterates alone, never
-        on the workers."""
-        return self.bounded and pure and b not in self.unsure
+        start = self.runtime.submit(ops.held, (coef, intercept), name="epoch_start")
+        state, unsure = block_steps(
+            plan, (coef, intercept), slack, self.problem, self.source.n_samples, rows, start
+        )
+        self.unsure = set(unsure)
+        return state, rows.margins
 
     # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
     # each at up to min(width, rows) columns per row chunk) would weigh more than this in
@@ -806,3 +662,68 @@ class _BlockSCD:
             self.offsets,
             state,
         )
+
+
+class _Graph(RowChunks):
+    """The row chunks of :class:`_BlockSCD` for :func:`block_loop.block_steps`, as a task
+    graph: every stage one task per group of row chunks (:meth:`ClusterRuntime.map_rows`),
+    every reduction summing the row chunks' parts in order inside the task that reads
+    them (:meth:`ClusterRuntime.inline_reduce`), or in a tree of tasks for a Gram block's
+    matrices and a wide block's statistics over many row chunks. Nothing waits but the
+    gather of the steps. ``margins`` (:class:`~dask_scd.runtime.cluster.Rows`) are
+    rebound stage by stage: each stage's are released once read."""
+
+    def __init__(self, engine: _BlockSCD, margins):
+        self.engine, self.runtime, self.margins = engine, engine.runtime, margins
+
+    def column(self, p) -> list:
+        """Block ``p``'s cells per row chunk (None for the intercept)."""
+        cells = self.engine.cells
+        return [
+            None if p.block is None else cells[r][p.b]
+            for r in range(self.engine.source.n_row_chunks)
+        ]
+
+    def stats(self, p, pending):
+        runtime, engine, cells = self.runtime, self.engine, self.column(p)
+        loss, labels = engine.problem.loss, engine.labels
+        if pending is None:
+            return runtime.map_rows(ops.block_stats, (cells, labels, self.margins), loss, p.gram)
+        # The step of the previous block is applied by the task that computes the next
+        # block's statistics (one stage fewer per block) ...
+        last, step = self.column(pending[0]), pending[1]
+        if engine._tree(p.block):
+            # ... but not a wide block's: a fused task's statistics live as long as its
+            # margins (one result), i.e. through the line search.
+            self.margins = runtime.map_rows(ops.apply_step, (self.margins, last), step)
+            return runtime.map_rows(ops.block_stats, (cells, labels, self.margins), loss, p.gram)
+        fused = runtime.map_rows(
+            ops.apply_then_stats, (self.margins, last, cells, labels), step, loss, p.gram
+        )
+        self.margins = fused.item(0)
+        return fused.item(1)
+
+    def trials(self, p, direction):
+        engine = self.engine
+        return self.runtime.map_rows(
+            ops.block_trials,
+            (self.column(p), engine.labels, self.margins),
+            direction,
+            engine.problem,
+            p.pure,
+        )
+
+    def reduce(self, func, fixed: tuple, partials, tree: bool):
+        if tree:
+            return self.runtime.submit(func, *fixed, *self.runtime.tree_sum(partials))
+        return self.runtime.inline_reduce(func, fixed, partials)
+
+    def kept(self, step):
+        return self.runtime.evaluate(step)
+
+    def resolved(self, steps: list) -> list:
+        return self.runtime.gather(steps)
+
+    def apply(self, pending):
+        last = self.column(pending[0])
+        self.margins = self.runtime.map_rows(ops.apply_step, (self.margins, last), pending[1])
