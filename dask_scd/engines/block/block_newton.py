@@ -37,13 +37,12 @@ from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block import wide_newton
+from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
 from dask_scd.engines.block.block_loop import Certified
-from dask_scd.engines.block.block_scd import SELECTIONS, _BlockSCD, grid_order_start
 from dask_scd.kernels import cpu
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
-from dask_scd.runtime import passes
-from dask_scd.runtime.checkpoint import EpochHooks
+from dask_scd.runtime import passes, strategies
 from dask_scd.runtime.cluster import fit_client
 
 # Block Newton forms the p × p curvature per row chunk: n·p² flops for dense cells, about
@@ -355,7 +354,7 @@ def _third(triple):
     return triple[2]
 
 
-class _BlockNewton(_BlockSCD):
+class _BlockNewton(ClusterBlocks):
     """The block engine's runtime (cells, labels, homes, keyed submits, fixed-order sums)
     driving Newton iterations: two reads of the grid and one wait each."""
 
@@ -531,8 +530,8 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
             "solver='block_scd' for an L1 or elastic-net penalty"
         )
     selection = engine_options.pop("selection", "shuffle")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    if selection not in strategies.BLOCK_ORDERS:
+        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
     with fit_client(engine_options.pop("client", None)) as c:
         engine = _BlockNewton(
             c, source, problem, options.rng, selection, options.progress, coarse=False
@@ -544,14 +543,7 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
                 engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r], False)
                 for r in range(source.n_row_chunks)
             ]
-        hooks = EpochHooks(
-            engine_options.get("checkpoint"),
-            engine_options.get("checkpoint_every", 1),
-            engine_options.get("resume", False),
-            engine_options.get("callback"),
-            engine.signature(),
-        )
-        run = engine.run(options.tol, options.max_iter, hooks)
+        run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
     return Run(

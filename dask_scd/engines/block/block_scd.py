@@ -26,7 +26,6 @@ mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpo
 from __future__ import annotations
 
 import contextlib
-import operator
 import threading
 import time
 import uuid
@@ -39,13 +38,10 @@ from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_loop import BlockLoop, Certified, RowChunks, block_steps
+from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
+from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps
 from dask_scd.runtime import collective, strategies
-from dask_scd.runtime.checkpoint import EpochHooks
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
-
-SELECTIONS = strategies.BLOCK_ORDERS
-
 
 # ------------------------------------------------------------------------- the engine
 
@@ -60,7 +56,8 @@ _COLLECTIVE_TURN = threading.RLock()
 
 
 def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run:
-    """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`).
+    """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`);
+    in-memory X runs :func:`block_memory.fit_block_memory` (the registry's route).
 
     Engine options (``options.engine``)
     -----------------------------------
@@ -86,16 +83,10 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     memory_budget : int, bytes
         Default: a quarter of the grid.
     """
-    from dask_scd.data.memory import InMemory
-
-    if isinstance(source, InMemory):
-        from dask_scd.engines.block.block_memory import fit_block_memory
-
-        return fit_block_memory(source, problem, options)
     engine_options = dict(options.engine)
     selection = engine_options.pop("selection", "shuffle")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    if selection not in strategies.BLOCK_ORDERS:
+        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
     client = engine_options.pop("client", None)
     residency = engine_options.pop("residency", None)
     budget = engine_options.pop("memory_budget", None)
@@ -116,19 +107,11 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
             memory_budget=budget,
         )
         engine.warm = grid_order_start(source, options.start)
-        hooks = EpochHooks(
-            engine_options.get("checkpoint"),
-            engine_options.get("checkpoint_every", 1),
-            engine_options.get("resume", False),
-            engine_options.get("callback"),
-            engine.signature(),
-        )
         try:
-            run = engine.run(options.tol, options.max_iter, hooks)
+            run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))
         finally:
             engine.release()
-    coef = np.empty(source.n_features)
-    coef[source.feature_order] = run["coef"]
+    coef = engine._original_order(run["coef"])
     extras = dict(engine.moved) if residency is not None else {}
     if engine.member_seconds:  # where a collective iteration's time went (member 0)
         extras["member_seconds"] = [
@@ -146,26 +129,6 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
         extras,
         stopped_by_callback=run["stopped_by_callback"],
     )
-
-
-def _live_columns(reports, slices) -> np.ndarray | None:
-    """Which columns (grid order) hold a value in some cell, from the cells' inspection
-    reports; None where all do (or a report does not say)."""
-    live = np.zeros(slices[-1].stop if slices else 0, dtype=bool)
-    for row in reports:
-        for report, block in zip(row, slices):
-            if report.get("columns") is None:
-                return None
-            width = block.stop - block.start
-            live[block] |= np.unpackbits(report["columns"], count=width).astype(bool)
-    return None if live.all() else live
-
-
-def grid_order_start(source: Source, start):
-    """A warm start (θ in the original feature order, b) in the grid's column order."""
-    if start is None:
-        return None
-    return np.array(start[0], dtype=np.float64)[source.feature_order], float(start[1])
 
 
 class _Kept:
@@ -200,13 +163,12 @@ def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
     )
 
 
-class _BlockSCD(BlockLoop):
+class _BlockSCD(ClusterBlocks):
     """Block SCD on the cluster: the loop of :class:`block_loop.BlockLoop`, an epoch as a
     task graph (:class:`_Graph`) or collectively (:mod:`block_collective`).
 
-    The cluster plumbing (homes, keyed submits, ordered sums, the certificate) is the
-    :class:`~dask_scd.runtime.cluster.ClusterRuntime`; the block order within an epoch is
-    a :class:`~dask_scd.runtime.strategies.BlockOrder`; a warm start is in grid order.
+    The cells, labels and homes are :class:`block_cluster.ClusterBlocks`'; the block
+    order within an epoch is a :class:`~dask_scd.runtime.strategies.BlockOrder`.
     """
 
     def __init__(
@@ -222,31 +184,8 @@ class _BlockSCD(BlockLoop):
         residency=None,
         memory_budget=None,
     ):
-        self.client = client
-        self.coarse = coarse
+        super().__init__(client, source, problem, rng, selection, progress, coarse)
         self.gram_max = gram_max
-        self.source = source
-        self.problem = problem
-        self.rng = rng
-        self.selection = selection
-        self.progress = progress
-        self.slices = source.slices
-        self.n_columns = source.n_features
-        self.order = strategies.block_order(selection, self.slices)
-        self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
-        # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
-        self.runtime = ClusterRuntime(
-            client, source.n_row_chunks, pin=source.on_disk, row_counts=np.diff(source.row_bounds)
-        )
-        self.cells, self.labels = source.connect(client)
-        if source.weighted and source.on_disk:
-            # A grid's weights are arrays in the client: made into one task per row chunk
-            # on its home (a lost copy is recomputed), not sent with every task.
-            self.labels = [
-                self.runtime.submit_row(r, ops.held, labels) for r, labels in enumerate(self.labels)
-            ]
-        self.rows = np.diff(source.row_bounds).astype(int)
-        self._preflight()
         self.residency = None
         if residency is not None:
             self.residency = strategies.residency(residency, self.block_bytes)
@@ -272,57 +211,6 @@ class _BlockSCD(BlockLoop):
         # step, certificate) seconds: where the time of an iteration goes.
         self.member_seconds = []
         self.fallbacks = []  # why collective iterations gave way to the task graph
-
-    # -- set-up ---------------------------------------------------------------------
-
-    def _preflight(self):
-        """One pass over every cell: finite values, purity, and the coarse space's S_r."""
-        submit_row = self.runtime.submit_row
-        # One task per row chunk: a cell is read once for its check and its row sums.
-        fused = [
-            submit_row(
-                r,
-                ops.inspect_row_chunk,
-                self.cells[r],
-                f"row chunk {r}",
-                self.coarse,
-                self.problem.fit_intercept,
-            )
-            for r in range(self.source.n_row_chunks)
-        ]
-        reports = self.runtime.gather(
-            [submit_row(r, operator.getitem, fused[r], 0) for r in range(self.source.n_row_chunks)]
-        )
-        n_blocks = len(self.slices)
-        self.source.purity = self.purity = [
-            max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
-            for b in range(n_blocks)
-        ]
-        self.block_bytes = np.array(
-            [
-                sum(reports[r][b].get("nbytes", 0) for r in range(len(reports)))
-                for b in range(n_blocks)
-            ]
-        )
-        self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
-        if self.coarse:
-            self.row_sums = [
-                submit_row(r, operator.getitem, fused[r], 1)
-                for r in range(self.source.n_row_chunks)
-            ]
-
-    def signature(self) -> dict:
-        p = self.problem
-        return {
-            "loss": p.loss,
-            "alpha": p.alpha,
-            "l1_ratio": p.l1_ratio,
-            "fit_intercept": p.fit_intercept,
-            "shape": [self.source.n_samples, self.source.n_features],
-            "blocks": [int(len(b)) for b in self.source.blocks],
-            "row_bounds": [int(v) for v in self.source.row_bounds],
-            "selection": self.selection,
-        }
 
     # -- the epoch (the loop is BlockLoop.run) -------------------------------------
 
@@ -350,19 +238,6 @@ class _BlockSCD(BlockLoop):
         """Whether the block order or the residency reads every certificate's coordinate
         gaps."""
         return self.residency is not None or self.order.uses_gaps
-
-    def _original_order(self, coef) -> np.ndarray:
-        out = np.empty_like(coef)
-        out[self.source.feature_order] = coef
-        return out
-
-    def _label_stats(self) -> list:
-        return self.runtime.gather(
-            [
-                self.runtime.submit_row(r, ops.label_stats, self.labels[r])
-                for r in range(self.source.n_row_chunks)
-            ]
-        )
 
     def _chosen(self, order, cert) -> list:
         if self.residency is None:
@@ -649,19 +524,6 @@ class _BlockSCD(BlockLoop):
             )
             self._support = support
         return self._active
-
-    def _certify(self, state):
-        """Fresh margins from the state (θ, b) and the certificate on them (see
-        :meth:`ClusterRuntime.certify`)."""
-        return self.runtime.certify(
-            self.problem,
-            self.source.n_samples,
-            self.cells,
-            self.labels,
-            self.rows,
-            self.offsets,
-            state,
-        )
 
 
 class _Graph(RowChunks):
