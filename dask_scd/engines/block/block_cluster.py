@@ -15,6 +15,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.sources import Source
+from dask_scd.engines.block import block_coarse
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_loop import BlockLoop
 from dask_scd.runtime import strategies
@@ -90,7 +91,7 @@ class ClusterBlocks(BlockLoop):
         fused = [
             submit_row(
                 r,
-                ops.inspect_row_chunk,
+                block_coarse.inspect_row_chunk,
                 self.cells[r],
                 f"row chunk {r}",
                 self.coarse,
@@ -112,7 +113,9 @@ class ClusterBlocks(BlockLoop):
                 for b in range(n_blocks)
             ]
         )
-        self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
+        self.coarse_space = block_coarse.CoarseSpace(
+            self.offsets, _live_columns(reports, self.slices)
+        )
         if self.coarse:
             self.row_sums = [
                 submit_row(r, operator.getitem, fused[r], 1)

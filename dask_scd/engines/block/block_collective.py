@@ -9,8 +9,8 @@ chunks for the whole epoch, and the members swap each block's statistics directl
 (:mod:`dask_scd.runtime.collective`). Every member then calls the very functions the task
 graph calls — :func:`block_ops.apply_then_stats`, :func:`block_ops.block_direction_from`,
 :func:`block_ops.block_trials`, :func:`block_ops.block_choose`, then the coarse step's
-:func:`block_ops.coarse_stats`, :func:`block_ops.coarse_direction`,
-:func:`block_ops.coarse_trials`, :func:`block_ops.coarse_apply` — on the same values in
+:func:`block_coarse.coarse_stats`, :func:`block_coarse.coarse_direction`,
+:func:`block_coarse.coarse_trials`, :func:`block_coarse.coarse_apply` — on the same values in
 the same row-chunk order, so the iteration gives the same bits either way, and the model
 stays independent of the workers.
 
@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from dask_scd.data.cells import CellRef
+from dask_scd.engines.block import block_coarse
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_loop import RowChunks, block_steps
 from dask_scd.runtime import passes
@@ -70,7 +71,7 @@ def epoch_member(
     or ``margins`` None: those this worker kept from the iteration ``certify[3]``, and
     ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]``
     row chunk i of group k's cells (one per block), ``labels[k][i]`` its labels;
-    ``coarse``: None (no coarse step) or (fit key, the :class:`block_ops.CoarseSpace`,
+    ``coarse``: None (no coarse step) or (fit key, the :class:`block_coarse.CoarseSpace`,
     row sums per group or None to take them over the non-zero coefficients);
     ``certify``: None, or (fit key, rows of each row chunk per group, offsets, the token
     of the iteration whose margins to read or None, ``slim``: None, or the tolerance
@@ -382,19 +383,22 @@ def _iterate(
     sums = [list(group) for group in row_sums]
     stats = each(
         lambda k: [
-            ops.coarse_stats(sums[k][i], y, rows[k][i], loss) for i, y in enumerate(labels[k])
-        ]
-    )
-    direction = ops.coarse_direction(problem, n_samples, space, state, *everyone(stats))
-    if loss == "squared":
-        return ops.coarse_apply(problem, n_samples, space, state, direction), unsure
-    trials = each(
-        lambda k: [
-            ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+            block_coarse.coarse_stats(sums[k][i], y, rows[k][i], loss)
             for i, y in enumerate(labels[k])
         ]
     )
-    return ops.coarse_apply(problem, n_samples, space, state, direction, *everyone(trials)), unsure
+    direction = block_coarse.coarse_direction(problem, n_samples, space, state, *everyone(stats))
+    if loss == "squared":
+        return block_coarse.coarse_apply(problem, n_samples, space, state, direction), unsure
+    trials = each(
+        lambda k: [
+            block_coarse.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+            for i, y in enumerate(labels[k])
+        ]
+    )
+    return block_coarse.coarse_apply(
+        problem, n_samples, space, state, direction, *everyone(trials)
+    ), unsure
 
 
 # The parts of a block's statistics that are the same in every epoch of a fit (functions
@@ -471,7 +475,10 @@ def _active_row_sums(each, fit_key, groups, cells, coef, offsets, with_intercept
         for i, row_cells in enumerate(cells[k]):
             kept = held.get((groups[k], i))
             if kept is None or not np.array_equal(kept[0], support):
-                kept = (support, ops.active_row_sums(row_cells, coef, offsets, with_intercept))
+                kept = (
+                    support,
+                    block_coarse.active_row_sums(row_cells, coef, offsets, with_intercept),
+                )
                 with _active_lock:
                     if _active["fit"] == fit_key:
                         _active["rows"][(groups[k], i)] = kept

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.cells import CellView, WeightedLabels, inspect_cell
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.block import block_collective
+from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_loop import BlockLoop, Certified, RowChunks, block_steps
 from dask_scd.engines.block.block_ops import INTERCEPT
@@ -182,7 +182,7 @@ class _Engine(BlockLoop):
             key = ("row_sums", problem.fit_intercept)
             if key not in kept:
                 kept[key] = self.each(
-                    lambda k: ops.block_row_sums(self.cells[k], problem.fit_intercept)
+                    lambda k: block_coarse.block_row_sums(self.cells[k], problem.fit_intercept)
                 )
             self.row_sums = kept[key]
 
@@ -383,14 +383,18 @@ class _Engine(BlockLoop):
                     problem.fit_intercept,
                 )
             ]
-        stats = self.each(lambda k: ops.coarse_stats(row_sums[k], self.labels[k], margins[k], loss))
-        direction = ops.coarse_direction(problem, n, offsets, state, *stats)
-        if loss == "squared":
-            return ops.coarse_apply(problem, n, offsets, state, direction)
-        trials = self.each(
-            lambda k: ops.coarse_trials(row_sums[k], self.labels[k], margins[k], direction, loss)
+        stats = self.each(
+            lambda k: block_coarse.coarse_stats(row_sums[k], self.labels[k], margins[k], loss)
         )
-        return ops.coarse_apply(problem, n, offsets, state, direction, *trials)
+        direction = block_coarse.coarse_direction(problem, n, offsets, state, *stats)
+        if loss == "squared":
+            return block_coarse.coarse_apply(problem, n, offsets, state, direction)
+        trials = self.each(
+            lambda k: block_coarse.coarse_trials(
+                row_sums[k], self.labels[k], margins[k], direction, loss
+            )
+        )
+        return block_coarse.coarse_apply(problem, n, offsets, state, direction, *trials)
 
     def _certify(self, state) -> tuple:
         """Fresh margins from ``state`` and the certificate on them: (margins per row

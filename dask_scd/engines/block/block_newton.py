@@ -35,8 +35,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block import wide_newton
+from dask_scd.engines.block import block_coarse, wide_newton
 from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
 from dask_scd.engines.block.block_loop import Certified
 from dask_scd.kernels import cpu
@@ -540,7 +539,7 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
         engine.warm = grid_order_start(source, options.start)
         if wide:  # the block-sum directions of the preconditioner's coarse level
             engine.row_sums = [
-                engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r], False)
+                engine.runtime.submit_row(r, block_coarse.block_row_sums, engine.cells[r], False)
                 for r in range(source.n_row_chunks)
             ]
         run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))

@@ -36,7 +36,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.cells import hold_cells
 from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.block import block_collective
+from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
 from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps
@@ -500,17 +500,19 @@ class _BlockSCD(ClusterBlocks):
         row_sums = self.row_sums
         if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
             row_sums = self._active_row_sums(state["coef"])
-        stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins), problem.loss)
+        stats = runtime.map_rows(
+            block_coarse.coarse_stats, (row_sums, self.labels, margins), problem.loss
+        )
         direction = runtime.reduce(
-            ops.coarse_direction, (problem, n, self.coarse_space, state), stats
+            block_coarse.coarse_direction, (problem, n, self.coarse_space, state), stats
         )
         fixed = (problem, n, self.coarse_space, state, direction)
         if problem.loss == "squared":
-            return runtime.submit(ops.coarse_apply, *fixed)
+            return runtime.submit(block_coarse.coarse_apply, *fixed)
         trials = runtime.map_rows(
-            ops.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
+            block_coarse.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
         )
-        return runtime.reduce(ops.coarse_apply, fixed, trials)
+        return runtime.reduce(block_coarse.coarse_apply, fixed, trials)
 
     _support = _active = None  # the support S was last read for, and that S (Rows)
 
@@ -520,7 +522,11 @@ class _BlockSCD(ClusterBlocks):
         support = np.asarray(coef) != 0.0
         if self._support is None or not np.array_equal(support, self._support):
             self._active = self.runtime.map_rows(
-                ops.active_row_sums, (self.cells,), coef, self.offsets, self.problem.fit_intercept
+                block_coarse.active_row_sums,
+                (self.cells,),
+                coef,
+                self.offsets,
+                self.problem.fit_intercept,
             )
             self._support = support
         return self._active
