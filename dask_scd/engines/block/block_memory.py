@@ -8,7 +8,8 @@ Criteo-like problem reaches 1e-6 in 11–30 epochs. This engine runs those very 
 this process, without Dask: X is cut once into cells (a few row chunks × the blocks, each
 cell a column-major copy of its part of X in block order, a pure one also by rows), and
 every epoch takes the plan, directions, line searches and coarse step of the Dask engine
-(:func:`block_collective.plan_blocks`, :mod:`block_ops`, :mod:`dask_scd.runtime.passes`).
+(:func:`block_loop.plan_blocks`, :func:`block_loop.block_steps`, :mod:`block_ops`,
+:mod:`block_coarse`, :mod:`dask_scd.runtime.passes`).
 On a pure cell the margins are updated in place and a block's statistics come from one
 pass over the row chunk's rows (:func:`~dask_scd.kernels.block.pure_stats`, which also
 applies the last block's step). The row chunks run on this process's threads (the
