@@ -17,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd.datasets import make_onehot
+from dask_scd.engines.block import block_coarse
 from dask_scd.grid import GridCorruptionError, open_grid, to_grid
 
 ALPHA = 0.03
@@ -330,11 +331,10 @@ def test_sparse_dask_chunks(onehot):
 
 def test_compact_row_sums_equal_the_float_ones(onehot):
     X, _, blocks, *_ = onehot
-    from dask_scd.engines.block import block_ops as ops
 
     X = sp.csr_matrix(X)
     cells = [X[:800][:, b] for b in blocks]
-    row_sums = ops.block_row_sums(cells, with_intercept=True)
+    row_sums = block_coarse.block_row_sums(cells, with_intercept=True)
     dense = np.column_stack([np.asarray(c.sum(axis=1)).ravel() for c in cells] + [np.ones(800)])
     np.testing.assert_array_equal(row_sums.toarray(), dense)
     # Complete one-hot blocks and the intercept are the ones vector, stored once (not at all).
@@ -343,12 +343,12 @@ def test_compact_row_sums_equal_the_float_ones(onehot):
     # Non-integer sums stay float64, and the statistics match the dense formulas.
     rng = np.random.default_rng(0)
     scaled = [c * 0.5 for c in cells[:2]] + [cells[3]]
-    row_sums = ops.block_row_sums(scaled, with_intercept=True)
+    row_sums = block_coarse.block_row_sums(scaled, with_intercept=True)
     assert row_sums.counts.dtype == np.float64
     S = np.column_stack([np.asarray(c.sum(axis=1)).ravel() for c in scaled] + [np.ones(800)])
     np.testing.assert_array_equal(row_sums.toarray(), S)
     y, margins = np.sign(rng.normal(size=800)), rng.normal(size=800)
-    stats = ops.coarse_stats(row_sums, y, margins, "logistic")
+    stats = block_coarse.coarse_stats(row_sums, y, margins, "logistic")
     d1 = dask_scd.objectives.loss_derivative("logistic", y, margins)
     d2 = dask_scd.objectives.loss_second_derivative("logistic", y, margins)
     np.testing.assert_allclose(stats["g"], S.T @ d1, rtol=1e-12)
@@ -1226,7 +1226,6 @@ def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, mo
     from dask_scd.data import cache as cell_cache
     from dask_scd.data import cells
     from dask_scd.data.cells import CellRef
-    from dask_scd.engines.block import block_ops as ops
 
     X, y = make_onehot(300, 4, 6, random_state=1)[:2]
     X = sp.hstack([X, sp.random(300, 5, density=0.5, random_state=2, format="csr")]).tocsr()
@@ -1236,7 +1235,7 @@ def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, mo
     apart_reports = [
         cells.inspect_cell(ref, f"cell (row chunk 0, block {b})") for b, ref in enumerate(refs)
     ]
-    apart = ops.block_row_sums(refs, True)
+    apart = block_coarse.block_row_sums(refs, True)
 
     monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
     cache = cell_cache.CellCache(0, ceiling=1000)  # nothing fits: out of core
@@ -1245,14 +1244,14 @@ def test_the_preflight_reads_a_cell_once_for_its_check_and_row_sums(tmp_path, mo
     reads = []
     read_view = cells._read_view
     monkeypatch.setattr(cells, "_read_view", lambda cell: reads.append(cell.b) or read_view(cell))
-    reports, sums = ops.inspect_row_chunk(refs, "row chunk 0", True, True)
+    reports, sums = block_coarse.inspect_row_chunk(refs, "row chunk 0", True, True)
     assert reads == [0, 1, 2, 3, 4]
     for got, want in zip(reports, apart_reports):
         assert got["max_per_row"] == want["max_per_row"] and got["nbytes"] == want["nbytes"]
         np.testing.assert_array_equal(got["columns"], want["columns"])
     np.testing.assert_array_equal(sums.counts, apart.counts)
     np.testing.assert_array_equal(sums.column_of, apart.column_of)
-    assert ops.inspect_row_chunk(refs, "row chunk 0", False, True)[1] is None
+    assert block_coarse.inspect_row_chunk(refs, "row chunk 0", False, True)[1] is None
 
 
 def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatch):
@@ -1263,7 +1262,6 @@ def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatc
     from dask_scd.data import cache as cell_cache
     from dask_scd.data import cells
     from dask_scd.data.cells import CellRef
-    from dask_scd.engines.block import block_ops as ops
 
     X, y = make_onehot(300, 3, 6, random_state=1)[:2]
     X = sp.hstack([X, sp.random(300, 5, density=0.5, random_state=2, format="csr")]).tocsr()
@@ -1272,7 +1270,7 @@ def test_a_pure_cell_is_cached_once_by_rows_after_its_check(tmp_path, monkeypatc
     refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(4)]
     cache = cell_cache.CellCache(1 << 30)
     monkeypatch.setattr(cells, "CACHE", cache)
-    ops.inspect_row_chunk(refs, "row chunk 0", True, True)
+    block_coarse.inspect_row_chunk(refs, "row chunk 0", True, True)
     kinds = sorted(
         (key[-2], key[-1]) if key[-1] == "rows" else (key[-1], "columns") for key in cache._items
     )

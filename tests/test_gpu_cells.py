@@ -23,7 +23,7 @@ from conftest import nvvm_home
 
 from dask_scd import objectives as obj
 from dask_scd.data import cells as data_cells
-from dask_scd.engines.block import block_newton
+from dask_scd.engines.block import block_coarse, block_newton
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.kernels import device
 from dask_scd.runtime import passes
@@ -212,21 +212,22 @@ def test_block_row_sums_and_coarse_stats(layout, fit_intercept, rng):
     onehot[np.arange(12), rng.integers(4, size=12)] = 1.0  # sums to the ones vector
     counts = (rng.random((12, 3)) < 0.5).astype(np.float64)  # small integer sums
     cells = [_pair(onehot, layout), _pair(counts, layout), _pair(_dense(rng), layout)]
-    host = ops.block_row_sums([c[0] for c in cells], fit_intercept)
-    dev = ops.block_row_sums([c[1] for c in cells], fit_intercept)
+    host = block_coarse.block_row_sums([c[0] for c in cells], fit_intercept)
+    dev = block_coarse.block_row_sums([c[1] for c in cells], fit_intercept)
     np.testing.assert_array_equal(host.column_of, dev.column_of)
     assert host.counts.dtype == dev.counts.dtype == np.float64  # the real-valued block
     _assert_close(host.counts, dev.counts)
     y = _labels(rng, "logistic")
     margins = rng.normal(size=12)
     _assert_dicts_close(
-        ops.coarse_stats(host, y, margins, "logistic"),
-        ops.coarse_stats(dev, y, margins, "logistic"),
+        block_coarse.coarse_stats(host, y, margins, "logistic"),
+        block_coarse.coarse_stats(dev, y, margins, "logistic"),
     )
-    compact = ops.block_row_sums([c[1] for c in cells[:2]], fit_intercept)
+    compact = block_coarse.block_row_sums([c[1] for c in cells[:2]], fit_intercept)
     assert compact.counts.dtype == np.uint8
     np.testing.assert_array_equal(
-        compact.toarray(), ops.block_row_sums([c[0] for c in cells[:2]], fit_intercept).toarray()
+        compact.toarray(),
+        block_coarse.block_row_sums([c[0] for c in cells[:2]], fit_intercept).toarray(),
     )
 
 

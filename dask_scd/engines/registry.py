@@ -33,16 +33,17 @@ class Engine:
     losses : the losses it solves.
     l1 : whether it solves penalties with an L1 term.
     options : names of the keyword options it accepts.
-    per_loss : ``(loss, "module:function")`` pairs: the function that runs that loss in
-        place of ``entry`` (one ``solver=`` value, one function per loss).
+    routes : ``((kind, loss), "module:function")`` pairs: the function that runs data of
+        that kind (:func:`data_kind`; None: any) and that loss (None: any) in place of
+        ``entry``, the first that matches (one ``solver=`` value, one function per
+        case). An in-memory engine routing "grid" runs a Grid named by ``solver=`` out
+        of core (read chunk by chunk in the calling process, never materialized);
+        without, a Grid is read into memory first.
     unpenalized : whether it solves ``penalty=None`` (no regularization, no dual).
-    grid_entry : ``"module:function"`` that runs this in-memory engine out of core on a
-        Grid named by ``solver=`` (read row chunk by row chunk in the calling process,
-        never materialized); empty: a Grid is read into memory first.
     weighted : the losses it solves with sample weights.
     l2_only : the losses it solves with an L2 penalty only (no L1 term), where ``l1`` is
         True for the others.
-    grid_weighted : the losses its ``grid_entry`` (out of core) solves with sample weights.
+    grid_weighted : the losses it solves with sample weights out of core on a grid.
     no_grid : the losses it does not solve on a grid.
     gpu : the losses its epochs solve on a GPU (``device="gpu"``, in-memory X), without
         sample weights (its weighted epochs run on the CPU).
@@ -59,42 +60,43 @@ class Engine:
     losses: tuple = ANY_LOSS
     l1: bool = True
     options: tuple = ()
-    per_loss: tuple = ()
+    routes: tuple = ()
     unpenalized: bool = False
-    grid_entry: str = ""
     weighted: tuple = ()
     l2_only: tuple = ()
     grid_weighted: tuple = ()
     no_grid: tuple = ()
     gpu: tuple = ()
 
-    def entry_for(self, loss: str) -> str:
-        """The ``"module:function"`` that runs ``loss``."""
-        return dict(self.per_loss).get(loss, self.entry)
+    def entry_for(self, kind: str, loss: str) -> str:
+        """The ``"module:function"`` that runs ``loss`` on data of ``kind``."""
+        for (on, of), entry in self.routes:
+            if on in (None, kind) and of in (None, loss):
+                return entry
+        return self.entry
 
     def load(self):
-        """Its ``run(data, problem, options)``; with ``per_loss`` entries, a ``run`` that
-        imports and runs the function of the problem's loss; with a ``grid_entry``, a
-        ``run`` that gives it the grids (sources on disk)."""
-        if not self.per_loss and not self.grid_entry:
+        """Its ``run(data, problem, options)``: a ``run`` that imports and runs the
+        function of the data's kind and the problem's loss (:meth:`entry_for`)."""
+        if not self.routes:
             return _function(self.entry)
 
         def run(data, problem, options):
-            if self.grid_entry and getattr(data, "on_disk", False):
-                return _function(self.grid_entry)(data, problem, options)
-            return _function(self.entry_for(problem.loss))(data, problem, options)
+            return _function(self.entry_for(data_kind(data), problem.loss))(data, problem, options)
 
         return run
 
     def kinds(self) -> tuple:
         """The data kinds it takes: "memory" (numpy, scipy.sparse), "dask" (a dask array)
         and "grid" (a grid store). An in-memory engine named for dask input reads X into
-        memory first; one with a ``grid_entry`` runs a grid out of core."""
+        memory first; one routing "grid" runs a grid out of core."""
         return ("dask", "grid") if self.data == "dask" else ("memory", "dask", "grid")
 
     def out_of_core(self, kind: str) -> bool:
-        """Whether a grid runs through its ``grid_entry`` (read chunk by chunk)."""
-        return kind == "grid" and bool(self.grid_entry)
+        """Whether a grid runs through a function of its own (read chunk by chunk)."""
+        return (
+            kind == "grid" and self.data == "memory" and self.entry_for("grid", None) != self.entry
+        )
 
     def refusal(
         self,
@@ -221,7 +223,7 @@ register(
         "memory",
         l1=False,
         options=("n_threads", "sync_every", "check_every", "chunk_order", "spill"),
-        grid_entry="dask_scd.engines.local.sdca_grid:fit_sdca_grid",
+        routes=((("grid", None), "dask_scd.engines.local.sdca_grid:fit_sdca_grid"),),
         weighted=ANY_LOSS,
         gpu=ANY_LOSS,
     )
@@ -232,9 +234,9 @@ register(
         "dask_scd.engines.newton.newton:fit_newton",
         "memory",
         losses=(*SMOOTH, "hinge", MULTINOMIAL),
-        per_loss=(
-            ("hinge", "dask_scd.engines.newton.hinge_newton:fit_hinge_newton"),
-            (MULTINOMIAL, "dask_scd.engines.newton.multinomial:fit_multinomial"),
+        routes=(
+            ((None, "hinge"), "dask_scd.engines.newton.hinge_newton:fit_hinge_newton"),
+            ((None, MULTINOMIAL), "dask_scd.engines.newton.multinomial:fit_multinomial"),
         ),
         unpenalized=True,
         weighted=(*SMOOTH, MULTINOMIAL),
@@ -263,7 +265,9 @@ register(
             "gap_refresh",
             "certify_every",
         ),
+        routes=((("grid", None), "dask_scd.engines.local.duhl:fit_grid"),),
         weighted=ANY_LOSS,
+        grid_weighted=ANY_LOSS,
         l2_only=("hinge",),
     )
 )
@@ -277,6 +281,7 @@ register(
         "any",
         losses=SMOOTH,
         options=(*_CLUSTER_OPTIONS, "residency", "memory_budget"),
+        routes=((("memory", None), "dask_scd.engines.block.block_memory:fit_block_memory"),),
         weighted=SMOOTH,
     )
 )
@@ -287,7 +292,9 @@ register(
         "dask",
         losses=(*SMOOTH, MULTINOMIAL),
         options=_CLUSTER_OPTIONS,
-        per_loss=((MULTINOMIAL, "dask_scd.engines.newton.multinomial_dask:fit_multinomial_dask"),),
+        routes=(
+            ((None, MULTINOMIAL), "dask_scd.engines.newton.multinomial_dask:fit_multinomial_dask"),
+        ),
         weighted=(*SMOOTH, MULTINOMIAL),
         l2_only=(MULTINOMIAL,),
         no_grid=(MULTINOMIAL,),
@@ -326,11 +333,11 @@ def runs_in_memory(
     """Whether a fit of dask input runs in memory: with ``"auto"`` below ``in_memory_limit``
     bytes (the local kernels beat any cluster's task overhead there), and whenever an
     in-memory engine is asked for by name, unless it runs a grid (``on_disk``) out of core
-    (its ``grid_entry``)."""
+    (:meth:`Engine.out_of_core`)."""
     if solver == "auto":
         return nbytes <= in_memory_limit
     engine = get(solver)
-    return engine.data == "memory" and not (on_disk and engine.grid_entry)
+    return engine.data == "memory" and not (on_disk and engine.out_of_core("grid"))
 
 
 def data_kind(data) -> str:

@@ -2,7 +2,7 @@
 trials, and the coarse step on compact block row sums.
 
 The coarse space of a row chunk is S = [X_B 1 for every block B] (+ the intercept's
-ones), stored compactly (see :func:`dask_scd.engines.block.block_ops.block_row_sums`): the
+ones), stored compactly (see :func:`dask_scd.engines.block.block_coarse.block_row_sums`): the
 columns that are not all ones, as small integers when they are counts, and a map from
 each coarse coordinate to its stored column (−1: the ones vector). These loops read it
 without building any O(n·k) array, and sum over the rows strictly in row order (no

@@ -102,3 +102,51 @@ def load_checkpoint(path, signature: dict, rng) -> dict | None:
             f"checkpoint {path} is damaged ({type(exc).__name__}: {exc}); "
             "remove it or pass resume=False"
         ) from exc
+
+
+class EpochHooks:
+    """What runs after every epoch: the checkpoint and the user's callback.
+
+    ``checkpoint`` (a path) is written atomically every ``every`` epochs and at the
+    last, with the RNG state and a ``signature`` of the fit that a resume must
+    match; ``callback(info) -> True`` stops the fit.
+    """
+
+    def __init__(self, checkpoint=None, every=1, resume=False, callback=None, signature=None):
+        self.checkpoint, self.every, self.resume = checkpoint, every, resume
+        self.callback, self.signature = callback, signature
+
+    def load(self, rng):
+        """The saved state (coef, intercept, epoch, history) to resume from, or None."""
+        if not (self.resume and self.checkpoint):
+            return None
+        return load_checkpoint(self.checkpoint, self.signature, rng)
+
+    def after_epoch(
+        self, epoch, coef, intercept, cert, history, rng, last, original_order, engine=None
+    ) -> bool:
+        """Checkpoint if due (every ``every`` epochs, and the ``last``); call the callback.
+        Returns True to stop. ``engine``: the engine's own state (JSON), saved with the
+        checkpoint for a resume to continue with the same steps."""
+        if self.checkpoint and (epoch % self.every == 0 or last):
+            save_checkpoint(
+                self.checkpoint,
+                coef=coef,
+                intercept=intercept,
+                epoch=epoch,
+                rng=rng,
+                history=history,
+                signature=self.signature,
+                engine=engine,
+            )
+        return bool(
+            self.callback is not None
+            and self.callback(
+                {
+                    "epoch": epoch,
+                    "coef": original_order(coef),
+                    "intercept": intercept,
+                    "relative_gap": cert.relative_gap,
+                }
+            )
+        )

@@ -1,5 +1,5 @@
 """The cluster runtime of the dask engines: where tasks run, how they are named, how
-partial results are summed, the certificate, checkpoints and callbacks.
+partial results are summed, the certificate.
 
 Everything here is independent of *which* block an engine updates and of what stays in
 fast memory (those are strategies, :mod:`dask_scd.runtime.strategies`). It keeps the
@@ -20,7 +20,6 @@ import threading
 import uuid
 
 from dask_scd.runtime import passes
-from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
 
 
 @contextlib.contextmanager
@@ -555,51 +554,3 @@ class ClusterRuntime:
     def run_on_rows(self, func, *args) -> list:
         """``func(r, *args)`` on the home of every row chunk; the results in row order."""
         return self.gather([self.submit_row(r, func, r, *args) for r in range(self.n_row_chunks)])
-
-
-class EpochHooks:
-    """What runs after every epoch: the checkpoint and the user's callback.
-
-    ``checkpoint`` (a path) is written atomically every ``every`` epochs and at
-    convergence, with the RNG state and a ``signature`` of the fit that a resume must
-    match; ``callback(info) -> True`` stops the fit.
-    """
-
-    def __init__(self, checkpoint=None, every=1, resume=False, callback=None, signature=None):
-        self.checkpoint, self.every, self.resume = checkpoint, every, resume
-        self.callback, self.signature = callback, signature
-
-    def load(self, rng):
-        """The saved state (coef, intercept, epoch, history) to resume from, or None."""
-        if not (self.resume and self.checkpoint):
-            return None
-        return load_checkpoint(self.checkpoint, self.signature, rng)
-
-    def after_epoch(
-        self, epoch, coef, intercept, cert, history, rng, tol, original_order, engine=None
-    ) -> bool:
-        """Checkpoint if due; call the callback. Returns True to stop. ``engine``: the
-        engine's own state (JSON), saved with the checkpoint for a resume to continue
-        with the same steps."""
-        if self.checkpoint and (epoch % self.every == 0 or cert.relative_gap <= tol):
-            save_checkpoint(
-                self.checkpoint,
-                coef=coef,
-                intercept=intercept,
-                epoch=epoch,
-                rng=rng,
-                history=history,
-                signature=self.signature,
-                engine=engine,
-            )
-        return bool(
-            self.callback is not None
-            and self.callback(
-                {
-                    "epoch": epoch,
-                    "coef": original_order(coef),
-                    "intercept": intercept,
-                    "relative_gap": cert.relative_gap,
-                }
-            )
-        )

@@ -9,8 +9,8 @@ chunks for the whole epoch, and the members swap each block's statistics directl
 (:mod:`dask_scd.runtime.collective`). Every member then calls the very functions the task
 graph calls — :func:`block_ops.apply_then_stats`, :func:`block_ops.block_direction_from`,
 :func:`block_ops.block_trials`, :func:`block_ops.block_choose`, then the coarse step's
-:func:`block_ops.coarse_stats`, :func:`block_ops.coarse_direction`,
-:func:`block_ops.coarse_trials`, :func:`block_ops.coarse_apply` — on the same values in
+:func:`block_coarse.coarse_stats`, :func:`block_coarse.coarse_direction`,
+:func:`block_coarse.coarse_trials`, :func:`block_coarse.coarse_apply` — on the same values in
 the same row-chunk order, so the iteration gives the same bits either way, and the model
 stays independent of the workers.
 
@@ -33,54 +33,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from dask_scd.data.cells import CellRef
+from dask_scd.engines.block import block_coarse
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_ops import INTERCEPT
+from dask_scd.engines.block.block_loop import RowChunks, block_steps
 from dask_scd.runtime import passes
 from dask_scd.runtime.cluster import _picked
 from dask_scd.runtime.collective import Aborted, Member
-
-
-@dataclass(frozen=True)
-class BlockPlan:
-    """What the epoch does with one block: the same decisions for both ways of running it."""
-
-    b: int  # the block (block_ops.INTERCEPT for the intercept)
-    block: slice | None  # its columns in grid order, None for the intercept
-    pure: bool
-    gram: bool  # an impure block small enough for the exact Newton step of its Gram matrix
-    tree: bool  # statistics summed in a tree of tasks (a Gram block, or a wide one)
-    provable: bool  # a final step without a line search
-    trials: bool  # a line search follows the direction
-
-
-def plan_blocks(order, slices, purity, loss: str, gram_max: int, provable, tree) -> list:
-    """What an epoch does with each block of ``order``, in that order (a
-    :class:`BlockPlan` each): ``provable(b, pure)`` says whether block b takes a provable
-    step, ``tree(block)`` whether its statistics are summed in a tree."""
-    plan = []
-    for b in order:
-        pure = b == INTERCEPT or purity[b]
-        block = None if b == INTERCEPT else slices[b]
-        # An impure block small enough takes the exact Newton step of its Gram matrix.
-        gram = not pure and (1 if block is None else block.stop - block.start) <= gram_max
-        sure = provable(b, pure)
-        plan.append(
-            BlockPlan(
-                b,
-                block,
-                pure,
-                gram,
-                gram or tree(block),
-                sure,
-                not (sure or (pure or gram) and loss == "squared"),
-            )
-        )
-    return plan
 
 
 def epoch_member(
@@ -109,7 +71,7 @@ def epoch_member(
     or ``margins`` None: those this worker kept from the iteration ``certify[3]``, and
     ``start`` None: the state that iteration certified, kept with them; ``cells[k][i]``
     row chunk i of group k's cells (one per block), ``labels[k][i]`` its labels;
-    ``coarse``: None (no coarse step) or (fit key, the :class:`block_ops.CoarseSpace`,
+    ``coarse``: None (no coarse step) or (fit key, the :class:`block_coarse.CoarseSpace`,
     row sums per group or None to take them over the non-zero coefficients);
     ``certify``: None, or (fit key, rows of each row chunk per group, offsets, the token
     of the iteration whose margins to read or None, ``slim``: None, or the tolerance
@@ -301,6 +263,85 @@ def _kept_margins(fit_key, groups, token) -> list:
         return out
 
 
+class _MemberRows(RowChunks):
+    """A member's groups of row chunks for :func:`block_loop.block_steps`: each group's
+    on the member's threads (``each``), the partial results of every row chunk exchanged
+    with the other members (in row order); a tree of sums where the task graph has one,
+    summed here (:func:`tree_sum`). ``rows[k][i]``: the margins of row chunk i of group k."""
+
+    def __init__(self, member, each, groups, rows, cells, labels, problem, static):
+        self.member, self.each, self.groups, self.rows = member, each, groups, rows
+        self.cells, self.labels, self.problem, self.static = cells, labels, problem, static
+
+    def column(self, p) -> list:
+        """Block ``p``'s cells, per group and row chunk (None for the intercept)."""
+        return [
+            [None if p.block is None else row_cells[p.b] for row_cells in group]
+            for group in self.cells
+        ]
+
+    def stats(self, p, pending):
+        rows, labels, loss = self.rows, self.labels, self.problem.loss
+        column = self.column(p)
+        last = None if pending is None else self.column(pending[0])
+
+        def stats_of(k):
+            per_row = []
+            for i, y in enumerate(labels[k]):
+                if pending is None:
+                    per_row.append(ops.block_stats(column[k][i], y, rows[k][i], loss, p.gram))
+                else:
+                    rows[k][i], s = ops.apply_then_stats(
+                        rows[k][i], last[k][i], column[k][i], y, pending[1], loss, p.gram
+                    )
+                    per_row.append(s)
+            return per_row
+
+        return self.everyone(self.each(stats_of), column)
+
+    def trials(self, p, direction):
+        rows, column, problem = self.rows, self.column(p), self.problem
+        return self.everyone(
+            self.each(
+                lambda k: [
+                    ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
+                    for i, y in enumerate(self.labels[k])
+                ]
+            )
+        )
+
+    def reduce(self, func, fixed: tuple, partials, tree: bool):
+        return func(*fixed, *(tree_sum(partials) if tree else partials))
+
+    def apply(self, pending):
+        rows, last = self.rows, self.column(pending[0])
+        self.rows = self.each(
+            lambda k: [
+                ops.apply_step(rows[k][i], last[k][i], pending[1]) for i in range(len(rows[k]))
+            ]
+        )
+
+    def everyone(self, mine, column=None):
+        """Every row chunk's value in row order: this member's and the others'. With
+        ``column`` (the cells of a block's statistics ``mine``), the parts the others
+        already hold are not sent again (:class:`_StaticParts`)."""
+        member, groups, static = self.member, self.groups, self.static
+        if static is None or column is None:
+            return _in_row_order(member.exchange(dict(zip(groups, mine))))
+        sent = {
+            g: [static.strip(cell, part) for cell, part in zip(column[k], mine[k])]
+            for k, g in enumerate(groups)
+        }
+        parts = member.exchange(sent)
+        parts = [
+            dict(zip(groups, mine))
+            if i == member.index
+            else {g: [static.restore(part) for part in values] for g, values in got.items()}
+            for i, got in enumerate(parts)
+        ]
+        return _in_row_order(parts)
+
+
 def _iterate(
     member,
     each,
@@ -317,74 +358,19 @@ def _iterate(
     coarse,
     static=None,
 ):
-    rows = [list(_picked(m, pick)) for m in margins]
-    loss = problem.loss
-    thetas, unsure = [], []
-    pending = None  # (column of the cells, step) of the block before
-
-    def everyone(mine, column=None):
-        """Every row chunk's value in row order: this member's and the others'. With
-        ``column`` (the cells of a block's statistics ``mine``), the parts the others
-        already hold are not sent again (:class:`_StaticParts`)."""
-        if static is None or column is None:
-            return _in_row_order(member.exchange(dict(zip(groups, mine))))
-        sent = {
-            g: [static.strip(cell, part) for cell, part in zip(column[k], mine[k])]
-            for k, g in enumerate(groups)
-        }
-        parts = member.exchange(sent)
-        parts = [
-            dict(zip(groups, mine))
-            if i == member.index
-            else {g: [static.restore(part) for part in values] for g, values in got.items()}
-            for i, got in enumerate(parts)
-        ]
-        return _in_row_order(parts)
-
-    for p in plan:
-        column = [
-            [None if p.block is None else row_cells[p.b] for row_cells in group] for group in cells
-        ]
-
-        def stats_of(k, p=p, column=column, pending=pending):
-            per_row = []
-            for i, y in enumerate(labels[k]):
-                if pending is None:
-                    per_row.append(ops.block_stats(column[k][i], y, rows[k][i], loss, p.gram))
-                else:
-                    rows[k][i], s = ops.apply_then_stats(
-                        rows[k][i], pending[0][k][i], column[k][i], y, pending[1], loss, p.gram
-                    )
-                    per_row.append(s)
-            return per_row
-
-        stats = each(stats_of)
-        summed = tree_sum if p.tree else list
-        direction = ops.block_direction_from(
-            problem, n_samples, start, p.block, p.provable, *summed(everyone(stats, column))
-        )
-        step = direction
-        if p.trials:
-            trials = each(
-                lambda k, p=p, column=column, direction=direction: [
-                    ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
-                    for i, y in enumerate(labels[k])
-                ]
-            )
-            step = ops.block_choose(direction, n_samples, slack, *summed(everyone(trials)))
-        pending = (column, step)
-        thetas.append((p.block, step["theta"]))
-        if step.get("unsure", 0):
-            unsure.append(int(p.b))
-    if pending is not None:
-        rows = each(
-            lambda k: [
-                ops.apply_step(rows[k][i], pending[0][k][i], pending[1])
-                for i in range(len(rows[k]))
-            ]
-        )
-    # The state after the epoch, as the engine builds it from the steps.
-    state = ops.state_after(start[0], start[1], thetas)
+    """The epoch (:func:`block_loop.block_steps`) and the coarse step of one member."""
+    rows = _MemberRows(
+        member,
+        each,
+        groups,
+        [list(_picked(m, pick)) for m in margins],
+        cells,
+        labels,
+        problem,
+        static,
+    )
+    state, unsure = block_steps(plan, start, slack, problem, n_samples, rows)
+    rows, everyone, loss = rows.rows, rows.everyone, problem.loss
     coef = state["coef"]
     if coarse is None:
         return state, unsure
@@ -397,19 +383,22 @@ def _iterate(
     sums = [list(group) for group in row_sums]
     stats = each(
         lambda k: [
-            ops.coarse_stats(sums[k][i], y, rows[k][i], loss) for i, y in enumerate(labels[k])
-        ]
-    )
-    direction = ops.coarse_direction(problem, n_samples, space, state, *everyone(stats))
-    if loss == "squared":
-        return ops.coarse_apply(problem, n_samples, space, state, direction), unsure
-    trials = each(
-        lambda k: [
-            ops.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+            block_coarse.coarse_stats(sums[k][i], y, rows[k][i], loss)
             for i, y in enumerate(labels[k])
         ]
     )
-    return ops.coarse_apply(problem, n_samples, space, state, direction, *everyone(trials)), unsure
+    direction = block_coarse.coarse_direction(problem, n_samples, space, state, *everyone(stats))
+    if loss == "squared":
+        return block_coarse.coarse_apply(problem, n_samples, space, state, direction), unsure
+    trials = each(
+        lambda k: [
+            block_coarse.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
+            for i, y in enumerate(labels[k])
+        ]
+    )
+    return block_coarse.coarse_apply(
+        problem, n_samples, space, state, direction, *everyone(trials)
+    ), unsure
 
 
 # The parts of a block's statistics that are the same in every epoch of a fit (functions
@@ -486,7 +475,10 @@ def _active_row_sums(each, fit_key, groups, cells, coef, offsets, with_intercept
         for i, row_cells in enumerate(cells[k]):
             kept = held.get((groups[k], i))
             if kept is None or not np.array_equal(kept[0], support):
-                kept = (support, ops.active_row_sums(row_cells, coef, offsets, with_intercept))
+                kept = (
+                    support,
+                    block_coarse.active_row_sums(row_cells, coef, offsets, with_intercept),
+                )
                 with _active_lock:
                     if _active["fit"] == fit_key:
                         _active["rows"][(groups[k], i)] = kept

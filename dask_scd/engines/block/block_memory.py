@@ -8,7 +8,8 @@ Criteo-like problem reaches 1e-6 in 11–30 epochs. This engine runs those very 
 this process, without Dask: X is cut once into cells (a few row chunks × the blocks, each
 cell a column-major copy of its part of X in block order, a pure one also by rows), and
 every epoch takes the plan, directions, line searches and coarse step of the Dask engine
-(:func:`block_collective.plan_blocks`, :mod:`block_ops`, :mod:`dask_scd.runtime.passes`).
+(:func:`block_loop.plan_blocks`, :func:`block_loop.block_steps`, :mod:`block_ops`,
+:mod:`block_coarse`, :mod:`dask_scd.runtime.passes`).
 On a pure cell the margins are updated in place and a block's statistics come from one
 pass over the row chunk's rows (:func:`~dask_scd.kernels.block.pure_stats`, which also
 applies the last block's step). The row chunks run on this process's threads (the
@@ -23,7 +24,6 @@ step). Columns without a stored value keep θ_j = 0, their optimum.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import numpy as np
@@ -32,14 +32,15 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.cells import CellView, WeightedLabels, inspect_cell
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.block import block_collective
+from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
+from dask_scd.engines.block.block_loop import BlockLoop, Certified, RowChunks, block_steps
 from dask_scd.engines.block.block_ops import INTERCEPT
 from dask_scd.engines.coarse_level import MAX_BLOCKS
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import threads
-from dask_scd.result import History
 from dask_scd.runtime import passes, strategies
+from dask_scd.runtime.checkpoint import EpochHooks
 
 # Columns per block where X has no pure blocks (each block a Gram step: ≤ 1024 columns).
 BLOCK_COLUMNS = 256
@@ -75,9 +76,14 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     if selection not in strategies.BLOCK_ORDERS:
         raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
     engine = _Engine(data, problem, options.rng, selection, options.progress, options.memo)
+    if options.start is not None:
+        engine.warm = (
+            np.array(options.start[0], dtype=np.float64)[engine.columns],
+            float(options.start[1]),
+        )
     try:
         run = engine.run(
-            options.tol, options.max_iter, options.start, engine_options.get("callback")
+            options.tol, options.max_iter, EpochHooks(callback=engine_options.get("callback"))
         )
     finally:
         block_collective.forget_fit(engine.fit_key)
@@ -90,7 +96,7 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
         run["epoch"],
         run["history"],
         {"blocks": len(engine.slices), "row_chunks": len(engine.cells)},
-        stopped_by_callback=run["stopped"],
+        stopped_by_callback=run["stopped_by_callback"],
     )
 
 
@@ -135,7 +141,12 @@ def _on_threads(calls: list, n_threads: int) -> list:
     return threads.run_all(calls)
 
 
-class _Engine:
+class _Engine(BlockLoop):
+    """Block SCD in this process: the loop of :class:`block_loop.BlockLoop`, an epoch
+    over the row chunks on threads."""
+
+    gram_max = GRAM_MAX
+
     # What depends on X alone (kept in Options.memo between the points of a path).
     _LAYOUT = (
         "n",
@@ -163,6 +174,7 @@ class _Engine:
         else:
             self.__dict__.update({name: kept[name] for name in self._LAYOUT})
         self.order = strategies.block_order(selection, self.slices)
+        self.n_columns = len(self.columns)
         self.bounded = problem.loss == "logistic" and not data.weighted
         self.unsure: set = set()
         self.fit_key = f"memory-{uuid.uuid4().hex}"
@@ -171,7 +183,7 @@ class _Engine:
             key = ("row_sums", problem.fit_intercept)
             if key not in kept:
                 kept[key] = self.each(
-                    lambda k: ops.block_row_sums(self.cells[k], problem.fit_intercept)
+                    lambda k: block_coarse.block_row_sums(self.cells[k], problem.fit_intercept)
                 )
             self.row_sums = kept[key]
 
@@ -267,110 +279,29 @@ class _Engine:
         """[fn(k) for every row chunk k], on this process's threads where there are."""
         return _on_threads([lambda k=k: fn(k) for k in range(len(self.cells))], self.threads)
 
-    def run(self, tol, max_iter, start, callback) -> dict:
-        """The loop of :meth:`block_scd._BlockSCD.run`: certify, then epochs (block steps,
-        coarse step, certificate) until the relative gap is at most ``tol``."""
-        problem, history, epoch = self.problem, History(), 0
-        if start is not None:
-            coef = np.array(start[0], dtype=np.float64)[self.columns]
-            intercept = float(start[1])
-        else:
-            coef, intercept = np.zeros(len(self.columns)), 0.0
-            if problem.fit_intercept:
-                stats = passes.sum_partials(*[ops.label_stats(y) for y in self.labels])
-                intercept = ops.intercept_at_zero(
-                    problem.loss,
-                    float(stats["n"][0]),
-                    float(stats["sum"][0]),
-                    float(stats["pos"][0]),
-                )
-        began = time.perf_counter()
-        margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
-        stopped = False
-        while cert.relative_gap > tol and epoch < max_iter:
-            epoch += 1
-            plan = self._plan(self._block_order(cert))
-            state, unsure = self._epoch(margins, plan, (coef, intercept), 1e-13 * abs(cert.primal))
-            state = self._coarse_step(margins, state)
-            self.unsure = set(unsure)
-            margins, (coef, intercept, cert) = self._certify(state)
-            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - began)
-            self.progress.update(epoch, cert.relative_gap, cert.primal)
-            if callback is not None and callback(
-                {
-                    "epoch": epoch,
-                    "coef": self._original(coef),
-                    "intercept": intercept,
-                    "relative_gap": cert.relative_gap,
-                }
-            ):
-                stopped = True
-                break
-        return {
-            "coef": coef,
-            "intercept": intercept,
-            "epoch": epoch,
-            "history": history,
-            "certificate": cert,
-            "stopped": stopped,
-        }
+    def _label_stats(self) -> list:
+        return [ops.label_stats(y) for y in self.labels]
 
-    def _original(self, coef) -> np.ndarray:
+    def _original_order(self, coef) -> np.ndarray:
         out = np.zeros(self.n_features)
         out[self.columns] = coef
         return out
 
-    def _block_order(self, cert) -> list:
-        order = self.order.order(len(self.slices), cert, self.rng)
-        if self.problem.fit_intercept:
-            order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
-        return order
+    def _first(self, state, final) -> Certified:
+        margins, (coef, intercept, cert) = self._certify(state)
+        return Certified(coef, intercept, cert, margins)
 
-    def _plan(self, order) -> list:
-        """The Dask engine's plan: provable steps on pure logistic blocks whose last step
-        was sure; no tree sums (a few row chunks)."""
-        return block_collective.plan_blocks(
-            order,
-            self.slices,
-            self.purity,
-            self.problem.loss,
-            GRAM_MAX,
-            lambda b, pure: self.bounded and pure and b not in self.unsure,
-            lambda block: False,
-        )
+    def _next(self, point, final) -> Certified:
+        """The block steps, the coarse step and the certificate of the new state."""
+        margins = point.carry
+        plan = self._plan(self._block_order(point.certificate))
+        start, slack = (point.coef, point.intercept), 1e-13 * abs(point.certificate.primal)
+        state, unsure = block_steps(plan, start, slack, self.problem, self.n, _Rows(self, margins))
+        state = self._coarse_step(margins, state)
+        self.unsure = set(unsure)
+        return self._first(state, final)
 
-    # -- one epoch: the block steps, then the coarse step ---------------------------
-
-    def _epoch(self, margins, plan, start, slack) -> tuple[dict, list]:
-        """The block steps of ``plan`` from the state ``start`` = (θ, b) whose margins
-        per row chunk are ``margins`` (updated in place): the state after them, and the
-        blocks whose step was unsure. The statistics, directions, line searches and
-        steps of :func:`block_collective._iterate`; a pure block of a sparse X reads its
-        cells with the fused kernels (:func:`pure_apply`, :func:`pure_stats`)."""
-        problem, n = self.problem, self.n
-        thetas, unsure, pending = [], [], None
-        for p in plan:
-
-            def stats_of(k, p=p, pending=pending):
-                return self._stats(k, p, margins, pending)
-
-            stats = self.each(stats_of)
-            direction = ops.block_direction_from(problem, n, start, p.block, p.provable, *stats)
-            step = direction
-            if p.trials:
-                trials = self.each(
-                    lambda k, p=p, direction=direction: ops.block_trials(
-                        self._cell(k, p.b), self.labels[k], margins[k], direction, problem, p.pure
-                    )
-                )
-                step = ops.block_choose(direction, n, slack, *trials)
-            pending = (p, step)
-            thetas.append((p.block, step["theta"]))
-            if step.get("unsure", 0):
-                unsure.append(int(p.b))
-        if pending is not None:
-            self.each(lambda k: self._apply(k, margins, pending))
-        return ops.state_after(start[0], start[1], thetas), unsure
+    # -- one epoch: the block steps (on _Rows), then the coarse step ------------------
 
     def _cell(self, k, b):
         return None if b == INTERCEPT else self.cells[k][b]
@@ -453,14 +384,18 @@ class _Engine:
                     problem.fit_intercept,
                 )
             ]
-        stats = self.each(lambda k: ops.coarse_stats(row_sums[k], self.labels[k], margins[k], loss))
-        direction = ops.coarse_direction(problem, n, offsets, state, *stats)
-        if loss == "squared":
-            return ops.coarse_apply(problem, n, offsets, state, direction)
-        trials = self.each(
-            lambda k: ops.coarse_trials(row_sums[k], self.labels[k], margins[k], direction, loss)
+        stats = self.each(
+            lambda k: block_coarse.coarse_stats(row_sums[k], self.labels[k], margins[k], loss)
         )
-        return ops.coarse_apply(problem, n, offsets, state, direction, *trials)
+        direction = block_coarse.coarse_direction(problem, n, offsets, state, *stats)
+        if loss == "squared":
+            return block_coarse.coarse_apply(problem, n, offsets, state, direction)
+        trials = self.each(
+            lambda k: block_coarse.coarse_trials(
+                row_sums[k], self.labels[k], margins[k], direction, loss
+            )
+        )
+        return block_coarse.coarse_apply(problem, n, offsets, state, direction, *trials)
 
     def _certify(self, state) -> tuple:
         """Fresh margins from ``state`` and the certificate on them: (margins per row
@@ -515,3 +450,29 @@ class _Engine:
             xt_pos.append(x_pos)
             xt_neg.append(x_neg)
         return margins, passes.certificate_sums(problem, y, v, margins, pos, neg, xt_pos, xt_neg)
+
+
+class _Rows(RowChunks):
+    """The row chunks of :class:`_Engine` for :func:`block_loop.block_steps`: on this
+    process's threads, a pure block of a sparse X read with the fused kernels
+    (:func:`pure_apply`, :func:`pure_stats`); ``margins`` per row chunk, updated in
+    place."""
+
+    def __init__(self, engine: _Engine, margins: list):
+        self.engine, self.margins = engine, margins
+
+    def stats(self, p, pending):
+        engine, margins = self.engine, self.margins
+        return engine.each(lambda k: engine._stats(k, p, margins, pending))
+
+    def trials(self, p, direction):
+        engine, margins, problem = self.engine, self.margins, self.engine.problem
+        return engine.each(
+            lambda k: ops.block_trials(
+                engine._cell(k, p.b), engine.labels[k], margins[k], direction, problem, p.pure
+            )
+        )
+
+    def apply(self, pending):
+        engine, margins = self.engine, self.margins
+        engine.each(lambda k: engine._apply(k, margins, pending))

@@ -27,8 +27,6 @@ recomputed, and a checkpointed fit resumes to the same model.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
@@ -37,15 +35,13 @@ from dask_scd import objectives as obj
 from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block import wide_newton
-from dask_scd.engines.block.block_scd import SELECTIONS, _BlockSCD, grid_order_start
+from dask_scd.engines.block import block_coarse, wide_newton
+from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
+from dask_scd.engines.block.block_loop import Certified
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
-from dask_scd.result import History
-from dask_scd.runtime import passes
-from dask_scd.runtime.checkpoint import load_checkpoint, save_checkpoint
+from dask_scd.runtime import passes, strategies
 from dask_scd.runtime.cluster import fit_client
 
 # Block Newton forms the p × p curvature per row chunk: n·p² flops for dense cells, about
@@ -359,85 +355,53 @@ def _third(triple):
     return triple[2]
 
 
-class _BlockNewton(_BlockSCD):
+class _BlockNewton(ClusterBlocks):
     """The block engine's runtime (cells, labels, homes, keyed submits, fixed-order sums)
     driving Newton iterations: two reads of the grid and one wait each."""
 
-    def run(self, tol, max_iter, checkpoint, checkpoint_every, resume, callback) -> dict:
-        state = {"coef": np.zeros(self.source.n_features), "intercept": 0.0}
-        history, iteration = History(), 0
-        saved = (
-            load_checkpoint(checkpoint, self.signature(), self.rng)
-            if (resume and checkpoint)
-            else None
-        )
-        if saved is not None:
-            state = {"coef": saved["coef"], "intercept": saved["intercept"]}
-            iteration, history = saved["epoch"], saved["history"]
-        elif self.warm is not None:
-            state = {"coef": self.warm[0], "intercept": self.warm[1]}
-        elif self.problem.fit_intercept:
-            state["intercept"] = self._initial_intercept()
-        start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
+    records_start = True  # iteration k certifies the k-th state (0: the start)
+
+    def _first(self, state, final) -> Certified:
         self.passes, self.steps = 0, []
-        stopped = False
-        while True:
-            self._assign_homes()  # a worker may have been lost or added
-            cert, chosen = self._iteration(state, final=iteration >= max_iter)
-            history.append(iteration, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            self.progress.update(iteration, cert.relative_gap, cert.primal)
-            stop = cert.relative_gap <= tol or chosen is None or chosen["step"] == 0.0
-            if checkpoint and (iteration % checkpoint_every == 0 or stop):
-                save_checkpoint(
-                    checkpoint,
-                    coef=state["coef"],
-                    intercept=state["intercept"],
-                    epoch=iteration,
-                    rng=self.rng,
-                    history=history,
-                    signature=self.signature(),
-                )
-            if callback is not None and callback(
-                {
-                    "epoch": iteration,
-                    "coef": self._original_order(state["coef"]),
-                    "intercept": state["intercept"],
-                    "relative_gap": cert.relative_gap,
-                }
-            ):
-                stop = stopped = True
-            if stop:
-                break
-            state = {"coef": chosen["coef"], "intercept": float(chosen["intercept"])}
-            self.steps.append(chosen["step"])
-            iteration += 1
-        return {
-            "coef": state["coef"],
-            "intercept": state["intercept"],
-            "epoch": iteration,
-            "history": history,
-            "certificate": cert,
-            "stopped_by_callback": stopped,
-        }
+        return self._certified(state, final)
+
+    def _next(self, point, final) -> Certified:
+        chosen = point.carry
+        self.steps.append(chosen["step"])
+        return self._certified(
+            {"coef": chosen["coef"], "intercept": float(chosen["intercept"])}, final
+        )
+
+    def _done(self, point, tol) -> bool:
+        chosen = point.carry
+        return point.certificate.relative_gap <= tol or chosen is None or chosen["step"] == 0.0
+
+    def _certified(self, state, final) -> Certified:
+        """The certificate of ``state`` and the next state (None where ``final``)."""
+        self.runtime.assign_homes()  # a worker may have been lost or added
+        cert, chosen = self._iteration(state, final)
+        return Certified(state["coef"], state["intercept"], cert, chosen)
 
     def _iteration(self, state: dict, final: bool):
         """The certificate of ``state`` (with the dual value of the model solved at it) and,
         unless ``final``, the next state; one wait."""
         if self.wide:
             return self._wide_iteration(state, final)
-        submit, problem, n = self._submit, self.problem, self.source.n_samples
+        submit, problem, n = self.runtime.submit, self.problem, self.source.n_samples
         R = self.source.n_row_chunks
         rows = [
-            self._submit_row(
+            self.runtime.submit_row(
                 r, newton_row, self.cells[r], self.labels[r], state, self.offsets, problem
             )
             for r in range(R)
         ]
-        stats = [self._submit_row(r, _first, rows[r]) for r in range(R)]
-        margins = [self._submit_row(r, _second, rows[r]) for r in range(R)]
-        total = submit(passes.sum_partials, *self._tree_sum(stats))
+        stats = [self.runtime.submit_row(r, _first, rows[r]) for r in range(R)]
+        margins = [self.runtime.submit_row(r, _second, rows[r]) for r in range(R)]
+        total = submit(passes.sum_partials, *self.runtime.tree_sum(stats))
         duals = [
-            self._submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
+            self.runtime.submit_row(
+                r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n
+            )
             for r in range(R)
         ]
         cert = submit(passes.certificate, problem, n, state, total, *duals)
@@ -448,7 +412,7 @@ class _BlockNewton(_BlockSCD):
         trials = []
         if problem.loss != "squared":
             trials = [
-                self._submit_row(
+                self.runtime.submit_row(
                     r,
                     newton_trials,
                     self.cells[r],
@@ -474,7 +438,7 @@ class _BlockNewton(_BlockSCD):
         ``final`` or certified, the Newton step by conjugate gradients on curvature
         products (one read and one wait each) and its line search (one read)."""
         runtime, problem, n = self.runtime, self.problem, self.source.n_samples
-        R, submit_row = self.source.n_row_chunks, self._submit_row
+        R, submit_row = self.source.n_row_chunks, self.runtime.submit_row
         rows = [
             submit_row(
                 r,
@@ -491,12 +455,12 @@ class _BlockNewton(_BlockSCD):
         stats = [submit_row(r, _first, rows[r]) for r in range(R)]
         margins = [submit_row(r, _second, rows[r]) for r in range(R)]
         curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
-        total = self._submit(passes.sum_partials, *self._tree_sum(stats))
+        total = self.runtime.submit(passes.sum_partials, *self.runtime.tree_sum(stats))
         duals = [
             submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
             for r in range(R)
         ]
-        cert = self._submit(passes.certificate, problem, n, state, total, *duals)
+        cert = self.runtime.submit(passes.certificate, problem, n, state, total, *duals)
         self.passes += 1
         cert, total = self.client.gather([cert, total])
         cert = cert["certificate"]
@@ -538,7 +502,7 @@ class _BlockNewton(_BlockSCD):
                 for r in range(R)
             ]
             self.passes += 1
-        chosen = self._submit(
+        chosen = self.runtime.submit(
             newton_choose, problem, n, 1e-13 * abs(cert.primal), direction, *trials
         ).result()
         return cert, chosen
@@ -567,8 +531,8 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
             "solver='block_scd' for an L1 or elastic-net penalty"
         )
     selection = engine_options.pop("selection", "shuffle")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    if selection not in strategies.BLOCK_ORDERS:
+        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
     with fit_client(engine_options.pop("client", None)) as c:
         engine = _BlockNewton(
             c, source, problem, options.rng, selection, options.progress, coarse=False
@@ -577,17 +541,10 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
         engine.warm = grid_order_start(source, options.start)
         if wide:  # the block-sum directions of the preconditioner's coarse level
             engine.row_sums = [
-                engine.runtime.submit_row(r, ops.block_row_sums, engine.cells[r], False)
+                engine.runtime.submit_row(r, block_coarse.block_row_sums, engine.cells[r], False)
                 for r in range(source.n_row_chunks)
             ]
-        run = engine.run(
-            options.tol,
-            options.max_iter,
-            engine_options.get("checkpoint"),
-            engine_options.get("checkpoint_every", 1),
-            engine_options.get("resume", False),
-            engine_options.get("callback"),
-        )
+        run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
     return Run(

@@ -26,7 +26,6 @@ mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpo
 from __future__ import annotations
 
 import contextlib
-import operator
 import threading
 import time
 import uuid
@@ -37,16 +36,12 @@ from dask_scd import objectives as obj
 from dask_scd.data.cells import hold_cells
 from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.block import block_collective
+from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_collective import plan_blocks
-from dask_scd.engines.block.block_ops import INTERCEPT
-from dask_scd.result import History
-from dask_scd.runtime import collective, passes, strategies
-from dask_scd.runtime.cluster import ClusterRuntime, EpochHooks, fit_client
-
-SELECTIONS = strategies.BLOCK_ORDERS
-
+from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
+from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps
+from dask_scd.runtime import collective, strategies
+from dask_scd.runtime.cluster import ClusterRuntime, fit_client
 
 # ------------------------------------------------------------------------- the engine
 
@@ -61,7 +56,8 @@ _COLLECTIVE_TURN = threading.RLock()
 
 
 def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run:
-    """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`).
+    """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`);
+    in-memory X runs :func:`block_memory.fit_block_memory` (the registry's route).
 
     Engine options (``options.engine``)
     -----------------------------------
@@ -87,16 +83,10 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     memory_budget : int, bytes
         Default: a quarter of the grid.
     """
-    from dask_scd.data.memory import InMemory
-
-    if isinstance(source, InMemory):
-        from dask_scd.engines.block.block_memory import fit_block_memory
-
-        return fit_block_memory(source, problem, options)
     engine_options = dict(options.engine)
     selection = engine_options.pop("selection", "shuffle")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
+    if selection not in strategies.BLOCK_ORDERS:
+        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
     client = engine_options.pop("client", None)
     residency = engine_options.pop("residency", None)
     budget = engine_options.pop("memory_budget", None)
@@ -117,19 +107,11 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
             memory_budget=budget,
         )
         engine.warm = grid_order_start(source, options.start)
-        hooks = EpochHooks(
-            engine_options.get("checkpoint"),
-            engine_options.get("checkpoint_every", 1),
-            engine_options.get("resume", False),
-            engine_options.get("callback"),
-            engine.signature(),
-        )
         try:
-            run = engine.run(options.tol, options.max_iter, hooks)
+            run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))
         finally:
             engine.release()
-    coef = np.empty(source.n_features)
-    coef[source.feature_order] = run["coef"]
+    coef = engine._original_order(run["coef"])
     extras = dict(engine.moved) if residency is not None else {}
     if engine.member_seconds:  # where a collective iteration's time went (member 0)
         extras["member_seconds"] = [
@@ -147,26 +129,6 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
         extras,
         stopped_by_callback=run["stopped_by_callback"],
     )
-
-
-def _live_columns(reports, slices) -> np.ndarray | None:
-    """Which columns (grid order) hold a value in some cell, from the cells' inspection
-    reports; None where all do (or a report does not say)."""
-    live = np.zeros(slices[-1].stop if slices else 0, dtype=bool)
-    for row in reports:
-        for report, block in zip(row, slices):
-            if report.get("columns") is None:
-                return None
-            width = block.stop - block.start
-            live[block] |= np.unpackbits(report["columns"], count=width).astype(bool)
-    return None if live.all() else live
-
-
-def grid_order_start(source: Source, start):
-    """A warm start (θ in the original feature order, b) in the grid's column order."""
-    if start is None:
-        return None
-    return np.array(start[0], dtype=np.float64)[source.feature_order], float(start[1])
 
 
 class _Kept:
@@ -201,15 +163,13 @@ def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
     )
 
 
-class _BlockSCD:
-    """The solver loop: select → reduce → update → certify, one epoch at a time.
+class _BlockSCD(ClusterBlocks):
+    """Block SCD on the cluster: the loop of :class:`block_loop.BlockLoop`, an epoch as a
+    task graph (:class:`_Graph`) or collectively (:mod:`block_collective`).
 
-    The cluster plumbing (homes, keyed submits, ordered sums, the certificate) is the
-    :class:`~dask_scd.runtime.cluster.ClusterRuntime`; the block order within an epoch is
-    a :class:`~dask_scd.runtime.strategies.BlockOrder`.
+    The cells, labels and homes are :class:`block_cluster.ClusterBlocks`'; the block
+    order within an epoch is a :class:`~dask_scd.runtime.strategies.BlockOrder`.
     """
-
-    warm = None  # a warm start (θ in grid order, b), or None for a cold one
 
     def __init__(
         self,
@@ -224,30 +184,8 @@ class _BlockSCD:
         residency=None,
         memory_budget=None,
     ):
-        self.client = client
-        self.coarse = coarse
+        super().__init__(client, source, problem, rng, selection, progress, coarse)
         self.gram_max = gram_max
-        self.source = source
-        self.problem = problem
-        self.rng = rng
-        self.selection = selection
-        self.progress = progress
-        self.slices = source.slices
-        self.order = strategies.block_order(selection, self.slices)
-        self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
-        # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
-        self.runtime = ClusterRuntime(
-            client, source.n_row_chunks, pin=source.on_disk, row_counts=np.diff(source.row_bounds)
-        )
-        self.cells, self.labels = source.connect(client)
-        if source.weighted and source.on_disk:
-            # A grid's weights are arrays in the client: made into one task per row chunk
-            # on its home (a lost copy is recomputed), not sent with every task.
-            self.labels = [
-                self.runtime.submit_row(r, ops.held, labels) for r, labels in enumerate(self.labels)
-            ]
-        self.rows = np.diff(source.row_bounds).astype(int)
-        self._preflight()
         self.residency = None
         if residency is not None:
             self.residency = strategies.residency(residency, self.block_bytes)
@@ -274,160 +212,38 @@ class _BlockSCD:
         self.member_seconds = []
         self.fallbacks = []  # why collective iterations gave way to the task graph
 
-    # -- set-up ---------------------------------------------------------------------
+    # -- the epoch (the loop is BlockLoop.run) -------------------------------------
 
-    def _preflight(self):
-        """One pass over every cell: finite values, purity, and the coarse space's S_r."""
-        submit_row = self.runtime.submit_row
-        # One task per row chunk: a cell is read once for its check and its row sums.
-        fused = [
-            submit_row(
-                r,
-                ops.inspect_row_chunk,
-                self.cells[r],
-                f"row chunk {r}",
-                self.coarse,
-                self.problem.fit_intercept,
-            )
-            for r in range(self.source.n_row_chunks)
-        ]
-        reports = self.runtime.gather(
-            [submit_row(r, operator.getitem, fused[r], 0) for r in range(self.source.n_row_chunks)]
+    def _first(self, state, final) -> Certified:
+        margins, (coef, intercept, cert) = self._certify(state)
+        return Certified(coef, intercept, cert, [margins])
+
+    def _next(self, point, final) -> Certified:
+        # Iterations that do not end the fit return a certificate without what only a
+        # final one needs (see block_collective._slimmed).
+        tol = self.tol
+        self._slim = None if final else (-tol if self._needs_gaps() else tol)
+        self.runtime.assign_homes()  # a worker may have been lost or added
+        order = self._block_order(point.certificate)
+        # Handed over, not kept here: the epoch's first stage reads these margins, and a
+        # reference held through the epoch kept them (~2 MB a row chunk) on the workers
+        # beside the ones the epoch makes.
+        box, point.carry = point.carry, None
+        margins, (coef, intercept, cert) = self._iteration(
+            box, order, point.coef, point.intercept, point.certificate.primal
         )
-        n_blocks = len(self.slices)
-        self.source.purity = [
-            max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
-            for b in range(n_blocks)
-        ]
-        self.block_bytes = np.array(
-            [
-                sum(reports[r][b].get("nbytes", 0) for r in range(len(reports)))
-                for b in range(n_blocks)
-            ]
-        )
-        self.coarse_space = ops.CoarseSpace(self.offsets, _live_columns(reports, self.slices))
-        if self.coarse:
-            self.row_sums = [
-                submit_row(r, operator.getitem, fused[r], 1)
-                for r in range(self.source.n_row_chunks)
-            ]
-
-    # The runtime under the names the engines built on this class call it by.
-    def _submit(self, func, *args, **kwargs):
-        return self.runtime.submit(func, *args, **kwargs)
-
-    def _submit_row(self, r, func, *args):
-        return self.runtime.submit_row(r, func, *args)
-
-    def _tree_sum(self, partials, split_every=4):
-        return self.runtime.tree_sum(partials, split_every)
-
-    def _assign_homes(self):
-        self.runtime.assign_homes()
-
-    def signature(self) -> dict:
-        p = self.problem
-        return {
-            "loss": p.loss,
-            "alpha": p.alpha,
-            "l1_ratio": p.l1_ratio,
-            "fit_intercept": p.fit_intercept,
-            "shape": [self.source.n_samples, self.source.n_features],
-            "blocks": [int(len(b)) for b in self.source.blocks],
-            "row_bounds": [int(v) for v in self.source.row_bounds],
-            "selection": self.selection,
-        }
-
-    # -- the loop -------------------------------------------------------------------
-
-    def run(self, tol, max_iter, hooks: EpochHooks) -> dict:
-        coef = np.zeros(self.source.n_features)
-        intercept = 0.0
-        history = History()
-        epoch = 0
-        saved = hooks.load(self.rng)
-        if saved is not None:
-            coef, intercept, epoch, history = (
-                saved["coef"],
-                saved["intercept"],
-                saved["epoch"],
-                saved["history"],
-            )
-            self.unsure = set(saved.get("engine", {}).get("unsure", []))
-        elif self.warm is not None:
-            coef, intercept = self.warm
-        elif self.problem.fit_intercept:
-            intercept = self._initial_intercept()
-        start = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
-        margins, (coef, intercept, cert) = self._certify({"coef": coef, "intercept": intercept})
-        stopped = False
-        while cert.relative_gap > tol and epoch < max_iter:
-            epoch += 1
-            # Iterations that do not end the fit return a certificate without what only a
-            # final one needs (see block_collective._slimmed).
-            self._slim = None if epoch == max_iter else (-tol if self._needs_gaps() else tol)
-            self.runtime.assign_homes()  # a worker may have been lost or added
-            order = self._block_order(cert)
-            # Handed over, not kept here: the epoch's first stage reads these margins,
-            # and a reference held through the epoch kept them (~2 MB a row chunk) on
-            # the workers beside the ones the epoch makes.
-            box, margins = [margins], None
-            margins, (coef, intercept, cert) = self._iteration(
-                box, order, coef, intercept, cert.primal
-            )
-            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            self.progress.update(epoch, cert.relative_gap, cert.primal)
-            if hooks.after_epoch(
-                epoch,
-                coef,
-                intercept,
-                cert,
-                history,
-                self.rng,
-                tol,
-                self._original_order,
-                {"unsure": sorted(self.unsure)},
-            ):
-                stopped = True
-                break
-        return {
-            "coef": coef,
-            "intercept": intercept,
-            "epoch": epoch,
-            "history": history,
-            "certificate": cert,
-            "stopped_by_callback": stopped,
-        }
+        return Certified(coef, intercept, cert, [margins])
 
     def _needs_gaps(self) -> bool:
         """Whether the block order or the residency reads every certificate's coordinate
         gaps."""
         return self.residency is not None or self.order.uses_gaps
 
-    def _original_order(self, coef) -> np.ndarray:
-        out = np.empty_like(coef)
-        out[self.source.feature_order] = coef
-        return out
-
-    def _initial_intercept(self) -> float:
-        """The best intercept for θ = 0: a cheap exact start from per-row-chunk label counts."""
-        stats = [
-            self.runtime.submit_row(r, ops.label_stats, self.labels[r])
-            for r in range(self.source.n_row_chunks)
-        ]
-        total = passes.sum_partials(*self.runtime.gather(stats))
-        return ops.intercept_at_zero(
-            self.problem.loss, float(total["n"][0]), float(total["sum"][0]), float(total["pos"][0])
-        )
-
-    def _block_order(self, cert) -> list:
-        order = self.order.order(len(self.slices), cert, self.rng)
-        if self.residency is not None:
-            chosen = self._make_resident(cert)
-            order = [b for b in order if b in chosen]
-        if self.problem.fit_intercept:
-            order.insert(int(self.rng.integers(len(order) + 1)), INTERCEPT)
-        return order
+    def _chosen(self, order, cert) -> list:
+        if self.residency is None:
+            return order
+        chosen = self._make_resident(cert)
+        return [b for b in order if b in chosen]
 
     def _make_resident(self, cert) -> set:
         """The residency's choice of blocks from the block gaps, pinned on every row
@@ -456,18 +272,6 @@ class _BlockSCD:
             with contextlib.suppress(Exception):
                 self.client.run(block_collective.forget_fit, self.runtime._fit_token)
 
-    def _plan(self, order) -> list:
-        """What the epoch does with each block of ``order``, in that order."""
-        return plan_blocks(
-            order,
-            self.slices,
-            self.source.purity,
-            self.problem.loss,
-            self.gram_max,
-            self._provable,
-            self._tree,
-        )
-
     def _iteration(self, box, order, coef, intercept, primal):
         """One epoch over the blocks of ``order``, the coarse step and the certificate:
         collectively where it can (:mod:`dask_scd.engines.block.block_collective`), else as a
@@ -484,16 +288,7 @@ class _BlockSCD:
                 return done
         if isinstance(box[0], _Kept):  # the same bits as the members' certificate's
             box[0], _ = self._certify({"coef": coef, "intercept": intercept})
-        results, margins = self._graph_epoch(box, plan, coef, intercept, slack)
-        self.unsure = {int(b) for b, step in results.items() if step.get("unsure", 0)}
-        state = ops.state_after(
-            coef,
-            intercept,
-            [
-                (None if b == INTERCEPT else self.slices[b], step["theta"])
-                for b, step in results.items()
-            ],
-        )
+        state, margins = self._graph_epoch(box, plan, coef, intercept, slack)
         if self.coarse:  # see dask_scd.engines.coarse
             state = self._coarse_step(margins, state)
         del margins  # the certificate makes them afresh: not kept beside its own
@@ -658,82 +453,18 @@ class _BlockSCD:
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
     def _graph_epoch(self, box, plan, coef, intercept, slack):
-        """Submit one pass over the blocks as a single graph; wait only for its end.
-
-        ``box`` holds the margins (:class:`~dask_scd.runtime.cluster.Rows`), taken out
-        here so that only the stages reading them keep them. Every stage runs as one
-        task per group of row chunks (:meth:`ClusterRuntime.map_rows`), every reduction
-        sums the row chunks' parts in order (:meth:`ClusterRuntime.reduce`).
-        """
-        runtime, labels = self.runtime, self.labels
-        problem, n, R = self.problem, self.source.n_samples, self.source.n_row_chunks
-        margins = box.pop()  # rebound stage by stage: each stage's are released once read
-        steps = {}
-        # The step of the previous block is applied by the task that computes the next
-        # block's statistics (one stage fewer per block).
-        pending = None
+        """Submit one pass over the blocks as a single graph (:class:`_Graph`); wait only
+        for its end. ``box`` holds the margins, taken out here so that only the stages
+        reading them keep them. Returns (the state after it, its margins)."""
+        rows = _Graph(self, box.pop())
         # θ at the start of the epoch, sent to each worker once (a task, not scattered
         # data: a copy lost with a worker is recomputed); a block's task reads its slice.
-        start = runtime.submit(ops.held, (coef, intercept), name="epoch_start")
-        for p in plan:
-            cells = [None if p.block is None else self.cells[r][p.b] for r in range(R)]
-            wide = self._tree(p.block)
-            if pending is None:
-                stats = runtime.map_rows(
-                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
-                )
-            elif wide:
-                # Not fused: a fused task's statistics live as long as its margins (one
-                # result), i.e. through the line search; a wide block's are large.
-                margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
-                stats = runtime.map_rows(
-                    ops.block_stats, (cells, labels, margins), problem.loss, p.gram
-                )
-            else:
-                fused = runtime.map_rows(
-                    ops.apply_then_stats,
-                    (margins, pending[0], cells, labels),
-                    pending[1],
-                    problem.loss,
-                    p.gram,
-                )
-                margins, stats = fused.item(0), fused.item(1)
-            fixed = (problem, n, start, p.block, p.provable)
-            # The direction and the step are summed inside the tasks that read them
-            # (inline reductions); a Gram block's matrices and a wide block's statistics
-            # over many row chunks take a tree of tasks.
-            if p.tree:
-                step = direction = runtime.submit(
-                    ops.block_direction_from, *fixed, *runtime.tree_sum(stats)
-                )
-            else:
-                step = direction = runtime.inline_reduce(ops.block_direction_from, fixed, stats)
-            if p.trials:
-                trials = runtime.map_rows(
-                    ops.block_trials, (cells, labels, margins), direction, problem, p.pure
-                )
-                if p.tree:
-                    step = runtime.submit(
-                        ops.block_choose, direction, n, slack, *runtime.tree_sum(trials)
-                    )
-                else:
-                    step = runtime.inline_reduce(ops.block_choose, (direction, n, slack), trials)
-            pending = (cells, step)
-            steps[p.b] = runtime.evaluate(step)
-        if pending is not None:
-            margins = runtime.map_rows(ops.apply_step, (margins, pending[0]), pending[1])
-        return runtime.gather(steps), margins
-
-    def _provable(self, b, pure: bool) -> bool:
-        """Whether block ``b`` takes a provable step (no line search) this epoch: a pure
-        block under the unweighted logistic loss whose last step was sure, i.e. took
-        every coordinate's full Newton step (:func:`block_ops.provable_steps`). A block
-        whose step was cut, or whose trials had to try a coordinate, runs the trials
-        until a step of it is sure again: the line search is kept where it can take more
-        than the bound proves, and skipped (one stage fewer per block) where the bound
-        already proves the full step. The choice depends on the iterates alone, never
-        on the workers."""
-        return self.bounded and pure and b not in self.unsure
+        start = self.runtime.submit(ops.held, (coef, intercept), name="epoch_start")
+        state, unsure = block_steps(
+            plan, (coef, intercept), slack, self.problem, self.source.n_samples, rows, start
+        )
+        self.unsure = set(unsure)
+        return state, rows.margins
 
     # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
     # each at up to min(width, rows) columns per row chunk) would weigh more than this in
@@ -769,17 +500,19 @@ class _BlockSCD:
         row_sums = self.row_sums
         if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
             row_sums = self._active_row_sums(state["coef"])
-        stats = runtime.map_rows(ops.coarse_stats, (row_sums, self.labels, margins), problem.loss)
+        stats = runtime.map_rows(
+            block_coarse.coarse_stats, (row_sums, self.labels, margins), problem.loss
+        )
         direction = runtime.reduce(
-            ops.coarse_direction, (problem, n, self.coarse_space, state), stats
+            block_coarse.coarse_direction, (problem, n, self.coarse_space, state), stats
         )
         fixed = (problem, n, self.coarse_space, state, direction)
         if problem.loss == "squared":
-            return runtime.submit(ops.coarse_apply, *fixed)
+            return runtime.submit(block_coarse.coarse_apply, *fixed)
         trials = runtime.map_rows(
-            ops.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
+            block_coarse.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
         )
-        return runtime.reduce(ops.coarse_apply, fixed, trials)
+        return runtime.reduce(block_coarse.coarse_apply, fixed, trials)
 
     _support = _active = None  # the support S was last read for, and that S (Rows)
 
@@ -789,20 +522,76 @@ class _BlockSCD:
         support = np.asarray(coef) != 0.0
         if self._support is None or not np.array_equal(support, self._support):
             self._active = self.runtime.map_rows(
-                ops.active_row_sums, (self.cells,), coef, self.offsets, self.problem.fit_intercept
+                block_coarse.active_row_sums,
+                (self.cells,),
+                coef,
+                self.offsets,
+                self.problem.fit_intercept,
             )
             self._support = support
         return self._active
 
-    def _certify(self, state):
-        """Fresh margins from the state (θ, b) and the certificate on them (see
-        :meth:`ClusterRuntime.certify`)."""
-        return self.runtime.certify(
-            self.problem,
-            self.source.n_samples,
-            self.cells,
-            self.labels,
-            self.rows,
-            self.offsets,
-            state,
+
+class _Graph(RowChunks):
+    """The row chunks of :class:`_BlockSCD` for :func:`block_loop.block_steps`, as a task
+    graph: every stage one task per group of row chunks (:meth:`ClusterRuntime.map_rows`),
+    every reduction summing the row chunks' parts in order inside the task that reads
+    them (:meth:`ClusterRuntime.inline_reduce`), or in a tree of tasks for a Gram block's
+    matrices and a wide block's statistics over many row chunks. Nothing waits but the
+    gather of the steps. ``margins`` (:class:`~dask_scd.runtime.cluster.Rows`) are
+    rebound stage by stage: each stage's are released once read."""
+
+    def __init__(self, engine: _BlockSCD, margins):
+        self.engine, self.runtime, self.margins = engine, engine.runtime, margins
+
+    def column(self, p) -> list:
+        """Block ``p``'s cells per row chunk (None for the intercept)."""
+        cells = self.engine.cells
+        return [
+            None if p.block is None else cells[r][p.b]
+            for r in range(self.engine.source.n_row_chunks)
+        ]
+
+    def stats(self, p, pending):
+        runtime, engine, cells = self.runtime, self.engine, self.column(p)
+        loss, labels = engine.problem.loss, engine.labels
+        if pending is None:
+            return runtime.map_rows(ops.block_stats, (cells, labels, self.margins), loss, p.gram)
+        # The step of the previous block is applied by the task that computes the next
+        # block's statistics (one stage fewer per block) ...
+        last, step = self.column(pending[0]), pending[1]
+        if engine._tree(p.block):
+            # ... but not a wide block's: a fused task's statistics live as long as its
+            # margins (one result), i.e. through the line search.
+            self.margins = runtime.map_rows(ops.apply_step, (self.margins, last), step)
+            return runtime.map_rows(ops.block_stats, (cells, labels, self.margins), loss, p.gram)
+        fused = runtime.map_rows(
+            ops.apply_then_stats, (self.margins, last, cells, labels), step, loss, p.gram
         )
+        self.margins = fused.item(0)
+        return fused.item(1)
+
+    def trials(self, p, direction):
+        engine = self.engine
+        return self.runtime.map_rows(
+            ops.block_trials,
+            (self.column(p), engine.labels, self.margins),
+            direction,
+            engine.problem,
+            p.pure,
+        )
+
+    def reduce(self, func, fixed: tuple, partials, tree: bool):
+        if tree:
+            return self.runtime.submit(func, *fixed, *self.runtime.tree_sum(partials))
+        return self.runtime.inline_reduce(func, fixed, partials)
+
+    def kept(self, step):
+        return self.runtime.evaluate(step)
+
+    def resolved(self, steps: list) -> list:
+        return self.runtime.gather(steps)
+
+    def apply(self, pending):
+        last = self.column(pending[0])
+        self.margins = self.runtime.map_rows(ops.apply_step, (self.margins, last), pending[1])

@@ -50,7 +50,7 @@ def wide_row(cells: list, y, row_sums, state: dict, offsets, problem: obj.Proble
     gradient and certificate statistics (:func:`dask_scd.runtime.passes.certificate_stats`'s
     keys), the curvature's h_x = Xᵀℓ'', h₀ = Σℓ'', diagonal (X∘X)ᵀℓ'' and its coarse
     part SᵀDS on the block-sum directions S = [X_B 1] (``row_sums``, see
-    :func:`dask_scd.engines.block.block_ops.block_row_sums`).
+    :func:`dask_scd.engines.block.block_coarse.block_row_sums`).
 
     Returns (statistics, margins, curvature ℓ''(ŷ)).
     """
