@@ -1133,14 +1133,14 @@ def test_a_pure_grid_cell_is_cached_by_rows_only(tmp_path, monkeypatch):
     cells_read = grid.n_row_chunks * grid.n_blocks
     assert cache.counts["reads"] == cells_read  # each cell once, over both passes
     # The coarse step's row sums read a pure cell by rows too: the same bits, no read.
-    from dask_scd.engines.block import block_ops
+    from dask_scd.engines.block import block_coarse
 
     for b in range(grid.n_blocks):
         ref = CellRef(grid.path, grid.grid_id, 1, b, grid.store_version)
         live = (np.arange(len(fields[b])) % 2).astype(np.float64)
         column_major = cells.CellView(grid.read_cell(1, b))
         np.testing.assert_array_equal(
-            block_ops._cell_matvec(ref, lambda k: live), column_major.matvec(live)
+            block_coarse._cell_matvec(ref, lambda k: live), column_major.matvec(live)
         )
     assert cache.counts["reads"] == cells_read
     held = {key[-1] if key[-1] != "rows" else key[-2:] for key in cache._items}

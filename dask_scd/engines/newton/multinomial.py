@@ -160,25 +160,10 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
         point = Point(softmax, problem, W, b)
         meter.add("gradient", 2.0, tick)
         if problem.unpenalized:
-            grad = point.grad_loss
-            violation = max(
-                float(np.abs(grad).max(initial=0.0)), float(np.abs(point.grad_b).max(initial=0.0))
-            )
-            grad_norm = violation / max(1.0, abs(point.objective))
+            grad_norm = _relative_gradient(point)
             measure, cert = grad_norm, None
         else:
-            cert, _ = mn.certify(
-                problem,
-                W,
-                softmax.codes,
-                point.P,
-                point.loss_total,
-                point.xt_prob,
-                softmax.xt_onehot,
-                softmax.column_sums,
-                softmax.counts,
-                softmax.weights,
-            )
+            cert = _certify(softmax, problem, point, W)
             gaps.append(cert.gap)
             measure = cert.relative_gap
         history.append(step, measure, point.objective, time.perf_counter() - start)
@@ -188,20 +173,7 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
                 break
         elif stopping.check(cert, step, W, b) == STOP:
             break
-        tick = time.perf_counter()
-        if problem.l1 > 0.0:
-            violation = optimality_violation(problem, point)
-            first_norm = first_norm or max(violation, np.finfo(float).tiny)
-            forcing = min(0.1, np.sqrt(violation / first_norm))
-            delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation, forcing)
-            meter.add("solve:cd", passes, tick)
-        else:
-            grad = point.grad_loss + problem.l2 * W
-            norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
-            first_norm = first_norm or max(norm, np.finfo(float).tiny)
-            forcing = min(0.5, np.sqrt(norm / first_norm))
-            delta, delta_b, U, passes = _l2_direction(softmax, problem, point, grad, forcing)
-            meter.add("solve:cg", passes, tick)
+        delta, delta_b, U, first_norm = _direction(softmax, problem, point, W, first_norm, meter)
         tick = time.perf_counter()
         t = _line_search(problem, softmax, point, delta, delta_b, U)
         meter.add("line_search", 0.0, tick)
@@ -221,23 +193,58 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
     W_best, b_best = stopping.returned(cert, W, b)
     final = cert
     if W_best is not W:
-        point = Point(softmax, problem, W_best, b_best)
-        final, _ = mn.certify(
-            problem,
-            W_best,
-            softmax.codes,
-            point.P,
-            point.loss_total,
-            point.xt_prob,
-            softmax.xt_onehot,
-            softmax.column_sums,
-            softmax.counts,
-            softmax.weights,
-        )
+        final = _certify(softmax, problem, Point(softmax, problem, W_best, b_best), W_best)
     extras = meter.as_dict()
     extras["primal_minus_dual"] = gaps
     final = mn.transposed(final)
     return Run(W_best.T.copy(), _centred(b_best), final, step, history, extras)
+
+
+def _certify(softmax: Softmax, problem: obj.Problem, point: Point, W):
+    """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
+    cert, _ = mn.certify(
+        problem,
+        W,
+        softmax.codes,
+        point.P,
+        point.loss_total,
+        point.xt_prob,
+        softmax.xt_onehot,
+        softmax.column_sums,
+        softmax.counts,
+        softmax.weights,
+    )
+    return cert
+
+
+def _relative_gradient(point: Point) -> float:
+    """Without a penalty: the largest gradient entry relative to max(1, |P|)."""
+    violation = max(
+        float(np.abs(point.grad_loss).max(initial=0.0)),
+        float(np.abs(point.grad_b).max(initial=0.0)),
+    )
+    return violation / max(1.0, abs(point.objective))
+
+
+def _direction(softmax: Softmax, problem: obj.Problem, point: Point, W, first_norm, meter):
+    """(Δ, δb, U, first_norm): the Newton direction at ``point``, by coordinate descent on
+    the model for an L1 term, else by conjugate gradients, to a forcing term that falls
+    with the square root of the optimality measure relative to its first value."""
+    tick = time.perf_counter()
+    if problem.l1 > 0.0:
+        violation = optimality_violation(problem, point)
+        first_norm = first_norm or max(violation, np.finfo(float).tiny)
+        forcing = min(0.1, np.sqrt(violation / first_norm))
+        delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation, forcing)
+        meter.add("solve:cd", passes, tick)
+    else:
+        grad = point.grad_loss + problem.l2 * W
+        norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
+        first_norm = first_norm or max(norm, np.finfo(float).tiny)
+        forcing = min(0.5, np.sqrt(norm / first_norm))
+        delta, delta_b, U, passes = _l2_direction(softmax, problem, point, grad, forcing)
+        meter.add("solve:cg", passes, tick)
+    return delta, delta_b, U, first_norm
 
 
 def _centred(b):

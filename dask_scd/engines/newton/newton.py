@@ -61,11 +61,8 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     ``dask_scd.engines.newton.hinge_newton.fit_hinge_newton``, which the registry's entry runs
     for ``loss="hinge"`` (:mod:`dask_scd.engines.registry`).
     """
-    if problem.loss == "hinge":
-        raise ValueError(
-            "fit_newton solves the smooth losses; loss='hinge' is "
-            "hinge_newton.fit_hinge_newton's (solver='newton' picks it)"
-        )
+    if problem.loss == "hinge":  # solver="newton" runs hinge_newton.fit_hinge_newton for it
+        raise ValueError("fit_newton solves the smooth losses; loss='hinge' is fit_hinge_newton's")
     if problem.unpenalized:
         return fit_unpenalized(data, problem, options)
     X, y, weights = data.X, data.y, data.weights
@@ -79,26 +76,17 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     duals = DualMemory(problem, y, weights)
     history = History()
     stopping = Stopping(options.tol, options.max_iter)
-    # Working sets of up to √nnz columns are free: a model epoch over their Gram costs at
-    # most a pass over X. Beyond that they grow geometrically from the support.
-    free = max(_WS_MIN, int(np.sqrt(design.nnz)))
-    # A warm start's support is most of the working set: room beyond it for as many
-    # violators again (else the first steps cannot move a coefficient outside it).
-    step, size, first_violation = 0, max(free, 2 * int(np.count_nonzero(coef))), None
+    free, size = _working_set_sizes(design, coef)
+    step, first_violation = 0, None
     sample = None
     if problem.l1 == 0.0:
         sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
     sampled = False  # whether the step about to be taken came from the sample
     t = 1.0  # the step size of the last line search
     while True:
-        tick = time.perf_counter()
-        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
-        parts = design.signed_scatter(grad_rows)
-        grad = (parts[0] + parts[1]) / n  # Xᵀg/n
-        meter.add("gradient", 1.0, tick)
-        tick = time.perf_counter()
-        cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
-        meter.add("certificate", passes, tick)
+        loss_sum, grad, cert = _gradient_and_certificate(
+            problem, design, y, weights, coef, margins, grad_rows, curv, duals, meter
+        )
         if sampled:  # the last step came from the sample
             sample.observe(cert.relative_gap, t)
             sampled = False
@@ -118,19 +106,16 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             solved, size = _direction(design, model, sample if sampled else None, size, free, meter)
             if _near_the_end(model, solved, cert, options.tol):
                 tick = time.perf_counter()
-                meter.add(
-                    "certificate",
-                    duals.offer_linearized(design, grad_rows, curv, solved[2], model.correlation),
-                    tick,
+                offer = duals.offer_linearized(
+                    design, grad_rows, curv, solved[2], model.correlation
                 )
+                meter.add("certificate", offer, tick)
                 cert = duals.tighten(cert)
         history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
         options.progress.update(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
-            tick = time.perf_counter()
-            margins = design.rows.dot(coef) + intercept
-            meter.add("margins", 1.0, tick)
+            margins = _fresh_margins(design, coef, intercept, meter, "margins")
             continue
         if action == STOP:
             break
@@ -151,17 +136,57 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         # exact as recomputing them, which a path's points (mostly one step each) skip.
         stopping.fresh = options.memo is not None and step == 1
     coef, intercept = stopping.returned(cert, coef, intercept)
-    final = cert
     if not stopping.fresh:  # certify on margins recomputed from scratch
-        tick = time.perf_counter()
-        margins = design.rows.dot(coef) + intercept
-        final = duals.tighten(
-            primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
-        )
-        meter.add("certificate", 2.0, tick)
+        cert = _certify_afresh(problem, design, y, weights, coef, intercept, duals, meter)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
-    return Run(coef, float(intercept), final, step, history, extras)
+    return Run(coef, float(intercept), cert, step, history, extras)
+
+
+def _certify_afresh(problem, design: Design, y, weights, coef, intercept, duals, meter):
+    """The certificate of (θ, b) on margins recomputed from X (two passes)."""
+    tick = time.perf_counter()
+    margins = _fresh_margins(design, coef, intercept)
+    final = duals.tighten(
+        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
+    )
+    meter.add("certificate", 2.0, tick)
+    return final
+
+
+def _fresh_margins(design: Design, coef, intercept, meter=None, what: str = ""):
+    """Xθ + b from X (one pass), timed under ``what`` when a ``meter`` is given."""
+    tick = time.perf_counter()
+    margins = design.rows.dot(coef) + intercept
+    if meter is not None:
+        meter.add(what, 1.0, tick)
+    return margins
+
+
+def _gradient_and_certificate(
+    problem, design: Design, y, weights, coef, margins, grad_rows, curv, duals, meter
+):
+    """ℓ' and ℓ'' at the margins (into ``grad_rows``, ``curv``), the loss sum, the gradient
+    Xᵀℓ'/n and the certificate of the point, from one pass over X (and the dual's)."""
+    tick = time.perf_counter()
+    loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
+    parts = design.signed_scatter(grad_rows)
+    grad = (parts[0] + parts[1]) / len(y)  # Xᵀg/n
+    meter.add("gradient", 1.0, tick)
+    tick = time.perf_counter()
+    cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
+    meter.add("certificate", passes, tick)
+    return loss_sum, grad, cert
+
+
+def _working_set_sizes(design: Design, coef) -> tuple[int, int]:
+    """(free, first) working-set sizes. Working sets of up to √nnz columns are free: a
+    model epoch over their Gram costs at most a pass over X; beyond that they grow
+    geometrically from the support. A warm start's support is most of the first working
+    set: room beyond it for as many violators again (else the first steps cannot move a
+    coefficient outside it)."""
+    free = max(_WS_MIN, int(np.sqrt(design.nnz)))
+    return free, max(free, 2 * int(np.count_nonzero(coef)))
 
 
 def _direction(design: Design, model: Model, sample, size: int, free: int, meter: Meter):
