@@ -24,7 +24,7 @@ replaced) make the engine recompute them from the state by ordinary tasks, the s
 
 Where the task graph sums a block's statistics in a tree of tasks (a Gram block, a very
 wide one over many row chunks), each member sums them in the same tree, locally
-(:func:`tree_sum`). An epoch whose statistics would be too large to send to every member
+(:func:`passes.tree_sum`). An epoch whose statistics would be too large to send to every member
 runs as a task graph, as does one whose member was lost (:class:`collective.Aborted`).
 """
 
@@ -41,7 +41,7 @@ from dask_scd.data.cells import CellRef
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_ops import INTERCEPT
 from dask_scd.runtime import passes
-from dask_scd.runtime.cluster import _picked
+from dask_scd.runtime.cluster import picked
 from dask_scd.runtime.collective import Aborted, Member
 
 
@@ -242,8 +242,7 @@ def _certify(member, each, groups, cells, labels, state, problem, n_samples, cer
     del stats
     total = slim = None
     if parts is not None:  # member 0
-        level = tree_sum(_in_row_order(parts))
-        total = level[0] if len(level) == 1 else passes.sum_partials(*level)
+        total = passes.sum_partials(*passes.tree_sum(_in_row_order(parts)))
         slim = passes.slim_total(problem, n_samples, total)
     slim = member.broadcast(slim)
     duals = each(
@@ -317,7 +316,7 @@ def _iterate(
     coarse,
     static=None,
 ):
-    rows = [list(_picked(m, pick)) for m in margins]
+    rows = [list(picked(m, pick)) for m in margins]
     loss = problem.loss
     thetas, unsure = [], []
     pending = None  # (column of the cells, step) of the block before
@@ -359,7 +358,7 @@ def _iterate(
             return per_row
 
         stats = each(stats_of)
-        summed = tree_sum if p.tree else list
+        summed = passes.tree_sum if p.tree else list
         direction = ops.block_direction_from(
             problem, n_samples, start, p.block, p.provable, *summed(everyone(stats, column))
         )
@@ -509,17 +508,3 @@ def forget_fit(fit_key, dask_worker=None) -> bool:
             for key in [k for k in table if k[0] == fit_key]:
                 del table[key]
     return True
-
-
-def tree_sum(partials: list, split_every: int = 4) -> list:
-    """The partial sums :meth:`ClusterRuntime.tree_sum` leaves of row-chunk results, the
-    same runs of consecutive row chunks summed level by level (the same bits)."""
-    if len(partials) <= split_every:
-        return [passes.sum_partials(*partials)]
-    while True:
-        partials = [
-            passes.sum_partials(*partials[i : i + split_every])
-            for i in range(0, len(partials), split_every)
-        ]
-        if len(partials) <= split_every:
-            return partials

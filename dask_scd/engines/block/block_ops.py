@@ -25,7 +25,7 @@ from dask_scd.engines.coarse_level import RowSums
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cpu, scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
-from dask_scd.runtime.passes import _ordered_sum, scattered_sum, sum_partials
+from dask_scd.runtime.passes import scattered_sum, sum_partials
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 
@@ -220,7 +220,7 @@ def _summed(partials, key: str, width: int) -> np.ndarray:
     """Σ of the row chunks' ``key`` in row-chunk order. A partial with "cols" holds its
     values at those columns only (:func:`passes.scattered_sum`)."""
     if not any("cols" in p for p in partials):
-        return _ordered_sum(p[key] for p in partials)
+        return sum_partials(*[p[key] for p in partials])
     return scattered_sum(partials, key, width)
 
 
@@ -247,7 +247,7 @@ def block_direction(
     h = _summed(partials, "h", width) / n_samples
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
     if "gram" in partials[0]:
-        hessian = _ordered_sum(p["gram"] for p in partials) / n_samples
+        hessian = sum_partials(*[p["gram"] for p in partials]) / n_samples
         target = cpu.block_newton_qp(
             hessian, g, np.asarray(theta, dtype=np.float64), l1, l2, 1000, 1e-15
         )
@@ -426,8 +426,8 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     theta, d = direction["start"], direction["direction"]
     l1, l2 = direction["l1"], direction["l2"]
     if "quadratic" in partials[0]:
-        linear = _ordered_sum(p["linear"] for p in partials)[0] / n_samples
-        quadratic = _ordered_sum(p["quadratic"] for p in partials)[0] / n_samples
+        linear = sum_partials(*[p["linear"] for p in partials])[0] / n_samples
+        quadratic = sum_partials(*[p["quadratic"] for p in partials])[0] / n_samples
         step = _exact_line(theta, d, linear, quadratic, l1, l2)
         return {"theta": theta + step * d, "delta": step * d}
     trials = _summed(partials, "trials", len(d)) / n_samples  # (K,) or (K, |B|)
@@ -604,7 +604,7 @@ def coarse_apply(
     blocks = _blocks(state["coef"], offsets, problem)
     step = 1.0
     if trials:
-        change = _ordered_sum(p["trials"] for p in trials) / n_samples
+        change = sum_partials(*[p["trials"] for p in trials]) / n_samples
         step = coarse_line_search(problem, change, direction["g"], shift, blocks)
     offsets, live = _space(offsets)
     coef = state["coef"].copy()
