@@ -320,7 +320,7 @@ def _tree_level(partials: list, starts: list, combine, split_every: int) -> tupl
     return summed, [starts[i] for i in runs]
 
 
-def _sum_run(start, run) -> dict:
+def _sum_run(start, run):
     return sum_partials(*run)
 
 
