@@ -13,6 +13,7 @@ import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.cells import WeightedLabels
 from dask_scd.engines.cocoa import cocoa_ops as ops
+from dask_scd.engines.cocoa import cocoa_parts
 
 
 def _regression(n=200, p=16, seed=0):
@@ -32,7 +33,7 @@ def _classification(n=200, p=16, seed=0):
 def _column_parts(X, K, logistic=False, weights=None):
     bounds = np.linspace(0, X.shape[1], K + 1).astype(int)
     return [
-        ops.make_part(X[:, lo:hi], "columns", logistic=logistic, weights=weights)
+        cocoa_parts.make_part(X[:, lo:hi], "columns", logistic=logistic, weights=weights)
         for lo, hi in zip(bounds[:-1], bounds[1:])
     ], bounds
 
@@ -40,7 +41,7 @@ def _column_parts(X, K, logistic=False, weights=None):
 def _row_parts(X, y, K, weights=None):
     bounds = np.linspace(0, X.shape[0], K + 1).astype(int)
     return [
-        ops.make_part(
+        cocoa_parts.make_part(
             X[lo:hi], "rows", y[lo:hi], weights=None if weights is None else weights[lo:hi]
         )
         for lo, hi in zip(bounds[:-1], bounds[1:])

@@ -15,6 +15,7 @@ engines' three invariants:
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import threading
 import uuid
@@ -226,7 +227,9 @@ class Rows:
         return Rows(self.parts, i)
 
 
-def _picked(values, pick):
+def picked(values, pick):
+    """``values``, or element ``pick`` of each (where not None): a fused stage's
+    element, taken inside the task that reads it."""
     return values if pick is None else [value[pick] for value in values]
 
 
@@ -235,7 +238,7 @@ def _run_rows(func, picks: tuple, *args) -> list:
     one value per row chunk of the group (element ``picks[k]`` of each, where not None),
     the rest shared (an inline reduction among them computed here, once)."""
     n_per_row = len(picks)
-    per_row = [_picked(a, p) for a, p in zip(args[:n_per_row], picks)]
+    per_row = [picked(a, p) for a, p in zip(args[:n_per_row], picks)]
     shared = [_resolved(a) for a in args[n_per_row:]]
     return [func(*row, *shared) for row in zip(*per_row)]
 
@@ -243,7 +246,7 @@ def _run_rows(func, picks: tuple, *args) -> list:
 def _call_on_rows(func, n_fixed: int, pick, *args):
     """(task) ``func(*fixed, *results)``, the groups' results flattened in row order."""
     fixed, groups = [_resolved(a) for a in args[:n_fixed]], args[n_fixed:]
-    return func(*fixed, *_picked([value for group in groups for value in group], pick))
+    return func(*fixed, *picked([value for group in groups for value in group], pick))
 
 
 # ------------------------------------------------------------------ inline reductions
@@ -282,7 +285,7 @@ def _resolved(arg):
             _memo[token] = value  # most recently used last
             return value
     value = func(
-        *[_resolved(a) for a in fixed], *_picked([v for group in groups for v in group], pick)
+        *[_resolved(a) for a in fixed], *picked([v for group in groups for v in group], pick)
     )
     with _memo_lock:
         _memo[token] = value
@@ -300,7 +303,7 @@ def _evaluate(spec):
 def _sum_picked(index, pick, *groups) -> dict:
     """(task) :func:`passes.sum_partials` of the row-chunk results at ``index`` (pairs of
     group, position in it), in that order."""
-    return passes.sum_partials(*_picked([groups[g][i] for g, i in index], pick))
+    return passes.sum_partials(*picked([groups[g][i] for g, i in index], pick))
 
 
 class ClusterRuntime:
@@ -466,56 +469,32 @@ class ClusterRuntime:
         return {} if home is None else {"workers": [home], "allow_other_workers": True}
 
     def tree_sum(self, partials, split_every=4):
-        """Sum partials in groups of consecutive row chunks (:func:`passes.sum_partials`).
+        """:func:`passes.tree_sum` of row-chunk results (a list of futures or
+        :class:`Rows`), each run summed in a task on the home of its first row chunk,
+        where most of its parts already are.
 
         One task receiving all R partials at once would hold all of them (R Gram
-        matrices of |B|² can exceed a small worker). The groups depend on R only, so the
-        sums keep the same bits whatever the workers; each group is summed on the home of
-        its first row chunk, where most of its parts already are.
+        matrices of |B|² can exceed a small worker). The first level of :class:`Rows`
+        takes each run from the groups holding it (the same bits as summing per-row
+        futures).
         """
-        if isinstance(partials, Rows):
-            return self._tree_sum_rows(partials, split_every)
-        return self._tree_levels(partials, list(range(len(partials))), split_every)
 
-    def _tree_levels(self, partials, first, split_every):
-        """Sum runs of ``split_every`` consecutive partials until at most that many are
-        left; ``first[i]``: the first row chunk of partial i (its sum runs there)."""
-        while len(partials) > split_every:
-            groups = range(0, len(partials), split_every)
-            partials = [
-                self.submit_row(
-                    first[i], passes.sum_partials, *partials[i : i + split_every], priority=1
-                )
-                for i in groups
-            ]
-            first = [first[i] for i in groups]
-        return partials
+        def combine(start, run):
+            return self.submit_row(start, passes.sum_partials, *run, priority=1)
 
-    def _tree_sum_rows(self, partials: Rows, split_every):
-        """:meth:`tree_sum` of row-chunk results held in groups: the first level sums the
-        same runs of ``split_every`` consecutive row chunks, each in a task that takes the
-        groups holding them (the same bits as summing per-row futures)."""
-        where = [(g, i) for g, rows in enumerate(self.groups) for i in range(len(rows))]
-        R = len(where)
-        if R <= split_every:
-            return [self.reduce(passes.sum_partials, (), partials)]
-        level = []
-        for start in range(0, R, split_every):
-            picks = where[start : start + split_every]
-            needed = sorted({g for g, _ in picks})
-            index = [(needed.index(g), i) for g, i in picks]
-            level.append(
-                self.submit_row(
-                    start,
-                    _sum_picked,
-                    index,
-                    partials.pick,
-                    *[partials.parts[g] for g in needed],
-                    name="sum_partials",
-                    priority=1,
-                )
+        if not isinstance(partials, Rows):
+            return passes.tree_sum(partials, split_every, combine)
+
+        def first(start, run):
+            needed = sorted({g for g, _ in run})
+            index = [(needed.index(g), i) for g, i in run]
+            groups = [partials.parts[g] for g in needed]
+            return self.submit_row(
+                start, _sum_picked, index, partials.pick, *groups, name="sum_partials", priority=1
             )
-        return self._tree_levels(level, list(range(0, R, split_every)), split_every)
+
+        where = [(g, i) for g, rows in enumerate(self.groups) for i in range(len(rows))]
+        return passes.tree_sum(where, split_every, combine, first)
 
     def certify(self, problem, n_samples, cells, labels, rows, offsets, state):
         """Fresh margins from the state (θ, b) and the duality-gap certificate on them.
@@ -540,7 +519,7 @@ class ClusterRuntime:
         # higher priority than the next group's pass), and nothing here keeps the
         # fused results: else a worker held every row chunk's statistics (~10 MB each
         # on a 600k-column one-hot grid) until the last was made, and paused.
-        margins = self.map_rows(passes.same, (fused.item(0),), priority=1)
+        margins = self.map_rows(operator.getitem, (fused,), 0, priority=1)
         # Per-feature sums of every row chunk: summed in a tree (what one task holds is
         # bounded), the same bits whatever the workers.
         level = self.tree_sum(fused.item(1))

@@ -2,8 +2,8 @@
 
 Fresh margins ŷ = Xθ + b from the state, and one row chunk's share of the duality-gap
 certificate; their parts are plain dicts of float64 arrays that :func:`sum_partials` adds
-key by key in row-chunk order (never in arrival order), so the model does not depend on
-which worker computed what. Every function is pure and deterministic: a task dask re-runs
+key by key in row-chunk order (never in arrival order), in a tree fixed by their number
+(:func:`tree_sum`), so the model does not depend on which worker computed what. Every function is pure and deterministic: a task dask re-runs
 after losing a worker gives the same bytes.
 """
 
@@ -47,12 +47,6 @@ def certificate_pass(
     return margins, certificate_stats(kept, y, margins, problem, compact)
 
 
-def same(value):
-    """(task) ``value`` itself: one element of a fused task's result as a result of its
-    own, so that the other elements are released once read."""
-    return value
-
-
 def cells_matvec(
     cells: list, coef, offsets, out: np.ndarray, kept: list | None = None, by_rows: bool = False
 ):
@@ -82,15 +76,6 @@ def cells_matvec(
         if kept is not None:
             kept.append(cell)
     return out
-
-
-def _ordered_sum(parts) -> np.ndarray:
-    """Σ in the given (row-chunk) order: the same bits whatever worker made each part."""
-    parts = iter(parts)
-    total = np.array(next(parts), dtype=np.float64, copy=True)
-    for part in parts:
-        total += part
-    return total
 
 
 # ------------------------------------------------------------------ certificate
@@ -234,7 +219,7 @@ def certificate(problem: obj.Problem, n_samples: int, state: dict, total: dict, 
     in one round trip.
     """
     scales = _scales(problem, total)
-    sums = _ordered_sum(duals)
+    sums = sum_partials(*duals)
     correlation = _correlation(problem, n_samples, total)
     margin_dot = scales[0] * total["margin_pos"][0] + scales[1] * total["margin_neg"][0]
     cert = obj.primal_certificate(
@@ -283,21 +268,60 @@ def weighted_line_trials(y, margins, u, code: int, weights):
 _LAYOUT = ("cols", "width", "sparse")
 
 
-def sum_partials(*partials) -> dict:
-    """Key-wise ordered sum of partial dicts (the aggregate of a tree reduction).
+def sum_partials(*partials):
+    """Σ of the partials in their (row-chunk) order, accumulated in float64: the same bits
+    whatever worker made each. Arrays are added left to right; dicts key by key (the
+    aggregate of a tree reduction).
 
-    A partial may hold some keys (its "sparse") at columns "cols" of "width" only (see
+    A dict may hold some keys (its "sparse") at columns "cols" of "width" only (see
     :func:`certificate_stats`): they are added in place into zeros, the same sums as the
     full vectors; the result is full.
     """
+    if not isinstance(partials[0], dict):
+        total = np.array(partials[0], dtype=np.float64, copy=True)
+        for part in partials[1:]:
+            total += part
+        return total
     sparse = set().union(*(p.get("sparse", ()) for p in partials))
     return {
         key: scattered_sum(partials, key)
         if key in sparse
-        else _ordered_sum(p[key] for p in partials)
+        else sum_partials(*[p[key] for p in partials])
         for key in partials[0]
         if key not in _LAYOUT
     }
+
+
+def tree_sum(partials: list, split_every: int = 4, combine=None, first=None) -> list:
+    """What a tree sum fixed by the number of partials leaves: runs of ``split_every``
+    consecutive partials summed, level by level, until at most ``split_every`` are left
+    (dask's ``split_every``). Their :func:`sum_partials` is the total, the same bits
+    wherever each run was summed.
+
+    ``combine(start, run)``: the sum of ``run``, ``start`` the index of its first row chunk
+    (on the cluster a run is summed on that row chunk's home); default
+    :func:`sum_partials`, here. ``first``: the combine of a first level made whatever the
+    number of partials (row-chunk results held in groups), default none.
+    """
+    combine = combine or _sum_run
+    starts = list(range(len(partials)))
+    if first is not None:
+        partials, starts = _tree_level(partials, starts, first, split_every)
+    while len(partials) > split_every:
+        partials, starts = _tree_level(partials, starts, combine, split_every)
+    return partials
+
+
+def _tree_level(partials: list, starts: list, combine, split_every: int) -> tuple:
+    """One level: every run of ``split_every`` consecutive partials combined, and the row
+    chunk each run starts at."""
+    runs = range(0, len(partials), split_every)
+    summed = [combine(starts[i], partials[i : i + split_every]) for i in runs]
+    return summed, [starts[i] for i in runs]
+
+
+def _sum_run(start, run):
+    return sum_partials(*run)
 
 
 def scattered_sum(partials, key, width: int | None = None) -> np.ndarray:

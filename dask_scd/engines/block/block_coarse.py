@@ -21,7 +21,7 @@ from dask_scd.data.cells import cell_view, inspect_cell, labels, pure_rows, row_
 from dask_scd.engines.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 from dask_scd.engines.coarse_level import RowSums
 from dask_scd.kernels import block as block_kernels
-from dask_scd.runtime.passes import _ordered_sum, sum_partials
+from dask_scd.runtime.passes import sum_partials
 
 
 def block_row_sums(cells, with_intercept: bool) -> RowSums:
@@ -140,7 +140,7 @@ def coarse_apply(
     blocks = _blocks(state["coef"], offsets, problem)
     step = 1.0
     if trials:
-        change = _ordered_sum(p["trials"] for p in trials) / n_samples
+        change = sum_partials(*[p["trials"] for p in trials]) / n_samples
         step = coarse_line_search(problem, change, direction["g"], shift, blocks)
     offsets, live = _space(offsets)
     coef = state["coef"].copy()

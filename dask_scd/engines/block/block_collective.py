@@ -24,7 +24,7 @@ replaced) make the engine recompute them from the state by ordinary tasks, the s
 
 Where the task graph sums a block's statistics in a tree of tasks (a Gram block, a very
 wide one over many row chunks), each member sums them in the same tree, locally
-(:func:`tree_sum`). An epoch whose statistics would be too large to send to every member
+(:func:`passes.tree_sum`). An epoch whose statistics would be too large to send to every member
 runs as a task graph, as does one whose member was lost (:class:`collective.Aborted`).
 """
 
@@ -41,7 +41,7 @@ from dask_scd.engines.block import block_coarse
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_loop import RowChunks, block_steps
 from dask_scd.runtime import passes
-from dask_scd.runtime.cluster import _picked
+from dask_scd.runtime.cluster import picked
 from dask_scd.runtime.collective import Aborted, Member
 
 
@@ -204,8 +204,7 @@ def _certify(member, each, groups, cells, labels, state, problem, n_samples, cer
     del stats
     total = slim = None
     if parts is not None:  # member 0
-        level = tree_sum(_in_row_order(parts))
-        total = level[0] if len(level) == 1 else passes.sum_partials(*level)
+        total = passes.sum_partials(*passes.tree_sum(_in_row_order(parts)))
         slim = passes.slim_total(problem, n_samples, total)
     slim = member.broadcast(slim)
     duals = each(
@@ -267,7 +266,7 @@ class _MemberRows(RowChunks):
     """A member's groups of row chunks for :func:`block_loop.block_steps`: each group's
     on the member's threads (``each``), the partial results of every row chunk exchanged
     with the other members (in row order); a tree of sums where the task graph has one,
-    summed here (:func:`tree_sum`). ``rows[k][i]``: the margins of row chunk i of group k."""
+    summed here (:func:`passes.tree_sum`). ``rows[k][i]``: the margins of row chunk i of group k."""
 
     def __init__(self, member, each, groups, rows, cells, labels, problem, static):
         self.member, self.each, self.groups, self.rows = member, each, groups, rows
@@ -311,7 +310,7 @@ class _MemberRows(RowChunks):
         )
 
     def reduce(self, func, fixed: tuple, partials, tree: bool):
-        return func(*fixed, *(tree_sum(partials) if tree else partials))
+        return func(*fixed, *(passes.tree_sum(partials) if tree else partials))
 
     def apply(self, pending):
         rows, last = self.rows, self.column(pending[0])
@@ -363,7 +362,7 @@ def _iterate(
         member,
         each,
         groups,
-        [list(_picked(m, pick)) for m in margins],
+        [list(picked(m, pick)) for m in margins],
         cells,
         labels,
         problem,
@@ -501,17 +500,3 @@ def forget_fit(fit_key, dask_worker=None) -> bool:
             for key in [k for k in table if k[0] == fit_key]:
                 del table[key]
     return True
-
-
-def tree_sum(partials: list, split_every: int = 4) -> list:
-    """The partial sums :meth:`ClusterRuntime.tree_sum` leaves of row-chunk results, the
-    same runs of consecutive row chunks summed level by level (the same bits)."""
-    if len(partials) <= split_every:
-        return [passes.sum_partials(*partials)]
-    while True:
-        partials = [
-            passes.sum_partials(*partials[i : i + split_every])
-            for i in range(0, len(partials), split_every)
-        ]
-        if len(partials) <= split_every:
-            return partials

@@ -411,9 +411,9 @@ class _Engine(BlockLoop):
                 )
             )
         margins = [f[0] for f in fresh]
-        level = block_collective.tree_sum([f[1] for f in fresh])
+        level = passes.tree_sum([f[1] for f in fresh])
         del fresh
-        total = level[0] if len(level) == 1 else passes.sum_partials(*level)
+        total = passes.sum_partials(*level)
         slim = passes.slim_total(problem, n, total)
         duals = self.each(
             lambda k: passes.dual_loss_sum(self.labels[k], margins[k], problem, slim, n)

@@ -27,6 +27,8 @@ recomputed, and a checkpointed fit resumes to the same model.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
@@ -343,18 +345,6 @@ def _tightened(cert: obj.Certificate, dual: float) -> obj.Certificate:
     return obj.Certificate(cert.primal, dual, cert.coordinate_gaps, intercept_gap, cert.correlation)
 
 
-def _first(pair):
-    return pair[0]
-
-
-def _second(pair):
-    return pair[1]
-
-
-def _third(triple):
-    return triple[2]
-
-
 class _BlockNewton(ClusterBlocks):
     """The block engine's runtime (cells, labels, homes, keyed submits, fixed-order sums)
     driving Newton iterations: two reads of the grid and one wait each."""
@@ -395,8 +385,8 @@ class _BlockNewton(ClusterBlocks):
             )
             for r in range(R)
         ]
-        stats = [self.runtime.submit_row(r, _first, rows[r]) for r in range(R)]
-        margins = [self.runtime.submit_row(r, _second, rows[r]) for r in range(R)]
+        stats = [self.runtime.submit_row(r, operator.getitem, rows[r], 0) for r in range(R)]
+        margins = [self.runtime.submit_row(r, operator.getitem, rows[r], 1) for r in range(R)]
         total = submit(passes.sum_partials, *self.runtime.tree_sum(stats))
         duals = [
             self.runtime.submit_row(
@@ -452,9 +442,9 @@ class _BlockNewton(ClusterBlocks):
             )
             for r in range(R)
         ]
-        stats = [submit_row(r, _first, rows[r]) for r in range(R)]
-        margins = [submit_row(r, _second, rows[r]) for r in range(R)]
-        curvature = [submit_row(r, _third, rows[r]) for r in range(R)]
+        stats = [submit_row(r, operator.getitem, rows[r], 0) for r in range(R)]
+        margins = [submit_row(r, operator.getitem, rows[r], 1) for r in range(R)]
+        curvature = [submit_row(r, operator.getitem, rows[r], 2) for r in range(R)]
         total = self.runtime.submit(passes.sum_partials, *self.runtime.tree_sum(stats))
         duals = [
             submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)

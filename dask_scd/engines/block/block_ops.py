@@ -22,7 +22,7 @@ from dask_scd.engines.coarse import LINE_SEARCH_STEPS
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import scalar
 from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
-from dask_scd.runtime.passes import _ordered_sum, scattered_sum
+from dask_scd.runtime.passes import scattered_sum, sum_partials
 
 INTERCEPT = -1  # the intercept's block index: a pure block whose cell is all ones
 
@@ -217,7 +217,7 @@ def _summed(partials, key: str, width: int) -> np.ndarray:
     """Σ of the row chunks' ``key`` in row-chunk order. A partial with "cols" holds its
     values at those columns only (:func:`passes.scattered_sum`)."""
     if not any("cols" in p for p in partials):
-        return _ordered_sum(p[key] for p in partials)
+        return sum_partials(*[p[key] for p in partials])
     return scattered_sum(partials, key, width)
 
 
@@ -244,7 +244,7 @@ def block_direction(
     h = _summed(partials, "h", width) / n_samples
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
     if "gram" in partials[0]:
-        hessian = _ordered_sum(p["gram"] for p in partials) / n_samples
+        hessian = sum_partials(*[p["gram"] for p in partials]) / n_samples
         target = block_kernels.block_newton_qp(
             hessian, g, np.asarray(theta, dtype=np.float64), l1, l2, 1000, 1e-15
         )
@@ -423,8 +423,8 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     theta, d = direction["start"], direction["direction"]
     l1, l2 = direction["l1"], direction["l2"]
     if "quadratic" in partials[0]:
-        linear = _ordered_sum(p["linear"] for p in partials)[0] / n_samples
-        quadratic = _ordered_sum(p["quadratic"] for p in partials)[0] / n_samples
+        linear = sum_partials(*[p["linear"] for p in partials])[0] / n_samples
+        quadratic = sum_partials(*[p["quadratic"] for p in partials])[0] / n_samples
         step = _exact_line(theta, d, linear, quadratic, l1, l2)
         return {"theta": theta + step * d, "delta": step * d}
     trials = _summed(partials, "trials", len(d)) / n_samples  # (K,) or (K, |B|)

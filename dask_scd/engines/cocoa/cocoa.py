@@ -36,9 +36,11 @@ from dask_scd.data.cells import WeightedLabels
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.cocoa import cocoa_ops as ops
+from dask_scd.engines.cocoa import cocoa_parts
 from dask_scd.engines.local.sdca import PENALTY_SCALE
 from dask_scd.result import History
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
+from dask_scd.runtime.passes import sum_partials
 
 OPTIONS = ("client", "n_partitions", "local_epochs", "aggregation", "split")
 SPLITS = ("auto", "features", "examples")
@@ -180,13 +182,13 @@ def _memory_parts(data: InMemory, problem, settings) -> dict:
     if by_features:
         Xc = X.tocsc() if hasattr(X, "tocsc") else X
         parts = [
-            ops.make_part(Xc[:, lo:hi], "columns", logistic=logistic, weights=weights)
+            cocoa_parts.make_part(Xc[:, lo:hi], "columns", logistic=logistic, weights=weights)
             for lo, hi in zip(bounds[:-1], bounds[1:])
         ]
     else:
         Xr = X.tocsr() if hasattr(X, "tocsr") else X
         parts = [
-            ops.make_part(
+            cocoa_parts.make_part(
                 Xr[lo:hi], "rows", y[lo:hi], weights=None if weights is None else weights[lo:hi]
             )
             for lo, hi in zip(bounds[:-1], bounds[1:])
@@ -241,14 +243,20 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
             weights = labels if source.weighted else None
             parts.append(
                 here.submit(
-                    ops.assemble_part, part_cells, "columns", where, weights, logistic, part=k
+                    cocoa_parts.assemble_part,
+                    part_cells,
+                    "columns",
+                    where,
+                    weights,
+                    logistic,
+                    part=k,
                 )
             )
         else:
             part_cells = [list(cells[r]) for r in group]
             parts.append(
                 here.submit(
-                    ops.assemble_part,
+                    cocoa_parts.assemble_part,
                     part_cells,
                     "rows",
                     where,
@@ -257,9 +265,11 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
                     part=k,
                 )
             )
-    summaries = here.gather([here.submit(ops.part_summary, p, part=k) for k, p in enumerate(parts)])
+    summaries = here.gather(
+        [here.submit(cocoa_parts.part_summary, p, part=k) for k, p in enumerate(parts)]
+    )
     sizes = np.array([s["lines"] for s in summaries])
-    y = here.submit(ops.join_labels, *labels)
+    y = here.submit(cocoa_parts.join_labels, *labels)
     return {
         "parts": parts,
         "sizes": sizes,
@@ -416,7 +426,7 @@ class _Dual:
             here.submit(ops.part_scatter, p, a, 1.0 / self.alpha_n, part=k)
             for k, (p, a) in enumerate(zip(self.parts, self.duals))
         ]
-        self.coef = here.gather(here.submit(ops.ordered_sum, *scatters))
+        self.coef = here.gather(here.submit(sum_partials, *scatters))
         sums = [
             here.submit(ops.part_dual_sum, p, a, part=k)
             for k, (p, a) in enumerate(zip(self.parts, self.duals))
@@ -437,7 +447,7 @@ class _Dual:
             here.submit(ops.part_projected_scatter, p, a, scales, self.alpha_n, part=k)
             for k, (p, a) in enumerate(zip(self.parts, self.duals))
         ]
-        coef = here.submit(ops.ordered_sum, *scatters)
+        coef = here.submit(sum_partials, *scatters)
         margins = [here.submit(ops.part_margins, p, coef, part=k) for k, p in enumerate(self.parts)]
         result = here.gather(
             here.submit(

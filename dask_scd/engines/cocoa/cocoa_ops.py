@@ -1,9 +1,10 @@
 """The task math of the CoCoA engine (:mod:`dask_scd.engines.cocoa.cocoa`).
 
-Pure functions of a *part* (the columns of X for the primal, its rows for the dual) and
-of the shared vector, run in-process for in-memory X or as dask tasks on the worker that
-holds the part. Every sum over parts runs in part order, so the model does not depend on
-where a part ran.
+Pure functions of a *part* (:class:`~dask_scd.engines.cocoa.cocoa_parts.Part`: the
+columns of X for the primal, its rows for the dual) and of the shared vector, run
+in-process for in-memory X or as dask tasks on the worker that holds the part. Every sum
+over parts runs in part order (:func:`~dask_scd.runtime.passes.sum_partials`), so the
+model does not depend on where a part ran.
 
 The aggregation step is the TPA-SCD paper's §IV (Algorithm 4): the K local updates are
 summed, and the iterate moves by γ times the sum. ``"adaptive"`` takes the γ that
@@ -31,123 +32,17 @@ and its line and certificate read a = v∘u. Without weights every sum is the on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import CellRef, WeightedLabels, labels, row_weights
+from dask_scd.data.cells import WeightedLabels, labels, row_weights
+from dask_scd.engines.cocoa.cocoa_parts import Part, join_labels
 from dask_scd.engines.local.sdca import weighted_dual
 from dask_scd.kernels import cpu
 from dask_scd.kernels import sdca as sdca_kernels
-from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.validation import (
-    check_feature_magnitude,
-    is_pydata_sparse,
-    largest_magnitude,
-    to_scipy,
-)
+from dask_scd.runtime.passes import sum_partials
 
 AGGREGATIONS = ("adaptive", "average", "add")
-
-
-# ------------------------------------------------------------------------------ parts
-
-
-@dataclass
-class Part:
-    """One part of X as its local solver reads it.
-
-    ``matrix`` holds the part's columns (primal: n_samples × its features, by columns) or
-    its rows (dual: its examples × n_features, by rows); ``y`` the labels of its rows
-    (the dual only: a primal part sees every row) and ``weights`` their sample weights v
-    (None: every row weighs 1). A primal part's ``sq_norms`` and ``cube_sums`` are the
-    weighted Σ_i v_i x_ij² and Σ_i v_i |x_ij|³ (its tasks read v from the labels); a dual
-    part's ``sq_norms`` are the plain ‖x_i‖² (the weighted epoch scales them by v_i).
-    """
-
-    matrix: MajorMatrix
-    sq_norms: np.ndarray
-    cube_sums: np.ndarray
-    y: np.ndarray | None = None
-    weights: np.ndarray | None = None
-
-
-def make_part(X, axis: str, y=None, logistic: bool = False, weights=None) -> Part:
-    """A part from an in-memory matrix (numpy or scipy.sparse); ``weights`` the sample
-    weights of X's rows, or None."""
-    matrix = MajorMatrix.from_array(X, axis)
-    if axis == "columns":
-        cubes = matrix.cube_sums(weights) if logistic else np.zeros(0)
-        return Part(matrix, matrix.sq_norms(weights), cubes)
-    return Part(matrix, matrix.sq_norms(), np.zeros(0), None if y is None else labels(y), weights)
-
-
-def _cell_array(cell):
-    """A cell of a grid or a dask array as numpy or scipy.sparse (read once, not cached:
-    the part keeps its own copy)."""
-    if isinstance(cell, CellRef):
-        from dask_scd.grid import read_cell
-
-        cell = read_cell(cell.path, cell.grid_id, cell.r, cell.b)
-    if sp.issparse(cell):
-        return cell
-    if is_pydata_sparse(cell):
-        return to_scipy(cell)
-    return np.asarray(cell)
-
-
-def assemble_part(
-    cells: list, axis: str, where: str, row_labels=None, logistic: bool = False
-) -> Part:
-    """(task) A part from its cells, ``cells[r][b]`` over its row chunks and blocks, on the
-    worker that will solve it; ``row_labels`` (one per row chunk) for a dual part, and for
-    a weighted primal part (its column norms read every row's weight). The values are
-    checked here, once (``where`` names the part in the error)."""
-    grid = [[_cell_array(cell) for cell in row] for row in cells]
-    for row in grid:
-        for cell in row:
-            largest = largest_magnitude(cell.data if sp.issparse(cell) else cell)
-            if not np.isfinite(largest):
-                raise ValueError(f"X contains NaN or infinity in {where}")
-            check_feature_magnitude(largest, f" in {where}")
-    if any(sp.issparse(cell) for row in grid for cell in row):
-        X = sp.bmat(
-            [[sp.csr_matrix(cell) for cell in row] for row in grid],
-            format="csc" if axis == "columns" else "csr",
-        )
-    else:
-        X = np.block(grid)
-    joined = None if row_labels is None else join_labels(*row_labels)
-    y = labels(joined) if joined is not None and axis == "rows" else None
-    return make_part(X, axis, y, logistic, row_weights(joined))
-
-
-def part_summary(part: Part) -> dict:
-    """(task) What the client needs to know of a part: its lines and Σ‖line‖²."""
-    return {
-        "lines": int(part.matrix.n_major),
-        "sq_norm_sum": float(part.sq_norms.sum()),
-        "n_minor": int(part.matrix.n_minor),
-    }
-
-
-def join_labels(*row_labels):
-    """(task) The labels of every row chunk, in row order; with their sample weights (a
-    :class:`~dask_scd.data.cells.WeightedLabels`) when the chunks carry weights."""
-    y = np.concatenate([labels(value) for value in row_labels])
-    if row_weights(row_labels[0]) is None:
-        return y
-    return WeightedLabels(y, np.concatenate([row_weights(value) for value in row_labels]))
-
-
-def ordered_sum(*parts) -> np.ndarray:
-    """Σ in part order: the same bits wherever each part was computed."""
-    total = np.array(parts[0], dtype=np.float64, copy=True)
-    for part in parts[1:]:
-        total += part
-    return total
 
 
 # ----------------------------------------------------------------------- 1-D minimum
@@ -272,7 +167,7 @@ def primal_direction(*updates) -> dict:
     return {
         "coef": np.concatenate([u["coef"] for u in updates]),
         "intercept": float(sum(u["intercept"] for u in updates)),
-        "margins": ordered_sum(*[u["margins"] for u in updates]),
+        "margins": sum_partials(*[u["margins"] for u in updates]),
     }
 
 
@@ -325,7 +220,7 @@ def primal_point(problem, y, intercept, *shares) -> dict:
     """(task) Fresh margins Σ_k X_k θ_k + b (in part order) and the dual point a of the
     certificate (−v∘ℓ'(ŷ) projected onto Σa = 0), with the certificate's row sums."""
     y, weights = labels(y), row_weights(y)
-    margins = ordered_sum(*shares) + intercept
+    margins = sum_partials(*shares) + intercept
     sums = obj.margin_sums(problem, y, margins, weights)
     a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
     return {
@@ -504,7 +399,7 @@ def _domain_limit(loss, beta, step) -> float:
 def dual_direction(*updates) -> dict:
     """(task) Δw summed in part order, and the parts' line terms in part order."""
     return {
-        "coef": ordered_sum(*[u["coef"] for u in updates]),
+        "coef": sum_partials(*[u["coef"] for u in updates]),
         "lines": [u["line"] for u in updates],
     }
 

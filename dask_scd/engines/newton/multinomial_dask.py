@@ -44,6 +44,7 @@ from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.objectives import multinomial as mn
 from dask_scd.result import History
 from dask_scd.runtime.cluster import fit_client
+from dask_scd.runtime.passes import sum_partials
 
 # Above this many variables ((p + 1)·K) the Hessian is not formed: it costs n·((p + 1)K)²
 # flops a step where a conjugate-gradient product costs ~4·n·p·K (dense 20,000 × 100,
@@ -157,7 +158,8 @@ def trials_part(cells, y, W, b, D, d_b) -> np.ndarray:
 
 
 class _Reducer:
-    """Submits one task per row chunk and adds the parts in row order."""
+    """Submits one task per row chunk and adds the parts in row order
+    (:func:`~dask_scd.runtime.passes.sum_partials`)."""
 
     def __init__(self, client, cells, labels):
         self.client, self.cells, self.labels = client, cells, labels
@@ -169,13 +171,7 @@ class _Reducer:
             )
             for r in range(len(self.cells))
         ]
-        parts = self.client.gather(futures)
-        total = parts[0]
-        for part in parts[1:]:  # fixed order: the sum does not depend on the workers
-            total = (
-                {k: total[k] + part[k] for k in total} if isinstance(total, dict) else total + part
-            )
-        return total
+        return sum_partials(*self.client.gather(futures))
 
 
 def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options) -> Run:
