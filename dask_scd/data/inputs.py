@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_scd.grid.kinds import (
+    DASK_ARRAY,
+    DASK_FRAME,
+    DATASET,
+    GRID,
+    GRID_STORE,
+    LIBSVM_FILE,
     XARRAY,
-    DaskArray,
-    DaskFrame,
-    GridHandle,
-    GridStore,
-    LibsvmFile,
-    XarrayDataset,
     guess_kind,
     is_dask_frame,
 )
@@ -62,26 +62,26 @@ def read_input(X, y=None, *, n_features: int | None = None, lengths: bool = True
     ModelInput
     """
     kind = guess_kind(X)
-    if kind is GridStore:
+    if kind is GRID_STORE:
         from dask_scd.grid import open_grid
 
-        kind, X = GridHandle, open_grid(X)
-    if kind is GridHandle:
+        kind, X = GRID, open_grid(X)
+    if kind is GRID:
         if y is not None:
             raise ValueError("a Grid carries its own labels: pass y=None with a grid")
         names = X.feature_names
         return ModelInput(X, None, "grid", _names(names) if names is not None else None)
-    if kind is LibsvmFile:
+    if kind is LIBSVM_FILE:
         return _read_libsvm(os.fspath(X), y, n_features)
-    if isinstance(y, str) and kind is not XarrayDataset:
+    if isinstance(y, str) and kind is not DATASET:
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
     if kind in XARRAY:
         X, y, names, _ = kind.columns(X, y)
         kind = "dask" if is_dask(X) else "memory"
         return ModelInput(X, _unwrap(y), kind, None if names is None else _names(names))
-    if kind is DaskFrame or is_dask_frame(y):
+    if kind is DASK_FRAME or is_dask_frame(y):
         return _read_frames(X, y, lengths)
-    return ModelInput(X, _unwrap(y), "dask" if kind is DaskArray else "native")
+    return ModelInput(X, _unwrap(y), "dask" if kind is DASK_ARRAY else "native")
 
 
 def _read_libsvm(path: str, y, n_features) -> ModelInput:

@@ -1,4 +1,4 @@
-"""What an input is: one small class per kind of container, asked in turn.
+"""What an input is: one :class:`Kind` per kind of container, asked in turn.
 
 Each kind says whether it can open an object (``guess_can_open``, by type or module name:
 nothing is imported to say no) and, where it has any, reads the metadata both readers of
@@ -12,6 +12,8 @@ input, raises one error that lists the kinds known. The models' reader
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,141 +44,103 @@ def is_grid(obj) -> bool:
     return isinstance(obj, Grid)
 
 
-class GridStore:
-    name = "grid store (a directory)"
+@dataclass(frozen=True)
+class Kind:
+    """A kind of input: its name in errors, whether it can open an object, and, for an
+    xarray object, ``columns(X, y, sample_dim) -> (X, y, feature names, blocks)``."""
 
-    @staticmethod
-    def guess_can_open(X) -> bool:
-        return _is_path(X) and os.path.isdir(X)
-
-
-class LibsvmFile:
-    name = "libsvm file"
-
-    @staticmethod
-    def guess_can_open(X) -> bool:
-        return _is_path(X) and os.path.isfile(X)
+    name: str
+    guess_can_open: Callable[[object], bool]
+    columns: Callable | None = None
 
 
-class GridHandle:
-    name = "Grid"
-    guess_can_open = staticmethod(is_grid)
-
-
-class XarrayDataset:
-    name = "xarray Dataset"
-
-    @staticmethod
-    def guess_can_open(X) -> bool:
-        return _is_xarray(X, "Dataset")
-
-    @staticmethod
-    def columns(ds, y, sample_dim=None) -> tuple:
-        """(X, y, feature names, blocks): every data variable's columns side by side, one
-        block each. A 1-D variable is one column; a 2-D one is read with the sample dim
-        first, its columns named ``variable=coordinate``. ``y`` may name a variable,
-        which is then the labels and not a feature."""
-        if isinstance(y, str):
-            if y not in ds.data_vars:
-                raise ValueError(f"y={y!r} is not a data variable of the Dataset")
-            ds, y = ds.drop_vars(y), ds[y]
-        if not ds.data_vars:
-            raise ValueError("the Dataset has no data variables to use as features")
-        sample_dim = dataset_sample_dim(ds, y, sample_dim)
-        columns, names, blocks = [], [], []
-        for name, var in ds.data_vars.items():
-            if var.ndim not in (1, 2):
-                raise ValueError(f"data variable {name!r} must be 1-D or 2-D, got dims {var.dims}")
-            if sample_dim not in var.dims:
-                raise ValueError(
-                    f"data variable {name!r} has dims {var.dims}, without the sample dim "
-                    f"{sample_dim!r} (pass sample_dim= to name it)"
-                )
-            var = var.transpose(sample_dim, ...)
-            if var.ndim == 1:
-                columns.append(var.data.reshape(-1, 1))
-                var_names = [str(name)]
-            else:
-                columns.append(var.data)
-                dim = var.dims[1]
-                values = var.coords[dim].values if dim in var.coords else range(var.shape[1])
-                var_names = [f"{name}={value}" for value in values]
-            blocks.append(np.arange(len(names), len(names) + len(var_names), dtype=np.int64))
-            names.extend(var_names)
-        if any(is_dask(c) for c in columns):
-            import dask.array as da
-
-            X = da.concatenate([da.asarray(c) for c in columns], axis=1)
-        elif any(sp.issparse(c) or is_pydata_sparse(c) for c in columns):
-            X = sp.hstack([to_scipy(c) for c in columns], format="csr")
+def dataset_columns(ds, y, sample_dim=None) -> tuple:
+    """(X, y, feature names, blocks) of a Dataset: every data variable's columns side by
+    side, one block each. A 1-D variable is one column; a 2-D one is read with the sample
+    dim first, its columns named ``variable=coordinate``. ``y`` may name a variable, which
+    is then the labels and not a feature."""
+    if isinstance(y, str):
+        if y not in ds.data_vars:
+            raise ValueError(f"y={y!r} is not a data variable of the Dataset")
+        ds, y = ds.drop_vars(y), ds[y]
+    if not ds.data_vars:
+        raise ValueError("the Dataset has no data variables to use as features")
+    sample_dim = dataset_sample_dim(ds, y, sample_dim)
+    columns, names, blocks = [], [], []
+    for name, var in ds.data_vars.items():
+        if var.ndim not in (1, 2):
+            raise ValueError(f"data variable {name!r} must be 1-D or 2-D, got dims {var.dims}")
+        if sample_dim not in var.dims:
+            raise ValueError(
+                f"data variable {name!r} has dims {var.dims}, without the sample dim "
+                f"{sample_dim!r} (pass sample_dim= to name it)"
+            )
+        var = var.transpose(sample_dim, ...)
+        if var.ndim == 1:
+            columns.append(var.data.reshape(-1, 1))
+            var_names = [str(name)]
         else:
-            X = np.hstack([np.asarray(c) for c in columns])
-        return X, y, names, blocks
+            columns.append(var.data)
+            dim = var.dims[1]
+            values = var.coords[dim].values if dim in var.coords else range(var.shape[1])
+            var_names = [f"{name}={value}" for value in values]
+        blocks.append(np.arange(len(names), len(names) + len(var_names), dtype=np.int64))
+        names.extend(var_names)
+    if any(is_dask(c) for c in columns):
+        import dask.array as da
+
+        X = da.concatenate([da.asarray(c) for c in columns], axis=1)
+    elif any(sp.issparse(c) or is_pydata_sparse(c) for c in columns):
+        X = sp.hstack([to_scipy(c) for c in columns], format="csr")
+    else:
+        X = np.hstack([np.asarray(c) for c in columns])
+    return X, y, names, blocks
 
 
-class XarrayDataArray:
-    name = "xarray DataArray"
-
-    @staticmethod
-    def guess_can_open(X) -> bool:
-        return _is_xarray(X, "DataArray")
-
-    @staticmethod
-    def columns(X, y, sample_dim=None) -> tuple:
-        """(X, y, feature names or None, None): the array with its sample dim first, its
-        features named by the coordinate of the other dim, where there is one."""
-        if X.ndim != 2:
-            raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
-        if sample_axis(X.dims, getattr(y, "dims", None), sample_dim) == 1:
-            X = X.transpose(X.dims[1], X.dims[0])  # a lazy view: nothing is copied here
-        dim, names = X.dims[1], None
-        if dim in X.coords:
-            names = [str(value) for value in np.asarray(X.coords[dim].values)]
-        return X.data, y, names, None
+def dataarray_columns(X, y, sample_dim=None) -> tuple:
+    """(X, y, feature names or None, None) of a DataArray: the array with its sample dim
+    first, its features named by the coordinate of the other dim, where there is one."""
+    if X.ndim != 2:
+        raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
+    if sample_axis(X.dims, getattr(y, "dims", None), sample_dim) == 1:
+        X = X.transpose(X.dims[1], X.dims[0])  # a lazy view: nothing is copied here
+    dim, names = X.dims[1], None
+    if dim in X.coords:
+        names = [str(value) for value in np.asarray(X.coords[dim].values)]
+    return X.data, y, names, None
 
 
-class DaskFrame:
-    name = "dask DataFrame"
-    guess_can_open = staticmethod(is_dask_frame)
-
-
-class DaskArray:
-    name = "dask array"
-    guess_can_open = staticmethod(is_dask)
-
-
-class PandasFrame:
-    name = "pandas DataFrame"
-
-    @staticmethod
-    def guess_can_open(X) -> bool:
-        return type(X).__module__.startswith("pandas") and hasattr(X, "columns")
-
-
-class Array:
-    name = "array (numpy, scipy.sparse, pydata sparse, or anything numpy reads)"
-
-    @staticmethod
-    def guess_can_open(X) -> bool:
-        return not _is_path(X) and not type(X).__module__.startswith("xarray")
-
-
-KINDS = (
-    GridStore,
-    LibsvmFile,
-    GridHandle,
-    XarrayDataset,
-    XarrayDataArray,
-    DaskFrame,
-    DaskArray,
-    PandasFrame,
-    Array,
+GRID_STORE = Kind("grid store (a directory)", lambda X: _is_path(X) and os.path.isdir(X))
+LIBSVM_FILE = Kind("libsvm file", lambda X: _is_path(X) and os.path.isfile(X))
+GRID = Kind("Grid", is_grid)
+DATASET = Kind("xarray Dataset", lambda X: _is_xarray(X, "Dataset"), dataset_columns)
+DATAARRAY = Kind("xarray DataArray", lambda X: _is_xarray(X, "DataArray"), dataarray_columns)
+DASK_FRAME = Kind("dask DataFrame", is_dask_frame)
+DASK_ARRAY = Kind("dask array", is_dask)
+PANDAS_FRAME = Kind(
+    "pandas DataFrame",
+    lambda X: type(X).__module__.startswith("pandas") and hasattr(X, "columns"),
 )
-XARRAY = (XarrayDataset, XarrayDataArray)
-PATHS = (GridStore, LibsvmFile)
+ARRAY = Kind(
+    "array (numpy, scipy.sparse, pydata sparse, or anything numpy reads)",
+    lambda X: not _is_path(X) and not type(X).__module__.startswith("xarray"),
+)
+KINDS = (
+    GRID_STORE,
+    LIBSVM_FILE,
+    GRID,
+    DATASET,
+    DATAARRAY,
+    DASK_FRAME,
+    DASK_ARRAY,
+    PANDAS_FRAME,
+    ARRAY,
+)
+XARRAY = (DATASET, DATAARRAY)
+PATHS = (GRID_STORE, LIBSVM_FILE)
 
 
-def guess_kind(X) -> type:
+def guess_kind(X) -> Kind:
     """The first of :data:`KINDS` that can open ``X``; where none can, one error that
     lists those known (for a path, a FileNotFoundError that lists the kinds of file)."""
     for kind in KINDS:

@@ -23,15 +23,7 @@ import scipy.sparse as sp
 
 from dask_scd.validation import is_dask, is_pydata_sparse, to_scipy
 
-from .kinds import (
-    XARRAY,
-    GridHandle,
-    GridStore,
-    LibsvmFile,
-    PandasFrame,
-    XarrayDataset,
-    guess_kind,
-)
+from .kinds import DATASET, GRID, GRID_STORE, LIBSVM_FILE, PANDAS_FRAME, XARRAY, guess_kind
 
 __all__ = ["RowReader", "iter_libsvm_batches", "malformed_line", "row_reader", "scan_libsvm"]
 
@@ -335,7 +327,7 @@ def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> 
         raise ValueError(f"zero_based={zero_based!r} must be True, False or 'auto'")
     kind = guess_kind(X)
     if n_features is not None:
-        if kind is not LibsvmFile:
+        if kind is not LIBSVM_FILE:
             raise ValueError(
                 "n_features applies to a libsvm file only (the width of an array is its own)"
             )
@@ -348,16 +340,16 @@ def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> 
         n_features = int(n_features)
     if sample_dim is not None and kind not in XARRAY:
         raise ValueError(f"sample_dim={sample_dim!r} applies to xarray input only")
-    if kind is LibsvmFile:
+    if kind is LIBSVM_FILE:
         return _libsvm_source(Path(X), y, zero_based, n_features)
-    if kind in (GridStore, GridHandle):
+    if kind in (GRID_STORE, GRID):
         raise ValueError(f"X is a {kind.name}: to_grid reads an array, a file or an xarray object")
-    if isinstance(y, str) and kind is not XarrayDataset:
+    if isinstance(y, str) and kind is not DATASET:
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
     if kind in XARRAY:
         X, y, names, blocks = kind.columns(X, y, sample_dim)
         return _array_source(X, y, feature_names=names, default_blocks=blocks)
-    if kind is PandasFrame:
+    if kind is PANDAS_FRAME:
         from dask_scd.validation import numeric_frame
 
         values = np.asarray(numeric_frame(X))
