@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from dask_scd.data import in_memory, is_dask_frame, is_grid, make_source, read_input
+from dask_scd.data import in_memory, make_source, read_input
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
 from dask_scd.engines.base import Options, Run
+from dask_scd.grid.kinds import is_grid
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.result import FitResult
@@ -21,6 +21,7 @@ from dask_scd.validation import (
     check_problem,
     check_random_state,
     check_start,
+    is_dask,
     warn,
 )
 
@@ -243,17 +244,9 @@ def _check_engine_options(options: dict, engine, solver: str, distributed: bool)
 
 
 def _read(X, y):
-    """A path (grid store or libsvm file), an xarray object or dask data frames, read into
-    X and y."""
-    if (
-        isinstance(X, (str, os.PathLike))
-        or type(X).__module__.startswith("xarray")
-        or is_dask_frame(X)
-        or is_dask_frame(y)
-    ):
-        given = read_input(X, y)
-        return given.X, given.y
-    return X, y
+    """Any input (a path, an xarray object, dask data frames, ...) read into X and y."""
+    given = read_input(X, y)
+    return given.X, given.y
 
 
 def _data(X, y, problem, solver, options, sample_weight=None):
@@ -335,6 +328,5 @@ def _identity(data) -> list:
 
 
 def _is_distributed(X) -> bool:
-    """A dask array or a Grid goes to the dask path (imports nothing when not)."""
-    module = type(X).__module__
-    return module.startswith("dask.") or module.startswith("dask_scd.grid")
+    """A dask array or a Grid goes to the dask path."""
+    return is_dask(X) or is_grid(X)

@@ -15,7 +15,7 @@ import dask_scd
 from dask_scd.data import cache as cell_cache
 from dask_scd.data import cells
 from dask_scd.data.cells import CellRef, CellView, LabelRef, PureRows
-from dask_scd.data.spill import CellSpill, from_environment
+from dask_scd.data.spill import Spill, from_environment
 from dask_scd.datasets import make_onehot
 from dask_scd.grid import to_grid
 
@@ -74,7 +74,7 @@ def test_a_spilled_value_reads_back_with_the_same_bits(tmp_path):
     values = _values()
     assert values["one-hot by rows"].value.size == 0 and values["valued by rows"].value.size
     assert values["stored by rows"].stored is not None
-    spill = CellSpill(str(tmp_path))
+    spill = Spill(str(tmp_path))
     for key, value in values.items():
         assert spill.get(key) is None
         assert spill.put(key, value)
@@ -92,13 +92,13 @@ def test_a_spilled_value_reads_back_with_the_same_bits(tmp_path):
 
 def test_a_full_or_failing_spill_leaves_the_reads_to_the_store(tmp_path, monkeypatch):
     labels = np.arange(100, dtype=np.float64)
-    spill = CellSpill(str(tmp_path), max_bytes=labels.nbytes)
+    spill = Spill(str(tmp_path), max_bytes=labels.nbytes)
     assert spill.put("a", labels)
     assert not spill.put("b", labels)  # past its bound: not spilled
     assert spill.get("b") is None
     _assert_same(spill.get("a"), labels)
 
-    failing = CellSpill(str(tmp_path))
+    failing = Spill(str(tmp_path))
 
     def full_disk(*args):
         raise OSError(28, "No space left on device")
@@ -126,7 +126,7 @@ def _out_of_core_cache(monkeypatch, directory):
     monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
     cache = cell_cache.CellCache(0, ceiling=1000)
     cache.pause_at = 1 << 40
-    cache.spill = CellSpill(str(directory))
+    cache.spill = Spill(str(directory))
     monkeypatch.setattr(cells, "CACHE", cache)
     return cache
 
@@ -187,7 +187,7 @@ def test_a_cell_the_cache_evicts_goes_to_the_spill(tmp_path, monkeypatch):
     refs = [CellRef(grid.path, grid.grid_id, 0, b, grid.store_version) for b in range(3)]
     monkeypatch.setattr(cell_cache, "_resident_bytes", lambda: 1000)
     cache = cell_cache.CellCache(2000, ceiling=None)  # room for one cell by rows (1.6 kB)
-    cache.spill = CellSpill(str(tmp_path))
+    cache.spill = Spill(str(tmp_path))
     monkeypatch.setattr(cells, "CACHE", cache)
     first = [cells.pure_rows(ref) for ref in refs]
     assert cache.counts["evictions"] == 2 and cache.counts["reads"] == 3
@@ -237,7 +237,7 @@ def test_an_out_of_core_fit_through_the_spill_is_the_in_core_fit(tmp_path, monke
 @pytest.mark.parametrize("value", ["one-hot by rows", "sparse view"])
 def test_a_spilled_cell_is_not_shared_with_a_new_version(tmp_path, value):
     """A key names one version of one cell: another key is another entry."""
-    spill = CellSpill(str(tmp_path))
+    spill = Spill(str(tmp_path))
     v = _values()[value]
     spill.put(("cell", "p", "g", "v1", 0, 0), v)
     assert spill.get(("cell", "p", "g", "v2", 0, 0)) is None

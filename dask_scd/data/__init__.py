@@ -13,7 +13,7 @@
 Nothing here imports an engine, the cluster runtime or the public API.
 """
 
-from dask_scd.data.inputs import ModelInput, is_dask, is_dask_frame, is_grid, read_input
+from dask_scd.data.inputs import ModelInput, read_input
 from dask_scd.data.memory import InMemory, in_memory
 from dask_scd.data.sources import DaskSource, GridSource, Source, make_source
 
@@ -24,9 +24,6 @@ __all__ = [
     "ModelInput",
     "Source",
     "in_memory",
-    "is_dask",
-    "is_dask_frame",
-    "is_grid",
     "make_source",
     "read_input",
 ]

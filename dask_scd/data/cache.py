@@ -113,7 +113,7 @@ class CellCache:
         self.pause_at = None  # resident bytes at which the worker pauses, or None
         self.relieved = False  # a relief lowered the bound (see renew)
         self.reads = 0  # loads from the store (every miss the spill did not serve)
-        # The second tier (dask_scd.data.spill.CellSpill, or None: off), made at first use
+        # The second tier (dask_scd.data.spill.Spill, or None: off), made at first use
         # from DASK_SCD_SPILL.
         self.spill = _UNSET
         self._spillable: set = set()  # keys read with spill=True
@@ -208,7 +208,7 @@ class CellCache:
 
     @property
     def _second(self):
-        """The spill file (:class:`~dask_scd.data.spill.CellSpill`), or None: off, or not
+        """The spill file (:class:`~dask_scd.data.spill.Spill`), or None: off, or not
         made yet."""
         return None if self.spill is _UNSET else self.spill
 

@@ -4,7 +4,8 @@
 libsvm file once read); ``memory``: a numpy or scipy.sparse matrix taken out of an xarray
 object, with its feature names; ``dask``: a dask array (numpy or scipy.sparse chunks, any
 chunking), or a dask DataFrame's numeric columns as one, with their names; ``grid``: a
-:class:`dask_scd.grid.Grid` (or the path of one).
+:class:`dask_scd.grid.Grid` (or the path of one). What an input is, :mod:`dask_scd.grid.kinds`
+says (the grid writer asks it too).
 """
 
 from __future__ import annotations
@@ -13,8 +14,18 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
+from dask_scd.grid.kinds import (
+    DASK_ARRAY,
+    DASK_FRAME,
+    DATASET,
+    GRID,
+    GRID_STORE,
+    LIBSVM_FILE,
+    XARRAY,
+    guess_kind,
+    is_dask_frame,
+)
 from dask_scd.validation import is_dask
 
 
@@ -26,19 +37,6 @@ class ModelInput:
     y: object
     kind: str  # "native", "memory", "dask" or "grid"
     feature_names: np.ndarray | None = None
-
-
-def is_dask_frame(obj) -> bool:
-    """A dask DataFrame or Series (by module name, as :func:`is_dask`)."""
-    return (
-        type(obj).__module__.startswith("dask.")
-        and hasattr(obj, "to_dask_array")
-        and hasattr(obj, "npartitions")
-    )
-
-
-def is_grid(obj) -> bool:
-    return type(obj).__name__ == "Grid" and type(obj).__module__.startswith("dask_scd.grid")
 
 
 def read_input(X, y=None, *, n_features: int | None = None, lengths: bool = True) -> ModelInput:
@@ -63,33 +61,30 @@ def read_input(X, y=None, *, n_features: int | None = None, lengths: bool = True
     -------
     ModelInput
     """
-    if isinstance(X, (str, os.PathLike)):
-        return _read_path(os.fspath(X), y, n_features)
-    if is_grid(X):
+    kind = guess_kind(X)
+    if kind is GRID_STORE:
+        from dask_scd.grid import open_grid
+
+        kind, X = GRID, open_grid(X)
+    if kind is GRID:
         if y is not None:
             raise ValueError("a Grid carries its own labels: pass y=None with a grid")
         names = X.feature_names
         return ModelInput(X, None, "grid", _names(names) if names is not None else None)
-    module = type(X).__module__
-    if module.startswith("xarray"):
-        return _read_xarray(X, y)
-    if isinstance(y, str):
+    if kind is LIBSVM_FILE:
+        return _read_libsvm(os.fspath(X), y, n_features)
+    if isinstance(y, str) and kind is not DATASET:
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
-    if is_dask_frame(X) or is_dask_frame(y):
+    if kind in XARRAY:
+        X, y, names, _ = kind.columns(X, y)
+        kind = "dask" if is_dask(X) else "memory"
+        return ModelInput(X, _unwrap(y), kind, None if names is None else _names(names))
+    if kind is DASK_FRAME or is_dask_frame(y):
         return _read_frames(X, y, lengths)
-    y = _unwrap(y)
-    if is_dask(X):
-        return ModelInput(X, y, "dask")
-    return ModelInput(X, y, "native")
+    return ModelInput(X, _unwrap(y), "dask" if kind is DASK_ARRAY else "native")
 
 
-def _read_path(path: str, y, n_features):
-    if os.path.isdir(path):
-        from dask_scd.grid import open_grid
-
-        return read_input(open_grid(path), y)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no grid store or libsvm file at {path}")
+def _read_libsvm(path: str, y, n_features) -> ModelInput:
     if y is not None:
         raise ValueError(f"y must be None for a libsvm file ({path}): its labels are used")
     from sklearn.datasets import load_svmlight_file
@@ -102,64 +97,6 @@ def _read_path(path: str, y, n_features):
         scan_libsvm(path)  # raises the error that names the malformed line
         raise
     return ModelInput(X, labels, "native")
-
-
-def _read_xarray(X, y) -> ModelInput:
-    if type(X).__name__ == "Dataset":
-        if isinstance(y, str):
-            if y not in X.data_vars:
-                raise ValueError(f"y={y!r} is not a data variable of the Dataset")
-            X, y = X.drop_vars(y), X[y]
-        matrix, names = _dataset_matrix(X, y)
-    elif type(X).__name__ == "DataArray":
-        if X.ndim != 2:
-            raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
-        from dask_scd.grid.readers import sample_axis
-
-        if sample_axis(X.dims, getattr(y, "dims", None), None) == 1:  # (feature, sample)
-            X = X.transpose(X.dims[1], X.dims[0])
-        matrix, names = X.data, None
-        if X.dims[1] in X.coords:
-            names = _names(X.coords[X.dims[1]].values)
-    else:
-        raise TypeError(f"unsupported xarray object {type(X).__name__}")
-    if isinstance(y, str):
-        raise ValueError("y may be a variable name only when X is an xarray Dataset")
-    y = _unwrap(y)
-    return ModelInput(matrix, y, "dask" if is_dask(matrix) else "memory", names)
-
-
-def _dataset_matrix(ds, y):
-    """Columns of every data variable, side by side: 1-D variables are single columns, 2-D
-    ones are read with their sample dim first (the dim found as ``to_grid`` finds it)."""
-    from dask_scd.grid.readers import dataset_sample_dim
-
-    if not ds.data_vars:
-        raise ValueError("the Dataset has no data variables to use as features")
-    sample_dim = dataset_sample_dim(ds, y, None)
-    columns, names = [], []
-    for name, var in ds.data_vars.items():
-        if var.ndim == 2 and sample_dim in var.dims:
-            var = var.transpose(sample_dim, ...)
-        if var.ndim == 1:
-            columns.append(var.data.reshape(-1, 1))
-            names.append(str(name))
-        elif var.ndim == 2:
-            columns.append(var.data)
-            dim = var.dims[1]
-            values = var.coords[dim].values if dim in var.coords else range(var.shape[1])
-            names.extend(f"{name}={value}" for value in values)
-        else:
-            raise ValueError(f"data variable {name!r} must be 1-D or 2-D, got dims {var.dims}")
-    if any(is_dask(column) for column in columns):
-        import dask.array as da
-
-        matrix = da.concatenate([da.asarray(column) for column in columns], axis=1)
-    elif any(sp.issparse(column) for column in columns):
-        matrix = sp.hstack([sp.csr_matrix(column) for column in columns], format="csr")
-    else:
-        matrix = np.hstack([np.asarray(column) for column in columns])
-    return matrix, _names(names)
 
 
 def _read_frames(X, y, lengths: bool) -> ModelInput:

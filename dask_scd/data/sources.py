@@ -29,6 +29,7 @@ from dask_scd.validation import (
     as_engine_dtype,
     check_labels,
     check_sample_weight,
+    is_dask,
     to_scipy,
     warn,
 )
@@ -246,10 +247,8 @@ def _source_weights(sample_weight, source: Source):
     like the labels first, so that its row chunks line up with X's."""
     if sample_weight is None:
         return None
-    import dask.array as da
-
     n = source.n_samples
-    if isinstance(sample_weight, da.Array):
+    if is_dask(sample_weight):
         if sample_weight.ndim == 2 and sample_weight.shape[1] == 1:
             sample_weight = sample_weight[:, 0]
         if sample_weight.ndim != 1 or sample_weight.shape[0] != n:
@@ -335,7 +334,6 @@ def _merged_row_chunks(X, nbytes: int):
 
 
 def _dask_source(X, y, loss, blocks) -> DaskSource:
-    import dask.array as da
 
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
@@ -359,7 +357,7 @@ def _dask_source(X, y, loss, blocks) -> DaskSource:
     nbytes, nnz = _stored_size(X)
     X = _merged_row_chunks(X, nbytes)
     row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
-    if isinstance(y, da.Array):
+    if is_dask(y):
         if y.ndim == 2 and y.shape[1] == 1:  # a column, as check_labels takes from numpy
             y = y[:, 0]
         if y.ndim != 1 or y.shape[0] != n:

@@ -1,10 +1,14 @@
-"""The cell cache's second tier: decoded cells in a local file of this process.
+"""Decoded arrays in a local file of this process, read back instead of decoded again.
+
+Two readers of a grid keep what they decoded this way: the worker cell cache's second
+tier, and the out-of-core SDCA engine's row chunks
+(:mod:`dask_scd.engines.local.sdca_grid`, ``spill=True``).
 
 Out of core, the cell cache (:mod:`dask_scd.data.cache`) cannot keep a grid's cells, and
 every pass read each one from the store again: its zstd frame decoded (~2 ms for a 3 MB
 one-hot cell of 262k rows) and, for a pure cell, its by-rows form made (~0.7 ms). A
 cell the cache has no room for is instead written once, in the form the passes read, to
-an unlinked temporary file of the process (:class:`CellSpill`), and read back from it
+an unlinked temporary file of the process (:class:`Spill`), and read back from it
 with one ``preadv`` per array (~0.07 ms for that cell's 1 MB by-rows form in the page
 cache). The same bits: the file holds the arrays' bytes.
 
@@ -18,7 +22,8 @@ change.
 
 A value is spilled where it says how: ``value.to_spill()`` → (arrays, meta) and
 ``type(value).from_spill(meta, arrays)`` → an equal value; a numpy array is spilled as
-it is. Anything else is not spilled.
+it is (and read back, where asked, into the leading rows of a buffer of the caller's).
+Anything else is not spilled.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import shutil
 import tempfile
 import threading
+import warnings
 
 import numpy as np
 
@@ -36,15 +42,21 @@ logger = logging.getLogger(__name__)
 ENVIRONMENT = "DASK_SCD_SPILL"
 
 
-class CellSpill:
+class Spill:
     """Values by key, their arrays' bytes in one append-only temporary file.
 
     ``directory``: where the file goes (None: the worker's local directory, else the
     system's temporary directory); ``max_bytes``: the most the file may hold (None: half
-    of the free space of its file system when it is created). Thread-safe."""
+    of the free space of its file system when it is created). A file that cannot be made
+    or written is dropped and nothing more is spilled, with a warning that names
+    ``what`` is spilled: in this process's log, or a ``RuntimeWarning`` where ``warn``.
+    Thread-safe."""
 
-    def __init__(self, directory: str | None = None, max_bytes: int | None = None):
+    def __init__(
+        self, directory=None, max_bytes: int | None = None, what: str = "cells", warn=False
+    ):
         self.directory, self.max_bytes = directory, max_bytes
+        self.what, self.warn = what, warn
         self._file = None
         self._end = 0
         self._index: dict = {}  # key -> (rebuild, meta, [(offset, dtype, shape)])
@@ -52,20 +64,22 @@ class CellSpill:
         self.disabled = False
         self.writes = self.hits = self.bytes_written = 0
 
-    def get(self, key):
-        """The value spilled under ``key``, read back; None where there is none."""
+    def get(self, key, out: np.ndarray | None = None):
+        """The value spilled under ``key``, read back; None where there is none.
+        ``out``: for an array spilled as it is, a buffer of its dtype and row width whose
+        leading rows receive it (the value is then a view of ``out``)."""
         entry, file = self._index.get(key), self._file
         if entry is None or file is None:
             return None
         rebuild, meta, specs = entry
         arrays = []
         for offset, dtype, shape in specs:
-            out = np.empty(shape, dtype=dtype)
-            if out.nbytes:
-                got = os.preadv(file.fileno(), [memoryview(out).cast("B")], offset)
-                if got != out.nbytes:
-                    raise OSError(f"cell spill file: {got} of {out.nbytes} bytes read back")
-            arrays.append(out)
+            array = np.empty(shape, dtype=dtype) if out is None else out[: shape[0]]
+            if array.nbytes:
+                got = os.preadv(file.fileno(), [memoryview(array).cast("B")], offset)
+                if got != array.nbytes:
+                    raise OSError(f"spill file of {key!r}: {got} of {array.nbytes} bytes read")
+            arrays.append(array)
         self.hits += 1
         return arrays[0] if rebuild is None else rebuild(meta, arrays)
 
@@ -98,14 +112,7 @@ class CellSpill:
                 specs.append((offset, a.dtype, a.shape))
                 offset += a.nbytes
         except OSError as exc:
-            logger.warning(
-                "spilling decoded cells to %s failed (%s); cells are read from "
-                "the store at every pass",
-                self.directory,
-                exc,
-            )
-            self.close()
-            self.disabled = True
+            self._fail(exc)
             return False
         self._index[key] = (rebuild, meta, specs)
         self.writes += 1
@@ -113,17 +120,28 @@ class CellSpill:
         return True
 
     def _open(self) -> bool:
-        directory = self.directory or _local_directory()
+        self.directory = self.directory or _local_directory()
         try:
-            self._file = tempfile.TemporaryFile(dir=directory)
+            self._file = tempfile.TemporaryFile(dir=self.directory)
             if self.max_bytes is None:
-                self.max_bytes = shutil.disk_usage(directory).free // 2
+                self.max_bytes = shutil.disk_usage(self.directory).free // 2
         except OSError as exc:
-            logger.warning("no spill file for decoded cells in %s (%s)", directory, exc)
-            self.disabled = True
+            self._fail(exc)
             return False
-        self.directory = directory
         return True
+
+    def _fail(self, exc: OSError):
+        """Drop the file and spill nothing more: the values are decoded again."""
+        self.close()
+        self.disabled = True
+        message = (
+            f"spilling decoded {self.what} to {self.directory} failed ({exc}); "
+            f"the {self.what} are decoded at every pass"
+        )
+        if self.warn:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        else:
+            logger.warning(message)
 
     @property
     def nbytes(self) -> int:
@@ -158,10 +176,10 @@ def _local_directory() -> str:
         return tempfile.gettempdir()
 
 
-def from_environment() -> CellSpill | None:
+def from_environment() -> Spill | None:
     """The spill ``DASK_SCD_SPILL`` asks for: unset or empty, the default one; ``0``,
     ``off`` or ``false``, none; else a directory for its file."""
     setting = os.environ.get(ENVIRONMENT, "").strip()
     if setting.lower() in ("0", "off", "false", "no"):
         return None
-    return CellSpill(setting or None)
+    return Spill(setting or None)

@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_classifier
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from dask_scd.data.inputs import ModelInput, is_dask, read_input
+from dask_scd.data.inputs import ModelInput, read_input
 from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_one
 from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
 from dask_scd.objectives import CLASSIFICATION_LOSSES
@@ -21,6 +21,7 @@ from dask_scd.validation import (
     ENGINE_SPARSE_FORMATS,
     check_problem,
     check_sample_weight,
+    is_dask,
 )
 
 # What the engines read (the validation layer's one definition): scikit-learn's checks

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_scd.data.inputs import ModelInput, is_dask
+from dask_scd.data.inputs import ModelInput
 from dask_scd.engines import planner
 from dask_scd.estimators.base import _Classifier, _total
 from dask_scd.estimators.docstrings import _docstring
 from dask_scd.estimators.fitting import _fit_one
 from dask_scd.estimators.multiclass import _probabilities, _softmax
 from dask_scd.objectives import MULTINOMIAL
-from dask_scd.validation import check_problem
+from dask_scd.validation import check_problem, is_dask
 
 MULTI_CLASS = ("auto", "multinomial", "ovr")
 

@@ -9,15 +9,19 @@ import sys
 import numpy as np
 
 from dask_scd.api import fit
-from dask_scd.data.inputs import is_dask
+from dask_scd.grid.kinds import is_grid
 from dask_scd.objectives import CLASSIFICATION_LOSSES, certificate
-from dask_scd.validation import check_problem, check_sample_weight, collect_warnings, reissue
+from dask_scd.validation import (
+    check_problem,
+    check_sample_weight,
+    collect_warnings,
+    is_dask,
+    reissue,
+)
 
 
 def _fit_one(X, y, options: dict, start=None):
     """One :func:`dask_scd.fit`; a grid with ±1 targets fits its cells as a dask array."""
-    from dask_scd.data.inputs import is_grid
-
     if is_grid(X):
         if y is None or options["loss"] not in CLASSIFICATION_LOSSES:
             return fit(X, **options)

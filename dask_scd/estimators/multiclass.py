@@ -8,7 +8,8 @@ import numpy as np
 from scipy.special import expit
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
-from dask_scd.data.inputs import ModelInput, is_dask
+from dask_scd.data.inputs import ModelInput
+from dask_scd.validation import is_dask
 
 
 def _classes(data: ModelInput) -> np.ndarray:

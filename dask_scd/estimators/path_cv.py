@@ -26,11 +26,11 @@ from sklearn.base import is_classifier
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import check_cv
 
-from dask_scd.data.inputs import is_dask, is_grid
 from dask_scd.estimators.fitting import _current_client, _run_on_cluster
+from dask_scd.grid.kinds import is_grid
 from dask_scd.paths import path
 from dask_scd.result import dask_scores
-from dask_scd.validation import check_sample_weight, collect_warnings, reissue
+from dask_scd.validation import check_sample_weight, collect_warnings, is_dask, reissue
 
 
 def cv_inputs(data) -> tuple:

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .layout import GridCorruptionError
+from .layout import GridCorruptionError, _check_header
 from .read import (
     _build_arrays,
-    _check_header,
     _reader,
     _store_version,
     read_cell,

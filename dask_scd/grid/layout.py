@@ -1,5 +1,6 @@
 """The on-disk layout of a grid store: its format name and versions, how rows are cut
-into row chunks, and the error raised when a store does not match its layout.
+into row chunks, the checks of a store's header and metadata against the layout, and the
+error raised when a store does not match it.
 
 Rows are cut into row chunks of ``row_chunk`` examples (the last one may be
 smaller); columns are cut into blocks (a partition of the features).  One
@@ -19,7 +20,12 @@ On-disk layout (zarr v3 group at ``path``)::
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import zarr
+
+from .partition import validate_blocks
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "READABLE_VERSIONS", "GridCorruptionError"]
 
@@ -35,3 +41,108 @@ class GridCorruptionError(ValueError):
 
 def _row_bounds(n: int, row_chunk: int) -> np.ndarray:
     return np.append(np.arange(0, n, row_chunk, dtype=np.int64), np.int64(n))
+
+
+def _check_header(path: str):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"{path} is a file, not a grid store (a directory)")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no grid store at {path}")
+    try:
+        group = zarr.open_group(path, mode="r")
+        attrs = dict(group.attrs)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable zarr grid store: {exc}") from exc
+    if attrs.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} store (format={attrs.get('format')!r})")
+    if attrs.get("format_version") not in READABLE_VERSIONS:
+        raise ValueError(
+            f"unsupported grid format version {attrs.get('format_version')!r} at {path} "
+            f"(this library reads versions {', '.join(map(str, READABLE_VERSIONS))})"
+        )
+    if attrs.get("complete") is not True:
+        raise ValueError(f"grid store {path} is incomplete (interrupted write?)")
+    _check_attrs(path, attrs)
+    _check_arrays(path, attrs)
+    if attrs.get("layout") == "sparse" and attrs.get("sparse_cell_encoding") != "packed-csc-1":
+        raise GridCorruptionError(
+            f"grid store {path}: unsupported sparse cell encoding "
+            f"{attrs.get('sparse_cell_encoding')!r}"
+        )
+    return attrs
+
+
+_REWRITE = "removed or never written: write the grid again with to_grid or dask-scd convert"
+
+
+def _check_arrays(path: str, attrs: dict) -> None:
+    """Every array besides the cells (the labels and the tables) is in the store: checked
+    on disk, where a removed array shows at once (a reader of the store may be cached)."""
+    names = ["y", "cell_nnz"]
+    if attrs["format_version"] != 1:
+        names += ["cell_checksum", "label_checksum"]
+    if attrs.get("has_weights", False):
+        names += ["weight", "weight_checksum"]
+    for name in names:
+        if not os.path.isfile(os.path.join(path, name, "zarr.json")):
+            raise GridCorruptionError(f"grid store {path} has no {name!r} array ({_REWRITE})")
+
+
+def _is_int(value, low=0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_attrs(path: str, attrs: dict) -> None:
+    """Check the metadata every reader relies on, once: a damaged zarr.json is reported
+    as such (naming the key), never as a KeyError or TypeError deep in a read."""
+
+    def bad(key, why):
+        shown = repr(attrs.get(key))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return GridCorruptionError(f"grid store {path} has invalid metadata: {key}={shown} {why}")
+
+    def int_list(key, length=None, low=0):
+        value = attrs.get(key)
+        if (
+            not isinstance(value, list)
+            or not all(_is_int(v, low) for v in value)
+            or (length is not None and len(value) != length)
+        ):
+            count = "" if length is None else f"{length} "
+            raise bad(key, f"is not a list of {count}integers >= {low}")
+        return value
+
+    n, p = int_list("shape", 2, low=1)
+    if not _is_int(attrs.get("row_chunk"), 1):
+        raise bad("row_chunk", "is not a positive integer")
+    if int_list("row_bounds") != _row_bounds(n, attrs["row_chunk"]).tolist():
+        raise bad("row_bounds", f"do not cut {n} rows in row chunks of {attrs['row_chunk']}")
+    blocks = attrs.get("blocks")
+    try:
+        if not isinstance(blocks, list) or not all(isinstance(b, list) for b in blocks):
+            raise ValueError("blocks must be a list of lists")
+        validate_blocks(blocks, p)
+    except ValueError as exc:
+        raise bad("blocks", f"is not a partition of the {p} features ({exc})") from None
+    if attrs.get("dtype") not in ("float32", "float64"):
+        raise bad("dtype", "is not 'float32' or 'float64'")
+    if attrs.get("layout") not in ("dense", "sparse"):
+        raise bad("layout", "is not 'dense' or 'sparse'")
+    purity = attrs.get("purity")
+    if (
+        not isinstance(purity, list)
+        or len(purity) != len(blocks)
+        or not all(isinstance(v, bool) for v in purity)
+    ):
+        raise bad("purity", f"is not a list of {len(blocks)} booleans")
+    int_list("max_nnz_per_row", len(blocks))
+    int_list("block_nnz", len(blocks))
+    if not _is_int(attrs.get("nnz")):
+        raise bad("nnz", "is not an integer >= 0")
+    if not isinstance(attrs.get("grid_id"), str) or not attrs["grid_id"]:
+        raise bad("grid_id", "is not a non-empty string")
+    names = attrs.get("feature_names")
+    if names is not None and (
+        not isinstance(names, list) or len(names) != p or not all(isinstance(v, str) for v in names)
+    ):
+        raise bad("feature_names", f"is neither null nor a list of {p} strings")

@@ -1,7 +1,8 @@
 """Input readers: turn every supported X into a stream of row chunks.
 
 Every input (numpy, scipy.sparse, pydata ``sparse``, dask array, xarray
-DataArray/Dataset, libsvm file) becomes a :class:`RowReader`, which knows the
+DataArray/Dataset, libsvm file; its kind told by :mod:`dask_scd.grid.kinds`)
+becomes a :class:`RowReader`, which knows the
 shape, dtype and layout (dense or sparse) up front and yields the data one
 row chunk at a time, so that :func:`dask_scd.grid.to_grid` never needs the
 whole matrix in memory for out-of-core inputs.
@@ -21,6 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd.validation import is_dask, is_pydata_sparse, to_scipy
+
+from .kinds import DATASET, GRID, GRID_STORE, LIBSVM_FILE, PANDAS_FRAME, XARRAY, guess_kind
 
 __all__ = ["RowReader", "iter_libsvm_batches", "malformed_line", "row_reader", "scan_libsvm"]
 
@@ -197,143 +200,6 @@ def _array_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
     return _memory_source(X, y, feature_names, default_blocks)
 
 
-# --------------------------------------------------------------------- xarray
-
-
-# Dim names that say "one example per index" or "one feature per index".
-SAMPLE_DIM_NAMES = frozenset(
-    {
-        "sample",
-        "samples",
-        "n_samples",
-        "example",
-        "examples",
-        "obs",
-        "observation",
-        "observations",
-        "instance",
-        "instances",
-        "record",
-        "records",
-        "row",
-        "rows",
-    }
-)
-FEATURE_DIM_NAMES = frozenset(
-    {
-        "feature",
-        "features",
-        "n_features",
-        "variable",
-        "variables",
-        "predictor",
-        "predictors",
-        "column",
-        "columns",
-    }
-)
-
-
-def sample_axis(dims, y_dims, sample_dim) -> int:
-    """The axis of a 2-D xarray X that runs over the examples.
-
-    ``sample_dim`` if given; else the dim of a 1-D labels DataArray if X has it; else the
-    dim whose name says so ("sample", "obs", ... or the other one of "feature",
-    "variable", ...); the first dim only when the names say nothing.
-    """
-    dims = tuple(dims)
-    if sample_dim is not None:
-        if sample_dim not in dims:
-            raise ValueError(f"sample_dim={sample_dim!r} is not a dim of X (dims {dims})")
-        return dims.index(sample_dim)
-    if y_dims is not None and len(y_dims) == 1 and y_dims[0] in dims:
-        return dims.index(y_dims[0])
-    said = [
-        d in SAMPLE_DIM_NAMES or (d not in FEATURE_DIM_NAMES and other in FEATURE_DIM_NAMES)
-        for d, other in ((dims[0], dims[1]), (dims[1], dims[0]))
-    ]
-    return 1 if said == [False, True] else 0
-
-
-def _dataarray_source(X, y, sample_dim=None) -> RowReader:
-    if X.ndim != 2:
-        raise ValueError(f"X DataArray must be 2-D (sample, feature), got dims {X.dims}")
-    if sample_axis(X.dims, getattr(y, "dims", None), sample_dim) == 1:
-        X = X.transpose(X.dims[1], X.dims[0])  # a lazy view: nothing is copied here
-    feature_dim = X.dims[1]
-    names = None
-    if feature_dim in X.coords:
-        names = [str(v) for v in np.asarray(X.coords[feature_dim].values)]
-    return _array_source(X.data, y, feature_names=names)
-
-
-def dataset_sample_dim(ds, y, sample_dim):
-    """The Dataset's sample dim: given, else the labels', else a 1-D variable's, else by name."""
-    if sample_dim is not None:
-        if sample_dim not in ds.dims:
-            raise ValueError(
-                f"sample_dim={sample_dim!r} is not a dim of the Dataset (dims {tuple(ds.dims)})"
-            )
-        return sample_dim
-    y_dims = getattr(y, "dims", None)
-    if y_dims is not None and len(y_dims) == 1:
-        return y_dims[0]
-    for var in ds.data_vars.values():
-        if var.ndim == 1:
-            return var.dims[0]
-    first = next(iter(ds.data_vars.values()))
-    if first.ndim != 2:
-        raise ValueError(f"data variables must be 1-D or 2-D, got dims {first.dims}")
-    return first.dims[sample_axis(first.dims, None, None)]
-
-
-def _dataset_source(ds, y, sample_dim=None) -> RowReader:
-    """One block per data variable; 1-D variables are single columns."""
-    import dask.array as da
-
-    if isinstance(y, str):
-        if y not in ds.data_vars:
-            raise ValueError(f"y={y!r} is not a data variable of the Dataset")
-        y_name, y = y, ds[y]
-        ds = ds.drop_vars(y_name)
-    if not ds.data_vars:
-        raise ValueError("the Dataset has no data variables to use as features")
-    sample_dim = dataset_sample_dim(ds, y, sample_dim)
-    columns, names, blocks = [], [], []
-    offset = 0
-    for var_name, var in ds.data_vars.items():
-        if var.ndim not in (1, 2):
-            raise ValueError(f"data variable {var_name!r} must be 1-D or 2-D, got dims {var.dims}")
-        if sample_dim not in var.dims:
-            raise ValueError(
-                f"data variable {var_name!r} has dims {var.dims}, without the sample dim "
-                f"{sample_dim!r} (pass sample_dim= to name it)"
-            )
-        var = var.transpose(sample_dim, ...)
-        data = var.data
-        if var.ndim == 1:
-            data = data.reshape(-1, 1)
-            var_names = [str(var_name)]
-        else:
-            dim = var.dims[1]
-            if dim in var.coords:
-                values = [str(v) for v in np.asarray(var.coords[dim].values)]
-            else:
-                values = [str(i) for i in range(var.shape[1])]
-            var_names = [f"{var_name}={v}" for v in values]
-        columns.append(data)
-        names.extend(var_names)
-        blocks.append(np.arange(offset, offset + len(var_names), dtype=np.int64))
-        offset += len(var_names)
-    if any(is_dask(c) for c in columns):
-        X = da.concatenate([da.asarray(c) for c in columns], axis=1)
-    elif any(sp.issparse(c) or is_pydata_sparse(c) for c in columns):
-        X = sp.hstack([to_scipy(c) for c in columns], format="csr")
-    else:
-        X = np.hstack([np.asarray(c) for c in columns])
-    return _array_source(X, y, feature_names=names, default_blocks=blocks)
-
-
 # --------------------------------------------------------------------- libsvm
 
 
@@ -429,8 +295,6 @@ def _libsvm_source(path, y, zero_based="auto", n_features=None) -> RowReader:
     if y is not None:
         raise ValueError("y must be None for a libsvm file: labels are read from the file")
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"libsvm file not found: {path}")
     n_rows, seen, zero_based = scan_libsvm(path, zero_based=zero_based)
     if n_rows == 0 or seen == 0:
         raise ValueError(f"libsvm file {path} holds no data")
@@ -461,8 +325,9 @@ def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> 
     """Build a :class:`RowReader` for any supported input (see ``to_grid``)."""
     if not (isinstance(zero_based, bool | np.bool_) or _is_auto(zero_based)):
         raise ValueError(f"zero_based={zero_based!r} must be True, False or 'auto'")
+    kind = guess_kind(X)
     if n_features is not None:
-        if not isinstance(X, (str, os.PathLike)):
+        if kind is not LIBSVM_FILE:
             raise ValueError(
                 "n_features applies to a libsvm file only (the width of an array is its own)"
             )
@@ -473,19 +338,18 @@ def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> 
         ):
             raise ValueError(f"n_features={n_features!r} must be an integer >= 1")
         n_features = int(n_features)
-    module = type(X).__module__
-    is_xarray = module.startswith("xarray") and type(X).__name__ in ("Dataset", "DataArray")
-    if sample_dim is not None and not is_xarray:
+    if sample_dim is not None and kind not in XARRAY:
         raise ValueError(f"sample_dim={sample_dim!r} applies to xarray input only")
-    if isinstance(X, (str, os.PathLike)):
+    if kind is LIBSVM_FILE:
         return _libsvm_source(Path(X), y, zero_based, n_features)
-    if is_xarray:
-        if type(X).__name__ == "Dataset":
-            return _dataset_source(X, y, sample_dim)
-        return _dataarray_source(X, y, sample_dim)
-    if isinstance(y, str):
+    if kind in (GRID_STORE, GRID):
+        raise ValueError(f"X is a {kind.name}: to_grid reads an array, a file or an xarray object")
+    if isinstance(y, str) and kind is not DATASET:
         raise ValueError("y may be a variable name only when X is an xarray Dataset")
-    if module.startswith("pandas") and hasattr(X, "columns"):
+    if kind in XARRAY:
+        X, y, names, blocks = kind.columns(X, y, sample_dim)
+        return _array_source(X, y, feature_names=names, default_blocks=blocks)
+    if kind is PANDAS_FRAME:
         from dask_scd.validation import numeric_frame
 
         values = np.asarray(numeric_frame(X))

@@ -30,7 +30,8 @@ is a duality gap.
 
 Decoding is the cost of a read (~3 ms of zstd for a 4,096 x 120 float64 row chunk, about
 the SDCA steps on it): with ``spill``, a dense grid's row chunks are decoded once and
-kept decoded in a temporary file (:class:`Spill`), which the later passes read back.
+kept decoded in a temporary file (:class:`dask_scd.data.spill.Spill`), which the later
+passes read back.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -46,6 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
+from dask_scd.data.spill import Spill
 from dask_scd.engines.base import CertificateSchedule, Options, Run
 from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, dual_start
 from dask_scd.grid.read import CellBuffers, read_cell, read_dense_row_chunk, read_labels
@@ -84,11 +85,11 @@ def read_row_chunk(
         if memory is None:  # a read of its own (np.empty: the unused buffer is not touched)
             memory = ChunkMemory(grid)
         out = memory.next()
-        X = spill.read(r, out) if spill is not None else None
+        X = spill.get(r, out) if spill is not None else None
         if X is None:
             X = read_dense_row_chunk(grid.path, grid.grid_id, r, out, memory.cells)
             if spill is not None:
-                spill.write(r, X)
+                spill.put(r, X)
     matrix = MajorMatrix.from_array(X, "rows")
     bounds = grid.row_bounds
     return RowChunk(r, int(bounds[r]), int(bounds[r + 1]), matrix)
@@ -110,68 +111,24 @@ class ChunkMemory:
         return self.buffers[self.turn]
 
 
-class Spill:
-    """A dense grid's row chunks as the kernels read them (decoded and checked, rows in
-    grid column order), in a temporary file of this process: a pass after the first
-    reads each one back with one ``preadv`` (~0.4 ms for 3.8 MiB in the page cache)
-    instead of decoding its cells (~4 ms). The file is unlinked when created (no other
-    process opens it by name) and takes the grid's decoded size on disk until
-    :meth:`close`; a write that fails (disk full) drops it, with a warning, and the fit
-    reads the grid again."""
-
-    def __init__(self, grid, directory):
-        self.file = tempfile.TemporaryFile(dir=directory)
-        self.row_bytes = grid.shape[1] * np.dtype(grid.dtype).itemsize
-        self.bounds = grid.row_bounds
-        self.written = np.zeros(grid.n_row_chunks, dtype=bool)
-
-    def read(self, r: int, out: np.ndarray) -> np.ndarray | None:
-        """Row chunk ``r`` read back into ``out``, or None where it was not spilled."""
-        if self.file is None or not self.written[r]:
-            return None
-        rows = out[: self.bounds[r + 1] - self.bounds[r]]
-        got = os.preadv(self.file.fileno(), [rows], int(self.bounds[r]) * self.row_bytes)
-        if got != rows.nbytes:
-            raise OSError(f"spill file of row chunk {r}: {got} of {rows.nbytes} bytes read")
-        return rows
-
-    def write(self, r: int, rows: np.ndarray) -> None:
-        if self.file is None:
-            return
-        try:
-            offset, view = int(self.bounds[r]) * self.row_bytes, memoryview(rows).cast("B")
-            while view:  # pwrite may write less than asked
-                done = os.pwrite(self.file.fileno(), view, offset)
-                view, offset = view[done:], offset + done
-        except OSError as exc:
-            warnings.warn(
-                f"spilling decoded row chunks to {self.file.name!r} failed ({exc}); "
-                "the fit decodes the grid at every pass",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            self.close()
-            return
-        self.written[r] = True
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-
-
 class ChunkStream:
     """Passes over a grid's row chunks, each chunk read one ahead by a background thread.
 
     ``spill``: False, True or a directory (True: the system's temporary directory) where
-    a dense grid's row chunks are kept decoded after their first read (:class:`Spill`)."""
+    a dense grid's row chunks are kept decoded after their first read, in a file that
+    takes the grid's decoded size (:class:`~dask_scd.data.spill.Spill`; a write that
+    fails, disk full, drops it with a warning, and the grid is decoded again)."""
 
     def __init__(self, grid, spill=False):
         self.grid = grid
         self.pool = ThreadPoolExecutor(1)
         self.passes = 0
         self.memory = None if grid.is_sparse else ChunkMemory(grid)
-        self.spill = None if spill is False else Spill(grid, None if spill is True else spill)
+        self.spill = None
+        if spill is not False:
+            directory = tempfile.gettempdir() if spill is True else spill
+            size = grid.shape[0] * grid.shape[1] * np.dtype(grid.dtype).itemsize
+            self.spill = Spill(directory, size, what="row chunks", warn=True)
 
     def each(self, order, work) -> None:
         """``work(chunk)`` for the row chunks in ``order``; chunk k + 1 is read while
@@ -202,7 +159,8 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     epochs and at the last), ``chunk_order`` ("random": a fresh permutation of the row
     chunks each epoch; "sequential": in storage order), ``spill`` (False; True or a
     directory: a dense grid's row chunks kept decoded in a temporary file there, True the
-    system's temporary directory, after their first read, :class:`Spill`). ``n_threads``
+    system's temporary directory, after their first read,
+    :class:`~dask_scd.data.spill.Spill`). ``n_threads``
     must be 1.
     """
     settings = _settings(options.engine, options.device)
