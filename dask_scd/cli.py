@@ -66,7 +66,11 @@ _fraction.__name__ = "number in [0, 1]"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``dask-scd`` argument parser and its four subcommands."""
+    """The ``dask-scd`` argument parser and its four subcommands.
+
+    Kept whole: a declaration, one ``add_argument`` per option in the order ``--help``
+    lists them; split up it would hide the command line's shape.
+    """
     from dask_scd import __version__
 
     parser = _Parser(

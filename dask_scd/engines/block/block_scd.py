@@ -406,31 +406,7 @@ class _BlockSCD(ClusterBlocks):
                 )
             )
         try:
-            remaining, checked, pause = list(members), time.monotonic(), 0.001
-            results = {}
-            while remaining:
-                # The futures' states are the client's own (its event loop updates them):
-                # polling them costs no message.
-                time.sleep(pause)
-                pause = min(2 * pause, 0.01)
-                if any(f.status in ("error", "cancelled", "lost") for f in remaining):
-                    raise collective.Aborted("a member failed")
-                finished = [f for f in remaining if f.status == "finished"]
-                for f in finished:
-                    # A member that gave up (its kept margins were lost with a replaced
-                    # worker, say) leaves the others waiting for its parts: end the
-                    # exchange now rather than at their timeout.
-                    results[f.key] = runtime.gather(f)
-                    if results[f.key] is not None and "aborted" in results[f.key]:
-                        raise collective.Aborted(
-                            "a member could not meet the others: " + str(results[f.key]["aborted"])
-                        )
-                remaining = [f for f in remaining if f not in finished]
-                if remaining and not single and time.monotonic() - checked > 1.0:
-                    checked = time.monotonic()
-                    if not set(addresses) <= set(client.scheduler_info()["workers"]):
-                        raise collective.Aborted("a member's worker left")
-            result = results[members[0].key]
+            result = self._await_members(members, addresses, single)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the task graph redoes it
             # ... but the fit says so: a member's own error (not a lost worker) would
             # otherwise cost every epoch a collective attempt without a word.
@@ -449,6 +425,36 @@ class _BlockSCD(ClusterBlocks):
             float(certified["intercept"]),
             certified["certificate"],
         )
+
+    def _await_members(self, members, addresses, single: bool) -> dict:
+        """The first member's result once every member has finished; a
+        :class:`collective.Aborted` as soon as one fails, gives up or loses its worker."""
+        runtime, client = self.runtime, self.client
+        remaining, checked, pause = list(members), time.monotonic(), 0.001
+        results = {}
+        while remaining:
+            # The futures' states are the client's own (its event loop updates them):
+            # polling them costs no message.
+            time.sleep(pause)
+            pause = min(2 * pause, 0.01)
+            if any(f.status in ("error", "cancelled", "lost") for f in remaining):
+                raise collective.Aborted("a member failed")
+            finished = [f for f in remaining if f.status == "finished"]
+            for f in finished:
+                # A member that gave up (its kept margins were lost with a replaced
+                # worker, say) leaves the others waiting for its parts: end the
+                # exchange now rather than at their timeout.
+                results[f.key] = runtime.gather(f)
+                if results[f.key] is not None and "aborted" in results[f.key]:
+                    raise collective.Aborted(
+                        "a member could not meet the others: " + str(results[f.key]["aborted"])
+                    )
+            remaining = [f for f in remaining if f not in finished]
+            if remaining and not single and time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                if not set(addresses) <= set(client.scheduler_info()["workers"]):
+                    raise collective.Aborted("a member's worker left")
+        return results[members[0].key]
 
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
