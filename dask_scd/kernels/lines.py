@@ -67,17 +67,9 @@ def row_axpy(data, indices, dense, start, end, scale, w):
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
-def major_dot(data, indices, indptr, dense, n_major, n_minor, v, out, squared):
-    """out[r] = Σ_k A[r, k] v[k] over the major axis (CSR: X v; CSC: Xᵀ v).
-
-    ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'').
-    """
-    major_dot_range(data, indices, indptr, dense, 0, n_major, n_minor, v, out, squared)
-
-
-@njit(nogil=True, cache=True, fastmath=FAST)
 def major_dot_range(data, indices, indptr, dense, lo, hi, n_minor, v, out, squared):
-    """:func:`major_dot` for the lines lo ≤ r < hi (out[r] only for those)."""
+    """out[r] = Σ_k A[r, k] v[k] for the lines lo ≤ r < hi (CSR: X v; CSC: Xᵀ v), out[r]
+    only for those; ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'')."""
     for r in range(lo, hi):
         start, end = line(dense, indptr, r, n_minor)
         if squared:

@@ -17,13 +17,6 @@ from dask_scd import objectives as obj
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK, penalty, prox_newton
 
 
-def _objective_along(problem, y, margins, column, old, step):
-    """Loss over the column's examples plus the penalty of θ_j = old + step."""
-    theta = old + step
-    loss = obj.loss_value(problem.loss, y, margins + step * column).sum() / len(y)
-    return loss + penalty(problem.l1, problem.l2, theta)
-
-
 def scd_epoch(problem: obj.Problem, X, y, margins, coef, intercept, order):
     """One primal SCD epoch on dense X; updates ``margins``, ``coef``, ``intercept[0]``."""
     n, p = X.shape
