@@ -47,10 +47,23 @@ class History:
         seconds: float,
         bytes_moved: float | None = None,
     ) -> None:
-        """Record one certified epoch (``bytes_moved`` only if the engine counts them).
+        """Record one certified epoch.
 
         An iteration certified again (the Newton engines re-certify their last iterate on
         margins recomputed from scratch) replaces its entry: one entry per iteration.
+
+        Parameters
+        ----------
+        iteration : int
+            The epoch (or Newton step) just certified.
+        relative_gap : float
+            Its relative duality gap ``(P − D)/|P|``.
+        primal : float
+            Its primal objective P.
+        seconds : float
+            Wall time since the fit started.
+        bytes_moved : float, optional
+            Bytes the engine moved between workers so far (only if it counts them).
         """
         if self.iteration and self.iteration[-1] == int(iteration):
             self.iteration.pop()
@@ -78,12 +91,29 @@ class History:
         )
 
     def as_dict(self) -> dict:
-        """The record as a dict of plain lists (JSON-friendly)."""
+        """The record as a dict of plain lists (JSON-friendly).
+
+        Returns
+        -------
+        dict
+            One list per field (``iteration``, ``relative_gap``, ``primal``,
+            ``seconds``, ``bytes_moved``).
+        """
         return {key: list(getattr(self, key)) for key in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, record: dict) -> History:
-        """Inverse of :meth:`as_dict`; keys missing from older records start empty."""
+        """Inverse of :meth:`as_dict`; keys missing from older records start empty.
+
+        Parameters
+        ----------
+        record : dict
+            A record written by :meth:`as_dict`.
+
+        Returns
+        -------
+        History
+        """
         return cls(**{key: list(record.get(key, [])) for key in cls.__dataclass_fields__})
 
     def to_pandas(self):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -76,3 +77,45 @@ def test_the_layer_table_names_every_layer():
             assert short in named, f"{short} is missing from the layer table"
     for name in named:
         assert (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").exists(), name
+
+
+def _public_callables():
+    """dask_scd's public functions, classes and their public methods."""
+    names = getattr(dask_scd, "__all__", [n for n in dir(dask_scd) if not n.startswith("_")])
+    for name in names:
+        item = getattr(dask_scd, name)
+        if not callable(item):
+            continue
+        yield name, item
+        if inspect.isclass(item):
+            for attribute, value in vars(item).items():
+                if attribute.startswith("_") or isinstance(value, property):
+                    continue
+                method = getattr(item, attribute)
+                if callable(method) and getattr(method, "__module__", "").startswith("dask_scd"):
+                    yield f"{name}.{attribute}", method
+
+
+def test_public_functions_have_numpydoc_sections():
+    """A public function or method that takes arguments documents them under
+    "Parameters"; one that returns something says what under "Returns"; a public class
+    documents its arguments or attributes."""
+    missing = []
+    for name, item in _public_callables():
+        doc = inspect.getdoc(item) or ""
+        if inspect.isclass(item):
+            if not issubclass(item, Exception) and not re.search(
+                r"^(Parameters|Attributes)\n-+$", doc, re.M
+            ):
+                missing.append(f"{name}: Parameters or Attributes")
+            continue
+        signature = inspect.signature(item)
+        arguments = [p for p in signature.parameters if p not in ("self", "cls")]
+        if arguments and not re.search(r"^Parameters\n-+$", doc, re.M):
+            missing.append(f"{name}: Parameters")
+        returns = signature.return_annotation
+        if returns not in (None, "None", inspect.Signature.empty) and not re.search(
+            r"^(Returns|Yields)\n-+$", doc, re.M
+        ):
+            missing.append(f"{name}: Returns")
+    assert not missing, missing

@@ -118,6 +118,13 @@ class Grid:
     def read_cell(self, r: int, b: int):
         """Read cell (row chunk ``r``, block ``b``) into memory.
 
+        Parameters
+        ----------
+        r : int
+            The row chunk, ``0 <= r < n_row_chunks``.
+        b : int
+            The column block, ``0 <= b < n_blocks``.
+
         Returns
         -------
         ndarray or scipy.sparse.csc_matrix, shape (row_chunks[r], len(blocks[b]))
@@ -152,7 +159,17 @@ class Grid:
         return out
 
     def read_labels(self, r: int) -> np.ndarray:
-        """Read the float64 labels of row chunk ``r``, shape (row_chunks[r],)."""
+        """Read the labels of one row chunk.
+
+        Parameters
+        ----------
+        r : int
+            The row chunk, ``0 <= r < n_row_chunks``.
+
+        Returns
+        -------
+        ndarray of shape (row_chunks[r],), float64
+        """
         return read_labels(self.path, self.grid_id, int(r))
 
     @property
@@ -161,12 +178,27 @@ class Grid:
         return bool(self.attrs.get("has_weights", False))
 
     def read_weights(self, r: int) -> np.ndarray:
-        """Read the float64 sample weights of row chunk ``r``, shape (row_chunks[r],)."""
+        """Read the sample weights of one row chunk.
+
+        Parameters
+        ----------
+        r : int
+            The row chunk, ``0 <= r < n_row_chunks``.
+
+        Returns
+        -------
+        ndarray of shape (row_chunks[r],), float64
+        """
         return read_weights(self.path, self.grid_id, int(r))
 
     def stored_weights(self) -> np.ndarray | None:
-        """The sample weights of every row (as stored, float64), or None if the store
-        holds none."""
+        """The sample weights of every row, as stored.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), float64, or None
+            None if the store holds no weights.
+        """
         if not self.has_weights:
             return None
         return np.concatenate([self.read_weights(r) for r in range(self.n_row_chunks)])

@@ -52,7 +52,16 @@ DUAL_ROUNDING = 1e-14
 class Problem:
     """A regularized linear problem: loss, penalty and their weights.
 
-    ``l1_ratio`` is the effective ρ: 0 for ``"l2"``, 1 for ``"l1"``.
+    Parameters
+    ----------
+    loss : str
+        One of :data:`LOSSES`.
+    alpha : float
+        The penalty's weight α ≥ 0.
+    l1_ratio : float
+        The effective ρ of α(ρ‖θ‖₁ + (1 − ρ)/2‖θ‖²): 0 for ``"l2"``, 1 for ``"l1"``.
+    fit_intercept : bool
+        Whether an unpenalized intercept b is fitted.
     """
 
     loss: str
@@ -268,8 +277,18 @@ def dual_point(problem: Problem, y, margins, scales: tuple[float, float], weight
 class Certificate:
     """Primal and dual objectives, the duality gap and its split over coordinates.
 
-    ``coordinate_gaps`` has one entry per feature (or per example for a dual certificate);
-    ``intercept_gap`` is the rest, so ``coordinate_gaps.sum() + intercept_gap == gap``.
+    Attributes
+    ----------
+    primal : float
+        The primal objective P(θ, b).
+    dual : float
+        The dual objective D of the dual point built from (θ, b); P − D ≥ 0 is the gap.
+    coordinate_gaps : ndarray
+        One entry per feature (or per example for a dual certificate).
+    intercept_gap : float
+        The rest: ``coordinate_gaps.sum() + intercept_gap == gap``.
+    correlation : ndarray or None
+        Xᵀa/n of the dual point a (primal certificates), for the working sets.
     """
 
     primal: float
@@ -369,6 +388,7 @@ def certificate(
 
     Parameters
     ----------
+    problem : Problem
     X : array of shape (n_samples, n_features)
     y : array of shape (n_samples,), labels (±1 for classification losses)
     coef : array of shape (n_features,)
@@ -379,6 +399,11 @@ def certificate(
         the objective's loss term is then ``(1/n) Σ v_i ℓ(y_i, ŷ_i)``.
     correlation : array of shape (n_features,), optional; Xᵀa/n of the dual point these
         margins give, if known (it costs a pass over X otherwise).
+
+    Returns
+    -------
+    Certificate
+        P, D, the gap's split over the coordinates and the intercept.
 
     The multinomial loss has its own: :func:`dask_scd.objectives.multinomial.certificate`.
     """
