@@ -13,6 +13,7 @@ import numbers
 
 import numpy as np
 
+from dask_scd.alpha_max import alpha_grid, max_alpha
 from dask_scd.estimators.base import _Classifier, _Regressor
 from dask_scd.estimators.classifiers import LogisticRegression
 from dask_scd.estimators.multiclass import _classes, _targets
@@ -29,7 +30,6 @@ from dask_scd.estimators.path_cv import (
     run_paths,
 )
 from dask_scd.estimators.regressors import Ridge
-from dask_scd.paths import alpha_grid, max_alpha
 
 _CV_PARAMETERS = """
     cv : int, cross-validation splitter or iterable, default=None

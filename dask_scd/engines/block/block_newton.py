@@ -39,7 +39,7 @@ from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block import wide_newton
-from dask_scd.engines.block.block_scd import SELECTIONS, _BlockSCD, grid_order_start
+from dask_scd.engines.block.block_scd import _BlockSCD, grid_order_start
 from dask_scd.kernels import cpu
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
@@ -551,11 +551,10 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
     chunks up to :data:`MAX_FEATURES` features, conjugate gradients on curvature products
     above (L2 penalties; :mod:`dask_scd.engines.block.wide_newton`).
 
-    Engine options are those of :func:`dask_scd.engines.block.block_scd.fit_block_scd`
-    (``client``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``callback``); an
+    Engine options: :class:`~dask_scd.engines.options.BlockNewtonOptions`; an
     iteration is one Newton step, and ``Run.extras["total_passes"]`` counts the reads of the grid.
     """
-    engine_options = dict(options.engine)
+    settings = options.engine
     wide = not newton_forms_curvature(source)
     if wide and problem.l1 > 0.0:
         raise ValueError(
@@ -564,12 +563,9 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
             "finds its steps by conjugate gradients, for L2 penalties only; use "
             "solver='block_scd' for an L1 or elastic-net penalty"
         )
-    selection = engine_options.pop("selection", "shuffle")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}")
-    with fit_client(engine_options.pop("client", None)) as c:
+    with fit_client(settings.client) as c:
         engine = _BlockNewton(
-            c, source, problem, options.rng, selection, options.progress, coarse=False
+            c, source, problem, options.rng, settings.selection, options.progress, coarse=False
         )
         engine.wide, engine.tol, engine.products = wide, options.tol, []
         engine.warm = grid_order_start(source, options.start)
@@ -581,10 +577,10 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
         run = engine.run(
             options.tol,
             options.max_iter,
-            engine_options.get("checkpoint"),
-            engine_options.get("checkpoint_every", 1),
-            engine_options.get("resume", False),
-            engine_options.get("callback"),
+            settings.checkpoint,
+            settings.checkpoint_every,
+            settings.resume,
+            settings.callback,
         )
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]

@@ -49,9 +49,6 @@ from dask_scd.validation import (
     to_scipy,
 )
 
-AGGREGATIONS = ("adaptive", "average", "add")
-
-
 # ------------------------------------------------------------------------------ parts
 
 
