@@ -61,7 +61,7 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
     The Run's extras hold ``rounds`` (round, step γ, relative gap per round),
     ``n_partitions``, ``split`` and ``aggregation``.
     """
-    settings = _settings(options.engine, problem)
+    settings = _with_split(options.engine, problem)
     if options.device == "gpu":
         raise NotImplementedError(
             "solver='cocoa' runs its local solvers on the CPU; "
@@ -78,7 +78,7 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
     return run
 
 
-def _settings(engine, problem):
+def _with_split(engine, problem):
     """CoCoA's options (:class:`~dask_scd.engines.options.CoCoAOptions`) with the split
     that runs ``problem``."""
     split = engine.split
