@@ -307,14 +307,17 @@ def _read(X, y):
 def _dask_data(X, y, problem, solver, options, sample_weight=None):
     """(data for the engine, classes, the options left for the engine) of a dask array or
     a Grid: its source, or the source read into memory where the planner says it runs
-    there (the Dask engines' options then dropped, with a warning for a checkpoint that
-    would never be written and a callback never called)."""
+    there (the Dask engines' options the named engine does not take then dropped, with a
+    warning for a checkpoint that would never be written and a callback never called)."""
     given = {name: options.pop(name) for name in DataOptions.names() if name in options}
     data_options = DataOptions(**given)
     source = make_source(X, y, problem.loss, data_options.blocks, sample_weight)
     if not planner.runs_in_memory(solver, source, problem, data_options.in_memory_limit):
         return source, source.classes, options
+    takes = () if solver == "auto" else registry.get(solver).options.names()
     for name in registry.get("block_scd").options.names():
+        if name in takes:
+            continue
         if options.pop(name, None) is not None and name in ("checkpoint", "callback"):
             warn(
                 f"{name} applies to the block-SCD engine only; this fit runs in memory "
