@@ -36,6 +36,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options
 from dask_scd.engines.local.duhl import fit_duhl, fit_grid
+from dask_scd.engines.options import DuHLOptions
 from dask_scd.grid import open_grid, to_grid
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +76,7 @@ def run(fit, data, problem, policy, chunk_size, max_iter, budget):
     engine = {"memory_budget": budget, "residency": policy, "local_epochs": 2}
     if chunk_size is not None:
         engine["chunk_size"] = chunk_size
-    options = Options(TOL, max_iter, np.random.default_rng(0), engine=engine)
+    options = Options(TOL, max_iter, np.random.default_rng(0), engine=DuHLOptions(**engine))
     start = time.perf_counter()
     result = fit(data, problem, options)
     return result, time.perf_counter() - start

@@ -42,6 +42,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines import registry
 from dask_scd.engines.base import Options
 from dask_scd.engines.local.duhl import fit_duhl
+from dask_scd.engines.options import DuHLOptions
 from dask_scd.kernels import device
 
 HERE = Path(__file__).resolve().parent
@@ -260,12 +261,9 @@ def duhl_table(
 
 
 def _duhl(X, y, problem, residency, chunk, max_rounds, budget):
-    engine = {
-        "memory_budget": budget,
-        "residency": residency,
-        "local_epochs": 2,
-        "chunk_size": chunk,
-    }
+    engine = DuHLOptions(
+        memory_budget=budget, residency=residency, local_epochs=2, chunk_size=chunk
+    )
     options = Options(DUHL_TOL, max_rounds, np.random.default_rng(0), engine=engine, device="gpu")
     start = time.perf_counter()
     result = fit_duhl(InMemory(X, y), problem, options)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -11,6 +12,7 @@ from dask_scd.data import in_memory, make_source, read_input
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
 from dask_scd.engines.base import Options, Run
+from dask_scd.engines.options import DataOptions, engine_options
 from dask_scd.grid.kinds import is_grid
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
@@ -88,7 +90,7 @@ def fit(
     solver : {"auto", "gram", "scd", "sdca", "newton", "duhl", "block_scd", "block_newton", "cocoa"}
         The engine (:mod:`dask_scd.engines.registry` lists them all). In memory, "auto"
         takes the applicable engine with the fewest predicted passes over X
-        (:func:`dask_scd.engines.registry.predicted_passes`): "gram" for the squared loss
+        (:func:`dask_scd.engines.cost_model.predicted_passes`): "gram" for the squared loss
         with n ≥ 4p and p ≤ 512; for the hinge "newton" (smoothed) when p < 2000 unless
         "sdca" is predicted to need fewer than ~60 epochs; for other L2 problems "sdca" when
         its dual is well conditioned (≈ 10·mean‖x_i‖²/(alpha·n) epochs), else proximal Newton
@@ -159,43 +161,105 @@ def fit(
     """
     problem = check_problem(loss, penalty, alpha, l1_ratio, fit_intercept)
     check_fit_args(tol, max_iter)
-    engine_options = dict(engine_options)
-    performance_report = engine_options.pop("performance_report", None)
+    rng = check_random_state(random_state)
+    prepared = prepare(X, y, problem, solver, device, engine_options, sample_weight)
+    plan, settings = plan_fit(prepared, problem, solver, device)
+    start = check_start(coef_init, intercept_init, prepared.data.n_features, problem.fit_intercept)
+    options = Options(tol, max_iter, rng, engine=settings, device=plan.device, start=start)
+    engine, run = _run(prepared, plan, problem, options, solver, verbose)
+    return _result(run, engine.name, problem, penalty, tol, prepared.classes, plan)
+
+
+@dataclass
+class Prepared:
+    """The caller's data as the engines receive it, and what the plan needs to know of it.
+
+    Attributes
+    ----------
+    X, y : the input as read (a dask array or a Grid stays one; y None for a Grid)
+    data : InMemory or Source
+        What the engine receives: dask input below ``in_memory_limit`` (or for a named
+        in-memory engine) is read into memory.
+    classes : ndarray or None
+        The labels mapped to −1 and +1 (or the classes of the softmax loss).
+    kind : {"memory", "dask", "grid"}
+        The caller's kind of X.
+    on_device : bool
+        A dask array of cupy chunks.
+    available : {"cpu", "gpu"}
+        Where this machine runs epochs for the caller's ``device``.
+    options : dict
+        The engine's keyword options (fit's own for dask input taken out).
+    performance_report : path or None
+    """
+
+    X: object
+    y: object
+    data: object
+    classes: object
+    kind: str
+    on_device: bool
+    available: str
+    options: dict
+    performance_report: object = None
+
+
+def prepare(X, y, problem, solver: str, device: str, options: dict, sample_weight=None):
+    """Read the input, check it and the solver's name, and build the data the engine
+    receives (:class:`Prepared`); shared by :func:`fit` and :func:`dask_scd.path`."""
+    options = dict(options)
+    performance_report = options.pop("performance_report", None)
     if solver not in registry.SOLVERS:
         registry.get(solver)  # raises the list of solvers
     available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
-    rng = check_random_state(random_state)
     X, y = _read(X, y)
-    data, classes, engine_options = _data(X, y, problem, solver, engine_options, sample_weight)
-    start = check_start(coef_init, intercept_init, data.n_features, problem.fit_intercept)
-    on_device = _is_distributed(X) and kernel_device.is_device_array(getattr(X, "_meta", None))
-    given = "grid" if is_grid(X) else "dask" if _is_distributed(X) else "memory"
+    kind = "grid" if is_grid(X) else "dask" if is_dask(X) else "memory"
+    if kind == "memory":
+        data_options = sorted(set(options) & set(DataOptions.names()))
+        if data_options:
+            raise TypeError(f"unexpected arguments for in-memory data: {data_options}")
+        data, classes = in_memory(X, y, problem.loss, sample_weight)
+    else:
+        data, classes, options = _dask_data(X, y, problem, solver, options, sample_weight)
+    on_device = kind != "memory" and kernel_device.is_device_array(getattr(X, "_meta", None))
+    return Prepared(X, y, data, classes, kind, on_device, available, options, performance_report)
+
+
+def plan_fit(prepared: Prepared, problem, solver: str, device: str):
+    """(:class:`~dask_scd.engines.planner.Plan`, the engine's options checked)."""
     plan = planner.plan(
         solver,
         problem,
-        data,
+        prepared.data,
         requested=device,
-        available=available,
-        on_device=on_device,
-        given=given,
-        options=engine_options,
+        available=prepared.available,
+        on_device=prepared.on_device,
+        given=prepared.kind,
+        options=prepared.options,
     )
-    engine, device = plan.engine, plan.device
-    _check_engine_options(engine_options, engine, solver, _is_distributed(X))
+    data_options = prepared.kind != "memory"
+    return plan, engine_options(plan.engine, prepared.options, solver, data_options)
+
+
+def _run(prepared: Prepared, plan, problem, options: Options, solver: str, verbose):
+    """(the engine that ran last, its run): the planned engine in the fit's session, and
+    Newton from its iterate where the planner hands over."""
+    engine, data = plan.engine, prepared.data
     identity = {"engine": engine.name, "problem": repr(problem), "data": _identity(data)}
     # The Dask engines on dask input (block_scd runs in-memory X in this process).
     on_cluster = engine.name in kernel_device.DASK_ENGINES and not isinstance(data, InMemory)
+    report = prepared.performance_report
     with (
-        fit_session(on_cluster, engine_options, verbose, identity, performance_report),
-        Progress(engine.name, tol, max_iter, verbose) as progress,
+        fit_session(on_cluster, dict(prepared.options), verbose, identity, report) as given,
+        Progress(engine.name, options.tol, options.max_iter, verbose) as progress,
     ):
-        options = Options(tol, max_iter, rng, progress, engine_options, device, start)
+        # the session may name the client and a default checkpoint
+        settings = dataclasses.replace(options.engine, **given)
+        options = dataclasses.replace(options, progress=progress, engine=settings)
         run = engine.load()(data, problem, options)
-        if planner.fit_hands_over(solver, engine, run, data, problem, tol, engine_options):
-            engine, run = _newton_from(engine.name, run, data, problem, options)
-    if classes is None:
-        classes = getattr(data, "classes", None)
-    return _result(run, engine.name, problem, penalty, tol, classes, plan)
+        if planner.fit_hands_over(solver, engine, run, data, problem, options.tol):
+            return _newton_from(engine.name, run, data, problem, options)
+    return engine, run
 
 
 def _newton_from(first: str, run: Run, data, problem, options: Options):
@@ -227,50 +291,31 @@ def _newton_from(first: str, run: Run, data, problem, options: Options):
     )
 
 
-def _check_engine_options(options: dict, engine, solver: str, distributed: bool) -> None:
-    """Every keyword left is one of the engine's: else name the unknown ones and list the
-    keywords of the solver asked for (or of the engine that ``auto`` chose)."""
-    unknown = sorted(set(options) - set(engine.options))
-    if not unknown:
-        return
-    valid = list(engine.options) + (list(registry.DATA_OPTIONS) if distributed else [])
-    which = (
-        f"solver='auto' runs {engine.name!r} on this data, which"
-        if solver == "auto"
-        else f"solver={solver!r}"
-    )
-    takes = f"takes {', '.join(valid)}" if valid else "takes no keyword arguments"
-    raise TypeError(f"unknown keyword arguments {unknown} for dask_scd.fit: {which} {takes}")
-
-
 def _read(X, y):
     """Any input (a path, an xarray object, dask data frames, ...) read into X and y."""
     given = read_input(X, y)
     return given.X, given.y
 
 
-def _data(X, y, problem, solver, options, sample_weight=None):
-    """(data for the engine, classes, the options left for the engine)."""
-    if not _is_distributed(X):
-        if any(name in options for name in registry.DATA_OPTIONS):
-            names = sorted(set(options) & set(registry.DATA_OPTIONS))
-            raise TypeError(f"unexpected arguments for in-memory data: {names}")
-        data, classes = in_memory(X, y, problem.loss, sample_weight)
-        return data, classes, options
-    options = dict(options)
-    blocks = options.pop("blocks", None)
-    limit = options.pop("in_memory_limit", registry.IN_MEMORY_LIMIT)
-    source = make_source(X, y, problem.loss, blocks, sample_weight)
-    if not planner.runs_in_memory(solver, source, problem, limit):
+def _dask_data(X, y, problem, solver, options, sample_weight=None):
+    """(data for the engine, classes, the options left for the engine) of a dask array or
+    a Grid: its source, or the source read into memory where the planner says it runs
+    there (the Dask engines' options the named engine does not take then dropped, with a
+    warning for a checkpoint that would never be written and a callback never called)."""
+    given = {name: options.pop(name) for name in DataOptions.names() if name in options}
+    data_options = DataOptions(**given)
+    source = make_source(X, y, problem.loss, data_options.blocks, sample_weight)
+    if not planner.runs_in_memory(solver, source, problem, data_options.in_memory_limit):
         return source, source.classes, options
-    for name in ("checkpoint", "callback"):
-        if options.pop(name, None) is not None:
+    takes = () if solver == "auto" else registry.get(solver).options.names()
+    for name in registry.get("block_scd").options.names():
+        if name in takes:
+            continue
+        if options.pop(name, None) is not None and name in ("checkpoint", "callback"):
             warn(
                 f"{name} applies to the block-SCD engine only; this fit runs in memory "
                 "(pass solver='block_scd' to use it)"
             )
-    for name in ("client", "selection", "checkpoint_every", "resume", *planner.RESIDENCY_OPTIONS):
-        options.pop(name, None)
     data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
     return data, classes, options
 
@@ -325,8 +370,3 @@ def _identity(data) -> list:
         getattr(data, "n_features", None),
         str(getattr(grid, "path", "")),
     ]
-
-
-def _is_distributed(X) -> bool:
-    """A dask array or a Grid goes to the dask path."""
-    return is_dask(X) or is_grid(X)

@@ -8,8 +8,8 @@ every coordinate is |x_jᵀa|/n ≤ alpha·ρ, so
     alpha_max = ‖Xᵀa‖∞ / (n·ρ)
 
 (ρ = l1_ratio; for a pure L2 penalty glmnet's ρ = 1e-3 stands in, where no alpha zeroes
-θ). It goes down to eps·alpha_max on a log grid, each point started from the previous
-solution.
+θ). It goes down to eps·alpha_max on a log grid (:mod:`dask_scd.alpha_max`), each point
+started from the previous solution.
 
 In memory, each point first screens features by the gap-safe rule (Fercoq, Gramfort &
 Salmon 2015; Ndiaye et al. 2017): the dual is (1/(nL))-strongly concave when ℓ'' ≤ L
@@ -53,10 +53,19 @@ import scipy.sparse as sp
 from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
-from dask_scd.data import in_memory, make_source
+from dask_scd.alpha_max import (
+    L2_RATIO_FLOOR,
+    alphas_of,
+    check_grid,
+    correlation_at_zero,
+    memory_correlation_at_zero,
+    zero_gap,
+)
+from dask_scd.api import fit, prepare
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
 from dask_scd.engines.base import Options
+from dask_scd.engines.options import EngineOptions, NoOptions, engine_options
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
 from dask_scd.validation import (
@@ -67,8 +76,6 @@ from dask_scd.validation import (
     warn,
 )
 
-# glmnet's stand-in for ρ when the penalty has no L1 part (alpha_max is then finite).
-L2_RATIO_FLOOR = 1e-3
 # Bound L on ℓ'' (the dual's strong concavity is 1/(nL)); the hinge has none.
 _CURVATURE_BOUND = {"squared": 1.0, "logistic": 0.25, "squared_hinge": 2.0}
 # Solve a point on the screened features only when at most this share of them is kept
@@ -181,21 +188,15 @@ def path(
     if problem.unpenalized:
         raise ValueError("a path needs a penalty: penalty=None has no alpha to vary")
     check_fit_args(tol, max_iter)
-    grid = _check_grid(alphas, n_alphas, eps)
-    if solver not in registry.SOLVERS:
-        registry.get(solver)  # raises the list of solvers
-    kernel_device.resolve(device)
+    grid = check_grid(alphas, n_alphas, eps)
     rng = check_random_state(random_state)
+    prepared = prepare(X, y, problem, solver, device, engine_options, sample_weight)
     settings = _Settings(
-        problem, penalty, tol, max_iter, solver, rng, verbose, device, dict(engine_options)
+        problem, penalty, tol, max_iter, solver, rng, verbose, device, prepared.options
     )
-    from dask_scd.api import _is_distributed, _read
-
-    X, y = _read(X, y)
-    if _is_distributed(X):
-        return _distributed_path(X, y, grid, settings, screening, sample_weight)
-    data, classes = in_memory(X, y, loss, sample_weight)
-    return _memory_path(data, classes, grid, settings, screening)
+    if isinstance(prepared.data, InMemory):
+        return _memory_path(prepared.data, prepared.classes, grid, settings, screening)
+    return _distributed_path(prepared, grid, settings, dict(engine_options))
 
 
 @dataclass
@@ -222,77 +223,16 @@ class _Settings:
         return max(self.problem.l1_ratio, L2_RATIO_FLOOR)
 
 
-def _check_grid(alphas, n_alphas, eps):
-    """("given", sorted alphas) or ("log", n_alphas, eps)."""
-    if alphas is not None:
-        values = np.asarray(alphas, dtype=np.float64).ravel()
-        if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
-            raise ValueError(f"alphas must be finite numbers > 0, got {alphas!r}")
-        return ("given", np.sort(values)[::-1])
-    if not isinstance(n_alphas, (int, np.integer)) or isinstance(n_alphas, bool) or n_alphas < 1:
-        raise ValueError(f"n_alphas={n_alphas!r} must be an integer ≥ 1")
-    if not (isinstance(eps, (int, float, np.floating)) and 0.0 < eps < 1.0):
-        raise ValueError(f"eps={eps!r} must be a number in (0, 1)")
-    return ("log", int(n_alphas), float(eps))
-
-
-def alpha_grid(alpha_max: float, n_alphas: int, eps: float) -> np.ndarray:
-    """``n_alphas`` values from ``alpha_max`` down to ``eps·alpha_max`` on a log scale
-    (scikit-learn's grid)."""
-    if alpha_max <= 0.0:  # y constant (or X zero): every alpha gives θ = 0
-        alpha_max = np.finfo(float).resolution
-    return np.geomspace(alpha_max, alpha_max * eps, num=n_alphas)
-
-
-def _alphas(grid, alpha_max: float) -> np.ndarray:
-    return grid[1] if grid[0] == "given" else alpha_grid(alpha_max, grid[1], grid[2])
-
-
-def zero_intercept(loss: str, y, fit_intercept: bool, weights=None) -> float:
-    """b₀, the best intercept at θ = 0 (0 without an intercept); ``weights`` v scaled to
-    mean 1, or None."""
-    if not fit_intercept:
-        return 0.0
-    return obj.optimal_intercept(loss, y, np.zeros(len(y)), weights=weights)
-
-
-def zero_dual(loss: str, y, intercept: float, weights=None) -> np.ndarray:
-    """a = −v∘ℓ'(y, b₀), the dual point of θ = 0 (v = 1 without ``weights``)."""
-    a = -obj.loss_derivative(loss, y, np.full(len(y), intercept))
-    return a if weights is None else a * weights
-
-
-def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool, sample_weight=None) -> float:
-    """alpha_max: ``‖Xᵀa‖∞ / (n·ρ)`` with a = −v∘ℓ'(y, b₀), ρ floored at 1e-3.
-
-    X in memory (numpy or scipy.sparse) with y (±1 for a classification loss), or a dask
-    array or a grid (y None: its own labels), reduced over its cells; ``sample_weight``
-    as given to :func:`path`.
-    """
-    from dask_scd.api import _is_distributed
-
-    problem = obj.Problem(loss, 1.0, l1_ratio, fit_intercept)
-    if _is_distributed(X):
-        source = make_source(X, y, loss, None, sample_weight)
-        correlation, _ = _correlation_at_zero(source, problem)
-    else:
-        data, _ = in_memory(X, y, loss, sample_weight)
-        correlation, _ = _memory_correlation_at_zero(data, problem)
-    return float(np.abs(correlation).max(initial=0.0)) / max(l1_ratio, L2_RATIO_FLOOR)
-
-
 # ----------------------------------------------------------------------- in memory
 
 
 def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: bool):
-    from dask_scd.api import _check_engine_options
-
     X, y, weights = data.X, data.y, data.weights
     problem = settings.problem
     n, p = X.shape
-    correlation, intercept = _memory_correlation_at_zero(data, problem)
+    correlation, intercept = memory_correlation_at_zero(data, problem)
     alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
-    alphas = _alphas(grid, alpha_max)
+    alphas = alphas_of(grid, alpha_max)
     norms = _column_norms(X, weights) if screening and problem.l1 > 0 else None
     coef = np.zeros(p)
     out = _Points(len(alphas), p)
@@ -330,7 +270,6 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
         for attempt in range(_RETRIES + 1):
             if sub is not data or attempt:
                 engine, device = _engine(settings, point, sub, available, warm)
-            _check_engine_options(settings.engine, engine, settings.solver, False)
             start = (coef, intercept) if sub is data else (coef[keep], intercept)
             run = _run(
                 engine,
@@ -341,6 +280,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                 start,
                 device,
                 layouts.memo_of(sub, engine.name),
+                engine_options(engine, settings.engine, settings.solver),
             )
             if sub is data:
                 coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
@@ -370,6 +310,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                 (coef, intercept),
                 device,
                 layouts.memo_of(data, "newton"),
+                NoOptions(),
             )
             coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
             gap, n_iter = run.certificate.relative_gap, n_iter + run.n_iter
@@ -380,13 +321,6 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None else 0
         )
     return out.result(alphas, alpha_max, classes, settings)
-
-
-def _memory_correlation_at_zero(data: InMemory, problem: obj.Problem):
-    """(Xᵀa/n, b₀) at θ = 0 of in-memory data, a = −v∘ℓ'(y, b₀)."""
-    intercept = zero_intercept(problem.loss, data.y, problem.fit_intercept, data.weights)
-    a = zero_dual(problem.loss, data.y, intercept, data.weights)
-    return np.asarray(data.X.T @ a).ravel() / data.n_samples, intercept
 
 
 def _predicted(problem: obj.Problem, data: InMemory, last: tuple, trail: tuple | None):
@@ -462,17 +396,18 @@ def _run(
     tol: float,
     start: tuple,
     device: str,
-    memo: dict | None = None,
+    memo: dict | None,
+    own: EngineOptions,
 ):
-    """One point: the engine's run from ``start`` (θ, b), with what it kept from the last
-    run on the same data (``memo``)."""
+    """One point: the engine's run from ``start`` (θ, b) with its options ``own``, with
+    what it kept from the last run on the same data (``memo``)."""
     with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
         options = Options(
             tol,
             settings.max_iter,
             settings.rng,
             progress,
-            settings.engine,
+            own,
             device,
             check_start(start[0], start[1], data.n_features, problem.fit_intercept),
             memo,
@@ -597,36 +532,13 @@ class _Points:
 # ----------------------------------------------------------------- dask and grids
 
 
-def _distributed_path(
-    X, y, grid, settings: _Settings, screening: bool, sample_weight=None
-) -> PathResult:
-    """Each point a normal :func:`dask_scd.fit` of the dask array or grid, warm-started;
-    the whole path in memory when ``fit`` would run its points there."""
-    from dask_scd.api import fit
-
-    options = dict(settings.engine)
-    problem = settings.problem
-    source = make_source(X, y, problem.loss, options.get("blocks"), sample_weight)
-    limit = options.get("in_memory_limit", registry.IN_MEMORY_LIMIT)
-    if planner.runs_in_memory(settings.solver, source, problem, limit):
-        for name in (
-            "blocks",
-            "in_memory_limit",
-            "client",
-            "selection",
-            "checkpoint",
-            "checkpoint_every",
-            "resume",
-            "callback",
-            "residency",
-            "memory_budget",
-        ):
-            settings.engine.pop(name, None)
-        data, classes = in_memory(*source.materialize(), problem.loss, source.sample_weight)
-        return _memory_path(data, classes, grid, settings, screening)
-    correlation, intercept = _correlation_at_zero(source, problem)
+def _distributed_path(prepared, grid, settings: _Settings, options: dict) -> PathResult:
+    """Each point a normal :func:`dask_scd.fit` of the dask array or grid, warm-started,
+    with the caller's ``options``."""
+    X, y, source, problem = prepared.X, prepared.y, prepared.data, settings.problem
+    correlation, intercept = correlation_at_zero(source, problem)
     alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
-    alphas = _alphas(grid, alpha_max)
+    alphas = alphas_of(grid, alpha_max)
     p = source.n_features
     coef = np.zeros(p)
     out = _Points(len(alphas), p)
@@ -634,7 +546,7 @@ def _distributed_path(
     for k, alpha in enumerate(alphas):
         point = settings.at(alpha)
         if point.l1 > 0.0 and alpha >= alpha_max:
-            out.set(k, np.zeros(p), intercept, _zero_gap(source, point, intercept), 0, "zero", 0)
+            out.set(k, np.zeros(p), intercept, zero_gap(source, point, intercept), 0, "zero", 0)
             coef = np.zeros(p)
             continue
         result = fit(
@@ -659,79 +571,3 @@ def _distributed_path(
         coef, intercept = np.array(result.coef_, dtype=np.float64), float(result.intercept_)
         out.set(k, coef, intercept, result.dual_gap_, result.n_iter_, result.solver_, 0)
     return out.result(alphas, alpha_max, source.classes, settings)
-
-
-def _row_chunk_labels(source) -> list:
-    from dask_scd.data.cells import labels
-
-    return [labels(source.label(r)) for r in range(source.n_row_chunks)]
-
-
-def _correlation_at_zero(source, problem: obj.Problem):
-    """(Xᵀa/n in the original feature order, b₀) at θ = 0, a = −v∘ℓ'(y, b₀): one task per
-    cell, summed over row chunks in a fixed order."""
-    import dask
-
-    chunks = _row_chunk_labels(source)
-    weights = source.unit_weights()
-    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept, weights)
-    bounds = source.row_bounds
-    duals = [
-        zero_dual(
-            problem.loss,
-            y,
-            intercept,
-            None if weights is None else weights[bounds[r] : bounds[r + 1]],
-        )
-        for r, y in enumerate(chunks)
-    ]
-    cells = _cells(source)
-    products = [
-        [dask.delayed(_transpose_dot)(cells[r][b], duals[r]) for b in range(len(source.blocks))]
-        for r in range(source.n_row_chunks)
-    ]
-    (computed,) = dask.compute(products)
-    by_block = [
-        sum(computed[r][b] for r in range(source.n_row_chunks)) for b in range(len(source.blocks))
-    ]
-    correlation = np.empty(source.n_features)
-    correlation[source.feature_order] = np.concatenate(by_block) / source.n_samples
-    return correlation, intercept
-
-
-def _cells(source) -> list:
-    """cells[r][b] as dask objects: the chunks of a dask array, reads of a grid's cells."""
-    if source.on_disk:
-        import dask
-
-        from dask_scd.grid.read import read_cell
-
-        grid = source.grid
-        return [
-            [
-                dask.delayed(read_cell)(grid.path, grid.grid_id, r, b)
-                for b in range(len(source.blocks))
-            ]
-            for r in range(source.n_row_chunks)
-        ]
-    return source.X.to_delayed().tolist()
-
-
-def _transpose_dot(cell, a) -> np.ndarray:
-    from dask_scd.validation import to_scipy
-
-    if not isinstance(cell, np.ndarray):
-        cell = to_scipy(cell)
-    return np.asarray(cell.T @ a).ravel()
-
-
-def _zero_gap(source, problem: obj.Problem, intercept: float) -> float:
-    """The relative gap of θ = 0 at alpha ≥ alpha_max (no cell read: θ = 0 gives the
-    margins, and the correlations do not enter the gap while they are below alpha·ρ)."""
-    y = np.concatenate(_row_chunk_labels(source))
-    weights = source.unit_weights()
-    margins = np.full(len(y), intercept)
-    sums = obj.margin_sums(problem, y, margins, weights)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
-    dual = float(obj.dual_loss(problem.loss, y, a, weights).sum()) / len(y)
-    return obj.relative_gap(sums["loss"] / len(y), dual)

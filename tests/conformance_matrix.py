@@ -343,7 +343,7 @@ def fit_row(row: Row, grids, client, **extra):
     X, y = _input(row, grids, stored)
     options = dict(extra)
     engine = registry.get(row.engine)
-    if row.kind != "memory" and "client" in engine.options:
+    if row.kind != "memory" and "client" in engine.options.names():
         options["client"] = client
     return dask_scd.fit(
         X,

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines import registry
+from dask_scd.engines import cost_model, registry
 
 
 def _onehot(n, fields, levels, rng):
@@ -174,7 +174,7 @@ def test_l2_on_large_one_hot_fields_of_rare_values_takes_block_scd(rng, monkeypa
     _BLOCK_MAX_MEDIAN_COUNT values: block SCD in memory, from CSR or CSC. Columns of many
     values each (Newton's conjugate gradients need few products), a smaller X, a narrow
     one, an L1 term or sample weights: Newton."""
-    monkeypatch.setattr(registry, "_BLOCK_MIN_ENTRIES", 1_000_000)
+    monkeypatch.setattr(cost_model, "_BLOCK_MIN_ENTRIES", 1_000_000)
     X = _onehot(60_000, 20, 5000, rng)  # 1.2M stored, p = 100k, ~12 values per column
     assert InMemory(X, np.ones(60_000)).median_column_count <= 20
     assert _choice("logistic", "l2", 1.0 / 60_000, X) == "block_scd"

@@ -13,6 +13,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options
 from dask_scd.engines.local.duhl import fit_duhl, fit_grid
+from dask_scd.engines.options import BlockSCDOptions, DuHLOptions
 from dask_scd.grid import open_grid, to_grid
 
 TOL = 1e-4
@@ -34,7 +35,7 @@ def _svm(n=3000, p=60, seed=0):
 
 
 def _run(X, y, problem, max_iter=2000, seed=0, tol=TOL, **engine):
-    options = Options(tol, max_iter, np.random.default_rng(seed), engine=engine)
+    options = Options(tol, max_iter, np.random.default_rng(seed), engine=DuHLOptions(**engine))
     return fit_duhl(InMemory(X, y), problem, options)
 
 
@@ -190,7 +191,10 @@ def test_ram_over_zarr_tier(tmp_path):
     problem = obj.Problem("squared", 0.1, 1.0, True)
     budget = X.nbytes // 4
     options = Options(
-        TOL, 500, np.random.default_rng(0), engine={"memory_budget": budget, "certify_every": 2}
+        TOL,
+        500,
+        np.random.default_rng(0),
+        engine=DuHLOptions(memory_budget=budget, certify_every=2),
     )
     run = fit_grid(grid, problem, options)
     assert run.converged(TOL) and run.extras["peak_bytes"] <= budget
@@ -219,7 +223,7 @@ def test_grid_engine_residency(tmp_path):
             1e-6,
             300,
             np.random.default_rng(0),
-            engine={"residency": residency, "memory_budget": X.nbytes // 4},
+            engine=BlockSCDOptions(residency=residency, memory_budget=X.nbytes // 4),
         )
         fits[residency] = fit_block_scd(make_source(grid, None, "squared", None), problem, options)
     reference = _reference(X, y, problem, "scd")
@@ -246,7 +250,7 @@ def test_dual_over_zarr_row_chunks(tmp_path):
         TOL,
         2000,
         np.random.default_rng(0),
-        engine={"memory_budget": X.nbytes // 4, "residency": "duhl"},
+        engine=DuHLOptions(memory_budget=X.nbytes // 4, residency="duhl"),
     )
     run = fit_grid(grid, problem, options)
     assert run.converged(TOL) and run.extras["peak_bytes"] <= X.nbytes // 4
@@ -266,7 +270,9 @@ def test_grid_tier_weighs_the_losses_with_the_grid_s_weights(tmp_path, loss, alp
     w = rng.integers(1, top, size=X.shape[0]).astype(np.float64)
     to_grid(X, y, str(tmp_path / "w.zarr"), row_chunk=200, blocks=6, sample_weight=w)
     problem = obj.Problem(loss, alpha, 1.0 if loss == "squared" else 0.0, True)
-    options = Options(TOL, 3000, np.random.default_rng(0), engine={"memory_budget": X.nbytes // 3})
+    options = Options(
+        TOL, 3000, np.random.default_rng(0), engine=DuHLOptions(memory_budget=X.nbytes // 3)
+    )
     run = fit_grid(open_grid(tmp_path / "w.zarr"), problem, options)
     assert run.converged(TOL)
     penalty = "l1" if loss == "squared" else "l2"

@@ -57,7 +57,7 @@ _CV_WEIGHT_EQUIVALENCE = {
     "convex problem (coefficients within 6e-7 at tol=1e-12), not to rtol=1e-7",
 }
 # (Ridge failed both while its toy data went to SDCA, to tol; a ridge this small is now
-# solved exactly, registry._EXACT_FLOPS, and passes them.)
+# solved exactly, cost_model._EXACT_FLOPS, and passes them.)
 _FAILS_WEIGHT_EQUIVALENCE = {"LinearSVC": (_SPARSE,), "ElasticNetCV": (_DENSE,)}
 
 

@@ -403,6 +403,7 @@ def test_duhl_with_device_memory_equals_host_memory(rng, sparse, loss, alpha, l1
     from dask_scd.data.memory import InMemory
     from dask_scd.engines.base import Options
     from dask_scd.engines.local.duhl import fit_duhl
+    from dask_scd.engines.options import DuHLOptions
 
     X, dense, y = _data(rng, sparse=sparse, n=24, p=8)
     if loss == "squared":
@@ -413,7 +414,7 @@ def test_duhl_with_device_memory_equals_host_memory(rng, sparse, loss, alpha, l1
         fit_duhl(
             InMemory(X, y),
             problem,
-            Options(1e-8, 300, np.random.default_rng(0), engine=engine, device=d),
+            Options(1e-8, 300, np.random.default_rng(0), engine=DuHLOptions(**engine), device=d),
         )
         for d in ("cpu", "gpu")
     ]

@@ -14,8 +14,9 @@ from test_fit import TOL, _assert_matches, _diabetes
 import dask_scd
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines.cost_model import GRAM_MAX_FEATURES
 from dask_scd.engines.local.gram import GramSystem
-from dask_scd.engines.registry import GRAM_MAX_FEATURES, resolve
+from dask_scd.engines.registry import resolve
 from dask_scd.kernels import reference
 from dask_scd.kernels.gram import gram_epoch
 

@@ -311,7 +311,7 @@ def test_refusals(tmp_path):
         dask_scd.fit(grid, n_threads=2, **kw)
     with pytest.raises(ValueError, match="check_every must be a positive integer"):
         dask_scd.fit(grid, check_every=0, **kw)
-    with pytest.raises(ValueError, match="chunk_order must be one of"):
+    with pytest.raises(ValueError, match="chunk_order=.backwards. is not one of"):
         dask_scd.fit(grid, chunk_order="backwards", **kw)
     with pytest.raises(ValueError, match="spill must be True, False or a directory"):
         dask_scd.fit(grid, spill=3, **kw)

@@ -167,7 +167,7 @@ def test_auto_is_decided_by_the_planner_alone():
         "registry.resolve(",
         "registry.runs_in_memory(",
         "registry.dask_auto(",
-        "registry.predicted_passes(",
+        "cost_model.predicted_passes(",
         "engines_solving(",
     )
     allowed = {PACKAGE / "engines" / "registry.py", PACKAGE / "engines" / "planner.py"}

@@ -7,7 +7,8 @@ An engine is a function ``run(data, problem, options) -> Run``:
   a :class:`~dask_scd.data.sources.Source` of cells for the dask engines;
 - ``problem`` is the :class:`dask_scd.objectives.Problem`;
 - ``options`` is :class:`Options`: the common fit arguments, a :class:`Progress` reporter
-  and the engine's own keyword options (already checked against the names it declares).
+  and the engine's own keyword options, the instance of the dataclass it declares
+  (:mod:`dask_scd.engines.options`), its values checked.
 
 It returns a :class:`Run`: coefficients, intercept and the final certificate. Engines
 never validate user input, never call :func:`dask_scd.fit`, and never build the user's
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.engines.options import EngineOptions, NoOptions
 from dask_scd.progress import Progress
 from dask_scd.result import History
 
@@ -34,7 +36,7 @@ class Options:
     max_iter: int
     rng: np.random.Generator
     progress: Progress = field(default_factory=lambda: Progress("", 0.0, 0))
-    engine: dict = field(default_factory=dict)  # the engine's own options
+    engine: EngineOptions = field(default_factory=NoOptions)  # the engine's own, checked
     device: str = "cpu"  # where epochs run, "cpu" or "gpu" (see dask_scd.kernels.device)
     # A warm start (θ in the original feature order, b), or None for θ = 0 and the best
     # intercept at θ = 0. Engines without a primal start ("sdca", "duhl", the hinge's

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dask_scd.engines import registry
+from dask_scd.engines import cost_model, registry
 from dask_scd.objectives import MULTINOMIAL, Problem
 from dask_scd.validation import warn
 
-# The options that keep a memory budget: block SCD's (its residency policies).
-RESIDENCY_OPTIONS = ("residency", "memory_budget")
 # The coordinate engines "auto" may choose for an L1 term in memory; where one stops
 # short of tol (coordinate descent crawls near a lasso's interpolating end when X has no
 # full column rank, which p ≥ n only hints at: LassoCV's refit on 57 rows of rank 15,
@@ -114,12 +112,19 @@ def plan(
     """
     engine = registry.resolve(solver, problem, data, given=given)
     rule, passes = _why(solver, problem, data)
-    if solver == "auto" and engine.name == "block_newton" and set(options) & set(RESIDENCY_OPTIONS):
+    if solver == "auto" and engine.name == "block_newton" and _keeps_a_budget(options):
         engine, rule = registry.get("block_scd"), "a memory budget is block SCD's to keep"
     device = _device(engine, solver, problem, data, requested, available, on_device, given)
     if isinstance(device, Plan):  # auto again, among the engines with GPU kernels
         return device
     return Plan(engine, device, rule, passes)
+
+
+def _keeps_a_budget(options) -> bool:
+    """Whether the options passed name one that block SCD takes and block Newton does not
+    (its residency policies within a memory budget)."""
+    block_scd = registry.get("block_scd").options.names()
+    return bool(set(options) & (set(block_scd) - set(registry.get("block_newton").options.names())))
 
 
 def point_plan(
@@ -144,16 +149,15 @@ def point_plan(
     return plan(solver, problem, data, requested=requested, available=available)
 
 
-def fit_hands_over(solver: str, engine, run, data, problem: Problem, tol: float, options) -> bool:
+def fit_hands_over(solver: str, engine, run, data, problem: Problem, tol: float) -> bool:
     """Whether the in-memory run that ``solver="auto"`` chose ends in Newton's: a
-    coordinate engine (:data:`HANDS_OVER`) short of tol on an L1 problem, with no engine
-    options and no callback stop, where Newton solves the problem."""
+    coordinate engine (:data:`HANDS_OVER`, which take no options) short of tol on an L1
+    problem, without a callback stop, where Newton solves the problem."""
     return (
         solver == "auto"
         and engine.name in HANDS_OVER
         and registry.data_kind(data) == "memory"
         and problem.l1 > 0.0
-        and not options
         and not run.stopped_by_callback
         and not run.converged(tol)
         and registry.get("newton").refusal(problem, data.weighted) is None
@@ -227,5 +231,5 @@ def _why(solver, problem, data) -> tuple[str, dict | None]:
 
 def _passes(problem, data, among=None) -> dict:
     """The cost model's predicted passes (of ``among``, when given)."""
-    costs = registry.predicted_passes(problem, data)
+    costs = cost_model.predicted_passes(problem, data)
     return {name: float(cost) for name, cost in costs.items() if among is None or name in among}

@@ -13,6 +13,7 @@ import numbers
 
 import numpy as np
 
+from dask_scd.alpha_max import alpha_grid, max_alpha
 from dask_scd.estimators.base import _Classifier, _Regressor
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
 from dask_scd.estimators.path_cv import (
@@ -27,7 +28,6 @@ from dask_scd.estimators.path_cv import (
     run_paths,
 )
 from dask_scd.estimators.regressors import Ridge
-from dask_scd.paths import alpha_grid, max_alpha
 
 
 class _CrossValidated:

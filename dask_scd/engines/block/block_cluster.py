@@ -135,13 +135,13 @@ class ClusterBlocks(BlockLoop):
             "selection": self.selection,
         }
 
-    def hooks(self, engine: dict) -> EpochHooks:
-        """The checkpoint and callback of the engine options ``engine``."""
+    def hooks(self, settings) -> EpochHooks:
+        """The checkpoint and callback of the engine options ``settings``."""
         return EpochHooks(
-            engine.get("checkpoint"),
-            engine.get("checkpoint_every", 1),
-            engine.get("resume", False),
-            engine.get("callback"),
+            settings.checkpoint,
+            settings.checkpoint_every,
+            settings.resume,
+            settings.callback,
             self.signature(),
         )
 

@@ -51,8 +51,6 @@ BLOCK_COLUMNS = 256
 ROW_CHUNKS = 4
 CHUNK_ROWS = 131_072
 GRAM_MAX = 1024  # an impure block up to this wide takes the exact step of its Gram matrix
-# Options of the Dask engine that have no meaning in memory.
-_DASK_ONLY = ("client", "checkpoint", "checkpoint_every", "resume", "residency", "memory_budget")
 
 
 _ONES = np.zeros(0)  # the values of a one-hot cell by rows: all 1
@@ -65,16 +63,13 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     epoch) and ``callback`` (called after every epoch with {epoch, coef, intercept,
     relative_gap}; returning True stops the fit), as on Dask input.
     """
-    engine_options = dict(options.engine)
-    given = sorted(name for name in _DASK_ONLY if engine_options.get(name) is not None)
+    given = options.engine.changed("cluster")
     if given:
         raise ValueError(
             f"{given} apply to solver='block_scd' on a dask array or a Grid; "
             "X is in memory, where the engine runs in this process"
         )
-    selection = engine_options.get("selection", "shuffle")
-    if selection not in strategies.BLOCK_ORDERS:
-        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
+    selection = options.engine.selection
     engine = _Engine(data, problem, options.rng, selection, options.progress, options.memo)
     if options.start is not None:
         engine.warm = (
@@ -83,7 +78,7 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
         )
     try:
         run = engine.run(
-            options.tol, options.max_iter, EpochHooks(callback=engine_options.get("callback"))
+            options.tol, options.max_iter, EpochHooks(callback=options.engine.callback)
         )
     finally:
         block_collective.forget_fit(engine.fit_key)

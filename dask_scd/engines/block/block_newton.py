@@ -43,7 +43,7 @@ from dask_scd.engines.block.block_loop import Certified
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
-from dask_scd.runtime import passes, strategies
+from dask_scd.runtime import passes
 from dask_scd.runtime.cluster import fit_client
 
 # Block Newton forms the p × p curvature per row chunk: n·p² flops for dense cells, about
@@ -507,11 +507,10 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
     chunks up to :data:`MAX_FEATURES` features, conjugate gradients on curvature products
     above (L2 penalties; :mod:`dask_scd.engines.block.wide_newton`).
 
-    Engine options are those of :func:`dask_scd.engines.block.block_scd.fit_block_scd`
-    (``client``, ``checkpoint``, ``checkpoint_every``, ``resume``, ``callback``); an
+    Engine options: :class:`~dask_scd.engines.options.BlockNewtonOptions`; an
     iteration is one Newton step, and ``Run.extras["total_passes"]`` counts the reads of the grid.
     """
-    engine_options = dict(options.engine)
+    settings = options.engine
     wide = not newton_forms_curvature(source)
     if wide and problem.l1 > 0.0:
         raise ValueError(
@@ -520,12 +519,9 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
             "finds its steps by conjugate gradients, for L2 penalties only; use "
             "solver='block_scd' for an L1 or elastic-net penalty"
         )
-    selection = engine_options.pop("selection", "shuffle")
-    if selection not in strategies.BLOCK_ORDERS:
-        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
-    with fit_client(engine_options.pop("client", None)) as c:
+    with fit_client(settings.client) as c:
         engine = _BlockNewton(
-            c, source, problem, options.rng, selection, options.progress, coarse=False
+            c, source, problem, options.rng, settings.selection, options.progress, coarse=False
         )
         engine.wide, engine.tol, engine.products = wide, options.tol, []
         engine.warm = grid_order_start(source, options.start)
@@ -534,7 +530,7 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
                 engine.runtime.submit_row(r, block_coarse.block_row_sums, engine.cells[r], False)
                 for r in range(source.n_row_chunks)
             ]
-        run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))
+        run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
     coef = np.empty(source.n_features)
     coef[source.feature_order] = run["coef"]
     return Run(

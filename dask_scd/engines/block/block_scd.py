@@ -59,37 +59,16 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     """Block SCD on a dask array or a Grid (a :class:`~dask_scd.data.sources.Source`);
     in-memory X runs :func:`block_memory.fit_block_memory` (the registry's route).
 
-    Engine options (``options.engine``)
-    -----------------------------------
-    client : distributed.Client, optional
-        Defaults to the current client, else an in-process threaded cluster for the fit.
-    selection : {"shuffle", "cyclic", "gap"}
-        Block order within an epoch: a fresh permutation, the grid order, or by decreasing
-        block duality gap (from the last certificate).
-    checkpoint : path, optional
-        File (.npz) written atomically every ``checkpoint_every`` epochs.
-    resume : bool
-        Continue from ``checkpoint`` if it exists.
-    callback : callable, optional
-        Called after every epoch with a dict (epoch, coef in the original feature order,
-        intercept, relative_gap); returning True stops the fit.
-    residency : {"duhl", "sequential", "random", "importance"}, optional
-        A grid only: each epoch updates only the blocks this policy makes resident within
-        ``memory_budget`` (bytes of cells over the whole grid; each worker holds its row
-        chunks' share), chosen on the client from the last certificate's block gaps, so
-        the model stays independent of the workers. Default: every block, every epoch,
-        cells in each worker's LRU cache. The Run's extras count the cells' bytes moved
-        and swaps.
-    memory_budget : int, bytes
-        Default: a quarter of the grid.
+    Engine options: :class:`~dask_scd.engines.options.BlockSCDOptions`. With a
+    ``residency`` policy (a grid only) the blocks resident each epoch are chosen on the
+    client from the last certificate's block gaps, so the model stays independent of the
+    workers; each worker holds its row chunks' share of ``memory_budget``, and the Run's
+    extras count the cells' bytes moved and swaps. Without one every block is updated
+    every epoch, cells in each worker's LRU cache.
     """
-    engine_options = dict(options.engine)
-    selection = engine_options.pop("selection", "shuffle")
-    if selection not in strategies.BLOCK_ORDERS:
-        raise ValueError(f"selection={selection!r} is not one of {strategies.BLOCK_ORDERS}")
-    client = engine_options.pop("client", None)
-    residency = engine_options.pop("residency", None)
-    budget = engine_options.pop("memory_budget", None)
+    settings = options.engine
+    selection, client = settings.selection, settings.client
+    residency, budget = settings.residency, settings.memory_budget
     if residency is not None and not source.on_disk:
         raise ValueError(
             "residency applies to a Grid (a dask array's chunks already live "
@@ -108,7 +87,7 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
         )
         engine.warm = grid_order_start(source, options.start)
         try:
-            run = engine.run(options.tol, options.max_iter, engine.hooks(engine_options))
+            run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
         finally:
             engine.release()
     coef = engine._original_order(run["coef"])

@@ -26,6 +26,7 @@ weights, or a dask vector's chunks, reach the workers that way, never through X)
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
 
@@ -42,9 +43,6 @@ from dask_scd.result import History
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
 from dask_scd.runtime.passes import sum_partials
 
-OPTIONS = ("client", "n_partitions", "local_epochs", "aggregation", "split")
-SPLITS = ("auto", "features", "examples")
-AGGREGATIONS = ops.AGGREGATIONS
 IN_MEMORY_PARTITIONS = 4
 
 
@@ -52,25 +50,10 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
     """CoCoA on in-memory X (:class:`~dask_scd.data.memory.InMemory`) or on a dask array or
     a Grid (a :class:`~dask_scd.data.sources.Source`).
 
-    Engine options (``options.engine``)
-    -----------------------------------
-    n_partitions : int
-        K, the parts. Default: 4 in memory; the number of dask workers for dask input
-        (at most its column blocks, or row chunks for the dual), whose blocks (row
-        chunks) are then grouped into K contiguous runs.
-    local_epochs : int, default 1
-        Epochs of the local solver per part and round.
-    aggregation : {"adaptive", "average", "add"}, default "adaptive"
-        γ of each round: the exact minimizer along the aggregated direction, 1/K, or 1.
-        "add" solves CoCoA+'s safe local problems with σ' = K (the local quadratic term K
-        times larger; adding plain local solutions can diverge).
-    split : {"auto", "features", "examples"}
-        By feature (the primal) or by example (the dual: L2 penalties only). "auto": by
-        example for the hinge (the primal kernel needs a smooth loss), by feature
-        otherwise (the squared hinge on 300 × 20 Gaussian rows, K = 4: 52 adaptive rounds
-        to 1e-9 by feature, 496 by example, whose rows all span the same 20 directions).
-    client : distributed.Client, optional
-        Dask input only: default the current client, else an in-process cluster.
+    Engine options: :class:`~dask_scd.engines.options.CoCoAOptions`. K =
+    ``n_partitions`` defaults to 4 in memory, to the number of dask workers for dask
+    input (at most its column blocks, or row chunks for the dual), whose blocks (row
+    chunks) are then grouped into K contiguous runs.
 
     With sample weights (``data.weights`` in memory, a Source's ``sample_weight``) the
     objective is the weighted one, (1/n) Σ v_i ℓ_i + g(θ) with v of mean 1: weighted SCD
@@ -80,7 +63,7 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
     The Run's extras hold ``rounds`` (round, step γ, relative gap per round),
     ``n_partitions``, ``split`` and ``aggregation``.
     """
-    settings = _settings(options.engine, problem)
+    settings = _with_split(options.engine, problem)
     if options.device == "gpu":
         raise NotImplementedError(
             "solver='cocoa' runs its local solvers on the CPU; "
@@ -88,7 +71,7 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
         )
     if isinstance(data, InMemory):
         return _run(_Here(), _memory_parts(data, problem, settings), problem, options, settings)
-    with fit_client(settings["client"]) as client:
+    with fit_client(settings.client) as client:
         here = _Cluster(client)
         run = _run(here, _dask_parts(here, data, problem, settings), problem, options, settings)
     coef = np.empty(data.n_features)
@@ -97,26 +80,10 @@ def fit_cocoa(data, problem: obj.Problem, options: Options) -> Run:
     return run
 
 
-def _settings(engine: dict, problem) -> dict:
-    settings = {
-        "client": None,
-        "n_partitions": None,
-        "local_epochs": 1,
-        "aggregation": "adaptive",
-        "split": "auto",
-    }
-    settings.update(engine)
-    if settings["aggregation"] not in AGGREGATIONS:
-        raise ValueError(f"aggregation={settings['aggregation']!r} is not one of {AGGREGATIONS}")
-    if settings["split"] not in SPLITS:
-        raise ValueError(f"split={settings['split']!r} is not one of {SPLITS}")
-    for name in ("n_partitions", "local_epochs"):
-        value = settings[name]
-        if value is None and name == "n_partitions":
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    split = settings["split"]
+def _with_split(engine, problem):
+    """CoCoA's options (:class:`~dask_scd.engines.options.CoCoAOptions`) with the split
+    that runs ``problem``."""
+    split = engine.split
     if split == "auto":
         split = "examples" if problem.loss == "hinge" and problem.l1 == 0.0 else "features"
     if split == "examples" and problem.l1 > 0.0:
@@ -129,8 +96,7 @@ def _settings(engine: dict, problem) -> dict:
             "loss='hinge' is solved by example (split='examples'), whose dual "
             "needs an L2 penalty; or use loss='squared_hinge'"
         )
-    settings["split"] = split
-    return settings
+    return dataclasses.replace(engine, split=split)
 
 
 # ------------------------------------------------------------------ where tasks run
@@ -173,9 +139,9 @@ class _Cluster:
 def _memory_parts(data: InMemory, problem, settings) -> dict:
     """K slices of in-memory X (contiguous columns or rows)."""
     X, y, weights = data.X, data.y, data.weights
-    by_features = settings["split"] == "features"
+    by_features = settings.split == "features"
     n_lines = X.shape[1] if by_features else X.shape[0]
-    K = settings["n_partitions"] or min(IN_MEMORY_PARTITIONS, n_lines)
+    K = settings.n_partitions or min(IN_MEMORY_PARTITIONS, n_lines)
     _check_parts(K, n_lines, "features" if by_features else "examples")
     bounds = np.linspace(0, n_lines, K + 1).astype(int)
     logistic = problem.loss == "logistic"
@@ -223,10 +189,10 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
     labels of every row chunk carry them (:meth:`~dask_scd.data.sources.Source.connect`)
     and a part by feature reads them all, for its weighted column norms."""
     cells, labels = source.connect(here.runtime.client)
-    by_features = settings["split"] == "features"
+    by_features = settings.split == "features"
     units = len(source.blocks) if by_features else source.n_row_chunks
     what = "column blocks" if by_features else "row chunks"
-    K = settings["n_partitions"] or max(1, min(len(here.workers), units))
+    K = settings.n_partitions or max(1, min(len(here.workers), units))
     if K > units:
         raise ValueError(
             f"n_partitions={K} is more than the {units} {what} of X: the parts "
@@ -285,7 +251,7 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
 
 def _run(here, parts: dict, problem, options: Options, settings) -> Run:
     rounds = {"round": [], "step": [], "relative_gap": [], "seconds": []}
-    loop = _Primal if settings["split"] == "features" else _Dual
+    loop = _Primal if settings.split == "features" else _Dual
     solver = loop(here, parts, problem, settings)
     history = History()
     start = time.perf_counter()
@@ -306,8 +272,8 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
     extras = {
         "rounds": rounds,
         "n_partitions": solver.K,
-        "split": settings["split"],
-        "aggregation": settings["aggregation"],
+        "split": settings.split,
+        "aggregation": settings.aggregation,
     }
     return Run(coef, intercept, cert, epoch, history, extras)
 
@@ -326,7 +292,7 @@ class _Primal:
         self.intercept = 0.0
         if problem.fit_intercept:
             self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss, self.y))
-        self.sigma = float(self.K) if settings["aggregation"] == "add" else 1.0
+        self.sigma = float(self.K) if settings.aggregation == "add" else 1.0
         self.margins = None
 
     def certify(self) -> obj.Certificate:
@@ -360,7 +326,7 @@ class _Primal:
                 self.coef[s],
                 self.intercept,
                 problem,
-                settings["local_epochs"],
+                settings.local_epochs,
                 int(seed),
                 k == 0 and problem.fit_intercept,
                 self.sigma,
@@ -377,7 +343,7 @@ class _Primal:
                 self.margins,
                 self.coef,
                 direction,
-                settings["aggregation"],
+                settings.aggregation,
                 self.K,
             )
         )
@@ -416,7 +382,7 @@ class _Dual:
             self.intercept = here.gather(
                 here.submit(ops.initial_intercept, problem.loss, parts["y"])
             )
-        self.sigma = float(self.K) if settings["aggregation"] == "add" else 1.0
+        self.sigma = float(self.K) if settings.aggregation == "add" else 1.0
         self.duals = [
             here.submit(ops.dual_start, p, problem, self.intercept, part=k)
             for k, p in enumerate(self.parts)
@@ -481,7 +447,7 @@ class _Dual:
                 self.total,
                 problem,
                 self.alpha_n,
-                settings["local_epochs"],
+                settings.local_epochs,
                 int(seed),
                 self.sigma,
                 part=k,
@@ -498,7 +464,7 @@ class _Dual:
             self.intercept,
             self.rho,
             direction,
-            settings["aggregation"],
+            settings.aggregation,
             self.K,
         )
         self.duals = [

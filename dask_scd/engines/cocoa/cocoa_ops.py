@@ -42,9 +42,6 @@ from dask_scd.kernels import cpu
 from dask_scd.kernels import sdca as sdca_kernels
 from dask_scd.runtime.passes import sum_partials
 
-AGGREGATIONS = ("adaptive", "average", "add")
-
-
 # ----------------------------------------------------------------------- 1-D minimum
 
 

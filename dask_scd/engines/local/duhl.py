@@ -39,14 +39,6 @@ from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
 from dask_scd.validation import check_sample_weight
 
-OPTIONS = (
-    "memory_budget",
-    "local_epochs",
-    "residency",
-    "chunk_size",
-    "gap_refresh",
-    "certify_every",
-)
 # Lines per chunk by default: about this many chunks (smaller chunks sharpen the choice;
 # each costs a little bookkeeping per round).
 _DEFAULT_CHUNKS = 256
@@ -57,22 +49,9 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     budget's worth of its chunks, in RAM or, with ``options.device == "gpu"``, in device
     memory, where the CUDA epoch kernels (TPA-SCD) solve on it.
 
-    Engine options (``options.engine``)
-    -----------------------------------
-    memory_budget : int, bytes
-        Fast memory. Default: a quarter of X. Smaller than one chunk is an error.
-    local_epochs : int
-        Epochs of the coordinate kernel on the resident lines per round (θ of the paper).
-    residency : {"duhl", "sequential", "random", "importance"}
-        Which chunks are resident each round (see :mod:`dask_scd.runtime.strategies`).
-    chunk_size : int
-        Lines (columns in the primal, rows in the dual) per chunk.
-    gap_refresh : float
-        Fraction of the lines whose gap the slow side refreshes, in a thread, in every
-        round that is not certified.
-    certify_every : int
-        Rounds between certificates (a full pass of the slow side, which also refreshes
-        the gap memory of every line).
+    Engine options: :class:`~dask_scd.engines.options.DuHLOptions` (``memory_budget``,
+    ``local_epochs`` (θ of the paper), ``residency``, ``chunk_size``, ``gap_refresh``,
+    ``certify_every``).
 
     With sample weights v (``data.weights``, mean 1) the example i's loss is v_i·ℓ_i: the
     primal epochs are the weighted coordinate steps
@@ -83,9 +62,9 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     _check_weighted_device(data.weights, options)
     axis = _axis(problem)
     n_lines = data.X.shape[1] if axis == "columns" else data.X.shape[0]
-    settings = _settings(options.engine, n_lines)
-    store = MatrixStore(data.X, axis, settings["chunk_size"])
-    return _run(store, data.y, problem, options, settings, data.weights)
+    chunk_size = options.engine.chunk_size or max(1, -(-n_lines // _DEFAULT_CHUNKS))
+    store = MatrixStore(data.X, axis, chunk_size)
+    return _run(store, data.y, problem, options, data.weights)
 
 
 def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
@@ -99,7 +78,6 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
     weights = check_sample_weight(grid.stored_weights(), grid.shape[0], "the grid's sample weights")
     _check_weighted_device(weights, options)
     axis = _axis(problem)
-    settings = _settings(options.engine, 0)
     store = GridStore(grid, axis)
     y = store.labels()
     if problem.loss in obj.CLASSIFICATION_LOSSES:
@@ -109,7 +87,7 @@ def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
                 f"loss={problem.loss!r} needs two classes in the grid's labels, got {len(values)}"
             )
         y = np.where(y == values[1], 1.0, -1.0)
-    run = _run(store, y, problem, options, settings, weights)
+    run = _run(store, y, problem, options, weights)
     run.coef = grid.to_original_order(run.coef)
     return run
 
@@ -132,50 +110,29 @@ def _axis(problem) -> str:
     return "columns"
 
 
-def _settings(engine: dict, n_lines: int) -> dict:
-    settings = {
-        "memory_budget": None,
-        "local_epochs": 2,
-        "residency": "duhl",
-        "chunk_size": max(1, -(-n_lines // _DEFAULT_CHUNKS)),
-        "gap_refresh": 0.1,
-        "certify_every": 1,
-    }
-    settings.update(engine)
-    if settings["residency"] not in strategies.RESIDENCIES:
-        raise ValueError(
-            f"residency={settings['residency']!r} is not one of {strategies.RESIDENCIES}"
-        )
-    for name in ("local_epochs", "chunk_size", "certify_every"):
-        if int(settings[name]) < 1:
-            raise ValueError(f"{name} must be a positive integer, got {settings[name]!r}")
-    if not 0.0 <= float(settings["gap_refresh"]) <= 1.0:
-        raise ValueError(f"gap_refresh must be in [0, 1], got {settings['gap_refresh']!r}")
-    return settings
-
-
-def _run(store: SlowStore, y, problem, options: Options, settings, sample_weight=None) -> Run:
-    budget = settings["memory_budget"]
+def _run(store: SlowStore, y, problem, options: Options, sample_weight=None) -> Run:
+    settings = options.engine
+    budget = settings.memory_budget
     if budget is None:
         budget = max(int(store.sizes.sum()) // 4, int(store.sizes.max()))
     fast = DeviceMemory() if options.device == "gpu" else HostMemory()
     tier = Tier(store, fast, int(budget))
     weights = None
-    if settings["residency"] == "importance":  # a pass over X: only when it is needed
+    if settings.residency == "importance":  # a pass over X: only when it is needed
         weights = np.bincount(
             store.chunk_of_line, weights=store.sq_norms(), minlength=store.n_chunks
         )
-    policy = strategies.residency(settings["residency"], weights)
+    policy = strategies.residency(settings.residency, weights)
     solver = (_Primal if store.axis == "columns" else _Dual)(store, y, problem, sample_weight)
-    return _Rounds(tier, solver, policy, options, settings).run()
+    return _Rounds(tier, solver, policy, options).run()
 
 
 class _Rounds:
     """The loop of Algorithm 2, the same for the primal and the dual ``solver``."""
 
-    def __init__(self, tier: Tier, solver, policy, options: Options, settings):
+    def __init__(self, tier: Tier, solver, policy, options: Options):
         self.tier, self.solver, self.policy = tier, solver, policy
-        self.options, self.settings = options, settings
+        self.options, self.settings = options, options.engine
         self.rounds = {
             "round": [],
             "relative_gap": [],
@@ -187,12 +144,12 @@ class _Rounds:
 
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
-        store, every = tier.slow, self.settings["certify_every"]
+        store, every = tier.slow, self.settings.certify_every
         history = History()
         start = time.perf_counter()
         cert = solver.certificate()
         z = solver.certified_gaps(cert)
-        n_refresh = round(self.settings["gap_refresh"] * store.n_lines)
+        n_refresh = round(self.settings.gap_refresh * store.n_lines)
         chunk_of_line = store.chunk_of_line
         epoch = 0
         pool = ThreadPoolExecutor(1) if store.concurrent and n_refresh else None
@@ -212,7 +169,7 @@ class _Rounds:
                     if pool is not None:
                         refresh = pool.submit(solver.gaps, snapshot, sample, store)
                 matrix, lines = tier.matrix()
-                solver.solve(matrix, tier.epoch_matrix(), lines, self.settings["local_epochs"], rng)
+                solver.solve(matrix, tier.epoch_matrix(), lines, self.settings.local_epochs, rng)
                 if sample is not None:
                     z[sample] = (
                         refresh.result()

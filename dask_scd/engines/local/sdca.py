@@ -51,7 +51,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         raise ValueError(
             "sample weights are solved by the CPU epochs of solver='sdca': pass device='cpu'"
         )
-    settings = _settings(options.engine, options.device)
+    _check_in_memory(options.engine, options.device)
     matrix = MajorMatrix.from_array(X, "rows")
     epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
     kernels = device.kernels_for(epoch_matrix.data)
@@ -70,7 +70,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     history = History()
     start = time.perf_counter()
     epoch = 0
-    epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, settings, rng, weights)
+    epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, options.engine, rng, weights)
     in_epochs = 0.0  # seconds inside the epochs alone (the threads' part of a fit)
     try:
         for epoch in range(1, max_iter + 1):
@@ -251,30 +251,20 @@ class _Shrinking:
         )
 
 
-# Options of out-of-core SDCA on a Grid (dask_scd.engines.local.sdca_grid) only.
-GRID_OPTIONS = ("check_every", "chunk_order", "spill")
-
-
-def _settings(engine: dict, device_name: str) -> dict:
-    given = sorted(set(engine) & set(GRID_OPTIONS))
+def _check_in_memory(engine, device_name: str) -> None:
+    """SDCA's options (:class:`~dask_scd.engines.options.SDCAOptions`) checked against
+    in-memory X and the device."""
+    given = engine.changed("grid")
     if given:
         raise ValueError(
             f"{given} apply to solver='sdca' on a Grid (out of core, row chunk "
             "by row chunk); this X is in memory"
         )
-    settings = {"n_threads": 1, "sync_every": 1}
-    settings.update(engine)
-    for name, least in (("n_threads", 1), ("sync_every", 0)):
-        value = settings[name]
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            kind = "a positive integer" if least else "a non-negative integer"
-            raise ValueError(f"{name} must be {kind}, got {value!r}")
-    if settings["n_threads"] > 1 and device_name == "gpu":
+    if engine.n_threads > 1 and device_name == "gpu":
         raise ValueError(
             "n_threads applies to SDCA epochs on the CPU; on the GPU every "
             "epoch is already asynchronous (leave n_threads=1)"
         )
-    return settings
 
 
 PUBLISH = 64  # visits between two publications of a thread's Σa changes
@@ -316,8 +306,8 @@ class _Epochs:
         self.weights = weights
         self.loss_code, self.rng = problem.loss_code, rng
         self.all_rows = np.arange(n_samples)
-        n_threads = min(settings["n_threads"], n_samples)
-        self.sync_every = settings["sync_every"] if n_threads > 1 else 0
+        n_threads = min(settings.n_threads, n_samples)
+        self.sync_every = settings.sync_every if n_threads > 1 else 0
         self.bounds = np.linspace(0, n_samples, n_threads + 1).astype(np.int64)
         self.pool = ThreadPoolExecutor(n_threads - 1) if n_threads > 1 else None
         if self.pool is not None:

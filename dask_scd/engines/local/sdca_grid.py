@@ -36,7 +36,6 @@ passes read back.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,8 +53,6 @@ from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
 from dask_scd.validation import check_feature_magnitude, check_label_values, largest_magnitude
-
-CHUNK_ORDERS = ("random", "sequential")
 
 
 @dataclass(eq=False)
@@ -154,18 +151,15 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     """Stochastic dual coordinate ascent (L2 penalty) on a Grid, out of core.
 
     ``source``: :class:`~dask_scd.data.sources.GridSource` (its ``grid`` is read, never
-    materialized). Engine options: ``check_every`` (None: certify on the in-memory
-    engine's schedule, :class:`~dask_scd.engines.base.CertificateSchedule`; k: every k
-    epochs and at the last), ``chunk_order`` ("random": a fresh permutation of the row
-    chunks each epoch; "sequential": in storage order), ``spill`` (False; True or a
-    directory: a dense grid's row chunks kept decoded in a temporary file there, True the
-    system's temporary directory, after their first read,
-    :class:`~dask_scd.data.spill.Spill`). ``n_threads``
-    must be 1.
+    materialized). Engine options (:class:`~dask_scd.engines.options.SDCAOptions`):
+    ``check_every`` (None: certify on the in-memory engine's schedule,
+    :class:`~dask_scd.engines.base.CertificateSchedule`), ``chunk_order``, ``spill``
+    (:class:`~dask_scd.data.spill.Spill`); ``n_threads`` must be 1.
     """
-    settings = _settings(options.engine, options.device)
+    settings = options.engine
+    _check_on_grid(settings, options.device)
     grid = source.grid
-    if settings["spill"] is not False and grid.is_sparse:
+    if settings.spill is not False and grid.is_sparse:
         raise ValueError(
             "spill keeps a dense grid's row chunks decoded; this grid is sparse "
             "(its row chunks are decoded at every pass): leave spill=False"
@@ -180,7 +174,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     if problem.fit_intercept:
         intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
     dual_coef = dual_start(problem, y, intercept)
-    stream = ChunkStream(grid, settings["spill"])
+    stream = ChunkStream(grid, settings.spill)
     try:
         state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
         row_sq_norms = state.row_sq_norms
@@ -207,7 +201,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         for epoch in range(1, max_iter + 1):
             order = (
                 rng.permutation(n_chunks)
-                if settings["chunk_order"] == "random"
+                if settings.chunk_order == "random"
                 else np.arange(n_chunks)
             )
             orders.append(order.tolist())
@@ -231,10 +225,10 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
                     break
             intercept += rho * dual_total  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
             final = epoch == max_iter
-            if settings["check_every"] is None:
+            if settings.check_every is None:
                 due = schedule.due(epoch, max_delta, np.abs(dual_coef).max(), final)
             else:
-                due = final or epoch % settings["check_every"] == 0
+                due = final or epoch % settings.check_every == 0
             pending = (
                 _PointCertificate.at(epoch, problem, dual_coef, coef, intercept) if due else None
             )
@@ -257,41 +251,20 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     )
 
 
-def _settings(engine: dict, device_name: str) -> dict:
+def _check_on_grid(engine, device_name: str) -> None:
+    """SDCA's options (:class:`~dask_scd.engines.options.SDCAOptions`) checked against a
+    Grid run out of core."""
     if device_name == "gpu":
         raise ValueError(
             "solver='sdca' on a Grid runs out of core on the CPU; pass "
             "device='cpu' (or read the grid into memory: fit(*source arrays))"
         )
-    settings = {
-        "n_threads": 1,
-        "sync_every": 1,
-        "check_every": None,
-        "chunk_order": "random",
-        "spill": False,
-    }
-    settings.update(engine)
-    if settings["n_threads"] != 1:
+    if engine.n_threads != 1:
         raise ValueError(
-            f"n_threads={settings['n_threads']!r}: solver='sdca' on a Grid runs "
+            f"n_threads={engine.n_threads!r}: solver='sdca' on a Grid runs "
             "its epochs on one thread (a second one reads the next row chunk); "
             "leave n_threads=1"
         )
-    every = settings["check_every"]
-    if every is not None and (
-        isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1
-    ):
-        raise ValueError(f"check_every must be a positive integer or None, got {every!r}")
-    spill = settings["spill"]
-    if not isinstance(spill, (bool, str, os.PathLike)):
-        raise ValueError(f"spill must be True, False or a directory, got {spill!r}")
-    if not isinstance(spill, bool) and not os.path.isdir(spill):
-        raise ValueError(f"spill={spill!r} is not a directory")
-    if settings["chunk_order"] not in CHUNK_ORDERS:
-        raise ValueError(
-            f"chunk_order must be one of {CHUNK_ORDERS}, got {settings['chunk_order']!r}"
-        )
-    return settings
 
 
 def _labels(grid, classes) -> np.ndarray:

@@ -187,12 +187,10 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
             "loss='multinomial' over dask takes a dask array; a grid above "
             "in_memory_limit is fitted by LogisticRegression(multi_class='ovr')"
         )
-    unsupported = {k: v for k, v in options.engine.items() if k != "client" and v}
+    unsupported = [name for name in options.engine.changed() if name != "client"]
     if unsupported:
-        raise ValueError(
-            f"loss='multinomial' over dask takes no {sorted(unsupported)} (only client=)"
-        )
-    with fit_client(options.engine.get("client")) as client:
+        raise ValueError(f"loss='multinomial' over dask takes no {unsupported} (only client=)")
+    with fit_client(options.engine.client) as client:
         cells, labels = source.connect(client)
         run = _newton(_Reducer(client, cells, labels), source, problem, options)
     coef = np.empty_like(run.coef)
