@@ -64,7 +64,7 @@ from dask_scd.alpha_max import (
 from dask_scd.api import fit, prepare
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
-from dask_scd.engines.base import Options
+from dask_scd.engines.base import Options, Run
 from dask_scd.engines.options import EngineOptions, NoOptions, engine_options
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
@@ -271,17 +271,8 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             if sub is not data or attempt:
                 engine, device = _engine(settings, point, sub, available, warm)
             start = (coef, intercept) if sub is data else (coef[keep], intercept)
-            run = _run(
-                engine,
-                layouts.of(sub, engine.name),
-                point,
-                settings,
-                tol,
-                start,
-                device,
-                layouts.memo_of(sub, engine.name),
-                engine_options(engine, settings.engine, settings.solver),
-            )
+            options = engine_options(engine, settings.engine, settings.solver)
+            run = _run(engine, layouts, sub, point, settings, tol, start, device, options)
             if sub is data:
                 coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
                 gap, correlation = run.certificate.relative_gap, _kept(run, engine)
@@ -301,17 +292,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             # The engine "auto" chose stopped short of tol (the Gram engine's rounding
             # floor on correlated columns): proximal Newton finishes from where it is.
             engine = registry.get("newton")
-            run = _run(
-                engine,
-                layouts.of(data, "newton"),
-                point,
-                settings,
-                settings.tol,
-                (coef, intercept),
-                device,
-                layouts.memo_of(data, "newton"),
-                NoOptions(),
-            )
+            run = _newton_finish(data, layouts, point, settings, (coef, intercept), device)
             coef, intercept = np.array(run.coef, dtype=np.float64), float(run.intercept)
             gap, n_iter = run.certificate.relative_gap, n_iter + run.n_iter
             correlation = _kept(run, engine)
@@ -321,6 +302,12 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
             k, coef, intercept, gap, n_iter, engine.name, p - len(keep) if keep is not None else 0
         )
     return out.result(alphas, alpha_max, classes, settings)
+
+
+def _newton_finish(data: InMemory, layouts, point, settings: _Settings, start, device) -> Run:
+    """Proximal Newton on ``point`` from ``start`` (θ, b), to the path's tol."""
+    newton = registry.get("newton")
+    return _run(newton, layouts, data, point, settings, settings.tol, start, device, NoOptions())
 
 
 def _predicted(problem: obj.Problem, data: InMemory, last: tuple, trail: tuple | None):
@@ -390,17 +377,19 @@ def _engine(settings: _Settings, problem: obj.Problem, data: InMemory, available
 
 def _run(
     engine,
-    data: InMemory,
+    layouts: _Layouts,
+    sub: InMemory,
     problem: obj.Problem,
     settings: _Settings,
     tol: float,
     start: tuple,
     device: str,
-    memo: dict | None,
     own: EngineOptions,
 ):
-    """One point: the engine's run from ``start`` (θ, b) with its options ``own``, with
-    what it kept from the last run on the same data (``memo``)."""
+    """One point: the engine's run on ``sub`` (X or its screened columns) from ``start``
+    (θ, b) with its options ``own``, in the layout it reads and with what it kept from
+    the last run on the same data (``layouts``)."""
+    data, memo = layouts.of(sub, engine.name), layouts.memo_of(sub, engine.name)
     with Progress(engine.name, tol, settings.max_iter, settings.verbose) as progress:
         options = Options(
             tol,

@@ -285,7 +285,9 @@ def test_a_spill_that_fails_falls_back_to_the_grid(tmp_path, monkeypatch):
     def full(fd, data, offset):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(sdca_grid.os, "pwrite", full)
+    from dask_scd.data import spill
+
+    monkeypatch.setattr(spill.os, "pwrite", full)
     with pytest.warns(RuntimeWarning, match="spilling decoded row chunks.*No space left"):
         spilled = dask_scd.fit(grid, spill=True, **kw)
     np.testing.assert_array_equal(spilled.coef_, plain.coef_)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import entr, expit
 
+from dask_scd.objectives.weights import check_sample_weight as check_sample_weight
+
 LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
 PENALTIES = ("l2", "l1", "elasticnet")
 CLASSIFICATION_LOSSES = ("logistic", "hinge", "squared_hinge")
@@ -578,46 +580,3 @@ def best_shift(
         return float(v[-1])
     # The root is inside the open interval just below v_m (or above all values).
     return float((l2 * total - l1 * (2 * m - k) - linear) / slope)
-
-
-def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weight"):
-    """Check per-example weights and scale them to mean 1.
-
-    The weighted objective ``(1/Σw) Σ w_i ℓ_i + penalty`` is ``(1/n) Σ v_i ℓ_i + penalty``
-    with ``v = n·w/Σw``: the engines keep their 1/n and read v.
-
-    Returns
-    -------
-    v : array of shape (n_samples,), float64 (a new array: the caller's is untouched),
-        or None when ``sample_weight`` is None.
-    """
-    if sample_weight is None:
-        return None
-    if type(sample_weight).__module__.startswith("pandas"):
-        sample_weight = sample_weight.to_numpy()
-    w = np.asarray(sample_weight)
-    if w.ndim == 2 and w.shape[1] == 1:
-        w = w[:, 0]
-    if w.ndim != 1:
-        raise ValueError(f"{where} must be 1-D of shape (n_samples,), got shape {w.shape}")
-    if w.shape[0] != n_samples:
-        raise ValueError(f"{where} has {w.shape[0]} entries but X has {n_samples} rows")
-    if w.dtype.kind not in "biuf":
-        raise ValueError(f"{where} must be numeric, got dtype {w.dtype}")
-    w = w.astype(np.float64)  # always a copy
-    if not np.isfinite(w).all():
-        raise ValueError(
-            f"{where} contains NaN or infinity (first at index {np.argmax(~np.isfinite(w))})"
-        )
-    if (w < 0).any():
-        first = int(np.argmax(w < 0))
-        raise ValueError(f"{where} must be non-negative: {where}[{first}] = {w[first]!r}")
-    total = float(w.sum())
-    if not total > 0.0:
-        raise ValueError(f"{where} sums to zero: at least one example needs a positive weight")
-    if not np.isfinite(total):
-        raise ValueError(f"{where} sums to infinity; rescale it (only ratios matter)")
-    if (w == w[0]).all():
-        return None  # equal weights: the unweighted problem itself
-    w *= n_samples / total
-    return w

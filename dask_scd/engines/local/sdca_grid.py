@@ -156,24 +156,12 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     :class:`~dask_scd.engines.base.CertificateSchedule`), ``chunk_order``, ``spill``
     (:class:`~dask_scd.data.spill.Spill`); ``n_threads`` must be 1.
     """
-    settings = options.engine
-    _check_on_grid(settings, options.device)
-    grid = source.grid
-    if settings.spill is not False and grid.is_sparse:
-        raise ValueError(
-            "spill keeps a dense grid's row chunks decoded; this grid is sparse "
-            "(its row chunks are decoded at every pass): leave spill=False"
-        )
+    settings, grid = options.engine, source.grid
+    _check_on_grid(settings, options.device, grid)
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     n_samples, n_chunks = source.n_samples, source.n_row_chunks
     alpha_n = problem.alpha * n_samples
-    y = _labels(grid, source.classes)
-    if problem.loss == "squared":
-        check_label_values(y)
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples))
-    dual_coef = dual_start(problem, y, intercept)
+    y, intercept, dual_coef = _cold_start(source, problem)
     stream = ChunkStream(grid, settings.spill)
     try:
         state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
@@ -199,11 +187,8 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         # returns epoch e's w.
         pending, settled = None, None
         for epoch in range(1, max_iter + 1):
-            order = (
-                rng.permutation(n_chunks)
-                if settings.chunk_order == "random"
-                else np.arange(n_chunks)
-            )
+            order = rng.permutation(n_chunks) if settings.chunk_order == "random" else None
+            order = np.arange(n_chunks) if order is None else order
             orders.append(order.tolist())
             max_delta, dual_total = _epoch(
                 stream,
@@ -251,7 +236,19 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     )
 
 
-def _check_on_grid(engine, device_name: str) -> None:
+def _cold_start(source, problem: obj.Problem) -> tuple:
+    """(y, b, a): the labels of every row chunk, the best intercept for θ = 0 and the dual
+    point SDCA starts from."""
+    y = _labels(source.grid, source.classes)
+    if problem.loss == "squared":
+        check_label_values(y)
+    intercept = 0.0
+    if problem.fit_intercept:
+        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(source.n_samples))
+    return y, intercept, dual_start(problem, y, intercept)
+
+
+def _check_on_grid(engine, device_name: str, grid) -> None:
     """SDCA's options (:class:`~dask_scd.engines.options.SDCAOptions`) checked against a
     Grid run out of core."""
     if device_name == "gpu":
@@ -264,6 +261,11 @@ def _check_on_grid(engine, device_name: str) -> None:
             f"n_threads={engine.n_threads!r}: solver='sdca' on a Grid runs "
             "its epochs on one thread (a second one reads the next row chunk); "
             "leave n_threads=1"
+        )
+    if engine.spill is not False and grid.is_sparse:
+        raise ValueError(
+            "spill keeps a dense grid's row chunks decoded; this grid is sparse "
+            "(its row chunks are decoded at every pass): leave spill=False"
         )
 
 
