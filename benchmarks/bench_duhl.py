@@ -33,6 +33,7 @@ import numpy as np
 from _machine import cpu_model
 
 from dask_scd import objectives as obj
+from dask_scd.data import make_source
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options
 from dask_scd.engines.local.duhl import fit_duhl, fit_grid
@@ -176,7 +177,8 @@ def main():
             grid = open_grid(path)
             rows = []
             for policy in POLICIES:
-                r, seconds = run(fit_grid, grid, problem, policy, None, max_iter, X.nbytes // 4)
+                source = make_source(grid, None, problem.loss, None)
+                r, seconds = run(fit_grid, source, problem, policy, None, max_iter, X.nbytes // 4)
                 rows.append((policy, r, seconds))
                 print(
                     f"zarr {name:13s} {policy:11s} rounds {r.n_iter:4d} bytes "

@@ -10,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd import objectives as obj
+from dask_scd.data import make_source
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options
 from dask_scd.engines.local.duhl import fit_duhl, fit_grid
@@ -196,7 +197,7 @@ def test_ram_over_zarr_tier(tmp_path):
         np.random.default_rng(0),
         engine=DuHLOptions(memory_budget=budget, certify_every=2),
     )
-    run = fit_grid(grid, problem, options)
+    run = fit_grid(make_source(grid, None, problem.loss, None), problem, options)
     assert run.converged(TOL) and run.extras["peak_bytes"] <= budget
     # Every load reads whole blocks of the grid; the slow side's reads are counted apart.
     block_bytes = X.shape[0] * 30 * 8
@@ -252,7 +253,7 @@ def test_dual_over_zarr_row_chunks(tmp_path):
         np.random.default_rng(0),
         engine=DuHLOptions(memory_budget=X.nbytes // 4, residency="duhl"),
     )
-    run = fit_grid(grid, problem, options)
+    run = fit_grid(make_source(grid, None, problem.loss, None), problem, options)
     assert run.converged(TOL) and run.extras["peak_bytes"] <= X.nbytes // 4
     reference = _reference(X, y, problem, "sdca")
     assert abs(run.certificate.primal - reference.primal_) <= 2 * TOL * reference.primal_
@@ -273,7 +274,8 @@ def test_grid_tier_weighs_the_losses_with_the_grid_s_weights(tmp_path, loss, alp
     options = Options(
         TOL, 3000, np.random.default_rng(0), engine=DuHLOptions(memory_budget=X.nbytes // 3)
     )
-    run = fit_grid(open_grid(tmp_path / "w.zarr"), problem, options)
+    source = make_source(open_grid(tmp_path / "w.zarr"), None, loss, None)
+    run = fit_grid(source, problem, options)
     assert run.converged(TOL)
     penalty = "l1" if loss == "squared" else "l2"
     weighted = dask_scd.fit(

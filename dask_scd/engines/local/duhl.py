@@ -37,7 +37,6 @@ from dask_scd.kernels import cpu, device, sdca
 from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
-from dask_scd.validation import check_sample_weight
 
 # Lines per chunk by default: about this many chunks (smaller chunks sharpen the choice;
 # each costs a little bookkeeping per round).
@@ -67,15 +66,15 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     return _run(store, data.y, problem, options, data.weights)
 
 
-def fit_grid(grid, problem: obj.Problem, options: Options) -> Run:
-    """DuHL with host RAM over a zarr grid on disk: a chunk is a column block of the grid
+def fit_grid(source, problem: obj.Problem, options: Options) -> Run:
+    """DuHL with host RAM over a zarr grid on disk (``source``: a
+    :class:`~dask_scd.data.sources.GridSource`): a chunk is a column block of the grid
     (primal) or a row chunk (dual), so ``chunk_size`` does not apply; coefficients come
     back in the original feature order. Labels of a classifier map to ±1 in sorted order.
     Every read the slow side makes (gap refreshes, certificates) is counted in
-    ``extras["slow_bytes_read"]``. Sample weights the grid stores weigh the losses, as
-    in :func:`fit_duhl`."""
-    # The weights the grid stores, scaled as every other engine reads them.
-    weights = check_sample_weight(grid.stored_weights(), grid.shape[0], "the grid's sample weights")
+    ``extras["slow_bytes_read"]``. The source's sample weights (the fit's, else the ones
+    the grid stores) weigh the losses, as in :func:`fit_duhl`."""
+    grid, weights = source.grid, source.unit_weights()
     _check_weighted_device(weights, options)
     axis = _axis(problem)
     store = GridStore(grid, axis)
