@@ -32,8 +32,9 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.certificates import dual_certificate, primal_certificate
+from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
-from dask_scd.kernels import cpu, device, sdca
+from dask_scd.kernels import device
 from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
@@ -274,27 +275,21 @@ class _Primal:
         cubes = matrix.cube_sums(self.weights) if p.loss == "logistic" else np.zeros(0)
         k = len(lines) + int(p.fit_intercept)
         for _ in range(epochs):
-            args = (
-                m.data,
-                m.indices,
-                m.indptr,
-                m.dense,
-                len(self.y),
+            order = rng.permutation(k)
+            scd_epoch(
+                kernels.scd_epoch,
+                m,
                 self.y,
                 self.margins,
                 theta,
                 self.intercept,
-                rng.permutation(k),
-                p.loss_code,
-                p.l1,
+                order,
+                p,
                 p.l2,
                 sq_norms,
                 cubes,
+                self.weights,
             )
-            if self.weights is None:
-                kernels.scd_epoch(*args)
-            else:
-                cpu.scd_weighted_epoch(*args, self.weights)
         self.coef[lines] = theta
 
     def final(self):
@@ -386,43 +381,22 @@ class _Dual:
         for _ in range(epochs):
             dual_sum = np.array([self.dual().sum()])  # Σa over all rows, carried by the kernel
             order = rng.permutation(len(lines))
-            if self.weights is None:
-                kernels.sdca_epoch(
-                    m.data,
-                    m.indices,
-                    m.indptr,
-                    m.dense,
-                    m.n_minor,
-                    y,
-                    local,
-                    self.coef,
-                    order,
-                    p.loss_code,
-                    self.alpha_n,
-                    sq_norms,
-                    self.intercept,
-                    rho,
-                    dual_sum,
-                )
-            else:
-                sdca.sdca_weighted_epoch(
-                    m.data,
-                    m.indices,
-                    m.indptr,
-                    m.dense,
-                    m.n_minor,
-                    y,
-                    local,
-                    self.coef,
-                    order,
-                    p.loss_code,
-                    self.alpha_n,
-                    sq_norms,
-                    self.weights[lines],
-                    self.intercept,
-                    rho,
-                    dual_sum,
-                )
+            weights = None if self.weights is None else self.weights[lines]
+            sdca_epoch(
+                kernels.sdca_epoch,
+                m,
+                y,
+                local,
+                self.coef,
+                order,
+                p.loss_code,
+                self.alpha_n,
+                sq_norms,
+                weights,
+                self.intercept,
+                rho,
+                dual_sum,
+            )
             self.dual_coef[lines] = local
             self.intercept += rho * dual_sum[0]
 

@@ -18,6 +18,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run
 from dask_scd.engines.certificates import best_certificate
 from dask_scd.engines.coarse import LocalCoarse
+from dask_scd.engines.local.epochs import scd_epoch
 from dask_scd.kernels import cpu, device
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
@@ -333,30 +334,26 @@ class _Primal:
                 self.col_means,
                 _UNWEIGHTED if self.weights is None else self.weights,
             )
-        args = (
-            m.data,
-            m.indices,
-            m.indptr,
-            m.dense,
-            len(self.y),
+        kernel = cpu.scd_epoch_violation if self.kernels is cpu else self.kernels.scd_epoch
+        result = scd_epoch(
+            kernel,
+            m,
             self.y,
             self.margins,
             self.coef,
             self.intercept,
             order,
-            problem.loss_code,
-            problem.l1,
+            problem,
             problem.l2,
             self.col_sq_norms,
             self.col_cube_sums,
+            self.weights,
         )
-        if self.weights is not None:
-            return cpu.scd_weighted_epoch(*args, self.weights)
-        if self.kernels is cpu:
-            return cpu.scd_epoch_violation(*args)
+        if self.weights is not None or self.kernels is cpu:
+            return result
         # The GPU epoch returns no violation: the cheap movement test stands in for it
         # (an epoch that nearly stopped moving ends the subproblem; certificates decide).
-        max_delta, max_coef = self.kernels.scd_epoch(*args)
+        max_delta, max_coef = result
         # max_delta counts the intercept's step: with every θ_j at 0, the intercept's
         # rounding jitter (atomic adds in any order) must not read as movement.
         scale = max(max_coef, abs(float(self.intercept[0])))

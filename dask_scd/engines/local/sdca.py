@@ -17,6 +17,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run
 from dask_scd.engines.certificates import dual_certificate, primal_certificate
+from dask_scd.engines.local.epochs import sdca_epoch
 from dask_scd.kernels import cpu, device, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.result import History
@@ -334,8 +335,8 @@ class _Epochs:
         dual_sum = np.array([weighted_dual(dual_coef, self.weights).sum()])
         if self.pool is None:
             max_delta, settled = self._epochs(
-                dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, [dual_sum]
-            )[0]
+                dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, dual_sum
+            )
             return max_delta, settled, dual_sum[0]
         # Σ a_i enters the steps as ρΣa (the intercept's multiplier). A thread that saw
         # only its own changes would correct all of Σa, and k threads k times over (the
@@ -378,71 +379,40 @@ class _Epochs:
         # exact: each a_i has one writer
         return max_delta, False, weighted_dual(dual_coef, self.weights).sum()
 
-    def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums):
-        """(max |Δa_i|, settled) of each thread's epoch."""
-        kernels, m, y, loss = self.kernels, self.epoch_matrix, self.y, self.loss_code
-        if self.shrinking is None:
-            share, weights = _order_by_shares(self.all_rows, self.rng), self.weights
-
-            def plain(lo, hi, dual_sum):
-                piece = share(lo, hi)
-                if weights is not None:
-                    return sdca.sdca_weighted_epoch(
-                        m.data,
-                        m.indices,
-                        m.indptr,
-                        m.dense,
-                        m.n_minor,
-                        y,
-                        dual_coef,
-                        coef,
-                        piece,
-                        loss,
-                        alpha_n,
-                        row_sq_norms,
-                        weights,
-                        intercept,
-                        rho,
-                        dual_sum,
-                    ), False
-                return kernels.sdca_epoch(
-                    m.data,
-                    m.indices,
-                    m.indptr,
-                    m.dense,
-                    m.n_minor,
-                    y,
-                    dual_coef,
-                    coef,
-                    piece,
-                    loss,
-                    alpha_n,
-                    row_sq_norms,
-                    intercept,
-                    rho,
-                    dual_sum,
-                ), False
-
-            return self._map(
-                plain, [(lo, hi, dual_sum) for (lo, hi), dual_sum in zip(self._ranges(), sums)]
-            )
-
-        return [
-            self.shrinking.epoch(
+    def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, dual_sum):
+        """(max |Δa_i|, settled) of the epoch on this thread."""
+        if self.shrinking is not None:
+            return self.shrinking.epoch(
                 self.matrix,
-                y,
+                self.y,
                 dual_coef,
                 coef,
-                loss,
+                self.loss_code,
                 alpha_n,
                 row_sq_norms,
                 intercept,
                 rho,
-                sums[0],
+                dual_sum,
                 self.rng,
                 self.weights,
             )
-        ]
+        order = _order_by_shares(self.all_rows, self.rng)(0, len(self.all_rows))
+        max_delta = sdca_epoch(
+            self.kernels.sdca_epoch,
+            self.epoch_matrix,
+            self.y,
+            dual_coef,
+            coef,
+            order,
+            self.loss_code,
+            alpha_n,
+            row_sq_norms,
+            self.weights,
+            intercept,
+            rho,
+            dual_sum,
+        )
+        return max_delta, False
 
     def resync(self, epoch, certify, dual_coef, coef, alpha_n):
         """With several threads: w = Xᵀa/(αn) when a certificate or a sync is due (then
