@@ -23,19 +23,17 @@ and swaps die out, where sequential blocks reload all of X every pass.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
+from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import dual_certificate, primal_certificate
 from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
 from dask_scd.kernels import device
-from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
 from dask_scd.validation import check_sample_weight
@@ -146,8 +144,7 @@ class _Rounds:
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
         store, every = tier.slow, self.settings.certify_every
-        history = History()
-        start = time.perf_counter()
+        trace = Trace(self.options.progress)
         cert = solver.certificate()
         z = solver.certified_gaps(cert)
         n_refresh = round(self.settings.gap_refresh * store.n_lines)
@@ -181,18 +178,14 @@ class _Rounds:
                 if certify:
                     cert = solver.certificate()
                     z = solver.certified_gaps(cert)
-                    seconds = time.perf_counter() - start
-                    history.append(epoch, cert.relative_gap, cert.primal, seconds)
-                    self.options.progress.update(epoch, cert.relative_gap, cert.primal)
-                self._record(
-                    epoch, cert if certify else None, loads, len(lines), time.perf_counter() - start
-                )
+                    trace.record(epoch, cert.relative_gap, cert.primal)
+                self._record(epoch, cert if certify else None, loads, len(lines), trace.seconds())
         finally:
             if pool is not None:
                 pool.shutdown()
         coef, intercept, cert = solver.final()
         extras = {**tier.counts(), "rounds": self.rounds}
-        return Run(coef, intercept, cert, epoch, history, extras)
+        return Run(coef, intercept, cert, epoch, trace.history, extras)
 
     def _record(self, epoch, cert, loads, resident_lines, seconds):
         r = self.rounds

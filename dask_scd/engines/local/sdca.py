@@ -15,12 +15,11 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import CertificateSchedule, Options, Run
+from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.certificates import dual_certificate, primal_certificate
 from dask_scd.engines.local.epochs import sdca_epoch
 from dask_scd.kernels import cpu, device, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.result import History
 
 
 def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
@@ -68,8 +67,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     dual_coef = dual_start(problem, y, intercept, weights)  # u = a/v with weights
     coef = matrix.scatter(weighted_dual(dual_coef, weights)) / alpha_n
 
-    history = History()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     epoch = 0
     epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, options.engine, rng, weights)
     in_epochs = 0.0  # seconds inside the epochs alone (the threads' part of a fit)
@@ -96,8 +94,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 intercept,
                 weights,
             )
-            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            options.progress.update(epoch, cert.relative_gap, cert.primal)
+            trace.record(epoch, cert.relative_gap, cert.primal)
             if cert.relative_gap <= tol:
                 break
     finally:
@@ -112,8 +109,8 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         cert = primal_cert
     # The returned certificate (on the exact w, the better of the dual and the primal
     # one) is that of the last epoch: its entry, replacing the loop's if it had one.
-    history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-    return Run(coef, float(intercept), cert, epoch, history, {"epoch_seconds": in_epochs})
+    trace.record(epoch, cert.relative_gap, cert.primal, report=False)
+    return Run(coef, float(intercept), cert, epoch, trace.history, {"epoch_seconds": in_epochs})
 
 
 def dual_start(problem, y, intercept, weights=None) -> np.ndarray:

@@ -37,7 +37,6 @@ passes read back.
 from __future__ import annotations
 
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -46,13 +45,12 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.spill import Spill
-from dask_scd.engines.base import CertificateSchedule, Options, Run
+from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.local.epochs import sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, dual_start
 from dask_scd.grid.read import CellBuffers, read_cell, read_dense_row_chunk, read_labels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.result import History
 from dask_scd.validation import check_feature_magnitude, check_label_values, largest_magnitude
 
 
@@ -171,15 +169,11 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         )
         coef = state.coef
         schedule = CertificateSchedule()
-        history, orders = History(), []
-        start = time.perf_counter()
+        trace, orders = Trace(options.progress), []
 
         def settle(pending):
             cert, cert_intercept = pending.finish(problem, y, alpha_n)
-            history.append(
-                pending.epoch, cert.relative_gap, cert.primal, time.perf_counter() - start
-            )
-            options.progress.update(pending.epoch, cert.relative_gap, cert.primal)
+            trace.record(pending.epoch, cert.relative_gap, cert.primal)
             return cert, cert_intercept, pending
 
         # The certificate of epoch e is summed during epoch e + 1's pass (no read pass of
@@ -220,7 +214,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         float(cert_intercept),
         cert,
         point.epoch,
-        history,
+        trace.history,
         extras,
     )
 

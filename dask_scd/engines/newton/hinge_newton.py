@@ -31,13 +31,12 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
+from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, dual_certificate
 from dask_scd.engines.newton.design import GRAM_MAX, Design
 from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
 from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg
 from dask_scd.engines.pcg import MAX_ITER
-from dask_scd.result import History
 
 # The first smoothing width: the whole margin range [0, 1] is quadratic.
 _MU_START = 1.0
@@ -69,14 +68,13 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     X, y = data.X, data.y
     n, p = X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = Design.from_array(X)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
     intercept = obj.optimal_intercept("hinge", y, np.zeros(n)) if problem.fit_intercept else 0.0
     margins = np.full(n, intercept)
     duals = DualMemory(problem, y)
-    history = History()
     stopping = Stopping(options.tol, options.max_iter, _STALLS)
     mu, step, levels = _MU_START, 0, 1
     while True:
@@ -87,8 +85,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
         meter.add("gradient", 1.0, tick)
         hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
         cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
-        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(step, cert.relative_gap, cert.primal)
+        trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
             tick = time.perf_counter()
@@ -125,7 +122,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     extras = meter.as_dict()
     extras["smoothing_levels"] = levels
     extras["final_smoothing"] = mu
-    return Run(coef, float(intercept), final, step, history, extras)
+    return Run(coef, float(intercept), final, step, trace.history, extras)
 
 
 def _beta(y, margins, mu) -> np.ndarray:

@@ -29,7 +29,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
+from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, primal_certificate
 from dask_scd.engines.newton.design import Design
 from dask_scd.engines.newton.l1_model import l1_direction, working_set
@@ -43,7 +43,6 @@ from dask_scd.engines.newton.quadratic import (
 )
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
-from dask_scd.result import History
 
 # Smallest working set; it grows to twice the last one at each outer step.
 _WS_MIN = 10
@@ -68,13 +67,12 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = _design(data, problem, options.memo)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
-    history = History()
     stopping = Stopping(options.tol, options.max_iter)
     free, size = _working_set_sizes(design, coef)
     step, first_violation = 0, None
@@ -111,8 +109,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 )
                 meter.add("certificate", offer, tick)
                 cert = duals.tighten(cert)
-        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(step, cert.relative_gap, cert.primal)
+        trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
             margins = _fresh_margins(design, coef, intercept, meter, "margins")
@@ -140,7 +137,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         cert = _certify_afresh(problem, design, y, weights, coef, intercept, duals, meter)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
-    return Run(coef, float(intercept), cert, step, history, extras)
+    return Run(coef, float(intercept), cert, step, trace.history, extras)
 
 
 def _certify_afresh(problem, design: Design, y, weights, coef, intercept, duals, meter):
@@ -248,9 +245,9 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
     intercept = (
         obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
@@ -258,7 +255,6 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         else 0.0
     )
     grad_rows, curv = np.empty(n), np.empty(n)
-    history = History()
     step, first_violation = 0, None
     while True:
         tick = time.perf_counter()
@@ -277,8 +273,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         meter.add("gradient", 2.0, tick)
         primal, violation = loss_sum / n, model.violation()
         grad_norm = violation / max(1.0, abs(primal))
-        history.append(step, grad_norm, primal, time.perf_counter() - start)
-        options.progress.update(step, grad_norm, primal)
+        trace.record(step, grad_norm, primal)
         if grad_norm <= options.tol or step >= options.max_iter:
             break
         # The forcing term of inexact Newton (superlinear), as the penalized loop's.
@@ -295,7 +290,9 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         intercept += t * delta_b
     nan = float("nan")
     cert = obj.Certificate(primal, nan, np.full(p, nan), nan)
-    return Run(coef, float(intercept), cert, step, history, meter.as_dict(), grad_norm=grad_norm)
+    return Run(
+        coef, float(intercept), cert, step, trace.history, meter.as_dict(), grad_norm=grad_norm
+    )
 
 
 def _near_the_end(model, solved, cert, tol) -> bool:
