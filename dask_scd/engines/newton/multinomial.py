@@ -35,13 +35,12 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
-from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping
+from dask_scd.engines.base import Options, Run, Trace
+from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping, uncertified
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
 from dask_scd.kernels.softmax import model_cd
 from dask_scd.objectives import multinomial as mn
-from dask_scd.result import History
 
 # Below this relative model decrease the Armijo test reads the rounding of F.
 _ROUNDING = 1e-11
@@ -144,77 +143,97 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
     """
     softmax = Softmax(data.X, data.y, int(data.y.max()) + 1, data.weights)
     mn.check_class_weights(softmax.counts, problem.fit_intercept)
-    p, K = data.X.shape[1], softmax.n_classes
-    meter = Meter()
-    start = time.perf_counter()
-    W = np.zeros((p, K))
-    b = np.zeros(K)
+    b = np.zeros(softmax.n_classes)
     if problem.fit_intercept:  # the best b for W = 0: softmax(b) = the class frequencies
         b = np.log(softmax.counts) - np.log(softmax.counts).mean()
-    history = History()
+    W = np.zeros((data.X.shape[1], softmax.n_classes))
+    return newton_steps(_Steps(softmax, problem), problem, options, W, b)
+
+
+def newton_steps(steps, problem: obj.Problem, options: Options, W, b) -> Run:
+    """The outer loop of both multinomial engines (in memory, and over dask in
+    :mod:`dask_scd.engines.newton.multinomial_dask`): at (W, b) the gradient pass
+    (``steps.point``, which may move b: the dask engine's first pass finds the best b for
+    W = 0), its certificate (``steps.certify``; the relative gradient norm without a
+    penalty), the stopping rule, then a Newton step (``steps.move``: (t, Δ, Δb)).
+    ``steps.recertify(W, b)`` certifies the returned iterate when it is an earlier one."""
+    trace = Trace(options.progress)
     gaps = []  # P − D of every certified step, unclamped
     stopping = Stopping(options.tol, options.max_iter, patience=_PATIENCE)
-    step, first_norm, grad_norm = 0, None, None
+    step, cert, grad_norm = 0, None, None
     while True:
-        tick = time.perf_counter()
-        point = Point(softmax, problem, W, b)
-        meter.add("gradient", 2.0, tick)
+        point = steps.point(W, b)
+        W, b = point.W, point.b
         if problem.unpenalized:
-            grad_norm = _relative_gradient(point)
-            measure, cert = grad_norm, None
+            measure = grad_norm = _relative_gradient(point)
         else:
-            cert = _certify(softmax, problem, point, W)
+            cert = steps.certify(point)
             gaps.append(cert.gap)
             measure = cert.relative_gap
-        history.append(step, measure, point.objective, time.perf_counter() - start)
-        options.progress.update(step, measure, point.objective)
+        trace.record(step, measure, point.objective)
         if cert is None:
             if grad_norm <= options.tol or step >= options.max_iter:
                 break
         elif stopping.check(cert, step, W, b) == STOP:
             break
-        delta, delta_b, U, first_norm = _direction(softmax, problem, point, W, first_norm, meter)
-        tick = time.perf_counter()
-        t = _line_search(problem, softmax, point, delta, delta_b, U)
-        meter.add("line_search", 0.0, tick)
+        t, delta, delta_b = steps.move(point)
         if t == 0.0:
             break
         step += 1
-        W = W + t * delta
-        b = b + t * delta_b
+        W, b = W + t * delta, b + t * delta_b
+    extras = steps.meter.as_dict()
     if cert is None:
-        nan = float("nan")
-        final = obj.Certificate(point.objective, nan, np.full((p, K), nan), nan)
         # Without a penalty W + c1ᵀ is as good as W: the one with rows summing to zero.
         W = W - W.mean(axis=1, keepdims=True)
-        return Run(
-            W.T.copy(), _centred(b), final, step, history, meter.as_dict(), grad_norm=grad_norm
-        )
-    W_best, b_best = stopping.returned(cert, W, b)
-    final = cert
-    if W_best is not W:
-        final = _certify(softmax, problem, Point(softmax, problem, W_best, b_best), W_best)
-    extras = meter.as_dict()
+        final = uncertified(point.objective, W.T.shape)
+        return Run(W.T.copy(), _centred(b), final, step, trace.history, extras, grad_norm=grad_norm)
+    W, b, cert = stopping.finish(cert, W, b, steps.recertify)
     extras["primal_minus_dual"] = gaps
-    final = mn.transposed(final)
-    return Run(W_best.T.copy(), _centred(b_best), final, step, history, extras)
+    return Run(W.T.copy(), _centred(b), mn.transposed(cert), step, trace.history, extras)
 
 
-def _certify(softmax: Softmax, problem: obj.Problem, point: Point, W):
-    """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
-    cert, _ = mn.certify(
-        problem,
-        W,
-        softmax.codes,
-        point.P,
-        point.loss_total,
-        point.xt_prob,
-        softmax.xt_onehot,
-        softmax.column_sums,
-        softmax.counts,
-        softmax.weights,
-    )
-    return cert
+class _Steps:
+    """:func:`newton_steps` on X in memory (:class:`Softmax`)."""
+
+    def __init__(self, softmax: Softmax, problem: obj.Problem):
+        self.softmax, self.problem = softmax, problem
+        self.meter, self.first_norm = Meter(), None
+
+    def point(self, W, b) -> Point:
+        tick = time.perf_counter()
+        point = Point(self.softmax, self.problem, W, b)
+        self.meter.add("gradient", 2.0, tick)
+        return point
+
+    def certify(self, point: Point) -> obj.Certificate:
+        """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
+        softmax = self.softmax
+        cert, _ = mn.certify(
+            self.problem,
+            point.W,
+            softmax.codes,
+            point.P,
+            point.loss_total,
+            point.xt_prob,
+            softmax.xt_onehot,
+            softmax.column_sums,
+            softmax.counts,
+            softmax.weights,
+        )
+        return cert
+
+    def recertify(self, W, b) -> obj.Certificate:
+        return self.certify(Point(self.softmax, self.problem, W, b))
+
+    def move(self, point: Point):
+        softmax, problem = self.softmax, self.problem
+        delta, delta_b, U, self.first_norm = _direction(
+            softmax, problem, point, point.W, self.first_norm, self.meter
+        )
+        tick = time.perf_counter()
+        t = _line_search(problem, softmax, point, delta, delta_b, U)
+        self.meter.add("line_search", 0.0, tick)
+        return t, delta, delta_b
 
 
 def _relative_gradient(point: Point) -> float:

@@ -24,6 +24,7 @@ combination of the last dual points, kept when its dual value is higher) tighten
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, primal_certificate
 from dask_scd.engines.newton.design import Design
 from dask_scd.engines.newton.l1_model import l1_direction, working_set
-from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
+from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping, uncertified
 from dask_scd.engines.newton.quadratic import (
     HessianSample,
     Model,
@@ -132,15 +133,14 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         # One step from margins computed from scratch adds one product XΔ to them: as
         # exact as recomputing them, which a path's points (mostly one step each) skip.
         stopping.fresh = options.memo is not None and step == 1
-    coef, intercept = stopping.returned(cert, coef, intercept)
-    if not stopping.fresh:  # certify on margins recomputed from scratch
-        cert = _certify_afresh(problem, design, y, weights, coef, intercept, duals, meter)
+    afresh = partial(_certify_afresh, problem, design, y, weights, duals, meter)
+    coef, intercept, cert = stopping.finish(cert, coef, intercept, afresh)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
     return Run(coef, float(intercept), cert, step, trace.history, extras)
 
 
-def _certify_afresh(problem, design: Design, y, weights, coef, intercept, duals, meter):
+def _certify_afresh(problem, design: Design, y, weights, duals, meter, coef, intercept):
     """The certificate of (θ, b) on margins recomputed from X (two passes)."""
     tick = time.perf_counter()
     margins = _fresh_margins(design, coef, intercept)
@@ -288,10 +288,14 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         step += 1
         coef = coef + t * delta
         intercept += t * delta_b
-    nan = float("nan")
-    cert = obj.Certificate(primal, nan, np.full(p, nan), nan)
     return Run(
-        coef, float(intercept), cert, step, trace.history, meter.as_dict(), grad_norm=grad_norm
+        coef,
+        float(intercept),
+        uncertified(primal, p),
+        step,
+        trace.history,
+        meter.as_dict(),
+        grad_norm=grad_norm,
     )
 
 

@@ -1,6 +1,8 @@
-"""What the outer loops of both Newton engines share: the meter of passes and seconds,
-and the stopping rule with the best certified iterate it returns
-(:mod:`dask_scd.engines.newton.newton`, :mod:`dask_scd.engines.newton.hinge_newton`)."""
+"""What the outer loops of the Newton-type engines share: the meter of passes and
+seconds, the stopping rule with the best certified iterate it returns, and the
+certificate of a fit without a penalty (:mod:`dask_scd.engines.newton.newton`,
+:mod:`~dask_scd.engines.newton.hinge_newton`, :mod:`~dask_scd.engines.newton.lbfgs`,
+:mod:`~dask_scd.engines.newton.multinomial`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from dask_scd import objectives as obj
 
 # Outer steps without a smaller certified gap before the engine stops.
 _STALLS = 3
@@ -85,3 +89,17 @@ class Stopping:
             self.fresh = False
             return self.best.coef, self.best.intercept
         return coef, intercept
+
+    def finish(self, cert, coef, intercept, certify):
+        """(θ, b, certificate) to return: :meth:`returned`, certified again by
+        ``certify(θ, b)`` unless ``cert`` is its certificate on fresh margins."""
+        coef, intercept = self.returned(cert, coef, intercept)
+        if not self.fresh:
+            cert = certify(coef, intercept)
+        return coef, intercept, cert
+
+
+def uncertified(primal: float, shape) -> obj.Certificate:
+    """The certificate of a fit without a penalty: P alone, the dual and gaps NaN."""
+    nan = float("nan")
+    return obj.Certificate(primal, nan, np.full(shape, nan), nan)
