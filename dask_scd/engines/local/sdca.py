@@ -205,48 +205,13 @@ class _Shrinking:
             np.ones(n_samples, dtype=bool),
         )
 
-    def epoch(
-        self,
-        matrix,
-        y,
-        dual_coef,
-        coef,
-        loss_code,
-        alpha_n,
-        row_sq_norms,
-        intercept,
-        rho,
-        dual_sum,
-        rng,
-        weights=None,
-    ):
-        """One epoch of work; returns max |Δa_i| and whether all rows were solved to ε."""
-        return sdca.sdca_shrinking_epoch(
-            matrix.data,
-            matrix.indices,
-            matrix.indptr,
-            matrix.dense,
-            matrix.n_minor,
-            y,
-            dual_coef,
-            coef,
-            loss_code,
-            alpha_n,
-            row_sq_norms,
-            intercept,
-            rho,
-            dual_sum,
-            self.active,
-            self.n_active,
-            self.bounds,
-            _ROW_BLOCK,
-            rng,
-            self.order,
-            self.keep,
-            _RELATIVE_EPS,
-            _SHRUNK_WORK,
-            weights,
-        )
+    def epoch(self, matrix, rng, weights, *args):
+        """One epoch of work on ``args`` = (y, a, w, loss code, αn, ‖x_i‖², b, ρ, [Σa]);
+        returns max |Δa_i| and whether all rows were solved to ε."""
+        m = matrix
+        head = (m.data, m.indices, m.indptr, m.dense, m.n_minor)
+        state = (self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep)
+        return sdca.sdca_shrinking_epoch(*head, *args, *state, _RELATIVE_EPS, _SHRUNK_WORK, weights)
 
 
 def _check_in_memory(engine, device_name: str) -> None:
@@ -381,6 +346,8 @@ class _Epochs:
         if self.shrinking is not None:
             return self.shrinking.epoch(
                 self.matrix,
+                self.rng,
+                self.weights,
                 self.y,
                 dual_coef,
                 coef,
@@ -390,8 +357,6 @@ class _Epochs:
                 intercept,
                 rho,
                 dual_sum,
-                self.rng,
-                self.weights,
             )
         order = _order_by_shares(self.all_rows, self.rng)(0, len(self.all_rows))
         max_delta = sdca_epoch(

@@ -34,7 +34,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, dual_certificate
 from dask_scd.engines.newton.design import GRAM_MAX, Design
-from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
+from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping, fresh_margins
 from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg
 from dask_scd.engines.pcg import MAX_ITER
 
@@ -88,9 +88,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
         trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
-            tick = time.perf_counter()
-            margins = design.rows.dot(coef) + intercept
-            meter.add("margins", 1.0, tick)
+            margins = fresh_margins(design, coef, intercept, meter)
             continue
         if action == STOP:
             break
@@ -232,6 +230,9 @@ def _band_rows(design, band):
 
 def _exact_step(problem, y, margins, direction, mu, coef, delta) -> float:
     """argmin_t≥0 P_μ(θ + tΔ, b + tΔb), given u = XΔ + Δb (0 if there is no descent).
+
+    Not CoCoA's :func:`~dask_scd.engines.cocoa.cocoa_ops.line_minimum`: Newton from t = 1,
+    the step of a right band, lands in one trial where a bracket first costs several.
 
     φ'(t) = −Σ β_i(t) s_i / n + α(θᵀΔ + t‖Δ‖²), s = y·u, is piecewise linear and
     increasing; Newton on it lands on the root as soon as it is on the root's piece,

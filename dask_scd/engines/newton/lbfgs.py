@@ -30,9 +30,9 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
-from dask_scd.engines.certificates import DualMemory, primal_certificate
+from dask_scd.engines.certificates import DualMemory
 from dask_scd.engines.newton.newton import _derivatives, _design, _start, backtrack
-from dask_scd.engines.newton.newton_loop import Meter
+from dask_scd.engines.newton.newton_loop import Meter, certify_afresh, fresh_margins
 
 _MEMORY = 10  # (s, y) pairs kept: scipy's and glum's default
 _REFRESH = 50  # iterations between margins recomputed from X
@@ -104,20 +104,13 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         intercept += t * delta_b
         since_refresh += 1
         if since_refresh >= _REFRESH:
-            tick = time.perf_counter()
-            margins = design.rows.dot(coef) + intercept
+            margins = fresh_margins(design, coef, intercept, meter)
             since_refresh = 0
-            meter.add("margins", 1.0, tick)
         else:
             margins += t * direction
     gap, coef, intercept, cert = best
     # The returned certificate is on margins recomputed from X.
-    tick = time.perf_counter()
-    margins = design.rows.dot(coef) + intercept
-    final = duals.tighten(
-        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
-    )
-    meter.add("certificate", 2.0, tick)
+    final = certify_afresh(problem, design, y, weights, duals, meter, coef, intercept)
     return Run(coef, float(intercept), final, step, trace.history, meter.as_dict())
 
 

@@ -31,10 +31,18 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
-from dask_scd.engines.certificates import DualMemory, primal_certificate
+from dask_scd.engines.certificates import DualMemory
 from dask_scd.engines.newton.design import Design
 from dask_scd.engines.newton.l1_model import l1_direction, working_set
-from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping, uncertified
+from dask_scd.engines.newton.newton_loop import (
+    REFRESH,
+    STOP,
+    Meter,
+    Stopping,
+    certify_afresh,
+    fresh_margins,
+    uncertified,
+)
 from dask_scd.engines.newton.quadratic import (
     HessianSample,
     Model,
@@ -113,7 +121,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
-            margins = _fresh_margins(design, coef, intercept, meter, "margins")
+            margins = fresh_margins(design, coef, intercept, meter)
             continue
         if action == STOP:
             break
@@ -133,31 +141,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         # One step from margins computed from scratch adds one product XΔ to them: as
         # exact as recomputing them, which a path's points (mostly one step each) skip.
         stopping.fresh = options.memo is not None and step == 1
-    afresh = partial(_certify_afresh, problem, design, y, weights, duals, meter)
+    afresh = partial(certify_afresh, problem, design, y, weights, duals, meter)
     coef, intercept, cert = stopping.finish(cert, coef, intercept, afresh)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
     return Run(coef, float(intercept), cert, step, trace.history, extras)
-
-
-def _certify_afresh(problem, design: Design, y, weights, duals, meter, coef, intercept):
-    """The certificate of (θ, b) on margins recomputed from X (two passes)."""
-    tick = time.perf_counter()
-    margins = _fresh_margins(design, coef, intercept)
-    final = duals.tighten(
-        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
-    )
-    meter.add("certificate", 2.0, tick)
-    return final
-
-
-def _fresh_margins(design: Design, coef, intercept, meter=None, what: str = ""):
-    """Xθ + b from X (one pass), timed under ``what`` when a ``meter`` is given."""
-    tick = time.perf_counter()
-    margins = design.rows.dot(coef) + intercept
-    if meter is not None:
-        meter.add(what, 1.0, tick)
-    return margins
 
 
 def _gradient_and_certificate(

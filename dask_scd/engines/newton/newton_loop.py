@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.engines.certificates import primal_certificate
 
 # Outer steps without a smaller certified gap before the engine stops.
 _STALLS = 3
@@ -97,6 +98,28 @@ class Stopping:
         if not self.fresh:
             cert = certify(coef, intercept)
         return coef, intercept, cert
+
+
+def fresh_margins(design, coef, intercept, meter=None):
+    """Xθ + b from X (one pass; ``design`` a :class:`~dask_scd.engines.newton.design.Design`),
+    timed as "margins" when a ``meter`` is given."""
+    tick = time.perf_counter()
+    margins = design.rows.dot(coef) + intercept
+    if meter is not None:
+        meter.add("margins", 1.0, tick)
+    return margins
+
+
+def certify_afresh(problem, design, y, weights, duals, meter, coef, intercept):
+    """The certificate of (θ, b) on margins recomputed from X (two passes), tightened by
+    the best dual point of ``duals`` (:class:`~dask_scd.engines.certificates.DualMemory`)."""
+    tick = time.perf_counter()
+    margins = fresh_margins(design, coef, intercept)
+    final = duals.tighten(
+        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
+    )
+    meter.add("certificate", 2.0, tick)
+    return final
 
 
 def uncertified(primal: float, shape) -> obj.Certificate:
