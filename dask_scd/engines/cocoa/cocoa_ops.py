@@ -36,6 +36,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import WeightedLabels, labels, row_weights
+from dask_scd.engines.certificates import margins_dual_point
 from dask_scd.engines.cocoa.cocoa_parts import Part, join_labels
 from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import weighted_dual
@@ -212,8 +213,7 @@ def primal_point(problem, y, intercept, *shares) -> dict:
     certificate (−v∘ℓ'(ŷ) projected onto Σa = 0), with the certificate's row sums."""
     y, weights = labels(y), row_weights(y)
     margins = sum_partials(*shares) + intercept
-    sums = obj.margin_sums(problem, y, margins, weights)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+    sums, a = margins_dual_point(problem, y, margins, weights)
     return {
         "margins": margins,
         "a": a,

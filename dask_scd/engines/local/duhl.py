@@ -30,7 +30,11 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
-from dask_scd.engines.certificates import dual_certificate, primal_certificate
+from dask_scd.engines.certificates import (
+    dual_certificate,
+    margins_dual_point,
+    primal_certificate,
+)
 from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
 from dask_scd.kernels import device
@@ -233,8 +237,7 @@ class _Primal:
     def _dual(self, margins, coef):
         """(a/n, Lipschitzing bound) at these margins: what a column's gap needs."""
         problem, y, weights = self.problem, self.y, self.weights
-        sums = obj.margin_sums(problem, y, margins, weights)
-        a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+        sums, a = margins_dual_point(problem, y, margins, weights)
         primal = sums["loss"] / len(y) + obj.penalty_value(problem, coef)
         return a / len(y), obj.lipschitz_bound(problem, primal)
 
