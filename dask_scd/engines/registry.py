@@ -1,8 +1,9 @@
 """The registry of engines, and the one place where ``solver="auto"`` is resolved.
 
 Adding an engine is one file and one line here: write ``run(data, problem, options) ->
-Run`` (see :mod:`dask_scd.engines.base`) in ``dask_scd/engines/<name>.py`` and register
-it below with the data it takes, the problems it solves and the options it accepts.
+Run`` (see :mod:`dask_scd.engines.base`) in ``dask_scd/engines/<name>.py`` and add its
+:class:`Engine` to ``ENGINES`` below with the data it takes, the problems it solves and
+the options it accepts.
 Entries name their function by import path, so nothing is imported until it runs (the
 dask engine's imports cost a second).
 """

@@ -204,31 +204,11 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
         where = f"part {k} ({what} {group[0]}–{group[-1]})"
         if by_features:
             part_cells = [[cells[r][b] for b in group] for r in range(R)]
-            weights = labels if source.weighted else None
-            parts.append(
-                here.submit(
-                    cocoa_parts.assemble_part,
-                    part_cells,
-                    "columns",
-                    where,
-                    weights,
-                    logistic,
-                    part=k,
-                )
-            )
+            args = ("columns", where, labels if source.weighted else None, logistic)
         else:
             part_cells = [list(cells[r]) for r in group]
-            parts.append(
-                here.submit(
-                    cocoa_parts.assemble_part,
-                    part_cells,
-                    "rows",
-                    where,
-                    [labels[r] for r in group],
-                    False,
-                    part=k,
-                )
-            )
+            args = ("rows", where, [labels[r] for r in group], False)
+        parts.append(here.submit(cocoa_parts.assemble_part, part_cells, *args, part=k))
     summaries = here.gather(
         [here.submit(cocoa_parts.part_summary, p, part=k) for k, p in enumerate(parts)]
     )

@@ -79,12 +79,8 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     mu, step, levels = _MU_START, 0, 1
     while True:
         tick = time.perf_counter()
-        beta = _beta(y, margins, mu)
-        grad_rows = -beta * y  # ℓ_μ'(z)
-        parts = design.signed_scatter(grad_rows)
+        cert, beta, grad_rows, parts = _certify(design, duals, y, coef, margins, mu)
         meter.add("gradient", 1.0, tick)
-        hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
-        cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
         trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
@@ -123,9 +119,16 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     return Run(coef, float(intercept), final, step, trace.history, extras)
 
 
-def _beta(y, margins, mu) -> np.ndarray:
-    """β = −ℓ_μ'(m) = clip((1 − m)/μ, 0, 1), m = y·z."""
-    return np.clip((1.0 - y * margins) / mu, 0.0, 1.0)
+def _certify(design, duals, y, coef, margins, mu):
+    """The hinge certificate of (θ, b) at the margins z, from the pass that computes the
+    gradient (:meth:`DualMemory.certify`); returns it with β = −ℓ_μ'(m) =
+    clip((1 − m)/μ, 0, 1) (m = y·z), g = ℓ_μ'(z) and Xᵀ of g's two signs."""
+    beta = np.clip((1.0 - y * margins) / mu, 0.0, 1.0)
+    grad_rows = -beta * y
+    parts = design.signed_scatter(grad_rows)
+    hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
+    cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
+    return cert, beta, grad_rows, parts
 
 
 @dataclass
@@ -268,15 +271,10 @@ def _finish(design, problem, y, coef, intercept, mu, duals):
     """The final certificate, as SDCA's: the better of (θ, b) on margins recomputed from
     scratch and (w, b*) with w = Xᵀa/(αn) the primal point of the dual a = β·y and b* the
     hinge's exact intercept for w. Returns it with its (θ, b) and the passes it read."""
-    rows = design.rows
-    margins = rows.dot(coef) + intercept
-    beta = _beta(y, margins, mu)
-    grad_rows = -beta * y
-    parts = design.signed_scatter(grad_rows)
-    hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
-    cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
+    margins = fresh_margins(design, coef, intercept)
+    cert, beta = _certify(design, duals, y, coef, margins, mu)[:2]
     dual_cert, dual_intercept, dual_coef = dual_certificate(
-        problem, rows, y, beta * y, None, intercept
+        problem, design.rows, y, beta * y, None, intercept
     )
     dual_cert = duals.tighten(dual_cert)
     passes = 4.0
