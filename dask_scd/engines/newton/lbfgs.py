@@ -31,7 +31,12 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory
-from dask_scd.engines.newton.newton import _derivatives, _design, _start, backtrack
+from dask_scd.engines.newton.newton import (
+    _design,
+    _gradient_and_certificate,
+    _start,
+    backtrack,
+)
 from dask_scd.engines.newton.newton_loop import Meter, certify_afresh, fresh_margins
 
 _MEMORY = 10  # (s, y) pairs kept: scipy's and glum's default
@@ -61,12 +66,10 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     best = None  # (gap, coef, intercept, certificate) of the best certified iterate
     previous = None  # (x, gradient) of the last iterate, for the next (s, y) pair
     while True:
-        tick = time.perf_counter()
-        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
-        parts = design.signed_scatter(grad_rows)
-        grad = (parts[0] + parts[1]) / n + problem.l2 * coef
-        meter.add("gradient", 1.0, tick)
-        cert, _ = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
+        loss_sum, grad, cert = _gradient_and_certificate(
+            problem, design, y, weights, coef, margins, grad_rows, curv, duals, meter
+        )
+        grad = grad + problem.l2 * coef
         trace.record(step, cert.relative_gap, cert.primal)
         if best is None or cert.relative_gap < best[0]:
             best = (cert.relative_gap, coef.copy(), intercept, cert)
