@@ -100,6 +100,19 @@ def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start, weigh
     return cert, intercept, coef
 
 
+def exact_dual_certificate(problem, matrix, y, dual_coef, intercept_start, weights=None):
+    """The final certificate of a dual method: w = Xᵀa/(αn) recomputed exactly (the running
+    w drifts from it by rounding over many axpys), certified as :func:`dual_certificate`
+    does and by the dual point of its own margins (:func:`primal_certificate`), the better
+    of the two. Returns (w, its intercept, the certificate)."""
+    cert, intercept, coef = dual_certificate(
+        problem, matrix, y, dual_coef, None, intercept_start, weights
+    )
+    margins = matrix.dot(coef) + intercept
+    primal = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
+    return coef, float(intercept), primal if primal.gap < cert.gap else cert
+
+
 class DualMemory:
     """The certificate of each outer step, with the best dual value seen so far.
 

@@ -32,6 +32,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import (
     dual_certificate,
+    exact_dual_certificate,
     margins_dual_point,
     primal_certificate,
 )
@@ -397,14 +398,6 @@ class _Dual:
             self.intercept += rho * dual_sum[0]
 
     def final(self):
-        # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-        cert, intercept, coef = dual_certificate(
-            self.problem, self.store, self.y, self.dual(), None, self.intercept, self.weights
+        return exact_dual_certificate(
+            self.problem, self.store, self.y, self.dual(), self.intercept, self.weights
         )
-        margins = self.store.dot(coef) + intercept
-        primal = primal_certificate(
-            self.problem, self.store.scatter, self.y, coef, margins, self.weights
-        )
-        if primal.gap < cert.gap:
-            cert = primal
-        return coef, float(intercept), cert

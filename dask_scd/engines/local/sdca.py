@@ -16,7 +16,7 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
-from dask_scd.engines.certificates import dual_certificate, primal_certificate
+from dask_scd.engines.certificates import dual_certificate, exact_dual_certificate
 from dask_scd.engines.local.epochs import sdca_epoch
 from dask_scd.kernels import cpu, device, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
@@ -99,18 +99,12 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 break
     finally:
         epochs.close()
-    # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    cert, intercept, coef = dual_certificate(
-        problem, matrix, y, weighted_dual(dual_coef, weights), None, intercept, weights
-    )
-    margins = matrix.dot(coef) + intercept
-    primal_cert = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
-    if primal_cert.gap < cert.gap:
-        cert = primal_cert
+    dual = weighted_dual(dual_coef, weights)
+    coef, intercept, cert = exact_dual_certificate(problem, matrix, y, dual, intercept, weights)
     # The returned certificate (on the exact w, the better of the dual and the primal
     # one) is that of the last epoch: its entry, replacing the loop's if it had one.
     trace.record(epoch, cert.relative_gap, cert.primal, report=False)
-    return Run(coef, float(intercept), cert, epoch, trace.history, {"epoch_seconds": in_epochs})
+    return Run(coef, intercept, cert, epoch, trace.history, {"epoch_seconds": in_epochs})
 
 
 def dual_start(problem, y, intercept, weights=None) -> np.ndarray:

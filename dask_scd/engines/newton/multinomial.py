@@ -44,6 +44,8 @@ from dask_scd.objectives import multinomial as mn
 
 # Below this relative model decrease the Armijo test reads the rounding of F.
 _ROUNDING = 1e-11
+# The trial steps of the line search: 1, ½, ¼, ...
+_TRIALS = tuple(BACKTRACK**k for k in range(MAX_BACKTRACK))
 # Steps without a smaller certified gap before the engine stops: the gap of an L1 problem
 # may rise for a step or two while its support settles (seen on iris), so more than the
 # binary engine's three.
@@ -228,10 +230,15 @@ class _Steps:
     def move(self, point: Point):
         softmax, problem = self.softmax, self.problem
         delta, delta_b, U, self.first_norm = _direction(
-            softmax, problem, point, point.W, self.first_norm, self.meter
+            softmax, problem, point, self.first_norm, self.meter
         )
         tick = time.perf_counter()
-        t = _line_search(problem, softmax, point, delta, delta_b, U)
+        n, codes, weights = softmax.n, softmax.codes, softmax.weights
+
+        def losses():  # O(n·K) per trial: the margins move by tU
+            return (mn.loss_sum(point.margins + t * U, codes, weights) / n for t in _TRIALS)
+
+        t = armijo_step(problem, point, delta, delta_b, _TRIALS, losses)
         self.meter.add("line_search", 0.0, tick)
         return t, delta, delta_b
 
@@ -245,7 +252,7 @@ def _relative_gradient(point: Point) -> float:
     return violation / max(1.0, abs(point.objective))
 
 
-def _direction(softmax: Softmax, problem: obj.Problem, point: Point, W, first_norm, meter):
+def _direction(softmax: Softmax, problem: obj.Problem, point: Point, first_norm, meter):
     """(Δ, δb, U, first_norm): the Newton direction at ``point``, by coordinate descent on
     the model for an L1 term, else by conjugate gradients, to a forcing term that falls
     with the square root of the optimality measure relative to its first value."""
@@ -257,13 +264,20 @@ def _direction(softmax: Softmax, problem: obj.Problem, point: Point, W, first_no
         delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation, forcing)
         meter.add("solve:cd", passes, tick)
     else:
-        grad = point.grad_loss + problem.l2 * W
-        norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
-        first_norm = first_norm or max(norm, np.finfo(float).tiny)
-        forcing = min(0.5, np.sqrt(norm / first_norm))
+        grad, forcing, first_norm = l2_forcing(problem, point, first_norm)
         delta, delta_b, U, passes = _l2_direction(softmax, problem, point, grad, forcing)
         meter.add("solve:cg", passes, tick)
     return delta, delta_b, U, first_norm
+
+
+def l2_forcing(problem, point, first_norm):
+    """(∇P = ∇f + αW, the forcing term of Newton-CG, ``first_norm``): the term falls with
+    the square root of ‖∇P‖ relative to its first value (inexact Newton: superlinear), at
+    most ½; ``first_norm`` is that first value (None before the first step)."""
+    grad = point.grad_loss + problem.l2 * point.W
+    norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
+    first_norm = first_norm or max(norm, np.finfo(float).tiny)
+    return grad, min(0.5, np.sqrt(norm / first_norm)), first_norm
 
 
 def _centred(b):
@@ -386,11 +400,11 @@ def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, for
 # ----------------------------------------------------------------------- line search
 
 
-def _line_search(problem, softmax: Softmax, point: Point, delta, delta_b, U) -> float:
-    """The first t ∈ {1, ½, ¼, ...} with F(W + tΔ) − F(W) ≤ ARMIJO·t·(∇fᵀΔ + penalty
-    change); 0 if none, or Δ = 0. O(n·K) per trial: the margins move by tU."""
-    W, n = point.W, softmax.n
-    base = point.objective
+def armijo_step(problem, point, delta, delta_b, trials, losses) -> float:
+    """The first t of ``trials`` (1, ½, ¼, ...) with F(W + tΔ) − F(W) ≤ ARMIJO·t·(∇fᵀΔ +
+    penalty change); 0 if none, or Δ = 0. ``losses()`` gives the mean loss at each trial
+    step (read only as far as needed, and only when the test runs)."""
+    W, base = point.W, point.objective
     slope = float(np.sum(point.grad_loss * delta) + np.sum(point.grad_b * delta_b))
     decrease = slope + mn.penalty_value(problem, W + delta) - mn.penalty_value(problem, W)
     if not (np.any(delta) or np.any(delta_b)) or not np.isfinite(decrease):
@@ -398,11 +412,8 @@ def _line_search(problem, softmax: Softmax, point: Point, delta, delta_b, U) -> 
     if decrease > -_ROUNDING * abs(base):
         return 1.0  # below the rounding of F: the gap, not F, tells the step's worth
     noise = 1e-15 * abs(base)
-    t = 1.0
-    for _ in range(MAX_BACKTRACK):
-        trial = mn.loss_sum(point.margins + t * U, softmax.codes, softmax.weights) / n
-        trial += mn.penalty_value(problem, W + t * delta)
+    for t, loss in zip(trials, losses()):
+        trial = loss + mn.penalty_value(problem, W + t * delta)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t
-        t *= BACKTRACK
     return 0.0

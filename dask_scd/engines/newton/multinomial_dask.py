@@ -39,9 +39,13 @@ from dask_scd.data.cells import labels as label_values
 from dask_scd.data.cells import row_weights
 from dask_scd.data.sources import DaskSource, Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.newton.multinomial import newton_cg, newton_steps
+from dask_scd.engines.newton.multinomial import (
+    armijo_step,
+    l2_forcing,
+    newton_cg,
+    newton_steps,
+)
 from dask_scd.engines.newton.newton_loop import Meter
-from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
 from dask_scd.objectives import multinomial as mn
 from dask_scd.runtime.cluster import fit_client
 from dask_scd.runtime.passes import sum_partials
@@ -54,7 +58,6 @@ from dask_scd.runtime.passes import sum_partials
 MAX_CURVATURE = 256
 _PATIENCE = 8
 _TRIALS = tuple(0.5**k for k in range(11))
-_ROUNDING = 1e-11
 
 
 # ---------------------------------------------------------------- row-chunk tasks
@@ -257,10 +260,7 @@ class _Steps:
     def move(self, point: _Point):
         problem, n, W, b = self.problem, self.n, point.W, point.b
         tick = time.perf_counter()
-        grad = point.grad_loss + problem.l2 * W
-        norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
-        self.first_norm = self.first_norm or max(norm, np.finfo(float).tiny)
-        forcing = min(0.5, np.sqrt(norm / self.first_norm))
+        grad, forcing, self.first_norm = l2_forcing(problem, point, self.first_norm)
         if self.curvature:
             D, d_b = _newton_direction(problem, n, point.part["hessian"], grad, point.grad_b)
             self.meter.add("solve:cholesky", 0.0, tick)
@@ -272,9 +272,11 @@ class _Steps:
             )
             self.meter.add("solve:cg", passes, tick)
         tick = time.perf_counter()
-        t = _line_search(
-            self.reduce, problem, n, W, b, D, d_b, point.objective, point.grad_loss, point.grad_b
-        )
+
+        def losses():  # every trial's in one pass
+            return self.reduce.map(trials_part, W, b, D, d_b, labels=True) / n
+
+        t = armijo_step(problem, point, D, d_b, _TRIALS, losses)
         self.meter.add("line_search", 1.0, tick)
         return t, D, d_b
 
@@ -332,23 +334,3 @@ def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
     if not problem.fit_intercept:
         d_b[:] = 0.0
     return d, d_b, passes
-
-
-def _line_search(reduce, problem, n, W, b, D, d_b, objective, grad_loss, grad_b) -> float:
-    """The first trial step passing the Armijo test (all trials in one pass)."""
-    decrease = (
-        float(np.sum(grad_loss * D) + np.sum(grad_b * d_b))
-        + mn.penalty_value(problem, W + D)
-        - mn.penalty_value(problem, W)
-    )
-    if not (np.any(D) or np.any(d_b)) or not np.isfinite(decrease):
-        return 0.0
-    if decrease > -_ROUNDING * abs(objective):
-        return 1.0
-    losses = reduce.map(trials_part, W, b, D, d_b, labels=True) / n
-    noise = 1e-15 * abs(objective)
-    for t, loss in zip(_TRIALS, losses):
-        trial = loss + mn.penalty_value(problem, W + t * D)
-        if trial - objective <= _ARMIJO * t * decrease + noise:
-            return t
-    return 0.0
