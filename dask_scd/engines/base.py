@@ -18,6 +18,7 @@ engines is :mod:`dask_scd.engines.registry`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,3 +91,24 @@ class CertificateSchedule:
         if due:
             self.last = epoch
         return due
+
+
+class Trace:
+    """A fit's :class:`~dask_scd.result.History` and its progress reports, timed in
+    seconds since the trace began."""
+
+    def __init__(self, progress: Progress):
+        self.history, self.progress = History(), progress
+        self.start = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+    def record(self, step: int, measure: float, primal: float, report: bool = True) -> float:
+        """One history entry (``measure``: the relative gap, or what stands in for it),
+        reported to the progress unless ``report`` is False; returns its seconds."""
+        seconds = self.seconds()
+        self.history.append(step, measure, primal, seconds)
+        if report:
+            self.progress.update(step, measure, primal)
+        return seconds

@@ -21,18 +21,25 @@ _EXTRAPOLATE = 5
 def primal_certificate(problem, transpose_dot, y, coef, margins, weights=None) -> obj.Certificate:
     """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``;
     ``weights``: the sample weights v (mean 1) or None."""
-    n_samples = len(y)
+    sums, a = margins_dual_point(problem, y, margins, weights)
+    correlation = transpose_dot(a) / len(y)
+    return certificate_at(problem, y, coef, sums["loss"], a, correlation, margins, weights)
+
+
+def margins_dual_point(problem, y, margins, weights=None) -> tuple[dict, np.ndarray]:
+    """The margins' sums (:func:`dask_scd.objectives.margin_sums`) and their dual point
+    a = −v∘ℓ'(ŷ), made feasible."""
     sums = obj.margin_sums(problem, y, margins, weights)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
-    xta = transpose_dot(a)
+    return sums, obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+
+
+def certificate_at(problem, y, coef, loss_sum, a, correlation, margins, weights=None):
+    """The gap of (θ, b) at the margins ``margins`` and the feasible dual point a, given
+    Σ v_i ℓ_i and Xᵀa/n (``correlation``); rescaled for a pure L1 penalty."""
+    dual_loss_sum = float(obj.dual_loss(problem.loss, y, a, weights).sum())
+    n, margin_dot = len(y), obj.vdot(a, margins)
     cert = obj.primal_certificate(
-        problem,
-        n_samples,
-        coef,
-        sums["loss"],
-        float(obj.dual_loss(problem.loss, y, a, weights).sum()),
-        xta / n_samples,
-        obj.vdot(a, margins),
+        problem, n, coef, loss_sum, dual_loss_sum, correlation, margin_dot
     )
     return obj.rescaled_lasso_certificate(problem, cert, y, a, coef, weights)
 
@@ -49,29 +56,18 @@ def best_certificate(problem, matrix, y, coef, margins, extrapolated, kept, weig
     sample weights v (mean 1) or None.
     """
     n = len(y)
-    sums = obj.margin_sums(problem, y, margins, weights)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+    sums, a = margins_dual_point(problem, y, margins, weights)
     if extrapolated is None:
         candidates = [(a, matrix.dot(a) / n)]
     else:
-        ext_sums = obj.margin_sums(problem, y, extrapolated, weights)
-        ext = obj.dual_point(problem, y, extrapolated, obj.dual_scales(problem, ext_sums), weights)
+        ext = margins_dual_point(problem, y, extrapolated, weights)[1]
         xta, xt_ext = matrix.dot_pair(a, ext)
         candidates = [(a, xta / n), (ext, xt_ext / n)]
     if kept is not None:
         candidates.append(kept)
     best, best_point = None, None
     for dual, correlation in candidates:
-        cert = obj.primal_certificate(
-            problem,
-            n,
-            coef,
-            sums["loss"],
-            float(obj.dual_loss(problem.loss, y, dual, weights).sum()),
-            correlation,
-            obj.vdot(dual, margins),
-        )
-        cert = obj.rescaled_lasso_certificate(problem, cert, y, dual, coef, weights)
+        cert = certificate_at(problem, y, coef, sums["loss"], dual, correlation, margins, weights)
         if best is None or cert.dual > best.dual:
             best, best_point = cert, (dual, correlation)
     cert = obj.Certificate(
@@ -104,6 +100,19 @@ def dual_certificate(problem, matrix, y, dual_coef, coef, intercept_start, weigh
     return cert, intercept, coef
 
 
+def exact_dual_certificate(problem, matrix, y, dual_coef, intercept_start, weights=None):
+    """The final certificate of a dual method: w = Xᵀa/(αn) recomputed exactly (the running
+    w drifts from it by rounding over many axpys), certified as :func:`dual_certificate`
+    does and by the dual point of its own margins (:func:`primal_certificate`), the better
+    of the two. Returns (w, its intercept, the certificate)."""
+    cert, intercept, coef = dual_certificate(
+        problem, matrix, y, dual_coef, None, intercept_start, weights
+    )
+    margins = matrix.dot(coef) + intercept
+    primal = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
+    return coef, float(intercept), primal if primal.gap < cert.gap else cert
+
+
 class DualMemory:
     """The certificate of each outer step, with the best dual value seen so far.
 
@@ -133,16 +142,7 @@ class DualMemory:
         # by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊) with no pass.
         correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
         a = np.where(a > 0, a * scales[0], a * scales[1])
-        cert = obj.primal_certificate(
-            problem,
-            n,
-            coef,
-            loss_sum,
-            float(obj.dual_loss(problem.loss, y, a, self.weights).sum()),
-            correlation,
-            obj.vdot(a, margins),
-        )
-        cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef, self.weights)
+        cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
             if len(self.points) == self.points.maxlen:

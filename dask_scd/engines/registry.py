@@ -1,8 +1,9 @@
 """The registry of engines, and the one place where ``solver="auto"`` is resolved.
 
 Adding an engine is one file and one line here: write ``run(data, problem, options) ->
-Run`` (see :mod:`dask_scd.engines.base`) in ``dask_scd/engines/<name>.py`` and register
-it below with the data it takes, the problems it solves and the options it accepts.
+Run`` (see :mod:`dask_scd.engines.base`) in ``dask_scd/engines/<name>.py`` and add its
+:class:`Engine` to ``ENGINES`` below with the data it takes, the problems it solves and
+the options it accepts.
 Entries name their function by import path, so nothing is imported until it runs (the
 dask engine's imports cost a second).
 """
@@ -197,121 +198,104 @@ def _function(entry: str):
     return getattr(importlib.import_module(module), function)
 
 
-ENGINES: dict[str, Engine] = {}
-
-
-def register(engine: Engine) -> Engine:
-    ENGINES[engine.name] = engine
-    return engine
-
-
-register(
-    Engine(
-        "gram",
-        "dask_scd.engines.local.gram:fit_gram",
-        "memory",
-        losses=("squared",),
-        weighted=("squared",),
-    )
-)
-register(
-    Engine(
-        "scd",
-        "dask_scd.engines.local.scd:fit_scd",
-        "memory",
-        losses=SMOOTH,
-        weighted=SMOOTH,
-        gpu=SMOOTH,
-    )
-)
-# Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
-# its chunk epochs and certificate have no weights.
-register(
-    Engine(
-        "sdca",
-        "dask_scd.engines.local.sdca:fit_sdca",
-        "memory",
-        l1=False,
-        options=SDCAOptions,
-        routes=((("grid", None), "dask_scd.engines.local.sdca_grid:fit_sdca_grid"),),
-        weighted=ANY_LOSS,
-        gpu=ANY_LOSS,
-    )
-)
-register(
-    Engine(
-        "newton",
-        "dask_scd.engines.newton.newton:fit_newton",
-        "memory",
-        losses=(*SMOOTH, "hinge", MULTINOMIAL),
-        routes=(
-            ((None, "hinge"), "dask_scd.engines.newton.hinge_newton:fit_hinge_newton"),
-            ((None, MULTINOMIAL), "dask_scd.engines.newton.multinomial:fit_multinomial"),
+# Every engine, by its ``solver=`` name.
+ENGINES: dict[str, Engine] = {
+    engine.name: engine
+    for engine in (
+        Engine(
+            "gram",
+            "dask_scd.engines.local.gram:fit_gram",
+            "memory",
+            losses=("squared",),
+            weighted=("squared",),
         ),
-        unpenalized=True,
-        weighted=(*SMOOTH, MULTINOMIAL),
-    )
-)
-register(
-    Engine(
-        "lbfgs",
-        "dask_scd.engines.newton.lbfgs:fit_lbfgs",
-        "memory",
-        losses=SMOOTH,
-        l1=False,
-        weighted=SMOOTH,
-    )
-)
-register(
-    Engine(
-        "duhl",
-        "dask_scd.engines.local.duhl:fit_duhl",
-        "memory",
-        options=DuHLOptions,
-        routes=((("grid", None), "dask_scd.engines.local.duhl:fit_grid"),),
-        weighted=ANY_LOSS,
-        grid_weighted=ANY_LOSS,
-        l2_only=("hinge",),
-    )
-)
-# Block SCD runs a dask array or a Grid on the cluster, and in-memory X in this process
-# (dask_scd.engines.block.block_memory: the same steps, the row chunks on threads).
-register(
-    Engine(
-        "block_scd",
-        "dask_scd.engines.block.block_scd:fit_block_scd",
-        "any",
-        losses=SMOOTH,
-        options=BlockSCDOptions,
-        routes=((("memory", None), "dask_scd.engines.block.block_memory:fit_block_memory"),),
-        weighted=SMOOTH,
-    )
-)
-register(
-    Engine(
-        "block_newton",
-        "dask_scd.engines.block.block_newton:fit_block_newton",
-        "dask",
-        losses=(*SMOOTH, MULTINOMIAL),
-        options=BlockNewtonOptions,
-        routes=(
-            ((None, MULTINOMIAL), "dask_scd.engines.newton.multinomial_dask:fit_multinomial_dask"),
+        Engine(
+            "scd",
+            "dask_scd.engines.local.scd:fit_scd",
+            "memory",
+            losses=SMOOTH,
+            weighted=SMOOTH,
+            gpu=SMOOTH,
         ),
-        weighted=(*SMOOTH, MULTINOMIAL),
-        l2_only=(MULTINOMIAL,),
-        no_grid=(MULTINOMIAL,),
+        # Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
+        # its chunk epochs and certificate have no weights.
+        Engine(
+            "sdca",
+            "dask_scd.engines.local.sdca:fit_sdca",
+            "memory",
+            l1=False,
+            options=SDCAOptions,
+            routes=((("grid", None), "dask_scd.engines.local.sdca_grid:fit_sdca_grid"),),
+            weighted=ANY_LOSS,
+            gpu=ANY_LOSS,
+        ),
+        Engine(
+            "newton",
+            "dask_scd.engines.newton.newton:fit_newton",
+            "memory",
+            losses=(*SMOOTH, "hinge", MULTINOMIAL),
+            routes=(
+                ((None, "hinge"), "dask_scd.engines.newton.hinge_newton:fit_hinge_newton"),
+                ((None, MULTINOMIAL), "dask_scd.engines.newton.multinomial:fit_multinomial"),
+            ),
+            unpenalized=True,
+            weighted=(*SMOOTH, MULTINOMIAL),
+        ),
+        Engine(
+            "lbfgs",
+            "dask_scd.engines.newton.lbfgs:fit_lbfgs",
+            "memory",
+            losses=SMOOTH,
+            l1=False,
+            weighted=SMOOTH,
+        ),
+        Engine(
+            "duhl",
+            "dask_scd.engines.local.duhl:fit_duhl",
+            "memory",
+            options=DuHLOptions,
+            routes=((("grid", None), "dask_scd.engines.local.duhl:fit_grid"),),
+            weighted=ANY_LOSS,
+            grid_weighted=ANY_LOSS,
+            l2_only=("hinge",),
+        ),
+        # Block SCD runs a dask array or a Grid on the cluster, and in-memory X in this process
+        # (dask_scd.engines.block.block_memory: the same steps, the row chunks on threads).
+        Engine(
+            "block_scd",
+            "dask_scd.engines.block.block_scd:fit_block_scd",
+            "any",
+            losses=SMOOTH,
+            options=BlockSCDOptions,
+            routes=((("memory", None), "dask_scd.engines.block.block_memory:fit_block_memory"),),
+            weighted=SMOOTH,
+        ),
+        Engine(
+            "block_newton",
+            "dask_scd.engines.block.block_newton:fit_block_newton",
+            "dask",
+            losses=(*SMOOTH, MULTINOMIAL),
+            options=BlockNewtonOptions,
+            routes=(
+                (
+                    (None, MULTINOMIAL),
+                    "dask_scd.engines.newton.multinomial_dask:fit_multinomial_dask",
+                ),
+            ),
+            weighted=(*SMOOTH, MULTINOMIAL),
+            l2_only=(MULTINOMIAL,),
+            no_grid=(MULTINOMIAL,),
+        ),
+        Engine(
+            "cocoa",
+            "dask_scd.engines.cocoa.cocoa:fit_cocoa",
+            "any",
+            options=CoCoAOptions,
+            weighted=ANY_LOSS,
+            l2_only=("hinge",),
+        ),
     )
-)
-register(
-    Engine(
-        "cocoa",
-        "dask_scd.engines.cocoa.cocoa:fit_cocoa",
-        "any",
-        options=CoCoAOptions,
-        weighted=ANY_LOSS,
-        l2_only=("hinge",),
-    )
-)
+}
 
 SOLVERS = ("auto", *ENGINES)
 

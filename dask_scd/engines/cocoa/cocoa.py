@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import time
 
 import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import WeightedLabels
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
+from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.cocoa import cocoa_ops as ops
 from dask_scd.engines.cocoa import cocoa_parts
 from dask_scd.engines.local.sdca import PENALTY_SCALE
-from dask_scd.result import History
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
 from dask_scd.runtime.passes import sum_partials
 
@@ -206,31 +204,11 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
         where = f"part {k} ({what} {group[0]}–{group[-1]})"
         if by_features:
             part_cells = [[cells[r][b] for b in group] for r in range(R)]
-            weights = labels if source.weighted else None
-            parts.append(
-                here.submit(
-                    cocoa_parts.assemble_part,
-                    part_cells,
-                    "columns",
-                    where,
-                    weights,
-                    logistic,
-                    part=k,
-                )
-            )
+            args = ("columns", where, labels if source.weighted else None, logistic)
         else:
             part_cells = [list(cells[r]) for r in group]
-            parts.append(
-                here.submit(
-                    cocoa_parts.assemble_part,
-                    part_cells,
-                    "rows",
-                    where,
-                    [labels[r] for r in group],
-                    False,
-                    part=k,
-                )
-            )
+            args = ("rows", where, [labels[r] for r in group], False)
+        parts.append(here.submit(cocoa_parts.assemble_part, part_cells, *args, part=k))
     summaries = here.gather(
         [here.submit(cocoa_parts.part_summary, p, part=k) for k, p in enumerate(parts)]
     )
@@ -253,17 +231,14 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
     rounds = {"round": [], "step": [], "relative_gap": [], "seconds": []}
     loop = _Primal if settings.split == "features" else _Dual
     solver = loop(here, parts, problem, settings)
-    history = History()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     cert = solver.certify()
     epoch = 0
     while cert.relative_gap > options.tol and epoch < options.max_iter:
         epoch += 1
         gamma = solver.round(options.rng)
         cert = solver.certify()
-        seconds = time.perf_counter() - start
-        history.append(epoch, cert.relative_gap, cert.primal, seconds)
-        options.progress.update(epoch, cert.relative_gap, cert.primal)
+        seconds = trace.record(epoch, cert.relative_gap, cert.primal)
         rounds["round"].append(epoch)
         rounds["step"].append(gamma)
         rounds["relative_gap"].append(float(cert.relative_gap))
@@ -275,7 +250,7 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
         "split": settings.split,
         "aggregation": settings.aggregation,
     }
-    return Run(coef, intercept, cert, epoch, history, extras)
+    return Run(coef, intercept, cert, epoch, trace.history, extras)
 
 
 class _Primal:

@@ -36,10 +36,11 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import WeightedLabels, labels, row_weights
+from dask_scd.engines.certificates import margins_dual_point
 from dask_scd.engines.cocoa.cocoa_parts import Part, join_labels
+from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import weighted_dual
 from dask_scd.kernels import cpu
-from dask_scd.kernels import sdca as sdca_kernels
 from dask_scd.runtime.passes import sum_partials
 
 # ----------------------------------------------------------------------- 1-D minimum
@@ -125,27 +126,21 @@ def primal_solve(
     rng = np.random.default_rng(seed)
     k = m.n_major + int(with_intercept)
     for _ in range(epochs):
-        args = (
-            m.data,
-            m.indices,
-            m.indptr,
-            m.dense,
-            m.n_minor,
+        order = rng.permutation(k)
+        scd_epoch(
+            cpu.scd_epoch,
+            m,
             targets,
             local_margins,
             local_theta,
             local_intercept,
-            rng.permutation(k),
-            problem.loss_code,
-            problem.l1,
+            order,
+            problem,
             problem.l2 / sigma,
             part.sq_norms,
             part.cube_sums,
+            weights,
         )
-        if weights is None:
-            cpu.scd_epoch(*args)
-        else:
-            cpu.scd_weighted_epoch(*args, weights)
     # The direction's margins are X_kΔθ_k + Δb from the rounded Δθ_k, not the difference
     # of the kernel's margins: that loses the digits the two share (Δŷ ~ 1e-9 of ŷ ~ 1
     # keeps 7), which near the optimum turns the sign of the line's slope.
@@ -218,8 +213,7 @@ def primal_point(problem, y, intercept, *shares) -> dict:
     certificate (−v∘ℓ'(ŷ) projected onto Σa = 0), with the certificate's row sums."""
     y, weights = labels(y), row_weights(y)
     margins = sum_partials(*shares) + intercept
-    sums = obj.margin_sums(problem, y, margins, weights)
-    a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+    sums, a = margins_dual_point(problem, y, margins, weights)
     return {
         "margins": margins,
         "a": a,
@@ -307,25 +301,22 @@ def dual_solve(
     dual_sum = np.array([dual_total / sigma])
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
-        args = (
-            m.data,
-            m.indices,
-            m.indptr,
-            m.dense,
-            m.n_minor,
+        order = rng.permutation(m.n_major)
+        sdca_epoch(
+            cpu.sdca_epoch,
+            m,
             part.y,
             local,
             local_coef,
-            rng.permutation(m.n_major),
+            order,
             problem.loss_code,
             alpha_n / sigma,
             part.sq_norms,
+            part.weights,
+            float(intercept),
+            rho * sigma,
+            dual_sum,
         )
-        shift = (float(intercept), rho * sigma, dual_sum)
-        if part.weights is None:
-            cpu.sdca_epoch(*args, *shift)
-        else:
-            sdca_kernels.sdca_weighted_epoch(*args, part.weights, *shift)
     delta = local - dual_coef
     # Δw_k from the rounded Δa_k (not the difference of the kernel's w: see primal_solve).
     return {

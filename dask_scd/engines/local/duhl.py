@@ -23,18 +23,22 @@ and swaps die out, where sequential blocks reload all of X every pass.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
-from dask_scd.engines.certificates import dual_certificate, primal_certificate
+from dask_scd.engines.base import Options, Run, Trace
+from dask_scd.engines.certificates import (
+    dual_certificate,
+    exact_dual_certificate,
+    margins_dual_point,
+    primal_certificate,
+)
+from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
-from dask_scd.kernels import cpu, device, sdca
-from dask_scd.result import History
+from dask_scd.kernels import device
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
 
@@ -144,8 +148,7 @@ class _Rounds:
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
         store, every = tier.slow, self.settings.certify_every
-        history = History()
-        start = time.perf_counter()
+        trace = Trace(self.options.progress)
         cert = solver.certificate()
         z = solver.certified_gaps(cert)
         n_refresh = round(self.settings.gap_refresh * store.n_lines)
@@ -179,18 +182,14 @@ class _Rounds:
                 if certify:
                     cert = solver.certificate()
                     z = solver.certified_gaps(cert)
-                    seconds = time.perf_counter() - start
-                    history.append(epoch, cert.relative_gap, cert.primal, seconds)
-                    self.options.progress.update(epoch, cert.relative_gap, cert.primal)
-                self._record(
-                    epoch, cert if certify else None, loads, len(lines), time.perf_counter() - start
-                )
+                    trace.record(epoch, cert.relative_gap, cert.primal)
+                self._record(epoch, cert if certify else None, loads, len(lines), trace.seconds())
         finally:
             if pool is not None:
                 pool.shutdown()
         coef, intercept, cert = solver.final()
         extras = {**tier.counts(), "rounds": self.rounds}
-        return Run(coef, intercept, cert, epoch, history, extras)
+        return Run(coef, intercept, cert, epoch, trace.history, extras)
 
     def _record(self, epoch, cert, loads, resident_lines, seconds):
         r = self.rounds
@@ -238,8 +237,7 @@ class _Primal:
     def _dual(self, margins, coef):
         """(a/n, Lipschitzing bound) at these margins: what a column's gap needs."""
         problem, y, weights = self.problem, self.y, self.weights
-        sums = obj.margin_sums(problem, y, margins, weights)
-        a = obj.dual_point(problem, y, margins, obj.dual_scales(problem, sums), weights)
+        sums, a = margins_dual_point(problem, y, margins, weights)
         primal = sums["loss"] / len(y) + obj.penalty_value(problem, coef)
         return a / len(y), obj.lipschitz_bound(problem, primal)
 
@@ -273,27 +271,21 @@ class _Primal:
         cubes = matrix.cube_sums(self.weights) if p.loss == "logistic" else np.zeros(0)
         k = len(lines) + int(p.fit_intercept)
         for _ in range(epochs):
-            args = (
-                m.data,
-                m.indices,
-                m.indptr,
-                m.dense,
-                len(self.y),
+            order = rng.permutation(k)
+            scd_epoch(
+                kernels.scd_epoch,
+                m,
                 self.y,
                 self.margins,
                 theta,
                 self.intercept,
-                rng.permutation(k),
-                p.loss_code,
-                p.l1,
+                order,
+                p,
                 p.l2,
                 sq_norms,
                 cubes,
+                self.weights,
             )
-            if self.weights is None:
-                kernels.scd_epoch(*args)
-            else:
-                cpu.scd_weighted_epoch(*args, self.weights)
         self.coef[lines] = theta
 
     def final(self):
@@ -385,55 +377,26 @@ class _Dual:
         for _ in range(epochs):
             dual_sum = np.array([self.dual().sum()])  # Σa over all rows, carried by the kernel
             order = rng.permutation(len(lines))
-            if self.weights is None:
-                kernels.sdca_epoch(
-                    m.data,
-                    m.indices,
-                    m.indptr,
-                    m.dense,
-                    m.n_minor,
-                    y,
-                    local,
-                    self.coef,
-                    order,
-                    p.loss_code,
-                    self.alpha_n,
-                    sq_norms,
-                    self.intercept,
-                    rho,
-                    dual_sum,
-                )
-            else:
-                sdca.sdca_weighted_epoch(
-                    m.data,
-                    m.indices,
-                    m.indptr,
-                    m.dense,
-                    m.n_minor,
-                    y,
-                    local,
-                    self.coef,
-                    order,
-                    p.loss_code,
-                    self.alpha_n,
-                    sq_norms,
-                    self.weights[lines],
-                    self.intercept,
-                    rho,
-                    dual_sum,
-                )
+            weights = None if self.weights is None else self.weights[lines]
+            sdca_epoch(
+                kernels.sdca_epoch,
+                m,
+                y,
+                local,
+                self.coef,
+                order,
+                p.loss_code,
+                self.alpha_n,
+                sq_norms,
+                weights,
+                self.intercept,
+                rho,
+                dual_sum,
+            )
             self.dual_coef[lines] = local
             self.intercept += rho * dual_sum[0]
 
     def final(self):
-        # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-        cert, intercept, coef = dual_certificate(
-            self.problem, self.store, self.y, self.dual(), None, self.intercept, self.weights
+        return exact_dual_certificate(
+            self.problem, self.store, self.y, self.dual(), self.intercept, self.weights
         )
-        margins = self.store.dot(coef) + intercept
-        primal = primal_certificate(
-            self.problem, self.store.scatter, self.y, coef, margins, self.weights
-        )
-        if primal.gap < cert.gap:
-            cert = primal
-        return coef, float(intercept), cert

@@ -23,7 +23,6 @@ formulas can never certify a wrong model, and W decides only how the work is ord
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +31,11 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
+from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import primal_certificate
 from dask_scd.kernels import newton as newton_kernels
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.result import History
 
 # Rows per chunk when building the centred Gram matrix of dense X: ~4 MiB float64 temporaries.
 _CHUNK_BYTES = 4 << 20
@@ -171,11 +169,10 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    start = time.perf_counter()  # building H is part of the solve: it is timed
+    trace = Trace(options.progress)  # building H is part of the solve: it is timed
     n_features = X.shape[1]
     exact = _ExactCertificate(X, y, problem, weights)
     coef = np.zeros(n_features)
-    history = History()
     epoch = 0
     intercept = (
         obj.optimal_intercept("squared", y, np.zeros(len(y)), weights=weights)
@@ -186,7 +183,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         coef[:], intercept = options.start
     if problem.l1 > 0.0:
         cert, intercept = exact(coef, intercept)
-        history.append(0, cert.relative_gap, cert.primal, time.perf_counter() - start)
+        trace.record(0, cert.relative_gap, cert.primal, report=False)
         working = _admit(problem, cert, np.zeros(0, dtype=np.intp), coef)
     else:
         cert, working = None, np.arange(n_features)
@@ -209,8 +206,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         coef[working] = sub
         previous = cert
         cert, intercept = exact(coef, system.intercept(sub))
-        history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(epoch, cert.relative_gap, cert.primal)
+        trace.record(epoch, cert.relative_gap, cert.primal)
         if cert.relative_gap <= tol or epoch >= max_iter:
             break
         grown = _admit(problem, cert, working, coef)
@@ -229,7 +225,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 break
             target = max(0.01 * target, 1e-16)
         working = grown
-    return Run(coef, float(intercept), cert, epoch, history)
+    return Run(coef, float(intercept), cert, epoch, trace.history)
 
 
 def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):

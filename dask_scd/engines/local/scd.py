@@ -8,19 +8,18 @@ with Anderson extrapolation of the iterates and celer's dual extrapolation.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import CertificateSchedule, Options, Run
+from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.certificates import best_certificate
 from dask_scd.engines.coarse import LocalCoarse
+from dask_scd.engines.local.epochs import scd_epoch
 from dask_scd.kernels import cpu, device
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.result import History
 
 
 def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
@@ -53,8 +52,7 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 def _plain_scd(primal, problem, options, coarse) -> Run:
     """Epochs over every coordinate, each followed by the coarse step when it is due."""
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    history = History()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     epoch = 0
     all_coordinates = np.arange(primal.n_coordinates)
     schedule = CertificateSchedule(first=3)
@@ -67,11 +65,10 @@ def _plain_scd(primal, problem, options, coarse) -> Run:
         if not schedule.due(epoch, max_delta, max_coef, epoch == max_iter):
             continue
         cert = primal.certify(problem)
-        history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(epoch, cert.relative_gap, cert.primal)
+        trace.record(epoch, cert.relative_gap, cert.primal)
         if cert.relative_gap <= tol:
             break
-    return primal.finish(problem, epoch, history)
+    return primal.finish(problem, epoch, trace.history)
 
 
 def _working_set_scd(primal, problem, options, coarse) -> Run:
@@ -86,8 +83,7 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
     threshold ranks high in the next set. So the set orders the work, never the answer.
     """
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    history = History()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     memory = _MarginMemory(primal, problem)
     cert = primal.certify(problem)
     epoch, size, extrapolated = 0, 0, None
@@ -119,11 +115,10 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
         inner_work = (epoch - first) * primal.epoch_work
         extrapolated = memory.extrapolate(primal)
         cert = primal.certify(problem, extrapolated)
-        history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(epoch, cert.relative_gap, cert.primal)
+        trace.record(epoch, cert.relative_gap, cert.primal)
         if cert.relative_gap <= tol:
             break
-    return primal.finish(problem, epoch, history, extrapolated)
+    return primal.finish(problem, epoch, trace.history, extrapolated)
 
 
 # Working sets (celer, skglm): at least this many zeros beside the support (their first
@@ -333,30 +328,26 @@ class _Primal:
                 self.col_means,
                 _UNWEIGHTED if self.weights is None else self.weights,
             )
-        args = (
-            m.data,
-            m.indices,
-            m.indptr,
-            m.dense,
-            len(self.y),
+        kernel = cpu.scd_epoch_violation if self.kernels is cpu else self.kernels.scd_epoch
+        result = scd_epoch(
+            kernel,
+            m,
             self.y,
             self.margins,
             self.coef,
             self.intercept,
             order,
-            problem.loss_code,
-            problem.l1,
+            problem,
             problem.l2,
             self.col_sq_norms,
             self.col_cube_sums,
+            self.weights,
         )
-        if self.weights is not None:
-            return cpu.scd_weighted_epoch(*args, self.weights)
-        if self.kernels is cpu:
-            return cpu.scd_epoch_violation(*args)
+        if self.weights is not None or self.kernels is cpu:
+            return result
         # The GPU epoch returns no violation: the cheap movement test stands in for it
         # (an epoch that nearly stopped moving ends the subproblem; certificates decide).
-        max_delta, max_coef = self.kernels.scd_epoch(*args)
+        max_delta, max_coef = result
         # max_delta counts the intercept's step: with every θ_j at 0, the intercept's
         # rounding jitter (atomic adds in any order) must not read as movement.
         scale = max(max_coef, abs(float(self.intercept[0])))

@@ -15,11 +15,11 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import CertificateSchedule, Options, Run
-from dask_scd.engines.certificates import dual_certificate, primal_certificate
+from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
+from dask_scd.engines.certificates import dual_certificate, exact_dual_certificate
+from dask_scd.engines.local.epochs import sdca_epoch
 from dask_scd.kernels import cpu, device, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.result import History
 
 
 def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
@@ -67,8 +67,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     dual_coef = dual_start(problem, y, intercept, weights)  # u = a/v with weights
     coef = matrix.scatter(weighted_dual(dual_coef, weights)) / alpha_n
 
-    history = History()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     epoch = 0
     epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, options.engine, rng, weights)
     in_epochs = 0.0  # seconds inside the epochs alone (the threads' part of a fit)
@@ -95,24 +94,17 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 intercept,
                 weights,
             )
-            history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-            options.progress.update(epoch, cert.relative_gap, cert.primal)
+            trace.record(epoch, cert.relative_gap, cert.primal)
             if cert.relative_gap <= tol:
                 break
     finally:
         epochs.close()
-    # w drifts from Xᵀa/(αn) by rounding over many axpys: certify the exact one.
-    cert, intercept, coef = dual_certificate(
-        problem, matrix, y, weighted_dual(dual_coef, weights), None, intercept, weights
-    )
-    margins = matrix.dot(coef) + intercept
-    primal_cert = primal_certificate(problem, matrix.scatter, y, coef, margins, weights)
-    if primal_cert.gap < cert.gap:
-        cert = primal_cert
+    dual = weighted_dual(dual_coef, weights)
+    coef, intercept, cert = exact_dual_certificate(problem, matrix, y, dual, intercept, weights)
     # The returned certificate (on the exact w, the better of the dual and the primal
     # one) is that of the last epoch: its entry, replacing the loop's if it had one.
-    history.append(epoch, cert.relative_gap, cert.primal, time.perf_counter() - start)
-    return Run(coef, float(intercept), cert, epoch, history, {"epoch_seconds": in_epochs})
+    trace.record(epoch, cert.relative_gap, cert.primal, report=False)
+    return Run(coef, intercept, cert, epoch, trace.history, {"epoch_seconds": in_epochs})
 
 
 def dual_start(problem, y, intercept, weights=None) -> np.ndarray:
@@ -207,48 +199,13 @@ class _Shrinking:
             np.ones(n_samples, dtype=bool),
         )
 
-    def epoch(
-        self,
-        matrix,
-        y,
-        dual_coef,
-        coef,
-        loss_code,
-        alpha_n,
-        row_sq_norms,
-        intercept,
-        rho,
-        dual_sum,
-        rng,
-        weights=None,
-    ):
-        """One epoch of work; returns max |Δa_i| and whether all rows were solved to ε."""
-        return sdca.sdca_shrinking_epoch(
-            matrix.data,
-            matrix.indices,
-            matrix.indptr,
-            matrix.dense,
-            matrix.n_minor,
-            y,
-            dual_coef,
-            coef,
-            loss_code,
-            alpha_n,
-            row_sq_norms,
-            intercept,
-            rho,
-            dual_sum,
-            self.active,
-            self.n_active,
-            self.bounds,
-            _ROW_BLOCK,
-            rng,
-            self.order,
-            self.keep,
-            _RELATIVE_EPS,
-            _SHRUNK_WORK,
-            weights,
-        )
+    def epoch(self, matrix, rng, weights, *args):
+        """One epoch of work on ``args`` = (y, a, w, loss code, αn, ‖x_i‖², b, ρ, [Σa]);
+        returns max |Δa_i| and whether all rows were solved to ε."""
+        m = matrix
+        head = (m.data, m.indices, m.indptr, m.dense, m.n_minor)
+        state = (self.active, self.n_active, self.bounds, _ROW_BLOCK, rng, self.order, self.keep)
+        return sdca.sdca_shrinking_epoch(*head, *args, *state, _RELATIVE_EPS, _SHRUNK_WORK, weights)
 
 
 def _check_in_memory(engine, device_name: str) -> None:
@@ -334,8 +291,8 @@ class _Epochs:
         dual_sum = np.array([weighted_dual(dual_coef, self.weights).sum()])
         if self.pool is None:
             max_delta, settled = self._epochs(
-                dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, [dual_sum]
-            )[0]
+                dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, dual_sum
+            )
             return max_delta, settled, dual_sum[0]
         # Σ a_i enters the steps as ρΣa (the intercept's multiplier). A thread that saw
         # only its own changes would correct all of Σa, and k threads k times over (the
@@ -378,71 +335,40 @@ class _Epochs:
         # exact: each a_i has one writer
         return max_delta, False, weighted_dual(dual_coef, self.weights).sum()
 
-    def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, sums):
-        """(max |Δa_i|, settled) of each thread's epoch."""
-        kernels, m, y, loss = self.kernels, self.epoch_matrix, self.y, self.loss_code
-        if self.shrinking is None:
-            share, weights = _order_by_shares(self.all_rows, self.rng), self.weights
-
-            def plain(lo, hi, dual_sum):
-                piece = share(lo, hi)
-                if weights is not None:
-                    return sdca.sdca_weighted_epoch(
-                        m.data,
-                        m.indices,
-                        m.indptr,
-                        m.dense,
-                        m.n_minor,
-                        y,
-                        dual_coef,
-                        coef,
-                        piece,
-                        loss,
-                        alpha_n,
-                        row_sq_norms,
-                        weights,
-                        intercept,
-                        rho,
-                        dual_sum,
-                    ), False
-                return kernels.sdca_epoch(
-                    m.data,
-                    m.indices,
-                    m.indptr,
-                    m.dense,
-                    m.n_minor,
-                    y,
-                    dual_coef,
-                    coef,
-                    piece,
-                    loss,
-                    alpha_n,
-                    row_sq_norms,
-                    intercept,
-                    rho,
-                    dual_sum,
-                ), False
-
-            return self._map(
-                plain, [(lo, hi, dual_sum) for (lo, hi), dual_sum in zip(self._ranges(), sums)]
-            )
-
-        return [
-            self.shrinking.epoch(
+    def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, dual_sum):
+        """(max |Δa_i|, settled) of the epoch on this thread."""
+        if self.shrinking is not None:
+            return self.shrinking.epoch(
                 self.matrix,
-                y,
+                self.rng,
+                self.weights,
+                self.y,
                 dual_coef,
                 coef,
-                loss,
+                self.loss_code,
                 alpha_n,
                 row_sq_norms,
                 intercept,
                 rho,
-                sums[0],
-                self.rng,
-                self.weights,
+                dual_sum,
             )
-        ]
+        order = _order_by_shares(self.all_rows, self.rng)(0, len(self.all_rows))
+        max_delta = sdca_epoch(
+            self.kernels.sdca_epoch,
+            self.epoch_matrix,
+            self.y,
+            dual_coef,
+            coef,
+            order,
+            self.loss_code,
+            alpha_n,
+            row_sq_norms,
+            self.weights,
+            intercept,
+            rho,
+            dual_sum,
+        )
+        return max_delta, False
 
     def resync(self, epoch, certify, dual_coef, coef, alpha_n):
         """With several threads: w = Xᵀa/(αn) when a certificate or a sync is due (then

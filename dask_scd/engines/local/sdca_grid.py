@@ -37,7 +37,6 @@ passes read back.
 from __future__ import annotations
 
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -46,12 +45,12 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.spill import Spill
-from dask_scd.engines.base import CertificateSchedule, Options, Run
+from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
+from dask_scd.engines.local.epochs import sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, dual_start
 from dask_scd.grid.read import CellBuffers, read_cell, read_dense_row_chunk, read_labels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
-from dask_scd.result import History
 from dask_scd.validation import check_feature_magnitude, check_label_values, largest_magnitude
 
 
@@ -165,21 +164,16 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
     stream = ChunkStream(grid, settings.spill)
     try:
         state = _start(stream, n_chunks, dual_coef, alpha_n, source.n_features)
-        row_sq_norms = state.row_sq_norms
         rho = (
             PENALTY_SCALE * state.row_sq_sum / n_samples / alpha_n if problem.fit_intercept else 0.0
         )
         coef = state.coef
         schedule = CertificateSchedule()
-        history, orders = History(), []
-        start = time.perf_counter()
+        trace, orders = Trace(options.progress), []
 
         def settle(pending):
             cert, cert_intercept = pending.finish(problem, y, alpha_n)
-            history.append(
-                pending.epoch, cert.relative_gap, cert.primal, time.perf_counter() - start
-            )
-            options.progress.update(pending.epoch, cert.relative_gap, cert.primal)
+            trace.record(pending.epoch, cert.relative_gap, cert.primal)
             return cert, cert_intercept, pending
 
         # The certificate of epoch e is summed during epoch e + 1's pass (no read pass of
@@ -191,18 +185,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
             order = np.arange(n_chunks) if order is None else order
             orders.append(order.tolist())
             max_delta, dual_total = _epoch(
-                stream,
-                order,
-                problem,
-                y,
-                dual_coef,
-                coef,
-                alpha_n,
-                row_sq_norms,
-                intercept,
-                rho,
-                rng,
-                pending,
+                stream, order, problem, y, dual_coef, state, alpha_n, intercept, rho, rng, pending
             )
             if pending is not None:
                 settled = settle(pending)
@@ -231,7 +214,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         float(cert_intercept),
         cert,
         point.epoch,
-        history,
+        trace.history,
         extras,
     )
 
@@ -306,20 +289,7 @@ def _start(stream, n_chunks, dual_coef, alpha_n, n_features) -> _Start:
     return state
 
 
-def _epoch(
-    stream,
-    order,
-    problem,
-    y,
-    dual_coef,
-    coef,
-    alpha_n,
-    row_sq_norms,
-    intercept,
-    rho,
-    rng,
-    pending=None,
-):
+def _epoch(stream, order, problem, y, dual_coef, state, alpha_n, intercept, rho, rng, pending):
     """One SDCA epoch, row chunk by row chunk in ``order``; returns max |Δa_i| and Σ a_i.
 
     ``pending``: a :class:`_PointCertificate` of the point before this epoch, summed over
@@ -334,19 +304,17 @@ def _epoch(
         lo, hi = chunk.start, chunk.stop
         m = chunk.matrix
         rows = _block_order(np.arange(hi - lo), rng)
-        delta = cpu.sdca_epoch(
-            m.data,
-            m.indices,
-            m.indptr,
-            m.dense,
-            m.n_minor,
+        delta = sdca_epoch(
+            cpu.sdca_epoch,
+            m,
             y[lo:hi],
             dual_coef[lo:hi],
-            coef,
+            state.coef,
             rows,
             problem.loss_code,
             alpha_n,
-            row_sq_norms[lo:hi],
+            state.row_sq_norms[lo:hi],
+            None,
             intercept,
             rho,
             dual_sum,

@@ -31,13 +31,12 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
+from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, dual_certificate
 from dask_scd.engines.newton.design import GRAM_MAX, Design
-from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
+from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping, fresh_margins
 from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg
 from dask_scd.engines.pcg import MAX_ITER
-from dask_scd.result import History
 
 # The first smoothing width: the whole margin range [0, 1] is quadratic.
 _MU_START = 1.0
@@ -69,31 +68,23 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     X, y = data.X, data.y
     n, p = X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = Design.from_array(X)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
     intercept = obj.optimal_intercept("hinge", y, np.zeros(n)) if problem.fit_intercept else 0.0
     margins = np.full(n, intercept)
     duals = DualMemory(problem, y)
-    history = History()
     stopping = Stopping(options.tol, options.max_iter, _STALLS)
     mu, step, levels = _MU_START, 0, 1
     while True:
         tick = time.perf_counter()
-        beta = _beta(y, margins, mu)
-        grad_rows = -beta * y  # ℓ_μ'(z)
-        parts = design.signed_scatter(grad_rows)
+        cert, beta, grad_rows, parts = _certify(design, duals, y, coef, margins, mu)
         meter.add("gradient", 1.0, tick)
-        hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
-        cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
-        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(step, cert.relative_gap, cert.primal)
+        trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
-            tick = time.perf_counter()
-            margins = design.rows.dot(coef) + intercept
-            meter.add("margins", 1.0, tick)
+            margins = fresh_margins(design, coef, intercept, meter)
             continue
         if action == STOP:
             break
@@ -125,12 +116,19 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     extras = meter.as_dict()
     extras["smoothing_levels"] = levels
     extras["final_smoothing"] = mu
-    return Run(coef, float(intercept), final, step, history, extras)
+    return Run(coef, float(intercept), final, step, trace.history, extras)
 
 
-def _beta(y, margins, mu) -> np.ndarray:
-    """β = −ℓ_μ'(m) = clip((1 − m)/μ, 0, 1), m = y·z."""
-    return np.clip((1.0 - y * margins) / mu, 0.0, 1.0)
+def _certify(design, duals, y, coef, margins, mu):
+    """The hinge certificate of (θ, b) at the margins z, from the pass that computes the
+    gradient (:meth:`DualMemory.certify`); returns it with β = −ℓ_μ'(m) =
+    clip((1 − m)/μ, 0, 1) (m = y·z), g = ℓ_μ'(z) and Xᵀ of g's two signs."""
+    beta = np.clip((1.0 - y * margins) / mu, 0.0, 1.0)
+    grad_rows = -beta * y
+    parts = design.signed_scatter(grad_rows)
+    hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
+    cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
+    return cert, beta, grad_rows, parts
 
 
 @dataclass
@@ -236,6 +234,9 @@ def _band_rows(design, band):
 def _exact_step(problem, y, margins, direction, mu, coef, delta) -> float:
     """argmin_t≥0 P_μ(θ + tΔ, b + tΔb), given u = XΔ + Δb (0 if there is no descent).
 
+    Not CoCoA's :func:`~dask_scd.engines.cocoa.cocoa_ops.line_minimum`: Newton from t = 1,
+    the step of a right band, lands in one trial where a bracket first costs several.
+
     φ'(t) = −Σ β_i(t) s_i / n + α(θᵀΔ + t‖Δ‖²), s = y·u, is piecewise linear and
     increasing; Newton on it lands on the root as soon as it is on the root's piece,
     with bisection of the bracket when it would leave it. O(n) per trial.
@@ -270,15 +271,10 @@ def _finish(design, problem, y, coef, intercept, mu, duals):
     """The final certificate, as SDCA's: the better of (θ, b) on margins recomputed from
     scratch and (w, b*) with w = Xᵀa/(αn) the primal point of the dual a = β·y and b* the
     hinge's exact intercept for w. Returns it with its (θ, b) and the passes it read."""
-    rows = design.rows
-    margins = rows.dot(coef) + intercept
-    beta = _beta(y, margins, mu)
-    grad_rows = -beta * y
-    parts = design.signed_scatter(grad_rows)
-    hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
-    cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
+    margins = fresh_margins(design, coef, intercept)
+    cert, beta = _certify(design, duals, y, coef, margins, mu)[:2]
     dual_cert, dual_intercept, dual_coef = dual_certificate(
-        problem, rows, y, beta * y, None, intercept
+        problem, design.rows, y, beta * y, None, intercept
     )
     dual_cert = duals.tighten(dual_cert)
     passes = 4.0

@@ -29,11 +29,15 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
-from dask_scd.engines.certificates import DualMemory, primal_certificate
-from dask_scd.engines.newton.newton import _derivatives, _design, _start, backtrack
-from dask_scd.engines.newton.newton_loop import Meter
-from dask_scd.result import History
+from dask_scd.engines.base import Options, Run, Trace
+from dask_scd.engines.certificates import DualMemory
+from dask_scd.engines.newton.newton import (
+    _design,
+    _gradient_and_certificate,
+    _start,
+    backtrack,
+)
+from dask_scd.engines.newton.newton_loop import Meter, certify_afresh, fresh_margins
 
 _MEMORY = 10  # (s, y) pairs kept: scipy's and glum's default
 _REFRESH = 50  # iterations between margins recomputed from X
@@ -50,27 +54,23 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     y, weights = data.y, data.weights
     n, p = data.X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = _design(data, problem, options.memo)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
     fit_b = problem.fit_intercept
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
-    history = History()
     pairs: deque = deque(maxlen=_MEMORY)
     step, since_refresh = 0, 0
     best = None  # (gap, coef, intercept, certificate) of the best certified iterate
     previous = None  # (x, gradient) of the last iterate, for the next (s, y) pair
     while True:
-        tick = time.perf_counter()
-        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
-        parts = design.signed_scatter(grad_rows)
-        grad = (parts[0] + parts[1]) / n + problem.l2 * coef
-        meter.add("gradient", 1.0, tick)
-        cert, _ = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
-        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(step, cert.relative_gap, cert.primal)
+        loss_sum, grad, cert = _gradient_and_certificate(
+            problem, design, y, weights, coef, margins, grad_rows, curv, duals, meter
+        )
+        grad = grad + problem.l2 * coef
+        trace.record(step, cert.relative_gap, cert.primal)
         if best is None or cert.relative_gap < best[0]:
             best = (cert.relative_gap, coef.copy(), intercept, cert)
         if cert.relative_gap <= options.tol or step >= options.max_iter:
@@ -107,21 +107,14 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         intercept += t * delta_b
         since_refresh += 1
         if since_refresh >= _REFRESH:
-            tick = time.perf_counter()
-            margins = design.rows.dot(coef) + intercept
+            margins = fresh_margins(design, coef, intercept, meter)
             since_refresh = 0
-            meter.add("margins", 1.0, tick)
         else:
             margins += t * direction
     gap, coef, intercept, cert = best
     # The returned certificate is on margins recomputed from X.
-    tick = time.perf_counter()
-    margins = design.rows.dot(coef) + intercept
-    final = duals.tighten(
-        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
-    )
-    meter.add("certificate", 2.0, tick)
-    return Run(coef, float(intercept), final, step, history, meter.as_dict())
+    final = certify_afresh(problem, design, y, weights, duals, meter, coef, intercept)
+    return Run(coef, float(intercept), final, step, trace.history, meter.as_dict())
 
 
 def _two_loop(g, pairs) -> np.ndarray:

@@ -35,16 +35,17 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
-from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping
+from dask_scd.engines.base import Options, Run, Trace
+from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping, uncertified
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
 from dask_scd.kernels.softmax import model_cd
 from dask_scd.objectives import multinomial as mn
-from dask_scd.result import History
 
 # Below this relative model decrease the Armijo test reads the rounding of F.
 _ROUNDING = 1e-11
+# The trial steps of the line search: 1, ½, ¼, ...
+_TRIALS = tuple(BACKTRACK**k for k in range(MAX_BACKTRACK))
 # Steps without a smaller certified gap before the engine stops: the gap of an L1 problem
 # may rise for a step or two while its support settles (seen on iris), so more than the
 # binary engine's three.
@@ -144,77 +145,102 @@ def fit_multinomial(data: InMemory, problem: obj.Problem, options: Options) -> R
     """
     softmax = Softmax(data.X, data.y, int(data.y.max()) + 1, data.weights)
     mn.check_class_weights(softmax.counts, problem.fit_intercept)
-    p, K = data.X.shape[1], softmax.n_classes
-    meter = Meter()
-    start = time.perf_counter()
-    W = np.zeros((p, K))
-    b = np.zeros(K)
+    b = np.zeros(softmax.n_classes)
     if problem.fit_intercept:  # the best b for W = 0: softmax(b) = the class frequencies
         b = np.log(softmax.counts) - np.log(softmax.counts).mean()
-    history = History()
+    W = np.zeros((data.X.shape[1], softmax.n_classes))
+    return newton_steps(_Steps(softmax, problem), problem, options, W, b)
+
+
+def newton_steps(steps, problem: obj.Problem, options: Options, W, b) -> Run:
+    """The outer loop of both multinomial engines (in memory, and over dask in
+    :mod:`dask_scd.engines.newton.multinomial_dask`): at (W, b) the gradient pass
+    (``steps.point``, which may move b: the dask engine's first pass finds the best b for
+    W = 0), its certificate (``steps.certify``; the relative gradient norm without a
+    penalty), the stopping rule, then a Newton step (``steps.move``: (t, Δ, Δb)).
+    ``steps.recertify(W, b)`` certifies the returned iterate when it is an earlier one."""
+    trace = Trace(options.progress)
     gaps = []  # P − D of every certified step, unclamped
     stopping = Stopping(options.tol, options.max_iter, patience=_PATIENCE)
-    step, first_norm, grad_norm = 0, None, None
+    step, cert, grad_norm = 0, None, None
     while True:
-        tick = time.perf_counter()
-        point = Point(softmax, problem, W, b)
-        meter.add("gradient", 2.0, tick)
+        point = steps.point(W, b)
+        W, b = point.W, point.b
         if problem.unpenalized:
-            grad_norm = _relative_gradient(point)
-            measure, cert = grad_norm, None
+            measure = grad_norm = _relative_gradient(point)
         else:
-            cert = _certify(softmax, problem, point, W)
+            cert = steps.certify(point)
             gaps.append(cert.gap)
             measure = cert.relative_gap
-        history.append(step, measure, point.objective, time.perf_counter() - start)
-        options.progress.update(step, measure, point.objective)
+        trace.record(step, measure, point.objective)
         if cert is None:
             if grad_norm <= options.tol or step >= options.max_iter:
                 break
         elif stopping.check(cert, step, W, b) == STOP:
             break
-        delta, delta_b, U, first_norm = _direction(softmax, problem, point, W, first_norm, meter)
-        tick = time.perf_counter()
-        t = _line_search(problem, softmax, point, delta, delta_b, U)
-        meter.add("line_search", 0.0, tick)
+        t, delta, delta_b = steps.move(point)
         if t == 0.0:
             break
         step += 1
-        W = W + t * delta
-        b = b + t * delta_b
+        W, b = W + t * delta, b + t * delta_b
+    extras = steps.meter.as_dict()
     if cert is None:
-        nan = float("nan")
-        final = obj.Certificate(point.objective, nan, np.full((p, K), nan), nan)
         # Without a penalty W + c1ᵀ is as good as W: the one with rows summing to zero.
         W = W - W.mean(axis=1, keepdims=True)
-        return Run(
-            W.T.copy(), _centred(b), final, step, history, meter.as_dict(), grad_norm=grad_norm
-        )
-    W_best, b_best = stopping.returned(cert, W, b)
-    final = cert
-    if W_best is not W:
-        final = _certify(softmax, problem, Point(softmax, problem, W_best, b_best), W_best)
-    extras = meter.as_dict()
+        final = uncertified(point.objective, W.T.shape)
+        return Run(W.T.copy(), _centred(b), final, step, trace.history, extras, grad_norm=grad_norm)
+    W, b, cert = stopping.finish(cert, W, b, steps.recertify)
     extras["primal_minus_dual"] = gaps
-    final = mn.transposed(final)
-    return Run(W_best.T.copy(), _centred(b_best), final, step, history, extras)
+    return Run(W.T.copy(), _centred(b), mn.transposed(cert), step, trace.history, extras)
 
 
-def _certify(softmax: Softmax, problem: obj.Problem, point: Point, W):
-    """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
-    cert, _ = mn.certify(
-        problem,
-        W,
-        softmax.codes,
-        point.P,
-        point.loss_total,
-        point.xt_prob,
-        softmax.xt_onehot,
-        softmax.column_sums,
-        softmax.counts,
-        softmax.weights,
-    )
-    return cert
+class _Steps:
+    """:func:`newton_steps` on X in memory (:class:`Softmax`)."""
+
+    def __init__(self, softmax: Softmax, problem: obj.Problem):
+        self.softmax, self.problem = softmax, problem
+        self.meter, self.first_norm = Meter(), None
+
+    def point(self, W, b) -> Point:
+        tick = time.perf_counter()
+        point = Point(self.softmax, self.problem, W, b)
+        self.meter.add("gradient", 2.0, tick)
+        return point
+
+    def certify(self, point: Point) -> obj.Certificate:
+        """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
+        softmax = self.softmax
+        cert, _ = mn.certify(
+            self.problem,
+            point.W,
+            softmax.codes,
+            point.P,
+            point.loss_total,
+            point.xt_prob,
+            softmax.xt_onehot,
+            softmax.column_sums,
+            softmax.counts,
+            softmax.weights,
+        )
+        return cert
+
+    def recertify(self, W, b) -> obj.Certificate:
+        return self.certify(Point(self.softmax, self.problem, W, b))
+
+    def move(self, point: Point):
+        softmax, problem = self.softmax, self.problem
+        delta, delta_b, U, self.first_norm = _direction(
+            softmax, problem, point, self.first_norm, self.meter
+        )
+        tick = time.perf_counter()
+        n, codes, weights = softmax.n, softmax.codes, softmax.weights
+
+        def losses():  # O(n·K) per trial: the margins move by tU
+            return (mn.loss_sum(point.margins + t * U, codes, weights) / n for t in _TRIALS)
+
+        t = armijo_step(problem, point, delta, delta_b, _TRIALS, losses)
+        self.meter.add("line_search", 0.0, tick)
+        return t, delta, delta_b
 
 
 def _relative_gradient(point: Point) -> float:
@@ -226,7 +252,7 @@ def _relative_gradient(point: Point) -> float:
     return violation / max(1.0, abs(point.objective))
 
 
-def _direction(softmax: Softmax, problem: obj.Problem, point: Point, W, first_norm, meter):
+def _direction(softmax: Softmax, problem: obj.Problem, point: Point, first_norm, meter):
     """(Δ, δb, U, first_norm): the Newton direction at ``point``, by coordinate descent on
     the model for an L1 term, else by conjugate gradients, to a forcing term that falls
     with the square root of the optimality measure relative to its first value."""
@@ -238,13 +264,20 @@ def _direction(softmax: Softmax, problem: obj.Problem, point: Point, W, first_no
         delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation, forcing)
         meter.add("solve:cd", passes, tick)
     else:
-        grad = point.grad_loss + problem.l2 * W
-        norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
-        first_norm = first_norm or max(norm, np.finfo(float).tiny)
-        forcing = min(0.5, np.sqrt(norm / first_norm))
+        grad, forcing, first_norm = l2_forcing(problem, point, first_norm)
         delta, delta_b, U, passes = _l2_direction(softmax, problem, point, grad, forcing)
         meter.add("solve:cg", passes, tick)
     return delta, delta_b, U, first_norm
+
+
+def l2_forcing(problem, point, first_norm):
+    """(∇P = ∇f + αW, the forcing term of Newton-CG, ``first_norm``): the term falls with
+    the square root of ‖∇P‖ relative to its first value (inexact Newton: superlinear), at
+    most ½; ``first_norm`` is that first value (None before the first step)."""
+    grad = point.grad_loss + problem.l2 * point.W
+    norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
+    first_norm = first_norm or max(norm, np.finfo(float).tiny)
+    return grad, min(0.5, np.sqrt(norm / first_norm)), first_norm
 
 
 def _centred(b):
@@ -367,11 +400,11 @@ def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, for
 # ----------------------------------------------------------------------- line search
 
 
-def _line_search(problem, softmax: Softmax, point: Point, delta, delta_b, U) -> float:
-    """The first t ∈ {1, ½, ¼, ...} with F(W + tΔ) − F(W) ≤ ARMIJO·t·(∇fᵀΔ + penalty
-    change); 0 if none, or Δ = 0. O(n·K) per trial: the margins move by tU."""
-    W, n = point.W, softmax.n
-    base = point.objective
+def armijo_step(problem, point, delta, delta_b, trials, losses) -> float:
+    """The first t of ``trials`` (1, ½, ¼, ...) with F(W + tΔ) − F(W) ≤ ARMIJO·t·(∇fᵀΔ +
+    penalty change); 0 if none, or Δ = 0. ``losses()`` gives the mean loss at each trial
+    step (read only as far as needed, and only when the test runs)."""
+    W, base = point.W, point.objective
     slope = float(np.sum(point.grad_loss * delta) + np.sum(point.grad_b * delta_b))
     decrease = slope + mn.penalty_value(problem, W + delta) - mn.penalty_value(problem, W)
     if not (np.any(delta) or np.any(delta_b)) or not np.isfinite(decrease):
@@ -379,11 +412,8 @@ def _line_search(problem, softmax: Softmax, point: Point, delta, delta_b, U) -> 
     if decrease > -_ROUNDING * abs(base):
         return 1.0  # below the rounding of F: the gap, not F, tells the step's worth
     noise = 1e-15 * abs(base)
-    t = 1.0
-    for _ in range(MAX_BACKTRACK):
-        trial = mn.loss_sum(point.margins + t * U, softmax.codes, softmax.weights) / n
-        trial += mn.penalty_value(problem, W + t * delta)
+    for t, loss in zip(trials, losses()):
+        trial = loss + mn.penalty_value(problem, W + t * delta)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t
-        t *= BACKTRACK
     return 0.0

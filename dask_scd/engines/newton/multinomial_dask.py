@@ -27,6 +27,7 @@ concavity holds as it is: Σ_i v_i = n.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
@@ -38,11 +39,14 @@ from dask_scd.data.cells import labels as label_values
 from dask_scd.data.cells import row_weights
 from dask_scd.data.sources import DaskSource, Source
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.newton.multinomial import _centred, newton_cg
-from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping
-from dask_scd.kernels.scalar import ARMIJO as _ARMIJO
+from dask_scd.engines.newton.multinomial import (
+    armijo_step,
+    l2_forcing,
+    newton_cg,
+    newton_steps,
+)
+from dask_scd.engines.newton.newton_loop import Meter
 from dask_scd.objectives import multinomial as mn
-from dask_scd.result import History
 from dask_scd.runtime.cluster import fit_client
 from dask_scd.runtime.passes import sum_partials
 
@@ -54,7 +58,6 @@ from dask_scd.runtime.passes import sum_partials
 MAX_CURVATURE = 256
 _PATIENCE = 8
 _TRIALS = tuple(0.5**k for k in range(11))
-_ROUNDING = 1e-11
 
 
 # ---------------------------------------------------------------- row-chunk tasks
@@ -200,80 +203,82 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
 
 
 def _newton(reduce: _Reducer, source, problem, options) -> Run:
-    n, p = source.n_samples, source.n_features
+    p = source.n_features
     K = int(max(int(c.max()) for c in source.y_chunks)) + 1
-    meter = Meter()
-    start = time.perf_counter()
-    W, b = np.zeros((p, K)), np.zeros(K)
-    fixed = None
-    history, gaps = History(), []
-    stopping = Stopping(options.tol, options.max_iter, patience=_PATIENCE)
-    step, first_norm, grad_norm, cert = 0, None, None, None
-    curvature = (p + 1) * K <= MAX_CURVATURE
-    while True:
+    steps = _Steps(reduce, problem, source.n_samples, (p + 1) * K <= MAX_CURVATURE)
+    return newton_steps(steps, problem, options, np.zeros((p, K)), np.zeros(K))
+
+
+@dataclass
+class _Point:
+    """The gradient pass's sums at (W, b) (``part``) and what the loop reads of them."""
+
+    W: np.ndarray
+    b: np.ndarray
+    part: dict
+    objective: float
+    grad_loss: np.ndarray
+    grad_b: np.ndarray
+
+
+class _Steps:
+    """:func:`~dask_scd.engines.newton.multinomial.newton_steps` by reductions over the
+    row chunks; ``curvature``: whether the gradient pass sums the whole Hessian."""
+
+    def __init__(self, reduce: _Reducer, problem, n: int, curvature: bool):
+        self.reduce, self.problem, self.n, self.curvature = reduce, problem, n, curvature
+        self.meter, self.first_norm = Meter(), None
+        self.fixed = None  # XᵀVY, Xᵀv and the class counts, from the first pass
+
+    def point(self, W, b) -> _Point:
+        problem, n, reduce, curvature = self.problem, self.n, self.reduce, self.curvature
         tick = time.perf_counter()
-        part = reduce.map(gradient_part, W, b, fixed is None, curvature, labels=True)
-        if fixed is None:
-            fixed = {k: part[k] for k in ("xt_onehot", "column_sums", "counts")}
+        part = reduce.map(gradient_part, W, b, self.fixed is None, curvature, labels=True)
+        if self.fixed is None:
+            self.fixed = fixed = {k: part[k] for k in ("xt_onehot", "column_sums", "counts")}
             mn.check_class_weights(fixed["counts"], problem.fit_intercept)
             if problem.fit_intercept:  # the best b for W = 0, then the pass again
                 b = np.log(fixed["counts"]) - np.log(fixed["counts"]).mean()
                 part = reduce.map(gradient_part, W, b, False, curvature, labels=True)
-        meter.add("gradient", 1.0, tick)
+        self.meter.add("gradient", 1.0, tick)
+        fixed = self.fixed
         grad_loss = (part["xt_prob"] - fixed["xt_onehot"]) / n
-        grad_b = (part["prob_sums"] - fixed["counts"]) / n if problem.fit_intercept else np.zeros(K)
+        grad_b = (
+            (part["prob_sums"] - fixed["counts"]) / n if problem.fit_intercept else np.zeros_like(b)
+        )
         objective = part["loss"] / n + mn.penalty_value(problem, W)
-        if problem.unpenalized:
-            violation = max(float(np.abs(grad_loss).max()), float(np.abs(grad_b).max()))
-            grad_norm = violation / max(1.0, abs(objective))
-            measure = grad_norm
-        else:
-            cert = _certificate(problem, W, part, fixed, n, objective)
-            gaps.append(cert.gap)
-            measure = cert.relative_gap
-        history.append(step, measure, objective, time.perf_counter() - start)
-        options.progress.update(step, measure, objective)
-        if cert is None:
-            if grad_norm <= options.tol or step >= options.max_iter:
-                break
-        elif stopping.check(cert, step, W, b) == STOP:
-            break
+        return _Point(W, b, part, objective, grad_loss, grad_b)
+
+    def certify(self, point: _Point) -> obj.Certificate:
+        return _certificate(self.problem, point.W, point.part, self.fixed, self.n, point.objective)
+
+    def recertify(self, W, b) -> obj.Certificate:
+        part = self.reduce.map(gradient_part, W, b, False, labels=True)
+        primal = part["loss"] / self.n + mn.penalty_value(self.problem, W)
+        return _certificate(self.problem, W, part, self.fixed, self.n, primal)
+
+    def move(self, point: _Point):
+        problem, n, W, b = self.problem, self.n, point.W, point.b
         tick = time.perf_counter()
-        grad = grad_loss + problem.l2 * W
-        norm = float(np.sqrt(np.sum(grad * grad) + np.sum(grad_b**2)))
-        first_norm = first_norm or max(norm, np.finfo(float).tiny)
-        forcing = min(0.5, np.sqrt(norm / first_norm))
-        if curvature:
-            D, d_b = _newton_direction(problem, n, part["hessian"], grad, grad_b)
-            meter.add("solve:cholesky", 0.0, tick)
+        grad, forcing, self.first_norm = l2_forcing(problem, point, self.first_norm)
+        if self.curvature:
+            D, d_b = _newton_direction(problem, n, point.part["hessian"], grad, point.grad_b)
+            self.meter.add("solve:cholesky", 0.0, tick)
         else:
+            part = point.part
             diagonal = (part["diagonal"] / n + problem.l2, part["diagonal_b"] / n)
-            D, d_b, passes = _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing)
-            meter.add("solve:cg", passes, tick)
+            D, d_b, passes = _cg(
+                self.reduce, problem, n, W, b, grad, point.grad_b, diagonal, forcing
+            )
+            self.meter.add("solve:cg", passes, tick)
         tick = time.perf_counter()
-        t = _line_search(reduce, problem, n, W, b, D, d_b, objective, grad_loss, grad_b)
-        meter.add("line_search", 1.0, tick)
-        if t == 0.0:
-            break
-        step += 1
-        W, b = W + t * D, b + t * d_b
-    if cert is None:
-        nan = float("nan")
-        final = obj.Certificate(objective, nan, np.full((K, p), nan), nan)
-        W = W - W.mean(axis=1, keepdims=True)
-        return Run(
-            W.T.copy(), _centred(b), final, step, history, meter.as_dict(), grad_norm=grad_norm
-        )
-    W, b = stopping.returned(cert, W, b)
-    if not stopping.fresh:  # the best iterate was an earlier one: certify it again
-        part = reduce.map(gradient_part, W, b, False, labels=True)
-        cert = _certificate(
-            problem, W, part, fixed, n, part["loss"] / n + mn.penalty_value(problem, W)
-        )
-    extras = meter.as_dict()
-    extras["primal_minus_dual"] = gaps
-    final = mn.transposed(cert)
-    return Run(W.T.copy(), _centred(b), final, step, history, extras)
+
+        def losses():  # every trial's in one pass
+            return self.reduce.map(trials_part, W, b, D, d_b, labels=True) / n
+
+        t = armijo_step(problem, point, D, d_b, _TRIALS, losses)
+        self.meter.add("line_search", 1.0, tick)
+        return t, D, d_b
 
 
 def _certificate(problem, W, part, fixed, n, primal) -> obj.Certificate:
@@ -329,23 +334,3 @@ def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
     if not problem.fit_intercept:
         d_b[:] = 0.0
     return d, d_b, passes
-
-
-def _line_search(reduce, problem, n, W, b, D, d_b, objective, grad_loss, grad_b) -> float:
-    """The first trial step passing the Armijo test (all trials in one pass)."""
-    decrease = (
-        float(np.sum(grad_loss * D) + np.sum(grad_b * d_b))
-        + mn.penalty_value(problem, W + D)
-        - mn.penalty_value(problem, W)
-    )
-    if not (np.any(D) or np.any(d_b)) or not np.isfinite(decrease):
-        return 0.0
-    if decrease > -_ROUNDING * abs(objective):
-        return 1.0
-    losses = reduce.map(trials_part, W, b, D, d_b, labels=True) / n
-    noise = 1e-15 * abs(objective)
-    for t, loss in zip(_TRIALS, losses):
-        trial = loss + mn.penalty_value(problem, W + t * D)
-        if trial - objective <= _ARMIJO * t * decrease + noise:
-            return t
-    return 0.0

@@ -24,16 +24,25 @@ combination of the last dual points, kept when its dual value is higher) tighten
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
-from dask_scd.engines.base import Options, Run
-from dask_scd.engines.certificates import DualMemory, primal_certificate
+from dask_scd.engines.base import Options, Run, Trace
+from dask_scd.engines.certificates import DualMemory
 from dask_scd.engines.newton.design import Design
 from dask_scd.engines.newton.l1_model import l1_direction, working_set
-from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping
+from dask_scd.engines.newton.newton_loop import (
+    REFRESH,
+    STOP,
+    Meter,
+    Stopping,
+    certify_afresh,
+    fresh_margins,
+    uncertified,
+)
 from dask_scd.engines.newton.quadratic import (
     HessianSample,
     Model,
@@ -43,7 +52,6 @@ from dask_scd.engines.newton.quadratic import (
 )
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
-from dask_scd.result import History
 
 # Smallest working set; it grows to twice the last one at each outer step.
 _WS_MIN = 10
@@ -68,13 +76,12 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = _design(data, problem, options.memo)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
-    history = History()
     stopping = Stopping(options.tol, options.max_iter)
     free, size = _working_set_sizes(design, coef)
     step, first_violation = 0, None
@@ -111,11 +118,10 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 )
                 meter.add("certificate", offer, tick)
                 cert = duals.tighten(cert)
-        history.append(step, cert.relative_gap, cert.primal, time.perf_counter() - start)
-        options.progress.update(step, cert.relative_gap, cert.primal)
+        trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
-            margins = _fresh_margins(design, coef, intercept, meter, "margins")
+            margins = fresh_margins(design, coef, intercept, meter)
             continue
         if action == STOP:
             break
@@ -135,32 +141,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         # One step from margins computed from scratch adds one product XΔ to them: as
         # exact as recomputing them, which a path's points (mostly one step each) skip.
         stopping.fresh = options.memo is not None and step == 1
-    coef, intercept = stopping.returned(cert, coef, intercept)
-    if not stopping.fresh:  # certify on margins recomputed from scratch
-        cert = _certify_afresh(problem, design, y, weights, coef, intercept, duals, meter)
+    afresh = partial(certify_afresh, problem, design, y, weights, duals, meter)
+    coef, intercept, cert = stopping.finish(cert, coef, intercept, afresh)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
-    return Run(coef, float(intercept), cert, step, history, extras)
-
-
-def _certify_afresh(problem, design: Design, y, weights, coef, intercept, duals, meter):
-    """The certificate of (θ, b) on margins recomputed from X (two passes)."""
-    tick = time.perf_counter()
-    margins = _fresh_margins(design, coef, intercept)
-    final = duals.tighten(
-        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
-    )
-    meter.add("certificate", 2.0, tick)
-    return final
-
-
-def _fresh_margins(design: Design, coef, intercept, meter=None, what: str = ""):
-    """Xθ + b from X (one pass), timed under ``what`` when a ``meter`` is given."""
-    tick = time.perf_counter()
-    margins = design.rows.dot(coef) + intercept
-    if meter is not None:
-        meter.add(what, 1.0, tick)
-    return margins
+    return Run(coef, float(intercept), cert, step, trace.history, extras)
 
 
 def _gradient_and_certificate(
@@ -248,9 +233,9 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
-    start = time.perf_counter()
+    trace = Trace(options.progress)
     design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
-    meter.add("setup", 0.0, start)
+    meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
     intercept = (
         obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
@@ -258,7 +243,6 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         else 0.0
     )
     grad_rows, curv = np.empty(n), np.empty(n)
-    history = History()
     step, first_violation = 0, None
     while True:
         tick = time.perf_counter()
@@ -277,8 +261,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         meter.add("gradient", 2.0, tick)
         primal, violation = loss_sum / n, model.violation()
         grad_norm = violation / max(1.0, abs(primal))
-        history.append(step, grad_norm, primal, time.perf_counter() - start)
-        options.progress.update(step, grad_norm, primal)
+        trace.record(step, grad_norm, primal)
         if grad_norm <= options.tol or step >= options.max_iter:
             break
         # The forcing term of inexact Newton (superlinear), as the penalized loop's.
@@ -293,9 +276,15 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         step += 1
         coef = coef + t * delta
         intercept += t * delta_b
-    nan = float("nan")
-    cert = obj.Certificate(primal, nan, np.full(p, nan), nan)
-    return Run(coef, float(intercept), cert, step, history, meter.as_dict(), grad_norm=grad_norm)
+    return Run(
+        coef,
+        float(intercept),
+        uncertified(primal, p),
+        step,
+        trace.history,
+        meter.as_dict(),
+        grad_norm=grad_norm,
+    )
 
 
 def _near_the_end(model, solved, cert, tol) -> bool:

@@ -1,6 +1,8 @@
-"""What the outer loops of both Newton engines share: the meter of passes and seconds,
-and the stopping rule with the best certified iterate it returns
-(:mod:`dask_scd.engines.newton.newton`, :mod:`dask_scd.engines.newton.hinge_newton`)."""
+"""What the outer loops of the Newton-type engines share: the meter of passes and
+seconds, the stopping rule with the best certified iterate it returns, and the
+certificate of a fit without a penalty (:mod:`dask_scd.engines.newton.newton`,
+:mod:`~dask_scd.engines.newton.hinge_newton`, :mod:`~dask_scd.engines.newton.lbfgs`,
+:mod:`~dask_scd.engines.newton.multinomial`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from dask_scd import objectives as obj
+from dask_scd.engines.certificates import primal_certificate
 
 # Outer steps without a smaller certified gap before the engine stops.
 _STALLS = 3
@@ -85,3 +90,39 @@ class Stopping:
             self.fresh = False
             return self.best.coef, self.best.intercept
         return coef, intercept
+
+    def finish(self, cert, coef, intercept, certify):
+        """(θ, b, certificate) to return: :meth:`returned`, certified again by
+        ``certify(θ, b)`` unless ``cert`` is its certificate on fresh margins."""
+        coef, intercept = self.returned(cert, coef, intercept)
+        if not self.fresh:
+            cert = certify(coef, intercept)
+        return coef, intercept, cert
+
+
+def fresh_margins(design, coef, intercept, meter=None):
+    """Xθ + b from X (one pass; ``design`` a :class:`~dask_scd.engines.newton.design.Design`),
+    timed as "margins" when a ``meter`` is given."""
+    tick = time.perf_counter()
+    margins = design.rows.dot(coef) + intercept
+    if meter is not None:
+        meter.add("margins", 1.0, tick)
+    return margins
+
+
+def certify_afresh(problem, design, y, weights, duals, meter, coef, intercept):
+    """The certificate of (θ, b) on margins recomputed from X (two passes), tightened by
+    the best dual point of ``duals`` (:class:`~dask_scd.engines.certificates.DualMemory`)."""
+    tick = time.perf_counter()
+    margins = fresh_margins(design, coef, intercept)
+    final = duals.tighten(
+        primal_certificate(problem, design.rows.scatter, y, coef, margins, weights)
+    )
+    meter.add("certificate", 2.0, tick)
+    return final
+
+
+def uncertified(primal: float, shape) -> obj.Certificate:
+    """The certificate of a fit without a penalty: P alone, the dual and gaps NaN."""
+    nan = float("nan")
+    return obj.Certificate(primal, nan, np.full(shape, nan), nan)

@@ -1,0 +1,45 @@
+"""The epoch kernels as the engines call them: a MajorMatrix and the iterate in, and the
+weighted CPU kernel in place of the plain one when there are sample weights."""
+
+from __future__ import annotations
+
+from dask_scd.kernels import cpu, sdca
+from dask_scd.kernels.layout import MajorMatrix
+
+
+def scd_epoch(
+    kernel,
+    m: MajorMatrix,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    problem,
+    l2,
+    sq_norms,
+    cubes,
+    weights,
+):
+    """One primal SCD epoch over the coordinates ``order`` of the columns ``m``: ``kernel``
+    (:func:`dask_scd.kernels.cpu.scd_epoch` or a twin with its arguments) without
+    ``weights``, else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; returns the kernel's."""
+    args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, y, margins, coef, intercept, order)
+    args += (problem.loss_code, problem.l1, l2, sq_norms, cubes)
+    if weights is None:
+        return kernel(*args)
+    return cpu.scd_weighted_epoch(*args, weights)
+
+
+def sdca_epoch(
+    kernel, m: MajorMatrix, y, dual_coef, coef, order, loss_code, alpha_n, sq_norms, weights, *shift
+):
+    """One SDCA epoch over the rows ``order`` of ``m``: ``kernel``
+    (:func:`dask_scd.kernels.cpu.sdca_epoch` or its GPU twin) without ``weights``, else
+    :func:`dask_scd.kernels.sdca.sdca_weighted_epoch`; ``shift`` = (b, ρ, [Σa]), the
+    intercept's multiplier terms. Returns max |Δa_i|."""
+    args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef, order)
+    args += (loss_code, alpha_n, sq_norms)
+    if weights is None:
+        return kernel(*args, *shift)
+    return sdca.sdca_weighted_epoch(*args, weights, *shift)
