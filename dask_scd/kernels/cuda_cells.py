@@ -120,7 +120,7 @@ def _span(dense, indptr, j, n_rows):
 def _stride(dense, indptr, j, n_rows):
     """(first, end, step): the range of column j's stored entries that this thread reads."""
     start, end = _span(dense, indptr, j, n_rows)
-    return start + cuda.threadIdx.x, end, cuda.blockDim.x
+    return tpa._stride(start, end)
 
 
 @cuda.jit(device=True)
