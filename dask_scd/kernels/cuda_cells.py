@@ -66,13 +66,6 @@ class Columns:
             return int(self.X.nbytes)
         return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes)
 
-    @property
-    def mean_column(self) -> float:
-        """Stored entries of a mean column (sets the threads per block)."""
-        if self.dense:
-            return float(self.n_rows)
-        return self.data.shape[0] / max(self.n_columns, 1)
-
 
 def columns(cell) -> Columns:
     """The :class:`Columns` of a cell on the device: a 2-D device array (numba or cupy),
@@ -102,7 +95,8 @@ def _to_device(vector):
 
 
 def _threads(cols: Columns) -> int:
-    return tpa.threads_per_block(cols.mean_column)
+    """Threads per block for the stored entries of a mean column."""
+    return tpa.threads_per_block(tpa._mean_line(cols.data, cols.dense, cols.n_rows, cols.n_columns))
 
 
 # ------------------------------------------------------------------ device helpers
