@@ -288,6 +288,7 @@ def scd_epoch(
 # ----------------------------------------------------------------------- dual SDCA
 
 
+# The parameters of sdca_epoch, then the ESO constants: a launch passes each array itself.
 @cuda.jit
 def _sdca_kernel(
     data,
@@ -560,8 +561,3 @@ def _copy_back(hosts, devices):
 def to_device(array):
     """A device copy of a host array (numpy), for the matrix triple read every epoch."""
     return cuda.to_device(np.ascontiguousarray(array))
-
-
-def is_available() -> bool:
-    """Whether numba.cuda can run kernels here (a GPU and a driver, or the simulator)."""
-    return cuda.is_available()
