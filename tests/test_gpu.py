@@ -523,7 +523,8 @@ for dtype in (types.float32, f64):
     for index in (types.int32, i64):
         matrix = (dtype[::1], index[::1], index[::1], flag, i64)
         primal = (*matrix, vec, vec, vec, vec, i64[::1], i64, f64, f64, vec, vec, flag, vec)
-        dual = (*matrix, vec, vec, vec, i64[::1], i64, f64, vec, f64, f64, vec, vec)
+        eso = (f64, f64, f64, f64)
+        dual = (*matrix, vec, vec, vec, i64[::1], i64, f64, vec, f64, f64, vec, vec, *eso)
         for kernel, signature in ((kernels._scd_kernel, primal), (kernels._sdca_kernel, dual)):
             ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(8, 0))
             assert "bar.sync" in ptx and "atom.global.add.f64" in ptx

@@ -146,21 +146,8 @@ class CellView:
 
     def stored_trials(self, loss_code, y, margins, direction, steps, weights=None) -> np.ndarray:
         """:meth:`trials` at :attr:`stored_columns` only; ``direction`` given there."""
-        m = self._stored[1]
         return _coordinate_trials(
-            m.data,
-            m.indices,
-            m.indptr,
-            False,
-            m.n_major,
-            m.n_minor,
-            True,
-            y,
-            margins,
-            direction,
-            steps,
-            loss_code,
-            weights,
+            self._stored[1], True, loss_code, y, margins, direction, steps, weights
         )
 
     def cube_sums(self) -> np.ndarray:
@@ -207,57 +194,19 @@ class CellView:
     def trials(self, loss_code, y, margins, direction, steps, weights=None) -> np.ndarray:
         """(K, n_columns) loss changes per step size and coordinate (a pure cell), each
         example's weighted by ``weights`` where given."""
-        m = self.matrix
         return _coordinate_trials(
-            m.data,
-            m.indices,
-            m.indptr,
-            m.dense,
-            m.n_major,
-            m.n_minor,
-            self.by_columns,
-            y,
-            margins,
-            direction,
-            steps,
-            loss_code,
-            weights,
+            self.matrix, self.by_columns, loss_code, y, margins, direction, steps, weights
         )
 
 
 def _coordinate_trials(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_major,
-    n_minor,
-    by_columns,
-    y,
-    margins,
-    direction,
-    steps,
-    loss_code,
-    weights,
+    m: MajorMatrix, by_columns, loss_code, y, margins, direction, steps, weights
 ) -> np.ndarray:
-    args = (
-        data,
-        indices,
-        indptr,
-        dense,
-        n_major,
-        n_minor,
-        by_columns,
-        y,
-        margins,
-        np.ascontiguousarray(direction, dtype=np.float64),
-        steps,
-        block_kernels.are_quarters(steps),
-        loss_code,
+    return block_kernels.coordinate_trials(
+        *(m.data, m.indices, m.indptr, m.dense, m.n_major, m.n_minor, by_columns),
+        *(y, margins, np.ascontiguousarray(direction, dtype=np.float64), steps),
+        *(block_kernels.are_quarters(steps), loss_code, weights),
     )
-    if weights is None:
-        return block_kernels.coordinate_trials(*args)
-    return block_kernels.weighted_coordinate_trials(*args, weights)
 
 
 class DeviceCellView:

@@ -17,6 +17,8 @@ import math
 import numpy as np
 from numba import njit
 
+from dask_scd.kernels.lines import line as _line
+from dask_scd.kernels.lines import minor as _minor
 from dask_scd.kernels.scalar import LOGISTIC, SQUARED, SQUARED_HINGE, TRIAL_STEPS
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
@@ -103,98 +105,60 @@ def coordinate_trials(
     steps,
     quarters,
     loss,
+    weights=None,
 ):
-    """(K, n_columns): Σ_i ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i) over column j's non-zeros.
+    """(K, n_columns): Σ_i v_i (ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i)) over column j's
+    non-zeros, with sample weights v (``weights``; None: v = 1).
 
     The per-coordinate line search of a *pure* block: its columns touch disjoint examples,
     so the objective change of the block step splits over coordinates.
     """
-    n_columns = n_major if by_columns else n_minor
-    out = np.zeros((steps.shape[0], n_columns))
+    out = np.zeros((steps.shape[0], n_major if by_columns else n_minor))
+    row = np.zeros((steps.shape[0], 1))
     for r in range(n_major):
-        if dense:
-            start, end = r * n_minor, (r + 1) * n_minor
-        else:
-            start, end = indptr[r], indptr[r + 1]
+        start, end = _line(dense, indptr, r, n_minor)
         for idx in range(start, end):
             x = np.float64(data[idx])
             if x == 0.0:
                 continue
-            m = idx - start if dense else indices[idx]
+            m = _minor(dense, indices, idx, start)
             i, j = (m, r) if by_columns else (r, m)
             if direction[j] == 0.0:
                 continue
-            _add_changes(loss, y[i], margins[i], direction[j] * x, steps, quarters, out, j)
+            # None is a type of its own: numba compiles the unweighted kernel without this
+            # branch, the changes added straight into out.
+            if weights is None:
+                _add_changes(loss, y[i], margins[i], direction[j] * x, steps, quarters, out, j)
+            elif weights[i] != 0.0:
+                v = direction[j] * x
+                _add_weighted(loss, y[i], margins[i], v, steps, quarters, weights[i], row, out, j)
     return out
 
 
 @njit(nogil=True, cache=True)
-def weighted_coordinate_trials(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_major,
-    n_minor,
-    by_columns,
-    y,
-    margins,
-    direction,
-    steps,
-    quarters,
-    loss,
-    weights,
-):
-    """:func:`coordinate_trials` with sample weights v: Σ_i v_i (ℓ(ŷ_i + steps[k]·d_j·x_ij)
-    − ℓ(ŷ_i)) over column j's non-zeros."""
-    K = steps.shape[0]
-    n_columns = n_major if by_columns else n_minor
-    out = np.zeros((K, n_columns))
-    row = np.zeros((K, 1))
-    for r in range(n_major):
-        if dense:
-            start, end = r * n_minor, (r + 1) * n_minor
-        else:
-            start, end = indptr[r], indptr[r + 1]
-        for idx in range(start, end):
-            x = np.float64(data[idx])
-            if x == 0.0:
-                continue
-            m = idx - start if dense else indices[idx]
-            i, j = (m, r) if by_columns else (r, m)
-            if direction[j] == 0.0 or weights[i] == 0.0:
-                continue
-            row[:, 0] = 0.0
-            _add_changes(loss, y[i], margins[i], direction[j] * x, steps, quarters, row, 0)
-            for k in range(K):
-                out[k, j] += weights[i] * row[k, 0]
-    return out
-
-
-@njit(nogil=True, cache=True)
-def line_trials(y, margins, u, steps, quarters, loss):
-    """(K,): Σ_i ℓ(ŷ_i + steps[k]·u_i) − ℓ(ŷ_i), the whole-block line search."""
+def line_trials(y, margins, u, steps, quarters, loss, weights=None):
+    """(K,): Σ_i v_i (ℓ(ŷ_i + steps[k]·u_i) − ℓ(ŷ_i)), the whole-block line search, with
+    sample weights v (``weights``; None: v = 1)."""
     out = np.zeros((steps.shape[0], 1))
+    row = np.zeros((steps.shape[0], 1))
     for i in range(margins.shape[0]):
-        if u[i] != 0.0:
+        if u[i] == 0.0:
+            continue
+        if weights is None:  # compiled without the weighted branch, as coordinate_trials
             _add_changes(loss, y[i], margins[i], u[i], steps, quarters, out, 0)
+        elif weights[i] != 0.0:
+            _add_weighted(loss, y[i], margins[i], u[i], steps, quarters, weights[i], row, out, 0)
     return out[:, 0]
 
 
-@njit(nogil=True, cache=True)
-def weighted_line_trials(y, margins, u, steps, quarters, loss, weights):
-    """(K,): Σ_i v_i (ℓ(ŷ_i + steps[k]·u_i) − ℓ(ŷ_i)), :func:`line_trials` with sample
-    weights v."""
-    K = steps.shape[0]
-    out = np.zeros((K, 1))
-    row = np.zeros((K, 1))
-    for i in range(margins.shape[0]):
-        if u[i] != 0.0 and weights[i] != 0.0:
-            row[:, 0] = 0.0
-            _add_changes(loss, y[i], margins[i], u[i], steps, quarters, row, 0)
-            for k in range(K):
-                out[k, 0] += weights[i] * row[k, 0]
-    return out[:, 0]
+@njit(inline="always")
+def _add_weighted(loss, yi, z, v, steps, quarters, weight, row, out, j):
+    """out[k, j] += weight·(ℓ(z + steps[k]·v) − ℓ(z)), the example's changes summed in
+    ``row`` (K, 1) first."""
+    row[:, 0] = 0.0
+    _add_changes(loss, yi, z, v, steps, quarters, row, 0)
+    for k in range(steps.shape[0]):
+        out[k, j] += weight * row[k, 0]
 
 
 def are_quarters(steps) -> bool:
@@ -336,6 +300,17 @@ def _entry(value, i):
     return value[i] if value.shape[0] else 1.0
 
 
+@njit(inline="always")
+def _moved(z, prev_column, prev_value, prev_delta, i):
+    """Margin z of row i moved by the last block's step (a pure cell by rows; ``prev_delta``
+    empty for none)."""
+    if prev_delta.shape[0] > 0:
+        p = prev_column[i]
+        if p >= 0:
+            z += _entry(prev_value, i) * prev_delta[p]
+    return z
+
+
 @njit(nogil=True, cache=True)
 def pure_apply(column, value, delta, margins):
     """margins += X_cell Δ in place for a pure cell by rows (:func:`rows_by_blocks`): each
@@ -354,13 +329,8 @@ def pure_stats(prev_column, prev_value, prev_delta, shift, column, value, y, mar
     of a column-major cell's entries: the same sums)."""
     g[:] = 0.0
     h[:] = 0.0
-    applying = prev_delta.shape[0] > 0
     for i in range(margins.shape[0]):
-        z = margins[i] + shift
-        if applying:
-            p = prev_column[i]
-            if p >= 0:
-                z += _entry(prev_value, i) * prev_delta[p]
+        z = _moved(margins[i] + shift, prev_column, prev_value, prev_delta, i)
         margins[i] = z
         j = column[i]
         if j >= 0:
@@ -376,13 +346,8 @@ def shift_stats(prev_column, prev_value, prev_delta, y, margins, loss):
     (Σ_i ℓ'(ŷ_i), Σ_i ℓ''(ŷ_i)): the intercept's statistics."""
     s = 0.0
     t = 0.0
-    applying = prev_delta.shape[0] > 0
     for i in range(margins.shape[0]):
-        z = margins[i]
-        if applying:
-            p = prev_column[i]
-            if p >= 0:
-                z += _entry(prev_value, i) * prev_delta[p]
+        z = _moved(margins[i], prev_column, prev_value, prev_delta, i)
         margins[i] = z
         d1, d2 = _derivative_pair(loss, y[i], z)
         s += d1

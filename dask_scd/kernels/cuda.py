@@ -76,11 +76,19 @@ def _block_sums(cache, a, b):
     return total_a, total_b
 
 
+# kernels.lines.line's twin: under the simulator a device function cannot pass arrays to a
+# CPU-compiled one.
 @cuda.jit(device=True)
 def _line(dense, indptr, major, n_minor):
     if dense:
         return major * n_minor, (major + 1) * n_minor
     return indptr[major], indptr[major + 1]
+
+
+@cuda.jit(device=True)
+def _stride(start, end):
+    """(first, end, step): the entries of [start, end) that this thread of the block reads."""
+    return start + cuda.threadIdx.x, end, cuda.blockDim.x
 
 
 @cuda.jit(device=True)
@@ -119,7 +127,6 @@ def _scd_kernel(
     """Block b updates coordinate order[b]; stats[0], stats[1] ← max |Δθ_j|, max |θ_j|."""
     cache = cuda.shared.array((2, _SHARED), float64)
     tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
     j = order[cuda.blockIdx.x]
@@ -136,7 +143,7 @@ def _scd_kernel(
 
     g_part = 0.0
     h_part = 0.0
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(start, end)):
         i, x = _entry(data, indices, dense, ones, start, idx)
         d1, d2 = scalar.loss_d1_d2(loss, y[i], margins[i])
         g_part += d1 * x
@@ -181,7 +188,7 @@ def _scd_kernel(
             cuda.atomic.max(stats, 1, abs(old + delta))
     if delta == 0.0:
         return
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(start, end)):
         i, x = _entry(data, indices, dense, ones, start, idx)
         cuda.atomic.add(margins, i, delta * x)  # ŷ += Δθ_j X[:, j], raced by other blocks
     if tid == 0:  # every thread read old before the first reduction
@@ -200,11 +207,9 @@ def _line_search(
     A trial sums ℓ(ŷ_i + tΔx_i) − ℓ(ŷ_i) reading each margin once, so that a margin moved
     by another block between two reductions shifts both terms alike.
     """
-    tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     model = g * delta + scalar.penalty(l1, l2, old + delta) - scalar.penalty(l1, l2, old)
     base_part = 0.0
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(start, end)):
         i, x = _entry(data, indices, dense, ones, start, idx)
         base_part += scalar.loss(loss, y[i], margins[i])
     base, _ = _block_sums(cache, base_part, 0.0)
@@ -214,7 +219,7 @@ def _line_search(
     for _ in range(scalar.MAX_BACKTRACK):
         step = t * delta
         part = 0.0
-        for idx in range(start + tid, end, n_threads):
+        for idx in range(*_stride(start, end)):
             i, x = _entry(data, indices, dense, ones, start, idx)
             m = margins[i]
             part += scalar.loss(loss, y[i], m + step * x) - scalar.loss(loss, y[i], m)
@@ -283,6 +288,7 @@ def scd_epoch(
 # ----------------------------------------------------------------------- dual SDCA
 
 
+# The parameters of sdca_epoch, then the ESO constants: a launch passes each array itself.
 @cuda.jit
 def _sdca_kernel(
     data,
@@ -313,19 +319,21 @@ def _sdca_kernel(
     cache = cuda.shared.array((2, _SHARED), float64)
     step = cuda.shared.array(1, float64)
     tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     for r in range(cuda.blockIdx.x, order.shape[0], cuda.gridDim.x):
         i = order[r]
         start, end = _line(dense, indptr, i, n_features)
         part = 0.0
-        for idx in range(start + tid, end, n_threads):
+        for idx in range(*_stride(start, end)):
             k, x = _entry(data, indices, dense, False, start, idx)
             part += x * coef[k]
         margin, _ = _block_sums(cache, part, 0.0)
         if tid == 0:
             # Σ a_i is raced by the other blocks: one thread reads it and decides the step.
             sq = row_sq_norms[i]
-            q = min(beta * sq, (1.0 - shared) * sq + spread) / alpha_n + rho_beta * rho
+            by_sparsity, by_spectrum = beta * sq, (1.0 - shared) * sq + spread
+            # The smaller by a comparison: numba.cuda does not lower min of floats.
+            smaller = by_spectrum if by_spectrum < by_sparsity else by_sparsity
+            q = smaller / alpha_n + rho_beta * rho
             shifted = margin + intercept + rho * dual_sum[0]
             t = scalar.dual_step(loss, y[i], dual_coef[i], shifted, q)
             step[0] = t
@@ -339,7 +347,7 @@ def _sdca_kernel(
         t = step[0]
         if t != 0.0:
             scale = t / alpha_n
-            for idx in range(start + tid, end, n_threads):
+            for idx in range(*_stride(start, end)):
                 k, x = _entry(data, indices, dense, False, start, idx)
                 cuda.atomic.add(coef, k, scale * x)  # w += t x_i/(αn), raced by other blocks
         # The block's own adds are done before any of its threads reads w for the next row.
@@ -553,8 +561,3 @@ def _copy_back(hosts, devices):
 def to_device(array):
     """A device copy of a host array (numpy), for the matrix triple read every epoch."""
     return cuda.to_device(np.ascontiguousarray(array))
-
-
-def is_available() -> bool:
-    """Whether numba.cuda can run kernels here (a GPU and a driver, or the simulator)."""
-    return cuda.is_available()

@@ -66,13 +66,6 @@ class Columns:
             return int(self.X.nbytes)
         return int(self.data.nbytes + self.indices.nbytes + self.indptr.nbytes)
 
-    @property
-    def mean_column(self) -> float:
-        """Stored entries of a mean column (sets the threads per block)."""
-        if self.dense:
-            return float(self.n_rows)
-        return self.data.shape[0] / max(self.n_columns, 1)
-
 
 def columns(cell) -> Columns:
     """The :class:`Columns` of a cell on the device: a 2-D device array (numba or cupy),
@@ -102,7 +95,8 @@ def _to_device(vector):
 
 
 def _threads(cols: Columns) -> int:
-    return tpa.threads_per_block(cols.mean_column)
+    """Threads per block for the stored entries of a mean column."""
+    return tpa.threads_per_block(tpa._mean_line(cols.data, cols.dense, cols.n_rows, cols.n_columns))
 
 
 # ------------------------------------------------------------------ device helpers
@@ -114,6 +108,13 @@ def _span(dense, indptr, j, n_rows):
     if dense:
         return np.int64(0), np.int64(n_rows)
     return np.int64(indptr[j]), np.int64(indptr[j + 1])
+
+
+@cuda.jit(device=True)
+def _stride(dense, indptr, j, n_rows):
+    """(first, end, step): the range of column j's stored entries that this thread reads."""
+    start, end = _span(dense, indptr, j, n_rows)
+    return tpa._stride(start, end)
 
 
 @cuda.jit(device=True)
@@ -185,18 +186,15 @@ def _column_sums_kernel(
 ):
     """Block j: out_a[j] = Σ_i a_i x_ij^power_a and out_b[j] = Σ_i b_i x_ij^power_b."""
     cache = cuda.shared.array((2, _SHARED), float64)
-    tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     j = cuda.blockIdx.x
-    start, end = _span(dense, indptr, j, n_rows)
     part_a = 0.0
     part_b = 0.0
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(dense, indptr, j, n_rows)):
         i, x = _entry(X, data, indices, dense, j, idx)
         part_a += a[i] * _power(x, power_a)
         part_b += b[i] * _power(x, power_b)
     sum_a, sum_b = _block_sums(cache, part_a, part_b)
-    if tid == 0:
+    if cuda.threadIdx.x == 0:
         out_a[j] = sum_a
         out_b[j] = sum_b
 
@@ -215,13 +213,11 @@ def _dense_matvec_kernel(X, d, out):
 @cuda.jit
 def _sparse_matvec_kernel(data, indices, indptr, d, out):
     """Block j: out += d_j X[:, j]; out starts at zero."""
-    tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     j = cuda.blockIdx.x
     dj = d[j]
     if dj == 0.0:
         return
-    for idx in range(indptr[j] + tid, indptr[j + 1], n_threads):
+    for idx in range(*_stride(False, indptr, j, 0)):
         # Columns share rows: blocks race for out[i].
         cuda.atomic.add(out, indices[idx], dj * np.float64(data[idx]))
 
@@ -249,21 +245,18 @@ def _gram_kernel(
     ``symmetric`` (X2 is X): only blocks with k ≥ j run, and write out[k, j] too.
     """
     cache = cuda.shared.array((2, _SHARED), float64)
-    tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     j = cuda.blockIdx.x // n_other
     k = cuda.blockIdx.x % n_other
     if symmetric and k < j:
         return  # the whole block returns: no barrier is left waiting
-    start, end = _span(dense, indptr, j, n_rows)
     lo, hi = _span(dense2, indptr2, k, n_rows)
     part = 0.0
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(dense, indptr, j, n_rows)):
         i, x = _entry(X, data, indices, dense, j, idx)
         if x != 0.0:
             part += weights[i] * x * _value_at(X2, data2, indices2, dense2, k, lo, hi, i)
     total, _ = _block_sums(cache, part, 0.0)
-    if tid == 0:
+    if cuda.threadIdx.x == 0:
         out[j, k] = total
         if symmetric:
             out[k, j] = total
@@ -277,8 +270,6 @@ def _trials_kernel(
     non-zeros (:func:`dask_scd.kernels.block.coordinate_trials`, one column per block)."""
     cache = cuda.shared.array((2, _SHARED), float64)
     changes = cuda.local.array(MAX_STEPS, float64)
-    tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     j = cuda.blockIdx.x
     dj = direction[j]
     if dj == 0.0:
@@ -286,15 +277,14 @@ def _trials_kernel(
     n_steps = steps.shape[0]
     for k in range(n_steps):
         changes[k] = 0.0
-    start, end = _span(dense, indptr, j, n_rows)
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(dense, indptr, j, n_rows)):
         i, x = _entry(X, data, indices, dense, j, idx)
         if x != 0.0:
             _add_changes(loss, y[i], margins[i], dj * x, steps, quarters, changes)
     for k in range(0, n_steps, 2):
         second = changes[k + 1] if k + 1 < n_steps else 0.0
         first_sum, second_sum = _block_sums(cache, changes[k], second)
-        if tid == 0:
+        if cuda.threadIdx.x == 0:
             out[k, j] = first_sum
             if k + 1 < n_steps:
                 out[k + 1, j] = second_sum
@@ -304,13 +294,10 @@ def _trials_kernel(
 def _inspect_kernel(X, data, indices, indptr, dense, n_rows, largest, bad, row_counts):
     """Block j: largest[0] ← max finite |x_ij|, bad[0] += non-finite entries, and
     row_counts[i] += 1 per non-zero (dense) or stored entry (sparse), as on the CPU."""
-    tid = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
     j = cuda.blockIdx.x
-    start, end = _span(dense, indptr, j, n_rows)
     top = 0.0
     n_bad = 0
-    for idx in range(start + tid, end, n_threads):
+    for idx in range(*_stride(dense, indptr, j, n_rows)):
         i, x = _entry(X, data, indices, dense, j, idx)
         if math.isfinite(x):
             if abs(x) > top:  # not max(): numba.cuda does not lower max of floats

@@ -33,37 +33,25 @@ from dask_scd.kernels.scalar import prox_newton as _prox_newton
 _FAST = {"reassoc", "contract"}
 
 
-@njit(nogil=True, cache=True)
-def derivatives(loss, y, margins, grad, curv):
-    """grad[i] = ℓ'(y_i, z_i), curv[i] = ℓ''(y_i, z_i) (generalized for the squared hinge);
-    returns Σ ℓ(y_i, z_i)."""
-    total = 0.0
-    for i in range(len(y)):
-        grad[i], curv[i] = _loss_d1_d2(loss, y[i], margins[i])
-        total += _loss(loss, y[i], margins[i])
-    return total
+# Sample weights are None or an array, two types: numba compiles each kernel below that
+# takes them once without its weighted branch, once with it.
 
 
 @njit(nogil=True, cache=True)
-def weighted_derivatives(loss, y, margins, weights, grad, curv):
-    """:func:`derivatives` of the weighted loss v_i·ℓ(y_i, z_i); returns Σ v_i ℓ(y_i, z_i)."""
+def derivatives(loss, y, margins, grad, curv, weights=None):
+    """grad[i] = v_i ℓ'(y_i, z_i), curv[i] = v_i ℓ''(y_i, z_i) (generalized for the squared
+    hinge), v the sample ``weights`` (None: v = 1); returns Σ v_i ℓ(y_i, z_i)."""
     total = 0.0
     for i in range(len(y)):
-        v = weights[i]
         g, d = _loss_d1_d2(loss, y[i], margins[i])
-        grad[i], curv[i] = v * g, v * d
-        if v != 0.0:
-            total += v * _loss(loss, y[i], margins[i])
-    return total
-
-
-@njit(nogil=True, cache=True)
-def weighted_loss_along(loss, y, margins, weights, direction, step):
-    """Σ v_i ℓ(y_i, z_i + t·u_i)."""
-    total = 0.0
-    for i in range(len(y)):
-        if weights[i] != 0.0:
-            total += weights[i] * _loss(loss, y[i], margins[i] + step * direction[i])
+        if weights is None:
+            grad[i], curv[i] = g, d
+            total += _loss(loss, y[i], margins[i])
+        else:
+            v = weights[i]
+            grad[i], curv[i] = v * g, v * d
+            if v != 0.0:
+                total += v * _loss(loss, y[i], margins[i])
     return total
 
 
@@ -126,11 +114,15 @@ def _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out):
 
 
 @njit(nogil=True, cache=True)
-def loss_along(loss, y, margins, direction, step):
-    """Σ ℓ(y_i, z_i + t·u_i): the loss at θ + tΔ given u = XΔ (+ Δb)."""
+def loss_along(loss, y, margins, direction, step, weights=None):
+    """Σ v_i ℓ(y_i, z_i + t·u_i): the loss at θ + tΔ given u = XΔ (+ Δb), v the sample
+    ``weights`` (None: v = 1)."""
     total = 0.0
     for i in range(len(y)):
-        total += _loss(loss, y[i], margins[i] + step * direction[i])
+        if weights is None:
+            total += _loss(loss, y[i], margins[i] + step * direction[i])
+        elif weights[i] != 0.0:
+            total += weights[i] * _loss(loss, y[i], margins[i] + step * direction[i])
     return total
 
 
@@ -301,77 +293,22 @@ def gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept):
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def column_cd_epoch_packed(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_rows,
-    order,
-    packed,
-    col_curv,
-    coef,
-    delta,
-    l1,
-    l2,
-    intercept,
-    delta_b,
-):
+def column_cd_epoch_packed(data, indices, indptr, dense, n_rows, order, packed, *model):
     """One coordinate-descent epoch of the quadratic model over columns (CSC or Fortran X).
 
     The row vectors are the columns of ``packed`` (n × 3): the loss derivatives g, the
     curvatures D, and the direction XΔ + Δb, kept up to date. Side by side, a column's
-    rows, scattered over X, cost one cache line each instead of three.
-    ``col_curv[j] = Σ_i d_i x_ij² / n``; ``order`` holds column indices, and ``-1`` for
-    the intercept (``delta_b[0]``). Returns the largest violation met before each step.
+    rows, scattered over X, cost one cache line each instead of three. ``model`` is
+    (col_curv, coef, delta, l1, l2, intercept, delta_b): ``col_curv[j] = Σ_i d_i x_ij² / n``,
+    θ and Δ on the columns, the penalty, and Δb in ``delta_b[0]``; ``order`` holds column
+    indices, and ``-1`` for the intercept. Returns the largest violation met before each
+    step.
     """
-    n = float(n_rows)
-    worst = 0.0
-    for j in order:
-        if j < 0:
-            s = 0.0
-            h = 0.0
-            for i in range(n_rows):
-                s += packed[i, 0] + packed[i, 1] * packed[i, 2]
-                h += packed[i, 1]
-            violation, step = _intercept_step(s, h, n, delta_b)
-            worst = max(worst, violation)
-            if step != 0.0:
-                for i in range(n_rows):
-                    packed[i, 2] += step
-            continue
-        h = col_curv[j]
-        start, end = _line(dense, indptr, j, n_rows)
-        s = 0.0
-        for idx in range(start, end):
-            i = _minor(dense, indices, idx, start)
-            s += data[idx] * (packed[i, 0] + packed[i, 1] * packed[i, 2])
-        violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
-        worst = max(worst, violation)
-        if step == 0.0:
-            continue
-        for idx in range(start, end):
-            packed[_minor(dense, indices, idx, start), 2] += step * data[idx]
-    return worst
+    return _column_cd_epoch(data, indices, indptr, dense, n_rows, order, packed, model, _PACKED)
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def column_cd_epoch_unit(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_rows,
-    order,
-    residual,
-    col_curv,
-    coef,
-    delta,
-    l1,
-    l2,
-    intercept,
-    delta_b,
-):
+def column_cd_epoch_unit(data, indices, indptr, dense, n_rows, order, residual, *model):
     """:func:`column_cd_epoch_packed` for a curvature of 1 on every row (the squared loss
     without sample weights), on the model's residual r = g + XΔ + Δb alone.
 
@@ -380,50 +317,12 @@ def column_cd_epoch_unit(
     10k, an epoch over every column: 0.13 s against 0.35 s). Returns the largest
     violation met before each step.
     """
-    n = float(n_rows)
-    worst = 0.0
-    for j in order:
-        if j < 0:
-            s = 0.0
-            for i in range(n_rows):
-                s += residual[i]
-            violation, step = _intercept_step(s, n, n, delta_b)
-            worst = max(worst, violation)
-            if step != 0.0:
-                for i in range(n_rows):
-                    residual[i] += step
-            continue
-        h = col_curv[j]
-        start, end = _line(dense, indptr, j, n_rows)
-        s = 0.0
-        for idx in range(start, end):
-            s += data[idx] * residual[_minor(dense, indices, idx, start)]
-        violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
-        worst = max(worst, violation)
-        if step == 0.0:
-            continue
-        for idx in range(start, end):
-            residual[_minor(dense, indices, idx, start)] += step * data[idx]
-    return worst
+    state = residual.reshape((n_rows, 1))
+    return _column_cd_epoch(data, indices, indptr, dense, n_rows, order, state, model, _UNIT)
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def column_cd_epoch_pair(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_rows,
-    order,
-    pair,
-    col_curv,
-    coef,
-    delta,
-    l1,
-    l2,
-    intercept,
-    delta_b,
-):
+def column_cd_epoch_pair(data, indices, indptr, dense, n_rows, order, pair, *model):
     """:func:`column_cd_epoch_packed` on two floats a row: ``pair`` (n × 2) holds the
     model's residual r = g + D(XΔ + Δb) and the curvature D side by side, and XΔ + Δb is
     left to the caller (one product X·Δ after the epochs). Two thirds of the packed
@@ -431,6 +330,37 @@ def column_cd_epoch_pair(
     over every column: 0.23 s against 0.35 s). Returns the largest violation met before
     each step.
     """
+    return _column_cd_epoch(data, indices, indptr, dense, n_rows, order, pair, model, _PAIR)
+
+
+# The row states of a column epoch, a compile-time constant of each kernel above: their
+# branches below fold away.
+_PACKED, _UNIT, _PAIR = 0, 1, 2
+
+
+@njit(inline="always")
+def _row_slope(state, i, kind):
+    """The model's slope at row i: g + D·u from the packed rows, else the residual r."""
+    if kind == _PACKED:
+        return state[i, 0] + state[i, 1] * state[i, 2]
+    return state[i, 0]
+
+
+@njit(inline="always")
+def _move_row(state, i, amount, kind):
+    """The row's state after its direction u_i moves by ``amount``."""
+    if kind == _PACKED:
+        state[i, 2] += amount
+    elif kind == _UNIT:
+        state[i, 0] += amount
+    else:
+        state[i, 0] += amount * state[i, 1]
+
+
+@njit(inline="always")
+def _column_cd_epoch(data, indices, indptr, dense, n_rows, order, state, model, kind):
+    """The epoch of the three kernels above over their row ``state`` (n × 3, 1 or 2)."""
+    col_curv, coef, delta, l1, l2, _, delta_b = model
     n = float(n_rows)
     worst = 0.0
     for j in order:
@@ -438,24 +368,24 @@ def column_cd_epoch_pair(
             s = 0.0
             h = 0.0
             for i in range(n_rows):
-                s += pair[i, 0]
-                h += pair[i, 1]
-            violation, step = _intercept_step(s, h, n, delta_b)
+                s += _row_slope(state, i, kind)
+                if kind != _UNIT:
+                    h += state[i, 1]
+            violation, step = _intercept_step(s, n if kind == _UNIT else h, n, delta_b)
             worst = max(worst, violation)
             if step != 0.0:
                 for i in range(n_rows):
-                    pair[i, 0] += step * pair[i, 1]
+                    _move_row(state, i, step, kind)
             continue
         h = col_curv[j]
         start, end = _line(dense, indptr, j, n_rows)
         s = 0.0
         for idx in range(start, end):
-            s += data[idx] * pair[_minor(dense, indices, idx, start), 0]
+            s += data[idx] * _row_slope(state, _minor(dense, indices, idx, start), kind)
         violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
         worst = max(worst, violation)
         if step == 0.0:
             continue
         for idx in range(start, end):
-            i = _minor(dense, indices, idx, start)
-            pair[i, 0] += step * data[idx] * pair[i, 1]
+            _move_row(state, _minor(dense, indices, idx, start), step * data[idx], kind)
     return worst

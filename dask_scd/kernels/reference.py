@@ -122,12 +122,9 @@ def sdca_epoch(problem: obj.Problem, X, y, dual_coef, coef, order, intercept=0.0
 
 def gram_epoch(gram, gradient, coef, order, l1, l2):
     """Coordinate minimization on ½θᵀHθ − cᵀθ + l1‖θ‖₁ + l2/2‖θ‖², with q = Hθ − c kept
-    up to date; updates ``gradient`` (q) and ``coef`` in place."""
-    for j in order:
-        h = gram[j, j]
-        new = prox_newton(coef[j], gradient[j], h, l1, l2)
-        gradient += gram[:, j] * (new - coef[j])
-        coef[j] = new
+    up to date; updates ``gradient`` (q) and ``coef`` in place: :func:`newton_gram_cd_epoch`
+    from θ = 0, its Δ ``coef``."""
+    newton_gram_cd_epoch(gram, gradient, np.zeros(len(coef)), coef, order, l1, l2, False)
 
 
 def block_order(rows, block, rng):
@@ -267,7 +264,8 @@ def _model_violation(q, w, l1, l2):
 
 def newton_gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept):
     """Coordinate minimization of cᵀΔ + ½ΔᵀHΔ + Σ_j penalty(θ_j + Δ_j) (the last coordinate
-    unpenalized with ``intercept``), q = c + HΔ kept; returns the largest violation."""
+    unpenalized with ``intercept``), q = c + HΔ kept; returns the largest violation.
+    The oracle of :func:`dask_scd.kernels.newton.gram_cd_epoch`, so written apart from it."""
     last = len(q) - 1 if intercept else len(q)
     worst = 0.0
     for j in order:

@@ -63,12 +63,7 @@ def loss_d1_d2(loss, y, z):
     if loss == SQUARED:
         return z - y, 1.0
     if loss == LOGISTIC:
-        u = y * z
-        if u >= 0.0:
-            e = math.exp(-u)
-            s = e / (1.0 + e)  # σ(−yz)
-        else:
-            s = 1.0 / (1.0 + math.exp(u))
+        s = sigmoid(-y * z)
         return -y * s, s * (1.0 - s)
     t = 1.0 - y * z
     if loss == SQUARED_HINGE:

@@ -260,9 +260,7 @@ def weighted_derivatives(code: int, y, margins, weights):
 def weighted_line_trials(y, margins, u, code: int, weights):
     """Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each trial step t (v = 1 without weights)."""
     quarters = block_kernels.are_quarters(TRIAL_STEPS)
-    if weights is None:
-        return block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code)
-    return block_kernels.weighted_line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)
+    return block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)
 
 
 _LAYOUT = ("cols", "width", "sparse")

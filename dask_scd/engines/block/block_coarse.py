@@ -120,13 +120,9 @@ def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> 
     # loss's by the product form: one exp and expm1 per row for all steps).
     quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
     code = obj.LOSS_CODES[loss]
-    if v is not None:
-        return {
-            "trials": block_kernels.weighted_line_trials(
-                y, margins, u, LINE_SEARCH_STEPS, quarters, code, v
-            )
-        }
-    return {"trials": block_kernels.line_trials(y, margins, u, LINE_SEARCH_STEPS, quarters, code)}
+    return {
+        "trials": block_kernels.line_trials(y, margins, u, LINE_SEARCH_STEPS, quarters, code, v)
+    }
 
 
 def coarse_apply(

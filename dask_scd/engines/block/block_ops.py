@@ -400,15 +400,9 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
                 "quadratic": np.array([obj.vdot(vu, u)]),
             }
         quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
-        if v is not None:
-            return {
-                "trials": block_kernels.weighted_line_trials(
-                    y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code, v
-                )
-            }
         return {
             "trials": block_kernels.line_trials(
-                y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code
+                y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code, v
             )
         }
     return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS, v)}

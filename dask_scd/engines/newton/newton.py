@@ -301,9 +301,7 @@ def _derivatives(problem, y, margins, weights, grad_rows, curv) -> float:
     """g = v∘ℓ'(z) and d = v∘ℓ''(z) into ``grad_rows`` and ``curv`` (v = 1 without sample
     weights); returns Σ v_i ℓ(y_i, z_i). Every model and certificate downstream reads the
     weighted loss through these alone."""
-    if weights is None:
-        return kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv)
-    return kernels.weighted_derivatives(problem.loss_code, y, margins, weights, grad_rows, curv)
+    return kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
 
 
 def _line_search(
@@ -336,13 +334,7 @@ def backtrack(
     n = len(y)
     t = 1.0
     for _ in range(MAX_BACKTRACK):
-        if weights is None:
-            trial = kernels.loss_along(problem.loss_code, y, margins, direction, t) / n
-        else:
-            trial = (
-                kernels.weighted_loss_along(problem.loss_code, y, margins, weights, direction, t)
-                / n
-            )
+        trial = kernels.loss_along(problem.loss_code, y, margins, direction, t, weights) / n
         trial += obj.penalty_value(problem, coef + t * delta)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t
