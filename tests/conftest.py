@@ -1,3 +1,4 @@
+import glob
 import importlib.util
 import os
 import sys
@@ -147,10 +148,15 @@ def started(monkeypatch):
 
 
 def nvvm_home():
-    """CUDA_HOME, or the pip wheel nvidia-cuda-nvcc-cu12 (libNVVM and libdevice): what
-    the PTX-compile tests of the GPU kernels need; None when neither is there."""
+    """CUDA_HOME, a toolkit in /usr/local/cuda*, or the pip wheel nvidia-cuda-nvcc-cu12
+    (libNVVM and libdevice): what the PTX-compile tests of the GPU kernels need; None when
+    none is there."""
     if os.environ.get("CUDA_HOME"):
         return os.environ["CUDA_HOME"]
+    for home in sorted(glob.glob("/usr/local/cuda*"), reverse=True):
+        for lib in ("nvvm/lib64", "lib", "lib64"):
+            if os.path.exists(os.path.join(home, lib, "libnvvm.so")):
+                return home
     spec = importlib.util.find_spec("nvidia")
     for root in spec.submodule_search_locations if spec else []:
         home = os.path.join(root, "cuda_nvcc")
