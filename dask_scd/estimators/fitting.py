@@ -19,6 +19,9 @@ from dask_scd.validation import (
     reissue,
 )
 
+# The arguments of check_problem, in its order.
+_PROBLEM = ("loss", "penalty", "alpha", "l1_ratio", "fit_intercept")
+
 
 def _fit_one(X, y, options: dict, start=None):
     """One :func:`dask_scd.fit`; a grid with ±1 targets fits its cells as a dask array."""
@@ -58,13 +61,7 @@ def _reuse_previous(X, y, options: dict, start):
 def _keep_previous(X, y, options: dict, coef, intercept):
     """The previous solution as the result when its certificate for the new problem is
     already below ``tol``, else None."""
-    problem = check_problem(
-        options["loss"],
-        options["penalty"],
-        options["alpha"],
-        options["l1_ratio"],
-        options["fit_intercept"],
-    )
+    problem = checked_problem(options)
     y = np.asarray(y, dtype=np.float64)
     weights = options.get("sample_weight")
     if weights is not None:
@@ -94,6 +91,11 @@ def _keep_previous(X, y, options: dict, coef, intercept):
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
     )
+
+
+def checked_problem(options: dict):
+    """The :class:`~dask_scd.objectives.Problem` of a fit's ``options``, checked."""
+    return check_problem(*(options[name] for name in _PROBLEM))
 
 
 def _fit_task(X, y, options):
