@@ -23,6 +23,7 @@ from dask_scd.objectives import (
 
 # The weighted objective's own rule, kept beside it; callers read it here too.
 from dask_scd.objectives import check_sample_weight as check_sample_weight
+from dask_scd.objectives.weights import one_per_row
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
@@ -363,13 +364,7 @@ def check_labels(y, n_samples: int, loss: str):
     """
     if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
         y = numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
-    y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D of shape (n_samples,), got shape {y.shape}")
-    if y.shape[0] != n_samples:
-        raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} rows")
+    y = one_per_row(y, n_samples, "y", "labels")
     if y.dtype.kind == "O" and _missing_labels(y).any():
         raise ValueError(f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})")
     if loss not in CLASSIFICATION_LOSSES and loss != MULTINOMIAL:
