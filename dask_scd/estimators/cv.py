@@ -13,13 +13,12 @@ import numbers
 
 import numpy as np
 
-from dask_scd.alpha_max import alpha_grid, max_alpha
+from dask_scd.alpha_max import alphas_of, check_grid, max_alpha, positive_values
 from dask_scd.estimators.base import _Classifier, _Regressor, _set_parameters
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
 from dask_scd.estimators.path_cv import (
     ModelScores,
     check_fold_weights,
-    check_grid_size,
     cv_inputs,
     cv_weights,
     folds,
@@ -166,18 +165,13 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         alpha_max of all of X, weighted by ``weights`` (the same grid for every fold; a
         dask array's or a grid's reduced over its cells)."""
         alphas = self.alphas
-        if alphas is not None and not isinstance(alphas, numbers.Integral):
-            return np.sort(_positive(alphas, f"alphas must be finite numbers > 0, got {alphas!r}"))[
-                ::-1
-            ]
-        n_alphas = check_grid_size(self.n_alphas if alphas is None else alphas, "n_alphas")
-        if not 0.0 < self.eps < 1.0:
-            raise ValueError(f"eps={self.eps!r} must be in (0, 1)")
-        return alpha_grid(
-            max_alpha(X, y, "squared", ratio, self.fit_intercept, sample_weight=weights),
-            n_alphas,
-            self.eps,
-        )
+        given = alphas is not None and not isinstance(alphas, numbers.Integral)
+        n_alphas = self.n_alphas if alphas is None else alphas
+        grid = check_grid(alphas if given else None, n_alphas, self.eps)
+        if grid[0] == "given":
+            return grid[1]
+        weighted_max = max_alpha(X, y, "squared", ratio, self.fit_intercept, sample_weight=weights)
+        return alphas_of(grid, weighted_max)
 
 
 def _penalty(ratio: float) -> str:
@@ -340,7 +334,9 @@ class RidgeCV(_CrossValidated, _Regressor):
         self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
-        alphas = _positive(self.alphas, f"alphas must be finite numbers > 0, got {self.alphas!r}")
+        alphas = positive_values(
+            self.alphas, f"alphas must be finite numbers > 0, got {self.alphas!r}"
+        )
         weights, X, y, _, splits = self._folds(data, sample_weight)
         score = self._score(r2_scores, Ridge(), X.shape[1])
         order = np.argsort(alphas)[::-1]
@@ -396,14 +392,6 @@ class RidgeCV(_CrossValidated, _Regressor):
     -----
 {cv_notes}
     """)
-
-
-def _positive(values, message: str) -> np.ndarray:
-    """``values`` as a float64 vector of finite numbers > 0, else a ValueError."""
-    values = np.asarray(values, dtype=np.float64).ravel()
-    if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise ValueError(message)
-    return values
 
 
 def _total(weights, rows) -> float:

@@ -8,9 +8,10 @@ import numbers
 
 import numpy as np
 
+from dask_scd.alpha_max import positive_values
 from dask_scd.estimators.base import _Classifier, _set_parameters
 from dask_scd.estimators.classifiers import LogisticRegression
-from dask_scd.estimators.cv import _CrossValidated, _positive, _total
+from dask_scd.estimators.cv import _CrossValidated, _total
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
 from dask_scd.estimators.multiclass import _binary_targets, model_classes
 from dask_scd.estimators.path_cv import accuracies, check_grid_size, run_paths
@@ -154,7 +155,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     def _Cs(self) -> np.ndarray:
         if isinstance(self.Cs, numbers.Integral) and not isinstance(self.Cs, bool):
             return np.logspace(-4, 4, check_grid_size(self.Cs, "Cs"))
-        return _positive(self.Cs, f"Cs={self.Cs!r} must be an int or finite numbers > 0")
+        return positive_values(self.Cs, f"Cs={self.Cs!r} must be an int or finite numbers > 0")
 
     def _ratios(self) -> np.ndarray:
         if self.penalty not in ("l2", "l1", "elasticnet"):
