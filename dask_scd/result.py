@@ -65,19 +65,19 @@ class History:
         bytes_moved : float, optional
             Bytes the engine moved between workers so far (only if it counts them).
         """
-        if self.iteration and self.iteration[-1] == int(iteration):
-            self.iteration.pop()
-            self.relative_gap.pop()
-            self.primal.pop()
-            self.seconds.pop()
-            if bytes_moved is not None and self.bytes_moved:
-                self.bytes_moved.pop()
-        self.iteration.append(int(iteration))
-        self.relative_gap.append(float(relative_gap))
-        self.primal.append(float(primal))
-        self.seconds.append(float(seconds))
+        again = bool(self.iteration) and self.iteration[-1] == int(iteration)
+        entries = [
+            (self.iteration, int(iteration)),
+            (self.relative_gap, float(relative_gap)),
+            (self.primal, float(primal)),
+            (self.seconds, float(seconds)),
+        ]
         if bytes_moved is not None:
-            self.bytes_moved.append(float(bytes_moved))
+            entries.append((self.bytes_moved, float(bytes_moved)))
+        for values, value in entries:
+            if again and values:
+                values.pop()
+            values.append(value)
 
     def __len__(self) -> int:
         return len(self.iteration)
