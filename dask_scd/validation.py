@@ -76,14 +76,15 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
     """
     if loss not in LOSSES and loss != MULTINOMIAL:
         raise ValueError(f"loss={loss!r} is not one of {(*LOSSES, MULTINOMIAL)}")
+    if not isinstance(fit_intercept, bool | np.bool_):
+        # bool("no") is True: anything but a real bool is refused rather than guessed at.
+        raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
     if penalty is None:
         if loss not in UNPENALIZED_LOSSES:
             raise ValueError(
                 f"penalty=None (no regularization) is fitted for loss in "
                 f"{UNPENALIZED_LOSSES}, got loss={loss!r}"
             )
-        if not isinstance(fit_intercept, bool | np.bool_):
-            raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
         return Problem(loss=loss, alpha=0.0, l1_ratio=0.0, fit_intercept=bool(fit_intercept))
     if penalty not in PENALTIES:
         raise ValueError(f"penalty={penalty!r} is not one of {PENALTIES}")
@@ -100,9 +101,6 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
             "smooth, so it is solved in the dual, which exists for the L2 penalty only; "
             "use loss='squared_hinge' for an L1 or elastic-net SVM"
         )
-    if not isinstance(fit_intercept, bool | np.bool_):
-        # bool("no") is True: anything but a real bool is refused rather than guessed at.
-        raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
     rho = {"l2": 0.0, "l1": 1.0, "elasticnet": float(l1_ratio)}[penalty]
     return Problem(loss=loss, alpha=float(alpha), l1_ratio=rho, fit_intercept=bool(fit_intercept))
 
