@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from sklearn.base import is_classifier
 
 from dask_scd.alpha_max import alphas_of, check_grid, max_alpha, positive_values
 from dask_scd.estimators.base import _Classifier, _Regressor, _set_parameters
@@ -73,12 +74,12 @@ class _CrossValidated:
             model.classes_ = np.array([-1.0, 1.0])
         return ModelScores(model, self.scoring)
 
-    def _folds(self, data, sample_weight, labels_dtype=np.float64) -> tuple:
+    def _folds(self, data, sample_weight) -> tuple:
         """(weights, X, y, labels, splits) of a fit's input: its weights and folds,
-        checked; y for the paths as float64 for a regressor (``labels_dtype``)."""
+        checked; a regressor's y for the paths as float64."""
         weights = cv_weights(data, sample_weight)
         X, y, labels = cv_inputs(data)
-        classifier = labels_dtype is None
+        classifier = is_classifier(self)
         if not classifier:
             y = None if y is None else np.asarray(y, dtype=np.float64)
             labels = np.asarray(labels, dtype=np.float64)

@@ -63,7 +63,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         """
         data = self._read_fit_input(X, y, y_numeric=False)
         self._set_classes(data)
-        weights, X, y, labels, splits = self._folds(data, sample_weight, labels_dtype=None)
+        weights, X, y, labels, splits = self._folds(data, sample_weight)
         Cs, ratios = self._Cs(), self._ratios()
         self.Cs_, self.l1_ratios_ = Cs, ratios
         # a grid's own two labels are mapped to ±1 by its paths and fits
