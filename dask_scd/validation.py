@@ -171,8 +171,7 @@ def check_matrix(X, *, bounded: bool = True):
     X = _engine_matrix(X)
     if not sp.issparse(X):
         X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    check_2d(X)
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X is empty: shape {X.shape}")
     X = as_engine_dtype(X)
@@ -232,6 +231,12 @@ def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
     )
 
 
+def check_2d(X) -> None:
+    """Refuse an X that is not 2-D (from the shape alone)."""
+    if len(X.shape) != 2:
+        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+
+
 def check_n_features(X, n_features: int) -> None:
     """Refuse an X whose width is not the fitted model's (from the shape alone: a dask
     array is not computed).
@@ -247,8 +252,7 @@ def check_n_features(X, n_features: int) -> None:
     ValueError
         If X is not 2-D or has another number of columns.
     """
-    if len(X.shape) != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    check_2d(X)
     if X.shape[1] != n_features:
         raise ValueError(f"X has {X.shape[1]} features, but this model was fitted on {n_features}")
 

@@ -25,14 +25,14 @@ from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.validation import (
     ENGINE_DTYPES,
     ENGINE_SPARSE_FORMATS,
+    check_2d,
     check_sample_weight,
+    engine_dtype,
     is_dask,
 )
 
-# What the engines read (the validation layer's one definition): scikit-learn's checks
-# convert any other numeric X to float64, as dask_scd.fit does.
-_ACCEPT_SPARSE = ENGINE_SPARSE_FORMATS
-_DTYPES = ENGINE_DTYPES
+# scikit-learn's checks accept what the engines read (ENGINE_SPARSE_FORMATS,
+# ENGINE_DTYPES) and convert any other numeric X to float64, as dask_scd.fit does.
 # What every fitted model reports, and its type for a single model.
 _PER_MODEL = {"n_iter_": int, "dual_gap_": float, "grad_norm_": float}
 
@@ -106,13 +106,13 @@ class _LinearModel(BaseEstimator):
         if data.kind in ("native", "memory"):
             if data.kind == "native" and data.y is None:
                 # scikit-learn's message for a missing target
-                validate_data(self, data.X, None, accept_sparse=_ACCEPT_SPARSE)
+                validate_data(self, data.X, None, accept_sparse=ENGINE_SPARSE_FORMATS)
             data.X, data.y = validate_data(
                 self,
                 data.X,
                 data.y,
-                accept_sparse=_ACCEPT_SPARSE,
-                dtype=_DTYPES,
+                accept_sparse=ENGINE_SPARSE_FORMATS,
+                dtype=ENGINE_DTYPES,
                 y_numeric=y_numeric,
                 multi_output=multi_output,
             )
@@ -137,11 +137,11 @@ class _LinearModel(BaseEstimator):
         data = read_input(X, None, n_features=getattr(self, "n_features_in_", None), lengths=False)
         if data.kind == "native":
             data.X = validate_data(
-                self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES, reset=False
+                self, data.X, accept_sparse=ENGINE_SPARSE_FORMATS, dtype=ENGINE_DTYPES, reset=False
             )
             return data
         if data.kind == "memory":
-            data.X = check_array(data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES)
+            data.X = check_array(data.X, accept_sparse=ENGINE_SPARSE_FORMATS, dtype=ENGINE_DTYPES)
         elif data.kind == "dask":
             _check_dask_matrix(data.X)
         if data.X.shape[1] != self.n_features_in_:
@@ -403,10 +403,8 @@ def _set_parameters(estimator, arguments: dict) -> None:
 
 
 def _check_dask_matrix(X) -> None:
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    check_2d(X)
+    engine_dtype(X.dtype)  # raises for a dtype that is not numeric
 
 
 def _score_arguments(X, y):
