@@ -375,17 +375,15 @@ def check_labels(y, n_samples: int, loss: str):
         y = y.astype(np.float64)  # always a copy
         check_label_values(y)
         return y, None
-    if y.dtype.kind == "f" and not np.isfinite(y).all():
-        raise ValueError(
-            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
-        )
+    if y.dtype.kind == "f":
+        _check_finite_labels(y)
     try:
         classes = np.unique(y)
     except TypeError as exc:  # labels of types that do not compare (1 and "a")
         raise ValueError(f"y mixes labels that cannot be compared: {exc}") from None
+    if len(classes) < 2:
+        raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
     if loss == MULTINOMIAL:
-        if len(classes) < 2:
-            raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
         return np.searchsorted(classes, y).astype(np.intp), classes
     if len(classes) > 2:
         raise ValueError(
@@ -394,23 +392,25 @@ def check_labels(y, n_samples: int, loss: str):
             "(one softmax model), or fit one binary model per class (one-vs-rest: y == k "
             "against the rest)"
         )
-    if len(classes) < 2:
-        raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
     return np.where(y == classes[1], 1.0, -1.0), classes
 
 
 def check_label_values(y) -> None:
     """Refuse float64 regression targets whose duality gap cannot be computed."""
-    if not np.isfinite(y).all():
-        raise ValueError(
-            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
-        )
+    _check_finite_labels(y)
     largest = float(np.max(np.abs(y))) if len(y) else 0.0
     if largest > MAX_VALUE:
         raise ValueError(
             f"y is too large: max |y| = {largest:.3e} > {MAX_VALUE:.0e}, where the squares of "
             "the residuals and the sums of the duality gap overflow float64; rescale y "
             "(e.g. y / y.std())"
+        )
+
+
+def _check_finite_labels(y) -> None:
+    if not np.isfinite(y).all():
+        raise ValueError(
+            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
         )
 
 
