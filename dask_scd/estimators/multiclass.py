@@ -1,6 +1,6 @@
 """Class labels for the classifiers: the classes of the input (computed on the cluster
-for dask and grid labels), the ±1 targets of one class against the rest, and labels and
-probabilities from decision values."""
+for dask and grid labels), the ±1 targets of the binary models, and probabilities from
+decision values (labels: :func:`dask_scd.result.class_labels`)."""
 
 from __future__ import annotations
 
