@@ -184,12 +184,7 @@ class LogisticRegression(_Classifier):
         -------
         ndarray or dask array of shape (n_samples, n_classes)
         """
-        probabilities = self.predict_proba(X)
-        if is_dask(probabilities):
-            import dask.array as da
-
-            return da.log(probabilities)
-        return np.log(probabilities)
+        return np.log(self.predict_proba(X))  # a ufunc: lazy on a dask array
 
 
 class LinearSVC(_Classifier):

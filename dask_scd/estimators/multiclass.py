@@ -47,12 +47,9 @@ def model_classes(classes) -> np.ndarray:
 
 
 def _targets(y, label):
-    """±1 targets of labels ``y`` (numpy or dask): ``label`` against the rest."""
-    if is_dask(y):
-        import dask.array as da
-
-        return da.where(y == label, 1.0, -1.0)
-    return np.where(np.asarray(y) == label, 1.0, -1.0)
+    """±1 targets of labels ``y`` (numpy, or dask: ``np.where`` dispatches to
+    ``da.where``): ``label`` against the rest."""
+    return np.where(y == label, 1.0, -1.0)
 
 
 def _softmax(scores):
