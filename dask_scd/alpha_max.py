@@ -26,15 +26,21 @@ def check_grid(alphas, n_alphas, eps):
     """A path's grid from its arguments: ("given", sorted alphas) or ("log", n_alphas,
     eps), whose alphas :func:`alphas_of` gives once alpha_max is known."""
     if alphas is not None:
-        values = np.asarray(alphas, dtype=np.float64).ravel()
-        if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
-            raise ValueError(f"alphas must be finite numbers > 0, got {alphas!r}")
+        values = positive_values(alphas, f"alphas must be finite numbers > 0, got {alphas!r}")
         return ("given", np.sort(values)[::-1])
     if not isinstance(n_alphas, (int, np.integer)) or isinstance(n_alphas, bool) or n_alphas < 1:
         raise ValueError(f"n_alphas={n_alphas!r} must be an integer ≥ 1")
     if not (isinstance(eps, (int, float, np.floating)) and 0.0 < eps < 1.0):
         raise ValueError(f"eps={eps!r} must be a number in (0, 1)")
     return ("log", int(n_alphas), float(eps))
+
+
+def positive_values(values, message: str) -> np.ndarray:
+    """``values`` as a float64 vector of finite numbers > 0, else a ValueError."""
+    values = np.asarray(values, dtype=np.float64).ravel()
+    if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError(message)
+    return values
 
 
 def alpha_grid(alpha_max: float, n_alphas: int, eps: float) -> np.ndarray:
@@ -78,6 +84,11 @@ def max_alpha(X, y, loss: str, l1_ratio: float, fit_intercept: bool, sample_weig
     else:
         data, _ = in_memory(X, y, loss, sample_weight)
         correlation, _ = memory_correlation_at_zero(data, problem)
+    return alpha_max_of(correlation, l1_ratio)
+
+
+def alpha_max_of(correlation, l1_ratio: float) -> float:
+    """``‖Xᵀa‖∞ / (n·ρ)`` from the correlation Xᵀa/n at θ = 0, ρ floored at 1e-3."""
     return float(np.abs(correlation).max(initial=0.0)) / max(l1_ratio, L2_RATIO_FLOOR)
 
 

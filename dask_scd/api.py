@@ -212,7 +212,8 @@ def prepare(X, y, problem, solver: str, device: str, options: dict, sample_weigh
     if solver not in registry.SOLVERS:
         registry.get(solver)  # raises the list of solvers
     available = kernel_device.resolve(device)  # "cpu" or "gpu"; "gpu" without one raises
-    X, y = _read(X, y)
+    given = read_input(X, y)  # any input: a path, an xarray object, dask data frames, ...
+    X, y = given.X, given.y
     kind = "grid" if is_grid(X) else "dask" if is_dask(X) else "memory"
     if kind == "memory":
         data_options = sorted(set(options) & set(DataOptions.names()))
@@ -289,12 +290,6 @@ def _newton_from(first: str, run: Run, data, problem, options: Options):
     return newton, dataclasses.replace(
         more, n_iter=run.n_iter + more.n_iter, history=history, extras=extras
     )
-
-
-def _read(X, y):
-    """Any input (a path, an xarray object, dask data frames, ...) read into X and y."""
-    given = read_input(X, y)
-    return given.X, given.y
 
 
 def _dask_data(X, y, problem, solver, options, sample_weight=None):

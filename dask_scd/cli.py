@@ -38,31 +38,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_ERROR, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text}")
-    return value
+def _argument_type(convert, valid, name: str, expected: str):
+    """An argparse ``type``: ``convert`` of the text, refused unless ``valid``; argparse
+    names the type by its ``name`` in its message."""
+
+    def parse(text: str):
+        value = convert(text)
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text}")
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return value
-
-
-# argparse names the type in its message: give the converters readable names.
-_positive_int.__name__ = "positive integer"
-_positive_float.__name__ = "positive number"
-_fraction.__name__ = "number in [0, 1]"
+_positive_int = _argument_type(int, lambda v: v >= 1, "positive integer", "an integer ≥ 1")
+_positive_float = _argument_type(
+    float, lambda v: 0 < v < float("inf"), "positive number", "a finite number > 0"
+)
+_fraction = _argument_type(float, lambda v: 0.0 <= v <= 1.0, "number in [0, 1]", "in [0, 1]")
 
 
 def build_parser() -> argparse.ArgumentParser:

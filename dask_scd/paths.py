@@ -54,7 +54,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from dask_scd import objectives as obj
 from dask_scd.alpha_max import (
-    L2_RATIO_FLOOR,
+    alpha_max_of,
     alphas_of,
     check_grid,
     correlation_at_zero,
@@ -217,11 +217,6 @@ class _Settings:
         p = self.problem
         return obj.Problem(p.loss, float(alpha), p.l1_ratio, p.fit_intercept)
 
-    @property
-    def ratio(self) -> float:
-        """ρ for alpha_max (glmnet's floor for a pure L2 penalty)."""
-        return max(self.problem.l1_ratio, L2_RATIO_FLOOR)
-
 
 # ----------------------------------------------------------------------- in memory
 
@@ -231,7 +226,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     problem = settings.problem
     n, p = X.shape
     correlation, intercept = memory_correlation_at_zero(data, problem)
-    alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
+    alpha_max = alpha_max_of(correlation, problem.l1_ratio)
     alphas = alphas_of(grid, alpha_max)
     norms = _column_norms(X, weights) if screening and problem.l1 > 0 else None
     coef = np.zeros(p)
@@ -526,7 +521,7 @@ def _distributed_path(prepared, grid, settings: _Settings, options: dict) -> Pat
     with the caller's ``options``."""
     X, y, source, problem = prepared.X, prepared.y, prepared.data, settings.problem
     correlation, intercept = correlation_at_zero(source, problem)
-    alpha_max = float(np.abs(correlation).max(initial=0.0)) / settings.ratio
+    alpha_max = alpha_max_of(correlation, problem.l1_ratio)
     alphas = alphas_of(grid, alpha_max)
     p = source.n_features
     coef = np.zeros(p)

@@ -65,19 +65,19 @@ class History:
         bytes_moved : float, optional
             Bytes the engine moved between workers so far (only if it counts them).
         """
-        if self.iteration and self.iteration[-1] == int(iteration):
-            self.iteration.pop()
-            self.relative_gap.pop()
-            self.primal.pop()
-            self.seconds.pop()
-            if bytes_moved is not None and self.bytes_moved:
-                self.bytes_moved.pop()
-        self.iteration.append(int(iteration))
-        self.relative_gap.append(float(relative_gap))
-        self.primal.append(float(primal))
-        self.seconds.append(float(seconds))
+        again = bool(self.iteration) and self.iteration[-1] == int(iteration)
+        entries = [
+            (self.iteration, int(iteration)),
+            (self.relative_gap, float(relative_gap)),
+            (self.primal, float(primal)),
+            (self.seconds, float(seconds)),
+        ]
         if bytes_moved is not None:
-            self.bytes_moved.append(float(bytes_moved))
+            entries.append((self.bytes_moved, float(bytes_moved)))
+        for values, value in entries:
+            if again and values:
+                values.pop()
+            values.append(value)
 
     def __len__(self) -> int:
         return len(self.iteration)
@@ -278,13 +278,11 @@ class FitResult:
             the result is computed (checking them now would compute X twice).
         """
         X = self._check_X(X)
-        if np.ndim(self.coef_) == 2:
-            coef, intercept = np.asarray(self.coef_), np.asarray(self.intercept_)
-            if is_dask(X):
-                return dask_scores(X, coef, intercept)
-            return np.asarray(X @ coef.T) + intercept
         if is_dask(X):
-            return dask_scores(X, np.atleast_2d(self.coef_), np.atleast_1d(self.intercept_))[:, 0]
+            scores = dask_scores(X, np.atleast_2d(self.coef_), np.atleast_1d(self.intercept_))
+            return scores if np.ndim(self.coef_) == 2 else scores[:, 0]
+        if np.ndim(self.coef_) == 2:
+            return np.asarray(X @ np.asarray(self.coef_).T) + np.asarray(self.intercept_)
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
     def predict(self, X) -> np.ndarray:
@@ -305,25 +303,7 @@ class FitResult:
             As :meth:`decision_function`: X of another width, or with NaN or infinity.
         """
         scores = self.decision_function(X)
-        if self.classes_ is None:
-            return scores
-        if scores.ndim == 2:  # multinomial: the class of the largest score
-            classes = np.asarray(self.classes_)
-            if is_dask(scores):
-                return scores.map_blocks(
-                    _argmax,
-                    classes,
-                    drop_axis=1,
-                    dtype=classes.dtype,
-                    meta=np.empty(0, dtype=classes.dtype),
-                )
-            return _argmax(scores, classes)
-        if is_dask(scores):
-            classes = np.asarray(self.classes_)
-            return scores.map_blocks(
-                _labels, classes, dtype=classes.dtype, meta=np.empty(0, dtype=classes.dtype)
-            )
-        return _labels(scores, self.classes_)
+        return scores if self.classes_ is None else class_labels(scores, self.classes_)
 
     def _check_X(self, X):
         """X checked as the estimators check it at prediction time (2-D, numeric, finite,
@@ -337,11 +317,24 @@ class FitResult:
         return X
 
 
-def _labels(scores, classes):
-    return np.where(scores > 0, classes[1], classes[0])
+def class_labels(scores, classes):
+    """The label of each decision value (numpy or lazily of a dask array): ``classes[1]``
+    where a binary model's is > 0, else ``classes[0]``; of several models' columns the
+    class of the largest."""
+    classes = np.asarray(classes)
+    labels = _binary_labels if scores.ndim == 1 else _argmax_labels
+    if is_dask(scores):
+        drop = {} if scores.ndim == 1 else {"drop_axis": 1}
+        meta = np.empty(0, dtype=classes.dtype)
+        return scores.map_blocks(labels, classes, dtype=classes.dtype, meta=meta, **drop)
+    return labels(scores, classes)
 
 
-def _argmax(scores, classes):
+def _binary_labels(scores, classes):
+    return classes[(np.asarray(scores) > 0).astype(np.intp)]
+
+
+def _argmax_labels(scores, classes):
     return classes[np.argmax(scores, axis=1)]
 
 

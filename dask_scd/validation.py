@@ -23,6 +23,7 @@ from dask_scd.objectives import (
 
 # The weighted objective's own rule, kept beside it; callers read it here too.
 from dask_scd.objectives import check_sample_weight as check_sample_weight
+from dask_scd.objectives.weights import one_per_row
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
@@ -75,14 +76,15 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
     """
     if loss not in LOSSES and loss != MULTINOMIAL:
         raise ValueError(f"loss={loss!r} is not one of {(*LOSSES, MULTINOMIAL)}")
+    if not isinstance(fit_intercept, bool | np.bool_):
+        # bool("no") is True: anything but a real bool is refused rather than guessed at.
+        raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
     if penalty is None:
         if loss not in UNPENALIZED_LOSSES:
             raise ValueError(
                 f"penalty=None (no regularization) is fitted for loss in "
                 f"{UNPENALIZED_LOSSES}, got loss={loss!r}"
             )
-        if not isinstance(fit_intercept, bool | np.bool_):
-            raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
         return Problem(loss=loss, alpha=0.0, l1_ratio=0.0, fit_intercept=bool(fit_intercept))
     if penalty not in PENALTIES:
         raise ValueError(f"penalty={penalty!r} is not one of {PENALTIES}")
@@ -99,9 +101,6 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
             "smooth, so it is solved in the dual, which exists for the L2 penalty only; "
             "use loss='squared_hinge' for an L1 or elastic-net SVM"
         )
-    if not isinstance(fit_intercept, bool | np.bool_):
-        # bool("no") is True: anything but a real bool is refused rather than guessed at.
-        raise ValueError(f"fit_intercept={fit_intercept!r} must be True or False")
     rho = {"l2": 0.0, "l1": 1.0, "elasticnet": float(l1_ratio)}[penalty]
     return Problem(loss=loss, alpha=float(alpha), l1_ratio=rho, fit_intercept=bool(fit_intercept))
 
@@ -172,8 +171,7 @@ def check_matrix(X, *, bounded: bool = True):
     X = _engine_matrix(X)
     if not sp.issparse(X):
         X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    check_2d(X)
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X is empty: shape {X.shape}")
     X = as_engine_dtype(X)
@@ -233,6 +231,12 @@ def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
     )
 
 
+def check_2d(X) -> None:
+    """Refuse an X that is not 2-D (from the shape alone)."""
+    if len(X.shape) != 2:
+        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+
+
 def check_n_features(X, n_features: int) -> None:
     """Refuse an X whose width is not the fitted model's (from the shape alone: a dask
     array is not computed).
@@ -248,8 +252,7 @@ def check_n_features(X, n_features: int) -> None:
     ValueError
         If X is not 2-D or has another number of columns.
     """
-    if len(X.shape) != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
+    check_2d(X)
     if X.shape[1] != n_features:
         raise ValueError(f"X has {X.shape[1]} features, but this model was fitted on {n_features}")
 
@@ -363,13 +366,7 @@ def check_labels(y, n_samples: int, loss: str):
     """
     if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
         y = numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
-    y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D of shape (n_samples,), got shape {y.shape}")
-    if y.shape[0] != n_samples:
-        raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} rows")
+    y = one_per_row(y, n_samples, "y", "labels")
     if y.dtype.kind == "O" and _missing_labels(y).any():
         raise ValueError(f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})")
     if loss not in CLASSIFICATION_LOSSES and loss != MULTINOMIAL:
@@ -378,17 +375,15 @@ def check_labels(y, n_samples: int, loss: str):
         y = y.astype(np.float64)  # always a copy
         check_label_values(y)
         return y, None
-    if y.dtype.kind == "f" and not np.isfinite(y).all():
-        raise ValueError(
-            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
-        )
+    if y.dtype.kind == "f":
+        _check_finite_labels(y)
     try:
         classes = np.unique(y)
     except TypeError as exc:  # labels of types that do not compare (1 and "a")
         raise ValueError(f"y mixes labels that cannot be compared: {exc}") from None
+    if len(classes) < 2:
+        raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
     if loss == MULTINOMIAL:
-        if len(classes) < 2:
-            raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
         return np.searchsorted(classes, y).astype(np.intp), classes
     if len(classes) > 2:
         raise ValueError(
@@ -397,23 +392,25 @@ def check_labels(y, n_samples: int, loss: str):
             "(one softmax model), or fit one binary model per class (one-vs-rest: y == k "
             "against the rest)"
         )
-    if len(classes) < 2:
-        raise ValueError(f"y has a single class {classes.tolist()}: a classifier needs two")
     return np.where(y == classes[1], 1.0, -1.0), classes
 
 
 def check_label_values(y) -> None:
     """Refuse float64 regression targets whose duality gap cannot be computed."""
-    if not np.isfinite(y).all():
-        raise ValueError(
-            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
-        )
+    _check_finite_labels(y)
     largest = float(np.max(np.abs(y))) if len(y) else 0.0
     if largest > MAX_VALUE:
         raise ValueError(
             f"y is too large: max |y| = {largest:.3e} > {MAX_VALUE:.0e}, where the squares of "
             "the residuals and the sums of the duality gap overflow float64; rescale y "
             "(e.g. y / y.std())"
+        )
+
+
+def _check_finite_labels(y) -> None:
+    if not np.isfinite(y).all():
+        raise ValueError(
+            f"y contains NaN or infinity (first at index {np.argmax(~np.isfinite(y))})"
         )
 
 

@@ -139,13 +139,7 @@ def point_plan(
         # stall on correlated columns at small alphas (Adult lasso at 1e-3·alpha_max:
         # relative gap 8e-3 after 1000 epochs, where Newton certifies 2e-10 in 2 steps).
         among = WARM_ENGINES[1:] if problem.l1 > 0.0 else WARM_ENGINES
-        engine = registry.resolve("auto", problem, data, among=among)
-        return Plan(
-            engine,
-            "cpu",
-            f"warm start: the fewest predicted passes of {list(among)}",
-            _passes(problem, data, among),
-        )
+        return _cheapest(problem, data, list(among), "cpu", "warm start")
     return plan(solver, problem, data, requested=requested, available=available)
 
 
@@ -205,14 +199,15 @@ def _device(engine, solver, problem, data, requested, available, on_device, give
     if solver == "auto" and among:
         # Among the engines with GPU kernels (the Gram engine's regime, n ≥ 4p, is then
         # the primal's: p coordinates, not n).
-        engine = registry.resolve("auto", problem, data, among=among)
-        return Plan(
-            engine,
-            "gpu",
-            f"on the GPU: the fewest predicted passes of {among}",
-            _passes(problem, data, among),
-        )
+        return _cheapest(problem, data, among, "gpu", "on the GPU")
     raise ValueError(f"device='gpu': {reason}")
+
+
+def _cheapest(problem, data, among: list, device: str, why: str) -> Plan:
+    """The plan of the engine of ``among`` with the fewest predicted passes."""
+    engine = registry.resolve("auto", problem, data, among=among)
+    rule = f"{why}: the fewest predicted passes of {among}"
+    return Plan(engine, device, rule, _passes(problem, data, among))
 
 
 def _why(solver, problem, data) -> tuple[str, dict | None]:

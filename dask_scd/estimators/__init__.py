@@ -17,9 +17,9 @@ and ``classifiers`` (the public estimators),
 tasks on the current ``distributed.Client``), ``cv`` (LassoCV, ElasticNetCV, RidgeCV,
 LogisticRegressionCV) and ``path_cv`` (their folds and scored paths as tasks), and
 ``multiclass``
-(class labels, one-vs-rest targets, labels and probabilities from decision values);
-lazy decision values of dask input are ``dask_scd.result.dask_scores``, which
-``FitResult`` uses too.
+(class labels, one-vs-rest targets, probabilities from decision values); labels of
+decision values and lazy decision values of dask input are
+``dask_scd.result.class_labels`` and ``dask_scores``, which ``FitResult`` uses too.
 """
 
 from dask_scd.estimators.classifiers import LinearSVC, LogisticRegression

@@ -12,22 +12,29 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, is_clas
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from dask_scd.data.inputs import ModelInput, read_input
-from dask_scd.estimators.fitting import _current_client, _fit_on_cluster, _fit_one
-from dask_scd.estimators.multiclass import _argmax_labels, _binary_labels, _classes, _one_vs_rest
+from dask_scd.estimators.fitting import (
+    _current_client,
+    _fit_on_cluster,
+    _fit_one,
+    checked_problem,
+)
+from dask_scd.estimators.multiclass import _binary_targets, _classes
 from dask_scd.objectives import CLASSIFICATION_LOSSES
+from dask_scd.result import class_labels
 from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.validation import (
     ENGINE_DTYPES,
     ENGINE_SPARSE_FORMATS,
-    check_problem,
+    check_2d,
     check_sample_weight,
+    engine_dtype,
     is_dask,
 )
 
-# What the engines read (the validation layer's one definition): scikit-learn's checks
-# convert any other numeric X to float64, as dask_scd.fit does.
-_ACCEPT_SPARSE = ENGINE_SPARSE_FORMATS
-_DTYPES = ENGINE_DTYPES
+# scikit-learn's checks accept what the engines read (ENGINE_SPARSE_FORMATS,
+# ENGINE_DTYPES) and convert any other numeric X to float64, as dask_scd.fit does.
+# What every fitted model reports, and its type for a single model.
+_PER_MODEL = {"n_iter_": int, "dual_gap_": float, "grad_norm_": float}
 
 
 class _LinearModel(BaseEstimator):
@@ -70,15 +77,23 @@ class _LinearModel(BaseEstimator):
             "fit_intercept": self.fit_intercept,
         }
 
-    def _fit_options(self, n_samples: int) -> dict:
-        return {
-            **self._problem_arguments(n_samples),
+    def _fit_options(self, data: ModelInput, sample_weight=None, **change) -> dict:
+        """The options of :func:`dask_scd.fit` for ``data`` weighted by ``sample_weight``
+        (numpy or dask, or None), ``change`` replacing some; the problem checked."""
+        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
+        options = {
+            **self._problem_arguments(total),
             "tol": self.tol,
             "max_iter": self.max_iter,
             "solver": self.solver,
             "random_state": self.random_state,
             "verbose": self.verbose,
+            **change,
         }
+        if sample_weight is not None:
+            options["sample_weight"] = sample_weight
+        checked_problem(options)
+        return options
 
     # ----------------------------------------------------------------- inputs
 
@@ -91,13 +106,13 @@ class _LinearModel(BaseEstimator):
         if data.kind in ("native", "memory"):
             if data.kind == "native" and data.y is None:
                 # scikit-learn's message for a missing target
-                validate_data(self, data.X, None, accept_sparse=_ACCEPT_SPARSE)
+                validate_data(self, data.X, None, accept_sparse=ENGINE_SPARSE_FORMATS)
             data.X, data.y = validate_data(
                 self,
                 data.X,
                 data.y,
-                accept_sparse=_ACCEPT_SPARSE,
-                dtype=_DTYPES,
+                accept_sparse=ENGINE_SPARSE_FORMATS,
+                dtype=ENGINE_DTYPES,
                 y_numeric=y_numeric,
                 multi_output=multi_output,
             )
@@ -122,11 +137,11 @@ class _LinearModel(BaseEstimator):
         data = read_input(X, None, n_features=getattr(self, "n_features_in_", None), lengths=False)
         if data.kind == "native":
             data.X = validate_data(
-                self, data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES, reset=False
+                self, data.X, accept_sparse=ENGINE_SPARSE_FORMATS, dtype=ENGINE_DTYPES, reset=False
             )
             return data
         if data.kind == "memory":
-            data.X = check_array(data.X, accept_sparse=_ACCEPT_SPARSE, dtype=_DTYPES)
+            data.X = check_array(data.X, accept_sparse=ENGINE_SPARSE_FORMATS, dtype=ENGINE_DTYPES)
         elif data.kind == "dask":
             _check_dask_matrix(data.X)
         if data.X.shape[1] != self.n_features_in_:
@@ -155,17 +170,7 @@ class _LinearModel(BaseEstimator):
         ``distributed.Client`` when there is one; dask and grid fits each use the cluster.
         ``sample_weight``: the examples' weights (numpy or dask), or None.
         """
-        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
-        options = self._fit_options(total)
-        if sample_weight is not None:
-            options["sample_weight"] = sample_weight
-        check_problem(
-            options["loss"],
-            options["penalty"],
-            options["alpha"],
-            options["l1_ratio"],
-            options["fit_intercept"],
-        )
+        options = self._fit_options(data, sample_weight)
         previous = self._previous_models(data, len(targets))
         client = _current_client() if data.kind != "grid" and not is_dask(data.X) else None
         if client is not None and len(targets) > 1:
@@ -188,15 +193,17 @@ class _LinearModel(BaseEstimator):
         intercept = np.array([float(r.intercept_) for r in results])
         self.coef_ = coef[0] if single_output else coef
         self.intercept_ = float(intercept[0]) if single_output else intercept
-        n_iter = np.array([r.n_iter_ for r in results])
-        gaps = np.array([r.dual_gap_ for r in results])
-        self.n_iter_ = int(n_iter[0]) if single_output else n_iter
-        self.dual_gap_ = float(gaps[0]) if single_output else gaps
-        if results[0].grad_norm_ is not None:  # penalty=None: no gap, the gradient's norm
-            norms = np.array([r.grad_norm_ for r in results])
-            self.grad_norm_ = float(norms[0]) if single_output else norms
-        elif hasattr(self, "grad_norm_"):
-            del self.grad_norm_
+        self._set_certificates(results, single_output)
+
+    def _set_certificates(self, results: list, single_output: bool) -> None:
+        """``n_iter_``, ``dual_gap_``, ``grad_norm_`` (penalty=None only), ``history_``
+        and ``solver_`` of the fitted models: one entry per model, or the one model's."""
+        for name, scalar in _PER_MODEL.items():
+            values = [getattr(r, name) for r in results]
+            if values[0] is None:  # grad_norm_: a problem with a penalty has a gap instead
+                self.__dict__.pop(name, None)
+            else:
+                setattr(self, name, scalar(values[0]) if single_output else np.array(values))
         histories = [r.history_ for r in results]
         self.history_ = histories[0] if len(histories) == 1 else histories
         self.solver_ = results[0].solver_
@@ -223,7 +230,31 @@ class _LinearModel(BaseEstimator):
         return tags
 
 
-class _Regressor(RegressorMixin, _LinearModel):
+class _ScoreOwnLabels:
+    """``score`` of the scikit-learn mixin that follows, y read from a grid or a libsvm
+    file when omitted."""
+
+    def score(self, X, y=None, sample_weight=None):
+        """R² of the predictions of a regressor, mean accuracy of a classifier (see
+        :meth:`sklearn.base.RegressorMixin.score`, :meth:`sklearn.base.ClassifierMixin.score`).
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+        y : array-like of shape (n_samples,), optional
+            True values or labels; omitted for a grid or a libsvm file.
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights of the score.
+
+        Returns
+        -------
+        float
+        """
+        return super().score(*_score_arguments(X, y), sample_weight=sample_weight)
+
+
+class _Regressor(_ScoreOwnLabels, RegressorMixin, _LinearModel):
     _loss = "squared"
     _multi_output = False  # y of shape (n_samples, n_targets): one model per column
 
@@ -249,14 +280,9 @@ class _Regressor(RegressorMixin, _LinearModel):
         """
         data = self._read_fit_input(X, y, y_numeric=True, multi_output=self._multi_output)
         sample_weight = _base_weights(data, sample_weight)
-        if np.ndim(data.y) == 2 and self._multi_output:
-            results = self._fit_models(
-                data, [data.y[:, k] for k in range(data.y.shape[1])], sample_weight
-            )
-            self._set_fitted(results, single_output=False)
-            return self
-        results = self._fit_models(data, [data.y], sample_weight)
-        self._set_fitted(results, single_output=True)
+        columns = np.ndim(data.y) == 2 and self._multi_output
+        targets = [data.y[:, k] for k in range(data.y.shape[1])] if columns else [data.y]
+        self._set_fitted(self._fit_models(data, targets, sample_weight), not columns)
         return self
 
     def __sklearn_tags__(self):
@@ -279,26 +305,8 @@ class _Regressor(RegressorMixin, _LinearModel):
         """
         return self._decision(X)
 
-    def score(self, X, y=None, sample_weight=None):
-        """R² of the predictions (see :meth:`sklearn.base.RegressorMixin.score`).
 
-        Parameters
-        ----------
-        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
-            Of shape (n_samples, n_features).
-        y : array-like of shape (n_samples,), optional
-            True values; omitted for a grid or a libsvm file.
-        sample_weight : array-like of shape (n_samples,), optional
-            Weights of the score.
-
-        Returns
-        -------
-        float
-        """
-        return super().score(*_score_arguments(X, y), sample_weight=sample_weight)
-
-
-class _Classifier(ClassifierMixin, _LinearModel):
+class _Classifier(_ScoreOwnLabels, ClassifierMixin, _LinearModel):
     def fit(self, X, y=None, sample_weight=None):
         """Fit one binary model, or one per class (one-vs-rest) for more than two classes.
 
@@ -326,12 +334,7 @@ class _Classifier(ClassifierMixin, _LinearModel):
                 f"loss={loss!r} is not a classification loss ({', '.join(CLASSIFICATION_LOSSES)})"
             )
         data = self._read_fit_input(X, y, y_numeric=False)
-        self.classes_ = _classes(data)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                "This solver needs samples of at least 2 classes in the data, "
-                f"but the data contains only one class: {self.classes_[0]!r}"
-            )
+        self._set_classes(data)
         sample_weight = _class_weighted(
             data,
             _base_weights(data, sample_weight),
@@ -341,14 +344,19 @@ class _Classifier(ClassifierMixin, _LinearModel):
         if self._fits_multinomial(data, len(self.classes_)):
             self._fit_multinomial(data, sample_weight)
             return self
-        positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
-        if data.kind == "grid" and len(self.classes_) == 2:
-            targets = [None]  # the engine maps a grid's two labels to ±1 itself
-        else:
-            targets = [_one_vs_rest(data, label) for label in positive]
-        results = self._fit_models(data, targets, sample_weight)
-        self._set_fitted(results, single_output=False)
+        y = data.X.y if data.kind == "grid" else data.y
+        targets = _binary_targets(self.classes_, y, data.kind == "grid")
+        self._set_fitted(self._fit_models(data, targets, sample_weight), single_output=False)
         return self
+
+    def _set_classes(self, data: ModelInput) -> None:
+        """``classes_`` of the input: two classes at least."""
+        self.classes_ = _classes(data)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                "This solver needs samples of at least 2 classes in the data, "
+                f"but the data contains only one class: {self.classes_[0]!r}"
+            )
 
     def _fits_multinomial(self, data: ModelInput, n_classes: int) -> bool:
         """Whether one multinomial model is fitted rather than binary ones (LogisticRegression)."""
@@ -383,43 +391,20 @@ class _Classifier(ClassifierMixin, _LinearModel):
         ndarray or dask array of shape (n_samples,)
             Labels from ``classes_``; a lazy dask array for dask or grid X.
         """
-        scores = self.decision_function(X)
-        classes = self.classes_
-        if is_dask(scores):
-            meta = np.empty(0, dtype=classes.dtype)
-            if scores.ndim == 1:
-                return scores.map_blocks(_binary_labels, classes, dtype=classes.dtype, meta=meta)
-            return scores.map_blocks(
-                _argmax_labels, classes, drop_axis=1, dtype=classes.dtype, meta=meta
-            )
-        if scores.ndim == 1:
-            return _binary_labels(scores, classes)
-        return _argmax_labels(scores, classes)
+        return class_labels(self.decision_function(X), self.classes_)
 
-    def score(self, X, y=None, sample_weight=None):
-        """Mean accuracy (see :meth:`sklearn.base.ClassifierMixin.score`).
 
-        Parameters
-        ----------
-        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
-            Of shape (n_samples, n_features).
-        y : array-like of shape (n_samples,), optional
-            True labels; omitted for a grid or a libsvm file.
-        sample_weight : array-like of shape (n_samples,), optional
-            Weights of the score.
-
-        Returns
-        -------
-        float
-        """
-        return super().score(*_score_arguments(X, y), sample_weight=sample_weight)
+def _set_parameters(estimator, arguments: dict) -> None:
+    """Each argument of an ``__init__`` (its ``locals()``) as the parameter of that name,
+    unchanged: scikit-learn's ``get_params``, ``set_params`` and ``clone`` read them."""
+    for name, value in arguments.items():
+        if name != "self":
+            setattr(estimator, name, value)
 
 
 def _check_dask_matrix(X) -> None:
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    check_2d(X)
+    engine_dtype(X.dtype)  # raises for a dtype that is not numeric
 
 
 def _score_arguments(X, y):

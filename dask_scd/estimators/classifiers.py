@@ -7,12 +7,12 @@ import numpy as np
 
 from dask_scd.data.inputs import ModelInput
 from dask_scd.engines import planner
-from dask_scd.estimators.base import _Classifier, _total
+from dask_scd.estimators.base import _Classifier, _set_parameters
 from dask_scd.estimators.docstrings import _docstring
 from dask_scd.estimators.fitting import _fit_one
 from dask_scd.estimators.multiclass import _probabilities, _softmax
 from dask_scd.objectives import MULTINOMIAL
-from dask_scd.validation import check_problem, is_dask
+from dask_scd.validation import is_dask
 
 MULTI_CLASS = ("auto", "multinomial", "ovr")
 
@@ -38,19 +38,7 @@ class LogisticRegression(_Classifier):
         verbose=0,
         class_weight=None,
     ):
-        self.alpha = alpha
-        self.C = C
-        self.class_weight = class_weight
-        self.penalty = penalty
-        self.l1_ratio = l1_ratio
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.multi_class = multi_class
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     __doc__ = _docstring("""Logistic regression, multinomial or one-vs-rest for more than two
     classes, certified by its duality gap.
@@ -144,18 +132,7 @@ class LogisticRegression(_Classifier):
         """One softmax model over all classes (rows of ``coef_`` in ``classes_`` order);
         ``sample_weight``: the examples' weights (numpy or dask; class weights included),
         or None."""
-        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
-        options = self._fit_options(total)
-        options["loss"] = MULTINOMIAL
-        if sample_weight is not None:
-            options["sample_weight"] = sample_weight
-        check_problem(
-            options["loss"],
-            options["penalty"],
-            options["alpha"],
-            options["l1_ratio"],
-            options["fit_intercept"],
-        )
+        options = self._fit_options(data, sample_weight, loss=MULTINOMIAL)
         y = None if data.kind == "grid" else data.y
         result = _fit_one(data.X, y, options)
         coef = np.asarray(result.coef_, dtype=np.float64)
@@ -163,14 +140,7 @@ class LogisticRegression(_Classifier):
         if len(self.classes_) == 2:  # one row: softmax of two is the logistic of the difference
             coef, intercept = coef[1:] - coef[:1], intercept[1:] - intercept[:1]
         self.coef_, self.intercept_ = coef, intercept
-        self.n_iter_ = np.array([result.n_iter_])
-        self.dual_gap_ = np.array([result.dual_gap_])
-        if result.grad_norm_ is not None:
-            self.grad_norm_ = np.array([result.grad_norm_])
-        elif hasattr(self, "grad_norm_"):
-            del self.grad_norm_
-        self.history_ = result.history_
-        self.solver_ = result.solver_
+        self._set_certificates([result], single_output=False)
         self.multi_class_ = "multinomial"
 
     def _set_fitted(self, results: list, single_output: bool) -> None:
@@ -214,12 +184,7 @@ class LogisticRegression(_Classifier):
         -------
         ndarray or dask array of shape (n_samples, n_classes)
         """
-        probabilities = self.predict_proba(X)
-        if is_dask(probabilities):
-            import dask.array as da
-
-            return da.log(probabilities)
-        return np.log(probabilities)
+        return np.log(self.predict_proba(X))  # a ufunc: lazy on a dask array
 
 
 class LinearSVC(_Classifier):
@@ -242,19 +207,7 @@ class LinearSVC(_Classifier):
         verbose=0,
         class_weight=None,
     ):
-        self.alpha = alpha
-        self.C = C
-        self.class_weight = class_weight
-        self.loss = loss
-        self.penalty = penalty
-        self.l1_ratio = l1_ratio
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     __doc__ = _docstring("""Linear support vector classifier, one-vs-rest for more than two
     classes, certified by its duality gap.

@@ -12,14 +12,14 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from sklearn.base import is_classifier
 
-from dask_scd.alpha_max import alpha_grid, max_alpha
-from dask_scd.estimators.base import _Classifier, _Regressor
+from dask_scd.alpha_max import alphas_of, check_grid, max_alpha, positive_values
+from dask_scd.estimators.base import _Classifier, _Regressor, _set_parameters
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
 from dask_scd.estimators.path_cv import (
     ModelScores,
     check_fold_weights,
-    check_grid_size,
     cv_inputs,
     cv_weights,
     folds,
@@ -38,22 +38,48 @@ class _CrossValidated:
     def _problem_arguments(self, n_samples: int) -> dict:
         return dict(self._refit_problem)
 
-    def _path_options(self, **problem) -> dict:
-        return {
-            **problem,
-            "tol": self.tol,
-            "max_iter": self.max_iter,
-            "solver": self.solver,
-            "random_state": self.random_state,
-            "verbose": self.verbose,
-        }
+    def _fold_jobs(self, y, splits: list, score, weights, order, alphas, **problem) -> list:
+        """The arguments of :func:`~dask_scd.estimators.path_cv.fold_path` for each
+        (train, test) split: the path of ``problem`` over ``alphas`` (or
+        ``alphas(train)``), its points scored by ``score``."""
+        return [
+            {
+                "y": y,
+                "train": train,
+                "test": test,
+                "score": score,
+                "weights": weights,
+                "order": order,
+                "path_options": {
+                    "alphas": alphas(train) if callable(alphas) else alphas,
+                    **problem,
+                    "fit_intercept": self.fit_intercept,
+                    "tol": self.tol,
+                    "max_iter": self.max_iter,
+                    "solver": self.solver,
+                    "random_state": self.random_state,
+                    "verbose": self.verbose,
+                },
+            }
+            for train, test in splits
+        ]
 
-    def _folds(self, data, sample_weight, labels_dtype=np.float64) -> tuple:
+    def _score(self, default, model, n_features: int):
+        """The held-out score: ``default``, or ``scoring`` read on ``model`` (an unfitted
+        estimator, made to look fitted) holding one path point at a time."""
+        if self.scoring is None:
+            return default
+        model.n_features_in_ = n_features
+        if isinstance(model, _Classifier):
+            model.classes_ = np.array([-1.0, 1.0])
+        return ModelScores(model, self.scoring)
+
+    def _folds(self, data, sample_weight) -> tuple:
         """(weights, X, y, labels, splits) of a fit's input: its weights and folds,
-        checked; y for the paths as float64 for a regressor (``labels_dtype``)."""
+        checked; a regressor's y for the paths as float64."""
         weights = cv_weights(data, sample_weight)
         X, y, labels = cv_inputs(data)
-        classifier = labels_dtype is None
+        classifier = is_classifier(self)
         if not classifier:
             y = None if y is None else np.asarray(y, dtype=np.float64)
             labels = np.asarray(labels, dtype=np.float64)
@@ -97,39 +123,26 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         ratios = self._ratios()
         grids = np.array([self._grid(X, y, ratio, weights) for ratio in ratios])
         jobs = [
-            {
-                "y": y,
-                "train": train,
-                "test": test,
-                "score": mean_squared_errors,
-                "weights": weights,
-                "order": np.arange(grids.shape[1]),
-                "path_options": self._path_options(
-                    alphas=grids[r],
-                    loss="squared",
-                    penalty=_penalty(ratio),
-                    l1_ratio=float(ratio),
-                    fit_intercept=self.fit_intercept,
-                ),
-            }
+            job
             for r, ratio in enumerate(ratios)
-            for train, test in splits
+            for job in self._fold_jobs(
+                y,
+                splits,
+                mean_squared_errors,
+                weights,
+                np.arange(grids.shape[1]),
+                grids[r],
+                loss="squared",
+                penalty=_penalty(ratio),
+                l1_ratio=float(ratio),
+            )
         ]
         results = run_paths(X, jobs)
-        n_folds = len(splits)
         # (n_l1_ratio, n_alphas, n_folds), as scikit-learn's mse_path_
-        mse = np.array(
-            [
-                [results[r * n_folds + f]["scores"] for f in range(n_folds)]
-                for r in range(len(ratios))
-            ]
-        ).transpose(0, 2, 1)
-        paths = np.array(
-            [
-                [results[r * n_folds + f]["coefs"] for f in range(n_folds)]
-                for r in range(len(ratios))
-            ]
-        )
+        shape = (len(ratios), len(splits), -1)
+        mse = np.array([result["scores"] for result in results]).reshape(shape).transpose(0, 2, 1)
+        paths = np.array([result["coefs"] for result in results])
+        paths = paths.reshape(len(ratios), len(splits), *paths.shape[1:])
         r, k = np.unravel_index(np.argmin(mse.mean(axis=2)), mse.shape[:2])
         self.alpha_, self.l1_ratio_ = float(grids[r, k]), float(ratios[r])
         single = np.ndim(getattr(self, "l1_ratio", 1.0)) == 0
@@ -153,18 +166,13 @@ class _LinearModelCV(_CrossValidated, _Regressor):
         alpha_max of all of X, weighted by ``weights`` (the same grid for every fold; a
         dask array's or a grid's reduced over its cells)."""
         alphas = self.alphas
-        if alphas is not None and not isinstance(alphas, numbers.Integral):
-            return np.sort(_positive(alphas, f"alphas must be finite numbers > 0, got {alphas!r}"))[
-                ::-1
-            ]
-        n_alphas = check_grid_size(self.n_alphas if alphas is None else alphas, "n_alphas")
-        if not 0.0 < self.eps < 1.0:
-            raise ValueError(f"eps={self.eps!r} must be in (0, 1)")
-        return alpha_grid(
-            max_alpha(X, y, "squared", ratio, self.fit_intercept, sample_weight=weights),
-            n_alphas,
-            self.eps,
-        )
+        given = alphas is not None and not isinstance(alphas, numbers.Integral)
+        n_alphas = self.n_alphas if alphas is None else alphas
+        grid = check_grid(alphas if given else None, n_alphas, self.eps)
+        if grid[0] == "given":
+            return grid[1]
+        weighted_max = max_alpha(X, y, "squared", ratio, self.fit_intercept, sample_weight=weights)
+        return alphas_of(grid, weighted_max)
 
 
 def _penalty(ratio: float) -> str:
@@ -186,16 +194,7 @@ class LassoCV(_LinearModelCV):
         random_state=None,
         verbose=0,
     ):
-        self.eps = eps
-        self.n_alphas = n_alphas
-        self.alphas = alphas
-        self.fit_intercept = fit_intercept
-        self.cv = cv
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     __doc__ = cv_doc("""Lasso with alpha chosen by cross-validation on a certified path.
 
@@ -254,17 +253,7 @@ class ElasticNetCV(_LinearModelCV):
         random_state=None,
         verbose=0,
     ):
-        self.l1_ratio = l1_ratio
-        self.eps = eps
-        self.n_alphas = n_alphas
-        self.alphas = alphas
-        self.fit_intercept = fit_intercept
-        self.cv = cv
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     def _ratios(self) -> np.ndarray:
         ratios = np.atleast_1d(np.asarray(self.l1_ratio, dtype=np.float64))
@@ -328,15 +317,7 @@ class RidgeCV(_CrossValidated, _Regressor):
         random_state=None,
         verbose=0,
     ):
-        self.alphas = alphas
-        self.fit_intercept = fit_intercept
-        self.scoring = scoring
-        self.cv = cv
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     @cv_fit_doc
     def fit(self, X, y=None, sample_weight=None):
@@ -354,27 +335,15 @@ class RidgeCV(_CrossValidated, _Regressor):
         self
         """
         data = self._read_fit_input(X, y, y_numeric=True)
-        alphas = _positive(self.alphas, f"alphas must be finite numbers > 0, got {self.alphas!r}")
-        weights, X, y, _, splits = self._folds(data, sample_weight)
-        score = (
-            r2_scores
-            if self.scoring is None
-            else ModelScores(_point_model(Ridge(), X.shape[1]), self.scoring)
+        alphas = positive_values(
+            self.alphas, f"alphas must be finite numbers > 0, got {self.alphas!r}"
         )
-        jobs = [
-            {
-                "y": y,
-                "train": train,
-                "test": test,
-                "score": score,
-                "weights": weights,
-                "order": np.argsort(alphas)[::-1],
-                "path_options": self._path_options(
-                    alphas=alphas, loss="squared", penalty="l2", fit_intercept=self.fit_intercept
-                ),
-            }
-            for train, test in splits
-        ]
+        weights, X, y, _, splits = self._folds(data, sample_weight)
+        score = self._score(r2_scores, Ridge(), X.shape[1])
+        order = np.argsort(alphas)[::-1]
+        jobs = self._fold_jobs(
+            y, splits, score, weights, order, alphas, loss="squared", penalty="l2"
+        )
         results = run_paths(X, jobs)
         self.scores_ = np.array([result["scores"] for result in results])  # (n_folds, n_alphas)
         self.coefs_paths_ = np.array([result["coefs"] for result in results])
@@ -426,14 +395,6 @@ class RidgeCV(_CrossValidated, _Regressor):
     """)
 
 
-def _positive(values, message: str) -> np.ndarray:
-    """``values`` as a float64 vector of finite numbers > 0, else a ValueError."""
-    values = np.asarray(values, dtype=np.float64).ravel()
-    if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
-        raise ValueError(message)
-    return values
-
-
 def _total(weights, rows) -> float:
     """Σw over ``rows`` (their number without weights; a repeated index counts again)."""
     return float(len(rows)) if weights is None else float(np.sum(weights[rows]))
@@ -447,11 +408,3 @@ def _refit_weights(data, weights):
     import dask.array as da
 
     return da.from_array(weights, chunks=(data.X.chunks[0],))
-
-
-def _point_model(model, n_features: int):
-    """``model`` made to look fitted, for a scorer to read one path point at a time."""
-    model.n_features_in_ = n_features
-    if isinstance(model, _Classifier):
-        model.classes_ = np.array([-1.0, 1.0])
-    return model

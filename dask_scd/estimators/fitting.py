@@ -19,9 +19,14 @@ from dask_scd.validation import (
     reissue,
 )
 
+# The arguments of check_problem, in its order.
+_PROBLEM = ("loss", "penalty", "alpha", "l1_ratio", "fit_intercept")
+
 
 def _fit_one(X, y, options: dict, start=None):
-    """One :func:`dask_scd.fit`; a grid with ±1 targets fits its cells as a dask array."""
+    """One :func:`dask_scd.fit`, warm-started from ``start`` (θ, b) when given (in
+    memory, kept when already certified); a grid with ±1 targets fits its cells as a
+    dask array."""
     if is_grid(X):
         if y is None or options["loss"] not in CLASSIFICATION_LOSSES:
             return fit(X, **options)
@@ -30,41 +35,21 @@ def _fit_one(X, y, options: dict, start=None):
         result = fit(X.X, y, **options)
         result.coef_ = X.to_original_order(result.coef_)
         return result
-    if start is not None:
-        reused = _reuse_previous(X, y, options, start)
-        if reused is not None:
-            return reused
-    return fit(X, y, **options)
-
-
-def _reuse_previous(X, y, options: dict, start):
-    """Warm start: keep the previous solution when its certificate for the new problem is
-    already below ``tol``, else start the fit from it (engines with a primal iterate)."""
-    coef, intercept = start
-    if (
-        is_dask(X)
-        or is_dask(y)
-        or is_dask(options.get("sample_weight"))
-        or options["penalty"] is None
+    kept = None
+    if start is not None and not (
+        is_dask(X) or is_dask(y) or is_dask(options.get("sample_weight"))
     ):
-        # penalty=None has no certificate to keep a previous solution by
-        return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
-    kept = _keep_previous(X, y, options, coef, intercept)
-    if kept is not None:
-        return kept
-    return fit(X, y, coef_init=coef, intercept_init=intercept, **options)
+        kept = _keep_previous(X, y, options, *start)
+    return kept if kept is not None else fit(X, y, **_started(options, start))
 
 
 def _keep_previous(X, y, options: dict, coef, intercept):
-    """The previous solution as the result when its certificate for the new problem is
-    already below ``tol``, else None."""
-    problem = check_problem(
-        options["loss"],
-        options["penalty"],
-        options["alpha"],
-        options["l1_ratio"],
-        options["fit_intercept"],
-    )
+    """Warm start: the previous solution as the result when its certificate for the new
+    problem is already below ``tol`` (in memory), else None: the fit starts from it
+    (engines with a primal iterate)."""
+    if options["penalty"] is None:
+        return None  # no certificate to keep a previous solution by
+    problem = checked_problem(options)
     y = np.asarray(y, dtype=np.float64)
     weights = options.get("sample_weight")
     if weights is not None:
@@ -94,6 +79,11 @@ def _keep_previous(X, y, options: dict, coef, intercept):
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
     )
+
+
+def checked_problem(options: dict):
+    """The :class:`~dask_scd.objectives.Problem` of a fit's ``options``, checked."""
+    return check_problem(*(options[name] for name in _PROBLEM))
 
 
 def _fit_task(X, y, options):

@@ -8,12 +8,13 @@ import numbers
 
 import numpy as np
 
-from dask_scd.estimators.base import _Classifier
+from dask_scd.alpha_max import positive_values
+from dask_scd.estimators.base import _Classifier, _set_parameters
 from dask_scd.estimators.classifiers import LogisticRegression
-from dask_scd.estimators.cv import _CrossValidated, _point_model, _positive, _total
+from dask_scd.estimators.cv import _CrossValidated, _total
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
-from dask_scd.estimators.multiclass import _classes, _targets
-from dask_scd.estimators.path_cv import ModelScores, accuracies, check_grid_size, run_paths
+from dask_scd.estimators.multiclass import _binary_targets, model_classes
+from dask_scd.estimators.path_cv import accuracies, check_grid_size, run_paths
 
 
 class LogisticRegressionCV(_CrossValidated, _Classifier):
@@ -35,18 +36,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         random_state=None,
         verbose=0,
     ):
-        self.Cs = Cs
-        self.l1_ratios = l1_ratios
-        self.fit_intercept = fit_intercept
-        self.cv = cv
-        self.penalty = penalty
-        self.scoring = scoring
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.refit = refit
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     def _loss_name(self) -> str:
         return "logistic"
@@ -72,45 +62,29 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         self
         """
         data = self._read_fit_input(X, y, y_numeric=False)
-        self.classes_ = _classes(data)
-        if len(self.classes_) < 2:
-            raise ValueError(
-                "This solver needs samples of at least 2 classes in the data, "
-                f"but the data contains only one class: {self.classes_[0]!r}"
-            )
-        weights, X, y, labels, splits = self._folds(data, sample_weight, labels_dtype=None)
+        self._set_classes(data)
+        weights, X, y, labels, splits = self._folds(data, sample_weight)
         Cs, ratios = self._Cs(), self._ratios()
         self.Cs_, self.l1_ratios_ = Cs, ratios
-        positive = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
-        if y is None and len(positive) == 1:
-            targets = [None]  # a grid's own two labels, mapped to ±1 by its paths and fits
-        else:
-            targets = [_targets(labels, label) for label in positive]
-        score = (
-            accuracies
-            if self.scoring is None
-            else ModelScores(_point_model(LogisticRegression(), X.shape[1]), self.scoring)
-        )
+        # a grid's own two labels are mapped to ±1 by its paths and fits
+        targets = _binary_targets(self.classes_, labels, grid=y is None)
+        score = self._score(accuracies, LogisticRegression(), X.shape[1])
         order = np.argsort(Cs, kind="stable")  # the path's order: C increasing
         jobs = [
-            {
-                "y": target,
-                "train": train,
-                "test": test,
-                "score": score,
-                "order": order,
-                "weights": weights,
-                "path_options": self._path_options(
-                    alphas=1.0 / (Cs * _total(weights, train)),
-                    loss="logistic",
-                    penalty=self.penalty,
-                    l1_ratio=float(ratio),
-                    fit_intercept=self.fit_intercept,
-                ),
-            }
+            job
             for target in targets
             for ratio in ratios
-            for train, test in splits
+            for job in self._fold_jobs(
+                target,
+                splits,
+                score,
+                weights,
+                order,
+                lambda train: 1.0 / (Cs * _total(weights, train)),
+                loss="logistic",
+                penalty=self.penalty,
+                l1_ratio=float(ratio),
+            )
         ]
         results = run_paths(X, jobs)
         self._select(results, targets, splits, Cs, ratios)
@@ -137,8 +111,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         elastic = self.penalty == "elasticnet"
         self.scores_, self.coefs_paths_ = {}, {}
         C_, ratio_, coefs, intercepts = [], [], [], []
-        labels = self.classes_[1:] if len(self.classes_) == 2 else self.classes_
-        for k, label in enumerate(labels):
+        for k, label in enumerate(model_classes(self.classes_)):
             block = results[k * n_ratios * n_folds : (k + 1) * n_ratios * n_folds]
             # scores[f, c, r] and coefficients (+ intercept) [f, c, r, :]
             scores = np.array(
@@ -182,7 +155,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
     def _Cs(self) -> np.ndarray:
         if isinstance(self.Cs, numbers.Integral) and not isinstance(self.Cs, bool):
             return np.logspace(-4, 4, check_grid_size(self.Cs, "Cs"))
-        return _positive(self.Cs, f"Cs={self.Cs!r} must be an int or finite numbers > 0")
+        return positive_values(self.Cs, f"Cs={self.Cs!r} must be an int or finite numbers > 0")
 
     def _ratios(self) -> np.ndarray:
         if self.penalty not in ("l2", "l1", "elasticnet"):

@@ -1,6 +1,6 @@
 """Class labels for the classifiers: the classes of the input (computed on the cluster
-for dask and grid labels), the ±1 targets of one class against the rest, and labels and
-probabilities from decision values."""
+for dask and grid labels), the ±1 targets of the binary models, and probabilities from
+decision values (labels: :func:`dask_scd.result.class_labels`)."""
 
 from __future__ import annotations
 
@@ -32,26 +32,24 @@ def _classes(data: ModelInput) -> np.ndarray:
     return classes
 
 
-def _one_vs_rest(data: ModelInput, label):
-    """±1 targets: ``label`` against the rest."""
-    return _targets(data.X.y if data.kind == "grid" else data.y, label)
+def _binary_targets(classes, y, grid: bool) -> list:
+    """The ±1 targets of the binary models of labels ``y`` (numpy or dask): ``classes[1]``
+    against ``classes[0]`` for two classes (None for a ``grid``'s own labels, which its
+    fit maps to ±1), else each class against the rest."""
+    if grid and len(classes) == 2:
+        return [None]
+    return [_targets(y, label) for label in model_classes(classes)]
+
+
+def model_classes(classes) -> np.ndarray:
+    """The class of each binary model: ``classes[1]`` for two classes, else every class."""
+    return classes[1:] if len(classes) == 2 else classes
 
 
 def _targets(y, label):
-    """±1 targets of labels ``y`` (numpy or dask): ``label`` against the rest."""
-    if is_dask(y):
-        import dask.array as da
-
-        return da.where(y == label, 1.0, -1.0)
-    return np.where(np.asarray(y) == label, 1.0, -1.0)
-
-
-def _binary_labels(scores, classes):
-    return classes[(np.asarray(scores) > 0).astype(np.intp)]
-
-
-def _argmax_labels(scores, classes):
-    return classes[np.argmax(scores, axis=1)]
+    """±1 targets of labels ``y`` (numpy, or dask: ``np.where`` dispatches to
+    ``da.where``): ``label`` against the rest."""
+    return np.where(y == label, 1.0, -1.0)
 
 
 def _softmax(scores):

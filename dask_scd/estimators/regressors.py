@@ -3,13 +3,12 @@ gap)."""
 
 from __future__ import annotations
 
-from dask_scd.estimators.base import _Regressor
+from dask_scd.estimators.base import _Regressor, _set_parameters
 from dask_scd.estimators.docstrings import _docstring
 
 
-class Ridge(_Regressor):
-    _penalty = "l2"
-    _multi_output = True
+class _PenalizedLeastSquares(_Regressor):
+    """Ridge's and Lasso's parameters."""
 
     def __init__(
         self,
@@ -23,14 +22,12 @@ class Ridge(_Regressor):
         random_state=None,
         verbose=0,
     ):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
+
+
+class Ridge(_PenalizedLeastSquares):
+    _penalty = "l2"
+    _multi_output = True
 
     __doc__ = _docstring("""Least squares with an L2 penalty, certified by its duality gap.
 
@@ -70,29 +67,8 @@ class Ridge(_Regressor):
     """)
 
 
-class Lasso(_Regressor):
+class Lasso(_PenalizedLeastSquares):
     _penalty = "l1"
-
-    def __init__(
-        self,
-        alpha=1.0,
-        *,
-        fit_intercept=True,
-        tol=1e-6,
-        max_iter=1000,
-        solver="auto",
-        warm_start=False,
-        random_state=None,
-        verbose=0,
-    ):
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
 
     __doc__ = _docstring("""Least squares with an L1 penalty, certified by its duality gap.
 
@@ -135,15 +111,7 @@ class ElasticNet(_Regressor):
         random_state=None,
         verbose=0,
     ):
-        self.alpha = alpha
-        self.l1_ratio = l1_ratio
-        self.fit_intercept = fit_intercept
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
+        _set_parameters(self, locals())
 
     __doc__ = _docstring("""Least squares with L1 and L2 penalties, certified by its duality gap.
 

@@ -20,13 +20,7 @@ def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weig
         return None
     if type(sample_weight).__module__.startswith("pandas"):
         sample_weight = sample_weight.to_numpy()
-    w = np.asarray(sample_weight)
-    if w.ndim == 2 and w.shape[1] == 1:
-        w = w[:, 0]
-    if w.ndim != 1:
-        raise ValueError(f"{where} must be 1-D of shape (n_samples,), got shape {w.shape}")
-    if w.shape[0] != n_samples:
-        raise ValueError(f"{where} has {w.shape[0]} entries but X has {n_samples} rows")
+    w = one_per_row(sample_weight, n_samples, where, "entries")
     if w.dtype.kind not in "biuf":
         raise ValueError(f"{where} must be numeric, got dtype {w.dtype}")
     w = w.astype(np.float64)  # always a copy
@@ -46,3 +40,16 @@ def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weig
         return None  # equal weights: the unweighted problem itself
     w *= n_samples / total
     return w
+
+
+def one_per_row(values, n_samples: int, name: str, items: str) -> np.ndarray:
+    """``values`` as a 1-D array of ``n_samples`` entries (a single column flattened),
+    else a ValueError naming ``name`` and its ``items``."""
+    values = np.asarray(values)
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be 1-D of shape (n_samples,), got shape {values.shape}")
+    if values.shape[0] != n_samples:
+        raise ValueError(f"{name} has {values.shape[0]} {items} but X has {n_samples} rows")
+    return values
