@@ -34,7 +34,13 @@ from dask_scd.data.cells import CellView, WeightedLabels, inspect_cell
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_loop import BlockLoop, Certified, RowChunks, block_steps
+from dask_scd.engines.block.block_loop import (
+    BlockLoop,
+    Certified,
+    RowChunks,
+    block_steps,
+    coarse_step,
+)
 from dask_scd.engines.block.block_ops import INTERCEPT
 from dask_scd.engines.coarse_level import MAX_BLOCKS
 from dask_scd.kernels import block as block_kernels
@@ -82,17 +88,8 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
         )
     finally:
         block_collective.forget_fit(engine.fit_key)
-    coef = np.zeros(data.n_features)
-    coef[engine.columns] = run["coef"]
-    return Run(
-        coef,
-        run["intercept"],
-        run["certificate"],
-        run["epoch"],
-        run["history"],
-        {"blocks": len(engine.slices), "row_chunks": len(engine.cells)},
-        stopped_by_callback=run["stopped_by_callback"],
-    )
+    run.extras = {"blocks": len(engine.slices), "row_chunks": len(engine.cells)}
+    return run
 
 
 def column_blocks(data) -> list[np.ndarray]:
@@ -291,12 +288,13 @@ class _Engine(BlockLoop):
         margins = point.carry
         plan = self._plan(self._block_order(point.certificate))
         start, slack = (point.coef, point.intercept), 1e-13 * abs(point.certificate.primal)
-        state, unsure = block_steps(plan, start, slack, self.problem, self.n, _Rows(self, margins))
-        state = self._coarse_step(margins, state)
+        rows = _Rows(self, margins)
+        state, unsure = block_steps(plan, start, slack, self.problem, self.n, rows)
+        state = coarse_step(rows, self.problem, self.n, self.offsets, state, self._row_sums(state))
         self.unsure = set(unsure)
         return self._first(state, final)
 
-    # -- one epoch: the block steps (on _Rows), then the coarse step ------------------
+    # -- one epoch: the block steps and the coarse step on _Rows ----------------------
 
     def _cell(self, k, b):
         return None if b == INTERCEPT else self.cells[k][b]
@@ -360,37 +358,23 @@ class _Engine(BlockLoop):
             stats["cube"] = view.cube_sums()
         return stats
 
-    def _coarse_step(self, margins, state) -> dict:
-        """The Newton step on whole-block shifts (+ intercept) of
-        :meth:`block_scd._BlockSCD._coarse_step`, line-searched for a non-quadratic loss:
-        S over all columns (L2), or over the support, made again when it changes (L1)."""
-        problem, n, offsets, loss = self.problem, self.n, self.offsets, self.problem.loss
-        row_sums = self.row_sums
-        if row_sums is None:
-            row_sums = [
-                group[0]
-                for group in block_collective._active_row_sums(
-                    self.each,
-                    self.fit_key,
-                    list(range(len(self.cells))),
-                    [[cells] for cells in self.cells],
-                    state["coef"],
-                    offsets,
-                    problem.fit_intercept,
-                )
-            ]
-        stats = self.each(
-            lambda k: block_coarse.coarse_stats(row_sums[k], self.labels[k], margins[k], loss)
-        )
-        direction = block_coarse.coarse_direction(problem, n, offsets, state, *stats)
-        if loss == "squared":
-            return block_coarse.coarse_apply(problem, n, offsets, state, direction)
-        trials = self.each(
-            lambda k: block_coarse.coarse_trials(
-                row_sums[k], self.labels[k], margins[k], direction, loss
+    def _row_sums(self, state) -> list:
+        """The coarse space's S per row chunk: over all columns (L2), or over the support,
+        made again when it changes (L1)."""
+        if self.row_sums is not None:
+            return self.row_sums
+        return [
+            group[0]
+            for group in block_collective._active_row_sums(
+                self.each,
+                self.fit_key,
+                list(range(len(self.cells))),
+                [[cells] for cells in self.cells],
+                state["coef"],
+                self.offsets,
+                self.problem.fit_intercept,
             )
-        )
-        return block_coarse.coarse_apply(problem, n, offsets, state, direction, *trials)
+        ]
 
     def _certify(self, state) -> tuple:
         """Fresh margins from ``state`` and the certificate on them: (margins per row
@@ -467,6 +451,10 @@ class _Rows(RowChunks):
                 engine._cell(k, p.b), engine.labels[k], margins[k], direction, problem, p.pure
             )
         )
+
+    def with_margins(self, func, per_row, *shared):
+        engine, margins = self.engine, self.margins
+        return engine.each(lambda k: func(per_row[k], engine.labels[k], margins[k], *shared))
 
     def apply(self, pending):
         engine, margins = self.engine, self.margins

@@ -531,18 +531,9 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
                 for r in range(source.n_row_chunks)
             ]
         run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
-    coef = np.empty(source.n_features)
-    coef[source.feature_order] = run["coef"]
-    return Run(
-        coef,
-        run["intercept"],
-        run["certificate"],
-        run["epoch"],
-        run["history"],
-        extras={
-            "total_passes": float(engine.passes),
-            "steps": engine.steps,
-            "cg_products": engine.products,
-        },
-        stopped_by_callback=run["stopped_by_callback"],
-    )
+    run.extras = {
+        "total_passes": float(engine.passes),
+        "steps": engine.steps,
+        "cg_products": engine.products,
+    }
+    return run

@@ -39,7 +39,7 @@ from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
-from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps
+from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps, coarse_step
 from dask_scd.runtime import collective, strategies
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
 
@@ -90,24 +90,16 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
             run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
         finally:
             engine.release()
-    coef = engine._original_order(run["coef"])
-    extras = dict(engine.moved) if residency is not None else {}
+    if residency is not None:
+        run.extras.update(engine.moved)
     if engine.member_seconds:  # where a collective iteration's time went (member 0)
-        extras["member_seconds"] = [
+        run.extras["member_seconds"] = [
             {"waiting": w, "epoch_and_coarse": e, "certificate": c}
             for w, e, c in engine.member_seconds
         ]
     if engine.fallbacks:  # collective iterations redone as task graphs, and why
-        extras["collective_fallbacks"] = list(engine.fallbacks)
-    return Run(
-        coef,
-        run["intercept"],
-        run["certificate"],
-        run["epoch"],
-        run["history"],
-        extras,
-        stopped_by_callback=run["stopped_by_callback"],
-    )
+        run.extras["collective_fallbacks"] = list(engine.fallbacks)
+    return run
 
 
 class _Kept:
@@ -127,7 +119,7 @@ def _exchanged_bytes(source, width: int, gram: bool) -> int:
     return source.n_row_chunks * per_row_chunk
 
 
-def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
+def collective_on_pure_blocks(source) -> bool:
     """Whether block SCD on ``source`` runs its epochs collectively (one task per worker,
     :mod:`dask_scd.engines.block.block_collective`) with every block pure: a grid whose blocks'
     statistics stay within :attr:`_BlockSCD.COLLECTIVE_BYTES`, on which every block step
@@ -150,21 +142,12 @@ class _BlockSCD(ClusterBlocks):
     order within an epoch is a :class:`~dask_scd.runtime.strategies.BlockOrder`.
     """
 
-    def __init__(
-        self,
-        client,
-        source: Source,
-        problem: obj.Problem,
-        rng,
-        selection,
-        progress,
-        gram_max=1024,
-        coarse=True,
-        residency=None,
-        memory_budget=None,
-    ):
-        super().__init__(client, source, problem, rng, selection, progress, coarse)
-        self.gram_max = gram_max
+    gram_max = 1024  # an impure block up to this wide takes the exact step of its Gram matrix
+
+    def __init__(self, *args, residency=None, memory_budget=None):
+        """``args``: :class:`ClusterBlocks`'; ``residency`` and ``memory_budget``: the
+        engine options'."""
+        super().__init__(*args)
         self.residency = None
         if residency is not None:
             self.residency = strategies.residency(residency, self.block_bytes)
@@ -179,7 +162,7 @@ class _BlockSCD(ClusterBlocks):
         # Pure logistic blocks take provable steps without a line search (one stage per
         # block instead of two), except those whose last step was unsure: those run the
         # trials this epoch (see _provable).
-        self.bounded = problem.loss == "logistic" and not source.weighted
+        self.bounded = self.problem.loss == "logistic" and not self.source.weighted
         self.unsure = set()
         self._slim = None  # see run
         self._resend = False  # see _collective_iteration
@@ -267,11 +250,7 @@ class _BlockSCD(ClusterBlocks):
                 return done
         if isinstance(box[0], _Kept):  # the same bits as the members' certificate's
             box[0], _ = self._certify({"coef": coef, "intercept": intercept})
-        state, margins = self._graph_epoch(box, plan, coef, intercept, slack)
-        if self.coarse:  # see dask_scd.engines.coarse
-            state = self._coarse_step(margins, state)
-        del margins  # the certificate makes them afresh: not kept beside its own
-        return self._certify(state)
+        return self._certify(self._graph_epoch(box, plan, coef, intercept, slack))
 
     # A collective epoch sends every block's statistics to every member: not where one
     # block's, over all row chunks, would weigh more than this (the task graph sums those
@@ -438,9 +417,11 @@ class _BlockSCD(ClusterBlocks):
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
     def _graph_epoch(self, box, plan, coef, intercept, slack):
-        """Submit one pass over the blocks as a single graph (:class:`_Graph`); wait only
-        for its end. ``box`` holds the margins, taken out here so that only the stages
-        reading them keep them. Returns (the state after it, its margins)."""
+        """Submit one pass over the blocks and the coarse step as a single graph
+        (:class:`_Graph`); wait only for the blocks' steps. ``box`` holds the margins,
+        taken out here so that only the stages reading them keep them. Returns the state
+        after it (a future after a coarse step: the certificate's gather fetches it); the
+        margins are let go, the certificate makes them afresh."""
         rows = _Graph(self, box.pop())
         # θ at the start of the epoch, sent to each worker once (a task, not scattered
         # data: a copy lost with a worker is recomputed); a block's task reads its slice.
@@ -449,7 +430,14 @@ class _BlockSCD(ClusterBlocks):
             plan, (coef, intercept), slack, self.problem, self.source.n_samples, rows, start
         )
         self.unsure = set(unsure)
-        return state, rows.margins
+        if not self.coarse:
+            return state
+        row_sums = self.row_sums
+        if self.problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
+            row_sums = self._active_row_sums(state["coef"])
+        return coarse_step(
+            rows, self.problem, self.source.n_samples, self.coarse_space, state, row_sums
+        )
 
     # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
     # each at up to min(width, rows) columns per row chunk) would weigh more than this in
@@ -469,35 +457,6 @@ class _BlockSCD(ClusterBlocks):
     def _stats_width(self, block) -> int:
         """Columns a row chunk's statistics of ``block`` may hold: at most one per row."""
         return min(block.stop - block.start, int(self.rows.max()))
-
-    def _coarse_step(self, margins, state):
-        """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
-
-        Coordinate descent is slow along directions its coordinates only see together —
-        on one-hot data, shifting a whole field against the intercept or another field.
-        One reduction gives the k×k curvature of the loss on that subspace; the penalty
-        is added exactly, and the small problem is solved in a task
-        (:func:`dask_scd.engines.coarse.coarse_newton`). A line search keeps it a descent step
-        for non-quadratic losses. Returns a future of the new state, {"coef",
-        "intercept"}: nothing waits here, the certificate's gather fetches it.
-        """
-        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
-        row_sums = self.row_sums
-        if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
-            row_sums = self._active_row_sums(state["coef"])
-        stats = runtime.map_rows(
-            block_coarse.coarse_stats, (row_sums, self.labels, margins), problem.loss
-        )
-        direction = runtime.reduce(
-            block_coarse.coarse_direction, (problem, n, self.coarse_space, state), stats
-        )
-        fixed = (problem, n, self.coarse_space, state, direction)
-        if problem.loss == "squared":
-            return runtime.submit(block_coarse.coarse_apply, *fixed)
-        trials = runtime.map_rows(
-            block_coarse.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
-        )
-        return runtime.reduce(block_coarse.coarse_apply, fixed, trials)
 
     _support = _active = None  # the support S was last read for, and that S (Rows)
 
@@ -570,6 +529,14 @@ class _Graph(RowChunks):
         if tree:
             return self.runtime.submit(func, *fixed, *self.runtime.tree_sum(partials))
         return self.runtime.inline_reduce(func, fixed, partials)
+
+    def with_margins(self, func, per_row, *shared):
+        return self.runtime.map_rows(func, (per_row, self.engine.labels, self.margins), *shared)
+
+    def reduce_in_task(self, func, fixed: tuple, partials=None):
+        if partials is None:
+            return self.runtime.submit(func, *fixed)
+        return self.runtime.reduce(func, fixed, partials)
 
     def kept(self, step):
         return self.runtime.evaluate(step)
