@@ -11,7 +11,7 @@ EpochHooks` (checkpoint, callback). A variant fills in how an epoch is computed
 (:meth:`BlockLoop._first`, :meth:`BlockLoop._next`).
 
 The epoch of block SCD is :func:`block_steps` over the blocks of a plan
-(:meth:`BlockLoop._plan`), then the coarse step: each variant says how a row chunk's
+(:meth:`BlockLoop._plan`), then :func:`coarse_step`: each variant says how a row chunk's
 statistics are made and how they are reduced (:class:`RowChunks`), the plan and the
 order of the steps are the same, so every variant takes the same steps, the same bits.
 """
