@@ -112,26 +112,27 @@ class _Kept:
         self.token = token
 
 
-def _exchanged_bytes(source, width: int, gram: bool) -> int:
-    """Bytes a collective epoch sends for one block: its statistics over all row chunks
-    (``width`` columns a row chunk may hold; a Gram block's width² products)."""
-    per_row_chunk = width * width * 8 if gram else width * 32
-    return source.n_row_chunks * per_row_chunk
-
-
 def collective_on_pure_blocks(source) -> bool:
     """Whether block SCD on ``source`` runs its epochs collectively (one task per worker,
-    :mod:`dask_scd.engines.block.block_collective`) with every block pure: a grid whose blocks'
-    statistics stay within :attr:`_BlockSCD.COLLECTIVE_BYTES`, on which every block step
-    is exact. ``auto`` then prefers block SCD to block Newton's conjugate gradients."""
-    if not (_BlockSCD.collective and source.on_disk and all(source.purity)):
+    :mod:`dask_scd.engines.block.block_collective`) with every block pure, so every block
+    step is exact. ``auto`` then prefers block SCD to block Newton's conjugate gradients."""
+    return all(source.purity) and _fits_collectively(source, [(b, False) for b in source.slices])
+
+
+def _fits_collectively(source, blocks) -> bool:
+    """Whether an epoch over ``blocks`` (pairs of a block's columns and whether it takes a
+    Gram step) may run collectively: on a grid, every block's statistics over all row
+    chunks (a row chunk's at most one column per row; a Gram block's width² products),
+    which every member receives, within :attr:`_BlockSCD.COLLECTIVE_BYTES`."""
+    if not (_BlockSCD.collective and source.on_disk):
         return False
     most_rows = int(np.diff(source.row_bounds).max())
-    return all(
-        _exchanged_bytes(source, min(block.stop - block.start, most_rows), False)
-        <= _BlockSCD.COLLECTIVE_BYTES
-        for block in source.slices
-    )
+    for block, gram in blocks:
+        width = min(block.stop - block.start, most_rows)
+        per_row_chunk = width * width * 8 if gram else width * 32
+        if source.n_row_chunks * per_row_chunk > _BlockSCD.COLLECTIVE_BYTES:
+            return False
+    return True
 
 
 class _BlockSCD(ClusterBlocks):
@@ -244,7 +245,8 @@ class _BlockSCD(ClusterBlocks):
         kept them."""
         plan = self._plan(order)
         slack = 1e-13 * abs(primal)
-        if self._collective_fits(plan):
+        blocks = [(p.block, p.gram) for p in plan if p.block is not None]
+        if _fits_collectively(self.source, blocks):
             done = self._collective_iteration(box[0], plan, coef, intercept, slack)
             if done is not None:
                 return done
@@ -257,16 +259,6 @@ class _BlockSCD(ClusterBlocks):
     # in a tree of tasks, each holding a few row chunks' parts).
     COLLECTIVE_BYTES = 128 * 2**20
     collective = True  # run epochs collectively where possible (False: task graphs only)
-
-    def _collective_fits(self, plan) -> bool:
-        if not (self.collective and self.source.on_disk):
-            return False
-        return all(
-            _exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
-            <= self.COLLECTIVE_BYTES
-            for p in plan
-            if p.block is not None
-        )
 
     def _keeps_fixed_parts(self, addresses) -> bool:
         """Whether the members send the statistics' fixed parts once and keep the others'
@@ -288,14 +280,10 @@ class _BlockSCD(ClusterBlocks):
     def _members(self) -> tuple[list, list]:
         """The members of a collective epoch: one per home worker (every worker when the
         groups have no homes: a single member), with the groups each runs."""
-        homes = self.runtime.group_homes
-        addresses, groups = [], []
-        for g, home in enumerate(homes):
-            if home not in addresses:
-                addresses.append(home)
-                groups.append([])
-            groups[addresses.index(home)].append(g)
-        return addresses, groups
+        members = {}
+        for g, home in enumerate(self.runtime.group_homes):
+            members.setdefault(home, []).append(g)
+        return list(members), list(members.values())
 
     def _collective_iteration(self, margins, plan, coef, intercept, slack):
         """The iteration as one task per worker exchanging statistics directly
