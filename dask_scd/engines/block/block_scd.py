@@ -67,30 +67,28 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     every epoch, cells in each worker's LRU cache.
     """
     settings = options.engine
-    selection, client = settings.selection, settings.client
-    residency, budget = settings.residency, settings.memory_budget
-    if residency is not None and not source.on_disk:
+    if settings.residency is not None and not source.on_disk:
         raise ValueError(
             "residency applies to a Grid (a dask array's chunks already live "
             "in the workers' memory)"
         )
-    with fit_client(client) as c:
+    with fit_client(settings.client) as c:
         engine = _BlockSCD(
             c,
             source,
             problem,
             options.rng,
-            selection,
+            settings.selection,
             options.progress,
-            residency=residency,
-            memory_budget=budget,
+            residency=settings.residency,
+            memory_budget=settings.memory_budget,
         )
         engine.warm = grid_order_start(source, options.start)
         try:
             run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
         finally:
             engine.release()
-    if residency is not None:
+    if engine.residency is not None:
         run.extras.update(engine.moved)
     if engine.member_seconds:  # where a collective iteration's time went (member 0)
         run.extras["member_seconds"] = [
