@@ -36,7 +36,7 @@ from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, wide_newton
-from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
+from dask_scd.engines.block.block_cluster import ClusterBlocks
 from dask_scd.engines.block.block_loop import Certified
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
@@ -481,11 +481,8 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
             "solver='block_scd' for an L1 or elastic-net penalty"
         )
     with fit_client(settings.client) as c:
-        engine = _BlockNewton(
-            c, source, problem, options.rng, settings.selection, options.progress, coarse=False
-        )
-        engine.wide, engine.tol, engine.products = wide, options.tol, []
-        engine.warm = grid_order_start(source, options.start)
+        engine = _BlockNewton(c, source, problem, options, coarse=False)
+        engine.wide, engine.products = wide, []
         if wide:  # the block-sum directions of the preconditioner's coarse level
             engine.row_sums = [
                 engine.runtime.submit_row(r, block_coarse.block_row_sums, engine.cells[r], False)

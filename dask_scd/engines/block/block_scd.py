@@ -38,7 +38,7 @@ from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
+from dask_scd.engines.block.block_cluster import ClusterBlocks
 from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps, coarse_step
 from dask_scd.runtime import collective, strategies
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
@@ -73,17 +73,7 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
             "in the workers' memory)"
         )
     with fit_client(settings.client) as c:
-        engine = _BlockSCD(
-            c,
-            source,
-            problem,
-            options.rng,
-            settings.selection,
-            options.progress,
-            residency=settings.residency,
-            memory_budget=settings.memory_budget,
-        )
-        engine.warm = grid_order_start(source, options.start)
+        engine = _BlockSCD(c, source, problem, options)
         try:
             run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
         finally:
@@ -143,10 +133,9 @@ class _BlockSCD(ClusterBlocks):
 
     gram_max = 1024  # an impure block up to this wide takes the exact step of its Gram matrix
 
-    def __init__(self, *args, residency=None, memory_budget=None):
-        """``args``: :class:`ClusterBlocks`'; ``residency`` and ``memory_budget``: the
-        engine options'."""
-        super().__init__(*args)
+    def __init__(self, client, source: Source, problem: obj.Problem, options: Options):
+        super().__init__(client, source, problem, options)
+        residency, memory_budget = options.engine.residency, options.engine.memory_budget
         self.residency = None
         if residency is not None:
             self.residency = strategies.residency(residency, self.block_bytes)
