@@ -95,18 +95,15 @@ class Source:
         does not)."""
         return self.sample_weight is not None
 
-    def weights(self, r: int):
-        """Sample weights of row chunk r as given, or None (every example weighs 1)."""
-        if self.sample_weight is None:
-            return None
-        return self.sample_weight[self.row_bounds[r] : self.row_bounds[r + 1]]
-
     def unit_weights(self):
         """The sample weights scaled to mean 1 (what the engines read), or None."""
         return check_sample_weight(self.sample_weight, self.n_samples)
 
-    def _chunk(self, values, r: int):
-        return values[self.row_bounds[r] : self.row_bounds[r + 1]]
+    def _unit_weights_by_row_chunk(self) -> list:
+        """Each row chunk's share of :meth:`unit_weights` (None each without weights)."""
+        unit = self.unit_weights()
+        bounds = zip(self.row_bounds[:-1], self.row_bounds[1:])
+        return [None if unit is None else unit[lo:hi] for lo, hi in bounds]
 
     def connect(self, client) -> tuple[list, list]:
         """(cells[r][b], labels[r]) as the tasks of a fit on ``client`` take them; with
@@ -139,11 +136,9 @@ class GridSource(Source):
         cells = [
             [self.cell(r, b) for b in range(len(self.blocks))] for r in range(self.n_row_chunks)
         ]
-        unit = self.unit_weights()
-        if unit is None:
-            return cells, [self.label(r) for r in range(self.n_row_chunks)]
         return cells, [
-            WeightedLabels(self.label(r), self._chunk(unit, r)) for r in range(self.n_row_chunks)
+            self.label(r) if v is None else WeightedLabels(self.label(r), v)
+            for r, v in enumerate(self._unit_weights_by_row_chunk())
         ]
 
     def materialize(self) -> tuple:
@@ -166,11 +161,7 @@ class GridSource(Source):
             columns = list(pool.map(column, range(n_blocks)))
         y = np.concatenate([read_labels(grid.path, grid.grid_id, r) for r in range(n_rc)])
         X = sp.hstack(columns, format="csc") if grid.is_sparse else np.hstack(columns)
-        order = grid.feature_order
-        if not np.array_equal(order, np.arange(len(order))):
-            inverse = np.empty_like(order)
-            inverse[order] = np.arange(len(order))
-            X = X[:, inverse]
+        X = _in_feature_order(X, grid.feature_order)
         return (X.tocsr() if grid.is_sparse else X), y
 
 
@@ -199,23 +190,28 @@ class DaskSource(Source):
         cells = [
             [by_key[keys[r][b]] for b in range(len(self.blocks))] for r in range(self.n_row_chunks)
         ]
-        unit = self.unit_weights()
-        if unit is None:
-            return cells, [
-                client.submit(labels, self.label(r), pure=False) for r in range(self.n_row_chunks)
-            ]
         return cells, [
-            client.submit(weighted_labels, self.label(r), self._chunk(unit, r), pure=False)
-            for r in range(self.n_row_chunks)
+            client.submit(labels, self.label(r), pure=False)
+            if v is None
+            else client.submit(weighted_labels, self.label(r), v, pure=False)
+            for r, v in enumerate(self._unit_weights_by_row_chunk())
         ]
 
     def materialize(self) -> tuple:
         computed = self.X.compute()
-        inverse = np.empty(self.n_features, dtype=np.int64)
-        inverse[self.feature_order] = np.arange(self.n_features)
         if not isinstance(computed, np.ndarray):
             computed = to_scipy(computed)
-        return computed[:, inverse], self.y_given
+        return _in_feature_order(computed, self.feature_order), self.y_given
+
+
+def _in_feature_order(X, order):
+    """X, its columns in grid order (column k is feature ``order[k]``), in the original
+    feature order."""
+    if np.array_equal(order, np.arange(len(order))):
+        return X
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return X[:, inverse]
 
 
 def make_source(X, y, loss: str, blocks, sample_weight=None) -> Source:
@@ -249,18 +245,23 @@ def _source_weights(sample_weight, source: Source):
         return None
     n = source.n_samples
     if is_dask(sample_weight):
-        if sample_weight.ndim == 2 and sample_weight.shape[1] == 1:
-            sample_weight = sample_weight[:, 0]
-        if sample_weight.ndim != 1 or sample_weight.shape[0] != n:
-            raise ValueError(
-                f"sample_weight has shape {sample_weight.shape} but X has {n} "
-                "rows: sample_weight must be (n_samples,)"
-            )
-        chunks = tuple(np.diff(source.row_bounds).tolist())
-        sample_weight = sample_weight.rechunk((chunks,)).compute()
+        sample_weight = _computed(sample_weight, "sample_weight", source.row_bounds)
     if check_sample_weight(sample_weight, n) is None:  # raises on bad weights
         return None  # equal weights: the unweighted problem
     return np.asarray(sample_weight, dtype=np.float64).reshape(n).copy()
+
+
+def _computed(vector, name: str, row_bounds):
+    """A dask vector of one value per row (or a column of them, as check_labels takes
+    from numpy), rechunked like X's row chunks and computed."""
+    n = int(row_bounds[-1])
+    if vector.ndim == 2 and vector.shape[1] == 1:
+        vector = vector[:, 0]
+    if vector.ndim != 1 or vector.shape[0] != n:
+        raise ValueError(
+            f"{name} has shape {vector.shape} but X has {n} rows: {name} must be (n_samples,)"
+        )
+    return vector.rechunk((tuple(np.diff(row_bounds).tolist()),)).compute()
 
 
 def _grid_source(grid, y, loss, blocks) -> GridSource:
@@ -358,11 +359,7 @@ def _dask_source(X, y, loss, blocks) -> DaskSource:
     X = _merged_row_chunks(X, nbytes)
     row_bounds = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
     if is_dask(y):
-        if y.ndim == 2 and y.shape[1] == 1:  # a column, as check_labels takes from numpy
-            y = y[:, 0]
-        if y.ndim != 1 or y.shape[0] != n:
-            raise ValueError(f"y has shape {y.shape} but X has {n} rows: y must be (n_samples,)")
-        values = y.rechunk((X.chunks[0],)).compute()
+        values = _computed(y, "y", row_bounds)
     else:
         values = y  # check_labels reads lists, pandas and numpy alike
     y_checked, classes = check_labels(values, n, loss)

@@ -31,24 +31,14 @@ from dask_scd.data.memory import MAX_BLOCKS  # noqa: F401  (the engines' bound, 
 from dask_scd.kernels import block as block_kernels
 
 
-def compact_dtype(columns) -> np.dtype:
-    """The smallest of uint8, int16 holding every value exactly, else float64."""
-    if not columns:
-        return np.dtype(np.uint8)
-    return _dtype_holding(
-        min(float(c.min()) for c in columns),
-        max(float(c.max()) for c in columns),
-        all(np.array_equal(c, np.round(c)) for c in columns),
-    )
-
-
-def _dtype_holding(lo: float, hi: float, integral: bool) -> np.dtype:
-    """The smallest of uint8, int16 holding values in [lo, hi] exactly (integers only),
-    else float64."""
-    if integral:
+def compact_dtype(lo, hi, integral) -> np.dtype:
+    """The smallest of uint8, int16 holding every value of columns whose least values are
+    ``lo``, greatest ``hi`` and ``integral`` whether they hold integers only, exactly;
+    else float64 (uint8 for no column)."""
+    if np.all(integral):
         for dtype in (np.uint8, np.int16):
             info = np.iinfo(dtype)
-            if info.min <= lo and hi <= info.max:
+            if info.min <= np.min(lo, initial=0) and np.max(hi, initial=0) <= info.max:
                 return np.dtype(dtype)
     return np.dtype(np.float64)
 
@@ -82,7 +72,12 @@ class RowSums:
                 stored.append(column)
         if with_intercept:
             column_of.append(-1)
-        counts = np.empty((n_rows, len(stored)), dtype=compact_dtype(stored))
+        dtype = compact_dtype(
+            [c.min() for c in stored],
+            [c.max() for c in stored],
+            [np.array_equal(c, np.round(c)) for c in stored],
+        )
+        counts = np.empty((n_rows, len(stored)), dtype=dtype)
         for j, column in enumerate(stored):
             counts[:, j] = column
         return cls(counts, np.array(column_of, dtype=np.int64))
@@ -148,11 +143,7 @@ def row_sums_of_blocks(X, block_of, k: int) -> RowSums:
     stored = np.flatnonzero(~ones)
     stored_of = np.full(k, -1, dtype=np.int64)  # −1: the ones vector, not stored
     stored_of[stored] = np.arange(len(stored))
-    dtype = (
-        np.dtype(np.uint8)
-        if len(stored) == 0
-        else _dtype_holding(lo[stored].min(), hi[stored].max(), bool(integral[stored].all()))
-    )
+    dtype = compact_dtype(lo[stored], hi[stored], integral[stored])
     counts = np.empty((n, len(stored)), dtype=dtype)
     if len(stored):
         block_kernels.row_block_sums_fill(*head, stored_of, counts)

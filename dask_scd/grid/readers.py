@@ -118,26 +118,19 @@ def _as_labels(y, n: int):
 def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
     if is_pydata_sparse(X):
         X = to_scipy(X)
-    if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        dtype = storage_dtype(X.dtype)
-        # CSR so that row slices are cheap; csr_matrix() shares the caller's
-        # buffers when already CSR, which is fine: nothing here writes to them.
-        csr = sp.csr_matrix(X)
-        is_sparse = True
-    else:
+    is_sparse = sp.issparse(X)
+    if not is_sparse:
         X = np.asarray(X)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        dtype = storage_dtype(X.dtype)
-        csr = X
-        is_sparse = False
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    dtype = storage_dtype(X.dtype)
+    # CSR so that row slices are cheap; csr_matrix() shares the caller's buffers when
+    # already CSR, which is fine: nothing here writes to them.
+    rows = sp.csr_matrix(X) if is_sparse else X
     y = _as_labels(y, X.shape[0])
 
     def chunk_fn(start, stop):
-        Xc = csr[start:stop]
-        Xc = Xc.astype(dtype, copy=False)
+        Xc = rows[start:stop].astype(dtype, copy=False)
         yc = y[start:stop]
         if is_dask(yc):
             yc = yc.compute()

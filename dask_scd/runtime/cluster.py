@@ -77,18 +77,21 @@ def _stale_homes_plugin():
             self.scheduler = scheduler
 
         @staticmethod
-        def _stale(ts, scheduler) -> bool:
-            return bool(
+        def _released(ts, scheduler) -> bool:
+            """Lift a stale task's restrictions; whether it was one."""
+            stale = bool(
                 ts.loose_restrictions
                 and ts.worker_restrictions
                 and not any(a in scheduler.workers for a in ts.worker_restrictions)
             )
+            if stale:
+                ts.worker_restrictions = set()
+                ts.loose_restrictions = False
+            return stale
 
         def add_worker(self, scheduler, worker):  # runs before the no-worker tasks move
             for ts in list(scheduler.unrunnable):
-                if self._stale(ts, scheduler):
-                    ts.worker_restrictions = set()
-                    ts.loose_restrictions = False
+                self._released(ts, scheduler)
 
         def transition(self, key, start, finish, *args, **kwargs):
             # A task that reaches no-worker while a newcomer registers (the scheduler
@@ -102,11 +105,8 @@ def _stale_homes_plugin():
             if finish != "no-worker" or scheduler is None:
                 return
             ts = scheduler.tasks.get(key)
-            if ts is not None and self._stale(ts, scheduler):
-                ts.worker_restrictions = set()
-                ts.loose_restrictions = False
-                if scheduler.running:
-                    scheduler.loop.add_callback(self._move, key)
+            if ts is not None and self._released(ts, scheduler) and scheduler.running:
+                scheduler.loop.add_callback(self._move, key)
 
         def _move(self, key):
             scheduler = self.scheduler
@@ -117,14 +117,19 @@ def _stale_homes_plugin():
     return StaleHomes()
 
 
-def release_stale_homes(client) -> bool:
-    """Register the :func:`_stale_homes_plugin` on the client's scheduler. Returns False
-    where it could not be registered (the fit runs without it)."""
+def _register(client, plugin, name: str) -> bool:
+    """Register ``plugin`` on the client's cluster. Returns False where it could not be
+    registered (an old or unreachable cluster: the fit runs without it)."""
     try:
-        client.register_plugin(_stale_homes_plugin(), name=STALE_HOMES)
-    except Exception:  # an old or unreachable scheduler: the fit does not depend on it
+        client.register_plugin(plugin, name=name)
+    except Exception:
         return False
     return True
+
+
+def release_stale_homes(client) -> bool:
+    """Register the :func:`_stale_homes_plugin` on the client's scheduler."""
+    return _register(client, _stale_homes_plugin(), STALE_HOMES)
 
 
 CACHE_RELIEF = "dask_scd-cache-relief"
@@ -190,12 +195,8 @@ def spill_helps(worker, cache, spill_fraction) -> bool:
 
 def relieve_paused_workers(client) -> bool:
     """Register :func:`_cache_relief_plugin` on the client's workers (present and
-    future). Returns False where it could not be registered."""
-    try:
-        client.register_plugin(_cache_relief_plugin(), name=CACHE_RELIEF)
-    except Exception:  # an old or unreachable cluster: the fit does not depend on it
-        return False
-    return True
+    future)."""
+    return _register(client, _cache_relief_plugin(), CACHE_RELIEF)
 
 
 def _tune_malloc(dask_worker=None) -> bool:

@@ -123,10 +123,6 @@ class SequentialResidency(Residency):
     def __init__(self):
         self.next = 0
 
-    def preference(self, sizes, gap_memory, rng):
-        n = len(sizes)
-        return (self.next + np.arange(n)) % n
-
     def choose(self, sizes, budget, gap_memory, rng):
         chosen, used, c = [], 0, self.next
         for _ in range(len(sizes)):  # a contiguous run from `next`, as far as it fits
@@ -168,12 +164,9 @@ RESIDENCIES = ("duhl", "sequential", "random", "importance")
 
 def residency(name: str, weights=None) -> Residency:
     """The residency policy called ``name`` (``weights``: the importance weights)."""
-    if name == "duhl":
-        return GapResidency()
-    if name == "sequential":
-        return SequentialResidency()
-    if name == "random":
-        return RandomResidency()
     if name == "importance":
         return ImportanceResidency(weights)
-    raise ValueError(f"residency={name!r} is not one of {RESIDENCIES}")
+    policies = {"duhl": GapResidency, "sequential": SequentialResidency, "random": RandomResidency}
+    if name not in policies:
+        raise ValueError(f"residency={name!r} is not one of {RESIDENCIES}")
+    return policies[name]()

@@ -15,9 +15,9 @@ Slow stores:
   chunk's cells, and every read the slow side makes for itself (gap refreshes,
   certificates) is counted in ``bytes_read``.
 
-Fast memories: :class:`HostMemory` (RAM) and :class:`DeviceMemory` (a GPU). Each has two
-methods (``put`` a chunk's :class:`~dask_scd.kernels.layout.MajorMatrix`, ``free`` it) and
-an ``assemble`` that gives one matrix over the resident lines on the host (for the fast
+Fast memories: :class:`HostMemory` (RAM) and :class:`DeviceMemory` (a GPU). Each has
+``put`` (what it holds of a chunk's :class:`~dask_scd.kernels.layout.MajorMatrix`, freed
+with the last reference to it) and an ``assemble`` that gives one matrix over the resident lines on the host (for the fast
 side's per-line sums) and the one the epoch kernels read (the same on the host, a device
 copy on the GPU).
 """
@@ -189,13 +189,12 @@ class GridStore(SlowStore):
             self.bounds = np.concatenate([[0], np.cumsum([len(b) for b in grid.blocks])])
             self.n_minor = n
             nnz = grid.cell_nnz.sum(axis=0)
-            lines = np.diff(self.bounds)
         else:
             self.bounds = np.asarray(grid.row_bounds)
             self.n_minor = p
             nnz = grid.cell_nnz.sum(axis=1)
-            lines = np.diff(self.bounds)
         self.bounds = self.bounds.astype(np.int64)
+        lines = np.diff(self.bounds)
         if grid.is_sparse:
             self.sizes = nnz * (8 + 4) + (lines + 1) * 8  # float64 values once loaded
         else:
@@ -206,10 +205,8 @@ class GridStore(SlowStore):
     def _cells(self, c) -> list:
         g = self.grid
         if self.axis == "columns":
-            cells = [g.read_cell(r, c) for r in range(g.n_row_chunks)]
-        else:
-            cells = [g.read_cell(c, b) for b in range(g.n_blocks)]
-        return cells
+            return [g.read_cell(r, c) for r in range(g.n_row_chunks)]
+        return [g.read_cell(c, b) for b in range(g.n_blocks)]
 
     def read(self, c):
         cells = self._cells(c)
@@ -270,9 +267,6 @@ class HostMemory:
     def put(self, piece: MajorMatrix):
         return piece
 
-    def free(self, resident):
-        pass
-
     def assemble(self, residents: list, n_minor: int) -> tuple[MajorMatrix, MajorMatrix]:
         matrix = concatenate(residents, n_minor)
         return matrix, matrix
@@ -290,9 +284,6 @@ class DeviceMemory:
 
     def put(self, piece: MajorMatrix):
         return piece, device.place(piece, "gpu")
-
-    def free(self, resident):
-        pass
 
     def assemble(self, residents: list, n_minor: int) -> tuple[MajorMatrix, MajorMatrix]:
         matrix = concatenate([host for host, _ in residents], n_minor)
@@ -331,7 +322,7 @@ class Tier:
         if need > self.budget:
             raise ValueError(f"chunks of {need} bytes do not fit the budget {self.budget}")
         for c in [c for c in self.resident if c not in wanted]:
-            self.fast.free(self.resident.pop(c))
+            del self.resident[c]
             self.used -= int(self.slow.sizes[c])
             self.evictions += 1
         loads = 0

@@ -36,37 +36,25 @@ def _live_columns(reports, slices) -> np.ndarray | None:
     return None if live.all() else live
 
 
-def grid_order_start(source: Source, start):
-    """A warm start (θ in the original feature order, b) in the grid's column order."""
-    if start is None:
-        return None
-    return np.array(start[0], dtype=np.float64)[source.feature_order], float(start[1])
-
-
 class ClusterBlocks(BlockLoop):
     """A block engine's cells, labels and row-chunk homes on the cluster; θ in grid
-    order (a warm start too)."""
+    order (a warm start too). ``options``: the fit's :class:`~dask_scd.engines.base.Options`
+    (its random generator, progress, warm start and the engine's ``selection``)."""
 
-    def __init__(
-        self,
-        client,
-        source: Source,
-        problem: obj.Problem,
-        rng,
-        selection,
-        progress,
-        coarse=True,
-    ):
+    def __init__(self, client, source: Source, problem: obj.Problem, options, coarse=True):
         self.client = client
         self.coarse = coarse
         self.source = source
         self.problem = problem
-        self.rng = rng
-        self.selection = selection
-        self.progress = progress
+        self.rng = options.rng
+        self.selection = options.engine.selection
+        self.progress = options.progress
+        if options.start is not None:  # in the grid's column order
+            coef = np.array(options.start[0], dtype=np.float64)[source.feature_order]
+            self.warm = coef, float(options.start[1])
         self.slices = source.slices
         self.n_columns = source.n_features
-        self.order = strategies.block_order(selection, self.slices)
+        self.order = strategies.block_order(self.selection, self.slices)
         self.offsets = np.array([0] + [s.stop for s in self.slices], dtype=np.int64)
         # A grid's row chunks are placed on home workers (see ClusterRuntime.assign_homes).
         self.runtime = ClusterRuntime(

@@ -138,16 +138,9 @@ def coarse_apply(
     if trials:
         change = sum_partials(*[p["trials"] for p in trials]) / n_samples
         step = coarse_line_search(problem, change, direction["g"], shift, blocks)
-    offsets, live = _space(offsets)
     coef = state["coef"].copy()
-    for b in range(len(offsets) - 1):
-        part = coef[offsets[b] : offsets[b + 1]]
-        if problem.l1 > 0.0:
-            part[part != 0.0] += step * shift[b]
-        elif live is not None:
-            part[live[offsets[b] : offsets[b + 1]]] += step * shift[b]
-        else:
-            part += step * shift[b]
+    for b, (span, moved) in enumerate(_moved(coef, offsets, problem)):
+        coef[span][moved] += step * shift[b]
     intercept = state["intercept"]
     if problem.fit_intercept:
         intercept += step * shift[-1]
@@ -155,16 +148,21 @@ def coarse_apply(
 
 
 def _blocks(coef, offsets, problem) -> list:
-    """The coefficients each block shift moves: a block's columns that hold a value in X
-    (all of them but where a :class:`CoarseSpace` says otherwise), or with an L1 term its
-    non-zero ones (:func:`active_row_sums`)."""
+    """The coefficients each block shift moves (:func:`_moved`)."""
+    return [coef[span][moved] for span, moved in _moved(coef, offsets, problem)]
+
+
+def _moved(coef, offsets, problem) -> list:
+    """Per block, (its columns, which of them a block shift moves): those that hold a
+    value in X (all of them but where a :class:`CoarseSpace` says otherwise), or with an
+    L1 term its non-zero ones (:func:`active_row_sums`)."""
     offsets, live = _space(offsets)
-    blocks = [coef[offsets[b] : offsets[b + 1]] for b in range(len(offsets) - 1)]
+    spans = [slice(offsets[b], offsets[b + 1]) for b in range(len(offsets) - 1)]
     if problem.l1 > 0.0:
-        blocks = [theta[theta != 0.0] for theta in blocks]
-    elif live is not None:
-        blocks = [theta[live[offsets[b] : offsets[b + 1]]] for b, theta in enumerate(blocks)]
-    return blocks
+        return [(span, coef[span] != 0.0) for span in spans]
+    if live is not None:
+        return [(span, live[span]) for span in spans]
+    return [(span, slice(None)) for span in spans]
 
 
 @dataclass(frozen=True)

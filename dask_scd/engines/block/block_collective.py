@@ -39,7 +39,7 @@ import numpy as np
 from dask_scd.data.cells import CellRef
 from dask_scd.engines.block import block_coarse
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_loop import RowChunks, block_steps
+from dask_scd.engines.block.block_loop import RowChunks, block_steps, coarse_step
 from dask_scd.runtime import passes
 from dask_scd.runtime.cluster import picked
 from dask_scd.runtime.collective import Aborted, Member
@@ -99,22 +99,22 @@ def epoch_member(
             else _StaticParts(certify[0], addresses, problem.loss, certify[5])
         )
         with _GroupPool(member.worker, len(groups)) as each:
-            state, unsure = _iterate(
-                member,
-                each,
-                groups,
-                margins,
-                pick,
-                cells,
-                labels,
-                start,
-                plan,
-                problem,
-                n_samples,
-                slack,
-                coarse,
-                static,
-            )
+            rows = [list(picked(m, pick)) for m in margins]
+            rows = _MemberRows(member, each, groups, rows, cells, labels, problem, static)
+            state, unsure = block_steps(plan, start, slack, problem, n_samples, rows)
+            if coarse is not None:
+                fit_key, space, row_sums = coarse
+                if row_sums is None:  # S over the non-zero coefficients
+                    row_sums = _active_row_sums(
+                        each,
+                        fit_key,
+                        groups,
+                        cells,
+                        state["coef"],
+                        space.offsets,
+                        problem.fit_intercept,
+                    )
+                state = coarse_step(rows, problem, n_samples, space, state, row_sums)
             epoch_done = time.perf_counter()
             certified = None
             if certify is not None:
@@ -312,6 +312,16 @@ class _MemberRows(RowChunks):
     def reduce(self, func, fixed: tuple, partials, tree: bool):
         return func(*fixed, *(passes.tree_sum(partials) if tree else partials))
 
+    def with_margins(self, func, per_row, *shared):
+        rows, labels = self.rows, self.labels
+        return self.everyone(
+            self.each(
+                lambda k: [
+                    func(per_row[k][i], y, rows[k][i], *shared) for i, y in enumerate(labels[k])
+                ]
+            )
+        )
+
     def apply(self, pending):
         rows, last = self.rows, self.column(pending[0])
         self.rows = self.each(
@@ -339,65 +349,6 @@ class _MemberRows(RowChunks):
             for i, got in enumerate(parts)
         ]
         return _in_row_order(parts)
-
-
-def _iterate(
-    member,
-    each,
-    groups,
-    margins,
-    pick,
-    cells,
-    labels,
-    start,
-    plan,
-    problem,
-    n_samples,
-    slack,
-    coarse,
-    static=None,
-):
-    """The epoch (:func:`block_loop.block_steps`) and the coarse step of one member."""
-    rows = _MemberRows(
-        member,
-        each,
-        groups,
-        [list(picked(m, pick)) for m in margins],
-        cells,
-        labels,
-        problem,
-        static,
-    )
-    state, unsure = block_steps(plan, start, slack, problem, n_samples, rows)
-    rows, everyone, loss = rows.rows, rows.everyone, problem.loss
-    coef = state["coef"]
-    if coarse is None:
-        return state, unsure
-    # The coarse step (_BlockSCD._coarse_step), its sums exchanged like the blocks'.
-    fit_key, space, row_sums = coarse
-    if row_sums is None:
-        row_sums = _active_row_sums(
-            each, fit_key, groups, cells, coef, space.offsets, problem.fit_intercept
-        )
-    sums = [list(group) for group in row_sums]
-    stats = each(
-        lambda k: [
-            block_coarse.coarse_stats(sums[k][i], y, rows[k][i], loss)
-            for i, y in enumerate(labels[k])
-        ]
-    )
-    direction = block_coarse.coarse_direction(problem, n_samples, space, state, *everyone(stats))
-    if loss == "squared":
-        return block_coarse.coarse_apply(problem, n_samples, space, state, direction), unsure
-    trials = each(
-        lambda k: [
-            block_coarse.coarse_trials(sums[k][i], y, rows[k][i], direction, loss)
-            for i, y in enumerate(labels[k])
-        ]
-    )
-    return block_coarse.coarse_apply(
-        problem, n_samples, space, state, direction, *everyone(trials)
-    ), unsure
 
 
 # The parts of a block's statistics that are the same in every epoch of a fit (functions

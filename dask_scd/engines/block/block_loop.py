@@ -11,7 +11,7 @@ EpochHooks` (checkpoint, callback). A variant fills in how an epoch is computed
 (:meth:`BlockLoop._first`, :meth:`BlockLoop._next`).
 
 The epoch of block SCD is :func:`block_steps` over the blocks of a plan
-(:meth:`BlockLoop._plan`), then the coarse step: each variant says how a row chunk's
+(:meth:`BlockLoop._plan`), then :func:`coarse_step`: each variant says how a row chunk's
 statistics are made and how they are reduced (:class:`RowChunks`), the plan and the
 order of the steps are the same, so every variant takes the same steps, the same bits.
 """
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dask_scd.engines.base import Run
+from dask_scd.engines.block import block_coarse
 from dask_scd.engines.block import block_ops as ops
 from dask_scd.engines.block.block_ops import INTERCEPT
 from dask_scd.result import History
@@ -116,8 +118,9 @@ class BlockLoop:
 
     # -- the loop -------------------------------------------------------------------
 
-    def run(self, tol, max_iter, hooks: EpochHooks) -> dict:
-        """Certify the start, then run epochs until :meth:`_done` or ``max_iter``."""
+    def run(self, tol, max_iter, hooks: EpochHooks) -> Run:
+        """Certify the start, then run epochs until :meth:`_done` or ``max_iter``; θ of
+        the Run in the original feature order, its extras for the variant to fill in."""
         self.tol = tol
         coef, intercept, epoch, history = self._start(hooks)
         began = time.perf_counter() - (history.seconds[-1] if len(history) else 0.0)
@@ -130,14 +133,14 @@ class BlockLoop:
             point = self._next(point, epoch >= max_iter)
             done = self._done(point, tol)
             stopped = self._record(epoch, point, history, began, hooks, done)
-        return {
-            "coef": point.coef,
-            "intercept": point.intercept,
-            "epoch": epoch,
-            "history": history,
-            "certificate": point.certificate,
-            "stopped_by_callback": stopped,
-        }
+        return Run(
+            self._original_order(point.coef),
+            point.intercept,
+            point.certificate,
+            epoch,
+            history,
+            stopped_by_callback=stopped,
+        )
 
     def _start(self, hooks: EpochHooks) -> tuple:
         """(θ, b, epoch, history) to start from: a checkpoint's, a warm start, or θ = 0
@@ -238,6 +241,15 @@ class RowChunks:
         sums a block's statistics in a tree of tasks sums them so)."""
         return func(*fixed, *partials)
 
+    def with_margins(self, func, per_row, *shared):
+        """Every row chunk's ``func(per_row[r], labels[r], margins[r], *shared)`` in row
+        order (the coarse step's statistics and trials, ``per_row`` its S)."""
+        raise NotImplementedError
+
+    def reduce_in_task(self, func, fixed: tuple, partials=None):
+        """``func(*fixed, *partials)`` (a variant on the cluster: in one task of its own)."""
+        return func(*fixed, *(partials or ()))
+
     def kept(self, step):
         """A block's step as :meth:`resolved` reads it."""
         return step
@@ -279,3 +291,22 @@ def block_steps(plan, start, slack, problem, n_samples, rows: RowChunks, first=N
         start[0], start[1], [(p.block, step["theta"]) for p, step in zip(plan, steps)]
     )
     return state, unsure
+
+
+def coarse_step(rows: RowChunks, problem, n_samples, space, state, row_sums):
+    """A Newton step on the subspace of whole-block shifts (+ intercept) from ``state``
+    after :func:`block_steps` on ``rows``: the curvature of the loss on it from every row
+    chunk's margins (reduce), the small problem solved with the penalty exactly
+    (:func:`dask_scd.engines.coarse.coarse_newton`), and for a non-quadratic loss a line
+    search keeping it a descent step (reduce). ``space``: the coarse space
+    (:class:`block_coarse.CoarseSpace` or the blocks' offsets); ``row_sums``: S per row
+    chunk. Coordinate descent is slow along directions its coordinates only see together
+    (on one-hot data, a whole field against the intercept or another field): this step
+    takes them. Returns the new state {"coef", "intercept"}."""
+    loss, fixed = problem.loss, (problem, n_samples, space, state)
+    stats = rows.with_margins(block_coarse.coarse_stats, row_sums, loss)
+    direction = rows.reduce_in_task(block_coarse.coarse_direction, fixed, stats)
+    if loss == "squared":
+        return rows.reduce_in_task(block_coarse.coarse_apply, (*fixed, direction))
+    trials = rows.with_margins(block_coarse.coarse_trials, row_sums, direction, loss)
+    return rows.reduce_in_task(block_coarse.coarse_apply, (*fixed, direction), trials)

@@ -30,11 +30,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.data.cells import CellView, WeightedLabels, inspect_cell
+from dask_scd.data.cells import CellView, PureRows, WeightedLabels, inspect_cell
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_loop import BlockLoop, Certified, RowChunks, block_steps
+from dask_scd.engines.block.block_loop import (
+    BlockLoop,
+    Certified,
+    RowChunks,
+    block_steps,
+    coarse_step,
+)
 from dask_scd.engines.block.block_ops import INTERCEPT
 from dask_scd.engines.coarse_level import MAX_BLOCKS
 from dask_scd.kernels import block as block_kernels
@@ -82,17 +88,8 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
         )
     finally:
         block_collective.forget_fit(engine.fit_key)
-    coef = np.zeros(data.n_features)
-    coef[engine.columns] = run["coef"]
-    return Run(
-        coef,
-        run["intercept"],
-        run["certificate"],
-        run["epoch"],
-        run["history"],
-        {"blocks": len(engine.slices), "row_chunks": len(engine.cells)},
-        stopped_by_callback=run["stopped_by_callback"],
-    )
+    run.extras = {"blocks": len(engine.slices), "row_chunks": len(engine.cells)}
+    return run
 
 
 def column_blocks(data) -> list[np.ndarray]:
@@ -201,7 +198,7 @@ class _Engine(BlockLoop):
     def _cells(self, data, bounds) -> tuple[list, list, list | None, list]:
         """(cells, labels, by_rows, purity): cells[k] = [the cells of row chunk k, one per
         block]; labels[k] = its labels (with its sample weights, where there are);
-        by_rows[k][b] = (column, value) of block b's pure cell by rows (a sparse X; else
+        by_rows[k][b] = block b's pure cell by rows, a :class:`PureRows` (a sparse X; else
         None); purity[b]: no row holds two entries of block b. The row chunks are cut on
         threads."""
         X, labels = data.X, []
@@ -263,10 +260,19 @@ class _Engine(BlockLoop):
         ones = bool(np.all(X.data == 1))
         by_rows = [
             [
-                (column[b], _ONES if ones else value[b]) if purity[b] else None
-                for b in range(len(self.slices))
+                PureRows(
+                    column[b],
+                    _ONES if ones else value[b],
+                    None,
+                    view.n_columns,
+                    view.n_columns,
+                    view.cube_sums(),
+                )
+                if purity[b]
+                else None
+                for b, view in enumerate(cells)
             ]
-            for _, (column, value, _) in done
+            for cells, (column, value, _) in done
         ]
         return [cells for cells, _ in done], labels, by_rows, purity
 
@@ -291,12 +297,13 @@ class _Engine(BlockLoop):
         margins = point.carry
         plan = self._plan(self._block_order(point.certificate))
         start, slack = (point.coef, point.intercept), 1e-13 * abs(point.certificate.primal)
-        state, unsure = block_steps(plan, start, slack, self.problem, self.n, _Rows(self, margins))
-        state = self._coarse_step(margins, state)
+        rows = _Rows(self, margins)
+        state, unsure = block_steps(plan, start, slack, self.problem, self.n, rows)
+        state = coarse_step(rows, self.problem, self.n, self.offsets, state, self._row_sums(state))
         self.unsure = set(unsure)
         return self._first(state, final)
 
-    # -- one epoch: the block steps (on _Rows), then the coarse step ------------------
+    # -- one epoch: the block steps and the coarse step on _Rows ----------------------
 
     def _cell(self, k, b):
         return None if b == INTERCEPT else self.cells[k][b]
@@ -316,8 +323,8 @@ class _Engine(BlockLoop):
         if p.block is None:
             return (*self._NONE[:3], float(delta[0]))
         if self._fused(p):
-            column, value = self.by_rows[k][p.b]
-            return column, value, np.ascontiguousarray(delta, dtype=np.float64), 0.0
+            rows = self.by_rows[k][p.b]
+            return rows.column, rows.value, np.ascontiguousarray(delta, dtype=np.float64), 0.0
         margins[k] = ops.apply_step(margins[k], self.cells[k][p.b], step)
         return self._NONE
 
@@ -335,62 +342,34 @@ class _Engine(BlockLoop):
     def _stats(self, k, p, margins, pending) -> dict:
         """Row chunk k's statistics of block ``p`` (:func:`block_ops.block_stats`), after
         the last block's step (``pending``) on its margins, in one pass where it can."""
-        y, loss, code = self.labels[k], self.problem.loss, self.problem.loss_code
+        y, loss = self.labels[k], self.problem.loss
         if p.block is None and not self.weighted:
-            column, value, delta, shift = self._pending(k, margins, pending)
-            if shift != 0.0:  # (the intercept does not follow itself)
-                margins[k] += shift
-            g, h = block_kernels.shift_stats(column, value, delta, y, margins[k], code)
-            stats = {"g": np.array([g]), "h": np.array([h])}
-            if loss == "logistic":
-                stats["cube"] = np.array([float(len(margins[k]))])
-            return stats
-        if not self._fused(p):
+            rows = ops.INTERCEPT_ROWS
+        elif self._fused(p):
+            rows = self.by_rows[k][p.b]
+        else:
             self._apply(k, margins, pending)
             return ops.block_stats(self._cell(k, p.b), y, margins[k], loss, p.gram)
-        view = self.cells[k][p.b]
-        width = view.n_columns
-        g, h = np.empty(width), np.empty(width)
-        column, value = self.by_rows[k][p.b]
-        block_kernels.pure_stats(
-            *self._pending(k, margins, pending), column, value, y, margins[k], code, g, h
-        )
-        stats = {"g": g, "h": h}
-        if loss == "logistic":
-            stats["cube"] = view.cube_sums()
-        return stats
+        *last, shift = self._pending(k, margins, pending)
+        return ops.stats_by_rows(rows, y, margins[k], loss, tuple(last), shift)
 
-    def _coarse_step(self, margins, state) -> dict:
-        """The Newton step on whole-block shifts (+ intercept) of
-        :meth:`block_scd._BlockSCD._coarse_step`, line-searched for a non-quadratic loss:
-        S over all columns (L2), or over the support, made again when it changes (L1)."""
-        problem, n, offsets, loss = self.problem, self.n, self.offsets, self.problem.loss
-        row_sums = self.row_sums
-        if row_sums is None:
-            row_sums = [
-                group[0]
-                for group in block_collective._active_row_sums(
-                    self.each,
-                    self.fit_key,
-                    list(range(len(self.cells))),
-                    [[cells] for cells in self.cells],
-                    state["coef"],
-                    offsets,
-                    problem.fit_intercept,
-                )
-            ]
-        stats = self.each(
-            lambda k: block_coarse.coarse_stats(row_sums[k], self.labels[k], margins[k], loss)
-        )
-        direction = block_coarse.coarse_direction(problem, n, offsets, state, *stats)
-        if loss == "squared":
-            return block_coarse.coarse_apply(problem, n, offsets, state, direction)
-        trials = self.each(
-            lambda k: block_coarse.coarse_trials(
-                row_sums[k], self.labels[k], margins[k], direction, loss
+    def _row_sums(self, state) -> list:
+        """The coarse space's S per row chunk: over all columns (L2), or over the support,
+        made again when it changes (L1)."""
+        if self.row_sums is not None:
+            return self.row_sums
+        return [
+            group[0]
+            for group in block_collective._active_row_sums(
+                self.each,
+                self.fit_key,
+                list(range(len(self.cells))),
+                [[cells] for cells in self.cells],
+                state["coef"],
+                self.offsets,
+                self.problem.fit_intercept,
             )
-        )
-        return block_coarse.coarse_apply(problem, n, offsets, state, direction, *trials)
+        ]
 
     def _certify(self, state) -> tuple:
         """Fresh margins from ``state`` and the certificate on them: (margins per row
@@ -427,18 +406,20 @@ class _Engine(BlockLoop):
             theta = coef[s]
             if not np.any(theta):
                 continue
-            if self.by_rows[k][b] is not None:
-                column, value = self.by_rows[k][b]
-                block_kernels.pure_apply(column, value, np.ascontiguousarray(theta), margins)
+            rows = self.by_rows[k][b]
+            if rows is not None:
+                block_kernels.pure_apply(
+                    rows.column, rows.value, np.ascontiguousarray(theta), margins
+                )
             else:
                 margins += self.cells[k][b].matvec(theta)
         v, y, pos, neg = passes.signed_dual_point(problem, y, margins)
         xt_pos, xt_neg = [], []
         for b, view in enumerate(self.cells[k]):
-            if self.by_rows[k][b] is not None:
-                column, value = self.by_rows[k][b]
+            rows = self.by_rows[k][b]
+            if rows is not None:
                 x_pos, x_neg = block_kernels.pure_rmatvec_pair(
-                    column, value, pos, neg, view.n_columns
+                    rows.column, rows.value, pos, neg, view.n_columns
                 )
             else:
                 x_pos, x_neg = view.matrix.dot_pair(pos, neg)
@@ -467,6 +448,10 @@ class _Rows(RowChunks):
                 engine._cell(k, p.b), engine.labels[k], margins[k], direction, problem, p.pure
             )
         )
+
+    def with_margins(self, func, per_row, *shared):
+        engine, margins = self.engine, self.margins
+        return engine.each(lambda k: func(per_row[k], engine.labels[k], margins[k], *shared))
 
     def apply(self, pending):
         engine, margins = self.engine, self.margins

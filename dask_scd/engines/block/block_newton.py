@@ -27,8 +27,6 @@ recomputed, and a checkpointed fit resumes to the same model.
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
@@ -38,7 +36,7 @@ from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, wide_newton
-from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
+from dask_scd.engines.block.block_cluster import ClusterBlocks
 from dask_scd.engines.block.block_loop import Certified
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
@@ -372,86 +370,65 @@ class _BlockNewton(ClusterBlocks):
         cert, chosen = self._iteration(state, final)
         return Certified(state["coef"], state["intercept"], cert, chosen)
 
+    def _read(self, func, per_row: tuple, state: dict):
+        """One read of the grid: ``func(*per_row, state, offsets, problem)`` on every row
+        chunk (statistics, margins, ...), the statistics' total and the certificate of
+        ``state`` on the margins; (their :class:`~dask_scd.runtime.cluster.Rows`, total,
+        certificate), futures."""
+        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
+        rows = runtime.map_rows(func, per_row, state, self.offsets, problem)
+        total = runtime.submit(passes.sum_partials, *runtime.tree_sum(rows.item(0)))
+        duals = runtime.map_rows(
+            passes.dual_loss_sum, (self.labels, rows.item(1)), problem, total, n
+        )
+        self.passes += 1
+        return rows, total, runtime.reduce(passes.certificate, (problem, n, state, total), duals)
+
+    def _trials(self, func, margins, direction, *shared):
+        """The line search's trials of ``direction`` on every row chunk (none under the
+        squared loss: its step is exact): ``func(cells, labels, margins, direction,
+        *shared, loss)``, :class:`~dask_scd.runtime.cluster.Rows`, or None."""
+        if self.problem.loss == "squared":
+            return None
+        self.passes += 1
+        return self.runtime.map_rows(
+            func, (self.cells, self.labels, margins), direction, *shared, self.problem.loss
+        )
+
     def _iteration(self, state: dict, final: bool):
         """The certificate of ``state`` (with the dual value of the model solved at it) and,
         unless ``final``, the next state; one wait."""
         if self.wide:
             return self._wide_iteration(state, final)
-        submit, problem, n = self.runtime.submit, self.problem, self.source.n_samples
-        R = self.source.n_row_chunks
-        rows = [
-            self.runtime.submit_row(
-                r, newton_row, self.cells[r], self.labels[r], state, self.offsets, problem
-            )
-            for r in range(R)
-        ]
-        stats = [self.runtime.submit_row(r, operator.getitem, rows[r], 0) for r in range(R)]
-        margins = [self.runtime.submit_row(r, operator.getitem, rows[r], 1) for r in range(R)]
-        total = submit(passes.sum_partials, *self.runtime.tree_sum(stats))
-        duals = [
-            self.runtime.submit_row(
-                r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n
-            )
-            for r in range(R)
-        ]
-        cert = submit(passes.certificate, problem, n, state, total, *duals)
-        self.passes += 1
+        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
+        rows, total, cert = self._read(newton_row, (self.cells, self.labels), state)
         if final:
             return cert.result()["certificate"], None
-        direction = submit(newton_direction, problem, n, state, total)
-        trials = []
-        if problem.loss != "squared":
-            trials = [
-                self.runtime.submit_row(
-                    r,
-                    newton_trials,
-                    self.cells[r],
-                    self.labels[r],
-                    margins[r],
-                    direction,
-                    problem.loss,
-                )
-                for r in range(R)
-            ]
-            self.passes += 1
+        direction = runtime.submit(newton_direction, problem, n, state, total)
+        trials = self._trials(newton_trials, rows.item(1), direction)
         # Below ~1e-13·P a change of objective is rounding noise (as in block SCD).
-        slack = submit(_slack, cert)
-        chosen = submit(newton_choose, problem, n, slack, direction, *trials)
+        slack = runtime.submit(_slack, cert)
+        chosen = self._reduce(newton_choose, (problem, n, slack, direction), trials)
         # The model's dual point bounds P* for the current state too: a step whose model
         # certifies tol is not taken.
-        model_dual = submit(model_dual_value, problem, n, total, direction, cert, *trials)
+        model_dual = self._reduce(model_dual_value, (problem, n, total, direction, cert), trials)
         cert, chosen, model_dual = self.client.gather([cert, chosen, model_dual])
         return _tightened(cert["certificate"], model_dual), chosen
+
+    def _reduce(self, func, fixed: tuple, trials):
+        """``func(*fixed, *trials)`` in a task, the trials (where there are) in row order."""
+        if trials is None:
+            return self.runtime.submit(func, *fixed)
+        return self.runtime.reduce(func, fixed, trials)
 
     def _wide_iteration(self, state: dict, final: bool):
         """Above :data:`MAX_FEATURES`: the certificate of ``state`` (one read), then unless
         ``final`` or certified, the Newton step by conjugate gradients on curvature
         products (one read and one wait each) and its line search (one read)."""
         runtime, problem, n = self.runtime, self.problem, self.source.n_samples
-        R, submit_row = self.source.n_row_chunks, self.runtime.submit_row
-        rows = [
-            submit_row(
-                r,
-                wide_newton.wide_row,
-                self.cells[r],
-                self.labels[r],
-                self.row_sums[r],
-                state,
-                self.offsets,
-                problem,
-            )
-            for r in range(R)
-        ]
-        stats = [submit_row(r, operator.getitem, rows[r], 0) for r in range(R)]
-        margins = [submit_row(r, operator.getitem, rows[r], 1) for r in range(R)]
-        curvature = [submit_row(r, operator.getitem, rows[r], 2) for r in range(R)]
-        total = self.runtime.submit(passes.sum_partials, *self.runtime.tree_sum(stats))
-        duals = [
-            submit_row(r, passes.dual_loss_sum, self.labels[r], margins[r], problem, total, n)
-            for r in range(R)
-        ]
-        cert = self.runtime.submit(passes.certificate, problem, n, state, total, *duals)
-        self.passes += 1
+        rows, total, cert = self._read(
+            wide_newton.wide_row, (self.cells, self.labels, self.row_sums), state
+        )
         cert, total = self.client.gather([cert, total])
         cert = cert["certificate"]
         if final or cert.relative_gap <= self.tol:
@@ -460,7 +437,7 @@ class _BlockNewton(ClusterBlocks):
         def product(v):
             shared = self.client.scatter(v, hash=False)
             parts = runtime.map_rows(
-                wide_newton.curvature_product, (self.cells, curvature), self.offsets, shared
+                wide_newton.curvature_product, (self.cells, rows.item(2)), self.offsets, shared
             )
             return runtime.reduce(passes.sum_partials, (), parts).result()["hv"]
 
@@ -476,25 +453,9 @@ class _BlockNewton(ClusterBlocks):
         )
         self.passes += products
         self.products.append(products)
-        trials = []
-        if problem.loss != "squared":
-            trials = [
-                submit_row(
-                    r,
-                    wide_newton.line_trials,
-                    self.cells[r],
-                    self.labels[r],
-                    margins[r],
-                    direction,
-                    self.offsets,
-                    problem.loss,
-                )
-                for r in range(R)
-            ]
-            self.passes += 1
-        chosen = self.runtime.submit(
-            newton_choose, problem, n, 1e-13 * abs(cert.primal), direction, *trials
-        ).result()
+        trials = self._trials(wide_newton.line_trials, rows.item(1), direction, self.offsets)
+        slack = 1e-13 * abs(cert.primal)
+        chosen = self._reduce(newton_choose, (problem, n, slack, direction), trials).result()
         return cert, chosen
 
 
@@ -520,29 +481,17 @@ def fit_block_newton(source: Source, problem: obj.Problem, options: Options) -> 
             "solver='block_scd' for an L1 or elastic-net penalty"
         )
     with fit_client(settings.client) as c:
-        engine = _BlockNewton(
-            c, source, problem, options.rng, settings.selection, options.progress, coarse=False
-        )
-        engine.wide, engine.tol, engine.products = wide, options.tol, []
-        engine.warm = grid_order_start(source, options.start)
+        engine = _BlockNewton(c, source, problem, options, coarse=False)
+        engine.wide, engine.products = wide, []
         if wide:  # the block-sum directions of the preconditioner's coarse level
             engine.row_sums = [
                 engine.runtime.submit_row(r, block_coarse.block_row_sums, engine.cells[r], False)
                 for r in range(source.n_row_chunks)
             ]
         run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
-    coef = np.empty(source.n_features)
-    coef[source.feature_order] = run["coef"]
-    return Run(
-        coef,
-        run["intercept"],
-        run["certificate"],
-        run["epoch"],
-        run["history"],
-        extras={
-            "total_passes": float(engine.passes),
-            "steps": engine.steps,
-            "cg_products": engine.products,
-        },
-        stopped_by_callback=run["stopped_by_callback"],
-    )
+    run.extras = {
+        "total_passes": float(engine.passes),
+        "steps": engine.steps,
+        "cg_products": engine.products,
+    }
+    return run

@@ -124,7 +124,7 @@ def apply_then_stats(
     # its last read, which the next block's line search and apply read again (read in
     # the other order, each cell was read three times an epoch).
     prev = pure_rows(cell) if fused and cell is not None and np.any(delta) else None
-    rows = None if not fused else (_INTERCEPT_ROWS if next_cell is None else pure_rows(next_cell))
+    rows = None if not fused else (INTERCEPT_ROWS if next_cell is None else pure_rows(next_cell))
     if rows is None:
         margins = apply_step(margins, cell, step)
         return margins, block_stats(next_cell, y, margins, loss, gram)
@@ -137,18 +137,19 @@ def apply_then_stats(
         else:
             last = (prev.column, prev.value, prev.compact(delta))
     out = np.array(margins, dtype=np.float64)
-    return out, _pure_stats(rows, labels(y), out, loss, last, shift)
+    return out, stats_by_rows(rows, labels(y), out, loss, last, shift)
 
 
-_INTERCEPT_ROWS = object()  # the intercept's "cell": every row, by rows
+INTERCEPT_ROWS = object()  # the intercept's "cell": every row, by rows
 
 
-def _pure_stats(rows, y, margins, loss: str, last=NO_STEP, shift: float = 0.0):
-    """:func:`block_stats` of a pure block (or the intercept) on unweighted losses, in
-    one pass over the rows that first adds ``last`` (a pure cell by rows and its step)
-    and ``shift`` (the intercept's) to ``margins``, in place."""
+def stats_by_rows(rows, y, margins, loss: str, last=NO_STEP, shift: float = 0.0):
+    """:func:`block_stats` of a pure block (``rows``: its cell by rows, a
+    :class:`~dask_scd.data.cells.PureRows`, or :data:`INTERCEPT_ROWS`) on unweighted
+    losses, in one pass over the rows that first adds ``last`` (a pure cell by rows and
+    its step) and ``shift`` (the intercept's) to ``margins``, in place."""
     code = obj.LOSS_CODES[loss]
-    if rows is _INTERCEPT_ROWS:
+    if rows is INTERCEPT_ROWS:
         if shift != 0.0:  # (the intercept does not follow itself)
             margins += shift
         g, h = block_kernels.shift_stats(*last, y, margins, code)
@@ -174,13 +175,13 @@ def block_stats(cell, y, margins, loss: str, gram: bool = False) -> dict:
 
     With ``gram`` also the block's weighted Gram matrix X_Bᵀ diag(ℓ''(ŷ)) X_B, for an exact
     Newton step on an impure block. A pure cell with unweighted losses is read by rows
-    (:func:`_pure_stats`), as :func:`apply_then_stats` reads it.
+    (:func:`stats_by_rows`), as :func:`apply_then_stats` reads it.
     """
     v = row_weights(y)
     if not gram and v is None and cell is not None:
         rows = pure_rows(cell)
         if rows is not None:
-            return _pure_stats(rows, labels(y), np.array(margins, dtype=np.float64), loss)
+            return stats_by_rows(rows, labels(y), np.array(margins, dtype=np.float64), loss)
     y = labels(y)
     d1, d2 = block_kernels.derivatives(obj.LOSS_CODES[loss], y, margins)
     if v is not None:  # the weighted losses v_i·ℓ_i

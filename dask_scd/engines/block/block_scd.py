@@ -38,8 +38,8 @@ from dask_scd.data.sources import Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, block_collective
 from dask_scd.engines.block import block_ops as ops
-from dask_scd.engines.block.block_cluster import ClusterBlocks, grid_order_start
-from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps
+from dask_scd.engines.block.block_cluster import ClusterBlocks
+from dask_scd.engines.block.block_loop import Certified, RowChunks, block_steps, coarse_step
 from dask_scd.runtime import collective, strategies
 from dask_scd.runtime.cluster import ClusterRuntime, fit_client
 
@@ -67,47 +67,27 @@ def fit_block_scd(source: Source, problem: obj.Problem, options: Options) -> Run
     every epoch, cells in each worker's LRU cache.
     """
     settings = options.engine
-    selection, client = settings.selection, settings.client
-    residency, budget = settings.residency, settings.memory_budget
-    if residency is not None and not source.on_disk:
+    if settings.residency is not None and not source.on_disk:
         raise ValueError(
             "residency applies to a Grid (a dask array's chunks already live "
             "in the workers' memory)"
         )
-    with fit_client(client) as c:
-        engine = _BlockSCD(
-            c,
-            source,
-            problem,
-            options.rng,
-            selection,
-            options.progress,
-            residency=residency,
-            memory_budget=budget,
-        )
-        engine.warm = grid_order_start(source, options.start)
+    with fit_client(settings.client) as c:
+        engine = _BlockSCD(c, source, problem, options)
         try:
             run = engine.run(options.tol, options.max_iter, engine.hooks(settings))
         finally:
             engine.release()
-    coef = engine._original_order(run["coef"])
-    extras = dict(engine.moved) if residency is not None else {}
+    if engine.residency is not None:
+        run.extras.update(engine.moved)
     if engine.member_seconds:  # where a collective iteration's time went (member 0)
-        extras["member_seconds"] = [
+        run.extras["member_seconds"] = [
             {"waiting": w, "epoch_and_coarse": e, "certificate": c}
             for w, e, c in engine.member_seconds
         ]
     if engine.fallbacks:  # collective iterations redone as task graphs, and why
-        extras["collective_fallbacks"] = list(engine.fallbacks)
-    return Run(
-        coef,
-        run["intercept"],
-        run["certificate"],
-        run["epoch"],
-        run["history"],
-        extras,
-        stopped_by_callback=run["stopped_by_callback"],
-    )
+        run.extras["collective_fallbacks"] = list(engine.fallbacks)
+    return run
 
 
 class _Kept:
@@ -120,26 +100,27 @@ class _Kept:
         self.token = token
 
 
-def _exchanged_bytes(source, width: int, gram: bool) -> int:
-    """Bytes a collective epoch sends for one block: its statistics over all row chunks
-    (``width`` columns a row chunk may hold; a Gram block's width² products)."""
-    per_row_chunk = width * width * 8 if gram else width * 32
-    return source.n_row_chunks * per_row_chunk
-
-
-def collective_on_pure_blocks(source, gram_max: int = 1024) -> bool:
+def collective_on_pure_blocks(source) -> bool:
     """Whether block SCD on ``source`` runs its epochs collectively (one task per worker,
-    :mod:`dask_scd.engines.block.block_collective`) with every block pure: a grid whose blocks'
-    statistics stay within :attr:`_BlockSCD.COLLECTIVE_BYTES`, on which every block step
-    is exact. ``auto`` then prefers block SCD to block Newton's conjugate gradients."""
-    if not (_BlockSCD.collective and source.on_disk and all(source.purity)):
+    :mod:`dask_scd.engines.block.block_collective`) with every block pure, so every block
+    step is exact. ``auto`` then prefers block SCD to block Newton's conjugate gradients."""
+    return all(source.purity) and _fits_collectively(source, [(b, False) for b in source.slices])
+
+
+def _fits_collectively(source, blocks) -> bool:
+    """Whether an epoch over ``blocks`` (pairs of a block's columns and whether it takes a
+    Gram step) may run collectively: on a grid, every block's statistics over all row
+    chunks (a row chunk's at most one column per row; a Gram block's width² products),
+    which every member receives, within :attr:`_BlockSCD.COLLECTIVE_BYTES`."""
+    if not (_BlockSCD.collective and source.on_disk):
         return False
     most_rows = int(np.diff(source.row_bounds).max())
-    return all(
-        _exchanged_bytes(source, min(block.stop - block.start, most_rows), False)
-        <= _BlockSCD.COLLECTIVE_BYTES
-        for block in source.slices
-    )
+    for block, gram in blocks:
+        width = min(block.stop - block.start, most_rows)
+        per_row_chunk = width * width * 8 if gram else width * 32
+        if source.n_row_chunks * per_row_chunk > _BlockSCD.COLLECTIVE_BYTES:
+            return False
+    return True
 
 
 class _BlockSCD(ClusterBlocks):
@@ -150,21 +131,11 @@ class _BlockSCD(ClusterBlocks):
     order within an epoch is a :class:`~dask_scd.runtime.strategies.BlockOrder`.
     """
 
-    def __init__(
-        self,
-        client,
-        source: Source,
-        problem: obj.Problem,
-        rng,
-        selection,
-        progress,
-        gram_max=1024,
-        coarse=True,
-        residency=None,
-        memory_budget=None,
-    ):
-        super().__init__(client, source, problem, rng, selection, progress, coarse)
-        self.gram_max = gram_max
+    gram_max = 1024  # an impure block up to this wide takes the exact step of its Gram matrix
+
+    def __init__(self, client, source: Source, problem: obj.Problem, options: Options):
+        super().__init__(client, source, problem, options)
+        residency, memory_budget = options.engine.residency, options.engine.memory_budget
         self.residency = None
         if residency is not None:
             self.residency = strategies.residency(residency, self.block_bytes)
@@ -179,7 +150,7 @@ class _BlockSCD(ClusterBlocks):
         # Pure logistic blocks take provable steps without a line search (one stage per
         # block instead of two), except those whose last step was unsure: those run the
         # trials this epoch (see _provable).
-        self.bounded = problem.loss == "logistic" and not source.weighted
+        self.bounded = self.problem.loss == "logistic" and not self.source.weighted
         self.unsure = set()
         self._slim = None  # see run
         self._resend = False  # see _collective_iteration
@@ -261,33 +232,20 @@ class _BlockSCD(ClusterBlocks):
         kept them."""
         plan = self._plan(order)
         slack = 1e-13 * abs(primal)
-        if self._collective_fits(plan):
+        blocks = [(p.block, p.gram) for p in plan if p.block is not None]
+        if _fits_collectively(self.source, blocks):
             done = self._collective_iteration(box[0], plan, coef, intercept, slack)
             if done is not None:
                 return done
         if isinstance(box[0], _Kept):  # the same bits as the members' certificate's
             box[0], _ = self._certify({"coef": coef, "intercept": intercept})
-        state, margins = self._graph_epoch(box, plan, coef, intercept, slack)
-        if self.coarse:  # see dask_scd.engines.coarse
-            state = self._coarse_step(margins, state)
-        del margins  # the certificate makes them afresh: not kept beside its own
-        return self._certify(state)
+        return self._certify(self._graph_epoch(box, plan, coef, intercept, slack))
 
     # A collective epoch sends every block's statistics to every member: not where one
     # block's, over all row chunks, would weigh more than this (the task graph sums those
     # in a tree of tasks, each holding a few row chunks' parts).
     COLLECTIVE_BYTES = 128 * 2**20
     collective = True  # run epochs collectively where possible (False: task graphs only)
-
-    def _collective_fits(self, plan) -> bool:
-        if not (self.collective and self.source.on_disk):
-            return False
-        return all(
-            _exchanged_bytes(self.source, self._stats_width(p.block), p.gram)
-            <= self.COLLECTIVE_BYTES
-            for p in plan
-            if p.block is not None
-        )
 
     def _keeps_fixed_parts(self, addresses) -> bool:
         """Whether the members send the statistics' fixed parts once and keep the others'
@@ -309,14 +267,10 @@ class _BlockSCD(ClusterBlocks):
     def _members(self) -> tuple[list, list]:
         """The members of a collective epoch: one per home worker (every worker when the
         groups have no homes: a single member), with the groups each runs."""
-        homes = self.runtime.group_homes
-        addresses, groups = [], []
-        for g, home in enumerate(homes):
-            if home not in addresses:
-                addresses.append(home)
-                groups.append([])
-            groups[addresses.index(home)].append(g)
-        return addresses, groups
+        members = {}
+        for g, home in enumerate(self.runtime.group_homes):
+            members.setdefault(home, []).append(g)
+        return list(members), list(members.values())
 
     def _collective_iteration(self, margins, plan, coef, intercept, slack):
         """The iteration as one task per worker exchanging statistics directly
@@ -438,9 +392,11 @@ class _BlockSCD(ClusterBlocks):
     MEMBER_TIMEOUT = 600.0  # s a member waits for another's statistics before it gives up
 
     def _graph_epoch(self, box, plan, coef, intercept, slack):
-        """Submit one pass over the blocks as a single graph (:class:`_Graph`); wait only
-        for its end. ``box`` holds the margins, taken out here so that only the stages
-        reading them keep them. Returns (the state after it, its margins)."""
+        """Submit one pass over the blocks and the coarse step as a single graph
+        (:class:`_Graph`); wait only for the blocks' steps. ``box`` holds the margins,
+        taken out here so that only the stages reading them keep them. Returns the state
+        after it (a future after a coarse step: the certificate's gather fetches it); the
+        margins are let go, the certificate makes them afresh."""
         rows = _Graph(self, box.pop())
         # θ at the start of the epoch, sent to each worker once (a task, not scattered
         # data: a copy lost with a worker is recomputed); a block's task reads its slice.
@@ -449,7 +405,14 @@ class _BlockSCD(ClusterBlocks):
             plan, (coef, intercept), slack, self.problem, self.source.n_samples, rows, start
         )
         self.unsure = set(unsure)
-        return state, rows.margins
+        if not self.coarse:
+            return state
+        row_sums = self.row_sums
+        if self.problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
+            row_sums = self._active_row_sums(state["coef"])
+        return coarse_step(
+            rows, self.problem, self.source.n_samples, self.coarse_space, state, row_sums
+        )
 
     # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
     # each at up to min(width, rows) columns per row chunk) would weigh more than this in
@@ -469,35 +432,6 @@ class _BlockSCD(ClusterBlocks):
     def _stats_width(self, block) -> int:
         """Columns a row chunk's statistics of ``block`` may hold: at most one per row."""
         return min(block.stop - block.start, int(self.rows.max()))
-
-    def _coarse_step(self, margins, state):
-        """A Newton step on the k-dimensional subspace of whole-block shifts (+ intercept).
-
-        Coordinate descent is slow along directions its coordinates only see together —
-        on one-hot data, shifting a whole field against the intercept or another field.
-        One reduction gives the k×k curvature of the loss on that subspace; the penalty
-        is added exactly, and the small problem is solved in a task
-        (:func:`dask_scd.engines.coarse.coarse_newton`). A line search keeps it a descent step
-        for non-quadratic losses. Returns a future of the new state, {"coef",
-        "intercept"}: nothing waits here, the certificate's gather fetches it.
-        """
-        runtime, problem, n = self.runtime, self.problem, self.source.n_samples
-        row_sums = self.row_sums
-        if problem.l1 > 0.0:  # the non-zero coefficients move; S over them, read afresh
-            row_sums = self._active_row_sums(state["coef"])
-        stats = runtime.map_rows(
-            block_coarse.coarse_stats, (row_sums, self.labels, margins), problem.loss
-        )
-        direction = runtime.reduce(
-            block_coarse.coarse_direction, (problem, n, self.coarse_space, state), stats
-        )
-        fixed = (problem, n, self.coarse_space, state, direction)
-        if problem.loss == "squared":
-            return runtime.submit(block_coarse.coarse_apply, *fixed)
-        trials = runtime.map_rows(
-            block_coarse.coarse_trials, (row_sums, self.labels, margins), direction, problem.loss
-        )
-        return runtime.reduce(block_coarse.coarse_apply, fixed, trials)
 
     _support = _active = None  # the support S was last read for, and that S (Rows)
 
@@ -570,6 +504,14 @@ class _Graph(RowChunks):
         if tree:
             return self.runtime.submit(func, *fixed, *self.runtime.tree_sum(partials))
         return self.runtime.inline_reduce(func, fixed, partials)
+
+    def with_margins(self, func, per_row, *shared):
+        return self.runtime.map_rows(func, (per_row, self.engine.labels, self.margins), *shared)
+
+    def reduce_in_task(self, func, fixed: tuple, partials=None):
+        if partials is None:
+            return self.runtime.submit(func, *fixed)
+        return self.runtime.reduce(func, fixed, partials)
 
     def kept(self, step):
         return self.runtime.evaluate(step)
