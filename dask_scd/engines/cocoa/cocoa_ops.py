@@ -26,7 +26,7 @@ Sample weights v (scaled to mean 1) travel with the labels
 (:class:`~dask_scd.data.cells.WeightedLabels`; a dual part keeps its rows' v). The primal
 weighs each example's loss, derivatives and line terms (the SCD epochs of
 :func:`dask_scd.kernels.cpu.scd_weighted_epoch` on weighted column norms); the dual moves
-u = a/v in the unweighted box, as SDCA does (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`),
+u = a/v in the unweighted box, as SDCA does (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`),
 and its line and certificate read a = v∘u. Without weights every sum is the one it was.
 """
 
@@ -39,7 +39,6 @@ from dask_scd.data.cells import WeightedLabels, labels, row_weights
 from dask_scd.engines.cocoa.cocoa_parts import Part, join_labels
 from dask_scd.engines.local.sdca import weighted_dual
 from dask_scd.kernels import cpu
-from dask_scd.kernels import sdca as sdca_kernels
 from dask_scd.runtime.passes import sum_partials
 
 # ----------------------------------------------------------------------- 1-D minimum
@@ -325,7 +324,7 @@ def dual_solve(
         if part.weights is None:
             cpu.sdca_epoch(*args, *shift)
         else:
-            sdca_kernels.sdca_weighted_epoch(*args, part.weights, *shift)
+            cpu.sdca_weighted_epoch(*args, part.weights, *shift)
     delta = local - dual_coef
     # Δw_k from the rounded Δa_k (not the difference of the kernel's w: see primal_solve).
     return {

@@ -33,7 +33,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.certificates import dual_certificate, primal_certificate
 from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
-from dask_scd.kernels import cpu, device, sdca
+from dask_scd.kernels import cpu, device
 from dask_scd.result import History
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
@@ -56,7 +56,7 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     With sample weights v (``data.weights``, mean 1) the example i's loss is v_i·ℓ_i: the
     primal epochs are the weighted coordinate steps
     (:func:`dask_scd.kernels.cpu.scd_weighted_epoch`), the dual ones SDCA's weighted
-    steps on u = a/v (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`), and every gap
+    steps on u = a/v (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`), and every gap
     is the weighted problem's; on the CPU.
     """
     _check_weighted_device(data.weights, options)
@@ -405,7 +405,7 @@ class _Dual:
                     dual_sum,
                 )
             else:
-                sdca.sdca_weighted_epoch(
+                cpu.sdca_weighted_epoch(
                     m.data,
                     m.indices,
                     m.indptr,

@@ -39,7 +39,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
     With sample weights v (``data.weights``) each example's dual box scales with v_i:
     the epochs move u = a/v in the unweighted box with curvature v_i·‖x_i‖²/(αn)
-    (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`, and the shrinking epochs of the
+    (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`, and the shrinking epochs of the
     box duals with the same scaling), on the CPU.
 
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
@@ -353,7 +353,6 @@ class _Epochs:
             alpha_n,
             row_sq_norms,
             unit,
-            weights is not None,
             intercept,
             rho,
             float(dual_sum[0]),
@@ -387,7 +386,7 @@ class _Epochs:
             def plain(lo, hi, dual_sum):
                 piece = share(lo, hi)
                 if weights is not None:
-                    return sdca.sdca_weighted_epoch(
+                    return cpu.sdca_weighted_epoch(
                         m.data,
                         m.indices,
                         m.indptr,
