@@ -230,7 +230,7 @@ def scd_epoch_squared(
         g = (g - col_xty[j]) * inv_n + shift * mass * mean  # x_jᵀV(ŷ + shift − y)/n
         h = col_sq_norms[j] * inv_n - mass * mean * mean  # ‖x_j − mean·1‖²_V/n
         old = coef[j]
-        violation = _violation(old, g, l1, l2)
+        violation = coordinate_violation(old, g, l1, l2)
         max_violation = max(max_violation, violation)
         if h > 1e-12 * col_sq_norms[j] * inv_n:
             delta = scalar.prox_newton(old, g, h, l1, l2) - old
@@ -251,7 +251,7 @@ def scd_epoch_squared(
 
 
 @njit(inline="always")
-def _violation(old, g, l1, l2):
+def coordinate_violation(old, g, l1, l2):
     """dist(−g, ∂(l1|t| + l2 t²/2) at t = old): zero exactly at a coordinate's optimum."""
     if old > 0.0:
         return abs(g + l2 * old + l1)
@@ -309,7 +309,7 @@ def _column_step(
         h *= inv_n
     g *= inv_n
     old = coef[j]
-    violation = _violation(old, g, l1, l2)
+    violation = coordinate_violation(old, g, l1, l2)
     delta = scalar.prox_newton(old, g, h, l1, l2) - old
     if delta == 0.0:
         return 0.0, violation
