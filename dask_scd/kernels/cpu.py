@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels import scalar
-from dask_scd.kernels.lines import FAST, line, minor, row_axpy, row_dot, weighted_dot
+from dask_scd.kernels.lines import FAST, line, minor, row_axpy, row_dot, weight, weighted_dot
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # --------------------------------------------------------------------- primal SCD
@@ -348,7 +348,7 @@ def _column_line_search(
     base = 0.0
     for idx in range(start, end):
         i = minor(dense, indices, idx, start)
-        base += _weight(weights, i) * scalar.loss(loss, y[i], margins[i])
+        base += weight(weights, i) * scalar.loss(loss, y[i], margins[i])
     base *= inv_n
     # Below this, a change of objective is rounding noise: accept rather than stall.
     noise = 1e-13 * (base + scalar.penalty(l1, l2, old))
@@ -358,7 +358,7 @@ def _column_line_search(
         step = t * delta
         for idx in range(start, end):
             i = minor(dense, indices, idx, start)
-            trial += _weight(weights, i) * scalar.loss(loss, y[i], margins[i] + step * data[idx])
+            trial += weight(weights, i) * scalar.loss(loss, y[i], margins[i] + step * data[idx])
         change = (
             trial * inv_n - base + scalar.penalty(l1, l2, old + step) - scalar.penalty(l1, l2, old)
         )
@@ -366,14 +366,6 @@ def _column_line_search(
             return t
         t *= scalar.BACKTRACK
     return 0.0
-
-
-@njit(inline="always")
-def _weight(weights, i):
-    """v_i, or 1 without weights (an empty array)."""
-    if weights.shape[0] > 0:
-        return weights[i]
-    return 1.0
 
 
 @njit(inline="always")
@@ -399,7 +391,7 @@ def _intercept_step(y, margins, intercept, loss, cubic, weights):
         # A Newton step on b with backtracking on the exact loss (the 1-D problem is convex).
         base = 0.0
         for i in range(n):
-            base += _weight(weights, i) * scalar.loss(loss, y[i], margins[i])
+            base += weight(weights, i) * scalar.loss(loss, y[i], margins[i])
         noise = 1e-13 * base
         model = g * delta
         t = 1.0
@@ -407,7 +399,7 @@ def _intercept_step(y, margins, intercept, loss, cubic, weights):
         for _ in range(scalar.MAX_BACKTRACK):
             trial = 0.0
             for i in range(n):
-                trial += _weight(weights, i) * scalar.loss(loss, y[i], margins[i] + t * delta)
+                trial += weight(weights, i) * scalar.loss(loss, y[i], margins[i] + t * delta)
             if trial - base <= scalar.ARMIJO * t * model + noise:
                 accepted = True
                 break
@@ -555,7 +547,7 @@ def dual_row_step(
     """SDCA's step on row i against w (read only), ``unit_dual[i]`` moved in place; the
     scalar ``dual_sum`` is Σa. Returns (v_i·t, the row's line start and end); v_i·t = 0
     when u_i does not move."""
-    v = weights[i] if weights.shape[0] > 0 else 1.0
+    v = weight(weights, i)
     if v == 0.0:
         return 0.0, 0, 0
     start, end = line(dense, indptr, i, n_features)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.lines import FAST, line, row_axpy, row_dot
+from dask_scd.kernels.lines import FAST, line, row_axpy, row_dot, weight
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
 
@@ -112,14 +112,13 @@ def sdca_shrinking_pass(
     ``coef``, ``dual_sum`` as in :func:`dask_scd.kernels.cpu.sdca_epoch`.
 
     With sample ``weights`` v (an empty array: none) ``dual_coef`` holds u = a/v in the
-    unweighted box, as :func:`dask_scd.kernels.cpu.sdca_weighted_epoch`: the row's curvature is
-    Q = v_i·(‖x_i‖²/(αn) + ρ) (+ ½), G is unchanged (liblinear's rule with the
-    per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0 are
-    shrunk on their first visit and never stepped.
+    unweighted box, as :func:`dask_scd.kernels.cpu.sdca_weighted_epoch`: the row's
+    curvature is Q = v_i·(‖x_i‖²/(αn) + ρ) (+ ½), G is unchanged (liblinear's rule with
+    the per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0
+    are shrunk on their first visit and never stepped.
 
     Returns max |Δa_i| and the largest and smallest projected gradient of the kept rows.
     """
-    weighted = weights.shape[0] > 0
     upper = 1.0 if loss == HINGE else np.inf
     half = 0.5 if loss == SQUARED_HINGE else 0.0
     pg_max_old, pg_min_old = bounds[0], bounds[1]
@@ -131,7 +130,7 @@ def sdca_shrinking_pass(
         if k + AHEAD < n_visits:
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
-        v = weights[i] if weighted else 1.0
+        v = weight(weights, i)
         if v == 0.0:  # not part of the problem: shrunk for good
             keep[i] = False
             continue
