@@ -416,6 +416,7 @@ def _intercept_step(y, margins, intercept, loss, cubic, weights):
 # ----------------------------------------------------------------------- dual SDCA
 
 
+# The arguments of cuda.sdca_epoch, its GPU twin (numba cannot compile one body for both).
 @njit(nogil=True, cache=True, fastmath=FAST)
 def sdca_epoch(
     data,
