@@ -395,16 +395,16 @@ def _intercept_step(y, margins, intercept, loss, cubic, weights):
         noise = 1e-13 * base
         model = g * delta
         t = 1.0
-        accepted = False
         for _ in range(scalar.MAX_BACKTRACK):
             trial = 0.0
             for i in range(n):
                 trial += weight(weights, i) * scalar.loss(loss, y[i], margins[i] + t * delta)
             if trial - base <= scalar.ARMIJO * t * model + noise:
-                accepted = True
                 break
             t *= scalar.BACKTRACK
-        delta = t * delta if accepted else 0.0
+        else:
+            t = 0.0  # no step passed: b stays
+        delta = t * delta
     if delta == 0.0:
         return 0.0, violation
     for i in range(n):
