@@ -222,7 +222,6 @@ def test_private_copies_of_w_lose_no_step():
             alpha_n,
             norms,
             np.ones(0),
-            False,
             0.0,
             0.0,
             0.0,

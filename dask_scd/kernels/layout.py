@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -61,15 +61,8 @@ class MajorMatrix:
         its slice of ``indptr`` (absolute offsets) points into."""
         if self.dense:
             data = self.data[start * self.n_minor : stop * self.n_minor]
-            return MajorMatrix(data, self.indices, self.indptr, True, stop - start, self.n_minor)
-        return MajorMatrix(
-            self.data,
-            self.indices,
-            self.indptr[start : stop + 1],
-            False,
-            stop - start,
-            self.n_minor,
-        )
+            return replace(self, data=data, n_major=stop - start)
+        return replace(self, indptr=self.indptr[start : stop + 1], n_major=stop - start)
 
     def _args(self):
         return self.data, self.indices, self.indptr, self.dense, self.n_major, self.n_minor
@@ -152,15 +145,5 @@ class MajorMatrix:
     def _power_sums(self, power: int, weights) -> np.ndarray:
         out = np.empty(self.n_major, dtype=np.float64)
         weights = _NO_WEIGHTS if weights is None else np.ascontiguousarray(weights, np.float64)
-        line_kernels.major_power_sums(
-            self.data,
-            self.indices,
-            self.indptr,
-            self.dense,
-            self.n_major,
-            self.n_minor,
-            power,
-            weights,
-            out,
-        )
+        line_kernels.major_power_sums(*self._args(), power, weights, out)
         return out

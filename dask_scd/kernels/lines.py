@@ -44,6 +44,14 @@ def row_dot(data, indices, dense, start, end, w):
 
 
 @njit(inline="always")
+def weight(weights, i):
+    """v_i, or 1 without weights (an empty array)."""
+    if weights.shape[0] > 0:
+        return weights[i]
+    return 1.0
+
+
+@njit(inline="always")
 def weighted_dot(data, indices, dense, start, end, w, weights):
     """Σ over the line of x·v·w: :func:`row_dot` of w with sample weights v."""
     s = 0.0

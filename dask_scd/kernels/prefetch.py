@@ -14,6 +14,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from dask_scd.kernels.lines import line
+
 # Rows ahead of the current one; 2 to 8 did equally well, 1 less so.
 AHEAD = 4
 # At most this many cache lines of a row: past them the hardware prefetcher streams.
@@ -48,10 +50,7 @@ def _prefetch(typingctx, array, index):
 @njit(inline="always")
 def prefetch_line(data, indices, indptr, dense, n_minor, major):
     """Prefetch the values (and, when sparse, the indices) of line ``major``."""
-    if dense:
-        start, end = major * n_minor, (major + 1) * n_minor
-    else:
-        start, end = indptr[major], indptr[major + 1]
+    start, end = line(dense, indptr, major, n_minor)
     step = max(64 // data.itemsize, 1)
     end = min(end, start + _MAX_LINES * step)
     for idx in range(start, end, step):

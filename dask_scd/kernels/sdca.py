@@ -27,18 +27,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.lines import FAST as _FAST
-from dask_scd.kernels.lines import line as _line
-from dask_scd.kernels.lines import row_axpy as _row_axpy
-from dask_scd.kernels.lines import row_dot as _row_dot
+from dask_scd.kernels.lines import FAST, line, row_axpy, row_dot, weight
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
-from dask_scd.kernels.scalar import dual_step as _dual_step
 
 # liblinear does not step on a row whose projected gradient is below this (its 1.0e-12);
 # so the violation M − m of the active rows may stall near it, and ε stays above.
 _PG_ZERO = 1e-12
 _EPS_FLOOR = 10 * _PG_ZERO
+_NO_WEIGHTS = np.zeros(0)
 
 
 @njit(nogil=True, cache=True)
@@ -85,7 +82,7 @@ def block_order_fill(rows, block, block_perm, uniforms, out, lo, hi):
         pos += size
 
 
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def sdca_shrinking_pass(
     data,
     indices,
@@ -115,14 +112,13 @@ def sdca_shrinking_pass(
     ``coef``, ``dual_sum`` as in :func:`dask_scd.kernels.cpu.sdca_epoch`.
 
     With sample ``weights`` v (an empty array: none) ``dual_coef`` holds u = a/v in the
-    unweighted box, as :func:`sdca_weighted_epoch`: the row's curvature is
-    Q = v_i·(‖x_i‖²/(αn) + ρ) (+ ½), G is unchanged (liblinear's rule with the
-    per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0 are
-    shrunk on their first visit and never stepped.
+    unweighted box, as :func:`dask_scd.kernels.cpu.sdca_weighted_epoch`: the row's
+    curvature is Q = v_i·(‖x_i‖²/(αn) + ρ) (+ ½), G is unchanged (liblinear's rule with
+    the per-example bound C_i), and w, Σa move by v_i times the step; rows of weight 0
+    are shrunk on their first visit and never stepped.
 
     Returns max |Δa_i| and the largest and smallest projected gradient of the kept rows.
     """
-    weighted = weights.shape[0] > 0
     upper = 1.0 if loss == HINGE else np.inf
     half = 0.5 if loss == SQUARED_HINGE else 0.0
     pg_max_old, pg_min_old = bounds[0], bounds[1]
@@ -134,12 +130,12 @@ def sdca_shrinking_pass(
         if k + AHEAD < n_visits:
             prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
         i = order[k]
-        v = weights[i] if weighted else 1.0
+        v = weight(weights, i)
         if v == 0.0:  # not part of the problem: shrunk for good
             keep[i] = False
             continue
-        start, end = _line(dense, indptr, i, n_features)
-        margin = _row_dot(data, indices, dense, start, end, coef)
+        start, end = line(dense, indptr, i, n_features)
+        margin = row_dot(data, indices, dense, start, end, coef)
         yi = y[i]
         beta = dual_coef[i] * yi
         g = yi * (margin + intercept + rho * dual_sum[0]) - 1.0 + half * beta
@@ -171,11 +167,12 @@ def sdca_shrinking_pass(
         dual_coef[i] = new * yi  # exactly 0 or ±1 at a bound: the tests above rely on it
         t *= v
         dual_sum[0] += t
-        _row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += v t x_i/(αn)
+        row_axpy(data, indices, dense, start, end, t / alpha_n, coef)  # w += v t x_i/(αn)
         max_delta = max(max_delta, abs(t))
     return max_delta, pg_max, pg_min
 
 
+@njit(nogil=True, cache=True)
 def sdca_shrinking_epoch(
     data,
     indices,
@@ -202,64 +199,6 @@ def sdca_shrinking_epoch(
     shrunk_work,
     weights=None,
 ):
-    """:func:`_shrinking_epoch`, with sample ``weights`` v or None (every row weighs 1)."""
-    if weights is None:
-        weights = np.empty(0)
-    return _shrinking_epoch(
-        data,
-        indices,
-        indptr,
-        dense,
-        n_features,
-        y,
-        dual_coef,
-        coef,
-        loss,
-        alpha_n,
-        row_sq_norms,
-        intercept,
-        rho,
-        dual_sum,
-        active,
-        n_active,
-        bounds,
-        block,
-        rng,
-        order,
-        keep,
-        relative_eps,
-        shrunk_work,
-        weights,
-    )
-
-
-@njit(nogil=True, cache=True)
-def _shrinking_epoch(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_features,
-    y,
-    dual_coef,
-    coef,
-    loss,
-    alpha_n,
-    row_sq_norms,
-    intercept,
-    rho,
-    dual_sum,
-    active,
-    n_active,
-    bounds,
-    block,
-    rng,
-    order,
-    keep,
-    relative_eps,
-    shrunk_work,
-    weights,
-):
     """Passes over the active rows until they add up to ``len(y)`` row visits (one epoch
     of work), or until every row is active and solved to the threshold ε.
 
@@ -274,13 +213,16 @@ def _shrinking_epoch(
     ``shrunk_work·n`` visits of shrunk passes (a few ill-conditioned free rows can take
     thousands of passes to reach ε). ``order`` and ``keep`` are scratch arrays of length n.
 
-    With sample weights, the rows of weight 0 are not part of the problem: they leave the
-    active set on their first visit and never come back, and ``n`` counts the others.
+    With sample ``weights`` (None: every row weighs 1), the rows of weight 0 are not part
+    of the problem: they leave the active set on their first visit and never come back,
+    and ``n`` counts the others.
 
     Returns max |Δa_i| and whether the epoch ended settled.
     """
     rows = np.arange(y.shape[0])
-    if weights.shape[0] > 0:
+    if weights is None:
+        weights = _NO_WEIGHTS  # a compile-time constant: the weighted branches fold away
+    else:
         rows = np.flatnonzero(weights > 0.0)
     n_samples = rows.shape[0]
     visits = 0
@@ -336,54 +278,3 @@ def _shrinking_epoch(
         bounds[0] = pg_max if pg_max > 0.0 else np.inf
         bounds[1] = pg_min if pg_min < 0.0 else -np.inf
     return max_delta, False
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def sdca_weighted_epoch(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_features,
-    y,
-    unit_dual,
-    coef,
-    order,
-    loss,
-    alpha_n,
-    row_sq_norms,
-    weights,
-    intercept,
-    rho,
-    dual_sum,
-):
-    """:func:`dask_scd.kernels.cpu.sdca_epoch` for sample weights v (the loss of example i
-    is v_i·ℓ_i).
-
-    The dual of v_i·ℓ_i is a_i = v_i·u_i with u_i in the unweighted domain (β = u·y ∈
-    [0, 1] for the logistic and the hinge), so ``unit_dual`` holds u and w = Xᵀ(v∘u)/(αn).
-    Moving u_i by t changes the dual by v_i·[d(u_i + t) − t·m − t²·v_i(‖x_i‖²/(αn) + ρ)/2]
-    (m the shifted margin): the unweighted step with its curvature scaled by v_i, then
-    w += v_i·t·x_i/(αn) and Σa += v_i·t. An example of weight 0 is never moved (u_i = 0).
-    Returns max |Δa_i|.
-    """
-    max_delta = 0.0
-    n_visits = order.shape[0]
-    for k in range(n_visits):
-        i = order[k]
-        v = weights[i]
-        if v == 0.0:
-            continue
-        start, end = _line(dense, indptr, i, n_features)
-        margin = _row_dot(data, indices, dense, start, end, coef)
-        q = v * (row_sq_norms[i] / alpha_n + rho)
-        shifted = margin + intercept + rho * dual_sum[0]
-        t = _dual_step(loss, y[i], unit_dual[i], shifted, q)
-        if t == 0.0:
-            continue
-        unit_dual[i] += t
-        scaled = v * t
-        dual_sum[0] += scaled
-        _row_axpy(data, indices, dense, start, end, scaled / alpha_n, coef)  # w += v t x_i/(αn)
-        max_delta = max(max_delta, abs(scaled))
-    return max_delta

@@ -9,16 +9,14 @@ of a shared array every few visits. The engine is :mod:`dask_scd.engines.local.s
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from dask_scd.kernels.lines import FAST as _FAST
-from dask_scd.kernels.lines import line as _line
-from dask_scd.kernels.lines import row_axpy as _row_axpy
-from dask_scd.kernels.lines import row_dot as _row_dot
+from dask_scd.kernels.cpu import dual_row_step
+from dask_scd.kernels.lines import FAST, row_axpy
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
-from dask_scd.kernels.scalar import dual_step as _dual_step
 
 SLOT = 16  # float64s between two threads' slots: 128 bytes, never one cache line
 
@@ -78,39 +76,19 @@ def _publish(slots, thread, own):
 
 
 @njit(inline="always")
-def _thread_step(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_features,
-    y,
-    unit_dual,
-    w,
-    i,
-    loss,
-    alpha_n,
-    row_sq_norms,
-    weights,
-    weighted,
-    intercept,
-    rho,
-    dual_sum,
-):
-    """One thread's dual step on row i against w (read only): a_i moved in place.
-    Returns (v·t, the row's line start and end); v·t = 0 when a_i does not move."""
-    v = weights[i] if weighted else 1.0
-    if v == 0.0:
-        return 0.0, 0, 0
-    start, end = _line(dense, indptr, i, n_features)
-    margin = _row_dot(data, indices, dense, start, end, w)
-    q = v * (row_sq_norms[i] / alpha_n + rho)
-    t = _dual_step(loss, y[i], unit_dual[i], margin + intercept + rho * dual_sum, q)
-    unit_dual[i] += t
-    return v * t, start, end
+def _merge_local(coef, local, snapshot):
+    """Add this thread's changes since its last merge (local − snapshot) to the shared w,
+    atomically, and take the shared w (everyone's merged changes) as its new copy."""
+    for j in range(coef.shape[0]):
+        change = local[j] - snapshot[j]
+        if change != 0.0:
+            atomic_add(coef, j, change)
+        value = coef[j]
+        local[j] = value
+        snapshot[j] = value
 
 
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def sdca_thread_epoch(
     data,
     indices,
@@ -125,7 +103,6 @@ def sdca_thread_epoch(
     alpha_n,
     row_sq_norms,
     weights,
-    weighted,
     intercept,
     rho,
     base_sum,
@@ -135,8 +112,8 @@ def sdca_thread_epoch(
     hot,
 ):
     """One thread's share of an SA-SDCA epoch (:func:`dask_scd.kernels.cpu.sdca_epoch`, or
-    :func:`sdca_weighted_epoch` when ``weighted``), with Σ a_i kept without a shared
-    scalar.
+    :func:`~dask_scd.kernels.cpu.sdca_weighted_epoch` with non-empty ``weights``), with
+    Σ a_i kept without a shared scalar.
 
     The intercept's multiplier needs Σ a_i at every step. Written by every thread at
     every step, one shared scalar would bounce its cache line between the cores and lose
@@ -148,57 +125,34 @@ def sdca_thread_epoch(
     (:func:`_row_axpy_shared`). Returns max |Δa_i|; ``slots[thread, 0]`` holds the
     thread's whole change at the end.
     """
-    max_delta = 0.0
-    own = 0.0
-    others = 0.0
-    n_visits = order.shape[0]
-    for k in range(n_visits):
-        if k % publish == 0:
-            others = _publish(slots, thread, own)
-        if k + AHEAD < n_visits:
-            prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
-        scaled, start, end = _thread_step(
-            data,
-            indices,
-            indptr,
-            dense,
-            n_features,
-            y,
-            unit_dual,
-            coef,
-            order[k],
-            loss,
-            alpha_n,
-            row_sq_norms,
-            weights,
-            weighted,
-            intercept,
-            rho,
-            base_sum + others + own,
-        )
-        if scaled == 0.0:
-            continue
-        own += scaled
-        _row_axpy_shared(data, indices, dense, start, end, scaled / alpha_n, coef, hot)
-        max_delta = max(max_delta, abs(scaled))
-    slots[thread, 0] = own
-    return max_delta
+    return _thread_epoch(
+        data,
+        indices,
+        indptr,
+        dense,
+        n_features,
+        y,
+        unit_dual,
+        coef,
+        order,
+        loss,
+        alpha_n,
+        row_sq_norms,
+        weights,
+        intercept,
+        rho,
+        base_sum,
+        slots,
+        thread,
+        publish,
+        hot,
+        coef,
+        coef,
+        False,
+    )
 
 
-@njit(inline="always")
-def _merge_local(coef, local, snapshot):
-    """Add this thread's changes since its last merge (local − snapshot) to the shared w,
-    atomically, and take the shared w (everyone's merged changes) as its new copy."""
-    for j in range(coef.shape[0]):
-        change = local[j] - snapshot[j]
-        if change != 0.0:
-            atomic_add(coef, j, change)
-        value = coef[j]
-        local[j] = value
-        snapshot[j] = value
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
+@njit(nogil=True, cache=True, fastmath=FAST)
 def sdca_thread_epoch_local(
     data,
     indices,
@@ -213,7 +167,6 @@ def sdca_thread_epoch_local(
     alpha_n,
     row_sq_norms,
     weights,
-    weighted,
     intercept,
     rho,
     base_sum,
@@ -240,19 +193,81 @@ def sdca_thread_epoch_local(
     copies of the hot features, merged every 8–64 visits) left two threads at a relative
     gap of 0.14–0.6 after 8 epochs where one thread reached 0.068, for no faster epoch.
     """
+    return _thread_epoch(
+        data,
+        indices,
+        indptr,
+        dense,
+        n_features,
+        y,
+        unit_dual,
+        coef,
+        order,
+        loss,
+        alpha_n,
+        row_sq_norms,
+        weights,
+        intercept,
+        rho,
+        base_sum,
+        slots,
+        thread,
+        publish,
+        _NOT_HOT,
+        local,
+        snapshot,
+        True,
+    )
+
+
+_NOT_HOT = np.zeros(0, dtype=np.bool_)
+
+
+@njit(inline="always")
+def _thread_epoch(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_features,
+    y,
+    unit_dual,
+    coef,
+    order,
+    loss,
+    alpha_n,
+    row_sq_norms,
+    weights,
+    intercept,
+    rho,
+    base_sum,
+    slots,
+    thread,
+    publish,
+    hot,
+    local,
+    snapshot,
+    private,
+):
+    """The epoch of :func:`sdca_thread_epoch` (``private`` False: steps on the shared w,
+    ``local`` and ``snapshot`` unused) and of :func:`sdca_thread_epoch_local` (True);
+    ``private`` is a constant of each, its branches fold away."""
     max_delta = 0.0
     own = 0.0
     others = 0.0
     n_visits = order.shape[0]
-    for j in range(n_features):
-        local[j] = coef[j]
-        snapshot[j] = local[j]
+    if private:
+        for j in range(n_features):
+            local[j] = coef[j]
+            snapshot[j] = local[j]
     for k in range(n_visits):
         if k % publish == 0:
-            if k > 0:
+            if private and k > 0:
                 _merge_local(coef, local, snapshot)
             others = _publish(slots, thread, own)
-        scaled, start, end = _thread_step(
+        if not private and k + AHEAD < n_visits:
+            prefetch_line(data, indices, indptr, dense, n_features, order[k + AHEAD])
+        scaled, start, end = dual_row_step(
             data,
             indices,
             indptr,
@@ -260,13 +275,12 @@ def sdca_thread_epoch_local(
             n_features,
             y,
             unit_dual,
-            local,
+            local if private else coef,
             order[k],
             loss,
             alpha_n,
             row_sq_norms,
             weights,
-            weighted,
             intercept,
             rho,
             base_sum + others + own,
@@ -274,8 +288,12 @@ def sdca_thread_epoch_local(
         if scaled == 0.0:
             continue
         own += scaled
-        _row_axpy(data, indices, dense, start, end, scaled / alpha_n, local)
+        if private:
+            row_axpy(data, indices, dense, start, end, scaled / alpha_n, local)
+        else:
+            _row_axpy_shared(data, indices, dense, start, end, scaled / alpha_n, coef, hot)
         max_delta = max(max_delta, abs(scaled))
-    _merge_local(coef, local, snapshot)
+    if private:
+        _merge_local(coef, local, snapshot)
     slots[thread, 0] = own
     return max_delta

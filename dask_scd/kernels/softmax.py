@@ -19,24 +19,8 @@ from __future__ import annotations
 
 from numba import njit
 
-
-@njit(nogil=True, cache=True)
-def _soft(z, t):
-    if z > t:
-        return z - t
-    if z < -t:
-        return z + t
-    return 0.0
-
-
-@njit(nogil=True, cache=True)
-def _violation(smooth, w, l1):
-    """Distance of −``smooth`` (the smooth part's derivative) to l1·∂|w|."""
-    if w > 0.0:
-        return abs(smooth + l1)
-    if w < 0.0:
-        return abs(smooth - l1)
-    return max(abs(smooth) - l1, 0.0)
+from dask_scd.kernels.cpu import coordinate_violation
+from dask_scd.kernels.scalar import prox_newton
 
 
 @njit(nogil=True, cache=True)
@@ -94,11 +78,10 @@ def model_cd(
                     partial += data[m] * weighted_prob[i, k] * (U[i, k] - s[i])
                 gm = grad[j, k] + partial * inv_n
                 z = coef[j, k] + delta[j, k]
-                violation = _violation(gm + l2 * z, z, l1)
-                if violation > largest:
-                    largest = violation
-                new = _soft(h * z - gm, l1) / (h + l2)
-                step = new - z
+                worst = coordinate_violation(z, gm, l1, l2)
+                if worst > largest:
+                    largest = worst
+                step = prox_newton(z, gm, h, l1, l2) - z
                 if step == 0.0:
                     continue
                 delta[j, k] += step

@@ -26,7 +26,7 @@ Sample weights v (scaled to mean 1) travel with the labels
 (:class:`~dask_scd.data.cells.WeightedLabels`; a dual part keeps its rows' v). The primal
 weighs each example's loss, derivatives and line terms (the SCD epochs of
 :func:`dask_scd.kernels.cpu.scd_weighted_epoch` on weighted column norms); the dual moves
-u = a/v in the unweighted box, as SDCA does (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`),
+u = a/v in the unweighted box, as SDCA does (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`),
 and its line and certificate read a = v∘u. Without weights every sum is the one it was.
 """
 

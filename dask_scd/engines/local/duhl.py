@@ -59,7 +59,7 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     With sample weights v (``data.weights``, mean 1) the example i's loss is v_i·ℓ_i: the
     primal epochs are the weighted coordinate steps
     (:func:`dask_scd.kernels.cpu.scd_weighted_epoch`), the dual ones SDCA's weighted
-    steps on u = a/v (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`), and every gap
+    steps on u = a/v (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`), and every gap
     is the weighted problem's; on the CPU.
     """
     _check_weighted_device(data.weights, options)

@@ -3,7 +3,7 @@ weighted CPU kernel in place of the plain one when there are sample weights."""
 
 from __future__ import annotations
 
-from dask_scd.kernels import cpu, sdca
+from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
 
@@ -36,10 +36,10 @@ def sdca_epoch(
 ):
     """One SDCA epoch over the rows ``order`` of ``m``: ``kernel``
     (:func:`dask_scd.kernels.cpu.sdca_epoch` or its GPU twin) without ``weights``, else
-    :func:`dask_scd.kernels.sdca.sdca_weighted_epoch`; ``shift`` = (b, ρ, [Σa]), the
+    :func:`dask_scd.kernels.cpu.sdca_weighted_epoch`; ``shift`` = (b, ρ, [Σa]), the
     intercept's multiplier terms. Returns max |Δa_i|."""
     args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, y, dual_coef, coef, order)
     args += (loss_code, alpha_n, sq_norms)
     if weights is None:
         return kernel(*args, *shift)
-    return sdca.sdca_weighted_epoch(*args, weights, *shift)
+    return cpu.sdca_weighted_epoch(*args, weights, *shift)

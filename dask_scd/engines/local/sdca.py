@@ -39,7 +39,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
     With sample weights v (``data.weights``) each example's dual box scales with v_i:
     the epochs move u = a/v in the unweighted box with curvature v_i·‖x_i‖²/(αn)
-    (:func:`dask_scd.kernels.sdca.sdca_weighted_epoch`, and the shrinking epochs of the
+    (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`, and the shrinking epochs of the
     box duals with the same scaling), on the CPU.
 
     ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
@@ -310,7 +310,6 @@ class _Epochs:
             alpha_n,
             row_sq_norms,
             unit,
-            weights is not None,
             intercept,
             rho,
             float(dual_sum[0]),
