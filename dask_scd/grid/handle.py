@@ -178,8 +178,17 @@ class Grid:
         return bool(self.attrs.get("has_weights", False))
 
     def read_weights(self, r: int) -> np.ndarray:
-        """Read the sample weights of one row chunk, as :meth:`read_labels` reads its
-        labels (the same parameter, the same shape and dtype)."""
+        """Read the sample weights of one row chunk.
+
+        Parameters
+        ----------
+        r : int
+            The row chunk, ``0 <= r < n_row_chunks``.
+
+        Returns
+        -------
+        ndarray of shape (row_chunks[r],), float64
+        """
         return read_weights(self.path, self.grid_id, int(r))
 
     def stored_weights(self) -> np.ndarray | None:
