@@ -119,3 +119,11 @@ def test_public_functions_have_numpydoc_sections():
         ):
             missing.append(f"{name}: Returns")
     assert not missing, missing
+
+
+def test_the_tests_index_names_every_test_file():
+    """tests/README.md maps the package to its tests: every test file is in it."""
+    tests = Path(__file__).resolve().parent
+    index = (tests / "README.md").read_text()
+    missing = [path.name for path in tests.glob("test_*.py") if f"`{path.name}`" not in index]
+    assert not missing, missing
