@@ -300,17 +300,6 @@ def _entry(value, i):
     return value[i] if value.shape[0] else 1.0
 
 
-@njit(inline="always")
-def _moved(z, prev_column, prev_value, prev_delta, i):
-    """Margin z of row i moved by the last block's step (a pure cell by rows; ``prev_delta``
-    empty for none)."""
-    if prev_delta.shape[0] > 0:
-        p = prev_column[i]
-        if p >= 0:
-            z += _entry(prev_value, i) * prev_delta[p]
-    return z
-
-
 @njit(nogil=True, cache=True)
 def pure_apply(column, value, delta, margins):
     """margins += X_cell Δ in place for a pure cell by rows (:func:`rows_by_blocks`): each
@@ -329,8 +318,15 @@ def pure_stats(prev_column, prev_value, prev_delta, shift, column, value, y, mar
     of a column-major cell's entries: the same sums)."""
     g[:] = 0.0
     h[:] = 0.0
+    # The last block's step is applied here, written out in both passes: as a shared
+    # inline function (its test inside the loop) the fused pass ran 1.5x slower.
+    applying = prev_delta.shape[0] > 0
     for i in range(margins.shape[0]):
-        z = _moved(margins[i] + shift, prev_column, prev_value, prev_delta, i)
+        z = margins[i] + shift
+        if applying:
+            p = prev_column[i]
+            if p >= 0:
+                z += _entry(prev_value, i) * prev_delta[p]
         margins[i] = z
         j = column[i]
         if j >= 0:
@@ -346,8 +342,13 @@ def shift_stats(prev_column, prev_value, prev_delta, y, margins, loss):
     (Σ_i ℓ'(ŷ_i), Σ_i ℓ''(ŷ_i)): the intercept's statistics."""
     s = 0.0
     t = 0.0
+    applying = prev_delta.shape[0] > 0
     for i in range(margins.shape[0]):
-        z = _moved(margins[i], prev_column, prev_value, prev_delta, i)
+        z = margins[i]
+        if applying:
+            p = prev_column[i]
+            if p >= 0:
+                z += _entry(prev_value, i) * prev_delta[p]
         margins[i] = z
         d1, d2 = _derivative_pair(loss, y[i], z)
         s += d1
