@@ -289,9 +289,10 @@ def _column_step(
             g += (margins[i] - y[i]) * weights[i] * data[idx]
         h = sq_norm
     elif loss == scalar.SQUARED:
-        if dense:  # contiguous: a plain loop that LLVM vectorizes
-            for k in range(end - start):
-                g += (margins[k] - y[k]) * data[start + k]  # g = X[:, j]ᵀ(ŷ − y)
+        if dense:  # contiguous: a plain loop over a slice, which LLVM vectorizes
+            values = data[start:end]
+            for k in range(values.shape[0]):
+                g += (margins[k] - y[k]) * values[k]  # g = X[:, j]ᵀ(ŷ − y)
         else:
             for idx in range(start, end):
                 g += (margins[indices[idx]] - y[indices[idx]]) * data[idx]

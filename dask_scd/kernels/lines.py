@@ -14,6 +14,10 @@ from numba import njit
 
 # Reassociation (and fused multiply-add) lets LLVM vectorize the reductions; results stay
 # deterministic for a given build. No other fast-math flag: infinities are meaningful here.
+# A dense line is read through a slice, data[start:end][k]: indexed as data[start + k],
+# with a start the compiler cannot prove non-negative, the loop keeps a negative-index
+# test and LLVM leaves it scalar (X v by rows of dense 100k × 400: 120 ms, against 11 ms
+# through the slice).
 FAST = {"reassoc", "contract"}
 
 
@@ -35,8 +39,9 @@ def minor(dense, indices, idx, start):
 def row_dot(data, indices, dense, start, end, w):
     s = 0.0
     if dense:
-        for k in range(end - start):
-            s += data[start + k] * w[k]
+        values = data[start:end]
+        for k in range(values.shape[0]):
+            s += values[k] * w[k]
     else:
         for idx in range(start, end):
             s += data[idx] * w[indices[idx]]
@@ -64,11 +69,42 @@ def weighted_dot(data, indices, dense, start, end, w, weights):
 @njit(inline="always")
 def row_axpy(data, indices, dense, start, end, scale, w):
     if dense:
-        for k in range(end - start):
-            w[k] += scale * data[start + k]
+        values = data[start:end]
+        for k in range(values.shape[0]):
+            w[k] += scale * values[k]
     else:
         for idx in range(start, end):
             w[indices[idx]] += scale * data[idx]
+
+
+@njit(inline="always")
+def row_square_dot(data, indices, dense, start, end, w):
+    """Σ over the line of x²·w (float64 whatever X's dtype)."""
+    s = 0.0
+    if dense:
+        values = data[start:end]
+        for k in range(values.shape[0]):
+            x = np.float64(values[k])
+            s += x * x * w[k]
+    else:
+        for idx in range(start, end):
+            x = np.float64(data[idx])
+            s += x * x * w[indices[idx]]
+    return s
+
+
+@njit(inline="always")
+def row_square_axpy(data, indices, dense, start, end, scale, w):
+    """w += scale·x² over the line."""
+    if dense:
+        values = data[start:end]
+        for k in range(values.shape[0]):
+            x = np.float64(values[k])
+            w[k] += scale * x * x
+    else:
+        for idx in range(start, end):
+            x = np.float64(data[idx])
+            w[indices[idx]] += scale * x * x
 
 
 # ------------------------------------------------------------------------ products
@@ -81,11 +117,7 @@ def major_dot_range(data, indices, indptr, dense, lo, hi, n_minor, v, out, squar
     for r in range(lo, hi):
         start, end = line(dense, indptr, r, n_minor)
         if squared:
-            s = 0.0
-            for idx in range(start, end):
-                x = np.float64(data[idx])
-                s += x * x * v[minor(dense, indices, idx, start)]
-            out[r] = s
+            out[r] = row_square_dot(data, indices, dense, start, end, v)
         else:
             out[r] = row_dot(data, indices, dense, start, end, v)
 
@@ -96,9 +128,7 @@ def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, square
     for r in range(n_major):
         start, end = line(dense, indptr, r, n_minor)
         if squared:
-            for idx in range(start, end):
-                x = np.float64(data[idx])
-                out[minor(dense, indices, idx, start)] += x * x * u[r]
+            row_square_axpy(data, indices, dense, start, end, u[r], out)
         elif u[r] != 0.0:  # a sparse u (lasso coefficients) skips its zero lines
             row_axpy(data, indices, dense, start, end, u[r], out)
 
