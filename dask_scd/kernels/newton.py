@@ -56,25 +56,38 @@ def derivatives(loss, y, margins, grad, curv, weights=None):
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def signed_scatter(data, indices, indptr, dense, n_rows, n_cols, u, out_neg, out_pos):
+def signed_scatter(
+    data, indices, indptr, dense, n_rows, n_cols, u, out_neg, out_pos, curv, out_sq, out_side
+):
     """out_neg = Xᵀ(u ∘ [u < 0]), out_pos = Xᵀ(u ∘ [u > 0]) in one pass over the rows.
 
     Their sum is the gradient Xᵀg; their combination with the two scales of the dual
-    projection is Xᵀa, so the certificate costs no pass of its own.
+    projection is Xᵀa, so the certificate costs no pass of its own. With a ``curv`` d
+    (an empty array: none) the same pass also gives out_sq = (X∘X)ᵀd and out_side = Xᵀd,
+    the diagonal and the intercept's column of XᵀDX that conjugate gradients read.
     """
     out_neg[:] = 0.0
     out_pos[:] = 0.0
+    curved = curv.shape[0] > 0
+    if curved:
+        out_sq[:] = 0.0
+        out_side[:] = 0.0
     if dense:
-        _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos)
+        _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos, curv, out_sq, out_side)
         return
     for r in range(n_rows):
         value = u[r]
-        if value == 0.0:
-            continue
-        out = out_neg if value < 0.0 else out_pos
         start, end = indptr[r], indptr[r + 1]
-        for idx in range(start, end):
-            out[indices[idx]] += value * data[idx]
+        if value != 0.0:
+            out = out_neg if value < 0.0 else out_pos
+            for idx in range(start, end):
+                out[indices[idx]] += value * data[idx]
+        if curved and curv[r] != 0.0:
+            c = curv[r]
+            for idx in range(start, end):
+                x = np.float64(data[idx])
+                out_side[indices[idx]] += c * x
+                out_sq[indices[idx]] += c * x * x
 
 
 # Dense rows get loops of their own: with the layout flag and the indexing of the general
@@ -83,16 +96,23 @@ def signed_scatter(data, indices, indptr, dense, n_rows, n_cols, u, out_neg, out
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos):
+def _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos, curv, out_sq, out_side):
+    curved = curv.shape[0] > 0
     for r in range(n_rows):
         value = u[r]
-        start = r * n_cols
+        row = data[r * n_cols : (r + 1) * n_cols]
         if value < 0.0:
             for k in range(n_cols):
-                out_neg[k] += value * data[start + k]
+                out_neg[k] += value * row[k]
         elif value > 0.0:
             for k in range(n_cols):
-                out_pos[k] += value * data[start + k]
+                out_pos[k] += value * row[k]
+        if curved and curv[r] != 0.0:
+            c = curv[r]
+            for k in range(n_cols):
+                x = np.float64(row[k])
+                out_side[k] += c * x
+                out_sq[k] += c * x * x
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)

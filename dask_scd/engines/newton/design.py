@@ -31,6 +31,7 @@ _CHUNK_BYTES = 4 << 20
 # are summed over this many fixed ranges of rows, run on threads where there are: their
 # rounding depends on the data's size, never on the number of cores.
 _SCATTER_PARTS = 4
+_NO_CURVATURE = np.zeros(0)
 
 
 @dataclass
@@ -52,6 +53,14 @@ class Design:
     _kept_shift: object = None  # _KeptShift
     _gram_spent: float = 0.0
     _sq_norms: np.ndarray | None = None
+    _row_sq_norms: np.ndarray | None = None
+
+    @property
+    def row_sq_norms(self) -> np.ndarray:
+        """‖x_i‖² of every row, computed once."""
+        if self._row_sq_norms is None:
+            self._row_sq_norms = self.rows.sq_norms()
+        return self._row_sq_norms
 
     @property
     def column_sq_norms(self) -> np.ndarray:
@@ -110,33 +119,43 @@ class Design:
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
         return cls(X, rows, column_nnz, gram_flops, blocks)
 
-    def signed_scatter(self, u) -> tuple[np.ndarray, np.ndarray]:
-        """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows."""
+    def signed_scatter(self, u, curv=None) -> tuple:
+        """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows; with ``curv`` d,
+        also ((X∘X)ᵀd, Xᵀd) from the same pass (the diagonal and the intercept's column of
+        XᵀDX, un-normalized)."""
         rows = self.rows
+        p = rows.n_minor
         u = np.ascontiguousarray(u, dtype=np.float64)
+        d = _NO_CURVATURE if curv is None else np.ascontiguousarray(curv, dtype=np.float64)
         ranges = row_parts(rows)
-        outs = [(np.empty(rows.n_minor), np.empty(rows.n_minor)) for _ in ranges]
+        width = 2 if curv is None else 4
+        outs = [tuple(np.empty(p) for _ in range(width)) for _ in ranges]
 
         def part(k):
             lo, hi = ranges[k]
             sub = rows.lines(lo, hi)
+            sums = outs[k] if curv is not None else outs[k] + (_NO_CURVATURE, _NO_CURVATURE)
             kernels.signed_scatter(
                 sub.data,
                 sub.indices,
                 sub.indptr,
                 sub.dense,
                 hi - lo,
-                rows.n_minor,
+                p,
                 u[lo:hi],
-                *outs[k],
+                sums[0],
+                sums[1],
+                d[lo:hi],
+                sums[2],
+                sums[3],
             )
 
         run_parts(rows, part, len(ranges))
-        neg, pos = outs[0]
-        for more_neg, more_pos in outs[1:]:
-            neg += more_neg
-            pos += more_pos
-        return neg, pos
+        total = outs[0]
+        for more in outs[1:]:
+            for mine, theirs in zip(total, more):
+                mine += theirs
+        return total
 
     @property
     def nnz(self) -> float:

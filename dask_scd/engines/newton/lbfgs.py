@@ -66,7 +66,7 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     best = None  # (gap, coef, intercept, certificate) of the best certified iterate
     previous = None  # (x, gradient) of the last iterate, for the next (s, y) pair
     while True:
-        loss_sum, grad, cert = _gradient_and_certificate(
+        loss_sum, grad, cert, _ = _gradient_and_certificate(
             problem, design, y, weights, coef, margins, grad_rows, curv, duals, meter
         )
         grad = grad + problem.l2 * coef

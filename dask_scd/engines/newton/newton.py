@@ -44,11 +44,13 @@ from dask_scd.engines.newton.newton_loop import (
     uncertified,
 )
 from dask_scd.engines.newton.quadratic import (
+    HeavyRows,
     HessianSample,
     Model,
     l2_direction,
     model_decrease,
     set_inner_targets,
+    solves_by_cg,
 )
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
@@ -88,11 +90,12 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     sample = None
     if problem.l1 == 0.0:
         sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
-    sampled = False  # whether the step about to be taken came from the sample
+    sampled = False  # whether the step about to be taken came from the sample (CG: heavy)
+    heavy = HeavyRows(design) if solves_by_cg(design, problem) else None
     t = 1.0  # the step size of the last line search
     while True:
-        loss_sum, grad, cert = _gradient_and_certificate(
-            problem, design, y, weights, coef, margins, grad_rows, curv, duals, meter
+        loss_sum, grad, cert, sums = _gradient_and_certificate(
+            problem, design, y, weights, coef, margins, grad_rows, curv, duals, meter, heavy
         )
         if sampled:  # the last step came from the sample
             sample.observe(cert.relative_gap, t)
@@ -106,11 +109,13 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             model = Model(
                 problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv
             )
+            model.curvature_sums = sums
             violation = model.violation()
             first_violation = first_violation or max(violation, np.finfo(float).tiny)
             set_inner_targets(model, cert, options.tol, violation, first_violation)
             sampled = problem.l1 == 0.0 and sample is not None and sample.active
-            solved, size = _direction(design, model, sample if sampled else None, size, free, meter)
+            sampled_or = sample if sampled else None
+            solved, size = _direction(design, model, sampled_or, size, free, meter, heavy)
             if _near_the_end(model, solved, cert, options.tol):
                 tick = time.perf_counter()
                 offer = duals.offer_linearized(
@@ -149,19 +154,22 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
 
 def _gradient_and_certificate(
-    problem, design: Design, y, weights, coef, margins, grad_rows, curv, duals, meter
+    problem, design: Design, y, weights, coef, margins, grad_rows, curv, duals, meter, heavy=None
 ):
     """ℓ' and ℓ'' at the margins (into ``grad_rows``, ``curv``), the loss sum, the gradient
-    Xᵀℓ'/n and the certificate of the point, from one pass over X (and the dual's)."""
+    Xᵀℓ'/n and the certificate of the point, from one pass over X (and the dual's); when
+    CG solves the steps (``heavy``, its preconditioner, given), the curvature sums it reads,
+    ((X∘X)ᵀd, Xᵀd), from that pass too, else None."""
     tick = time.perf_counter()
     loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
-    parts = design.signed_scatter(grad_rows)
+    by_cg = heavy is not None
+    parts = design.signed_scatter(grad_rows, curv if by_cg else None)
     grad = (parts[0] + parts[1]) / len(y)  # Xᵀg/n
     meter.add("gradient", 1.0, tick)
     tick = time.perf_counter()
-    cert, passes = duals.certify(design, coef, margins, grad_rows, parts, loss_sum)
+    cert, passes = duals.certify(design, coef, margins, grad_rows, parts[:2], loss_sum)
     meter.add("certificate", passes, tick)
-    return loss_sum, grad, cert
+    return loss_sum, grad, cert, (parts[2:] if by_cg else None)
 
 
 def _working_set_sizes(design: Design, coef) -> tuple[int, int]:
@@ -174,7 +182,7 @@ def _working_set_sizes(design: Design, coef) -> tuple[int, int]:
     return free, max(free, 2 * int(np.count_nonzero(coef)))
 
 
-def _direction(design: Design, model: Model, sample, size: int, free: int, meter: Meter):
+def _direction(design: Design, model: Model, sample, size, free, meter: Meter, heavy=None):
     """The step's direction from ``model`` (:func:`l1_direction` on a working set of
     ``size`` columns for an L1 term, else :func:`l2_direction`, from the Hessian
     ``sample`` when one is given), and the next working set's size."""
@@ -187,7 +195,7 @@ def _direction(design: Design, model: Model, sample, size: int, free: int, meter
         tick = time.perf_counter()
         solved = l1_direction(design, model, working)
     else:
-        solved = l2_direction(design, model, sample)
+        solved = l2_direction(design, model, sample, heavy)
     meter.add(f"solve:{solved[4]}", solved[3], tick)
     return solved, size
 

@@ -41,6 +41,9 @@ _SAMPLE_MIN_SAVING = 4
 _SAMPLE_MAX_CG = 10
 # A sampled step must divide the certified gap by this much, or the full Hessian returns.
 _SAMPLE_CONTRACTION = 0.1
+# The heavy rows' preconditioner (:class:`HeavyRows`): rows whose Gram costs this many
+# passes over X.
+_HEAVY_GRAM_PASSES = 2.0
 
 
 class HessianSample:
@@ -90,6 +93,53 @@ class HessianSample:
         self.last_gap = relative_gap
 
 
+class HeavyRows:
+    """A preconditioner for CG from the rows that carry most of the curvature.
+
+    XᵀDX = Σ d_i x_i x_iᵀ: on classification data near a fit most rows have a margin far
+    from 0 and a tiny d_i, and a few carry most of the Hessian; the diagonal
+    preconditioner then misses most of its structure and CG needs more products each
+    step. This one is the exact XᵀDX of the m rows of largest d_i‖x_i‖², plus the
+    diagonal of the others, factored once a step (Cholesky). m: as many rows as a Gram
+    of :data:`_HEAVY_GRAM_PASSES` passes' cost buys. It is used from the step after a
+    diagonally preconditioned solve took more products than that Gram costs (ski rental:
+    the first steps, which need one or two products, never pay for it).
+    """
+
+    def __init__(self, design: Design):
+        n = design.rows.n_major
+        per_row = design.gram_flops / max(n, 1)
+        rows = _HEAVY_GRAM_PASSES * design.nnz / max(per_row, 1.0)
+        self.m = int(min(n, max(rows, 1)))
+        self.active = False
+
+    def observe(self, products: int) -> None:
+        """After a CG solve: the next ones are preconditioned by the heavy rows once a
+        solve cost more products than their Gram."""
+        self.active = self.active or products > _HEAVY_GRAM_PASSES
+
+    def preconditioner(self, design: Design, model: Model):
+        """r ↦ M⁻¹r for M = Σ_heavy d_i x̃_i x̃_iᵀ/n + diag(Σ_other d_i x̃_i²/n) + l2·I,
+        x̃_i = (x_i, 1) with an intercept, its Schur complement as :func:`hessian_cg`
+        eliminates it (M is positive definite, so is that)."""
+        problem, curv = model.problem, model.curv
+        n, p = design.rows.n_major, design.rows.n_minor
+        fit_b = problem.fit_intercept
+        score = curv * design.row_sq_norms
+        heavy = np.arange(n) if self.m >= n else np.argpartition(-score, self.m - 1)[: self.m]
+        heavy = np.sort(heavy)
+        part = Design.from_array(design.X[heavy])
+        m = len(heavy)
+        hessian = part.gram(np.arange(p), curv[heavy], fit_b) * (m / n)
+        sums = model.curvature_sums
+        squares = design.rows.scatter(curv, squared=True) if sums is None else sums[0]
+        rest = squares - part.rows.scatter(curv[heavy], squared=True)
+        hessian[np.arange(p), np.arange(p)] += np.maximum(rest, 0.0) / n + problem.l2
+        if fit_b:  # the other rows' weight on the intercept, as a diagonal entry too
+            hessian[p, p] += max(float(curv.sum()) - float(curv[heavy].sum()), 0.0) / n
+        return _schur_preconditioner(hessian, fit_b)
+
+
 @dataclass
 class Model:
     """The quadratic model of one outer step at (θ, b)."""
@@ -111,6 +161,8 @@ class Model:
     dual_target: float = np.inf
     # L2 by CG: dual_target applies once the model's decrease is below this.
     final_decrease: float = 0.0
+    # ((X∘X)ᵀd, Xᵀd), un-normalized, when the gradient's pass gave them (CG reads them).
+    curvature_sums: tuple | None = None
 
     def violation(self) -> float:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
@@ -158,17 +210,16 @@ def set_inner_targets(model, cert, tol, violation, first_violation) -> None:
 # ----------------------------------------------------------------------- L2 penalty
 
 
-def l2_direction(design: Design, model: Model, sample: HessianSample | None = None):
+def l2_direction(design: Design, model: Model, sample: HessianSample | None = None, heavy=None):
     """The Newton direction of an L2 problem (Δ, Δb, XΔ + Δb, passes over X), with the
-    Hessian of ``sample`` when one is given."""
+    Hessian of ``sample`` when one is given; CG preconditioned by ``heavy``
+    (:class:`HeavyRows`) once it is active."""
     p = design.rows.n_minor
     problem = model.problem
     fit_b = problem.fit_intercept
     rhs = -(model.grad + problem.l2 * model.coef)
     if fit_b:
         rhs = np.append(rhs, -model.grad_b)
-    k = p + int(fit_b)
-    gram_cost = design.gram_flops + k**3 / 3.0
     if sample is not None:
         hessian = sample.gram(model.curv, fit_b)
         hessian[np.arange(p), np.arange(p)] += problem.l2
@@ -189,8 +240,9 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
         solution, iterations = hessian_cg(design, model, rhs, _schur_preconditioner(hessian, fit_b))
         if iterations > _SAMPLE_MAX_CG:  # the sample misses part of the curvature
             sample.active = False
-        passes, inner = _SAMPLE_GRAM_PASSES + fit_b + iterations, "sampled_cg"
-    elif k <= GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz:
+        side = fit_b and model.curvature_sums is None  # XᵀD1's pass
+        passes, inner = _SAMPLE_GRAM_PASSES + side + iterations, "sampled_cg"
+    elif not solves_by_cg(design, problem):
         hessian = design.gram(np.arange(p), model.curv, fit_b)
         hessian[np.arange(p), np.arange(p)] += problem.l2
         solution = cholesky_solve(hessian, rhs)
@@ -198,13 +250,34 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
         # Xᵀa'/n = −(Xᵀg/n + XᵀD(XΔ + Δb)/n) from the Hessian itself: no pass.
         model.correlation = -(model.grad + hessian[:p] @ solution - problem.l2 * solution[:p])
     else:
-        solution, iterations = hessian_cg(design, model, rhs)
-        # the preconditioner (and XᵀD1 with an intercept), one pass per product
-        passes, inner = 1.0 + fit_b + iterations, "cg"
+        fused = model.curvature_sums is not None
+        if heavy is not None and heavy.active:
+            pre = heavy.preconditioner(design, model)
+            solution, iterations = hessian_cg(design, model, rhs, pre)
+            # the heavy rows' Gram, the rest's diagonal unless the gradient's pass gave it
+            passes = _HEAVY_GRAM_PASSES + (0.0 if fused else 1.0 + fit_b) + iterations
+            inner = "heavy_cg"
+        else:
+            solution, iterations = hessian_cg(design, model, rhs)
+            if heavy is not None:
+                heavy.observe(iterations)
+            # the preconditioner (and XᵀD1 with an intercept) unless the gradient's pass
+            # gave them, then one pass per product
+            passes, inner = (0.0 if fused else 1.0 + fit_b) + iterations, "cg"
     delta = solution[:p]
     delta_b = float(solution[p]) if fit_b else 0.0
     direction = design.rows.dot(delta) + delta_b
     return delta, delta_b, direction, passes + 1.0, inner
+
+
+def solves_by_cg(design: Design, problem: obj.Problem) -> bool:
+    """Whether an L2 step is solved by conjugate gradients: when XᵀDX costs more to form
+    and factor than ~:data:`_CG_EXPECTED` products (else Cholesky)."""
+    if problem.l1 > 0.0:
+        return False
+    k = design.rows.n_minor + int(problem.fit_intercept)
+    gram_cost = design.gram_flops + k**3 / 3.0
+    return not (k <= GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz)
 
 
 def model_decrease(model, delta, delta_b) -> float:
@@ -283,12 +356,14 @@ def hessian_cg(design: Design, model: Model, rhs, preconditioner=None):
     total = float(curv.sum())
     schur = problem.fit_intercept and total > 0.0
     s, rhs_b = None, 0.0
+    sums = model.curvature_sums
     if schur:
-        s = rows.scatter(curv)  # XᵀD1
+        s = rows.scatter(curv) if sums is None else sums[1]  # XᵀD1
         rhs_b = float(rhs[p])
         rhs = rhs[:p] - s * (rhs_b / total)
     if preconditioner is None:  # the diagonal of the (Schur-complement) system
-        diagonal = rows.scatter(curv, squared=True) / n + problem.l2
+        squares = rows.scatter(curv, squared=True) if sums is None else sums[0]
+        diagonal = squares / n + problem.l2
         if schur:
             diagonal -= s * s / (n * total)
         diagonal = np.where(diagonal > 0.0, diagonal, 1.0)
