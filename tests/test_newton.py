@@ -683,12 +683,14 @@ def test_newton_reads_a_csc_x_by_rows_once(rng, monkeypatch):
     np.testing.assert_array_equal(by_columns.coef_, by_rows.coef_)
 
 
+@pytest.mark.parametrize("layout", ["sparse", "dense"])
 @pytest.mark.parametrize("intercept", [True, False])
 @pytest.mark.parametrize("kept", ["residual", "pair"])
-def test_epochs_kept_on_the_residual_are_the_packed_epoch(rng, intercept, kept):
+def test_epochs_kept_on_the_residual_are_the_packed_epoch(rng, intercept, kept, layout):
     """The epoch kept on (r, D), r = g + D(XΔ + Δb), and, for a curvature of 1 (the
     squared loss without weights), the one kept on r alone, take the steps of the epoch
-    kept on (g, D, XΔ + Δb)."""
+    kept on (g, D, XΔ + Δb), over sparse columns and over dense ones (the residual's
+    epoch has its own loop for those)."""
     dense, _ = _sparse(rng)
     n, p = dense.shape
     unit = kept == "residual"
@@ -696,14 +698,14 @@ def test_epochs_kept_on_the_residual_are_the_packed_epoch(rng, intercept, kept):
     grad = rng.normal(size=n) * 0.3
     curv = np.ones(n) if unit else rng.uniform(0.01, 0.25, size=n)
     coef = np.where(rng.random(p) < 0.5, rng.normal(size=p), 0.0)
-    columns = Design.from_array(sp.csc_matrix(dense)).columns
+    columns = Design.from_array(sp.csc_matrix(dense) if layout == "sparse" else dense).columns
     col_curv = (dense * dense).T @ curv / n
     order = np.append(rng.permutation(p), -1) if intercept else rng.permutation(p)
     packed = np.column_stack([grad, curv, np.zeros(n)])
     state = grad.copy() if unit else np.column_stack([grad, curv])
     epoch = kernels.column_cd_epoch_unit if unit else kernels.column_cd_epoch_pair
     delta, delta_b, kept_delta, kept_b = np.zeros(p), np.zeros(1), np.zeros(p), np.zeros(1)
-    head = (columns.data, columns.indices, columns.indptr, False, n, order)
+    head = (columns.data, columns.indices, columns.indptr, columns.dense, n, order)
     for _ in range(4):
         worst = kernels.column_cd_epoch_packed(
             *head, packed, col_curv, coef, delta, problem.l1, problem.l2, intercept, delta_b

@@ -40,6 +40,23 @@ def test_line_ranges_cover_the_lines_in_order():
     assert threads.line_ranges(None, 10, 3) == [(0, 3), (3, 6), (6, 10)]
 
 
+def test_line_ranges_cut_where_numpy_linspace_cuts(rng):
+    """The ranges' cuts are np.linspace's floats, bit for bit (the ranges fix the rounding
+    of every threaded pass: the pinned iterates depend on them)."""
+    for _ in range(300):
+        start = float(rng.integers(0, 1000))
+        stop = start + float(rng.integers(0, 10**7))
+        parts = int(rng.integers(1, 40))
+        np.testing.assert_array_equal(
+            threads._even_cuts(start, stop, parts), np.linspace(start, stop, parts + 1)
+        )
+    for n_lines in range(1, 60):
+        for parts in range(1, 9):
+            cuts = np.linspace(0, n_lines, min(parts, n_lines) + 1).astype(np.int64)
+            expected = [(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+            assert threads.line_ranges(None, n_lines, parts) == expected
+
+
 @pytest.mark.parametrize("dense", [False, True])
 def test_dot_on_threads_is_the_one_thread_dot(threaded, dense, rng):
     X = sp.random(301, 40, density=0.2, format="csr", random_state=0)
