@@ -27,7 +27,8 @@ _NEWTON_STEPS = 7.0
 _NEWTON_CG_PASSES = 9.0
 _RIDGE_CG_PASSES = 30.0  # one CG solve of ridge to 1e-6..1e-9 (one-hot 1M × 100k: 27–36)
 _NEWTON_GRAM_MAX = 2000  # above this many columns the Newton engine never forms XᵀDX
-_BLAS_SPEEDUP = 8.0
+# A BLAS Gram of dense rows runs this many times faster per flop than a pass of the kernels.
+BLAS_SPEEDUP = 8.0
 # A ridge whose XᵀX and Cholesky cost at most this many flops (about a millisecond) is
 # solved by Newton's one exact step (to rounding) rather than to tol by an iterative
 # engine: the time is the same, the answer exact (a weighted fit then equals the fit of
@@ -83,7 +84,7 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     cholesky = float("inf")  # flops of XᵀDX and its factor (only where Newton forms them)
     if p <= _NEWTON_GRAM_MAX:
         cholesky = data.gram_flops + p**3 / 3.0
-        step = min(step, 3.0 + cholesky / (_BLAS_SPEEDUP * max(data.nnz, 1)))
+        step = min(step, 3.0 + cholesky / (BLAS_SPEEDUP * max(data.nnz, 1)))
     if problem.loss == "squared":  # one exact step: Cholesky, or one CG solve to tol
         costs["newton"] = step if step < _NEWTON_CG_PASSES else _RIDGE_CG_PASSES
         if cholesky <= _EXACT_FLOPS:
@@ -148,7 +149,7 @@ def _hinge_passes(problem: Problem, data) -> dict[str, float]:
     epochs = _HINGE_SDCA_EPOCHS_PER_KAPPA * kappa**_HINGE_SDCA_EXPONENT
     costs = {"sdca": max(_SDCA_MIN_EPOCHS, epochs)}
     if p + 1 <= _NEWTON_GRAM_MAX:
-        cholesky = (p + 1) ** 3 / 3.0 / (_BLAS_SPEEDUP * max(data.nnz, 1))
+        cholesky = (p + 1) ** 3 / 3.0 / (BLAS_SPEEDUP * max(data.nnz, 1))
         costs["newton"] = _HINGE_NEWTON_STEPS * (1.0 + cholesky)
     return costs
 

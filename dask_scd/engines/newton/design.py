@@ -17,14 +17,13 @@ import scipy.sparse
 
 from dask_scd.data.memory import pure_blocks
 from dask_scd.engines.coarse_level import block_index, memory_coarse
+from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import threads
 from dask_scd.kernels.layout import MajorMatrix
 
 # Above this many coordinates a Gram matrix (k² float64) is not formed.
 GRAM_MAX = 2000
-# A BLAS Gram of dense rows runs this many times faster per flop than a pass of the kernels.
-_BLAS_SPEEDUP = 8.0
 # Rows per chunk of a dense weighted Gram: ~4 MiB float64 temporaries.
 _CHUNK_BYTES = 4 << 20
 # Scatter passes (Xᵀu, XᵀDXv by rows) over at least threads.MIN_ENTRIES stored entries
@@ -113,7 +112,7 @@ class Design:
         n, p = X.shape
         if rows.dense:
             column_nnz = np.full(p, n, dtype=np.int64)
-            gram_flops = n * float(p) ** 2 / _BLAS_SPEEDUP
+            gram_flops = n * float(p) ** 2 / BLAS_SPEEDUP
         else:
             column_nnz = np.bincount(rows.indices, minlength=p)
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))

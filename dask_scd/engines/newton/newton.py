@@ -91,7 +91,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     if problem.l1 == 0.0:
         sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
     sampled = False  # whether the step about to be taken came from the sample (CG: heavy)
-    heavy = HeavyRows(design) if solves_by_cg(design, problem) else None
+    heavy = HeavyRows(design, p + problem.fit_intercept) if solves_by_cg(design, problem) else None
     t = 1.0  # the step size of the last line search
     while True:
         loss_sum, grad, cert, sums = _gradient_and_certificate(

@@ -23,6 +23,7 @@ import scipy.linalg
 
 from dask_scd import objectives as obj
 from dask_scd.engines.coarse_level import block_sums, two_level
+from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.engines.newton.design import GRAM_MAX, Design, row_parts, run_parts
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels import newton as kernels
@@ -106,17 +107,20 @@ class HeavyRows:
     the first steps, which need one or two products, never pay for it).
     """
 
-    def __init__(self, design: Design):
+    def __init__(self, design: Design, k: int):
         n = design.rows.n_major
         per_row = design.gram_flops / max(n, 1)
         rows = _HEAVY_GRAM_PASSES * design.nnz / max(per_row, 1.0)
         self.m = int(min(n, max(rows, 1)))
+        # Only where factoring the k × k matrix costs at most a pass (at BLAS speed) and
+        # applying it (2k² a product) at most half of one: never on wide data.
+        self.usable = k**3 / (3.0 * BLAS_SPEEDUP) <= design.nnz and 4.0 * k * k <= design.nnz
         self.active = False
 
     def observe(self, products: int) -> None:
         """After a CG solve: the next ones are preconditioned by the heavy rows once a
         solve cost more products than their Gram."""
-        self.active = self.active or products > _HEAVY_GRAM_PASSES
+        self.active = self.active or (self.usable and products > _HEAVY_GRAM_PASSES)
 
     def preconditioner(self, design: Design, model: Model):
         """r ↦ M⁻¹r for M = Σ_heavy d_i x̃_i x̃_iᵀ/n + diag(Σ_other d_i x̃_i²/n) + l2·I,
@@ -242,7 +246,7 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
             sample.active = False
         side = fit_b and model.curvature_sums is None  # XᵀD1's pass
         passes, inner = _SAMPLE_GRAM_PASSES + side + iterations, "sampled_cg"
-    elif not solves_by_cg(design, problem):
+    elif l2_solver(design, problem) == "cholesky":
         hessian = design.gram(np.arange(p), model.curv, fit_b)
         hessian[np.arange(p), np.arange(p)] += problem.l2
         solution = cholesky_solve(hessian, rhs)
@@ -271,13 +275,18 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
 
 
 def solves_by_cg(design: Design, problem: obj.Problem) -> bool:
-    """Whether an L2 step is solved by conjugate gradients: when XᵀDX costs more to form
-    and factor than ~:data:`_CG_EXPECTED` products (else Cholesky)."""
-    if problem.l1 > 0.0:
-        return False
+    """Whether an L2 step is solved by conjugate gradients (:func:`l2_solver`)."""
+    return problem.l1 == 0.0 and l2_solver(design, problem) == "cg"
+
+
+def l2_solver(design: Design, problem: obj.Problem) -> str:
+    """How an L2 step is solved: "cholesky" of XᵀDX/n + αI when forming and factoring it
+    costs less than ~:data:`_CG_EXPECTED` products, else "cg"."""
     k = design.rows.n_minor + int(problem.fit_intercept)
     gram_cost = design.gram_flops + k**3 / 3.0
-    return not (k <= GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz)
+    if k <= GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz:
+        return "cholesky"
+    return "cg"
 
 
 def model_decrease(model, delta, delta_b) -> float:
