@@ -465,16 +465,23 @@ def test_hessian_vector_and_gram_match_reference(rng, layout):
     weights = rng.random(60) * (rng.random(60) < 0.8)
     design = Design.from_array(X)
     rows = design.rows
-    v, out = rng.normal(size=12), np.empty(12)
-    total = kernels.hessian_vector(
-        rows.data, rows.indices, rows.indptr, rows.dense, 60, 12, weights, v, 0.7, out
-    )
+    v, out, xv = rng.normal(size=12), np.empty(12), np.empty(60)
+    args = (rows.data, rows.indices, rows.indptr, rows.dense, 60, 12, weights, v, 0.7, out)
     ref_out, ref_total = reference.newton_hessian_vector(dense, weights, v, 0.7)
-    np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
-    assert total == pytest.approx(ref_total, rel=1e-10)
+    for image in (np.zeros(0), xv):  # without and with X v + v0 kept (every row's)
+        total = kernels.hessian_vector(*args, image)
+        np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-12)
+        assert total == pytest.approx(ref_total, rel=1e-10)
+    np.testing.assert_allclose(xv, dense.astype(np.float64) @ v + 0.7, rtol=1e-10, atol=1e-12)
     u = rng.normal(size=60) * (rng.random(60) < 0.8)
     for part, ref_part in zip(design.signed_scatter(u), reference.newton_signed_scatter(dense, u)):
         np.testing.assert_allclose(part, ref_part, rtol=1e-10, atol=1e-12)
+    d = rng.random(60)
+    neg, pos, squares, side = design.signed_scatter(u, d)  # the curvature sums too
+    dense64 = dense.astype(np.float64)
+    np.testing.assert_allclose(neg + pos, dense64.T @ u, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(squares, (dense64**2).T @ d, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(side, dense64.T @ d, rtol=1e-10, atol=1e-12)
     working = np.array([0, 3, 4, 9])
     for intercept in (True, False):
         gram = design.gram(working, weights, intercept)

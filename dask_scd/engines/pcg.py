@@ -32,6 +32,7 @@ def conjugate_gradients(
     stop: float | Callable,
     max_iter: int = MAX_ITER,
     dot: Callable = operator.matmul,
+    on_step: Callable | None = None,
 ):
     """Solve A x = ``rhs`` from x = 0 by preconditioned conjugate gradients.
 
@@ -51,6 +52,10 @@ def conjugate_gradients(
     dot : callable
         The inner product of two parts: ``a @ b`` (BLAS), or the multinomial's
         ``np.sum(a * b)`` over its two-dimensional parts, which rounds differently.
+    on_step : callable, optional
+        Called with the step length t after each update x ← x + t·direction (the last
+        product's direction): a caller keeping a linear image of x (X x, from the
+        products' own passes) updates it there.
 
     Returns
     -------
@@ -87,6 +92,8 @@ def conjugate_gradients(
         for x_part, r_part, d_part, image_part in zip(*map(_parts, (x, r, direction, image))):
             x_part += step * d_part
             r_part -= step * image_part
+        if on_step is not None:
+            on_step(step)
         z = precondition(r)
         rz, previous = inner(r, z), rz
         beta = rz / previous

@@ -116,20 +116,25 @@ def _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos, curv, out_s
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out):
+def _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out, xv):
+    keep = xv.shape[0] > 0
     total = 0.0
     for r in range(n_rows):
         w = weights[r]
-        if w == 0.0:
+        if w == 0.0 and not keep:
             continue
-        start = r * n_cols
+        row = data[r * n_cols : (r + 1) * n_cols]
         s = v0
         for k in range(n_cols):
-            s += data[start + k] * v[k]
+            s += row[k] * v[k]
+        if keep:
+            xv[r] = s
+        if w == 0.0:
+            continue
         s *= w
         total += s
         for k in range(n_cols):
-            out[k] += s * data[start + k]
+            out[k] += s * row[k]
     return total
 
 
@@ -147,23 +152,30 @@ def loss_along(loss, y, margins, direction, step, weights=None):
 
 
 @njit(nogil=True, cache=True, fastmath=_FAST)
-def hessian_vector(data, indices, indptr, dense, n_rows, n_cols, weights, v, v0, out):
+def hessian_vector(data, indices, indptr, dense, n_rows, n_cols, weights, v, v0, out, xv):
     """out = Xᵀ(w ∘ (Xv + v0)) by rows, one pass over X; returns Σ w ∘ (Xv + v0).
 
     ``out`` (n_cols,) is overwritten. With the intercept, v0 is its entry of the vector
-    and the returned sum its entry of the product (unscaled: divide both by n).
+    and the returned sum its entry of the product (unscaled: divide both by n). ``xv``
+    (n_rows,; an empty array: not wanted) receives Xv + v0, which the pass computes
+    anyway (conjugate gradients keep X of their iterate from it).
     """
     out[:] = 0.0
     if dense:
-        return _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out)
+        return _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out, xv)
+    keep = xv.shape[0] > 0
     total = 0.0
     for r in range(n_rows):
-        if weights[r] == 0.0:  # squared hinge: rows beyond the margin have no curvature
+        if weights[r] == 0.0 and not keep:  # the squared hinge: no curvature beyond the margin
             continue
         start, end = indptr[r], indptr[r + 1]
         s = v0
         for idx in range(start, end):
             s += data[idx] * v[indices[idx]]
+        if keep:
+            xv[r] = s
+        if weights[r] == 0.0:
+            continue
         s *= weights[r]
         total += s
         for idx in range(start, end):

@@ -216,7 +216,7 @@ class _Model:
             model = Model(
                 problem, self.coef, 0.0, self.grad, 0.0, weights, weights, forcing=_CG_FORCING
             )
-            solution, iterations = hessian_cg(banded, model, rhs)
+            solution, iterations, _ = hessian_cg(banded, model, rhs)
             passes, inner = share * (1 + iterations), "cg"
         return solution[:p], float(solution[p]) if fit_b else 0.0, passes, inner
 

@@ -45,6 +45,7 @@ _SAMPLE_CONTRACTION = 0.1
 # The heavy rows' preconditioner (:class:`HeavyRows`): rows whose Gram costs this many
 # passes over X.
 _HEAVY_GRAM_PASSES = 2.0
+_NO_IMAGE = np.zeros(0)
 
 
 class HessianSample:
@@ -241,7 +242,8 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
             return delta, delta_b, direction, 1.0 + _SAMPLE_GRAM_PASSES, "sampled"
         # The step that should end the fit: its model's dual point must be exact to the
         # square of its error, so CG on the true Hessian, preconditioned by the sample's.
-        solution, iterations = hessian_cg(design, model, rhs, _schur_preconditioner(hessian, fit_b))
+        pre = _schur_preconditioner(hessian, fit_b)
+        solution, iterations, image = hessian_cg(design, model, rhs, pre)
         if iterations > _SAMPLE_MAX_CG:  # the sample misses part of the curvature
             sample.active = False
         side = fit_b and model.curvature_sums is None  # XᵀD1's pass
@@ -257,12 +259,12 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
         fused = model.curvature_sums is not None
         if heavy is not None and heavy.active:
             pre = heavy.preconditioner(design, model)
-            solution, iterations = hessian_cg(design, model, rhs, pre)
+            solution, iterations, image = hessian_cg(design, model, rhs, pre)
             # the heavy rows' Gram, the rest's diagonal unless the gradient's pass gave it
             passes = _HEAVY_GRAM_PASSES + (0.0 if fused else 1.0 + fit_b) + iterations
             inner = "heavy_cg"
         else:
-            solution, iterations = hessian_cg(design, model, rhs)
+            solution, iterations, image = hessian_cg(design, model, rhs)
             if heavy is not None:
                 heavy.observe(iterations)
             # the preconditioner (and XᵀD1 with an intercept) unless the gradient's pass
@@ -270,8 +272,9 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
             passes, inner = (0.0 if fused else 1.0 + fit_b) + iterations, "cg"
     delta = solution[:p]
     delta_b = float(solution[p]) if fit_b else 0.0
-    direction = design.rows.dot(delta) + delta_b
-    return delta, delta_b, direction, passes + 1.0, inner
+    if inner == "cholesky":
+        return delta, delta_b, design.rows.dot(delta) + delta_b, passes + 1.0, inner
+    return delta, delta_b, image + delta_b, passes, inner  # XΔ from CG's own products
 
 
 def solves_by_cg(design: Design, problem: obj.Problem) -> bool:
@@ -355,8 +358,8 @@ def hessian_cg(design: Design, model: Model, rhs, preconditioner=None):
 
     Stops by :func:`_stopping_rule`. ``preconditioner(r)`` replaces the diagonal's (one
     pass fewer): the sampled Hessian's (intercept-eliminated) factor,
-    :class:`HessianSample`. Returns the solution (Δ, and Δb with an intercept) and the
-    number of products.
+    :class:`HessianSample`. Returns the solution (Δ, and Δb with an intercept), the
+    number of products, and XΔ (without Δb), summed from the products' own passes.
     """
     rows = design.rows
     n, p = rows.n_major, rows.n_minor
@@ -379,23 +382,30 @@ def hessian_cg(design: Design, model: Model, rhs, preconditioner=None):
         preconditioner = _diagonal_and_coarse(design, model, diagonal, s, total)
     # The model at (Δ, Δb(Δ)) is q_S(Δ) − ½·rhs_b²/h_bb: the intercept's share of it.
     intercept_gain = -0.5 * n * rhs_b * rhs_b / total if schur else 0.0
+    last, image = np.empty(n), np.zeros(n)  # X of the last direction, X of the iterate
+
+    def on_step(step: float) -> None:
+        np.add(image, step * last, out=image)
+
     x, iterations = conjugate_gradients(
-        _hessian_product(design, curv, problem.l2, s, total),
+        _hessian_product(design, curv, problem.l2, s, total, last),
         rhs,
         preconditioner,
         _stopping_rule(model, rhs, intercept_gain),
         MAX_ITER,
+        on_step=on_step,
     )
     if schur:
         x = np.append(x, (n * rhs_b - float(s @ x)) / total)
     elif problem.fit_intercept:
         x = np.append(x, 0.0)  # no curvature anywhere: the model leaves b alone
-    return x, iterations
+    return x, iterations, image
 
 
-def _hessian_product(design: Design, curv, l2: float, s, total: float):
+def _hessian_product(design: Design, curv, l2: float, s, total: float, xv=None):
     """v ↦ (XᵀDX/n + l2·I)v by one pass over the rows, less s(sᵀv)/(n·Σd) when ``s`` =
-    XᵀD1 is given (the intercept eliminated); the rows' fixed ranges summed in order."""
+    XᵀD1 is given (the intercept eliminated); the rows' fixed ranges summed in order.
+    ``xv`` (n,), when given, receives Xv from the same pass."""
     rows = design.rows
     n, p = rows.n_major, rows.n_minor
     ranges = row_parts(rows)
@@ -406,8 +416,19 @@ def _hessian_product(design: Design, curv, l2: float, s, total: float):
     def apply_part(k, v):
         lo, hi = ranges[k]
         sub = rows.lines(lo, hi)
+        image = _NO_IMAGE if xv is None else xv[lo:hi]
         sides[k] = kernels.hessian_vector(
-            sub.data, sub.indices, sub.indptr, sub.dense, hi - lo, p, curv[lo:hi], v, 0.0, outs[k]
+            sub.data,
+            sub.indices,
+            sub.indptr,
+            sub.dense,
+            hi - lo,
+            p,
+            curv[lo:hi],
+            v,
+            0.0,
+            outs[k],
+            image,
         )
 
     def apply(v):
