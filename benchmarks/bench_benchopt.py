@@ -4,7 +4,7 @@ For each of benchmark_logreg_l2, benchmark_logreg_l1 and benchmark_lasso found u
 ``--checkouts`` (git clones; see benchmarks/README.md), the script
 
 1. copies the checkout into a temporary directory (the checkout itself is never written)
-   and adds our files from ``benchmarks/benchopt/``: ``solvers/dask_scd.py``,
+   and adds our files from ``benchmarks/benchopt_dask_scd/``: ``solvers/dask_scd.py``,
    ``benchmark_utils/dask_scd_mapping.py`` and ``datasets/libsvm_files.py``;
 2. runs ``benchopt run`` on the copy in this Python environment (no conda), on one thread
    (OMP / OpenBLAS / MKL / numba threads 1) pinned to one core with ``taskset`` where it
@@ -43,7 +43,7 @@ from _machine import cpu_model, print_and_append  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
-OURS_DIR = HERE / "benchopt"
+OURS_DIR = HERE / "benchopt_dask_scd"
 RESULTS = HERE / "results" / "benchopt.md"
 SHARED_DATA = REPOSITORY.parent / "shared" / "data"
 LIBSVM_FILES = ("a8a", "a9a.t")
@@ -628,7 +628,9 @@ def main(argv=None):
         "Times are benchopt's: the wall time of one `run(stop_val)` from scratch (setup "
         "and warm-up outside it); a solver's time to a target is its fastest run whose "
         "objective is within the target of f*, the smallest objective of all the row's "
-        "runs. The ratio is ours / the fastest peer's (below 1: ours faster)."
+        "runs. The ratio is ours / the fastest peer's (below 1: ours faster). One "
+        "repetition per run, on a machine the load average says was shared: times of a few "
+        "milliseconds are mostly noise, and all of them are indicative."
     )
     parts = [header, notes, render_table(rows), render_counts(rows), render_checks(checks)]
     parts += [render_stops(statuses), render_failures(statuses)]

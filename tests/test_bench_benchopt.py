@@ -1,7 +1,7 @@
 """benchopt's benchmarks mapped onto ``dask_scd.fit``, and the table of their results,
 checked without benchopt.
 
-``benchmarks/benchopt/mapping.py`` turns the objectives of benchmark_logreg_l2,
+``benchmarks/benchopt_dask_scd/mapping.py`` turns the objectives of benchmark_logreg_l2,
 benchmark_logreg_l1 and benchmark_lasso (sums over the n samples, regularization λ) into
 our arguments (alpha = λ/n). Here the benchmarks' formulas are written out: at our
 coefficients, mapped to the benchmark's ``beta``, each must equal n times our objective,
@@ -29,7 +29,7 @@ def _load(name, path):
     return module
 
 
-mapping = _load("dask_scd_mapping", BENCHMARKS / "benchopt" / "mapping.py")
+mapping = _load("dask_scd_mapping", BENCHMARKS / "benchopt_dask_scd" / "mapping.py")
 
 
 @pytest.fixture(scope="module")

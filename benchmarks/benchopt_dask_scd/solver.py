@@ -1,7 +1,7 @@
 """benchopt solver for dask_scd: installed as ``solvers/dask_scd.py`` into a copy of
 benchmark_logreg_l2, benchmark_logreg_l1 or benchmark_lasso by
 ``benchmarks/bench_benchopt.py``, beside ``benchmark_utils/dask_scd_mapping.py``
-(``benchmarks/benchopt/mapping.py``).
+(``benchmarks/benchopt_dask_scd/mapping.py``).
 
 Each ``run(tol)`` is one cold ``dask_scd.fit`` at that target relative duality gap,
 benchopt lowering tol from run to run (its "tolerance" sampling).
