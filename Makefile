@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights bench-path clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights bench-path bench-benchopt clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,13 @@ bench-path: $(VENV)/.bench
 # Spark MLlib (pyspark, needs Java 17+) and dask-ml come from the `bench` extra too.
 bench-scale: $(VENV)/.bench
 	$(PY) benchmarks/bench_scale.py $(ARGS)
+
+# benchopt's public benchmarks (clones of benchmark_logreg_l2, benchmark_logreg_l1 and
+# benchmark_lasso in $(BENCHMARKS)) with our solver added, against their peers (the
+# `bench` extra); see benchmarks/README.md.
+BENCHMARKS ?= ../benchopt-benchmarks
+bench-benchopt: $(VENV)/.bench
+	$(PY) benchmarks/bench_benchopt.py --checkouts $(BENCHMARKS) $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build docs/generated
