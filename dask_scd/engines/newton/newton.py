@@ -33,7 +33,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory
 from dask_scd.engines.newton.design import Design
-from dask_scd.engines.newton.l1_model import l1_direction, working_set
+from dask_scd.engines.newton.l1_model import InnerMemory, l1_direction, working_set
 from dask_scd.engines.newton.newton_loop import (
     REFRESH,
     STOP,
@@ -84,6 +84,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     duals = DualMemory(problem, y, weights)
     stopping = Stopping(options.tol, options.max_iter)
     free, size = _working_set_sizes(design, coef)
+    inner = InnerMemory()
     step, first_violation = 0, None
     sample = None
     if problem.l1 == 0.0:
@@ -110,7 +111,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             first_violation = first_violation or max(violation, np.finfo(float).tiny)
             set_inner_targets(model, cert, options.tol, violation, first_violation)
             sampled = problem.l1 == 0.0 and sample is not None and sample.active
-            solved, size = _direction(design, model, sample if sampled else None, size, free, meter)
+            solved, size = _direction(
+                design, model, sample if sampled else None, size, free, meter, inner
+            )
             if _near_the_end(model, solved, cert, options.tol):
                 tick = time.perf_counter()
                 offer = duals.offer_linearized(
@@ -174,10 +177,13 @@ def _working_set_sizes(design: Design, coef) -> tuple[int, int]:
     return free, max(free, 2 * int(np.count_nonzero(coef)))
 
 
-def _direction(design: Design, model: Model, sample, size: int, free: int, meter: Meter):
+def _direction(
+    design: Design, model: Model, sample, size: int, free: int, meter: Meter, inner=None
+):
     """The step's direction from ``model`` (:func:`l1_direction` on a working set of
-    ``size`` columns for an L1 term, else :func:`l2_direction`, from the Hessian
-    ``sample`` when one is given), and the next working set's size."""
+    ``size`` columns for an L1 term, with what its solver learned at the last steps in
+    ``inner``, else :func:`l2_direction`, from the Hessian ``sample`` when one is
+    given), and the next working set's size."""
     tick = time.perf_counter()
     problem = model.problem
     if problem.l1 > 0.0:
@@ -185,7 +191,7 @@ def _direction(design: Design, model: Model, sample, size: int, free: int, meter
         size = min(design.rows.n_minor, max(free, 2 * len(working)))
         meter.add("working_set", 0.0, tick)
         tick = time.perf_counter()
-        solved = l1_direction(design, model, working)
+        solved = l1_direction(design, model, working, inner)
     else:
         solved = l2_direction(design, model, sample)
     meter.add(f"solve:{solved[4]}", solved[3], tick)
