@@ -66,3 +66,53 @@ def make_onehot(
         y = score + noise * rng.normal(size=n_samples)
     blocks = [np.arange(offsets[k], offsets[k + 1]) for k in range(len(sizes))]
     return X, y, blocks
+
+
+def make_binary_features(
+    n_samples: int = 50_000,
+    n_features: int = 300,
+    *,
+    frequency: tuple[float, float] = (5e-4, 0.2),
+    nested: float = 0.8,
+    overlap: float = 0.95,
+    informative: float = 0.5,
+    positives: float = 0.03,
+    random_state=None,
+):
+    """Sparse binary features with nested, strongly correlated columns (web-page keywords,
+    w8a-like), and rare positive labels from a planted logistic model.
+
+    Each feature is either drawn on its own, present in a row with a frequency drawn
+    log-uniformly from ``frequency``, or (with probability ``nested``) nested in an
+    earlier one: present where that one is, with probability ``overlap``, and rarely
+    elsewhere. A share ``informative`` of the features has a normal weight (scale 2);
+    the score is shifted so that about ``positives`` of the rows have a positive label.
+    With no intercept and a weak L1 penalty the Hessian over the support is badly
+    conditioned: the case for second-order inner solvers.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+        ±1 labels.
+    """
+    rng = np.random.default_rng(random_state)
+    rate = np.exp(rng.uniform(np.log(frequency[0]), np.log(frequency[1]), n_features))
+    columns = []
+    for j in range(n_features):
+        if j > 0 and rng.random() < nested:
+            parent = columns[rng.integers(j)]
+            column = (parent & (rng.random(n_samples) < overlap)) | (
+                rng.random(n_samples) < 0.3 * rate[j]
+            )
+        else:
+            column = rng.random(n_samples) < rate[j]
+        columns.append(column)
+    X = sp.csr_matrix(np.array(columns).T.astype(np.float64))
+    truth = np.where(
+        rng.random(n_features) < informative, rng.normal(scale=2.0, size=n_features), 0.0
+    )
+    score = X @ truth
+    score -= np.quantile(score, 1.0 - positives)
+    y = np.where(rng.random(n_samples) < 1.0 / (1.0 + np.exp(-score)), 1.0, -1.0)
+    return X, y

@@ -287,12 +287,14 @@ def _column_step(q, j, coef, delta, h, l1, l2):
 @njit(nogil=True, cache=True)
 def gram_cd(hessian, q, coef, delta, l1, l2, intercept, target, max_epochs):
     """Cyclic :func:`gram_cd_epoch` until the violation of an epoch is ≤ ``target``, or
-    ``max_epochs``; returns the epochs run."""
+    ``max_epochs``; returns (the epochs run, the last epoch's violation)."""
     order = np.arange(len(q))
+    worst = np.inf
     for epoch in range(1, max_epochs + 1):
-        if gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept) <= target:
-            return epoch
-    return max_epochs
+        worst = gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept)
+        if worst <= target:
+            return epoch, worst
+    return max_epochs, worst
 
 
 @njit(nogil=True, cache=True)

@@ -6,16 +6,20 @@ again: glmnet's IRLS-CD with celer's and skglm's growing working sets), on the w
 Gram of the working set when it is small, else over its columns with XΔ kept as a vector
 (newGLMNET), their pure blocks' columns on threads (:class:`_ColumnEpoch`). On one-hot
 data the epochs alternate with exact steps along the shifts of whole blocks
-(:func:`block_shift`).
+(:func:`block_shift`). On the Gram, the epochs alternate with exact Newton steps on the
+orthant of the model's current point (:func:`_orthant_newton`): once the signs have
+settled, the model is solved exactly, whatever its conditioning.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
 
 from dask_scd.engines.newton.design import GRAM_MAX, Design, run_parts
-from dask_scd.engines.newton.quadratic import Model
+from dask_scd.engines.newton.quadratic import Model, cholesky_solve
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import newton_shift, threads
 from dask_scd.kernels.layout import MajorMatrix
@@ -57,22 +61,48 @@ def working_set(problem, coef, grad, size) -> np.ndarray:
     return np.union1d(support, violators)
 
 
-def l1_direction(design: Design, model: Model, working):
+@dataclass
+class InnerMemory:
+    """What the L1 models' solver carries from one outer step to the next."""
+
+    # sign(θ) at the last outer step: the same signs now say the support has settled.
+    signs: np.ndarray | None = None
+    # Column epochs the last model over columns took, or would have taken to reach its
+    # target at the rate it ran at (its epochs ran out first): the column solver's cost.
+    column_epochs: float = _CD_EXPECTED
+
+    def settled(self, coef) -> bool:
+        """Whether θ has the signs of the last outer step (and remember them)."""
+        signs = np.sign(coef)
+        same = self.signs is not None and np.array_equal(signs, self.signs)
+        self.signs = signs
+        return same
+
+
+def l1_direction(design: Design, model: Model, working, memory: InnerMemory | None = None):
     """Coordinate descent on the model restricted to W (Δ = 0 outside W): on W's weighted
     Gram when forming it costs less than the column epochs it saves, else over W's
-    columns. Returns (Δ, Δb, XΔ + Δb, passes over X, the solver's name)."""
+    columns. Returns (Δ, Δb, XΔ + Δb, passes over X, the solver's name).
+
+    The column epochs a model needs are :attr:`InnerMemory.column_epochs`, measured on
+    the last one: an ill-conditioned model that the column epochs cannot solve within
+    their limit moves to its Gram, where the Newton steps on its orthant solve it."""
+    memory = memory or InnerMemory()
+    settled = memory.settled(model.coef)
     n = design.rows.n_major
     k = len(working) + int(model.problem.fit_intercept)
     nnz_w = float(design.column_nnz[working].sum())
     # Σ_i nnz_i(W)², scaled from the whole matrix by the share of W's non-zeros.
     form = design.gram_flops * (nnz_w / max(design.nnz, 1.0)) ** 2
-    if k <= GRAM_MAX and form + _CD_EXPECTED * k * k <= _CD_EXPECTED * (nnz_w + n):
-        return _gram_direction(design, model, working)
-    return _column_direction(design, model, working, nnz_w / max(design.nnz, 1.0))
+    if k <= GRAM_MAX and form + _CD_EXPECTED * k * k <= memory.column_epochs * (nnz_w + n):
+        return _gram_direction(design, model, working, settled)
+    share = nnz_w / max(design.nnz, 1.0)
+    return _column_direction(design, model, working, share, memory)
 
 
-def _gram_direction(design: Design, model: Model, working):
-    """Coordinate descent on the weighted Gram of W (+ the intercept's row and column)."""
+def _gram_direction(design: Design, model: Model, working, settled: bool = False):
+    """The model on the weighted Gram of W (+ the intercept's row and column), by
+    :func:`_solve_gram_model`."""
     problem = model.problem
     fit_b = problem.fit_intercept
     target = min(model.forcing * model.violation(), model.dual_target)
@@ -84,16 +114,100 @@ def _gram_direction(design: Design, model: Model, working):
         q = np.append(q, model.grad_b)
         coef_w = np.append(coef_w, 0.0)
     delta_w = np.zeros(len(working) + int(fit_b))
-    kernels.gram_cd(
-        hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b, target, _CD_MAX_GRAM
-    )
+    _solve_gram_model(hessian, q, coef_w, delta_w, problem, target, settled)
     delta[working] = delta_w[: len(working)]
     delta_b = float(delta_w[-1]) if fit_b else 0.0
     direction = design.rows.dot(delta) + delta_b
     return delta, delta_b, direction, 2.0, "gram_cd"
 
 
-def _column_direction(design: Design, model: Model, working, share: float):
+def _solve_gram_model(hessian, q, coef_w, delta_w, problem, target, settled) -> int:
+    """Coordinate descent on the Gram model q(Δ) = cᵀΔ + ½ΔᵀHΔ + penalty, in rounds that
+    each start with a Newton step on the orthant of the current point
+    (:func:`_orthant_newton`); ``q`` holds c + HΔ, ``delta_w`` Δ, both updated in place.
+    Returns the epochs run.
+
+    Coordinate descent alone converges linearly, at a rate set by the conditioning of H
+    (binary features and no L2 term: thousands of epochs), and an outer step left short of
+    the model's minimizer converges linearly too. Where the model's signs are known its
+    penalty is linear and the Newton step on the non-zero coordinates is its exact
+    minimizer; the epochs find the signs and check them (a step whose signs hold leaves
+    every violation at rounding level). An epoch costs k² flops, the step's Cholesky
+    about k³/3: the rounds run k/3 epochs (the step never costs more than the epochs
+    before it), and the first starts with the step when the signs of θ have settled.
+    They stop at ``target``, at ``_CD_MAX_GRAM`` epochs, or after two rounds without a
+    smaller violation (the rounding of q).
+    """
+    fit_b = problem.fit_intercept
+    per_round = max(1, len(q) // 3)
+    epochs, best, stalls = 0, np.inf, 0
+    newton = settled
+    while epochs < _CD_MAX_GRAM:
+        if newton:
+            _orthant_newton(hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b)
+        run, worst = kernels.gram_cd(
+            hessian,
+            q,
+            coef_w,
+            delta_w,
+            problem.l1,
+            problem.l2,
+            fit_b,
+            target,
+            min(per_round, _CD_MAX_GRAM - epochs),
+        )
+        epochs += run
+        if worst <= target:
+            break
+        stalls = stalls + 1 if worst >= best else 0
+        if stalls >= 2:
+            break
+        best, newton = min(best, worst), True
+    return epochs
+
+
+def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> None:
+    """The Gram model's minimizer on the orthant of x = θ + Δ, moved toward up to its
+    first sign change: the coordinates at zero stay there, the others (and the
+    intercept, the last coordinate with ``fit_b``) solve
+
+        (H_SS + l2·I) s = −(q_S + l2·x_S + l1·sign(x_S)),
+
+    where the penalty is linear. Along s the model decreases up to the minimizer (s is
+    its Newton step) and the orthant ends at the first x_j + t·s_j = 0, which is set to
+    zero exactly. Updates Δ and q = c + HΔ in place."""
+    x = coef_w + delta_w
+    free = x != 0.0
+    penalized = np.ones(len(q), dtype=bool)
+    if fit_b:
+        free[-1], penalized[-1] = True, False
+    index = np.flatnonzero(free)
+    if len(index) == 0:
+        return
+    pen = penalized[index]
+    sign = np.where(pen, np.sign(x[index]), 0.0)
+    system = hessian[np.ix_(index, index)]
+    system[np.diag_indices_from(system)] += l2 * pen
+    step = cholesky_solve(system, -(q[index] + l2 * pen * x[index] + l1 * sign))
+    if not np.all(np.isfinite(step)):
+        return
+    # t_j = −x_j / s_j where s moves x_j through zero
+    crossing = pen & (x[index] * step < 0.0)
+    t, hit = 1.0, -1
+    if np.any(crossing):
+        ratios = -x[index][crossing] / step[crossing]
+        first = int(np.argmin(ratios))
+        if ratios[first] < 1.0:
+            t, hit = float(ratios[first]), int(index[crossing][first])
+    moved = delta_w.copy()
+    delta_w[index] += t * step
+    if hit >= 0:
+        delta_w[hit] = -coef_w[hit]
+    moved = delta_w[index] - moved[index]
+    q += hessian[:, index] @ moved
+
+
+def _column_direction(design: Design, model: Model, working, share: float, memory=None):
     """Column epochs over W (``share``: W's part of X's non-zeros), alternating with the
     block shifts (:func:`block_shift`) on epochs 1, 2, 4, 8, ... when X has pure blocks."""
     problem = model.problem
@@ -113,9 +227,11 @@ def _column_direction(design: Design, model: Model, working, share: float):
     epochs, passes = 0, 1.0
     epoch = _ColumnEpoch(design, order, block_of, kernel)
     args = (state, col_curv, model.coef, delta, problem.l1, problem.l2, fit_b, delta_b)
+    first = None
     for epochs in range(1, _CD_MAX_COLUMNS + 1):
         passes += share
         worst = epoch.run(*args)
+        first = worst if first is None else first
         if block_of is None:
             if worst <= target:
                 break
@@ -126,6 +242,8 @@ def _column_direction(design: Design, model: Model, working, share: float):
             )
         elif worst <= target:
             break
+    if memory is not None:
+        memory.column_epochs = _epochs_needed(epochs, first, worst, target)
     if unit:
         return delta, float(delta_b[0]), residual - model.grad_rows, passes, "column_cd"
     if direction is None:
@@ -134,6 +252,17 @@ def _column_direction(design: Design, model: Model, working, share: float):
     else:
         direction = direction.copy()
     return delta, float(delta_b[0]), direction, passes, "column_cd"
+
+
+def _epochs_needed(epochs: int, first: float, last: float, target: float) -> float:
+    """Epochs to reach ``target``: ``epochs`` if the last one's violation ``last`` did,
+    else those to come at the rate from ``first`` (the first epoch's) to ``last``."""
+    if last <= target or epochs < 2:
+        return float(epochs)
+    if not 0.0 < last < first:
+        return np.inf
+    rate = np.log(last / first) / (epochs - 1)
+    return epochs + np.log(max(target, 1e-300) / last) / rate
 
 
 def _column_curvatures(design: Design, model: Model, unit: bool) -> np.ndarray:

@@ -33,7 +33,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory
 from dask_scd.engines.newton.design import Design
-from dask_scd.engines.newton.l1_model import l1_direction, working_set
+from dask_scd.engines.newton.l1_model import InnerMemory, l1_direction, working_set
 from dask_scd.engines.newton.newton_loop import (
     REFRESH,
     STOP,
@@ -86,12 +86,10 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     duals = DualMemory(problem, y, weights)
     stopping = Stopping(options.tol, options.max_iter)
     free, size = _working_set_sizes(design, coef)
+    inner = InnerMemory()
     step, first_violation = 0, None
-    sample = None
-    if problem.l1 == 0.0:
-        sample = HessianSample.build(design, p + int(problem.fit_intercept), options.rng)
-    sampled = False  # whether the step about to be taken came from the sample (CG: heavy)
-    heavy = HeavyRows(design, p + problem.fit_intercept) if solves_by_cg(design, problem) else None
+    sample, heavy = _l2_aids(design, problem, options.rng)
+    sampled = False  # whether the step about to be taken came from the sample
     t = 1.0  # the step size of the last line search
     while True:
         loss_sum, grad, cert, sums = _gradient_and_certificate(
@@ -115,7 +113,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             set_inner_targets(model, cert, options.tol, violation, first_violation)
             sampled = problem.l1 == 0.0 and sample is not None and sample.active
             sampled_or = sample if sampled else None
-            solved, size = _direction(design, model, sampled_or, size, free, meter, heavy)
+            solved, size = _direction(design, model, sampled_or, size, free, meter, heavy, inner)
             if _near_the_end(model, solved, cert, options.tol):
                 tick = time.perf_counter()
                 offer = duals.offer_linearized(
@@ -153,6 +151,16 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     return Run(coef, float(intercept), cert, step, trace.history, extras)
 
 
+def _l2_aids(design: Design, problem: obj.Problem, rng):
+    """The L2 steps' row sample (:class:`HessianSample`, n ≫ p) and conjugate gradients'
+    heavy rows (:class:`HeavyRows`), each None where it does not apply."""
+    if problem.l1 > 0.0:
+        return None, None
+    k = design.rows.n_minor + int(problem.fit_intercept)
+    heavy = HeavyRows(design, k) if solves_by_cg(design, problem) else None
+    return HessianSample.build(design, k, rng), heavy
+
+
 def _gradient_and_certificate(
     problem, design: Design, y, weights, coef, margins, grad_rows, curv, duals, meter, heavy=None
 ):
@@ -182,10 +190,13 @@ def _working_set_sizes(design: Design, coef) -> tuple[int, int]:
     return free, max(free, 2 * int(np.count_nonzero(coef)))
 
 
-def _direction(design: Design, model: Model, sample, size, free, meter: Meter, heavy=None):
+def _direction(
+    design: Design, model: Model, sample, size, free, meter: Meter, heavy=None, inner=None
+):
     """The step's direction from ``model`` (:func:`l1_direction` on a working set of
-    ``size`` columns for an L1 term, else :func:`l2_direction`, from the Hessian
-    ``sample`` when one is given), and the next working set's size."""
+    ``size`` columns for an L1 term, with what its solver learned at the last steps in
+    ``inner``, else :func:`l2_direction`, from the Hessian ``sample`` when one is
+    given, CG preconditioned by ``heavy``), and the next working set's size."""
     tick = time.perf_counter()
     problem = model.problem
     if problem.l1 > 0.0:
@@ -193,7 +204,7 @@ def _direction(design: Design, model: Model, sample, size, free, meter: Meter, h
         size = min(design.rows.n_minor, max(free, 2 * len(working)))
         meter.add("working_set", 0.0, tick)
         tick = time.perf_counter()
-        solved = l1_direction(design, model, working)
+        solved = l1_direction(design, model, working, inner)
     else:
         solved = l2_direction(design, model, sample, heavy)
     meter.add(f"solve:{solved[4]}", solved[3], tick)
