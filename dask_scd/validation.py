@@ -24,6 +24,7 @@ from dask_scd.objectives import (
 # The weighted objective's own rule, kept beside it; callers read it here too.
 from dask_scd.objectives import check_sample_weight as check_sample_weight
 from dask_scd.objectives.weights import one_per_row
+from dask_scd.objectives.weights import per_row_weights as per_row_weights
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)

@@ -49,8 +49,6 @@ def cv_weights(data, sample_weight):
     none are given), checked; None without weights."""
     from dask_scd.estimators.base import _base_weights
 
-    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
-        sample_weight = np.full(int(data.X.shape[0]), float(sample_weight))
     weights = _base_weights(data, sample_weight)
     if weights is None:
         return None
