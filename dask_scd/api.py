@@ -115,9 +115,9 @@ def fit(
         ("block_scd", "block_newton") run where the chunks are: a dask array of cupy
         arrays needs "gpu" or "auto" and runs their cells' CUDA kernels; host chunks and
         grids need "cpu" or "auto".
-    sample_weight : array-like or dask array of shape (n_samples,), optional
+    sample_weight : float, array-like or dask array of shape (n_samples,), optional
         Non-negative weights of the examples (not all zero; an example of weight 0
-        counts for nothing); the objective's loss term becomes
+        counts for nothing; a number is every example's weight, the unweighted problem); the objective's loss term becomes
         ``(1/Σw) Σ w_i loss(y_i, x_iᵀθ + b)``, certified by the weighted duality gap
         (docs/objectives.md). A dask vector is rechunked like y. A grid written with
         ``to_grid(..., sample_weight=...)`` carries its weights; passing sample_weight

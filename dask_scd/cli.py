@@ -414,16 +414,15 @@ def _fit_on_jobs(dask_scd, grid, args, kind: str, options: dict) -> int:
     )
     shared = os.path.dirname(os.path.abspath(options.get("checkpoint") or args.grid))
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    with jobqueue.make_cluster(
-        resources, shared_directory=shared, local_directory=args.local_directory
-    ) as cluster:
-        if args.dry_run:
-            print(cluster.job_script())
-            print(
-                f"{resources.jobs} jobs of {resources.processes} worker processes "
-                f"(nothing submitted: --dry-run)"
-            )
-            return 0
+    where = {"shared_directory": shared, "local_directory": args.local_directory}
+    if args.dry_run:  # prints the script; nothing is submitted or written
+        print(jobqueue.dry_run_script(resources, **where))
+        print(
+            f"{resources.jobs} jobs of {resources.processes} worker processes "
+            f"(nothing submitted or written: --dry-run)"
+        )
+        return 0
+    with jobqueue.make_cluster(resources, **where) as cluster:
         from distributed import Client
 
         cluster.adapt(minimum_jobs=resources.jobs, maximum_jobs=resources.jobs)

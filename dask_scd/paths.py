@@ -162,7 +162,7 @@ def path(
         As for :func:`dask_scd.fit`; ``tol`` holds at every point.
     screening : bool
         In memory, drop the features the gap-safe rule proves zero before solving a point.
-    sample_weight : array-like or dask array of shape (n_samples,), optional
+    sample_weight : float, array-like or dask array of shape (n_samples,), optional
         As for :func:`dask_scd.fit`: every point minimizes ``(1/Σw) Σ w_i loss_i +
         penalty``, and alpha_max and the screening are those of this objective (a weight
         of 0 leaves its row out of the path). A grid's stored weights when omitted.

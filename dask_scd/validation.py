@@ -24,6 +24,7 @@ from dask_scd.objectives import (
 # The weighted objective's own rule, kept beside it; callers read it here too.
 from dask_scd.objectives import check_sample_weight as check_sample_weight
 from dask_scd.objectives.weights import one_per_row
+from dask_scd.objectives.weights import per_row_weights as per_row_weights
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
@@ -171,6 +172,8 @@ def check_matrix(X, *, bounded: bool = True):
     X = _engine_matrix(X)
     if not sp.issparse(X):
         X = np.asarray(X)
+        if X.dtype == object:
+            X = object_numbers(X)
     check_2d(X)
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X is empty: shape {X.shape}")
@@ -272,6 +275,25 @@ def engine_dtype(dtype) -> np.dtype:
     return dtype if dtype in ENGINE_DTYPES else np.dtype(np.float64)
 
 
+def object_numbers(X) -> np.ndarray:
+    """A float64 copy of an object array that holds numbers (scikit-learn converts one
+    alike), else a ValueError naming its first entry that is not a number."""
+    try:
+        return X.astype(np.float64)
+    except (TypeError, ValueError):
+        pass
+    for index, value in np.ndenumerate(X):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            where = ", ".join(str(i) for i in index)
+            raise ValueError(
+                f"X must be numeric: X[{where}] = {value!r} ({type(value).__name__}) "
+                "is not a number"
+            ) from None
+    raise ValueError("X must be numeric, got dtype object")
+
+
 def as_engine_dtype(X):
     """X itself when its dtype is an engine's (float64, float32), else a float64 copy
     (numpy, scipy.sparse or dask array alike; the caller's object is never modified)."""
@@ -329,8 +351,10 @@ def to_scipy(chunk):
     return sp.csr_matrix(np.asarray(chunk))
 
 
-def numeric_frame(frame):
-    """A DataFrame of numeric columns with nullable ones as float64, NA → NaN.
+def numeric_frame(frame, name: str = "X"):
+    """A pandas DataFrame of numbers: numeric columns with nullable ones as float64,
+    NA → NaN; a column of another dtype that holds numbers (object, categories of
+    numbers) as float64; else a TypeError naming the columns that are not numbers.
 
     numpy turns nullable columns (Float64, Int64) into an object array; plain numpy
     columns are left to ``np.asarray``, which keeps float32 as it is.
@@ -338,11 +362,45 @@ def numeric_frame(frame):
     import pandas as pd
 
     dtypes = list(frame.dtypes)
-    if all(pd.api.types.is_numeric_dtype(d) for d in dtypes) and not all(
-        isinstance(d, np.dtype) for d in dtypes
-    ):
+    if all(pd.api.types.is_numeric_dtype(d) for d in dtypes):
+        if all(isinstance(d, np.dtype) for d in dtypes):
+            return frame
         return frame.to_numpy(dtype=np.float64, na_value=np.nan)
-    return frame
+    check_numeric_columns(frame, name)
+    return frame.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def check_numeric_columns(frame, name: str = "X") -> None:
+    """Refuse a pandas DataFrame with a column that is not numbers (strings, categories
+    of strings, dates), naming them; a column of numbers in another dtype passes."""
+    import pandas as pd
+
+    bad = [
+        (column, dtype)
+        for k, (column, dtype) in enumerate(frame.dtypes.items())
+        if not pd.api.types.is_numeric_dtype(dtype) and not _holds_numbers(frame.iloc[:, k])
+    ]
+    if bad:
+        raise non_numeric_columns(bad, "sklearn.preprocessing.OneHotEncoder", name)
+
+
+def _holds_numbers(column) -> bool:
+    try:
+        column.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def non_numeric_columns(bad: list, encoder: str, name: str = "X") -> TypeError:
+    """The error for a frame's columns that are not numbers: ``bad`` their (name, dtype)
+    pairs, ``encoder`` what turns them into numbers."""
+    described = ", ".join(f"{str(column)!r} ({dtype})" for column, dtype in bad[:10])
+    return TypeError(
+        f"{name} has non-numeric columns {described}{', ...' if len(bad) > 10 else ''}"
+        f": the features must be numbers; encode these columns (e.g. {encoder}) or drop "
+        "them"
+    )
 
 
 def _missing_labels(y) -> np.ndarray:
@@ -365,7 +423,7 @@ def check_labels(y, n_samples: int, loss: str):
         (of shape (n_classes,), sorted, for "multinomial").
     """
     if type(y).__module__.startswith("pandas") and hasattr(y, "dtype"):
-        y = numeric_frame(y) if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
+        y = numeric_frame(y, "y") if hasattr(y, "dtypes") and y.ndim == 2 else pandas_labels(y)
     y = one_per_row(y, n_samples, "y", "labels")
     if y.dtype.kind == "O" and _missing_labels(y).any():
         raise ValueError(f"y contains None or NaN (first at index {np.argmax(_missing_labels(y))})")

@@ -2,6 +2,7 @@
 job scripts are printed (--dry-run), the defaults on a jobqueue cluster are checked."""
 
 import os
+import shutil
 import time
 import warnings
 
@@ -261,6 +262,22 @@ def test_dry_run_prints_the_slurm_job_script(small_grid, capsys, monkeypatch):
     assert "3 jobs of 2 worker processes (nothing submitted" in out
     assert not (small_grid.parent / "m.json").exists()
     assert not (small_grid.parent / "m.ckpt.npz").exists()
+
+
+@pytest.mark.parametrize("kind", ["--slurm", "--pbs"])
+def test_dry_run_creates_nothing_on_disk(small_grid, tmp_path, capsys, monkeypatch, kind):
+    """The script names the log directory beside the grid; the dry run creates it not,
+    nor anything else, there or in the working directory."""
+    pytest.importorskip("dask_jobqueue")
+    shutil.copytree(small_grid, tmp_path / "g.zarr")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    args = ["fit", "../g.zarr", kind, "debug", "--cores", "4", "--memory", "8GB", "--dry-run"]
+    assert cli.main(args) == 0
+    assert f"{tmp_path}/dask-scd-logs" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path)) == ["g.zarr", "work"]
+    assert os.listdir(work) == []
 
 
 def test_dry_run_prints_the_pbs_job_script(small_grid, capsys):

@@ -492,6 +492,52 @@ def test_logistic_regression_cv_with_sample_weight_is_sklearns(cancer, scoring):
     np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-4)
 
 
+@pytest.mark.parametrize("class_weight", ["balanced", {0: 3.0, 1: 0.5}])
+def test_logistic_regression_cv_with_class_weight_is_sklearns(cancer, class_weight):
+    """class_weight weighs the folds' paths and the refit, as LogisticRegression's does;
+    the held-out scores keep sample_weight alone: scikit-learn's choice and model."""
+    X, y = cancer
+    weights = np.random.default_rng(1).uniform(0.2, 3.0, len(y))
+    cv = list(StratifiedKFold(4, shuffle=True, random_state=0).split(X, y))
+    Cs = np.logspace(-3, 2, 8)
+    ours = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10, class_weight=class_weight)
+    ours.fit(X, y, sample_weight=weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        theirs = linear_model.LogisticRegressionCV(
+            Cs=Cs,
+            cv=cv,
+            solver="newton-cholesky",
+            tol=1e-10,
+            max_iter=1000,
+            l1_ratios=(0.0,),
+            use_legacy_attributes=True,
+            class_weight=class_weight,
+        ).fit(X, y, sample_weight=weights)
+    np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
+    np.testing.assert_array_equal(ours.C_, theirs.C_)
+    np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-4)
+    unweighted = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10).fit(X, y, sample_weight=weights)
+    assert not np.allclose(unweighted.coef_, ours.coef_, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "model", [LassoCV(n_alphas=5), ElasticNetCV(n_alphas=5), RidgeCV(), LogisticRegressionCV(Cs=3)]
+)
+def test_cv_estimators_take_n_jobs_and_it_changes_nothing(diabetes, model):
+    """scikit-learn's n_jobs is accepted (a parameter: get_params, clone) and the folds run
+    as without it."""
+    X, y = diabetes
+    X, y = X[:150], y[:150]
+    if isinstance(model, LogisticRegressionCV):
+        y = y > np.median(y)
+    assert model.get_params()["n_jobs"] is None
+    plain = clone(model).set_params(tol=1e-10, random_state=0).fit(X, y)
+    parallel = clone(model).set_params(tol=1e-10, random_state=0, n_jobs=-1).fit(X, y)
+    assert clone(parallel).n_jobs == -1
+    np.testing.assert_array_equal(parallel.coef_, plain.coef_)
+
+
 # (estimator, its held-out errors or scores): the regressors' repeated-rows cases
 _REGRESSORS_CV = [
     (LassoCV(n_alphas=8, tol=1e-10), "mse_path_"),

@@ -120,3 +120,42 @@ def test_caller_data_never_modified(rng, fmt, loss, penalty):
     else:
         np.testing.assert_array_equal(X, before)
         assert X.dtype == before.dtype
+
+
+def test_object_arrays_of_numbers_are_converted(data):
+    """An object X that holds numbers is fitted as its float64 copy (scikit-learn's
+    conversion; the caller's array is untouched); one that holds something else is
+    refused, naming the first entry that is not a number."""
+    X, y = data
+    as_objects = X.astype(object)
+    kept = as_objects.copy()
+    result = dask_scd.fit(as_objects, y, loss="logistic", alpha=0.1, random_state=0)
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=0.1, random_state=0)
+    np.testing.assert_array_equal(result.coef_, reference.coef_)
+    assert as_objects.dtype == object and (as_objects == kept).all()
+    np.testing.assert_array_equal(result.predict(as_objects), reference.predict(X))
+    as_objects[3, 1] = "n/a"
+    with pytest.raises(ValueError, match=r"X must be numeric: X\[3, 1\] = 'n/a' \(str\)"):
+        dask_scd.fit(as_objects, y, loss="logistic", alpha=0.1)
+
+
+def test_frame_columns_that_are_not_numbers_are_named(data):
+    """A pandas DataFrame with string or categorical columns: fit and the estimators name
+    them (as for a dask DataFrame); a column of numbers stored as objects is a feature."""
+    pd = pytest.importorskip("pandas")
+    X, y = data
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    frame["city"] = ["Lyon", "Oslo"] * 25
+    frame["size"] = pd.Categorical(["S", "M"] * 25)
+    match = r"X has non-numeric columns 'city' \(\w+\), 'size' \(category\)"
+    with pytest.raises(TypeError, match=match):
+        dask_scd.fit(frame, y, loss="logistic", alpha=0.1)
+    for model in (dask_scd.LogisticRegression(), dask_scd.Ridge()):
+        with pytest.raises(TypeError, match=match):
+            model.fit(frame, y)
+    numbers = pd.DataFrame(X, columns=["a", "b", "c", "d"]).astype({"b": object})
+    result = dask_scd.fit(numbers, y, loss="logistic", alpha=0.1, random_state=0)
+    reference = dask_scd.fit(X, y, loss="logistic", alpha=0.1, random_state=0)
+    np.testing.assert_array_equal(result.coef_, reference.coef_)
+    fitted = dask_scd.LogisticRegression(random_state=0).fit(numbers, y)
+    assert list(fitted.feature_names_in_) == ["a", "b", "c", "d"]

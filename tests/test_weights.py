@@ -190,6 +190,37 @@ def test_zero_weights_drop_rows_and_equal_weights_change_nothing():
     np.testing.assert_array_equal(equal.coef_, plain.coef_)
 
 
+def test_a_number_is_every_rows_weight():
+    """A scalar sample_weight (scikit-learn's) weighs every row alike: the unweighted
+    problem for fit and the regressors; the classifiers' C maps to 1/(C·w·n), as
+    scikit-learn's ``C Σ w loss`` is its C·w. One check takes it, everywhere."""
+    X, y, _ = _data()
+    labels = _labels(y, "logistic")
+    options = dict(loss="logistic", alpha=0.05, tol=TIGHT, solver="newton")
+    plain = dask_scd.fit(X, labels, **options)
+    for weight in (2.0, 3, np.float32(0.5)):
+        scaled = dask_scd.fit(X, labels, sample_weight=weight, **options)
+        np.testing.assert_array_equal(scaled.coef_, plain.coef_)
+    on_dask = dask_scd.fit(da.from_array(X, chunks=(20, 5)), labels, sample_weight=2.0, **options)
+    np.testing.assert_allclose(on_dask.coef_, plain.coef_, atol=1e-10)
+    lasso = Lasso(alpha=0.1, tol=TIGHT).fit(X, y, sample_weight=2.0)
+    unweighted = Lasso(alpha=0.1, tol=TIGHT).fit(X, y)
+    np.testing.assert_allclose(lasso.coef_, unweighted.coef_, atol=1e-12)
+    doubled = LogisticRegression(C=1.0, tol=TIGHT).fit(X, labels, sample_weight=2.0)
+    reference = linear_model.LogisticRegression(C=1.0, tol=1e-12, solver="newton-cholesky")
+    reference.fit(X, labels, sample_weight=2.0)
+    # a gap of 1e-12 bounds ‖θ − θ*‖ by ~1e-5 at this weak alpha (1/(2n))
+    np.testing.assert_allclose(doubled.coef_, reference.coef_, atol=1e-5)
+    np.testing.assert_allclose(
+        doubled.coef_, LogisticRegression(C=2.0, tol=TIGHT).fit(X, labels).coef_, atol=1e-10
+    )
+    for bad, match in ((-1.0, "non-negative"), (0.0, "sums to zero"), (np.nan, "NaN")):
+        with pytest.raises(ValueError, match=match):
+            dask_scd.fit(X, y, sample_weight=bad)
+        with pytest.raises(ValueError, match=match):
+            Ridge().fit(X, y, sample_weight=bad)
+
+
 @pytest.mark.parametrize(
     "solver, loss, penalty",
     [

@@ -26,7 +26,7 @@ from dask_scd.grid.kinds import (
     guess_kind,
     is_dask_frame,
 )
-from dask_scd.validation import is_dask
+from dask_scd.validation import check_numeric_columns, is_dask, non_numeric_columns
 
 
 @dataclass
@@ -81,6 +81,8 @@ def read_input(X, y=None, *, n_features: int | None = None, lengths: bool = True
         return ModelInput(X, _unwrap(y), kind, None if names is None else _names(names))
     if kind is DASK_FRAME or is_dask_frame(y):
         return _read_frames(X, y, lengths)
+    if type(X).__module__.startswith("pandas") and getattr(X, "ndim", 0) == 2:
+        check_numeric_columns(X)  # names the columns scikit-learn's checks would not
     return ModelInput(X, _unwrap(y), "dask" if kind is DASK_ARRAY else "native")
 
 
@@ -135,14 +137,9 @@ def _numeric_frame(frame):
     import pandas as pd
 
     dtypes = frame.dtypes
-    bad = [str(c) for c, d in dtypes.items() if not pd.api.types.is_numeric_dtype(d)]
+    bad = [(c, d) for c, d in dtypes.items() if not pd.api.types.is_numeric_dtype(d)]
     if bad:
-        described = ", ".join(f"{c!r} ({dtypes[c]})" for c in bad[:10])
-        raise TypeError(
-            f"X has non-numeric columns {described}{', ...' if len(bad) > 10 else ''}"
-            ": the features must be numbers; encode these columns (e.g. "
-            "dask_ml.preprocessing.Categorizer then DummyEncoder) or drop them"
-        )
+        raise non_numeric_columns(bad, "dask_ml.preprocessing.Categorizer then DummyEncoder")
     kinds = set(dtypes)
     if len(kinds) == 1 and next(iter(kinds)) in (np.float64, np.float32):
         return frame

@@ -29,6 +29,7 @@ from dask_scd.validation import (
     check_sample_weight,
     engine_dtype,
     is_dask,
+    per_row_weights,
 )
 
 # scikit-learn's checks accept what the engines read (ENGINE_SPARSE_FORMATS,
@@ -269,9 +270,9 @@ class _Regressor(_ScoreOwnLabels, RegressorMixin, _LinearModel):
         y : array-like of shape (n_samples,) or (n_samples, n_targets), optional
             Targets; omitted for a grid or a libsvm file, which carry their labels. 2-D
             for ``Ridge`` only: one model per column.
-        sample_weight : array-like or dask array of shape (n_samples,), optional
-            Non-negative weights of the examples: the loss term becomes
-            ``(1/Σw) Σ w_i loss_i`` (a grid's stored weights when omitted).
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+            Non-negative weights of the examples (a number: every row's): the loss term
+            becomes ``(1/Σw) Σ w_i loss_i`` (a grid's stored weights when omitted).
 
         Returns
         -------
@@ -317,11 +318,11 @@ class _Classifier(_ScoreOwnLabels, ClassifierMixin, _LinearModel):
             store or a libsvm file.
         y : array-like of shape (n_samples,), optional
             Class labels; omitted for a grid or a libsvm file, which carry their labels.
-        sample_weight : array-like or dask array of shape (n_samples,), optional
-            Non-negative weights of the examples, multiplied by ``class_weight``: the loss
-            term becomes ``(1/Σw) Σ w_i loss_i``, and ``C`` maps to
-            ``alpha = 1/(C·Σw)`` (scikit-learn's ``C Σ w_i loss_i + penalty``). A grid's
-            stored weights when omitted.
+        sample_weight : float, array-like or dask array of shape (n_samples,), optional
+            Non-negative weights of the examples (a number: every row's), multiplied by
+            ``class_weight``: the loss term becomes ``(1/Σw) Σ w_i loss_i``, and ``C``
+            maps to ``alpha = 1/(C·Σw)`` (scikit-learn's ``C Σ w_i loss_i + penalty``). A
+            grid's stored weights when omitted.
 
         Returns
         -------
@@ -419,15 +420,15 @@ def _score_arguments(X, y):
 
 
 def _base_weights(data: ModelInput, sample_weight):
-    """The weights given (numpy, or dask for dask X), or a grid's stored weights; checked."""
+    """The weights given (numpy, one per row: a number is every row's weight; or dask for
+    dask X), or a grid's stored weights; checked."""
     if sample_weight is None:
         return data.X.stored_weights() if data.kind == "grid" else None
     if is_dask(sample_weight):
         return sample_weight
-    if type(sample_weight).__module__.startswith("pandas"):
-        sample_weight = sample_weight.to_numpy()
-    weights = np.asarray(sample_weight)
-    check_sample_weight(weights, int(data.X.shape[0]))  # raises on bad weights
+    n_samples = int(data.X.shape[0])
+    weights = np.asarray(per_row_weights(sample_weight, n_samples))  # a number: every row's
+    check_sample_weight(weights, n_samples)  # raises on bad weights
     return weights
 
 

@@ -38,10 +38,13 @@ class _CrossValidated:
     def _problem_arguments(self, n_samples: int) -> dict:
         return dict(self._refit_problem)
 
-    def _fold_jobs(self, y, splits: list, score, weights, order, alphas, **problem) -> list:
+    def _fold_jobs(
+        self, y, splits: list, score, weights, order, alphas, fit_weights=None, **problem
+    ) -> list:
         """The arguments of :func:`~dask_scd.estimators.path_cv.fold_path` for each
         (train, test) split: the path of ``problem`` over ``alphas`` (or
-        ``alphas(train)``), its points scored by ``score``."""
+        ``alphas(train)``), its points scored by ``score``; ``fit_weights``: the paths'
+        weights where they are not ``weights`` (class weights), else None."""
         return [
             {
                 "y": y,
@@ -49,6 +52,7 @@ class _CrossValidated:
                 "test": test,
                 "score": score,
                 "weights": weights,
+                "fit_weights": fit_weights,
                 "order": order,
                 "path_options": {
                     "alphas": alphas(train) if callable(alphas) else alphas,
@@ -188,6 +192,7 @@ class LassoCV(_LinearModelCV):
         alphas=None,
         fit_intercept=True,
         cv=None,
+        n_jobs=None,
         tol=1e-6,
         max_iter=1000,
         solver="auto",
@@ -247,6 +252,7 @@ class ElasticNetCV(_LinearModelCV):
         alphas=None,
         fit_intercept=True,
         cv=None,
+        n_jobs=None,
         tol=1e-6,
         max_iter=1000,
         solver="auto",
@@ -311,6 +317,7 @@ class RidgeCV(_CrossValidated, _Regressor):
         fit_intercept=True,
         scoring=None,
         cv=None,
+        n_jobs=None,
         tol=1e-6,
         max_iter=1000,
         solver="auto",

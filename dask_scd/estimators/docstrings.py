@@ -94,6 +94,10 @@ _CV_PARAMETERS = """
         The folds (scikit-learn's ``cv``): None for 5 folds, an int for that many
         (``KFold``; ``StratifiedKFold`` for a classifier), a splitter such as
         ``KFold(5, shuffle=True, random_state=0)``, or (train, test) index pairs.
+    n_jobs : int or None, default=None
+        Accepted for scikit-learn's signature; it changes nothing. The folds run as
+        tasks on the current ``distributed.Client`` when one is running (its workers set
+        the parallelism), else one after the other in this process (see Notes).
     tol : float, default=1e-6
         Target relative duality gap ``(P − D)/|P|`` of every path point and of the refit.
     max_iter : int, default=1000

@@ -9,12 +9,17 @@ import numbers
 import numpy as np
 
 from dask_scd.alpha_max import positive_values
-from dask_scd.estimators.base import _Classifier, _set_parameters
+from dask_scd.estimators.base import _class_weighted, _Classifier, _set_parameters
 from dask_scd.estimators.classifiers import LogisticRegression
 from dask_scd.estimators.cv import _CrossValidated, _total
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
 from dask_scd.estimators.multiclass import _binary_targets, model_classes
-from dask_scd.estimators.path_cv import accuracies, check_grid_size, run_paths
+from dask_scd.estimators.path_cv import (
+    accuracies,
+    check_fold_weights,
+    check_grid_size,
+    run_paths,
+)
 
 
 class LogisticRegressionCV(_CrossValidated, _Classifier):
@@ -27,6 +32,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         l1_ratios=None,
         fit_intercept=True,
         cv=None,
+        n_jobs=None,
         penalty="l2",
         scoring=None,
         tol=1e-6,
@@ -35,6 +41,7 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         refit=True,
         random_state=None,
         verbose=0,
+        class_weight=None,
     ):
         _set_parameters(self, locals())
 
@@ -63,7 +70,11 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         """
         data = self._read_fit_input(X, y, y_numeric=False)
         self._set_classes(data)
-        weights, X, y, labels, splits = self._folds(data, sample_weight)
+        sample_weights, X, y, labels, splits = self._folds(data, sample_weight)
+        # the paths and the refit weigh by class too; the held-out scores by
+        # sample_weight alone (scikit-learn's)
+        weights = _class_weighted(data, sample_weights, self.class_weight, self.classes_)
+        check_fold_weights(splits, weights)
         Cs, ratios = self._Cs(), self._ratios()
         self.Cs_, self.l1_ratios_ = Cs, ratios
         # a grid's own two labels are mapped to ±1 by its paths and fits
@@ -78,9 +89,10 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
                 target,
                 splits,
                 score,
-                weights,
+                sample_weights,
                 order,
                 lambda train: 1.0 / (Cs * _total(weights, train)),
+                fit_weights=None if weights is sample_weights else weights,
                 loss="logistic",
                 penalty=self.penalty,
                 l1_ratio=float(ratio),
@@ -194,6 +206,12 @@ class LogisticRegressionCV(_CrossValidated, _Classifier):
         Refit the best C on all of X; False: the mean of the folds' models at each fold's
         best point, and ``C_`` the mean of their Cs (scikit-learn's).
 {cv_parameters}
+    class_weight : dict, "balanced" or None, default=None
+        Weights of the classes, as :class:`LogisticRegression` takes them, multiplying
+        ``sample_weight``: "balanced" is computed once on all of y (the counts weighted
+        by ``sample_weight``), as scikit-learn does. The folds' paths and the refit weigh
+        every example by both (``C`` maps to ``1/(C·Σw)`` with these combined weights);
+        the held-out scores are weighted by ``sample_weight`` alone (scikit-learn's).
 
     Attributes
     ----------

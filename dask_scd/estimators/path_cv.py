@@ -49,8 +49,6 @@ def cv_weights(data, sample_weight):
     none are given), checked; None without weights."""
     from dask_scd.estimators.base import _base_weights
 
-    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
-        sample_weight = np.full(int(data.X.shape[0]), float(sample_weight))
     weights = _base_weights(data, sample_weight)
     if weights is None:
         return None
@@ -126,7 +124,9 @@ def _fold_task(X, job: dict):
         return fold_path(X, **job), collected
 
 
-def fold_path(X, y, train, test, path_options: dict, score, order, weights=None) -> dict:
+def fold_path(
+    X, y, train, test, path_options: dict, score, order, weights=None, fit_weights=None
+) -> dict:
     """The path on the training rows, scored on the test rows.
 
     ``score(margins, X_test, y_test, coefs, intercepts, weights)`` gives one score per
@@ -134,14 +134,20 @@ def fold_path(X, y, train, test, path_options: dict, score, order, weights=None)
     scores then lazy too) and the test rows' weights (None: unweighted); ``order`` is
     the permutation that sorts the caller's grid into the path's (decreasing alpha):
     the results come back in the caller's order. y None: a grid's own labels (±1 for a
-    classification loss). ``weights``: the weights of all of X's rows (numpy), or None.
+    classification loss). ``weights``: the weights of all of X's rows (numpy), or None;
+    ``fit_weights``: the path's weights of all rows where they are not ``weights``
+    (sample weights times class weights, which the held-out scores do not take), else
+    None.
     Returns scores, coefs (n_alphas, n_features), intercepts, iterations, alphas and
     relative duality gaps.
     """
+    path_weights = weights if fit_weights is None else fit_weights
     if distributed(X):
-        result, X_test, margins, y_test = _weighted_fold(X, y, train, test, path_options, weights)
+        result, X_test, margins, y_test = _weighted_fold(
+            X, y, train, test, path_options, path_weights
+        )
     else:
-        sample_weight = None if weights is None else weights[train]
+        sample_weight = None if path_weights is None else path_weights[train]
         result = path(X[train], y[train], sample_weight=sample_weight, **path_options)
         X_test, y_test = X[test], y[test]
         margins = np.asarray(X_test @ result.coefs) + result.intercepts

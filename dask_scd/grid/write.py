@@ -372,8 +372,8 @@ def to_grid(
         For a libsvm file: the number of features of the grid, when the file's
         last features never occur (a test split written with its training
         set's width). By default the largest index in the file.
-    sample_weight : array-like of shape (n_samples,), optional
-        Non-negative weights of the examples (numpy or dask), stored beside the
+    sample_weight : float or array-like of shape (n_samples,), optional
+        Non-negative weights of the examples (numpy or dask; a number: every row's), stored beside the
         labels as the array ``weight`` with a checksum per row chunk;
         :func:`dask_scd.fit` of the grid then minimizes the weighted objective.
 
@@ -432,11 +432,12 @@ def _stored_weights(sample_weight, n: int):
     :func:`dask_scd.validation.check_sample_weight`; None without weights."""
     if sample_weight is None:
         return None
-    from dask_scd.validation import check_sample_weight
+    from dask_scd.validation import check_sample_weight, per_row_weights
 
     if type(sample_weight).__module__.startswith(("dask.", "xarray")):
         sample_weight = np.asarray(
             sample_weight.compute() if hasattr(sample_weight, "compute") else sample_weight
         )
+    sample_weight = per_row_weights(sample_weight, n)  # a number: every row's weight
     check_sample_weight(sample_weight, n)  # raises on bad weights (the result is a copy)
     return np.asarray(sample_weight, dtype=np.float64).reshape(n)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 
@@ -11,16 +13,17 @@ def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weig
     The weighted objective ``(1/Σw) Σ w_i ℓ_i + penalty`` is ``(1/n) Σ v_i ℓ_i + penalty``
     with ``v = n·w/Σw``: the engines keep their 1/n and read v.
 
+    ``sample_weight`` is one weight per row, or a number, the same weight for every row
+    (scikit-learn's scalar ``sample_weight``: the unweighted problem).
+
     Returns
     -------
     v : array of shape (n_samples,), float64 (a new array: the caller's is untouched),
-        or None when ``sample_weight`` is None.
+        or None when ``sample_weight`` is None or every weight is the same.
     """
     if sample_weight is None:
         return None
-    if type(sample_weight).__module__.startswith("pandas"):
-        sample_weight = sample_weight.to_numpy()
-    w = one_per_row(sample_weight, n_samples, where, "entries")
+    w = one_per_row(per_row_weights(sample_weight, n_samples), n_samples, where, "entries")
     if w.dtype.kind not in "biuf":
         raise ValueError(f"{where} must be numeric, got dtype {w.dtype}")
     w = w.astype(np.float64)  # always a copy
@@ -40,6 +43,16 @@ def check_sample_weight(sample_weight, n_samples: int, where: str = "sample_weig
         return None  # equal weights: the unweighted problem itself
     w *= n_samples / total
     return w
+
+
+def per_row_weights(sample_weight, n_samples: int):
+    """The weights as one per row: a number (not a bool) as that weight for every row, a
+    pandas Series as its numpy array, anything else as given (a dask vector untouched)."""
+    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
+        return np.full(n_samples, float(sample_weight))
+    if type(sample_weight).__module__.startswith("pandas"):
+        return sample_weight.to_numpy()
+    return sample_weight
 
 
 def one_per_row(values, n_samples: int, name: str, items: str) -> np.ndarray:

@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -378,6 +379,24 @@ def make_cluster(
     cluster.dask_scd_shared_directory = shared_directory
     cluster.dask_scd_resources = resources
     return cluster
+
+
+def dry_run_script(resources: Resources, *, shared_directory=None, **options) -> str:
+    """The job script of :func:`make_cluster`'s cluster (same arguments), creating
+    nothing on disk.
+
+    dask-jobqueue creates a cluster's log directory when the cluster is made: the cluster
+    is made with a temporary shared directory, removed after, whose path in the script
+    is replaced by ``shared_directory``'s.
+    """
+    if shared_directory is None:
+        with make_cluster(resources, **options) as cluster:
+            return cluster.job_script()
+    shared_directory = os.path.abspath(os.fspath(shared_directory))
+    with tempfile.TemporaryDirectory(prefix="dask-scd-dry-run-") as scratch:
+        with make_cluster(resources, shared_directory=scratch, **options) as cluster:
+            script = cluster.job_script()
+    return script.replace(scratch, shared_directory)
 
 
 def job_ids(cluster) -> list[str]:
