@@ -197,6 +197,26 @@ def test_every_l1_inner_solver_finds_the_optimum(rng, monkeypatch, which, fit_in
     )
 
 
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_dense_column_epochs_find_the_optimum(rng, monkeypatch, fit_intercept):
+    """Column epochs over dense columns (r and D each contiguous) reach the optimum the
+    Gram solver finds, elastic net and L1, with and without intercept."""
+    X = rng.normal(size=(300, 80))
+    X[:, 1] = X[:, 0] + 0.1 * rng.normal(size=300)  # correlated columns
+    y = np.where(X @ rng.normal(size=80) + 0.5 * rng.normal(size=300) + 0.3 > 0, 1.0, -1.0)
+    for l1_ratio in (1.0, 0.6):
+        problem = obj.Problem("logistic", 2e-3, l1_ratio, fit_intercept)
+        options = Options(TOL, 1000, np.random.default_rng(0))
+        gram = newton.fit_newton(InMemory(X, y), problem, options)
+        with monkeypatch.context() as patch:
+            _inner_solvers(patch, "columns")
+            columns = newton.fit_newton(InMemory(X, y), problem, options)
+        assert any(kind.endswith("column_cd") for kind in columns.extras["passes"])
+        assert columns.certificate.relative_gap <= TOL
+        assert columns.certificate.primal == pytest.approx(gram.certificate.primal, rel=1e-8)
+        np.testing.assert_allclose(columns.coef, gram.coef, atol=1e-3)  # gap 1e-9: θ to ~√gap
+
+
 def test_large_sparse_one_hot_runs_conjugate_gradients():
     X, y, _ = make_onehot(3000, n_fields=5, cardinality=500, random_state=0)
     run = newton.fit_newton(

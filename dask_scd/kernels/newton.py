@@ -396,6 +396,38 @@ def column_cd_epoch_pair(data, indices, indptr, dense, n_rows, order, pair, *mod
     return _column_cd_epoch(data, indices, indptr, dense, n_rows, order, pair, model, _PAIR)
 
 
+@njit(nogil=True, cache=True, fastmath=_FAST)
+def column_cd_epoch_dense(data, indices, indptr, dense, n_rows, order, rows, *model):
+    """:func:`column_cd_epoch_pair` over dense (Fortran) columns, with ``rows`` (2 × n):
+    the model's residual r = g + D(XΔ + Δb) and the curvature D, each contiguous. A column
+    is a slice, and its loops over r and D run in order: the compiler vectorizes them
+    (the packed rows' interleaved reads it cannot). XΔ + Δb is left to the caller.
+    Returns the largest violation met before each step.
+    """
+    col_curv, coef, delta, l1, l2, _, delta_b = model
+    residual, curv = rows[0], rows[1]
+    n = float(n_rows)
+    worst = 0.0
+    for j in order:
+        if j < 0:
+            violation, step = _intercept_step(residual.sum(), curv.sum(), n, delta_b)
+            worst = max(worst, violation)
+            if step != 0.0:
+                for i in range(n_rows):
+                    residual[i] += step * curv[i]
+            continue
+        column = data[j * n_rows : (j + 1) * n_rows]
+        s = 0.0
+        for i in range(n_rows):
+            s += column[i] * residual[i]
+        violation, step = _column_step(s / n, j, coef, delta, col_curv[j], l1, l2)
+        worst = max(worst, violation)
+        if step != 0.0:
+            for i in range(n_rows):
+                residual[i] += step * curv[i] * column[i]
+    return worst
+
+
 # The row states of a column epoch, a compile-time constant of each kernel above: their
 # branches below fold away.
 _PACKED, _UNIT, _PAIR = 0, 1, 2

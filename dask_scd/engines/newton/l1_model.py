@@ -289,9 +289,15 @@ def _row_state(design: Design, model: Model, unit: bool):
         # the epochs read and write (XΔ + Δb = r − g at the end).
         residual = model.grad_rows.copy()
         return residual, residual, None, kernels.column_cd_epoch_unit
-    if n >= PAIR_ROWS and not design.columns.dense:
-        # r = g + D(XΔ + Δb) and D side by side; XΔ + Δb by one product at the end (a
-        # dense column reads its rows in order: no misses for the pair to save).
+    if design.columns.dense:
+        # r and D each contiguous, read in order along every dense column; XΔ + Δb by one
+        # product at the end.
+        rows = np.empty((2, n))
+        rows[0] = model.grad_rows
+        rows[1] = model.curv
+        return rows, rows[0], None, kernels.column_cd_epoch_dense  # rows[0]: a view
+    if n >= PAIR_ROWS:
+        # r = g + D(XΔ + Δb) and D side by side; XΔ + Δb by one product at the end.
         state = np.empty((n, 2))
         state[:, 0] = model.grad_rows
         state[:, 1] = model.curv
