@@ -104,3 +104,22 @@ def test_notebook_counts_as_interactive(monkeypatch):
 def test_bad_verbose():
     with pytest.raises(ValueError, match="verbose='loud'"):
         Progress("scd", 1e-6, 10, "loud")
+
+
+@pytest.mark.parametrize("solver", ["newton", "lbfgs", "scd"])
+def test_a_fit_prints_each_certified_epoch_once(solver, capsys, monkeypatch):
+    """One line per certified epoch: Newton re-certifies its last iterate on margins
+    recomputed from scratch, which replaces the history's entry and prints nothing more."""
+    import numpy as np
+    from sklearn.datasets import load_breast_cancer
+
+    import dask_scd
+
+    pipe(monkeypatch)
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    fit = dask_scd.fit(X, y, loss="logistic", alpha=1e-3, solver=solver, verbose=True)
+    epochs = [int(line.split()[2]) for line in capsys.readouterr().out.splitlines()]
+    assert epochs == sorted(set(epochs))
+    assert len(epochs) == len(fit.history_.iteration) == len(set(fit.history_.iteration))
+    assert np.isfinite(fit.dual_gap_)

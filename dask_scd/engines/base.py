@@ -100,15 +100,19 @@ class Trace:
     def __init__(self, progress: Progress):
         self.history, self.progress = History(), progress
         self.start = time.perf_counter()
+        self._reported = None  # the last step reported
 
     def seconds(self) -> float:
         return time.perf_counter() - self.start
 
     def record(self, step: int, measure: float, primal: float, report: bool = True) -> float:
         """One history entry (``measure``: the relative gap, or what stands in for it),
-        reported to the progress unless ``report`` is False; returns its seconds."""
+        reported to the progress unless ``report`` is False or the step was reported
+        already (a step certified again on fresh margins replaces its history entry, and
+        is not a new line); returns its seconds."""
         seconds = self.seconds()
         self.history.append(step, measure, primal, seconds)
-        if report:
+        if report and step != self._reported:
             self.progress.update(step, measure, primal)
+            self._reported = step
         return seconds
