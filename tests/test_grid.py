@@ -681,6 +681,23 @@ def test_xarray_dataarray(tmp_path):
     check_round_trip(grid2, values, y)
 
 
+def test_a_zarr_store_written_by_xarray_points_to_open_zarr(tmp_path):
+    """A path to xarray's zarr store is not a grid: the error says how to use it."""
+    xr = pytest.importorskip("xarray")
+    import dask_scd
+
+    rng = np.random.default_rng(12)
+    ds = xr.Dataset(
+        {"X": (("row", "f"), rng.normal(size=(20, 3))), "y": ("row", rng.normal(size=20))}
+    )
+    ds.to_zarr(tmp_path / "s.zarr")
+    with pytest.raises(ValueError, match=r"format=None\): .*xr\.open_zarr.*to_grid"):
+        dask_scd.fit(str(tmp_path / "s.zarr"))
+    opened = xr.open_zarr(tmp_path / "s.zarr")  # as the message says
+    fitted = dask_scd.fit(opened, "y", alpha=0.1)
+    assert fitted.coef_.shape == (3,) and np.isfinite(fitted.dual_gap_)
+
+
 def test_xarray_dataset(tmp_path):
     xr = pytest.importorskip("xarray")
     rng = np.random.default_rng(11)

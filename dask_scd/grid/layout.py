@@ -54,7 +54,15 @@ def _check_header(path: str):
     except Exception as exc:
         raise ValueError(f"{path} is not a readable zarr grid store: {exc}") from exc
     if attrs.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a {FORMAT} store (format={attrs.get('format')!r})")
+        hint = ""
+        if attrs.get("format") is None and any(True for _ in group.array_keys()):
+            # a zarr store of someone else's arrays (xarray's to_zarr writes these)
+            hint = (
+                ": a zarr store of other arrays (e.g. written by xarray) is opened with "
+                "xr.open_zarr(path) and passed to fit as an xarray Dataset (y= its label "
+                "variable), or written once as a grid by dask_scd.grid.to_grid"
+            )
+        raise ValueError(f"{path} is not a {FORMAT} store (format={attrs.get('format')!r}){hint}")
     if attrs.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(
             f"unsupported grid format version {attrs.get('format_version')!r} at {path} "
