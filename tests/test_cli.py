@@ -235,6 +235,19 @@ def test_a_malformed_libsvm_line_is_named_by_its_number(tmp_path, capsys):
         dask_scd.fit(str(path))
 
 
+@pytest.mark.parametrize("bad", ["-1 1:nan 2:1.0", "nan 1:0.25", "1 2:inf"])
+def test_a_nan_in_a_libsvm_file_is_named_by_its_line(tmp_path, capsys, bad):
+    """A NaN or infinite value or label: the line's number, before anything is written."""
+    path = tmp_path / "nan.svm"
+    path.write_text(f"# a comment\n1 1:0.5 2:1.0\n\n{bad}\n1 2:1.0\n")
+    status, out, err = run(["convert", path, tmp_path / "nan.zarr"], capsys)
+    assert status == 1 and len(err.splitlines()) == 1
+    assert "line 4" in err and "NaN or infinite" in err and bad in err
+    assert not (tmp_path / "nan.zarr").exists()
+    with pytest.raises(ValueError, match=r"NaN or infinity \(first at (row|index) 1"):
+        dask_scd.fit(str(path))  # read whole: its row (the second example)
+
+
 def test_fit_checks_the_output_directory_before_fitting(grid_path, tmp_path, capsys):
     out_path = tmp_path / "missing_dir" / "m.json"
     status, out, err = run(["fit", grid_path, "--out", out_path], capsys)

@@ -229,18 +229,25 @@ def _numbered_batches(path, batch_lines: int) -> Iterator[tuple[list, bytes]]:
 
 
 def malformed_line(path, buffer: bytes, numbers: list, zero_based=True) -> ValueError:
-    """The error for a batch that does not parse, naming its first bad line and number."""
+    """The error for a batch that does not parse, or holds a NaN or infinite value, naming
+    its first bad line and number."""
     for number, line in zip(numbers, buffer.splitlines(keepends=True)):
         try:
-            _parse_libsvm(line, None, np.float64, zero_based)
+            X, labels = _parse_libsvm(line, None, np.float64, zero_based)
+            why = None if _finite(X, labels) else "a value or label is NaN or infinite"
         except ValueError as exc:
+            why = exc.__cause__ or exc
+        if why is not None:
             shown = line.decode("utf-8", "replace").strip()
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             return ValueError(
-                f"libsvm file {path}, line {number}: {exc.__cause__ or exc} "
-                f"(the line reads {shown!r})"
+                f"libsvm file {path}, line {number}: {why} (the line reads {shown!r})"
             )
     return ValueError(f"cannot parse libsvm file {path}")
+
+
+def _finite(X, labels) -> bool:
+    return bool(np.isfinite(X.data).all() and np.isfinite(labels).all())
 
 
 def _is_auto(value) -> bool:
@@ -268,9 +275,11 @@ def scan_libsvm(path, batch_lines: int = 65536, zero_based="auto") -> tuple[int,
     n_rows, smallest, largest = 0, None, -1
     for line_numbers, buffer in _numbered_batches(path, batch_lines):
         try:
-            X, _ = _parse_libsvm(buffer, None, np.float64, zero_based=True)  # indices as written
+            X, labels = _parse_libsvm(buffer, None, np.float64, zero_based=True)  # as written
         except ValueError:
             raise malformed_line(path, buffer, line_numbers) from None
+        if not _finite(X, labels):  # found here, before anything is written
+            raise malformed_line(path, buffer, line_numbers)
         n_rows += X.shape[0]
         if X.nnz:
             low, high = int(X.indices.min()), int(X.indices.max())
