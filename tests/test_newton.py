@@ -217,6 +217,19 @@ def test_dense_column_epochs_find_the_optimum(rng, monkeypatch, fit_intercept):
         np.testing.assert_allclose(columns.coef, gram.coef, atol=1e-3)  # gap 1e-9: θ to ~√gap
 
 
+def test_weak_l1_on_one_hot_without_intercept_keeps_few_steps():
+    """Adult's one-hot fields without an intercept: the support's columns are collinear
+    (each field sums to the ones vector), its Hessian singular, and the orthant Newton
+    step is not taken there; the Gram model's epochs run to their target as before
+    (6 outer steps; with the singular steps tried and the epochs cut short, 15)."""
+    X, y = shared_dataset("a8a")
+    fit = dask_scd.fit(
+        X, y, loss="logistic", penalty="l1", alpha=1.15e-5, fit_intercept=False, solver="newton"
+    )
+    assert fit.converged_ and fit.dual_gap_ <= 1e-6
+    assert fit.n_iter_ <= 8
+
+
 def test_large_sparse_one_hot_runs_conjugate_gradients():
     X, y, _ = make_onehot(3000, n_fields=5, cardinality=500, random_state=0)
     run = newton.fit_newton(

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse
 
 from dask_scd.engines.newton.design import GRAM_MAX, Design, run_parts
-from dask_scd.engines.newton.quadratic import Model, cholesky_solve
+from dask_scd.engines.newton.quadratic import Model
 from dask_scd.kernels import newton as kernels
 from dask_scd.kernels import newton_shift, threads
 from dask_scd.kernels.layout import MajorMatrix
@@ -27,6 +28,9 @@ from dask_scd.kernels.layout import MajorMatrix
 # Inner coordinate-descent epochs: expected (cost model) and at most.
 _CD_EXPECTED = 20
 _CD_MAX_GRAM = 5000
+# An orthant Newton step needs a support Hessian whose Cholesky pivots stay above this
+# fraction of the largest: below it the support's columns are collinear to rounding.
+_ORTHANT_PIVOT = 1e-8
 _CD_MAX_COLUMNS = 50
 # From this many rows the L1 column epochs over sparse columns keep (r, D) and compute XΔ
 # after them, rather than keeping (g, D, XΔ): the rows' triples (24 bytes each, 3 MiB
@@ -141,10 +145,16 @@ def _solve_gram_model(hessian, q, coef_w, delta_w, problem, target, settled) -> 
     fit_b = problem.fit_intercept
     per_round = max(1, len(q) // 3)
     epochs, best, stalls = 0, np.inf, 0
-    newton = settled
+    newton, skip, wait = settled, 0, 1
     while epochs < _CD_MAX_GRAM:
-        if newton:
-            _orthant_newton(hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b)
+        moved = None
+        if newton and skip == 0:
+            moved = _orthant_newton(hessian, q, coef_w, delta_w, problem.l1, problem.l2, fit_b)
+            # a singular support (collinear columns): the next tries after 1, 2, 4, ...
+            # rounds of epochs alone, so failed factors cost little
+            skip, wait = (wait, 2 * wait) if moved is False else (0, 1)
+        elif skip > 0:
+            skip -= 1
         run, worst = kernels.gram_cd(
             hessian,
             q,
@@ -159,14 +169,16 @@ def _solve_gram_model(hessian, q, coef_w, delta_w, problem, target, settled) -> 
         epochs += run
         if worst <= target:
             break
-        stalls = stalls + 1 if worst >= best else 0
+        # Two rounds of Newton steps and epochs without a smaller violation: the rounding
+        # of q (epochs alone, whose largest violation is not monotone, run on).
+        stalls = stalls + 1 if moved is True and worst >= best else 0
         if stalls >= 2:
             break
         best, newton = min(best, worst), True
     return epochs
 
 
-def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> None:
+def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> bool | None:
     """The Gram model's minimizer on the orthant of x = θ + Δ, moved toward up to its
     first sign change: the coordinates at zero stay there, the others (and the
     intercept, the last coordinate with ``fit_b``) solve
@@ -175,7 +187,9 @@ def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> None:
 
     where the penalty is linear. Along s the model decreases up to the minimizer (s is
     its Newton step) and the orthant ends at the first x_j + t·s_j = 0, which is set to
-    zero exactly. Updates Δ and q = c + HΔ in place."""
+    zero exactly. Updates Δ and q = c + HΔ in place; returns True when it moved, False
+    where the support's Hessian is singular or nearly so (no step), None with no
+    support."""
     x = coef_w + delta_w
     free = x != 0.0
     penalized = np.ones(len(q), dtype=bool)
@@ -183,14 +197,24 @@ def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> None:
         free[-1], penalized[-1] = True, False
     index = np.flatnonzero(free)
     if len(index) == 0:
-        return
+        return None
     pen = penalized[index]
     sign = np.where(pen, np.sign(x[index]), 0.0)
     system = hessian[np.ix_(index, index)]
     system[np.diag_indices_from(system)] += l2 * pen
-    step = cholesky_solve(system, -(q[index] + l2 * pen * x[index] + l1 * sign))
+    try:
+        factor = scipy.linalg.cho_factor(system)
+    except np.linalg.LinAlgError:
+        return False  # singular on the support: coordinate descent alone
+    pivots = np.abs(np.diag(factor[0]))
+    if not pivots.min() > _ORTHANT_PIVOT * pivots.max():
+        # Collinear columns in the support (one-hot fields without an intercept sum to
+        # the same vector): the step would run along the null space, cut at once by a
+        # sign change. Coordinate descent alone there.
+        return False
+    step = scipy.linalg.cho_solve(factor, -(q[index] + l2 * pen * x[index] + l1 * sign))
     if not np.all(np.isfinite(step)):
-        return
+        return False
     # t_j = −x_j / s_j where s moves x_j through zero
     crossing = pen & (x[index] * step < 0.0)
     t, hit = 1.0, -1
@@ -205,6 +229,7 @@ def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> None:
         delta_w[hit] = -coef_w[hit]
     moved = delta_w[index] - moved[index]
     q += hessian[:, index] @ moved
+    return True
 
 
 def _column_direction(design: Design, model: Model, working, share: float, memory=None):
