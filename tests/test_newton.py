@@ -622,14 +622,26 @@ def test_block_shift_solve_is_exact_in_each_coordinate(rng):
         assert shift[0] == pytest.approx(best, abs=1e-4)
 
 
+def _liblinear_l1(X, y, alpha, tol):
+    """scikit-learn's liblinear on our L1 logistic problem without intercept (C = 1/(αn))."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return linear_model.LogisticRegression(
+            penalty="l1",
+            C=1.0 / (alpha * X.shape[0]),
+            solver="liblinear",
+            fit_intercept=False,
+            tol=tol,
+            max_iter=100_000,
+        ).fit(X, y)
+
+
 def test_weak_l1_logistic_on_adult_is_superlinear_and_matches_liblinear():
     """L1 logistic without intercept at a weak alpha (110 of 123 features in): to gap 1e-10
     in at most 20 outer steps, at liblinear's optimum (run to its own tight tolerance) to
     1e-8 relative; every step's certified gap bounds its true suboptimality."""
-    from sklearn.linear_model import LogisticRegression
-
     X, y, _ = _adult()
-    n, alpha = X.shape[0], 1e-5
+    alpha = 1e-5
     result = dask_scd.fit(
         X,
         y,
@@ -643,17 +655,7 @@ def test_weak_l1_logistic_on_adult_is_superlinear_and_matches_liblinear():
     )
     assert result.dual_gap_ <= 1e-10
     assert result.n_iter_ <= 20
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        liblinear = LogisticRegression(
-            penalty="l1",
-            C=1.0 / (alpha * n),
-            solver="liblinear",
-            fit_intercept=False,
-            tol=1e-12,
-            max_iter=100_000,
-        )
-        liblinear.fit(X, y)
+    liblinear = _liblinear_l1(X, y, alpha, tol=1e-12)
     problem = obj.Problem("logistic", alpha, 1.0, False)
     best = min(result.primal_, _objective(problem, X, y, liblinear.coef_, 0.0).primal)
     assert result.primal_ == pytest.approx(best, rel=1e-8)
@@ -670,10 +672,8 @@ def test_weak_l1_on_nested_binary_features_is_superlinear():
     the model's orthant solve it exactly: from gap 1e-6 to 1e-10 in at most 4 outer steps,
     at the optimum of a fit to 1e-12 within the gap, and at least as low as liblinear's
     objective (at its tol 1e-6; it takes minutes to 1e-10 here)."""
-    from sklearn.linear_model import LogisticRegression
-
     X, y = make_binary_features(3000, 150, random_state=1)
-    n, alpha = X.shape[0], 1e-5
+    alpha = 1e-5
     kwargs = dict(loss="logistic", penalty="l1", alpha=alpha, fit_intercept=False)
     result = dask_scd.fit(X, y, solver="newton", tol=1e-10, max_iter=100, **kwargs)
     gaps = np.array(result.history_.relative_gap)
@@ -684,16 +684,7 @@ def test_weak_l1_on_nested_binary_features_is_superlinear():
     tight = dask_scd.fit(X, y, solver="newton", tol=1e-12, max_iter=100, **kwargs)
     dual = tight.primal_ * (1.0 - tight.dual_gap_)  # D ≤ P* (dual_gap_ is relative)
     assert result.primal_ - dual <= 1.1e-10 * abs(result.primal_)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        liblinear = LogisticRegression(
-            penalty="l1",
-            C=1.0 / (alpha * n),
-            solver="liblinear",
-            fit_intercept=False,
-            tol=1e-6,
-            max_iter=100_000,
-        ).fit(X, y)
+    liblinear = _liblinear_l1(X, y, alpha, tol=1e-6)
     problem = obj.Problem("logistic", alpha, 1.0, False)
     theirs = _objective(problem, X, y, liblinear.coef_, 0.0).primal
     assert dual <= theirs <= result.primal_ * (1.0 + 1e-6)
