@@ -465,6 +465,22 @@ def test_lasso_cv_with_sample_weight_is_sklearns(diabetes):
     assert not np.allclose(unweighted.mse_path_, ours.mse_path_)
 
 
+def _sklearn_logistic_cv(X, y, weights, Cs, cv, **kwargs):
+    """scikit-learn's weighted L2 LogisticRegressionCV at a tight tolerance (the reference)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return linear_model.LogisticRegressionCV(
+            Cs=Cs,
+            cv=cv,
+            solver="newton-cholesky",
+            tol=1e-10,
+            max_iter=1000,
+            l1_ratios=(0.0,),
+            use_legacy_attributes=True,
+            **kwargs,
+        ).fit(X, y, sample_weight=weights)
+
+
 @pytest.mark.parametrize("scoring", [None, "neg_log_loss"])
 def test_logistic_regression_cv_with_sample_weight_is_sklearns(cancer, scoring):
     """C maps to alpha = 1/(C·Σw_train) on each fold (1/(C·Σw) for the refit), the
@@ -475,18 +491,7 @@ def test_logistic_regression_cv_with_sample_weight_is_sklearns(cancer, scoring):
     Cs = np.logspace(-3, 2, 8)
     ours = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10, scoring=scoring)
     ours.fit(X, y, sample_weight=weights)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        theirs = linear_model.LogisticRegressionCV(
-            Cs=Cs,
-            cv=cv,
-            solver="newton-cholesky",
-            tol=1e-10,
-            max_iter=1000,
-            scoring=scoring or "accuracy",
-            l1_ratios=(0.0,),
-            use_legacy_attributes=True,
-        ).fit(X, y, sample_weight=weights)
+    theirs = _sklearn_logistic_cv(X, y, weights, Cs, cv, scoring=scoring or "accuracy")
     np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
     np.testing.assert_array_equal(ours.C_, theirs.C_)
     np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-4)
@@ -502,18 +507,7 @@ def test_logistic_regression_cv_with_class_weight_is_sklearns(cancer, class_weig
     Cs = np.logspace(-3, 2, 8)
     ours = LogisticRegressionCV(Cs=Cs, cv=cv, tol=1e-10, class_weight=class_weight)
     ours.fit(X, y, sample_weight=weights)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        theirs = linear_model.LogisticRegressionCV(
-            Cs=Cs,
-            cv=cv,
-            solver="newton-cholesky",
-            tol=1e-10,
-            max_iter=1000,
-            l1_ratios=(0.0,),
-            use_legacy_attributes=True,
-            class_weight=class_weight,
-        ).fit(X, y, sample_weight=weights)
+    theirs = _sklearn_logistic_cv(X, y, weights, Cs, cv, class_weight=class_weight)
     np.testing.assert_allclose(ours.scores_[1], theirs.scores_[1][..., 0], atol=1e-5)
     np.testing.assert_array_equal(ours.C_, theirs.C_)
     np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-4)
