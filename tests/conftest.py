@@ -1,4 +1,5 @@
 import glob
+import importlib
 import importlib.util
 import os
 import sys
@@ -93,6 +94,21 @@ def _thread_safe_simulator():
 _thread_safe_simulator()
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def import_benchmark(name: str):
+    """The script benchmarks/``name``.py as a module. The scripts pin their thread counts
+    in os.environ at import: the environment is restored after it, so that neither the
+    test session nor the dask workers it starts later inherit them."""
+    saved = dict(os.environ)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def shared_dataset(name: str):

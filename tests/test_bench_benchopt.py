@@ -10,16 +10,12 @@ of ``benchmarks/bench_benchopt.py`` is computed on hand-made records.
 """
 
 import importlib.util
-import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import BENCHMARKS, import_benchmark
 
 import dask_scd
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _load(name, path):
@@ -34,15 +30,7 @@ mapping = _load("dask_scd_mapping", BENCHMARKS / "benchopt_dask_scd" / "mapping.
 
 @pytest.fixture(scope="module")
 def bench():
-    saved = dict(os.environ)
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_benchopt
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(saved)
-    return bench_benchopt
+    return import_benchmark("bench_benchopt")
 
 
 # --------------------------------------------------------------- the benchmarks' formulas

@@ -11,25 +11,14 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import BENCHMARKS, import_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    # The script pins its thread counts in os.environ at import: keep them out of the session.
-    saved = dict(os.environ)
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import bench_gpu
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-        os.environ.clear()
-        os.environ.update(saved)
-    return bench_gpu
+    return import_benchmark("bench_gpu")
 
 
 def _run(argv, **env):

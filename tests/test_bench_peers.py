@@ -6,32 +6,17 @@ evaluated by the benchmark's yardstick (``dask_scd.certificate``), must match ou
 optimum. A wrong mapping (C = 1/(alpha·n), Ridge's alpha·n, ...) misses it by percents.
 """
 
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import import_benchmark
 
 import dask_scd
 from dask_scd.engines.registry import SOLVERS
 
-BENCHMARKS = str(Path(__file__).resolve().parents[1] / "benchmarks")
-
 
 @pytest.fixture(scope="module")
 def bench():
-    # The script pins its thread counts in os.environ at import: keep them out of the
-    # test session (dask workers started later inherit the environment).
-    saved = dict(os.environ)
-    sys.path.insert(0, BENCHMARKS)
-    try:
-        import bench_peers
-    finally:
-        sys.path.remove(BENCHMARKS)
-        os.environ.clear()
-        os.environ.update(saved)
-    return bench_peers
+    return import_benchmark("bench_peers")
 
 
 @pytest.fixture(scope="module")

@@ -5,31 +5,17 @@ No Spark, no cluster: Spark's objectives are written out in numpy from its docum
 (``bench_scale.spark_objective``) and checked against our objective on a tiny problem.
 """
 
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import import_benchmark
 
 import dask_scd
 from dask_scd.result import History
 
-BENCHMARKS = str(Path(__file__).resolve().parents[1] / "benchmarks")
-
 
 @pytest.fixture(scope="module")
 def bench():
-    # The script pins its thread counts in os.environ at import: keep them out of the session.
-    saved = dict(os.environ)
-    sys.path.insert(0, BENCHMARKS)
-    try:
-        import bench_scale
-    finally:
-        sys.path.remove(BENCHMARKS)
-        os.environ.clear()
-        os.environ.update(saved)
-    return bench_scale
+    return import_benchmark("bench_scale")
 
 
 def test_cardinalities_are_log_uniform_from_10_to_200k(bench):
