@@ -1,7 +1,9 @@
 """Facts about the machine that the benchmark scripts record with their results, and the
 one way they print and keep those results."""
 
+import os
 import platform
+import subprocess
 from pathlib import Path
 
 
@@ -26,3 +28,25 @@ def print_and_append(text: str, output: Path, save: bool = True) -> None:
         with open(output, "a", encoding="utf-8") as f:
             f.write(text + "\n")
         print(f"appended to {output}", flush=True)
+
+
+def library_commit() -> str:
+    """The short commit of the repository these scripts belong to ("?" outside git)."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages ("?" where there are none)."""
+    try:
+        return " ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "?"

@@ -39,7 +39,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import cpu_model, print_and_append  # noqa: E402
+from _machine import (  # noqa: E402
+    cpu_model,
+    library_commit,
+    load_average,
+    print_and_append,
+)
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parent
@@ -493,26 +498,6 @@ def versions() -> str:
         except PackageNotFoundError:
             found.append(f"{name} absent")
     return ", ".join(found)
-
-
-def library_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPOSITORY,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.1f}" for v in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 # --------------------------------------------------------------- main

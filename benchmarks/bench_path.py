@@ -33,7 +33,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import importlib  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -44,7 +43,12 @@ import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import cpu_model, print_and_append  # noqa: E402
+from _machine import (  # noqa: E402
+    cpu_model,
+    library_commit,
+    load_average,
+    print_and_append,
+)
 
 import dask_scd  # noqa: E402
 from dask_scd.datasets import make_onehot  # noqa: E402
@@ -430,26 +434,6 @@ def versions() -> str:
         module = optional(name)
         found.append(f"{name} {getattr(module, '__version__', '?') if module else 'absent'}")
     return ", ".join(found)
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.1f}" for v in os.getloadavg())
-    except OSError:
-        return "?"
-
-
-def library_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parent,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
 
 
 def main(argv=None):
