@@ -53,6 +53,29 @@ class Design:
     _gram_spent: float = 0.0
     _sq_norms: np.ndarray | None = None
     _row_sq_norms: np.ndarray | None = None
+    _kernel: np.ndarray | None = None
+
+    @property
+    def kernel(self) -> np.ndarray:
+        """XXᵀ, dense float64 n × n, formed once (the L2 steps of
+        :mod:`dask_scd.engines.newton.kernel_step`)."""
+        if self._kernel is None:
+            X = self.by_rows
+            if self.rows.dense:
+                A = np.asarray(X, dtype=np.float64)
+                self._kernel = A @ A.T
+            else:
+                self._kernel = np.ascontiguousarray((X @ X.T).toarray(), dtype=np.float64)
+        return self._kernel
+
+    @property
+    def kernel_flops(self) -> float:
+        """The multiply-adds of forming :attr:`kernel` (a dense one at BLAS speed)."""
+        n = self.rows.n_major
+        if self.rows.dense:
+            return n * float(n) * self.rows.n_minor / BLAS_SPEEDUP
+        counts = self.column_nnz.astype(np.float64)
+        return float(counts @ counts)
 
     @property
     def row_sq_norms(self) -> np.ndarray:

@@ -25,6 +25,7 @@ from dask_scd import objectives as obj
 from dask_scd.engines.coarse_level import block_sums, two_level
 from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.engines.newton.design import GRAM_MAX, Design, row_parts, run_parts
+from dask_scd.engines.newton.kernel_step import kernel_cost, kernel_direction
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels import newton as kernels
 
@@ -248,7 +249,11 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
             sample.active = False
         side = fit_b and model.curvature_sums is None  # XᵀD1's pass
         passes, inner = _SAMPLE_GRAM_PASSES + side + iterations, "sampled_cg"
-    elif l2_solver(design, problem) == "cholesky":
+    elif (solver := l2_solver(design, problem)) == "kernel" and (
+        found := kernel_direction(design, model)
+    ):
+        return *found, 2.0, "kernel"
+    elif solver == "cholesky":
         hessian = design.gram(np.arange(p), model.curv, fit_b)
         hessian[np.arange(p), np.arange(p)] += problem.l2
         solution = cholesky_solve(hessian, rhs)
@@ -283,13 +288,16 @@ def solves_by_cg(design: Design, problem: obj.Problem) -> bool:
 
 
 def l2_solver(design: Design, problem: obj.Problem) -> str:
-    """How an L2 step is solved: "cholesky" of XᵀDX/n + αI when forming and factoring it
-    costs less than ~:data:`_CG_EXPECTED` products, else "cg"."""
+    """How an L2 step is solved, the cheapest of: "cholesky" of XᵀDX/n + αI (p × p),
+    "kernel" (the n × n factor of :mod:`~dask_scd.engines.newton.kernel_step`, α > 0),
+    or "cg" at ~:data:`_CG_EXPECTED` products."""
     k = design.rows.n_minor + int(problem.fit_intercept)
-    gram_cost = design.gram_flops + k**3 / 3.0
-    if k <= GRAM_MAX and gram_cost <= _CG_EXPECTED * 2.0 * design.nnz:
-        return "cholesky"
-    return "cg"
+    costs = {"cg": _CG_EXPECTED * 2.0 * design.nnz}
+    if k <= GRAM_MAX:
+        costs["cholesky"] = design.gram_flops + k**3 / 3.0
+    if problem.l2 > 0.0:
+        costs["kernel"] = kernel_cost(design)
+    return min(costs, key=costs.get)
 
 
 def model_decrease(model, delta, delta_b) -> float:
