@@ -2,13 +2,10 @@
 the bordered Hessian's solve, the fits reach scikit-learn's optimum, and the planner's
 rule sends it the shapes it is for."""
 
-import warnings
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn import linear_model
-from sklearn.exceptions import ConvergenceWarning
+from test_newton import _scikit_learn
 
 import dask_scd
 from dask_scd import objectives as obj
@@ -80,26 +77,14 @@ def test_solver_rule_takes_the_kernel_for_wide_dense_rows_only(rng):
 @pytest.mark.parametrize("alpha", [1e-2, 1e-5])
 def test_wide_logistic_by_kernel_steps_matches_scikit_learn(rng, fit_intercept, alpha):
     X, y = _wide(rng, n=120, p=400)
-    n = X.shape[0]
     problem = obj.Problem("logistic", alpha, 0.0, fit_intercept)
     run = newton.fit_newton(InMemory(X, y), problem, Options(1e-12, 100, np.random.default_rng(0)))
     assert any(kind.endswith("kernel") for kind in run.extras["passes"])
     assert run.certificate.relative_gap <= 1e-12
-    reference = linear_model.LogisticRegression(
-        C=1.0 / (alpha * n),
-        solver="newton-cholesky",
-        tol=1e-12,
-        max_iter=1000,
-        fit_intercept=fit_intercept,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        reference.fit(X, y)
-    theirs = obj.certificate(
-        problem, X, y, reference.coef_.ravel(), float(np.ravel(reference.intercept_)[0])
-    ).primal
+    coef, intercept = _scikit_learn("logistic", "l2", 0.0, alpha, X, y, fit_intercept)
+    theirs = obj.certificate(problem, X, y, coef, intercept).primal
     assert run.certificate.primal <= theirs * (1 + 1e-12)
-    np.testing.assert_allclose(run.coef, reference.coef_.ravel(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(run.coef, coef, rtol=1e-5, atol=1e-7)
 
 
 def test_weighted_wide_fit_equals_the_fit_of_repeated_rows(rng):
