@@ -30,6 +30,8 @@ _EXPORTS = {
     "ElasticNetCV": "dask_scd.estimators",
     "LogisticRegressionCV": "dask_scd.estimators",
     "Progress": "dask_scd.progress",
+    "save": "dask_scd.persist",
+    "load": "dask_scd.persist",
 }
 
 __all__ = list(_EXPORTS)

@@ -345,6 +345,7 @@ def _result(run: Run, solver, problem, penalty, tol, classes, plan) -> FitResult
         classes_=classes,
         extras_={**run.extras, "device": plan.device, "plan": plan.as_dict()},
         grad_norm_=run.grad_norm,
+        fit_intercept=problem.fit_intercept,
     )
 
 

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         metavar="MODEL.json",
         default=None,
-        help="write the model (coefficients, certificate, history) as JSON",
+        help="write the model as JSON, or as dask_scd.save does for a name ending in .npz",
     )
     fit.add_argument("--quiet", action="store_true", help="print only the summary line")
     fit.add_argument(
@@ -483,16 +483,16 @@ def _predict(args) -> int:
     if args.out is not None:
         _check_writable(args.out)
     model = _read_model(args.model)
-    coef = np.asarray(model["coef"], dtype=np.float64)
+    coef = np.asarray(model.coef_, dtype=np.float64)
     data = _read_data(args.data, len(coef))
     X = data.X
     if data.kind == "grid":
-        scores = dask_scores(X.X, coef[X.feature_order][None, :], np.array([model["intercept"]]))[
+        scores = dask_scores(X.X, coef[X.feature_order][None, :], np.array([model.intercept_]))[
             :, 0
         ].compute()
     else:
-        scores = np.asarray(X @ coef).ravel() + model["intercept"]
-    classes = model.get("classes")
+        scores = np.asarray(X @ coef).ravel() + model.intercept_
+    classes = model.classes_
     values = scores if classes is None else np.where(scores > 0, classes[1], classes[0])
     text = "".join(f"{value:.17g}\n" for value in values)
     if args.out is None:
@@ -529,15 +529,19 @@ def _read_data(path: str, n_features: int):
     return data
 
 
-def _read_model(path: str) -> dict:
+def _read_model(path: str):
+    """The FitResult of one coefficient vector at ``path``: the JSON of ``fit --out``, or
+    what :func:`dask_scd.save` writes (``fit --out model.npz``)."""
+    from dask_scd.persist import NotAModelError, load
+
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file not found: {path}")
     try:
-        with open(path) as handle:
-            model = json.load(handle)
-        float(model["intercept"]), [float(v) for v in model["coef"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path} is not a model written by {PROG} fit --out ({exc!r})") from None
+        model = load(path)
+    except NotAModelError as exc:
+        raise ValueError(f"{path} is not a model written by {PROG} fit --out ({exc})") from None
+    if type(model).__name__ != "FitResult" or model.coef_.ndim != 1:
+        raise ValueError(f"{path} holds no model of one coefficient vector, as fit --out writes")
     return model
 
 
@@ -564,7 +568,12 @@ def _check_writable(path: str, option: str = "--out") -> None:
 
 
 def _write_model(path: str, result, grid) -> None:
-    """The model as JSON, written to a temporary file first: never half a file."""
+    """The model as JSON, or as :func:`dask_scd.save` writes it for a ``.npz`` name;
+    written to a temporary file first: never half a file."""
+    if path.endswith(".npz"):
+        from dask_scd.persist import save
+
+        return save(result, path)
     model = {
         "loss": result.loss,
         "penalty": result.penalty,

@@ -225,6 +225,9 @@ class FitResult:
         (the intercept's derivative included) the fit stopped on; None otherwise.
     bytes_moved_ : int
         Bytes moved into fast memory during the fit (0 when the engine keeps all of X).
+    fit_intercept : bool or None
+        Whether the intercept was fitted (None for a model saved by the command line,
+        which does not record it).
     """
 
     coef_: np.ndarray
@@ -242,6 +245,7 @@ class FitResult:
     classes_: np.ndarray | None = None
     extras_: dict = field(default_factory=dict)
     grad_norm_: float | None = None
+    fit_intercept: bool | None = None
 
     @property
     def bytes_moved_(self) -> int:

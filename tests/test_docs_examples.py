@@ -52,10 +52,12 @@ def test_docs_build_without_warnings(tmp_path):
         assert (tmp_path / "html" / f"{page}.html").exists(), page
 
 
-# page: the heading its code is run up to (None: all of it). The user guide's sections
-# from "Fitting with Dask" on build a 100,000-row grid and clusters: its in-memory part.
+# page: the heading its code is run up to (None: all of it), or (from, up to) headings:
+# the code of one section. The user guide's sections from "Fitting with Dask" on build a
+# 100,000-row grid and clusters: its in-memory part.
 PAGES = {
     "user_guide.md": "## Fitting with Dask",
+    "estimators.md": ("## Saving and loading", "## More than two classes"),
     "engines/cocoa.md": None,
     "engines/duhl.md": None,
 }
@@ -63,8 +65,11 @@ PAGES = {
 
 def python_blocks(page: str, before=None) -> list:
     """The fenced ``python`` blocks of a docs page, in order (up to the heading
-    ``before``)."""
+    ``before``, or between the two headings of a pair)."""
     text = (ROOT / "docs" / page).read_text()
+    if isinstance(before, tuple):
+        after, before = before
+        text = text.split(after, 1)[1]
     if before is not None:
         text = text.split(before)[0]
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)

@@ -111,7 +111,7 @@ class Source:
         raise NotImplementedError
 
     def materialize(self) -> tuple:
-        """(X in the original feature order, y) in memory."""
+        """(X in the original feature order, y in its own dtype) in memory."""
         raise NotImplementedError
 
 
@@ -162,7 +162,7 @@ class GridSource(Source):
         y = np.concatenate([read_labels(grid.path, grid.grid_id, r) for r in range(n_rc)])
         X = sp.hstack(columns, format="csc") if grid.is_sparse else np.hstack(columns)
         X = _in_feature_order(X, grid.feature_order)
-        return (X.tocsr() if grid.is_sparse else X), y
+        return (X.tocsr() if grid.is_sparse else X), y.astype(grid.label_dtype, copy=False)
 
 
 @dataclass
@@ -271,7 +271,8 @@ def _grid_source(grid, y, loss, blocks) -> GridSource:
         raise ValueError("a Grid carries its own blocks; write it again with to_grid(blocks=...)")
     classes = None
     if loss in obj.CLASSIFICATION_LOSSES:
-        classes = _classes(_grid_classes(grid), loss)
+        # stored as float64: the labels' own dtype back (int, bool), as numpy labels give
+        classes = _classes(_grid_classes(grid), loss).astype(grid.label_dtype)
     itemsize = np.dtype(grid.dtype).itemsize
     nbytes = (
         grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize

@@ -416,7 +416,8 @@ def _score_arguments(X, y):
     labels = data.X.y if data.kind == "grid" else data.y
     if labels is None:
         raise ValueError("score needs y (only a grid or a libsvm file carry their labels)")
-    return X, np.asarray(labels.compute() if is_dask(labels) else labels)
+    labels = np.asarray(labels.compute() if is_dask(labels) else labels)
+    return X, labels.astype(data.X.label_dtype) if data.kind == "grid" else labels
 
 
 def _base_weights(data: ModelInput, sample_weight):
@@ -443,6 +444,8 @@ def _class_weighted(data: ModelInput, sample_weight, class_weight, classes):
 
     y = data.X.y if data.kind == "grid" else data.y
     labels = np.asarray(y.compute()) if is_dask(y) else np.asarray(y)
+    if data.kind == "grid":
+        labels = labels.astype(data.X.label_dtype)  # compared with classes_ in their dtype
     given = sample_weight
     if given is not None and is_dask(given):
         given = given.compute()

@@ -78,6 +78,7 @@ def _keep_previous(X, y, options: dict, coef, intercept):
         alpha=problem.alpha,
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
+        fit_intercept=problem.fit_intercept,
     )
 
 

@@ -13,7 +13,8 @@ from dask_scd.validation import is_dask
 
 
 def _classes(data: ModelInput) -> np.ndarray:
-    """The sorted class labels, computed on the cluster for dask and grid labels."""
+    """The sorted class labels, computed on the cluster for dask and grid labels (a
+    grid's in the dtype its labels were written in: its ``y`` holds them as float64)."""
     if data.kind == "native" or data.kind == "memory":
         check_classification_targets(data.y)
         return np.unique(data.y)
@@ -24,6 +25,8 @@ def _classes(data: ModelInput) -> np.ndarray:
         classes = np.unique(np.asarray(da.unique(y).compute()))
     else:
         classes = np.unique(np.asarray(y))
+    if data.kind == "grid":
+        classes = classes.astype(data.X.label_dtype)
     if type_of_target(classes) not in ("binary", "multiclass"):
         raise ValueError(
             f"Unknown label type: {type_of_target(classes)!r} (a classifier "

@@ -196,10 +196,12 @@ def _weighted_fold(X, y, train, test, path_options: dict, sample_weight=None) ->
 
 
 def grid_labels(grid, classes=None) -> np.ndarray:
-    """A grid's labels read here; ±1 (classes[1] is +1) given a classification path's
-    ``classes``."""
+    """A grid's labels read here, in their own dtype; ±1 (classes[1] is +1) given a
+    classification path's ``classes``."""
     labels = np.concatenate([grid.read_labels(r) for r in range(grid.n_row_chunks)])
-    return labels if classes is None else np.where(labels == classes[1], 1.0, -1.0)
+    if classes is None:
+        return labels.astype(grid.label_dtype, copy=False)
+    return np.where(labels == classes[1], 1.0, -1.0)
 
 
 def _mean(values, weights):

@@ -173,6 +173,13 @@ class Grid:
         return read_labels(self.path, self.grid_id, int(r))
 
     @property
+    def label_dtype(self) -> np.dtype:
+        """The dtype the labels were given in (bool, an integer or a float dtype): they
+        are stored as float64 (``y``), and a classifier fitted on the grid reports its
+        ``classes_`` in this dtype. float64 for a store written without it."""
+        return np.dtype(self.attrs.get("label_dtype", "float64"))
+
+    @property
     def has_weights(self) -> bool:
         """Whether the store holds sample weights (``to_grid(..., sample_weight=...)``)."""
         return bool(self.attrs.get("has_weights", False))

@@ -100,6 +100,15 @@ def _is_int(value, low=0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+def _is_label_dtype(name) -> bool:
+    """The name of a bool, integer or float numpy dtype (labels' dtypes; grids written
+    before ``label_dtype`` was recorded have none: float64)."""
+    try:
+        return isinstance(name, str) and np.dtype(name).kind in "biuf"
+    except TypeError:
+        return False
+
+
 def _check_attrs(path: str, attrs: dict) -> None:
     """Check the metadata every reader relies on, once: a damaged zarr.json is reported
     as such (naming the key), never as a KeyError or TypeError deep in a read."""
@@ -149,6 +158,8 @@ def _check_attrs(path: str, attrs: dict) -> None:
         raise bad("nnz", "is not an integer >= 0")
     if not isinstance(attrs.get("grid_id"), str) or not attrs["grid_id"]:
         raise bad("grid_id", "is not a non-empty string")
+    if not _is_label_dtype(attrs.get("label_dtype", "float64")):
+        raise bad("label_dtype", "is not the name of a bool, integer or float dtype")
     names = attrs.get("feature_names")
     if names is not None and (
         not isinstance(names, list) or len(names) != p or not all(isinstance(v, str) for v in names)

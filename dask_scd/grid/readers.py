@@ -46,6 +46,10 @@ class RowReader:
     feature_names : list of str or None
     default_blocks : list of ndarray or None
         Blocks implied by the input (one per xarray Dataset variable).
+    label_dtype : numpy.dtype
+        The labels' own dtype (int, bool or float), recorded in the grid's metadata:
+        the labels are stored as float64, and a classifier's ``classes_`` come back in
+        this dtype.
     """
 
     shape: tuple[int, int]
@@ -56,6 +60,7 @@ class RowReader:
     feature_names: list[str] | None = None
     default_blocks: list[np.ndarray] | None = None
     stream_fn: object = field(default=None, repr=False)  # row_chunk -> iterator
+    label_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
 
     def iter_chunks(self, row_chunk: int) -> Iterator[tuple[object, np.ndarray]]:
         """Yield ``(X_chunk, y_chunk)`` for consecutive row chunks.
@@ -144,6 +149,7 @@ def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         chunk_fn=chunk_fn,
         feature_names=feature_names,
         default_blocks=default_blocks,
+        label_dtype=np.dtype(y.dtype),
     )
 
 
@@ -184,6 +190,7 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
         chunk_fn=chunk_fn,
         feature_names=feature_names,
         default_blocks=default_blocks,
+        label_dtype=np.dtype(y.dtype),
     )
 
 

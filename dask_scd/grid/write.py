@@ -234,6 +234,8 @@ def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names, wei
         "feature_names": names,
         "grid_id": uuid.uuid4().hex,
         "has_weights": weights is not None,
+        # the labels are stored as float64; classifiers give back classes_ in this dtype
+        "label_dtype": source.label_dtype.name,
     }
     writer.write_attrs(attrs, cell_nnz)
 
