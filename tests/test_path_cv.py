@@ -327,6 +327,21 @@ def test_multiclass_logistic_cv_fits_one_model_per_class(cancer):
     assert model.coef_.shape == (3, X.shape[1]) and model.C_.shape == (3,)
     assert set(model.scores_) == {0, 1, 2}
     assert model.score(X, labels) > 0.8
+    # one-vs-rest probabilities: each class's sigmoid, normalized; their argmax predicts
+    proba = model.predict_proba(X)
+    sigmoids = 1.0 / (1.0 + np.exp(-model.decision_function(X)))
+    np.testing.assert_allclose(proba, sigmoids / sigmoids.sum(axis=1, keepdims=True), rtol=1e-14)
+    np.testing.assert_array_equal(model.classes_[proba.argmax(axis=1)], model.predict(X))
+    np.testing.assert_allclose(model.predict_log_proba(X), np.log(proba), rtol=1e-14)
+
+
+def test_binary_logistic_cv_probabilities_are_the_sigmoid(cancer):
+    X, y = cancer
+    model = LogisticRegressionCV(Cs=[0.1, 1.0], cv=3, tol=1e-8).fit(X, y)
+    proba = model.predict_proba(X)
+    expected = 1.0 / (1.0 + np.exp(-model.decision_function(X)))
+    np.testing.assert_allclose(proba[:, 1], expected, rtol=1e-14)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-15)
 
 
 def test_l1_and_elasticnet_logistic_cv(cancer):

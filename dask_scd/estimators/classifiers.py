@@ -17,7 +17,53 @@ from dask_scd.validation import is_dask
 MULTI_CLASS = ("auto", "multinomial", "ovr")
 
 
-class LogisticRegression(_Classifier):
+class _Probabilities:
+    """predict_proba and predict_log_proba of the logistic classifiers: softmax of a
+    multinomial model's scores, else each one-vs-rest score's sigmoid, normalized."""
+
+    def predict_proba(self, X):
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples, n_classes)
+            Columns in the order of ``classes_``; lazy for dask or grid X.
+        """
+        scores = self.decision_function(X)
+        normalize = (
+            _softmax
+            if scores.ndim == 2 and getattr(self, "multi_class_", "ovr") == "multinomial"
+            else _probabilities
+        )
+        if is_dask(scores):
+            new_axis = 1 if scores.ndim == 1 else None
+            chunks = (scores.chunks[0], (len(self.classes_),))
+            return scores.map_blocks(
+                normalize, new_axis=new_axis, chunks=chunks, dtype=np.float64, meta=np.empty((0, 0))
+            )
+        return normalize(scores)
+
+    def predict_log_proba(self, X):
+        """Logarithm of the class probabilities.
+
+        Parameters
+        ----------
+        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
+            Of shape (n_samples, n_features).
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples, n_classes)
+        """
+        return np.log(self.predict_proba(X))  # a ufunc: lazy on a dask array
+
+
+class LogisticRegression(_Probabilities, _Classifier):
     _loss = "logistic"
     _default_alpha = 1e-4
 
@@ -146,45 +192,6 @@ class LogisticRegression(_Classifier):
     def _set_fitted(self, results: list, single_output: bool) -> None:
         super()._set_fitted(results, single_output)
         self.multi_class_ = "ovr"
-
-    def predict_proba(self, X):
-        """Class probabilities.
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
-            Of shape (n_samples, n_features).
-
-        Returns
-        -------
-        ndarray or dask array of shape (n_samples, n_classes)
-            Columns in the order of ``classes_``; lazy for dask or grid X.
-        """
-        scores = self.decision_function(X)
-        normalize = (
-            _softmax if scores.ndim == 2 and self.multi_class_ == "multinomial" else _probabilities
-        )
-        if is_dask(scores):
-            new_axis = 1 if scores.ndim == 1 else None
-            chunks = (scores.chunks[0], (len(self.classes_),))
-            return scores.map_blocks(
-                normalize, new_axis=new_axis, chunks=chunks, dtype=np.float64, meta=np.empty((0, 0))
-            )
-        return normalize(scores)
-
-    def predict_log_proba(self, X):
-        """Logarithm of the class probabilities.
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix, DataFrame, dask array, xarray, Grid or path
-            Of shape (n_samples, n_features).
-
-        Returns
-        -------
-        ndarray or dask array of shape (n_samples, n_classes)
-        """
-        return np.log(self.predict_proba(X))  # a ufunc: lazy on a dask array
 
 
 class LinearSVC(_Classifier):

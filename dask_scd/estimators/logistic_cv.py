@@ -10,7 +10,7 @@ import numpy as np
 
 from dask_scd.alpha_max import positive_values
 from dask_scd.estimators.base import _class_weighted, _Classifier, _set_parameters
-from dask_scd.estimators.classifiers import LogisticRegression
+from dask_scd.estimators.classifiers import LogisticRegression, _Probabilities
 from dask_scd.estimators.cv import _CrossValidated, _total
 from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
 from dask_scd.estimators.multiclass import _binary_targets, model_classes
@@ -22,7 +22,7 @@ from dask_scd.estimators.path_cv import (
 )
 
 
-class LogisticRegressionCV(_CrossValidated, _Classifier):
+class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
     _loss = "logistic"
 
     def __init__(
