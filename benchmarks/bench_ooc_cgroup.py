@@ -4,10 +4,10 @@ page cache as well as the processes' own memory.
 
 Without it the operating system's page cache keeps the whole store (and the workers'
 spill files) after the first pass, and no later pass reads the disk. Here the fit's
-process tree (the client, its scheduler, the LocalCluster's nannies and workers) runs in
-a fresh memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``) after the page
-cache was dropped, with the grid and the spill files several times the limit: every pass
-reads them from the disk. Per epoch (the fit's callback): the time and the bytes read
+process tree (the client with its scheduler and nannies, the LocalCluster's workers) runs
+in a fresh memory cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``; made by
+``_cgroup.py``) after the page cache was dropped, with the grid and the spill files many
+times what the limit leaves to the page cache: every pass reads them from the disk. Per epoch (the fit's callback): the time and the bytes read
 from the block device holding the work directory (``/proc/diskstats``) and by the
 cgroup (v1 ``blkio.throttle.io_service_bytes``, v2 ``io.stat``). Against it: the disk's
 sequential read speed (a file read with ``O_DIRECT``), which makes the floor of a pass,

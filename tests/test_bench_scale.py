@@ -217,7 +217,7 @@ DISKSTATS = """\
 """
 
 
-def test_diskstats_bytes_are_sectors_of_512(ooc):
+def test_diskstats_bytes_are_sectors_of_512(cg):
     stats = cg.parse_diskstats(DISKSTATS)
     assert stats[(254, 0)] == ("vda", 53273778 * 512, 64032320 * 512)
     assert stats[(254, 1)] == ("vda1", 2048 * 512, 16 * 512)
@@ -225,7 +225,7 @@ def test_diskstats_bytes_are_sectors_of_512(ooc):
     assert cg.parse_diskstats("garbage\n") == {}
 
 
-def test_cgroup_io_counters_v1_and_v2(ooc):
+def test_cgroup_io_counters_v1_and_v2(cg):
     v1 = "254:0 Read 2961661952\n254:0 Write 7\n254:0 Total 2961661959\n8:0 Read 5\nTotal 9\n"
     assert cg.parse_io_read(v1, 1) == 2961661952 + 5
     v2 = "254:0 rbytes=1000 wbytes=20 rios=3 wios=1\n8:16 rbytes=24 wbytes=0 rios=1 wios=0\n"
@@ -272,3 +272,11 @@ def test_same_bits_compares_the_saved_fits(ooc, tmp_path):
 def test_cgroup_mode_is_an_option(bench):
     args = bench.parse_args(["--cgroup-memory", "1536MiB", "--ooc-rows", "1000", "--no-save"])
     assert args.cgroup_memory == "1536MiB" and args.cgroup_epochs == 3 and not args.cgroup_warm
+
+
+def test_cgroup_mode_without_a_cgroup_says_so_in_one_line(ooc, cg, monkeypatch, capsys):
+    refused = cg.CgroupSupport(0, reason="not root (euid 1000): no cgroup can be made")
+    monkeypatch.setattr(ooc, "detect", lambda: refused)
+    assert ooc.main_cgroup(scale=None, args=None) is None  # nothing else is touched
+    out = capsys.readouterr().out
+    assert out == cg.skip_message(refused) + "\n"
