@@ -53,6 +53,9 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import _cgroup  # noqa: E402
+import bench_ooc_cgroup  # noqa: E402
+
 RESULTS = HERE / "results" / "scale.md"
 DATA = HERE / "data" / "bench_scale"  # gitignored (benchmarks/data/)
 ERRORS = (1e-4, 1e-6)  # relative objective errors reported
@@ -1161,10 +1164,14 @@ def _ooc_main(args):
 
     grid = dask_scd.open_grid(args._ooc)
     n = grid.shape[0]
+    # --_probe (bench_ooc_cgroup): time and bytes read at every epoch, θ and b saved
+    probe = _cgroup.EpochProbe(args._ooc) if args._probe else None
     poller = Poller()
     poller.start()
     with cluster(args._memory, Path(args._ooc).parent / "scratch") as c, Client(c) as client:
         t0 = time.perf_counter()
+        if probe is not None:
+            probe({"epoch": -1})
         r = dask_scd.fit(
             grid,
             loss="logistic",
@@ -1175,11 +1182,14 @@ def _ooc_main(args):
             solver="block_scd",
             client=client,
             random_state=0,
+            **({} if probe is None else {"callback": probe}),
         )
         wall = time.perf_counter() - t0
         poller.stop()
         hwm = client.run(vm_hwm)
         cache = client.run(_cache_stats)
+    if probe is not None:
+        bench_ooc_cgroup.save_fit(args._probe, r)
     print(
         "RESULT",
         json.dumps(
@@ -1192,6 +1202,7 @@ def _ooc_main(args):
                 "vm_hwm": list(hwm.values()),
                 "client_peak": poller.own,
                 "cache": list(cache.values()),
+                "probe": None if probe is None else probe.samples,
             }
         ),
         flush=True,
@@ -1503,7 +1514,22 @@ def parse_args(argv=None):
         help="memory_limit per worker of the limited run (default: stored / 3 / 2, "
         "at least the floor a worker needs)",
     )
+    p.add_argument(
+        "--cgroup-memory",
+        default=None,
+        help="run only the out-of-core fit inside a memory cgroup of this limit (page cache "
+        "counted; root; see benchmarks/bench_ooc_cgroup.py), on a grid of --ooc-rows rows",
+    )
+    p.add_argument(
+        "--cgroup-epochs", type=int, default=3, help="epochs of the cgroup runs (%(default)s)"
+    )
+    p.add_argument(
+        "--cgroup-warm",
+        action="store_true",
+        help="with --cgroup-memory: also the limited workers without the cgroup (page cache warm)",
+    )
     p.add_argument("--_spark", dest="_spark", help=argparse.SUPPRESS)
+    p.add_argument("--_probe", dest="_probe", help=argparse.SUPPRESS)
     p.add_argument("--_write", dest="_write", help=argparse.SUPPRESS)
     p.add_argument("--_rows", dest="_rows", type=int, help=argparse.SUPPRESS)
     p.add_argument("--_ooc", dest="_ooc", help=argparse.SUPPRESS)
@@ -1532,6 +1558,8 @@ def main(argv=None):
         return _write_main(args)
     if args._ooc:
         return _ooc_main(args)
+    if args.cgroup_memory:
+        return bench_ooc_cgroup.main_cgroup(sys.modules[__name__], args)
     _quiet()
     from threadpoolctl import threadpool_limits
 

@@ -162,3 +162,121 @@ def test_rows_and_columns_selection(bench):
         ["--quick", "--only", "squared-l1", "--skip", "spark,ooc", "--no-save", "--rows", "1000"]
     )
     assert args.quick and args.no_save and args.rows == 1000 and args.skip == "spark,ooc"
+
+
+# --- out of core under a memory cgroup (benchmarks/bench_ooc_cgroup.py, _cgroup.py): the
+# pure parts; no cgroup is made here.
+
+
+@pytest.fixture(scope="module")
+def ooc():
+    return import_benchmark("bench_ooc_cgroup")
+
+
+@pytest.fixture(scope="module")
+def cg():
+    return import_benchmark("_cgroup")
+
+
+def test_cgroup_detection_and_its_skip_line(cg, tmp_path):
+    refused = cg.detect(tmp_path, euid=1000)
+    assert refused.version == 0 and "not root" in refused.reason
+    assert cg.skip_message(refused) == (
+        "out of core under a memory cgroup: skipped (not root (euid 1000): no cgroup can be made)"
+    )
+    assert "\n" not in cg.skip_message(refused)
+    none = cg.detect(tmp_path, euid=0)
+    assert none.version == 0 and "no cgroup memory controller" in none.reason
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    v1 = cg.detect(tmp_path, euid=0)
+    assert (v1.version, v1.memory, v1.io) == (1, tmp_path / "memory", None)
+    (tmp_path / "blkio").mkdir()
+    (tmp_path / "blkio" / "blkio.throttle.io_service_bytes").write_text("Total 0\n")
+    assert cg.detect(tmp_path, euid=0).io == tmp_path / "blkio"
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io pids\n")
+    assert "no memory controller" in cg.detect(v2, euid=0).reason
+    (v2 / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    assert cg.detect(v2, euid=0) == cg.CgroupSupport(2, v2, v2)
+
+
+def test_cgroup_files_are_named_by_version(cg, tmp_path):
+    v1 = cg.MemoryCgroup(cg.CgroupSupport(1, tmp_path / "m", tmp_path / "b"), "fit", 2**30)
+    assert v1.memory == tmp_path / "m" / "fit" and v1.io == tmp_path / "b" / "fit"
+    assert v1._dirs() == [v1.memory, v1.io]
+    v2 = cg.MemoryCgroup(cg.CgroupSupport(2, tmp_path, tmp_path), "fit", 2**30)
+    assert v2._dirs() == [tmp_path / "fit"]  # one hierarchy: one cgroup.procs
+
+
+DISKSTATS = """\
+   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
+ 254       0 vda 843156 116842 53273778 983920 274705 1396206 64032320 373092 0 222644 1471564
+ 254       1 vda1 100 0 2048 10 5 0 16 1 0 5 11
+"""
+
+
+def test_diskstats_bytes_are_sectors_of_512(cg):
+    stats = cg.parse_diskstats(DISKSTATS)
+    assert stats[(254, 0)] == ("vda", 53273778 * 512, 64032320 * 512)
+    assert stats[(254, 1)] == ("vda1", 2048 * 512, 16 * 512)
+    assert stats[(7, 0)] == ("loop0", 0, 0)
+    assert cg.parse_diskstats("garbage\n") == {}
+
+
+def test_cgroup_io_counters_v1_and_v2(cg):
+    v1 = "254:0 Read 2961661952\n254:0 Write 7\n254:0 Total 2961661959\n8:0 Read 5\nTotal 9\n"
+    assert cg.parse_io_read(v1, 1) == 2961661952 + 5
+    v2 = "254:0 rbytes=1000 wbytes=20 rios=3 wios=1\n8:16 rbytes=24 wbytes=0 rios=1 wios=0\n"
+    assert cg.parse_io_read(v2, 2) == 1024
+    assert cg.parse_io_read("", 1) == 0
+    flat = cg.parse_flat_keyed("cache 4096\nrss 8192\noom_kill_disable 0\nunder_oom 0\nx y\n")
+    assert flat == {"cache": 4096, "rss": 8192, "oom_kill_disable": 0, "under_oom": 0}
+
+
+def test_bytes_and_seconds_per_pass(ooc, cg):
+    samples = [
+        {"epoch": -1, "t": 10.0, "disk": 1_000, "io": 0},
+        {"epoch": 1, "t": 40.0, "disk": 9_001_000, "io": 8_000_000},
+        {"epoch": 2, "t": 52.0, "disk": 4_001_000, "io": None},
+        {"epoch": 3, "t": 66.0, "disk": 8_001_000, "io": 3_000_000},
+    ]
+    disk = cg.per_pass(samples, "disk")
+    assert disk == [(1, 30.0, 9_000_000), (2, 12.0, -5_000_000), (3, 14.0, 4_000_000)]
+    assert cg.per_pass(samples, "io") == [(1, 30.0, 8_000_000), (2, 12.0, None), (3, 14.0, None)]
+    assert cg.per_pass(samples[:1]) == []
+    assert cg.floor_seconds(4_000_000, 1e6) == 4.0
+    assert cg.floor_seconds(None, 1e6) is None and cg.floor_seconds(10, 0) is None
+    figures = ooc.pass_figures({"result": {"probe": samples}})
+    # epochs 2 on are the passes; epoch 1 holds the setup
+    assert figures["seconds"] == 13.0 and figures["disk"] == -500_000 and figures["io"] is None
+
+
+def test_same_bits_compares_the_saved_fits(ooc, tmp_path):
+    class Fit:
+        coef_ = np.array([1.0, -0.0, 3.0])
+        intercept_ = 0.5
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    ooc.save_fit(tmp_path / "a", Fit)
+    ooc.save_fit(tmp_path / "b", Fit)
+    Fit.coef_ = np.array([1.0, 0.0, 3.0])  # equal as numbers, not as bytes
+    ooc.save_fit(tmp_path / "c", Fit)
+    assert ooc.same_bits(tmp_path / "a", tmp_path / "b") is True
+    assert ooc.same_bits(tmp_path / "a", tmp_path / "c") is False
+    assert ooc.same_bits(tmp_path / "a", tmp_path / "missing") is None
+
+
+def test_cgroup_mode_is_an_option(bench):
+    args = bench.parse_args(["--cgroup-memory", "1536MiB", "--ooc-rows", "1000", "--no-save"])
+    assert args.cgroup_memory == "1536MiB" and args.cgroup_epochs == 3 and not args.cgroup_warm
+
+
+def test_cgroup_mode_without_a_cgroup_says_so_in_one_line(ooc, cg, monkeypatch, capsys):
+    refused = cg.CgroupSupport(0, reason="not root (euid 1000): no cgroup can be made")
+    monkeypatch.setattr(ooc, "detect", lambda: refused)
+    assert ooc.main_cgroup(scale=None, args=None) is None  # nothing else is touched
+    out = capsys.readouterr().out
+    assert out == cg.skip_message(refused) + "\n"
