@@ -373,19 +373,22 @@ class _BlockSCD(ClusterBlocks):
             if any(f.status in ("error", "cancelled", "lost") for f in remaining):
                 raise collective.Aborted("a member failed")
             finished = [f for f in remaining if f.status == "finished"]
-            for f in finished:
-                # A member that gave up (its kept margins were lost with a replaced
-                # worker, say) leaves the others waiting for its parts: end the
-                # exchange now rather than at their timeout.
-                results[f.key] = runtime.gather(f)
-                if results[f.key] is not None and "aborted" in results[f.key]:
+            # The members that finished, gathered in one round trip (not one each). A
+            # member that gave up (its kept margins were lost with a replaced worker,
+            # say) leaves the others waiting for its parts: end the exchange now rather
+            # than at their timeout.
+            for f, result in zip(finished, runtime.gather(finished) if finished else ()):
+                results[f.key] = result
+                if result is not None and "aborted" in result:
                     raise collective.Aborted(
-                        "a member could not meet the others: " + str(results[f.key]["aborted"])
+                        "a member could not meet the others: " + str(result["aborted"])
                     )
             remaining = [f for f in remaining if f not in finished]
             if remaining and not single and time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
-                if not set(addresses) <= set(client.scheduler_info()["workers"]):
+                # the scheduler's own list of workers (client.nthreads asks it; the
+                # client's scheduler_info may answer from a cache)
+                if not set(addresses) <= set(client.nthreads()):
                     raise collective.Aborted("a member's worker left")
         return results[members[0].key]
 
