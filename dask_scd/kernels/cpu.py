@@ -114,6 +114,57 @@ def scd_weighted_epoch(
     Σ_i v_i |x_ij|³ (the squared loss's curvature, the logistic's third-order bound).
     Empty ``weights``: every example weighs 1.
     """
+    return scd_bounded_epoch(
+        data,
+        indices,
+        indptr,
+        dense,
+        n_samples,
+        y,
+        margins,
+        coef,
+        intercept,
+        order,
+        loss,
+        l1,
+        l2,
+        col_sq_norms,
+        col_cube_sums,
+        weights,
+        _NO_BOUNDS,
+        _NO_BOUNDS,
+    )
+
+
+_NO_BOUNDS = np.zeros(0)
+
+
+@njit(nogil=True, cache=True, fastmath=FAST, inline="always")
+def scd_bounded_epoch(
+    data,
+    indices,
+    indptr,
+    dense,
+    n_samples,
+    y,
+    margins,
+    coef,
+    intercept,
+    order,
+    loss,
+    l1,
+    l2,
+    col_sq_norms,
+    col_cube_sums,
+    weights,
+    lower,
+    upper,
+):
+    """:func:`scd_weighted_epoch` with the coefficients kept in the box
+    [``lower``, ``upper``] (arrays of shape (n_features,); empty: no box): every step is
+    the clip of the prox-Newton step into its interval, the exact minimizer of the
+    coordinate's model there, and the violation counts the box's normal cone.
+    """
     cubic = loss == scalar.LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
@@ -142,6 +193,8 @@ def scd_weighted_epoch(
                 inv_n,
                 col_cube_sums[j] * inv_n if cubic else -1.0,
                 weights,
+                lower,
+                upper,
             )
             max_coef = max(max_coef, abs(coef[j]))
         max_delta = max(max_delta, abs(delta))
@@ -167,6 +220,8 @@ def scd_epoch_squared(
     col_xty,
     col_means,
     weights,
+    lower,
+    upper,
 ):
     """:func:`scd_epoch_violation` for the squared loss; with an intercept, on centered
     columns: the intercept is re-solved exactly after every coordinate step, for free.
@@ -193,12 +248,14 @@ def scd_epoch_squared(
     ``col_xty`` is Xᵀ(v∘y), ``col_sq_norms`` Σ_i v_i x_ij², ``col_means`` the weighted
     means Σ_i v_i x_ij / Σv, the optimal b the weighted mean of y − Xθ, and a column's
     curvature once centered Σ_i v_i (x_ij − mean_j)²/n = Σ_i v_i x_ij²/n − (Σv/n)·mean_j²
-    (``mass`` is Σv/n).
+    (``mass`` is Σv/n). ``lower`` and ``upper`` (empty: none) keep θ in a box, as
+    :func:`scd_bounded_epoch` does.
     """
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
     centered = col_means.shape[0] == n_features
     weighted = weights.shape[0] > 0
+    bounded = lower.shape[0] > 0
     mass = 1.0  # Σv/n
     shift = 0.0  # pending change of b and of every margin
     if centered and weighted:
@@ -230,18 +287,25 @@ def scd_epoch_squared(
         g = (g - col_xty[j]) * inv_n + shift * mass * mean  # x_jᵀV(ŷ + shift − y)/n
         h = col_sq_norms[j] * inv_n - mass * mean * mean  # ‖x_j − mean·1‖²_V/n
         old = coef[j]
-        violation = coordinate_violation(old, g, l1, l2)
+        if bounded:
+            violation = scalar.box_violation(old, g, l1, l2, lower[j], upper[j])
+        else:
+            violation = coordinate_violation(old, g, l1, l2)
         max_violation = max(max_violation, violation)
         if h > 1e-12 * col_sq_norms[j] * inv_n:
             delta = scalar.prox_newton(old, g, h, l1, l2) - old
         else:  # a constant column: flat once centered, its penalty alone sets it to 0
             delta = -old
-        max_coef = max(max_coef, abs(old + delta))
+        new = old + delta
+        if bounded:  # the clip of the step into the box, landing on it exactly
+            new = scalar.clip(new, lower[j], upper[j])
+            delta = new - old
+        max_coef = max(max_coef, abs(new))
         if delta == 0.0:
             continue
         row_axpy(data, indices, dense, start, end, delta, margins)
         shift -= delta * mean
-        coef[j] = old + delta
+        coef[j] = new
         max_delta = max(max_delta, abs(delta))
     if centered:
         for i in range(n_samples):
@@ -278,6 +342,8 @@ def _column_step(
     inv_n,
     cube_mean,
     weights,
+    lower,
+    upper,
 ):
     start, end = line(dense, indptr, j, n_samples)
     weighted = weights.shape[0] > 0
@@ -310,8 +376,13 @@ def _column_step(
         h *= inv_n
     g *= inv_n
     old = coef[j]
-    violation = coordinate_violation(old, g, l1, l2)
-    delta = scalar.prox_newton(old, g, h, l1, l2) - old
+    bounded = lower.shape[0] > 0
+    if bounded:
+        violation = scalar.box_violation(old, g, l1, l2, lower[j], upper[j])
+        delta = scalar.clip(scalar.prox_newton(old, g, h, l1, l2), lower[j], upper[j]) - old
+    else:
+        violation = coordinate_violation(old, g, l1, l2)
+        delta = scalar.prox_newton(old, g, h, l1, l2) - old
     if delta == 0.0:
         return 0.0, violation
     if loss != scalar.SQUARED and not scalar.cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
@@ -334,6 +405,14 @@ def _column_step(
         )
         if delta == 0.0:
             return 0.0, violation
+    if bounded:  # old + Δ may round past the bound it reaches: θ_j lands on it exactly
+        new = scalar.clip(old + delta, lower[j], upper[j])
+        delta = new - old
+        if delta == 0.0:
+            return 0.0, violation
+        row_axpy(data, indices, dense, start, end, delta, margins)
+        coef[j] = new
+        return delta, violation
     row_axpy(data, indices, dense, start, end, delta, margins)  # ŷ += Δθ_j X[:, j]
     coef[j] = old + delta
     return delta, violation

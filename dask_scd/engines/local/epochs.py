@@ -3,6 +3,8 @@ weighted CPU kernel in place of the plain one when there are sample weights."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -20,15 +22,24 @@ def scd_epoch(
     sq_norms,
     cubes,
     weights,
+    bounds=None,
 ):
     """One primal SCD epoch over the coordinates ``order`` of the columns ``m``: ``kernel``
     (:func:`dask_scd.kernels.cpu.scd_epoch` or a twin with its arguments) without
-    ``weights``, else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; returns the kernel's."""
+    ``weights``, else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; with ``bounds``
+    (a :class:`~dask_scd.objectives.Bounds` of the columns of ``m``),
+    :func:`dask_scd.kernels.cpu.scd_bounded_epoch`. Returns the kernel's."""
     args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, y, margins, coef, intercept, order)
     args += (problem.loss_code, problem.l1, l2, sq_norms, cubes)
+    if bounds is not None:
+        weights = _NO_WEIGHTS if weights is None else weights
+        return cpu.scd_bounded_epoch(*args, weights, bounds.lower, bounds.upper)
     if weights is None:
         return kernel(*args)
     return cpu.scd_weighted_epoch(*args, weights)
+
+
+_NO_WEIGHTS = np.zeros(0)
 
 
 def sdca_epoch(
