@@ -128,7 +128,8 @@ def check_bounds(lower_bounds, upper_bounds, n_features: int) -> Bounds | None:
         j = int(wrong[0])
         raise ValueError(
             f"lower_bounds must be <= upper_bounds: at feature {j}, lower_bounds[{j}] = "
-            f"{lower[j]!r} > upper_bounds[{j}] = {upper[j]!r} ({len(wrong)} such features)"
+            f"{float(lower[j])!r} > upper_bounds[{j}] = {float(upper[j])!r} ({len(wrong)} "
+            "such features)"
         )
     if np.isneginf(lower).all() and np.isposinf(upper).all():
         return None

@@ -62,7 +62,7 @@ def scd_epoch_violation(
     subdifferential, ``dist(−g_j, ∂g(θ_j))``, taken just before its step (free: the step
     reduces g_j anyway). Over an epoch it is the working-set solver's cheap stopping test.
     """
-    # The empty weights are a compile-time constant: the weighted branches fold away.
+    # The empty weights and bounds are compile-time constants: their branches fold away.
     return scd_weighted_epoch(
         data,
         indices,
@@ -80,10 +80,12 @@ def scd_epoch_violation(
         col_sq_norms,
         col_cube_sums,
         _NO_WEIGHTS,
+        _NO_WEIGHTS,
+        _NO_WEIGHTS,
     )
 
 
-_NO_WEIGHTS = np.zeros(0)
+_NO_WEIGHTS = np.zeros(0)  # (and no bounds)
 
 
 # Inlined into scd_epoch_violation with empty weights, compiled on its own when called.
@@ -105,6 +107,8 @@ def scd_weighted_epoch(
     col_sq_norms,
     col_cube_sums,
     weights,
+    lower,
+    upper,
 ):
     """:func:`scd_epoch_violation` for sample weights v (the loss of example i is v_i·ℓ_i).
 
@@ -112,58 +116,10 @@ def scd_weighted_epoch(
     (x_j∘x_j)ᵀ(v∘ℓ''(ŷ))/n, its line search compares weighted losses, and so do the
     intercept's. ``col_sq_norms`` and ``col_cube_sums`` are the weighted Σ_i v_i x_ij² and
     Σ_i v_i |x_ij|³ (the squared loss's curvature, the logistic's third-order bound).
-    Empty ``weights``: every example weighs 1.
-    """
-    return scd_bounded_epoch(
-        data,
-        indices,
-        indptr,
-        dense,
-        n_samples,
-        y,
-        margins,
-        coef,
-        intercept,
-        order,
-        loss,
-        l1,
-        l2,
-        col_sq_norms,
-        col_cube_sums,
-        weights,
-        _NO_BOUNDS,
-        _NO_BOUNDS,
-    )
-
-
-_NO_BOUNDS = np.zeros(0)
-
-
-@njit(nogil=True, cache=True, fastmath=FAST, inline="always")
-def scd_bounded_epoch(
-    data,
-    indices,
-    indptr,
-    dense,
-    n_samples,
-    y,
-    margins,
-    coef,
-    intercept,
-    order,
-    loss,
-    l1,
-    l2,
-    col_sq_norms,
-    col_cube_sums,
-    weights,
-    lower,
-    upper,
-):
-    """:func:`scd_weighted_epoch` with the coefficients kept in the box
-    [``lower``, ``upper``] (arrays of shape (n_features,); empty: no box): every step is
-    the clip of the prox-Newton step into its interval, the exact minimizer of the
-    coordinate's model there, and the violation counts the box's normal cone.
+    Empty ``weights``: every example weighs 1. ``lower`` and ``upper`` (arrays of shape
+    (n_features,); empty: none) keep θ in a box: every step is the clip of the
+    prox-Newton step into its interval, the exact minimizer of the coordinate's model
+    there, and the violation counts the box's normal cone.
     """
     cubic = loss == scalar.LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
     n_features = coef.shape[0]
@@ -249,7 +205,7 @@ def scd_epoch_squared(
     means Σ_i v_i x_ij / Σv, the optimal b the weighted mean of y − Xθ, and a column's
     curvature once centered Σ_i v_i (x_ij − mean_j)²/n = Σ_i v_i x_ij²/n − (Σv/n)·mean_j²
     (``mass`` is Σv/n). ``lower`` and ``upper`` (empty: none) keep θ in a box, as
-    :func:`scd_bounded_epoch` does.
+    :func:`scd_weighted_epoch` does.
     """
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples

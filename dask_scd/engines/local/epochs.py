@@ -26,20 +26,18 @@ def scd_epoch(
 ):
     """One primal SCD epoch over the coordinates ``order`` of the columns ``m``: ``kernel``
     (:func:`dask_scd.kernels.cpu.scd_epoch` or a twin with its arguments) without
-    ``weights``, else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; with ``bounds``
-    (a :class:`~dask_scd.objectives.Bounds` of the columns of ``m``),
-    :func:`dask_scd.kernels.cpu.scd_bounded_epoch`. Returns the kernel's."""
+    ``weights`` nor ``bounds`` (a :class:`~dask_scd.objectives.Bounds` of the columns of
+    ``m``), else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; returns the kernel's."""
     args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, y, margins, coef, intercept, order)
     args += (problem.loss_code, problem.l1, l2, sq_norms, cubes)
-    if bounds is not None:
-        weights = _NO_WEIGHTS if weights is None else weights
-        return cpu.scd_bounded_epoch(*args, weights, bounds.lower, bounds.upper)
-    if weights is None:
+    if weights is None and bounds is None:
         return kernel(*args)
-    return cpu.scd_weighted_epoch(*args, weights)
+    weights = _EMPTY if weights is None else weights
+    box = (_EMPTY, _EMPTY) if bounds is None else (bounds.lower, bounds.upper)
+    return cpu.scd_weighted_epoch(*args, weights, *box)
 
 
-_NO_WEIGHTS = np.zeros(0)
+_EMPTY = np.zeros(0)  # no weights, no bounds
 
 
 def sdca_epoch(
