@@ -5,6 +5,7 @@ scikit-learn comparisons, the certificate's honesty, the refusals and the cluste
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -285,3 +286,18 @@ def test_a_bounded_grid_on_two_workers_is_the_in_memory_fit(client, tmp_path):
     np.testing.assert_allclose(grid.coef_, memory.coef_, rtol=0, atol=1e-7)
     assert grid.intercept_ == pytest.approx(memory.intercept_, abs=1e-6)
     assert grid.primal_ == pytest.approx(memory.primal_, rel=1e-12)
+
+
+def test_the_estimators_page_example_runs():
+    """The python blocks of docs/estimators.md's "Coefficient bounds" section (the page's
+    other sections need classes and clusters; tests/test_docs_examples.py runs the user
+    guide's)."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "estimators.md").read_text()
+    section = page.split("## Coefficient bounds\n")[1].split("\n## ")[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
+    assert blocks
+    namespace = {"__name__": "docs"}
+    for block in blocks:
+        exec(compile(block, "docs/estimators.md", "exec"), namespace)
