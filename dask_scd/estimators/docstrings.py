@@ -33,10 +33,10 @@ _BOUND_PARAMETERS = """
     lower_bounds, upper_bounds : float, array-like or None, default=None
         Coefficient constraints ``lower_bounds <= coef_ <= upper_bounds``, a number or
         an array of shape (n_features,) (glum's and Spark MLlib's bounds; ``-inf`` /
-        ``+inf`` leave a side open, the intercept is never
-        bounded): every coordinate step clips into the box and ``dual_gap_`` is the
-        box's duality gap (:func:`dask_scd.fit`; solved by the engines "scd" and
-        "block_scd", which "auto" picks).
+        ``+inf`` leave a side open; the intercept is never bounded): every coordinate
+        step clips into the box and ``dual_gap_`` is the box's duality gap
+        (:func:`dask_scd.fit`; solved by the engines "scd" and "block_scd", which
+        "auto" picks).
 """
 
 _COMMON_ATTRIBUTES = """
