@@ -301,3 +301,16 @@ def test_the_estimators_page_example_runs():
     namespace = {"__name__": "docs"}
     for block in blocks:
         exec(compile(block, "docs/estimators.md", "exec"), namespace)
+
+
+def test_logistic_regression_bounds_one_vs_rest():
+    """LogisticRegression takes lower_bounds / upper_bounds; with three classes "auto" fits
+    one-vs-rest models (the softmax model takes no bounds), each in the box."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(150, 4))
+    labels = np.digitize(X @ rng.normal(size=4) + rng.logistic(size=150), [-1.0, 1.0])
+    model = dask_scd.LogisticRegression(alpha=0.01, lower_bounds=-0.5, upper_bounds=0.5, tol=1e-9)
+    model.fit(X, labels)
+    assert model.multi_class_ == "ovr" and model.coef_.shape == (3, 4)
+    assert np.all(np.abs(model.coef_) <= 0.5) and np.all(model.dual_gap_ <= 1e-9)
+    assert np.any(np.abs(model.coef_) == 0.5)

@@ -26,10 +26,7 @@ _COMMON_PARAMETERS = """
         certified epoch; 2: a line per certified epoch (see :class:`dask_scd.Progress`).
 """
 
-_BOUND_PARAMETERS = """
-    positive : bool, default=False
-        Constrain the coefficients to be >= 0 (scikit-learn's ``positive``; the same as
-        ``lower_bounds=0``, which it may not be given with).
+_BOX_PARAMETERS = """
     lower_bounds, upper_bounds : float, array-like or None, default=None
         Coefficient constraints ``lower_bounds <= coef_ <= upper_bounds``, a number or
         an array of shape (n_features,) (glum's and Spark MLlib's bounds; ``-inf`` /
@@ -38,6 +35,14 @@ _BOUND_PARAMETERS = """
         (:func:`dask_scd.fit`; solved by the engines "scd" and "block_scd", which
         "auto" picks).
 """
+
+_BOUND_PARAMETERS = (
+    """
+    positive : bool, default=False
+        Constrain the coefficients to be >= 0 (scikit-learn's ``positive``; the same as
+        ``lower_bounds=0``, which it may not be given with)."""
+    + _BOX_PARAMETERS
+)
 
 _COMMON_ATTRIBUTES = """
     n_iter_ : {n_iter}
@@ -99,6 +104,7 @@ def _docstring(template: str) -> str:
         .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
         .replace("{inputs}", _INPUTS.strip("\n"))
         .replace("{bound_parameters}", _BOUND_PARAMETERS.strip("\n"))
+        .replace("{box_parameters}", _BOX_PARAMETERS.strip("\n"))
     )
 
 
