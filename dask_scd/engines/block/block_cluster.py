@@ -126,6 +126,8 @@ class ClusterBlocks(BlockLoop):
             "blocks": [int(len(b)) for b in self.source.blocks],
             "row_bounds": [int(v) for v in self.source.row_bounds],
             "selection": self.selection,
+            # a box: a checkpoint of another box is not this fit's (none: as before)
+            **({} if p.bounds is None else {"bounds": repr(p.bounds)}),
         }
 
     def hooks(self, settings) -> EpochHooks:
