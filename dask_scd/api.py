@@ -19,6 +19,7 @@ from dask_scd.progress import Progress
 from dask_scd.result import FitResult
 from dask_scd.runtime.session import fit_session
 from dask_scd.validation import (
+    check_bounds,
     check_fit_args,
     check_problem,
     check_random_state,
@@ -46,6 +47,8 @@ def fit(
     sample_weight=None,
     coef_init=None,
     intercept_init: float | None = None,
+    lower_bounds=None,
+    upper_bounds=None,
     **engine_options,
 ) -> FitResult:
     """Fit a regularized linear model by coordinate descent, certified by its duality gap.
@@ -134,6 +137,15 @@ def fit(
         changes (:func:`dask_scd.path` runs its points this way).
     intercept_init : float, optional
         The intercept of the warm start (with ``fit_intercept=True``).
+    lower_bounds, upper_bounds : float or array of shape (n_features,), optional
+        Coefficient constraints ``lower_bounds <= θ <= upper_bounds`` (``-inf`` / ``+inf``
+        leave a side open; lower ≤ upper, else a ValueError naming the first feature
+        where it is not); the intercept is never bounded. Each coordinate step clips
+        into the box and the certificate is the box's duality gap (docs/objectives.md).
+        Solved by the engines that declare them (``bounds`` in
+        :mod:`dask_scd.engines.registry`: "scd" in memory, "block_scd" in memory and
+        over dask, smooth losses), which "auto" picks; the others raise a ValueError
+        naming those. A warm start is clipped into the box.
     **engine_options
         For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
@@ -163,11 +175,21 @@ def fit(
     check_fit_args(tol, max_iter)
     rng = check_random_state(random_state)
     prepared = prepare(X, y, problem, solver, device, engine_options, sample_weight)
+    problem = bounded(problem, lower_bounds, upper_bounds, prepared.data.n_features)
     plan, settings = plan_fit(prepared, problem, solver, device)
     start = check_start(coef_init, intercept_init, prepared.data.n_features, problem.fit_intercept)
+    if start is not None and problem.bounds is not None:  # a warm start inside the box
+        start = (problem.bounds.clip(start[0]), start[1])
     options = Options(tol, max_iter, rng, engine=settings, device=plan.device, start=start)
     engine, run = _run(prepared, plan, problem, options, solver, verbose)
     return _result(run, engine.name, problem, penalty, tol, prepared.classes, plan)
+
+
+def bounded(problem, lower_bounds, upper_bounds, n_features: int):
+    """``problem`` with the box of :func:`~dask_scd.validation.check_bounds` (in the
+    caller's feature order), or as it is without one."""
+    bounds = check_bounds(lower_bounds, upper_bounds, n_features)
+    return problem if bounds is None else dataclasses.replace(problem, bounds=bounds)
 
 
 @dataclass

@@ -46,7 +46,7 @@ zero weights that of the rows left.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -61,7 +61,7 @@ from dask_scd.alpha_max import (
     memory_correlation_at_zero,
     zero_gap,
 )
-from dask_scd.api import fit, prepare
+from dask_scd.api import bounded, fit, prepare
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
 from dask_scd.engines.base import Options, Run
@@ -143,6 +143,8 @@ def path(
     device: str = "cpu",
     screening: bool = True,
     sample_weight=None,
+    lower_bounds=None,
+    upper_bounds=None,
     **engine_options,
 ) -> PathResult:
     """Fit a regularization path, each point warm-started from the previous one.
@@ -166,6 +168,9 @@ def path(
         As for :func:`dask_scd.fit`: every point minimizes ``(1/Σw) Σ w_i loss_i +
         penalty``, and alpha_max and the screening are those of this objective (a weight
         of 0 leaves its row out of the path). A grid's stored weights when omitted.
+    lower_bounds, upper_bounds : float or array of shape (n_features,), optional
+        As for :func:`dask_scd.fit`: every point keeps lower_bounds ≤ θ ≤ upper_bounds
+        (the grid of alphas is the unbounded problem's, as scikit-learn's; no screening).
 
     Returns
     -------
@@ -191,6 +196,7 @@ def path(
     grid = check_grid(alphas, n_alphas, eps)
     rng = check_random_state(random_state)
     prepared = prepare(X, y, problem, solver, device, engine_options, sample_weight)
+    problem = bounded(problem, lower_bounds, upper_bounds, prepared.data.n_features)
     settings = _Settings(
         problem, penalty, tol, max_iter, solver, rng, verbose, device, prepared.options
     )
@@ -214,8 +220,14 @@ class _Settings:
     engine: dict
 
     def at(self, alpha: float) -> obj.Problem:
-        p = self.problem
-        return obj.Problem(p.loss, float(alpha), p.l1_ratio, p.fit_intercept)
+        return replace(self.problem, alpha=float(alpha))
+
+    def zero_solves(self, alpha: float, alpha_max: float) -> bool:
+        """Whether θ = 0 is the point's solution: alpha_max or above with an L1 term, and 0
+        inside the box (the unbounded solution 0 is then the box's too)."""
+        bounds = self.problem.bounds
+        inside = bounds is None or bounds.contains(np.zeros(len(bounds.lower)))
+        return self.problem.l1_ratio > 0.0 and alpha >= alpha_max and inside
 
 
 # ----------------------------------------------------------------------- in memory
@@ -228,6 +240,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     correlation, intercept = memory_correlation_at_zero(data, problem)
     alpha_max = alpha_max_of(correlation, problem.l1_ratio)
     alphas = alphas_of(grid, alpha_max)
+    screening = screening and problem.bounds is None  # the rule is the unbounded problem's
     norms = _column_norms(X, weights) if screening and problem.l1 > 0 else None
     coef = np.zeros(p)
     out = _Points(len(alphas), p)
@@ -236,7 +249,7 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
     trail = None  # (θ, b, alpha, margins) of the point before the last one
     for k, alpha in enumerate(alphas):
         point = settings.at(alpha)
-        if point.l1 > 0.0 and alpha >= alpha_max:
+        if settings.zero_solves(alpha, alpha_max):
             # θ = 0 is the solution: certify it as it is.
             coef = np.zeros(p)
             cert = obj.certificate(point, X, y, coef, intercept, weights=weights)
@@ -283,7 +296,9 @@ def _memory_path(data: InMemory, classes, grid, settings: _Settings, screening: 
                 sub = data  # the last try: all features
             tol = tol / 10.0
         n_iter = run.n_iter
-        if planner.point_hands_over(settings.solver, engine, gap, settings.tol):
+        if problem.bounds is None and planner.point_hands_over(
+            settings.solver, engine, gap, settings.tol
+        ):
             # The engine "auto" chose stopped short of tol (the Gram engine's rounding
             # floor on correlated columns): proximal Newton finishes from where it is.
             engine = registry.get("newton")
@@ -312,6 +327,8 @@ def _predicted(problem: obj.Problem, data: InMemory, last: tuple, trail: tuple |
     step), a coefficient whose sign it would flip set to 0. ``last`` and ``trail`` are
     (θ, b, alpha, margins) of the last two points. Returns (θ, b, margins)."""
     coef, intercept, alpha_last, margins = last
+    if problem.bounds is not None:  # the secant may leave the box: the last point (inside)
+        return coef, intercept, margins
     if trail is None or trail[2] is None or not np.any(trail[0]) or trail[2] == alpha_last:
         return coef, intercept, margins
     ratio = (problem.alpha - alpha_last) / (alpha_last - trail[2])
@@ -393,10 +410,20 @@ def _run(
             progress,
             own,
             device,
-            check_start(start[0], start[1], data.n_features, problem.fit_intercept),
+            _inside(
+                problem, check_start(start[0], start[1], data.n_features, problem.fit_intercept)
+            ),
             memo,
         )
         return engine.load()(data, problem, options)
+
+
+def _inside(problem: obj.Problem, start: tuple) -> tuple:
+    """A start (θ, b) with θ clipped into the problem's box (the first point's θ = 0 may
+    lie outside it)."""
+    if problem.bounds is None:
+        return start
+    return problem.bounds.clip(start[0]), start[1]
 
 
 class _Layouts:
@@ -516,6 +543,13 @@ class _Points:
 # ----------------------------------------------------------------- dask and grids
 
 
+def _bound_arguments(problem: obj.Problem) -> dict:
+    """The box of ``problem`` as :func:`dask_scd.fit`'s arguments (none without one)."""
+    if problem.bounds is None:
+        return {}
+    return {"lower_bounds": problem.bounds.lower, "upper_bounds": problem.bounds.upper}
+
+
 def _distributed_path(prepared, grid, settings: _Settings, options: dict) -> PathResult:
     """Each point a normal :func:`dask_scd.fit` of the dask array or grid, warm-started,
     with the caller's ``options``."""
@@ -529,7 +563,7 @@ def _distributed_path(prepared, grid, settings: _Settings, options: dict) -> Pat
     labels = None if source.on_disk else y
     for k, alpha in enumerate(alphas):
         point = settings.at(alpha)
-        if point.l1 > 0.0 and alpha >= alpha_max:
+        if settings.zero_solves(alpha, alpha_max):
             out.set(k, np.zeros(p), intercept, zero_gap(source, point, intercept), 0, "zero", 0)
             coef = np.zeros(p)
             continue
@@ -550,6 +584,7 @@ def _distributed_path(prepared, grid, settings: _Settings, options: dict) -> Pat
             coef_init=coef,
             intercept_init=intercept,
             sample_weight=source.sample_weight,
+            **_bound_arguments(problem),
             **options,
         )
         coef, intercept = np.array(result.coef_, dtype=np.float64), float(result.intercept_)

@@ -18,6 +18,7 @@ from dask_scd.objectives import (
     MULTINOMIAL,
     PENALTIES,
     UNPENALIZED_LOSSES,
+    Bounds,
     Problem,
 )
 
@@ -104,6 +105,59 @@ def check_problem(loss, penalty, alpha, l1_ratio, fit_intercept) -> Problem:
         )
     rho = {"l2": 0.0, "l1": 1.0, "elasticnet": float(l1_ratio)}[penalty]
     return Problem(loss=loss, alpha=float(alpha), l1_ratio=rho, fit_intercept=bool(fit_intercept))
+
+
+def check_bounds(lower_bounds, upper_bounds, n_features: int) -> Bounds | None:
+    """The box ``lower_bounds <= θ <= upper_bounds`` as :class:`Bounds`, or None.
+
+    Each side is None (open), a number (every feature's) or an array of shape
+    (n_features,), ``-inf`` / ``+inf`` allowed for an open side; lower ≤ upper, else a
+    ValueError naming the first feature where it is not. A box open on every side is None:
+    the problem without bounds.
+    """
+    lower = _bound_side(lower_bounds, n_features, "lower_bounds")
+    upper = _bound_side(upper_bounds, n_features, "upper_bounds")
+    if lower is None and upper is None:
+        return None
+    lower = np.full(n_features, -np.inf) if lower is None else lower
+    upper = np.full(n_features, np.inf) if upper is None else upper
+    if (lower == np.inf).any() or (upper == -np.inf).any():
+        raise ValueError("lower_bounds cannot be +inf nor upper_bounds -inf: no θ lies there")
+    wrong = np.flatnonzero(lower > upper)
+    if len(wrong):
+        j = int(wrong[0])
+        raise ValueError(
+            f"lower_bounds must be <= upper_bounds: at feature {j}, lower_bounds[{j}] = "
+            f"{float(lower[j])!r} > upper_bounds[{j}] = {float(upper[j])!r} ({len(wrong)} "
+            "such features)"
+        )
+    if np.isneginf(lower).all() and np.isposinf(upper).all():
+        return None
+    return Bounds(lower, upper)
+
+
+def _bound_side(values, n_features: int, name: str):
+    """One side of the box as float64 of shape (n_features,), or None (``values`` None)."""
+    if values is None:
+        return None
+    if isinstance(values, bool | np.bool_):
+        raise ValueError(f"{name}={values!r} must be a number or an array of numbers")
+    try:
+        side = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a number or an array of numbers, got {values!r}"
+        ) from None
+    if side.ndim == 0:
+        side = np.full(n_features, float(side))
+    if side.shape != (n_features,):
+        raise ValueError(
+            f"{name} has shape {side.shape}, expected a number or shape ({n_features},): "
+            "one bound per feature of X"
+        )
+    if np.isnan(side).any():
+        raise ValueError(f"{name} contains NaN (first at index {int(np.argmax(np.isnan(side)))})")
+    return side
 
 
 def check_random_state(random_state) -> np.random.Generator:

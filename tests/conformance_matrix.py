@@ -3,8 +3,9 @@ declares solves the problem asked.
 
 The rows are generated from :mod:`dask_scd.engines.registry`, never written by hand: for
 every engine, every loss × penalty the problem check accepts × data kind ("memory",
-"dask", "grid") × weighted or not, the engine's own :meth:`~registry.Engine.refusal`
-says whether it is declared. A declared combination is fitted on a small problem, with
+"dask", "grid") × weighted or not × with coefficient bounds or not, the engine's own
+:meth:`~registry.Engine.refusal` says whether it is declared (a bounded row is made where
+the engine solves the row without bounds: declared, or refused for the bounds alone). A declared combination is fitted on a small problem, with
 the form of its input (numpy dense, CSR, CSC; X's dtype; fit_intercept; weights given
 to ``fit``, stored in the grid, or both) taken in turn over the engine's rows, and
 checked against an independent reference:
@@ -12,7 +13,8 @@ checked against an independent reference:
 - the objective of the returned model, recomputed here in numpy from the problem asked
   (the weights that apply, X as the engines read it), is within 1e-7 of the reference
   optimum (in-memory Newton at tol 1e-12; SDCA where Newton does not take the
-  problem);
+  problem; with bounds, scipy's L-BFGS-B on the box, tests/box_reference.py), and a
+  bounded model lies in its box;
 - the reported primal is that recomputed objective (the certificate is of the problem
   asked, not of another one), and the reported gap bounds the true suboptimality.
 
@@ -25,6 +27,7 @@ arrays and grids (a shared cluster) in tests/test_conformance_cluster.py: two fi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 from dataclasses import dataclass
@@ -33,12 +36,13 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from box_reference import bounded_optimum
 from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
 from dask_scd.engines import registry
-from dask_scd.objectives import LOSSES, MULTINOMIAL
+from dask_scd.objectives import LOSSES, MULTINOMIAL, Bounds
 from dask_scd.validation import check_problem
 
 ALPHA = 0.05
@@ -50,6 +54,10 @@ DTYPES = (np.float64, np.float32, np.int8, np.int64, np.bool_)
 WEIGHT_SOURCES = ("given", "stored", "both")
 FIT_TOL = 1e-8
 AGREE = 1e-7  # relative distance of the objective to the reference optimum
+# The box of the bounded rows: sign-constrained, two-sided around 0, away from 0 on
+# either side.
+BOX_LOWER = np.array([0.0, -np.inf, -0.3, 0.05, -1.0])
+BOX_UPPER = np.array([np.inf, 0.0, 0.3, np.inf, -0.02])
 # On a GPU, under numba's CUDA simulator: a few rows, a few epochs.
 DEVICE_ROWS = 12
 DEVICE_EPOCHS = 2
@@ -67,11 +75,12 @@ class Row:
     fit_intercept: bool = True
     weights_from: str = ""
     device: str = "cpu"
+    bounded: bool = False
 
     @property
     def id(self) -> str:
         weights = f"w-{self.weights_from}" if self.weighted else "unweighted"
-        return "-".join(
+        return ("box-" if self.bounded else "") + "-".join(
             map(
                 str,
                 (
@@ -94,8 +103,11 @@ class Row:
         return slice(0, DEVICE_ROWS) if self.device == "gpu" else slice(None)
 
 
-def _problem(loss, penalty):
-    return check_problem(loss, penalty, ALPHA, 0.5, True)
+def _problem(loss, penalty, bounded=False):
+    problem = check_problem(loss, penalty, ALPHA, 0.5, True)
+    if not bounded:
+        return problem
+    return dataclasses.replace(problem, bounds=Bounds(BOX_LOWER, BOX_UPPER))
 
 
 def _problems():
@@ -116,10 +128,14 @@ def _matrix():
     declared, refused = [], []
     for name, engine in registry.ENGINES.items():
         k = 0
-        for (loss, penalty), kind, weighted in itertools.product(_problems(), KINDS, (False, True)):
-            row = Row(name, loss, penalty, kind, weighted)
-            if engine.refusal(_problem(loss, penalty), weighted, kind) is not None:
-                refused.append(row)
+        axes = itertools.product(_problems(), KINDS, (False, True), (False, True))
+        for (loss, penalty), kind, weighted, bounded in axes:
+            row = Row(name, loss, penalty, kind, weighted, bounded=bounded)
+            if engine.refusal(_problem(loss, penalty, bounded), weighted, kind) is not None:
+                if not bounded:
+                    refused.append(row)
+                elif not weighted and engine.refusal(_problem(loss, penalty), False, kind) is None:
+                    refused.append(row)  # refused for the bounds alone
                 continue
             containers = CONTAINERS[kind]
             sources = WEIGHT_SOURCES if kind == "grid" else ("given",)
@@ -134,6 +150,7 @@ def _matrix():
                     DTYPES[k % len(DTYPES)],
                     (k // len(DTYPES)) % 2 == 0,
                     sources[k % len(sources)] if weighted else "",
+                    bounded=bounded,
                 )
             )
             k += 1
@@ -249,7 +266,7 @@ _REFERENCES: dict = {}
 
 def _reference(row: Row, weights) -> float:
     """The optimum of the problem asked, by in-memory Newton at tol 1e-12 (SDCA where
-    Newton does not take it: the weighted hinge)."""
+    Newton does not take it: the weighted hinge; L-BFGS-B on the box with bounds)."""
     key = (
         row.loss,
         row.penalty,
@@ -257,8 +274,18 @@ def _reference(row: Row, weights) -> float:
         np.dtype(row.dtype).name,
         row.weighted and row.weights_from,
         row.device,
+        row.bounded,
     )
-    if key not in _REFERENCES:
+    if key in _REFERENCES:
+        return _REFERENCES[key]
+    if row.bounded:
+        classes = np.unique(_target(row))
+        y = _target(row) if row.loss == "squared" else np.where(_target(row) == classes[1], 1, -1)
+        ratio = {"l2": 0.0, "l1": 1.0, "elasticnet": 0.5}[row.penalty]
+        args = (row.loss, ALPHA, ratio, row.fit_intercept, BOX_LOWER, BOX_UPPER, weights)
+        coef, intercept, _ = bounded_optimum(_engine_values(row), y, *args)
+        _REFERENCES[key] = _primal(row, coef, intercept, classes, weights)
+    else:
         problem = _problem(row.loss, row.penalty)
         solver = (
             "newton"
@@ -357,6 +384,7 @@ def fit_row(row: Row, grids, client, **extra):
         sample_weight=given,
         random_state=0,
         device=row.device,
+        **({"lower_bounds": BOX_LOWER, "upper_bounds": BOX_UPPER} if row.bounded else {}),
         **options,
     )
 
@@ -384,3 +412,5 @@ def check_declared(row: Row, grids, client) -> None:
         assert (primal - best) / scale <= AGREE
     if row.penalty is not None:  # the gap bounds the true suboptimality (D ≤ P*)
         assert primal - best <= result.dual_gap_ * abs(primal) + 1e-12 * scale
+    if row.bounded:
+        assert np.all((BOX_LOWER <= result.coef_) & (result.coef_ <= BOX_UPPER))

@@ -30,7 +30,8 @@ def test_the_matrix_covers_every_engine_and_axis():
     assert {np.dtype(row.dtype) for row in DECLARED} == {np.dtype(d) for d in DTYPES}
     assert {row.weights_from for row in DECLARED if row.weighted} == set(WEIGHT_SOURCES)
     assert {row.fit_intercept for row in DECLARED} == {True, False}
-    assert REFUSED
+    assert {row.bounded for row in DECLARED} == {True, False}
+    assert {row.bounded for row in REFUSED} == {True, False}
 
 
 @pytest.mark.parametrize(
@@ -52,8 +53,9 @@ def test_undeclared_combination_is_refused_naming_the_engines(row, grids, client
         np.float64,
         True,
         "given" if row.weighted else "",
+        bounded=row.bounded,
     )
-    problem = _problem(row.loss, row.penalty)
+    problem = _problem(row.loss, row.penalty, row.bounded)
     others = registry.engines_solving(problem, row.kind, row.weighted)
     with pytest.raises(ValueError) as raised:
         fit_row(row, grids, client, tol=1e-6, max_iter=5)

@@ -221,6 +221,8 @@ def _why(solver, problem, data) -> tuple[str, dict | None]:
     if problem.unpenalized or problem.loss == MULTINOMIAL:
         return "the one engine of penalty=None and of the softmax loss", None
     among = registry.weighted_engines(problem.loss) if data.weighted else None
+    if problem.bounds is not None:
+        among = [n for n in registry.bounded_engines(problem.loss) if among is None or n in among]
     return "the fewest predicted passes over X", _passes(problem, data, among)
 
 

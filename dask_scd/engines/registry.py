@@ -10,6 +10,7 @@ dask engine's imports cost a second).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 
@@ -58,6 +59,9 @@ class Engine:
     no_grid : the losses it does not solve on a grid.
     gpu : the losses its epochs solve on a GPU (``device="gpu"``, in-memory X), without
         sample weights (its weighted epochs run on the CPU).
+    bounds : the losses it solves with coefficient bounds (``lower_bounds`` /
+        ``upper_bounds``, the estimators' ``positive=True``), with sample weights where it
+        takes them, on the CPU: every coordinate step clipped into the box.
 
     What an engine declares here is what it solves, exactly: the conformance matrix
     (tests/test_conformance.py) fits every declared combination against a reference and
@@ -78,6 +82,7 @@ class Engine:
     grid_weighted: tuple = ()
     no_grid: tuple = ()
     gpu: tuple = ()
+    bounds: tuple = ()
 
     def entry_for(self, kind: str, loss: str) -> str:
         """The ``"module:function"`` that runs ``loss`` on data of ``kind``."""
@@ -138,6 +143,8 @@ class Engine:
     ) -> str | None:
         name = repr(self.name)
         if device == "gpu":
+            if problem.bounds is not None:
+                return f"solver={name} does not take coefficient bounds on a GPU"
             if problem.loss not in self.gpu or self.out_of_core(kind):
                 return f"solver={name} runs loss={problem.loss!r} on the CPU only"
             if weighted:
@@ -173,6 +180,13 @@ class Engine:
                     f"solver={name} does not take sample weights (given to fit or stored "
                     f"in the grid) for loss={problem.loss!r}{how}"
                 )
+        if problem.bounds is not None and (
+            problem.loss not in self.bounds or self.out_of_core(kind)
+        ):
+            return (
+                f"solver={name} does not take coefficient bounds (lower_bounds, "
+                f"upper_bounds, positive=True) for loss={problem.loss!r}"
+            )
         return None
 
 
@@ -191,6 +205,11 @@ def engines_solving(
 def weighted_engines(loss: str) -> list[str]:
     """The engines that solve ``loss`` with sample weights (in memory)."""
     return [name for name, engine in ENGINES.items() if loss in engine.weighted]
+
+
+def bounded_engines(loss: str) -> list[str]:
+    """The engines that solve ``loss`` with coefficient bounds."""
+    return [name for name, engine in ENGINES.items() if loss in engine.bounds]
 
 
 def _function(entry: str):
@@ -216,6 +235,7 @@ ENGINES: dict[str, Engine] = {
             losses=SMOOTH,
             weighted=SMOOTH,
             gpu=SMOOTH,
+            bounds=SMOOTH,
         ),
         # Out of core on a grid SDCA solves the unweighted problem only (grid_weighted is empty):
         # its chunk epochs and certificate have no weights.
@@ -269,6 +289,7 @@ ENGINES: dict[str, Engine] = {
             options=BlockSCDOptions,
             routes=((("memory", None), "dask_scd.engines.block.block_memory:fit_block_memory"),),
             weighted=SMOOTH,
+            bounds=SMOOTH,
         ),
         Engine(
             "block_newton",
@@ -347,6 +368,10 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
             among = [
                 name for name in weighted_engines(problem.loss) if among is None or name in among
             ]
+        if problem.bounds is not None:  # only the engines that take coefficient bounds
+            among = [
+                name for name in bounded_engines(problem.loss) if among is None or name in among
+            ]
         solver = _auto_in_memory(problem, data, among)
     elif on_cluster:
         solver = "block_newton" if problem.loss == MULTINOMIAL else dask_auto(data, problem)
@@ -386,6 +411,8 @@ def dask_choice(source, problem: Problem) -> tuple[str, str]:
     9.63 s against 10.2 s); else block Newton by conjugate gradients on curvature products
     (5–10 steps of 2 + CG reads, one reduction per read: a task graph of block SCD pays
     the scheduler's latency per block)."""
+    if problem.bounds is not None:
+        return "block_scd", "coefficient bounds: block SCD, whose steps clip into the box"
     if newton_forms_curvature(source):
         return "block_newton", "block Newton forms the p × p curvature of the row chunks"
     from dask_scd.engines.block.block_scd import collective_on_pure_blocks
@@ -432,12 +459,14 @@ def capability_table() -> str:
         "that solve it. In-memory engines named for dask input read X into memory first; on a",
         "grid, `sdca` runs out of core. On a GPU the engines' epochs run as CUDA kernels on",
         "X in memory, L1 terms included where the CPU engine takes them (the block engines",
-        "run a dask array of cupy chunks on its GPUs: docs/gpu.md).",
+        "run a dask array of cupy chunks on its GPUs: docs/gpu.md). `bounds`: the losses",
+        "it solves with coefficient bounds (`lower_bounds` / `upper_bounds`, `positive=True`),",
+        "with every penalty and, where it takes them, sample weights.",
         "",
         "| engine | data kind | "
         + " | ".join(name for name, _ in problems)
-        + ' | penalty=None | GPU (`device="gpu"`) |',
-        "|---|---|" + "---|" * (len(problems) + 2),
+        + ' | penalty=None | GPU (`device="gpu"`) | bounds |',
+        "|---|---|" + "---|" * (len(problems) + 3),
     ]
     short = {
         "squared": "sq",
@@ -456,9 +485,27 @@ def capability_table() -> str:
             cells.append(
                 ", ".join(gpu) + " (unweighted)" if gpu and not engine.out_of_core(kind) else "—"
             )
+            cells.append(", ".join(_bounded_cell(engine, kind, losses, short)) or "—")
             where = kind + (" (out of core)" if engine.out_of_core(kind) else "")
             lines.append(f"| `{name}` | {where} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _bounded_cell(engine: Engine, kind: str, losses, short) -> list:
+    """The short names of the losses ``engine`` solves with bounds on ``kind``."""
+    from dask_scd.objectives import Bounds
+    from dask_scd.validation import check_problem
+
+    box = Bounds([0.0], [1.0])
+    names = []
+    for loss in losses:
+        try:
+            problem = dataclasses.replace(check_problem(loss, "l2", 1.0, 0.5, True), bounds=box)
+        except ValueError:
+            continue
+        if engine._lacks(problem, False, kind) is None:
+            names.append(short[loss])
+    return names
 
 
 def _cell(engine: Engine, kind: str, losses, short, l1_ratio: float, unpenalized: bool):

@@ -78,6 +78,21 @@ class _LinearModel(BaseEstimator):
             "fit_intercept": self.fit_intercept,
         }
 
+    def _bound_arguments(self) -> dict:
+        """``lower_bounds`` / ``upper_bounds`` of :func:`dask_scd.fit` from the parameters
+        ``positive``, ``lower_bounds`` and ``upper_bounds`` (those an estimator has)."""
+        lower = getattr(self, "lower_bounds", None)
+        upper = getattr(self, "upper_bounds", None)
+        if getattr(self, "positive", False):
+            if lower is not None:
+                raise ValueError(
+                    "positive=True means lower_bounds=0: give positive or lower_bounds, "
+                    f"not both (lower_bounds={lower!r})"
+                )
+            lower = 0.0
+        given = {"lower_bounds": lower, "upper_bounds": upper}
+        return {name: value for name, value in given.items() if value is not None}
+
     def _fit_options(self, data: ModelInput, sample_weight=None, **change) -> dict:
         """The options of :func:`dask_scd.fit` for ``data`` weighted by ``sample_weight``
         (numpy or dask, or None), ``change`` replacing some; the problem checked."""
@@ -89,6 +104,7 @@ class _LinearModel(BaseEstimator):
             "solver": self.solver,
             "random_state": self.random_state,
             "verbose": self.verbose,
+            **self._bound_arguments(),
             **change,
         }
         if sample_weight is not None:

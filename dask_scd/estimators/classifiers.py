@@ -83,6 +83,8 @@ class LogisticRegression(_Probabilities, _Classifier):
         random_state=None,
         verbose=0,
         class_weight=None,
+        lower_bounds=None,
+        upper_bounds=None,
     ):
         _set_parameters(self, locals())
 
@@ -125,8 +127,12 @@ class LogisticRegression(_Probabilities, _Classifier):
         penalty); "ovr" one binary model per class. "auto" is "multinomial" for more
         than two classes wherever that runs, "ovr" elsewhere (a grid above the limit, an
         L1 term on a large dask array, a binary engine named by ``solver``) and for two
-        classes (one binary model). ``multi_class_`` says which ran.
+        classes (one binary model), and with coefficient bounds. ``multi_class_`` says
+        which ran.
 {class_weight}
+{box_parameters}
+        With more than two classes, bounds apply to one-vs-rest models (what
+        ``multi_class="auto"`` fits then); the multinomial model takes none.
 
     Attributes
     ----------
@@ -167,6 +173,8 @@ class LogisticRegression(_Probabilities, _Classifier):
         if self.multi_class != "auto":
             return self.multi_class == "multinomial"
         if n_classes <= 2 or self.solver not in ("auto", "newton", "block_newton"):
+            return False
+        if self._bound_arguments():  # bounds: binary models (the softmax takes none)
             return False
         if data.kind in ("native", "memory") or self.solver == "newton":
             return True

@@ -57,6 +57,7 @@ class _CrossValidated:
                 "path_options": {
                     "alphas": alphas(train) if callable(alphas) else alphas,
                     **problem,
+                    **self._bound_arguments(),
                     "fit_intercept": self.fit_intercept,
                     "tol": self.tol,
                     "max_iter": self.max_iter,
@@ -198,6 +199,9 @@ class LassoCV(_LinearModelCV):
         solver="auto",
         random_state=None,
         verbose=0,
+        positive=False,
+        lower_bounds=None,
+        upper_bounds=None,
     ):
         _set_parameters(self, locals())
 
@@ -218,6 +222,7 @@ class LassoCV(_LinearModelCV):
         alpha_max, the smallest alpha whose model is zero on all of X.
     fit_intercept : bool, default=True
 {cv_parameters}
+{bound_parameters}
 
     Attributes
     ----------
@@ -258,6 +263,9 @@ class ElasticNetCV(_LinearModelCV):
         solver="auto",
         random_state=None,
         verbose=0,
+        positive=False,
+        lower_bounds=None,
+        upper_bounds=None,
     ):
         _set_parameters(self, locals())
 
@@ -286,6 +294,7 @@ class ElasticNetCV(_LinearModelCV):
         As for :class:`LassoCV` (a given grid serves every l1_ratio).
     fit_intercept : bool, default=True
 {cv_parameters}
+{bound_parameters}
 
     Attributes
     ----------
@@ -323,6 +332,9 @@ class RidgeCV(_CrossValidated, _Regressor):
         solver="auto",
         random_state=None,
         verbose=0,
+        positive=False,
+        lower_bounds=None,
+        upper_bounds=None,
     ):
         _set_parameters(self, locals())
 
@@ -382,6 +394,7 @@ class RidgeCV(_CrossValidated, _Regressor):
         scikit-learn's leave-one-out; its ``RidgeCV`` with a ``cv`` weighs only the fits
         unless metadata routing is enabled).
 {cv_parameters}
+{bound_parameters}
 
     Attributes
     ----------

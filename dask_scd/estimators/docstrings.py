@@ -26,6 +26,24 @@ _COMMON_PARAMETERS = """
         certified epoch; 2: a line per certified epoch (see :class:`dask_scd.Progress`).
 """
 
+_BOX_PARAMETERS = """
+    lower_bounds, upper_bounds : float, array-like or None, default=None
+        Coefficient constraints ``lower_bounds <= coef_ <= upper_bounds``, a number or
+        an array of shape (n_features,) (glum's and Spark MLlib's bounds; ``-inf`` /
+        ``+inf`` leave a side open; the intercept is never bounded): every coordinate
+        step clips into the box and ``dual_gap_`` is the box's duality gap
+        (:func:`dask_scd.fit`; solved by the engines "scd" and "block_scd", which
+        "auto" picks).
+"""
+
+_BOUND_PARAMETERS = (
+    """
+    positive : bool, default=False
+        Constrain the coefficients to be >= 0 (scikit-learn's ``positive``; the same as
+        ``lower_bounds=0``, which it may not be given with)."""
+    + _BOX_PARAMETERS
+)
+
 _COMMON_ATTRIBUTES = """
     n_iter_ : {n_iter}
         Epochs run{per_model}.
@@ -85,6 +103,8 @@ def _docstring(template: str) -> str:
         .replace("{classifier_attributes}", _CLASSIFIER_ATTRIBUTES.strip("\n"))
         .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
         .replace("{inputs}", _INPUTS.strip("\n"))
+        .replace("{bound_parameters}", _BOUND_PARAMETERS.strip("\n"))
+        .replace("{box_parameters}", _BOX_PARAMETERS.strip("\n"))
     )
 
 
@@ -134,8 +154,10 @@ _SAMPLE_WEIGHT = """
 
 
 def cv_doc(template: str) -> str:
-    return template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n")).replace(
-        "{cv_notes}", _CV_NOTES.strip("\n")
+    return (
+        template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n"))
+        .replace("{cv_notes}", _CV_NOTES.strip("\n"))
+        .replace("{bound_parameters}", _BOUND_PARAMETERS.strip("\n"))
     )
 
 

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from dask_scd.api import fit
+from dask_scd.api import bounded, fit
 from dask_scd.grid.kinds import is_grid
 from dask_scd.objectives import CLASSIFICATION_LOSSES, certificate
 from dask_scd.validation import (
@@ -50,6 +50,9 @@ def _keep_previous(X, y, options: dict, coef, intercept):
     if options["penalty"] is None:
         return None  # no certificate to keep a previous solution by
     problem = checked_problem(options)
+    if "lower_bounds" in options or "upper_bounds" in options:  # certified in the box
+        lower, upper = options.get("lower_bounds"), options.get("upper_bounds")
+        problem = bounded(problem, lower, upper, X.shape[1])
     y = np.asarray(y, dtype=np.float64)
     weights = options.get("sample_weight")
     if weights is not None:

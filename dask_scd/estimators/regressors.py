@@ -21,6 +21,9 @@ class _PenalizedLeastSquares(_Regressor):
         warm_start=False,
         random_state=None,
         verbose=0,
+        positive=False,
+        lower_bounds=None,
+        upper_bounds=None,
     ):
         _set_parameters(self, locals())
 
@@ -40,6 +43,7 @@ class Ridge(_PenalizedLeastSquares):
         minimizes ``‖y − Xθ − b‖² + a‖θ‖²``, which is this model with
         ``alpha = a / n_samples``.
 {common_parameters}
+{bound_parameters}
 
     With y of shape (n_samples, n_targets), one model is fitted per column (scikit-learn's
     multi-target ``Ridge``): ``coef_`` has one row per target.
@@ -80,6 +84,7 @@ class Lasso(_PenalizedLeastSquares):
     alpha : float > 0, default=1.0
         Weight of the L1 penalty.
 {common_parameters}
+{bound_parameters}
 
     Attributes
     ----------
@@ -110,6 +115,9 @@ class ElasticNet(_Regressor):
         warm_start=False,
         random_state=None,
         verbose=0,
+        positive=False,
+        lower_bounds=None,
+        upper_bounds=None,
     ):
         _set_parameters(self, locals())
 
@@ -126,6 +134,7 @@ class ElasticNet(_Regressor):
     l1_ratio : float in [0, 1], default=0.5
         The L1 share of the penalty.
 {common_parameters}
+{bound_parameters}
 
     Attributes
     ----------

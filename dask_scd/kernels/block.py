@@ -481,6 +481,18 @@ def block_newton_qp(hessian, gradient, theta, l1, l2, max_sweeps, tol):
     for squared loss it is the exact block minimizer, which a diagonal step on an impure
     block only approaches over many iterations.
     """
+    return block_box_qp(hessian, gradient, theta, l1, l2, max_sweeps, tol, _OPEN, _OPEN)
+
+
+_OPEN = np.zeros(0)  # no box
+
+
+@njit(nogil=True, cache=True, inline="always")
+def block_box_qp(hessian, gradient, theta, l1, l2, max_sweeps, tol, lower, upper):
+    """:func:`block_newton_qp` over the box [``lower``, ``upper``] (empty: none): each
+    coordinate's step clipped into its interval, exact for a convex function of one
+    variable, so the sweeps minimize the block's model over the box."""
+    bounded = lower.shape[0] > 0
     k = theta.shape[0]
     t = theta.copy()
     residual = gradient.copy()  # r = g + H(t − θ)
@@ -489,6 +501,8 @@ def block_newton_qp(hessian, gradient, theta, l1, l2, max_sweeps, tol):
         scale = 0.0
         for j in range(k):
             new = _prox_newton(t[j], residual[j], hessian[j, j], l1, l2)
+            if bounded:
+                new = min(max(new, lower[j]), upper[j])
             delta = new - t[j]
             if delta != 0.0:
                 for i in range(k):

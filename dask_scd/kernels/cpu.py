@@ -62,7 +62,7 @@ def scd_epoch_violation(
     subdifferential, ``dist(−g_j, ∂g(θ_j))``, taken just before its step (free: the step
     reduces g_j anyway). Over an epoch it is the working-set solver's cheap stopping test.
     """
-    # The empty weights are a compile-time constant: the weighted branches fold away.
+    # The empty weights and bounds are compile-time constants: their branches fold away.
     return scd_weighted_epoch(
         data,
         indices,
@@ -80,10 +80,12 @@ def scd_epoch_violation(
         col_sq_norms,
         col_cube_sums,
         _NO_WEIGHTS,
+        _NO_WEIGHTS,
+        _NO_WEIGHTS,
     )
 
 
-_NO_WEIGHTS = np.zeros(0)
+_NO_WEIGHTS = np.zeros(0)  # (and no bounds)
 
 
 # Inlined into scd_epoch_violation with empty weights, compiled on its own when called.
@@ -105,6 +107,8 @@ def scd_weighted_epoch(
     col_sq_norms,
     col_cube_sums,
     weights,
+    lower,
+    upper,
 ):
     """:func:`scd_epoch_violation` for sample weights v (the loss of example i is v_i·ℓ_i).
 
@@ -112,7 +116,10 @@ def scd_weighted_epoch(
     (x_j∘x_j)ᵀ(v∘ℓ''(ŷ))/n, its line search compares weighted losses, and so do the
     intercept's. ``col_sq_norms`` and ``col_cube_sums`` are the weighted Σ_i v_i x_ij² and
     Σ_i v_i |x_ij|³ (the squared loss's curvature, the logistic's third-order bound).
-    Empty ``weights``: every example weighs 1.
+    Empty ``weights``: every example weighs 1. ``lower`` and ``upper`` (arrays of shape
+    (n_features,); empty: none) keep θ in a box: every step is the clip of the
+    prox-Newton step into its interval, the exact minimizer of the coordinate's model
+    there, and the violation counts the box's normal cone.
     """
     cubic = loss == scalar.LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
     n_features = coef.shape[0]
@@ -142,6 +149,8 @@ def scd_weighted_epoch(
                 inv_n,
                 col_cube_sums[j] * inv_n if cubic else -1.0,
                 weights,
+                lower,
+                upper,
             )
             max_coef = max(max_coef, abs(coef[j]))
         max_delta = max(max_delta, abs(delta))
@@ -167,6 +176,8 @@ def scd_epoch_squared(
     col_xty,
     col_means,
     weights,
+    lower,
+    upper,
 ):
     """:func:`scd_epoch_violation` for the squared loss; with an intercept, on centered
     columns: the intercept is re-solved exactly after every coordinate step, for free.
@@ -193,12 +204,14 @@ def scd_epoch_squared(
     ``col_xty`` is Xᵀ(v∘y), ``col_sq_norms`` Σ_i v_i x_ij², ``col_means`` the weighted
     means Σ_i v_i x_ij / Σv, the optimal b the weighted mean of y − Xθ, and a column's
     curvature once centered Σ_i v_i (x_ij − mean_j)²/n = Σ_i v_i x_ij²/n − (Σv/n)·mean_j²
-    (``mass`` is Σv/n).
+    (``mass`` is Σv/n). ``lower`` and ``upper`` (empty: none) keep θ in a box, as
+    :func:`scd_weighted_epoch` does.
     """
     n_features = coef.shape[0]
     inv_n = 1.0 / n_samples
     centered = col_means.shape[0] == n_features
     weighted = weights.shape[0] > 0
+    bounded = lower.shape[0] > 0
     mass = 1.0  # Σv/n
     shift = 0.0  # pending change of b and of every margin
     if centered and weighted:
@@ -230,18 +243,25 @@ def scd_epoch_squared(
         g = (g - col_xty[j]) * inv_n + shift * mass * mean  # x_jᵀV(ŷ + shift − y)/n
         h = col_sq_norms[j] * inv_n - mass * mean * mean  # ‖x_j − mean·1‖²_V/n
         old = coef[j]
-        violation = coordinate_violation(old, g, l1, l2)
+        if bounded:
+            violation = scalar.box_violation(old, g, l1, l2, lower[j], upper[j])
+        else:
+            violation = coordinate_violation(old, g, l1, l2)
         max_violation = max(max_violation, violation)
         if h > 1e-12 * col_sq_norms[j] * inv_n:
             delta = scalar.prox_newton(old, g, h, l1, l2) - old
         else:  # a constant column: flat once centered, its penalty alone sets it to 0
             delta = -old
-        max_coef = max(max_coef, abs(old + delta))
+        new = old + delta
+        if bounded:  # the clip of the step into the box, landing on it exactly
+            new = scalar.clip(new, lower[j], upper[j])
+            delta = new - old
+        max_coef = max(max_coef, abs(new))
         if delta == 0.0:
             continue
         row_axpy(data, indices, dense, start, end, delta, margins)
         shift -= delta * mean
-        coef[j] = old + delta
+        coef[j] = new
         max_delta = max(max_delta, abs(delta))
     if centered:
         for i in range(n_samples):
@@ -278,6 +298,8 @@ def _column_step(
     inv_n,
     cube_mean,
     weights,
+    lower,
+    upper,
 ):
     start, end = line(dense, indptr, j, n_samples)
     weighted = weights.shape[0] > 0
@@ -310,8 +332,13 @@ def _column_step(
         h *= inv_n
     g *= inv_n
     old = coef[j]
-    violation = coordinate_violation(old, g, l1, l2)
-    delta = scalar.prox_newton(old, g, h, l1, l2) - old
+    bounded = lower.shape[0] > 0
+    if bounded:
+        violation = scalar.box_violation(old, g, l1, l2, lower[j], upper[j])
+        delta = scalar.clip(scalar.prox_newton(old, g, h, l1, l2), lower[j], upper[j]) - old
+    else:
+        violation = coordinate_violation(old, g, l1, l2)
+        delta = scalar.prox_newton(old, g, h, l1, l2) - old
     if delta == 0.0:
         return 0.0, violation
     if loss != scalar.SQUARED and not scalar.cubic_accepts(g, h, old, delta, l1, l2, cube_mean):
@@ -334,6 +361,14 @@ def _column_step(
         )
         if delta == 0.0:
             return 0.0, violation
+    if bounded:  # old + Δ may round past the bound it reaches: θ_j lands on it exactly
+        new = scalar.clip(old + delta, lower[j], upper[j])
+        delta = new - old
+        if delta == 0.0:
+            return 0.0, violation
+        row_axpy(data, indices, dense, start, end, delta, margins)
+        coef[j] = new
+        return delta, violation
     row_axpy(data, indices, dense, start, end, delta, margins)  # ŷ += Δθ_j X[:, j]
     coef[j] = old + delta
     return delta, violation

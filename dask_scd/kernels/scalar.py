@@ -95,6 +95,43 @@ def prox_newton(old, g, h, l1, l2):
 
 
 @njit(inline="always")
+def clip(t, lo, hi):
+    """t clipped into [lo, hi]: the minimizer over an interval of a convex function of one
+    variable whose minimizer is t (the bounded coordinate step). By comparisons:
+    numba.cuda does not compile min/max of floats."""
+    if t < lo:
+        return lo
+    if t > hi:
+        return hi
+    return t
+
+
+@njit(inline="always")
+def box_violation(old, g, l1, l2, lo, hi):
+    """dist(0, g + ∂(l1|t| + l2 t²/2)(old) + N_[lo, hi](old)): a coordinate's optimality
+    violation with the box's normal cone, which opens the side of a bound it sits on."""
+    if old > 0.0:
+        low = g + l2 * old + l1
+        high = low
+    elif old < 0.0:
+        low = g + l2 * old - l1
+        high = low
+    else:
+        low = g - l1
+        high = g + l1
+    if old <= lo:
+        low = -np.inf
+    if old >= hi:
+        high = np.inf
+    worst = 0.0
+    if low > worst:
+        worst = low
+    if -high > worst:
+        worst = -high
+    return worst
+
+
+@njit(inline="always")
 def sigmoid(u):
     """σ(u) = 1/(1 + e^{-u}) without overflow."""
     if u >= 0.0:

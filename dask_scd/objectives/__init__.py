@@ -29,6 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import entr, expit
 
+from dask_scd.objectives import bounds as box
+from dask_scd.objectives.bounds import Bounds
+from dask_scd.objectives.shift import best_shift as best_shift
 from dask_scd.objectives.weights import check_sample_weight as check_sample_weight
 
 LOSSES = ("squared", "logistic", "hinge", "squared_hinge")
@@ -64,12 +67,23 @@ class Problem:
         The effective ρ of α(ρ‖θ‖₁ + (1 − ρ)/2‖θ‖²): 0 for ``"l2"``, 1 for ``"l1"``.
     fit_intercept : bool
         Whether an unpenalized intercept b is fitted.
+    bounds : Bounds or None
+        The box l ≤ θ ≤ u of the coefficients (:mod:`dask_scd.objectives.bounds`), in the
+        column order of the data the engine reads; None: no constraint.
     """
 
     loss: str
     alpha: float
     l1_ratio: float
     fit_intercept: bool
+    bounds: Bounds | None = None
+
+    def __repr__(self) -> str:  # names a default checkpoint: unchanged without bounds
+        bounds = "" if self.bounds is None else f", bounds={self.bounds!r}"
+        return (
+            f"Problem(loss={self.loss!r}, alpha={self.alpha!r}, l1_ratio={self.l1_ratio!r}, "
+            f"fit_intercept={self.fit_intercept!r}{bounds})"
+        )
 
     @property
     def unpenalized(self) -> bool:
@@ -191,7 +205,9 @@ def vdot(u, v) -> float:
 
 def penalty_terms(problem: Problem, coef):
     """g_j(θ_j) = α(ρ|θ_j| + (1−ρ)/2 θ_j²) elementwise (the independent numpy formula that
-    the tests hold :func:`dask_scd.kernels.scalar.penalty` to)."""
+    the tests hold :func:`dask_scd.kernels.scalar.penalty` to); +inf outside the bounds."""
+    if problem.bounds is not None:
+        return box.penalty_terms(problem.l1, problem.l2, problem.bounds, coef)
     return problem.l1 * np.abs(coef) + 0.5 * problem.l2 * coef * coef
 
 
@@ -201,7 +217,10 @@ def penalty_value(problem: Problem, coef) -> float:
 
 
 def penalty_conjugate(problem: Problem, s, bound: float):
-    """g*_j(s_j) elementwise; ``bound`` is the Lipschitzing support bound B (used when ρ = 1)."""
+    """g*_j(s_j) elementwise; ``bound`` is the Lipschitzing support bound B (used when ρ = 1).
+    With bounds, the conjugate of the penalty restricted to the box."""
+    if problem.bounds is not None:
+        return box.conjugate(problem.l1, problem.l2, problem.bounds, s, bound)
     excess = np.maximum(np.abs(s) - problem.l1, 0.0)
     if problem.l2 > 0.0:
         return excess * excess / (2.0 * problem.l2)
@@ -372,12 +391,19 @@ def rescaled_lasso_from_dual(
     """:func:`rescaled_lasso_certificate` given ``dual_loss_mean(κ) = Σ_i −ℓ*(−κa_i) / n``."""
     if problem.l1 <= 0.0 or problem.l2 > 0.0 or cert.correlation is None:
         return cert
-    top = float(np.abs(cert.correlation).max(initial=0.0))
-    kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
-    dual = dual_loss_mean(kappa)
-    if not dual > cert.dual:
-        return cert
-    coordinate_gaps = problem.l1 * np.abs(coef) - kappa * cert.correlation * coef  # g*(κs) = 0
+    if problem.bounds is not None:  # κ for the open sides, the box's g*(κs) charged
+        bound = lipschitz_bound(problem, cert.primal)
+        kappa, g_star, coordinate_gaps = box.rescaled(problem, cert.correlation, coef, bound)
+        dual = dual_loss_mean(kappa) - g_star
+        if not dual > cert.dual:
+            return cert
+    else:
+        top = float(np.abs(cert.correlation).max(initial=0.0))
+        kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
+        dual = dual_loss_mean(kappa)
+        if not dual > cert.dual:
+            return cert
+        coordinate_gaps = problem.l1 * np.abs(coef) - kappa * cert.correlation * coef  # g*(κs) = 0
     intercept_gap = cert.primal - dual - float(coordinate_gaps.sum())
     # ``correlation`` stays that of a = −ℓ'(ŷ): working sets read the true violations.
     return Certificate(cert.primal, dual, coordinate_gaps, intercept_gap, cert.correlation)
@@ -529,54 +555,3 @@ def _weighted_hinge_intercept(y, margins, weights) -> float:
     )
     first = int(np.searchsorted(slope, 0.0, side="left"))
     return float(candidates[min(first, len(candidates) - 1)])
-
-
-# ------------------------------------------------------------- flat directions
-
-
-def best_shift(
-    problem: Problem, values, linear: float = 0.0, curvature: float = 0.0, presorted: bool = False
-) -> float:
-    """argmin_c linear·c + curvature/2·c² + Σ_k g(c − values_k), g(t) = αρ|t| + α(1−ρ)/2 t².
-
-    The one-dimensional problem behind a *flat direction*: on a complete one-hot group
-    (every example has exactly one 1 among the group's columns), moving θ_G by −c and the
-    intercept by +c leaves every margin unchanged, so only the penalty decides c
-    (``linear = curvature = 0``). With a loss model along the direction it is one
-    coordinate of the coarse Newton step of the block engine. The derivative
-    ``linear + curvature·c + l1·Σ sign(c − v_k) + l2·Σ (c − v_k)`` is monotone and
-    piecewise linear between the sorted values; the root is found exactly, by bisection
-    over the breakpoints (O(log k) once the values are sorted: ``presorted`` says they
-    are, for a caller that solves many such problems on the same values).
-    """
-    v = (
-        np.asarray(values, dtype=np.float64)
-        if presorted
-        else np.sort(np.asarray(values, dtype=np.float64))
-    )
-    k = len(v)
-    l1, l2 = problem.l1, problem.l2
-    total = float(v.sum())
-    slope = l2 * k + curvature  # of the derivative between breakpoints
-    if l1 == 0.0 or k == 0:
-        return float((l2 * total - linear) / slope) if slope > 0 else 0.0
-
-    def right(i):  # f'(v_i + 0), with i + 1 values at or below v_i (distinct values)
-        return linear + curvature * v[i] + l1 * (2 * (i + 1) - k) + l2 * (k * v[i] - total)
-
-    lo, hi = 0, k  # the first breakpoint where f'(v_m + 0) ≥ 0 (k if none)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if right(mid) < 0.0:
-            lo = mid + 1
-        else:
-            hi = mid
-    m = lo
-    if m < k:
-        left = linear + curvature * v[m] + l1 * (2 * m - k) + l2 * (k * v[m] - total)
-        if left <= 0.0 or slope <= 0.0:
-            return float(v[m])  # 0 lies in the subdifferential at the kink v_m
-    elif slope <= 0.0:
-        return float(v[-1])
-    # The root is inside the open interval just below v_m (or above all values).
-    return float((l2 * total - l1 * (2 * m - k) - linear) / slope)

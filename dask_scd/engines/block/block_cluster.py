@@ -9,6 +9,7 @@ the certificate chain); :mod:`block_scd` and :mod:`block_newton` fill in the epo
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import numpy as np
@@ -43,8 +44,12 @@ class ClusterBlocks(BlockLoop):
 
     def __init__(self, client, source: Source, problem: obj.Problem, options, coarse=True):
         self.client = client
-        self.coarse = coarse
+        # The coarse step's whole-block shifts ignore a box on the coefficients: off there.
+        self.coarse = coarse and problem.bounds is None
         self.source = source
+        if problem.bounds is not None:  # the box in the grid's column order, as θ
+            bounds = problem.bounds.take(source.feature_order)
+            problem = dataclasses.replace(problem, bounds=bounds)
         self.problem = problem
         self.rng = options.rng
         self.selection = options.engine.selection
@@ -121,6 +126,8 @@ class ClusterBlocks(BlockLoop):
             "blocks": [int(len(b)) for b in self.source.blocks],
             "row_bounds": [int(v) for v in self.source.row_bounds],
             "selection": self.selection,
+            # a box: a checkpoint of another box is not this fit's (none: as before)
+            **({} if p.bounds is None else {"bounds": repr(p.bounds)}),
         }
 
     def hooks(self, settings) -> EpochHooks:

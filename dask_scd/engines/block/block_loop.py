@@ -152,7 +152,9 @@ class BlockLoop:
         if self.warm is not None:
             return self.warm[0], self.warm[1], 0, History()
         intercept = self._initial_intercept() if self.problem.fit_intercept else 0.0
-        return np.zeros(self.n_columns), intercept, 0, History()
+        bounds = self.problem.bounds  # in the engine's column order: its start nearest 0
+        coef = np.zeros(self.n_columns) if bounds is None else bounds.start()
+        return coef, intercept, 0, History()
 
     def _record(self, epoch, point: Certified, history, began, hooks, done) -> bool:
         """History, progress, checkpoint and callback after an epoch; True: the callback

@@ -24,6 +24,7 @@ step). Columns without a stored value keep θ_j = 0, their optimum.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import numpy as np
@@ -92,9 +93,21 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     return run
 
 
-def column_blocks(data) -> list[np.ndarray]:
+def column_blocks(data, every: bool = False) -> list[np.ndarray]:
     """The blocks of X's columns that hold a value: its pure blocks (one-hot fields) when
-    there are 2 to :data:`MAX_BLOCKS`, else runs of :data:`BLOCK_COLUMNS` columns."""
+    there are 2 to :data:`MAX_BLOCKS`, else runs of :data:`BLOCK_COLUMNS` columns;
+    ``every``: the empty columns too, in runs of their own (a box may hold their θ_j away
+    from 0, and the certificate counts their penalty)."""
+    blocks = _blocks_of_values(data)
+    if not every:
+        return blocks
+    used = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    empty = np.setdiff1d(np.arange(data.X.shape[1]), used)
+    return blocks + [empty[i : i + BLOCK_COLUMNS] for i in range(0, len(empty), BLOCK_COLUMNS)]
+
+
+def _blocks_of_values(data) -> list[np.ndarray]:
+    """:func:`column_blocks` of the columns that hold a value."""
     X = data.X
     blocks = data.pure_blocks
     if blocks is not None and 2 <= len(blocks) <= MAX_BLOCKS:
@@ -157,21 +170,25 @@ class _Engine(BlockLoop):
 
     def __init__(self, data, problem, rng, selection, progress, memo=None):
         self.problem, self.rng, self.progress = problem, rng, progress
-        kept = None if memo is None else memo.get("block_scd")
+        every = problem.bounds is not None  # with a box every column is a coordinate
+        key = "block_scd" + ("/every column" if every else "")
+        kept = None if memo is None else memo.get(key)
         if kept is None:
-            self._lay_out(data)
+            self._lay_out(data, every)
             kept = {name: getattr(self, name) for name in self._LAYOUT}
             if memo is not None:
-                memo["block_scd"] = kept
+                memo[key] = kept
         else:
             self.__dict__.update({name: kept[name] for name in self._LAYOUT})
+        if every:  # the box in the engine's column order, as θ
+            self.problem = dataclasses.replace(problem, bounds=problem.bounds.take(self.columns))
         self.order = strategies.block_order(selection, self.slices)
         self.n_columns = len(self.columns)
         self.bounded = problem.loss == "logistic" and not data.weighted
         self.unsure: set = set()
         self.fit_key = f"memory-{uuid.uuid4().hex}"
         self.row_sums = None
-        if problem.l1 <= 0.0:  # the coarse space's S over all columns (L1: over the support)
+        if problem.l1 <= 0.0 and not every:  # the coarse space's S (L1: over the support)
             key = ("row_sums", problem.fit_intercept)
             if key not in kept:
                 kept[key] = self.each(
@@ -179,10 +196,10 @@ class _Engine(BlockLoop):
                 )
             self.row_sums = kept[key]
 
-    def _lay_out(self, data):
-        """The blocks, the row chunks and their cells."""
+    def _lay_out(self, data, every: bool = False):
+        """The blocks, the row chunks and their cells (``every``: of every column)."""
         self.n, self.n_features = data.n_samples, data.n_features
-        blocks = column_blocks(data)
+        blocks = column_blocks(data, every)
         self.columns = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
         widths = [len(b) for b in blocks]
         self.offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
@@ -299,7 +316,10 @@ class _Engine(BlockLoop):
         start, slack = (point.coef, point.intercept), 1e-13 * abs(point.certificate.primal)
         rows = _Rows(self, margins)
         state, unsure = block_steps(plan, start, slack, self.problem, self.n, rows)
-        state = coarse_step(rows, self.problem, self.n, self.offsets, state, self._row_sums(state))
+        if self.problem.bounds is None:  # whole-block shifts ignore a box
+            state = coarse_step(
+                rows, self.problem, self.n, self.offsets, state, self._row_sums(state)
+            )
         self.unsure = set(unsure)
         return self._first(state, final)
 

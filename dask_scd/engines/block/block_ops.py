@@ -229,6 +229,7 @@ def block_direction(
     intercept_block: bool,
     *partials,
     provable: bool = False,
+    box=None,
 ) -> dict:
     """Sum the partial statistics (in order) and take the prox-Newton coordinate step.
 
@@ -239,6 +240,10 @@ def block_direction(
     ``provable`` (a pure block under the logistic loss): the step is final, each
     coordinate's Newton step scaled by the largest 4⁻ᵏ for which the cubic bound proves
     the Armijo decrease (:func:`provable_steps`), so no line search follows.
+
+    ``box``: the block's :class:`~dask_scd.objectives.Bounds` (None: none); the step is then
+    the clip of θ* into it, the exact minimizer of each coordinate's model there, and the
+    direction carries the box for the steps that follow.
     """
     width = len(theta)
     g = _summed(partials, "g", width) / n_samples
@@ -246,9 +251,13 @@ def block_direction(
     l1, l2 = (0.0, 0.0) if intercept_block else (problem.l1, problem.l2)
     if "gram" in partials[0]:
         hessian = sum_partials(*[p["gram"] for p in partials]) / n_samples
-        target = block_kernels.block_newton_qp(
-            hessian, g, np.asarray(theta, dtype=np.float64), l1, l2, 1000, 1e-15
-        )
+        start = np.asarray(theta, dtype=np.float64)
+        if box is None:
+            target = block_kernels.block_newton_qp(hessian, g, start, l1, l2, 1000, 1e-15)
+        else:
+            target = block_kernels.block_box_qp(
+                hessian, g, start, l1, l2, 1000, 1e-15, box.lower, box.upper
+            )
     else:
         denom = h + l2
         z = h * theta - g
@@ -256,6 +265,8 @@ def block_direction(
             target = np.where(
                 denom > 0, np.sign(z) * np.maximum(np.abs(z) - l1, 0.0) / denom, theta
             )
+        if box is not None:
+            target = box.clip(target)
     direction = target - theta
     model = g * direction + _penalty(l1, l2, target) - _penalty(l1, l2, theta)
     # "theta"/"delta" are the full step, exact on a pure block under squared loss;
@@ -269,6 +280,8 @@ def block_direction(
         "theta": target,
         "delta": direction,
     }
+    if box is not None:
+        out.update(lower=box.lower, upper=box.upper)
     cube = _summed(partials, "cube", width) / n_samples if "cube" in partials[0] else None
     if provable:
         if cube is None:  # no bound: no step this epoch, trials the next
@@ -294,7 +307,10 @@ def block_direction_from(
     inside every task; ``block`` the block's column slice, or None for the intercept."""
     coef, intercept = start
     theta = np.array([intercept]) if block is None else coef[block].copy()
-    return block_direction(problem, n_samples, theta, block is None, *partials, provable=provable)
+    box = None if block is None or problem.bounds is None else problem.bounds.take(block)
+    return block_direction(
+        problem, n_samples, theta, block is None, *partials, provable=provable, box=box
+    )
 
 
 # Step sizes a provable step may take: 1, 1/4, ..., 4⁻⁷ (the bound's cubic term shrinks
@@ -328,9 +344,8 @@ def provable_steps(out: dict, g, h, cube) -> dict:
         ok = (bound <= _ARMIJO * model) & (model < 0.0)
         chosen[index[ok]] = t
         left[index[ok]] = False
-    delta = chosen * d
     unsure = int(np.count_nonzero((chosen < 1.0) & (d != 0.0)))
-    return {**out, "theta": theta + delta, "delta": delta, "unsure": unsure}
+    return {**out, **landed(out, theta, chosen * d), "unsure": unsure}
 
 
 def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
@@ -420,8 +435,8 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     if "quadratic" in partials[0]:
         linear = sum_partials(*[p["linear"] for p in partials])[0] / n_samples
         quadratic = sum_partials(*[p["quadratic"] for p in partials])[0] / n_samples
-        step = _exact_line(theta, d, linear, quadratic, l1, l2)
-        return {"theta": theta + step * d, "delta": step * d}
+        step = _exact_line(theta, d, linear, quadratic, l1, l2, _longest(direction))
+        return landed(direction, theta, step * d)
     trials = _summed(partials, "trials", len(d)) / n_samples  # (K,) or (K, |B|)
     if trials.ndim == 2:  # a pure block: per coordinate
         return _choose_per_coordinate(direction, trials, slack)
@@ -434,8 +449,7 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
     accept = change <= _ARMIJO * steps * direction["model"].sum() + slack
     first = np.argmax(accept, axis=0)  # the largest accepted step size
     chosen = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
-    delta = chosen * d
-    return {"theta": theta + delta, "delta": delta}
+    return landed(direction, theta, chosen * d)
 
 
 def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
@@ -457,20 +471,46 @@ def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
         accept = change <= _ARMIJO * steps * mj + slack
         first = np.argmax(accept, axis=0)  # the largest accepted step size
         chosen[index] = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
-    delta = chosen * d
-    return {"theta": theta + delta, "delta": delta, "unsure": unsure}
+    return {**landed(direction, theta, chosen * d), "unsure": unsure}
 
 
-def _exact_line(theta, d, linear, quadratic, l1, l2) -> float:
-    """argmin_a a·linear + a²/2·quadratic + Σ_j pen(θ_j + a d_j) for a ≥ 0 (convex, 1-D)."""
+def landed(direction: dict, theta, delta) -> dict:
+    """{"theta": θ + Δ, "delta": Δ}; with the direction's box, θ + Δ clipped into it (it
+    may round past the bound it reaches) and Δ what moved."""
+    if "lower" not in direction:
+        return {"theta": theta + delta, "delta": delta}
+    moved = np.clip(theta + delta, direction["lower"], direction["upper"])
+    return {"theta": moved, "delta": moved - theta}
+
+
+def _longest(direction: dict) -> float:
+    """The largest a with θ + a·d inside the direction's box (inf without one; at least 1:
+    the full step lands inside)."""
+    if "lower" not in direction:
+        return np.inf
+    theta, d = direction["start"], direction["direction"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = np.where(
+            d > 0,
+            (direction["upper"] - theta) / d,
+            np.where(d < 0, (direction["lower"] - theta) / d, np.inf),
+        )
+    return max(1.0, float(room.min(initial=np.inf)))
+
+
+def _exact_line(theta, d, linear, quadratic, l1, l2, longest=np.inf) -> float:
+    """argmin_a a·linear + a²/2·quadratic + Σ_j pen(θ_j + a d_j) for 0 ≤ a ≤ ``longest``
+    (convex, 1-D)."""
     from scipy.optimize import minimize_scalar
 
     f = lambda a: a * linear + 0.5 * a * a * quadratic + _penalty(l1, l2, theta + a * d).sum()  # noqa: E731
     if l1 == 0.0:
         curvature = quadratic + l2 * obj.vdot(d, d)
         slope = linear + l2 * obj.vdot(theta, d)
-        return max(0.0, -slope / curvature) if curvature > 0 else 0.0
-    result = minimize_scalar(f, bounds=(0.0, 2.0), method="bounded", options={"xatol": 1e-12})
+        return min(max(0.0, -slope / curvature), longest) if curvature > 0 else 0.0
+    result = minimize_scalar(
+        f, bounds=(0.0, min(2.0, longest)), method="bounded", options={"xatol": 1e-12}
+    )
     return float(result.x) if f(result.x) < f(0.0) else 0.0
 
 

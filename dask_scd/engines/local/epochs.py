@@ -3,6 +3,8 @@ weighted CPU kernel in place of the plain one when there are sample weights."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -20,15 +22,22 @@ def scd_epoch(
     sq_norms,
     cubes,
     weights,
+    bounds=None,
 ):
     """One primal SCD epoch over the coordinates ``order`` of the columns ``m``: ``kernel``
     (:func:`dask_scd.kernels.cpu.scd_epoch` or a twin with its arguments) without
-    ``weights``, else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; returns the kernel's."""
+    ``weights`` nor ``bounds`` (a :class:`~dask_scd.objectives.Bounds` of the columns of
+    ``m``), else :func:`dask_scd.kernels.cpu.scd_weighted_epoch`; returns the kernel's."""
     args = (m.data, m.indices, m.indptr, m.dense, m.n_minor, y, margins, coef, intercept, order)
     args += (problem.loss_code, problem.l1, l2, sq_norms, cubes)
-    if weights is None:
+    if weights is None and bounds is None:
         return kernel(*args)
-    return cpu.scd_weighted_epoch(*args, weights)
+    weights = _EMPTY if weights is None else weights
+    box = (_EMPTY, _EMPTY) if bounds is None else (bounds.lower, bounds.upper)
+    return cpu.scd_weighted_epoch(*args, weights, *box)
+
+
+_EMPTY = np.zeros(0)  # no weights, no bounds
 
 
 def sdca_epoch(

@@ -20,6 +20,7 @@ from dask_scd.engines.coarse import LocalCoarse
 from dask_scd.engines.local.epochs import scd_epoch
 from dask_scd.kernels import cpu, device
 from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.objectives import bounds as box
 
 
 def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
@@ -38,6 +39,9 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             "sample weights are solved by the CPU epochs of solver='scd': pass device='cpu'"
         )
     primal = _Primal.start(data.X, data.y, problem, options.device, options.start, data.weights)
+    if problem.bounds is not None:  # the coarse step's whole-field shifts ignore the box
+        run = _working_set_scd if problem.l1 > 0 else _plain_scd
+        return run(primal, problem, options, None)
     if problem.l1 > 0:
         # The flat whole-field shifts of the coarse step are against the intercept; on
         # centered columns the intercept is exact at every step and they gain nothing
@@ -194,6 +198,8 @@ def _last_target(problem, cert, coef, tol) -> float:
 
 def _violations(problem, coef, correlation) -> np.ndarray:
     """dist(x_jᵀa/n, ∂g(θ_j)) for every feature (the kernels' ``_violation``)."""
+    if problem.bounds is not None:
+        return box.violations(problem.l1, problem.l2, problem.bounds, coef, correlation)
     g = -correlation
     l1, l2 = problem.l1, problem.l2
     on_support = np.abs(g + l2 * coef + l1 * np.sign(coef))
@@ -219,8 +225,11 @@ def _grow_working_set(problem, primal, correlation, violation, previous, growth=
     extra = max(_MIN_WORKING_SET, min(n_violating, (growth - 1) * max(previous, n_support)))
     size = min(n_support + extra, len(coef))
     norms = np.sqrt(primal.col_sq_norms)
+    pull = np.abs(correlation)
+    if problem.bounds is not None:  # towards a side the box leaves open at 0
+        pull = box.reachable(problem.bounds, correlation)
     with np.errstate(divide="ignore", invalid="ignore"):
-        score = np.where(norms > 0, (np.abs(correlation) - problem.l1) / norms, -np.inf)
+        score = np.where(norms > 0, (pull - problem.l1) / norms, -np.inf)
     score[support] = np.inf
     chosen = (
         np.sort(np.argpartition(-score, size - 1)[:size])
@@ -262,13 +271,16 @@ class _Primal:
         matrix = MajorMatrix.from_array(X, "columns")
         epoch_matrix = device.place(matrix, where)  # what the epochs read: host or GPU
         n_samples, n_features = X.shape
-        coef = np.zeros(n_features)
+        coef = np.zeros(n_features) if problem.bounds is None else problem.bounds.start()
         intercept = np.array([0.0])
         if warm is not None:  # a warm start (θ, b)
             coef[:], intercept[0] = warm
         elif problem.fit_intercept:
             intercept[0] = obj.optimal_intercept(
-                problem.loss, y, np.zeros(n_samples), weights=weights
+                problem.loss,
+                y,
+                np.zeros(n_samples) if problem.bounds is None else matrix.scatter(coef),
+                weights=weights,
             )
         margins = matrix.scatter(coef) + intercept[0]
         cubes = matrix.cube_sums(weights) if problem.loss == "logistic" else np.zeros(0)
@@ -327,6 +339,7 @@ class _Primal:
                 self.col_xty,
                 self.col_means,
                 _UNWEIGHTED if self.weights is None else self.weights,
+                *_box_arrays(problem),
             )
         kernel = cpu.scd_epoch_violation if self.kernels is cpu else self.kernels.scd_epoch
         result = scd_epoch(
@@ -342,6 +355,7 @@ class _Primal:
             self.col_sq_norms,
             self.col_cube_sums,
             self.weights,
+            problem.bounds,
         )
         if self.weights is not None or self.kernels is cpu:
             return result
@@ -390,7 +404,14 @@ class _Primal:
         return Run(self.coef, float(self.intercept[0]), cert, epoch, history)
 
 
-_UNWEIGHTED = np.zeros(0)  # the kernels' empty weights
+_UNWEIGHTED = np.zeros(0)  # the kernels' empty weights (and empty bounds)
+
+
+def _box_arrays(problem) -> tuple:
+    """(lower, upper) of the problem's bounds, empty arrays without."""
+    if problem.bounds is None:
+        return _UNWEIGHTED, _UNWEIGHTED
+    return problem.bounds.lower, problem.bounds.upper
 
 
 def _squared_constants(matrix, y, fit_intercept, weights):
@@ -469,6 +490,8 @@ class _Anderson:
             return
         point = weights @ self.iterates[1:]
         coef, intercept = point[:-1], float(point[-1])
+        if self.problem.bounds is not None:  # the extrapolated point projected on the box
+            coef = self.problem.bounds.clip(coef, self.columns)
         margins = primal.matrix.lines_scatter(self.columns, coef, intercept, self.margins)
         # Outside W every θ_j is zero: the objectives differ only through W.
         now = primal.objective(self.problem, primal.margins, primal.coef[self.columns])
