@@ -231,10 +231,10 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
     rounds = {"round": [], "step": [], "relative_gap": [], "seconds": []}
     loop = _Primal if settings.split == "features" else _Dual
     solver = loop(here, parts, problem, settings)
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     cert = solver.certify()
     epoch = 0
-    while cert.relative_gap > options.tol and epoch < options.max_iter:
+    while cert.relative_gap > options.tol and epoch < options.max_iter and not trace.stopped:
         epoch += 1
         gamma = solver.round(options.rng)
         cert = solver.certify()
@@ -250,7 +250,7 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
         "split": settings.split,
         "aggregation": settings.aggregation,
     }
-    return Run(coef, intercept, cert, epoch, trace.history, extras)
+    return trace.ended(Run(coef, intercept, cert, epoch, trace.history, extras))
 
 
 class _Primal:

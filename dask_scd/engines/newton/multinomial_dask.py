@@ -190,9 +190,11 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
             "loss='multinomial' over dask takes a dask array; a grid above "
             "in_memory_limit is fitted by LogisticRegression(multi_class='ovr')"
         )
-    unsupported = [name for name in options.engine.changed() if name != "client"]
+    unsupported = [name for name in options.engine.changed() if name not in ("client", "callback")]
     if unsupported:
-        raise ValueError(f"loss='multinomial' over dask takes no {unsupported} (only client=)")
+        raise ValueError(
+            f"loss='multinomial' over dask takes no {unsupported} (only client= and callback=)"
+        )
     with fit_client(options.engine.client) as client:
         cells, labels = source.connect(client)
         run = _newton(_Reducer(client, cells, labels), source, problem, options)
