@@ -13,6 +13,7 @@ _EXPORTS = {
     "PathResult": "dask_scd.paths",
     "FitResult": "dask_scd.result",
     "History": "dask_scd.result",
+    "Histories": "dask_scd.result",
     "Problem": "dask_scd.objectives",
     "Certificate": "dask_scd.objectives",
     "certificate": "dask_scd.objectives",
