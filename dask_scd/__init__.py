@@ -31,6 +31,7 @@ _EXPORTS = {
     "ElasticNetCV": "dask_scd.estimators",
     "LogisticRegressionCV": "dask_scd.estimators",
     "Progress": "dask_scd.progress",
+    "TaskOverheadWarning": "dask_scd.validation",
     "save": "dask_scd.persist",
     "load": "dask_scd.persist",
 }

@@ -106,6 +106,9 @@ def fit(
         on curvature products.
         "cocoa" (never picked by "auto") runs in memory or over dask: X in K parts by
         feature or by example, combined by the exact step (docs/engines/cocoa.md).
+        "block_scd" or "block_newton" named for dask input so small, or so finely
+        chunked, that the scheduler's tasks will dominate its epochs warns once
+        (:class:`dask_scd.TaskOverheadWarning`: larger chunks, or "auto").
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every certified iteration.

@@ -219,7 +219,8 @@ class Histories(list):
         self.name = name
 
     def __repr__(self) -> str:
-        return f"Histories({len(self)} {self.name}s: {', '.join(map(str, self.labels))})"
+        labels = ", ".join(map(str, self.labels))
+        return f"Histories({len(self)} models, by {self.name}: {labels})"
 
     def plot(self, ax=None):
         """Draw every model's relative gap on a log scale, one labelled line each, against

@@ -122,6 +122,7 @@ def test_one_vs_rest_history_plots_every_class_and_stays_a_list():
     history = model.history_
     assert isinstance(history, list) and len(history) == 3
     assert all(isinstance(h, History) for h in history)
+    assert repr(history) == "Histories(3 models, by class: a, b, c)"
     assert [len(h) for h in history] == [len(history[k]) for k in range(3)]
     np.testing.assert_array_equal([h.iteration[-1] for h in history], model.n_iter_)
     axes = history.plot()
