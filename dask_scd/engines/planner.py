@@ -162,14 +162,19 @@ def warn_of_task_overhead(engine: str, source) -> None:
     row_chunks, blocks = source.n_row_chunks, len(source.blocks)
     warn(
         f"solver={engine!r} on X of {source.n_samples} rows × {source.n_features} columns "
-        f"in {row_chunks} row chunks × {blocks} column blocks ({row_chunks * blocks} "
-        f"cells, {source.n_samples / row_chunks:.0f} rows per row chunk): an epoch "
+        f"in {_count(row_chunks, 'row chunk')} × {_count(blocks, 'column block')} "
+        f"({row_chunks * blocks} cells, {source.n_samples / row_chunks:.0f} rows per row "
+        "chunk): an epoch "
         f"submits about {tasks} tasks, ~{overhead * 1e3:.0f} ms of task overhead against "
         f"~{arithmetic * 1e3:.2g} ms of arithmetic ({values} stored values), so the "
         "scheduler will dominate the fit. Use larger chunks (fewer row chunks and column "
         "blocks: X.rechunk(...)), or solver='auto', which fits data this small in memory.",
         TaskOverheadWarning,
     )
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def _keeps_a_budget(options) -> bool:
