@@ -169,9 +169,8 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    trace = Trace(
-        options.progress, options.callback
-    )  # building H is part of the solve: it is timed
+    # Building H is part of the solve: it is timed.
+    trace = Trace(options.progress, options.callback)
     n_features = X.shape[1]
     exact = _ExactCertificate(X, y, problem, weights)
     coef = np.zeros(n_features)
