@@ -13,6 +13,7 @@ _EXPORTS = {
     "PathResult": "dask_scd.paths",
     "FitResult": "dask_scd.result",
     "History": "dask_scd.result",
+    "Histories": "dask_scd.result",
     "Problem": "dask_scd.objectives",
     "Certificate": "dask_scd.objectives",
     "certificate": "dask_scd.objectives",
@@ -30,6 +31,7 @@ _EXPORTS = {
     "ElasticNetCV": "dask_scd.estimators",
     "LogisticRegressionCV": "dask_scd.estimators",
     "Progress": "dask_scd.progress",
+    "TaskOverheadWarning": "dask_scd.validation",
     "save": "dask_scd.persist",
     "load": "dask_scd.persist",
 }

@@ -12,7 +12,7 @@ from dask_scd.data import in_memory, make_source, read_input
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
 from dask_scd.engines.base import Options, Run
-from dask_scd.engines.options import DataOptions, engine_options
+from dask_scd.engines.options import DataOptions, EpochOptions, engine_options
 from dask_scd.grid.kinds import is_grid
 from dask_scd.kernels import device as kernel_device
 from dask_scd.progress import Progress
@@ -106,6 +106,9 @@ def fit(
         on curvature products.
         "cocoa" (never picked by "auto") runs in memory or over dask: X in K parts by
         feature or by example, combined by the exact step (docs/engines/cocoa.md).
+        "block_scd" or "block_newton" named for dask input so small, or so finely
+        chunked, that the scheduler's tasks will dominate its epochs warns once
+        (:class:`dask_scd.TaskOverheadWarning`: larger chunks, or "auto").
     random_state : int, numpy Generator or None
     verbose : bool
         Print the relative gap after every certified iteration.
@@ -147,10 +150,16 @@ def fit(
         over dask, smooth losses), which "auto" picks; the others raise a ValueError
         naming those. A warm start is clipped into the box.
     **engine_options
-        For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
+        Every engine: ``callback``, called after every certified epoch (Newton step,
+        round) with a dict ``{"epoch", "relative_gap", "primal", "seconds"}`` (the block
+        engines add ``coef`` in the original feature order and ``intercept``); returning
+        True stops the fit after that epoch: the result is the engine's returned point,
+        certified as usual, with ``n_iter_`` the epochs run, no ConvergenceWarning, and
+        ``extras_["stopped_by_callback"]`` True. The callback never changes the
+        arithmetic. For dask input: ``blocks`` (column blocks of a dask array) and ``in_memory_limit``
         (bytes, default 256 MiB); the options of the engine that runs (block_scd:
-        ``client``, ``selection``, ``checkpoint``, ``checkpoint_every``, ``resume``,
-        ``callback``; on a dask-jobqueue cluster a fit that names no ``checkpoint`` writes
+        ``client``, ``selection``, ``checkpoint``, ``checkpoint_every``, ``resume``;
+        on a dask-jobqueue cluster a fit that names no ``checkpoint`` writes
         one every 5 epochs, see docs/clusters.md), ``performance_report`` (a path: the
         dask engines' ``distributed.performance_report``, an HTML page of where the time
         went); sdca: ``n_threads``, default 1, and ``sync_every``, default 1: the
@@ -318,17 +327,19 @@ def _dask_data(X, y, problem, solver, options, sample_weight=None):
     """(data for the engine, classes, the options left for the engine) of a dask array or
     a Grid: its source, or the source read into memory where the planner says it runs
     there (the Dask engines' options the named engine does not take then dropped, with a
-    warning for a checkpoint that would never be written and a callback never called)."""
+    warning for a checkpoint that would never be written; every engine takes the
+    callback)."""
     given = {name: options.pop(name) for name in DataOptions.names() if name in options}
     data_options = DataOptions(**given)
     source = make_source(X, y, problem.loss, data_options.blocks, sample_weight)
     if not planner.runs_in_memory(solver, source, problem, data_options.in_memory_limit):
         return source, source.classes, options
-    takes = () if solver == "auto" else registry.get(solver).options.names()
+    every = EpochOptions.names()
+    takes = every if solver == "auto" else registry.get(solver).options.names()
     for name in registry.get("block_scd").options.names():
         if name in takes:
             continue
-        if options.pop(name, None) is not None and name in ("checkpoint", "callback"):
+        if options.pop(name, None) is not None and name == "checkpoint":
             warn(
                 f"{name} applies to the block-SCD engine only; this fit runs in memory "
                 "(pass solver='block_scd' to use it)"
@@ -365,10 +376,15 @@ def _result(run: Run, solver, problem, penalty, tol, classes, plan) -> FitResult
         l1_ratio=problem.l1_ratio,
         primal_=cert.primal,
         classes_=classes,
-        extras_={**run.extras, "device": plan.device, "plan": plan.as_dict()},
+        extras_={**run.extras, **_stop(run), "device": plan.device, "plan": plan.as_dict()},
         grad_norm_=run.grad_norm,
         fit_intercept=problem.fit_intercept,
     )
+
+
+def _stop(run: Run) -> dict:
+    """``{"stopped_by_callback": True}`` for a run the caller's callback stopped."""
+    return {"stopped_by_callback": True} if run.stopped_by_callback else {}
 
 
 def _intercept(run: Run, problem):

@@ -16,7 +16,8 @@ The file is a numpy ``.npz`` archive (format ``"dask_scd.model"``, version
 
 In the JSON, a value that plain JSON would change is tagged: ``{"__array__": entry}``,
 ``{"__tuple__": [...]}``, ``{"__dict__": [[key, value], ...]}`` (any dict: keys may be
-class labels), ``{"__float__": "nan"}``, ``{"__history__": {...}}`` and
+class labels), ``{"__float__": "nan"}``, ``{"__history__": {...}}``,
+``{"__histories__": {"histories", "labels", "name"}}`` (a one-vs-rest model's) and
 ``{"__object_array__": [...], "shape": [...]}`` (labels or feature names of dtype
 object). Loading imports scikit-learn and numpy, never ``distributed``.
 """
@@ -33,7 +34,7 @@ import zipfile
 
 import numpy as np
 
-from dask_scd.result import FitResult, History
+from dask_scd.result import FitResult, Histories, History
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "READABLE_VERSIONS", "NotAModelError", "load", "save"]
 
@@ -166,6 +167,14 @@ class _Encoder:
         if isinstance(value, History):
             record = value.as_dict().items()
             return {"__history__": {key: self.encode(v, where) for key, v in record}}
+        if isinstance(value, Histories):
+            return {
+                "__histories__": {
+                    "histories": [self.encode(h, f"{where}.{k}") for k, h in enumerate(value)],
+                    "labels": self.encode(list(value.labels), f"{where}.labels"),
+                    "name": value.name,
+                }
+            }
         if isinstance(value, (list, tuple)):
             items = [self.encode(v, f"{where}.{k}", lenient) for k, v in enumerate(value)]
             return {"__tuple__": items} if isinstance(value, tuple) else items
@@ -207,6 +216,10 @@ def _decode(value, arrays: dict):
     if "__history__" in value:
         record = value["__history__"]
         return History.from_dict({key: _decode(v, arrays) for key, v in record.items()})
+    if "__histories__" in value:
+        record = value["__histories__"]
+        histories = [_decode(h, arrays) for h in record["histories"]]
+        return Histories(histories, _decode(record["labels"], arrays), record["name"])
     if "__object_array__" in value:
         items = _decode(value["__object_array__"], arrays)
         out = np.empty(len(items), dtype=object)

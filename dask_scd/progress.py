@@ -132,6 +132,39 @@ class Progress:
         self.close()
 
 
+def epoch_info(epoch: int, relative_gap: float, primal: float, seconds: float, **more) -> dict:
+    """What a fit's ``callback`` receives after a certified epoch, whatever the engine.
+
+    Parameters
+    ----------
+    epoch : int
+        The epoch (or Newton step, or round) just certified.
+    relative_gap : float
+        Its relative duality gap ``(P − D)/|P|`` (for ``penalty=None`` the relative
+        gradient norm, as the history records it).
+    primal : float
+        Its primal objective P.
+    seconds : float
+        Wall time since the fit started.
+    **more
+        What the engine adds (the block engines: ``coef`` in the original feature
+        order and ``intercept``).
+
+    Returns
+    -------
+    dict
+        ``{"epoch", "relative_gap", "primal", "seconds", **more}``.
+    """
+    info = {
+        "epoch": int(epoch),
+        "relative_gap": float(relative_gap),
+        "primal": float(primal),
+        "seconds": float(seconds),
+    }
+    info.update(more)
+    return info
+
+
 def _short(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"

@@ -157,30 +157,112 @@ class History:
         numpy.ndarray of matplotlib Axes
             The panels drawn on.
         """
-        try:
-            import matplotlib.pyplot as plt
-        except ImportError as error:
-            raise ImportError(
-                f"History.plot needs matplotlib, the 'plot' extra: {PLOT_EXTRA}"
-            ) from error
-        panels = [("seconds", self.seconds), ("epoch", self.iteration)]
+        panels = self._panels()
+        axes = _panel_axes(ax, len(panels), "History.plot")
+        self._draw(axes, panels)
+        return axes[: len(panels)]
+
+    def _panels(self) -> list:
+        """The x quantities drawn: seconds, epochs and, when recorded, bytes moved."""
+        panels = [("seconds", "seconds"), ("epoch", "iteration")]
         if self._has_bytes():
-            panels.append(("bytes moved", self.bytes_moved))
-        if ax is None:
-            _, ax = plt.subplots(
-                1,
-                len(panels),
-                figsize=(4.0 * len(panels), 3.2),
-                squeeze=False,
-                layout="constrained",
-            )
-        axes = np.atleast_1d(np.asarray(ax, dtype=object)).ravel()
-        for axis, (label, x) in zip(axes, panels):
-            axis.semilogy(x, self.relative_gap, marker=".")
-            axis.set_xlabel(label)
+            panels.append(("bytes moved", "bytes_moved"))
+        return panels
+
+    def _draw(self, axes, panels, label=None) -> None:
+        """One line of the gap per panel (``label``: its legend entry)."""
+        for axis, (name, field_name) in zip(axes, panels):
+            axis.semilogy(getattr(self, field_name), self.relative_gap, marker=".", label=label)
+            axis.set_xlabel(name)
             axis.set_ylabel("relative duality gap")
             axis.grid(True, which="major", alpha=0.3)
+
+
+def _panel_axes(ax, n_panels: int, who: str):
+    """The Axes to draw on: those of ``ax``, or a new figure of ``n_panels`` side by
+    side; matplotlib missing is an ImportError that names the extra."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise ImportError(f"{who} needs matplotlib, the 'plot' extra: {PLOT_EXTRA}") from error
+    if ax is None:
+        _, ax = plt.subplots(
+            1,
+            n_panels,
+            figsize=(4.0 * n_panels, 3.2),
+            squeeze=False,
+            layout="constrained",
+        )
+    return np.atleast_1d(np.asarray(ax, dtype=object)).ravel()
+
+
+class Histories(list):
+    """The histories of models fitted side by side (one-vs-rest: one per class), a list
+    of :class:`History` in the order of the models, which plots them together.
+
+    Indexing, iteration and ``len`` are the list's: ``histories[k]`` is model k's
+    History.
+
+    Parameters
+    ----------
+    histories : iterable of History
+        One per model.
+    labels : sequence, optional
+        What each model is fitted for (its class; default its index), in the legend.
+    name : str, default "model"
+        What a label names ("class", "output"), in front of it in the legend.
+    """
+
+    def __init__(self, histories=(), labels=None, name: str = "model"):
+        super().__init__(histories)
+        self.labels = list(range(len(self))) if labels is None else list(labels)
+        self.name = name
+
+    def __repr__(self) -> str:
+        labels = ", ".join(map(str, self.labels))
+        return f"Histories({len(self)} models, by {self.name}: {labels})"
+
+    def plot(self, ax=None):
+        """Draw every model's relative gap on a log scale, one labelled line each, against
+        seconds, epochs and (when every model recorded them) bytes moved.
+
+        Needs matplotlib (``pip install dask-scd[plot]``).
+
+        Parameters
+        ----------
+        ax : matplotlib Axes or sequence of Axes, optional
+            As :meth:`History.plot`: one Axes draws against seconds only; by default a
+            new figure with one panel per quantity.
+
+        Returns
+        -------
+        numpy.ndarray of matplotlib Axes
+            The panels drawn on, each with a legend.
+        """
+        panels = [("seconds", "seconds"), ("epoch", "iteration")]
+        if self and all(history._has_bytes() for history in self):
+            panels.append(("bytes moved", "bytes_moved"))
+        axes = _panel_axes(ax, len(panels), "Histories.plot")
+        for label, history in zip(self.labels, self):
+            history._draw(axes, panels, label=f"{self.name} {label}")
+        for axis in axes[: len(panels)]:
+            axis.legend(fontsize="small")
         return axes[: len(panels)]
+
+    def to_pandas(self):
+        """Every model's record as one :class:`pandas.DataFrame`: :meth:`History.to_pandas`
+        of each, after a first column, named ``name``, of its label.
+
+        Returns
+        -------
+        pandas.DataFrame
+        """
+        frames = [history.to_pandas() for history in self]  # names pandas if it is missing
+        import pandas as pd
+
+        for label, frame in zip(self.labels, frames):
+            frame.insert(0, self.name, label)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 @dataclass

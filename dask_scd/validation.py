@@ -31,6 +31,12 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _collected: contextvars.ContextVar = contextvars.ContextVar("dask_scd_warnings", default=None)
 
 
+class TaskOverheadWarning(UserWarning):
+    """A Dask engine was named for data so small, or so finely chunked, that the
+    scheduler's time per task will dominate its epochs (:func:`dask_scd.fit` says what it
+    found and what to do: larger chunks, or ``solver="auto"``)."""
+
+
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """Issue a warning at the user's line: the first frame outside ``dask_scd``.
 
@@ -270,8 +276,18 @@ def check_finite(X, origin: tuple = (0, 0), where: str = "") -> None:
         raise ValueError(_nonfinite_message(X, origin, where))
 
 
-def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
-    """The error of X's first NaN or infinity, row by row (the error path only)."""
+def first_nonfinite(X) -> tuple[int, int, str]:
+    """(row, column, "NaN", "inf" or "-inf") of X's first NaN or infinity, row by row
+    (the error path only: X holds one).
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix or pydata sparse array, 2-D
+
+    Returns
+    -------
+    tuple of (int, int, str)
+    """
     if sp.issparse(X) or is_pydata_sparse(X):
         X = to_scipy(X)  # CSR: its stored values in row order
         first = int(np.argmax(~np.isfinite(X.data)))
@@ -281,7 +297,12 @@ def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
         X = np.asarray(X)
         row, column = (int(i) for i in np.argwhere(~np.isfinite(X))[0])
         value = X[row, column]
-    which = "NaN" if np.isnan(value) else "inf" if value > 0 else "-inf"
+    return row, column, "NaN" if np.isnan(value) else "inf" if value > 0 else "-inf"
+
+
+def _nonfinite_message(X, origin: tuple = (0, 0), where: str = "") -> str:
+    """The error of X's first NaN or infinity, row by row (the error path only)."""
+    row, column, which = first_nonfinite(X)
     return (
         f"X contains NaN or infinity (first at row {origin[0] + row}, column "
         f"{origin[1] + column}{where}): the value there is {which}"

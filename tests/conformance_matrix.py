@@ -19,7 +19,9 @@ checked against an independent reference:
   asked, not of another one), and the reported gap bounds the true suboptimality.
 
 A combination that is not declared raises a ValueError naming the engines that do solve
-it. Adding an engine, a data kind or a capability to the registry adds its rows here.
+it. An engine that declares a ``callback`` option is fitted once per function that runs
+it with a callback that stops the fit at its first certified epoch: the fit stops there,
+without a ConvergenceWarning, says so, and its certificate is of the point it returns. Adding an engine, a data kind or a capability to the registry adds its rows here.
 The rows on in-memory X and the refusals run in tests/test_conformance.py, those on dask
 arrays and grids (a shared cluster) in tests/test_conformance_cluster.py: two files, which
 ``make test`` runs side by side.
@@ -186,8 +188,26 @@ def _device_matrix():
     return declared, refused
 
 
+def _callback_rows(declared):
+    """The rows that check an engine's ``callback``: for every engine whose options
+    declare one, its first declared row per function that runs it (the routes: the
+    hinge's, the softmax's and the unpenalized Newton, SDCA and DuHL out of core on a
+    grid, block SCD in memory and on the cluster, CoCoA in memory and over Dask)."""
+    rows, seen = [], set()
+    for row in declared:
+        engine = registry.get(row.engine)
+        if "callback" not in engine.options.names() or row.bounded:
+            continue
+        where = (engine.entry_for(row.kind, row.loss), row.kind == "memory", row.penalty is None)
+        if (row.engine, where) not in seen:
+            seen.add((row.engine, where))
+            rows.append(row)
+    return rows
+
+
 DECLARED, REFUSED = _matrix()
 DEVICE_DECLARED, DEVICE_REFUSED = _device_matrix()
+CALLBACK_ROWS = _callback_rows(DECLARED)
 
 
 def _data():
@@ -414,3 +434,29 @@ def check_declared(row: Row, grids, client) -> None:
         assert primal - best <= result.dual_gap_ * abs(primal) + 1e-12 * scale
     if row.bounded:
         assert np.all((BOX_LOWER <= result.coef_) & (result.coef_ <= BOX_UPPER))
+
+
+def check_callback_stops(row: Row, grids, client) -> None:
+    """Fit a declared row with a callback that asks to stop at once: it is called once,
+    with the epoch's figures; the fit returns after that epoch (``n_iter_``, the history's
+    last entry), says it was stopped, and certifies the point it returns (its primal is
+    the objective there, its gap bounds the true suboptimality)."""
+    _, _, weights = weights_of(row)
+    seen = []
+
+    def stop(info):
+        seen.append(info)
+        return True
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        result = fit_row(row, grids, client, tol=1e-14, max_iter=50, callback=stop)
+    assert len(seen) == 1
+    assert {"epoch", "relative_gap", "primal", "seconds"} <= set(seen[0])
+    assert result.extras_["stopped_by_callback"] is True
+    assert result.n_iter_ == seen[0]["epoch"] == result.history_.iteration[-1]
+    primal = _primal(row, result.coef_, result.intercept_, result.classes_, weights)
+    assert result.primal_ == pytest.approx(primal, rel=1e-9, abs=1e-12)
+    if row.penalty is not None:
+        best = _reference(row, weights)
+        assert primal - best <= result.dual_gap_ * abs(primal) + 1e-12 * max(abs(best), 1e-12)

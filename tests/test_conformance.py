@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conformance_matrix import (  # noqa: F401  (client, grids: fixtures)
+    CALLBACK_ROWS,
     CONTAINERS,
     DECLARED,
     DTYPES,
@@ -13,6 +14,7 @@ from conformance_matrix import (  # noqa: F401  (client, grids: fixtures)
     WEIGHT_SOURCES,
     Row,
     _problem,
+    check_callback_stops,
     check_declared,
     client,
     fit_row,
@@ -39,6 +41,20 @@ def test_the_matrix_covers_every_engine_and_axis():
 )
 def test_declared_combination_solves_the_problem_asked(row, grids, client):  # noqa: F811
     check_declared(row, grids, client)
+
+
+def test_every_engine_takes_a_callback():
+    """Every engine declares the ``callback`` option, and the matrix checks each of the
+    functions that run it (below, and on the cluster in test_conformance_cluster.py)."""
+    assert all("callback" in engine.options.names() for engine in registry.ENGINES.values())
+    assert {row.engine for row in CALLBACK_ROWS} == set(registry.ENGINES)
+
+
+@pytest.mark.parametrize(
+    "row", [row for row in CALLBACK_ROWS if row.kind == "memory"], ids=lambda row: row.id
+)
+def test_a_callback_stops_the_fit_at_a_certified_point(row, grids, client):  # noqa: F811
+    check_callback_stops(row, grids, client)
 
 
 @pytest.mark.parametrize("row", REFUSED, ids=lambda row: row.id)

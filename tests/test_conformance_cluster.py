@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 import pytest
-from conformance_matrix import DECLARED, check_declared, client, grids  # noqa: F401
+from conformance_matrix import (  # noqa: F401  (client, grids: fixtures)
+    CALLBACK_ROWS,
+    DECLARED,
+    check_callback_stops,
+    check_declared,
+    client,
+    grids,
+)
 
 pytestmark = pytest.mark.slow  # about two minutes on one core
 
@@ -14,3 +21,10 @@ pytestmark = pytest.mark.slow  # about two minutes on one core
 )
 def test_declared_combination_solves_the_problem_asked(row, grids, client):  # noqa: F811
     check_declared(row, grids, client)
+
+
+@pytest.mark.parametrize(
+    "row", [row for row in CALLBACK_ROWS if row.kind != "memory"], ids=lambda row: row.id
+)
+def test_a_callback_stops_the_fit_at_a_certified_point(row, grids, client):  # noqa: F811
+    check_callback_stops(row, grids, client)

@@ -348,6 +348,7 @@ def test_a_fit_stopped_by_its_callback_does_not_warn(rng, solver):
     ):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
+            warnings.simplefilter("ignore", dask_scd.TaskOverheadWarning)  # 300 rows: it is
             result = dask_scd.fit(
                 dX,
                 y,

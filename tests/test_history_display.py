@@ -3,13 +3,13 @@
 import builtins
 import sys
 
-import matplotlib
 import numpy as np
 import pytest
 
 import dask_scd
 from dask_scd.result import History
 
+matplotlib = pytest.importorskip("matplotlib")  # the 'plot' extra
 matplotlib.use("Agg")
 
 
@@ -108,3 +108,32 @@ def test_history_has_one_entry_per_iteration(solver):
     assert iterations == sorted(set(iterations))  # strictly increasing: no repeat
     assert iterations[-1] == result.n_iter_
     assert result.history_.relative_gap[-1] == pytest.approx(result.dual_gap_)
+
+
+def test_one_vs_rest_history_plots_every_class_and_stays_a_list():
+    """A one-vs-rest model's ``history_``: one labelled line per class on every panel,
+    and each class's History by index and iteration, as the list it was."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 4))
+    y = np.array(["a", "b", "c"])[np.argmax(X[:, :3] + 0.3 * rng.normal(size=(150, 3)), 1)]
+    model = dask_scd.LogisticRegression(multi_class="ovr", tol=1e-8, random_state=0).fit(X, y)
+    history = model.history_
+    assert isinstance(history, list) and len(history) == 3
+    assert all(isinstance(h, History) for h in history)
+    assert repr(history) == "Histories(3 models, by class: a, b, c)"
+    assert [len(h) for h in history] == [len(history[k]) for k in range(3)]
+    np.testing.assert_array_equal([h.iteration[-1] for h in history], model.n_iter_)
+    axes = history.plot()
+    assert [axis.get_xlabel() for axis in axes] == ["seconds", "epoch"]
+    for axis in axes:
+        assert len(axis.lines) == len(model.classes_)
+        labels = [text.get_text() for text in axis.get_legend().get_texts()]
+        assert labels == ["class a", "class b", "class c"]
+    for line, one in zip(axes[1].lines, history):
+        np.testing.assert_array_equal(line.get_ydata(), one.relative_gap)
+    frame = history.to_pandas()
+    assert list(frame.columns[:2]) == ["class", "iteration"]
+    assert len(frame) == sum(len(h) for h in history)
+    plt.close("all")

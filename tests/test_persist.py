@@ -21,7 +21,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import KFold
 
 import dask_scd
-from dask_scd.result import FitResult, History
+from dask_scd.result import FitResult, Histories, History
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("predict", "decision_function", "predict_proba", "predict_log_proba")
@@ -140,6 +140,9 @@ def _assert_identical(a, b, where="") -> None:
             assert a.tolist() == b.tolist(), where
     elif isinstance(a, History):
         _assert_identical(a.as_dict(), b.as_dict(), where)
+    elif isinstance(a, Histories):  # one-vs-rest: its labels, then as the list it is
+        assert isinstance(b, Histories) and (a.labels, a.name) == (b.labels, b.name), where
+        _assert_identical(list(a), list(b), where)
     elif isinstance(a, dict):
         assert list(a) == list(b), where
         for key in a:

@@ -78,7 +78,7 @@ def test_engine_options_are_checked(rng):
     with pytest.raises(
         TypeError,
         match=r"unknown keyword arguments \['selection'\].*"
-        r"solver='scd' takes no keyword arguments",
+        r"solver='scd' takes callback$",
     ):
         dask_scd.fit(X, y, solver="scd", selection="cyclic")
     with pytest.raises(

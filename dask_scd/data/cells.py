@@ -17,11 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd.data.cache import CACHE
+from dask_scd.data.findings import cell_values, value_finding
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.device import on_device
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.validation import (
-    check_feature_magnitude,
     check_label_values,
     is_pydata_sparse,
     largest_magnitude,
@@ -490,21 +490,26 @@ def hold_cells(group, cells: list) -> dict:
     return CACHE.hold(group, lambda: [cell_view(cell) for cell in cells])
 
 
-def inspect_cell(cell, where: str) -> dict:
+def inspect_cell(cell, where: str, raises: bool = True) -> dict:
     """Check a cell once before fitting: finite values and purity.
 
     Returns ``{"max_per_row"}``: the most non-zeros one example has in the block,
     ``"nbytes"``, and ``"columns"``: which of its columns hold a value (``np.packbits``
-    of the mask; None for a device cell).
+    of the mask; None for a device cell). A NaN, an infinity or a value too large
+    (``where`` names the cell in the message) is a ValueError, or with ``raises=False``
+    the report ``{"finding": ...}`` of :func:`value_finding`: a task returns it for the
+    client to raise, so that no worker logs a failed task.
     """
     view = cell_view(cell)
     if isinstance(view, DeviceCellView):
         largest, counts = view.inspect()
     else:
         largest, counts = largest_magnitude(view.matrix.data), None
-    if not np.isfinite(largest):
-        raise ValueError(f"X contains NaN or infinity in {where}")
-    check_feature_magnitude(largest, f" in {where}")
+    finding = value_finding(largest, where, _values_of(view))
+    if finding is not None:
+        if raises:
+            raise ValueError(finding["message"])
+        return {"finding": finding}
     if counts is None:
         counts = _nonzeros_per_row(view)
     columns = None
@@ -522,6 +527,29 @@ def inspect_cell(cell, where: str) -> dict:
         "nbytes": view.nbytes,
         "columns": columns,
     }
+
+
+def row_chunk_finding(cells: list, where: str) -> dict | None:
+    """(task) The first bad value of a row chunk's cells (``where`` names the row chunk):
+    ``{"block", "finding"}`` (:func:`value_finding`), or None where every value is
+    finite and not too large. Returned, not raised: the worker logs no failed task, and
+    the client raises :func:`finding_error`."""
+    for b, cell in enumerate(cells):
+        view = cell_view(cell)
+        on_device = isinstance(view, DeviceCellView)
+        largest = view.inspect()[0] if on_device else largest_magnitude(view.matrix.data)
+        finding = value_finding(largest, f"cell ({where}, block {b})", _values_of(view))
+        if finding is not None:
+            return {"block": b, "finding": finding}
+    return None
+
+
+def _values_of(view):
+    """What reads a cell's values where a check found a bad one: a CPU cell's
+    :func:`~dask_scd.data.findings.cell_values`; nothing for a device cell."""
+    if isinstance(view, DeviceCellView):
+        return lambda: None
+    return lambda: cell_values(view)
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:

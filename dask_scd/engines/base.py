@@ -25,7 +25,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.engines.options import EngineOptions, NoOptions
-from dask_scd.progress import Progress
+from dask_scd.progress import Progress, epoch_info
 from dask_scd.result import History
 
 
@@ -47,6 +47,11 @@ class Options:
     # design of X, Gram blocks of a constant curvature, the margins of ``start``); None
     # for a single fit.
     memo: dict | None = None
+
+    @property
+    def callback(self):
+        """The caller's ``callback`` (an engine option), or None."""
+        return getattr(self.engine, "callback", None)
 
 
 @dataclass
@@ -94,25 +99,41 @@ class CertificateSchedule:
 
 
 class Trace:
-    """A fit's :class:`~dask_scd.result.History` and its progress reports, timed in
-    seconds since the trace began."""
+    """A fit's :class:`~dask_scd.result.History`, its progress reports and the caller's
+    ``callback``, timed in seconds since the trace began.
 
-    def __init__(self, progress: Progress):
-        self.history, self.progress = History(), progress
+    Every in-memory engine records its certified epochs here, so the callback is called
+    here, once per reported step, with :func:`~dask_scd.progress.epoch_info`; a True
+    return sets :attr:`stopped`, which the engine's loop reads to stop after that step
+    (and :meth:`ended` marks its Run). It never changes what the engine computes.
+    """
+
+    def __init__(self, progress: Progress, callback=None):
+        self.history, self.progress, self.callback = History(), progress, callback
         self.start = time.perf_counter()
         self._reported = None  # the last step reported
+        self.stopped = False  # the callback asked to stop
 
     def seconds(self) -> float:
         return time.perf_counter() - self.start
 
     def record(self, step: int, measure: float, primal: float, report: bool = True) -> float:
         """One history entry (``measure``: the relative gap, or what stands in for it),
-        reported to the progress unless ``report`` is False or the step was reported
-        already (a step certified again on fresh margins replaces its history entry, and
-        is not a new line); returns its seconds."""
+        reported to the progress and the callback unless ``report`` is False or the step
+        was reported already (a step certified again on fresh margins replaces its
+        history entry, and is not a new line); returns its seconds."""
         seconds = self.seconds()
         self.history.append(step, measure, primal, seconds)
         if report and step != self._reported:
             self.progress.update(step, measure, primal)
             self._reported = step
+            if self.callback is not None and self.callback(
+                epoch_info(step, measure, primal, seconds)
+            ):
+                self.stopped = True
         return seconds
+
+    def ended(self, run: Run) -> Run:
+        """``run``, marked as stopped by the callback when it was."""
+        run.stopped_by_callback = run.stopped_by_callback or self.stopped
+        return run

@@ -66,6 +66,11 @@ def in_range(low: float, high: float):
     return check
 
 
+def callable_or_none(name: str, value) -> None:
+    if value is not None and not callable(value):
+        raise ValueError(f"{name} must be a callable or None, got {value!r}")
+
+
 def flag_or_directory(name: str, value) -> None:
     if not isinstance(value, (bool, str, os.PathLike)):
         raise ValueError(f"{name} must be True, False or a directory, got {value!r}")
@@ -119,6 +124,25 @@ class NoOptions(EngineOptions):
     """An engine without options of its own."""
 
 
+def callback_option():
+    """The ``callback`` field that an engine's options declare where the engine calls it
+    after each certified epoch (every engine does: :func:`dask_scd.progress.epoch_info`
+    says what it receives), last among them."""
+    return option(
+        None,
+        callable_or_none,
+        "called after every certified epoch (or Newton step) with {epoch, relative_gap, "
+        "primal, seconds} (the block engines add coef and intercept); True stops the fit",
+    )
+
+
+@dataclass(frozen=True)
+class EpochOptions(EngineOptions):
+    """The options of an engine without options of its own but the ``callback``."""
+
+    callback: object = callback_option()
+
+
 @dataclass(frozen=True)
 class DataOptions(EngineOptions):
     """``fit``'s own options for a dask array or a Grid, whatever the engine."""
@@ -160,6 +184,7 @@ class SDCAOptions(EngineOptions):
         "temporary directory; or a directory) after their first read",
         where="grid",
     )
+    callback: object = callback_option()
 
 
 @dataclass(frozen=True)
@@ -188,6 +213,7 @@ class DuHLOptions(EngineOptions):
     certify_every: int = option(
         1, positive_int, "rounds between certificates (a full pass of the slow side)"
     )
+    callback: object = callback_option()
 
 
 @dataclass(frozen=True)
@@ -209,10 +235,7 @@ class BlockNewtonOptions(EngineOptions):
     )
     checkpoint_every: int = option(1, doc="epochs between two checkpoints", where="cluster")
     resume: bool = option(False, doc="continue from checkpoint if it exists", where="cluster")
-    callback: object = option(
-        None,
-        doc="called after every epoch with {epoch, coef, intercept, relative_gap}; True stops",
-    )
+    callback: object = callback_option()
 
 
 @dataclass(frozen=True)
@@ -256,3 +279,4 @@ class CoCoAOptions(EngineOptions):
         "by feature (the primal) or by example (the dual: L2 only); auto: by example for "
         "the hinge, else by feature",
     )
+    callback: object = callback_option()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dask_scd.engines import cost_model, registry
 from dask_scd.objectives import MULTINOMIAL, Problem
-from dask_scd.validation import warn
+from dask_scd.validation import TaskOverheadWarning, warn
 
 # The coordinate engines "auto" may choose for an L1 term in memory; where one stops
 # short of tol (coordinate descent crawls near a lasso's interpolating end when X has no
@@ -25,6 +25,18 @@ HANDS_OVER = ("scd", "gram")
 # The in-memory engines that start from a given (θ, b) (Options.start): a path's warm
 # points choose among them.
 WARM_ENGINES = ("gram", "scd", "newton")
+# The task overhead of a Dask engine named for small data: the scheduler's time per task
+# (dispatch, bookkeeping, a round trip: ~1 ms on a local cluster), the stored values the
+# kernels pass per second on one core, and the ratio of the two per epoch above which a
+# fit is warned (569 × 30 dense in chunks of 100 × 10: ~24 tasks an epoch against 17k
+# values; 8–19 s of block SCD on a shared 2-core machine for what takes milliseconds
+# in memory).
+TASK_SECONDS = 1e-3
+VALUES_PER_SECOND = 1e8
+OVERHEAD_RATIO = 10.0
+# Block Newton's passes over the row chunks per step: gradient with certificate,
+# curvature (or its products), line search.
+_NEWTON_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,8 @@ def plan(
         The names of the engine options passed.
     """
     engine = registry.resolve(solver, problem, data, given=given)
+    if solver != "auto":
+        warn_of_task_overhead(engine.name, data)
     rule, passes = _why(solver, problem, data)
     if solver == "auto" and engine.name == "block_newton" and _keeps_a_budget(options):
         engine, rule = registry.get("block_scd"), "a memory budget is block SCD's to keep"
@@ -118,6 +132,49 @@ def plan(
     if isinstance(device, Plan):  # auto again, among the engines with GPU kernels
         return device
     return Plan(engine, device, rule, passes)
+
+
+def tasks_per_epoch(engine: str, source) -> int | None:
+    """The tasks an epoch of the Dask engine ``engine`` submits on ``source`` (a dask
+    array's or a grid's), about: block SCD, a stage of one task per row chunk and their
+    sum and step for every column block; block Newton, a few passes of one task per row
+    chunk and their sum. None for an engine that does not run there as a task graph."""
+    if registry.data_kind(source) == "memory" or engine not in ("block_scd", "block_newton"):
+        return None
+    row_chunks, blocks = source.n_row_chunks, len(source.blocks)
+    if engine == "block_scd":
+        return blocks * (row_chunks + 2)
+    return _NEWTON_PASSES * (row_chunks + 1)
+
+
+def warn_of_task_overhead(engine: str, source) -> None:
+    """A :class:`~dask_scd.validation.TaskOverheadWarning` when the Dask engine named
+    for ``source`` will spend its epochs on the scheduler's tasks (:data:`TASK_SECONDS`
+    each) rather than on arithmetic (its stored values at :data:`VALUES_PER_SECOND`):
+    what was found, and what to do."""
+    tasks = tasks_per_epoch(engine, source)
+    if tasks is None:
+        return
+    values = source.nnz if source.nnz is not None else source.n_samples * source.n_features
+    overhead, arithmetic = tasks * TASK_SECONDS, values / VALUES_PER_SECOND
+    if overhead < OVERHEAD_RATIO * arithmetic:
+        return
+    row_chunks, blocks = source.n_row_chunks, len(source.blocks)
+    warn(
+        f"solver={engine!r} on X of {source.n_samples} rows × {source.n_features} columns "
+        f"in {_count(row_chunks, 'row chunk')} × {_count(blocks, 'column block')} "
+        f"({row_chunks * blocks} cells, {source.n_samples / row_chunks:.0f} rows per row "
+        "chunk): an epoch "
+        f"submits about {tasks} tasks, ~{overhead * 1e3:.0f} ms of task overhead against "
+        f"~{arithmetic * 1e3:.2g} ms of arithmetic ({values} stored values), so the "
+        "scheduler will dominate the fit. Use larger chunks (fewer row chunks and column "
+        "blocks: X.rechunk(...)), or solver='auto', which fits data this small in memory.",
+        TaskOverheadWarning,
+    )
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def _keeps_a_budget(options) -> bool:

@@ -22,6 +22,7 @@ from dask_scd.engines.options import (
     BlockSCDOptions,
     CoCoAOptions,
     DuHLOptions,
+    EpochOptions,
     NoOptions,
     SDCAOptions,
 )
@@ -44,7 +45,10 @@ class Engine:
     losses : the losses it solves.
     l1 : whether it solves penalties with an L1 term.
     options : the :class:`~dask_scd.engines.options.EngineOptions` of the keyword
-        options it accepts (names, defaults, checks).
+        options it accepts (names, defaults, checks); ``callback`` among them
+        (:class:`~dask_scd.engines.options.EpochOptions`) where the engine calls the
+        caller's callback after every certified epoch and stops when it returns True
+        (the conformance matrix checks each that declares it).
     routes : ``((kind, loss), "module:function")`` pairs: the function that runs data of
         that kind (:func:`data_kind`; None: any) and that loss (None: any) in place of
         ``entry``, the first that matches (one ``solver=`` value, one function per
@@ -225,6 +229,7 @@ ENGINES: dict[str, Engine] = {
             "gram",
             "dask_scd.engines.local.gram:fit_gram",
             "memory",
+            options=EpochOptions,
             losses=("squared",),
             weighted=("squared",),
         ),
@@ -232,6 +237,7 @@ ENGINES: dict[str, Engine] = {
             "scd",
             "dask_scd.engines.local.scd:fit_scd",
             "memory",
+            options=EpochOptions,
             losses=SMOOTH,
             weighted=SMOOTH,
             gpu=SMOOTH,
@@ -253,6 +259,7 @@ ENGINES: dict[str, Engine] = {
             "newton",
             "dask_scd.engines.newton.newton:fit_newton",
             "memory",
+            options=EpochOptions,
             losses=(*SMOOTH, "hinge", MULTINOMIAL),
             routes=(
                 ((None, "hinge"), "dask_scd.engines.newton.hinge_newton:fit_hinge_newton"),
@@ -265,6 +272,7 @@ ENGINES: dict[str, Engine] = {
             "lbfgs",
             "dask_scd.engines.newton.lbfgs:fit_lbfgs",
             "memory",
+            options=EpochOptions,
             losses=SMOOTH,
             l1=False,
             weighted=SMOOTH,

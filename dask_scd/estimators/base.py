@@ -18,9 +18,9 @@ from dask_scd.estimators.fitting import (
     _fit_one,
     checked_problem,
 )
-from dask_scd.estimators.multiclass import _binary_targets, _classes
+from dask_scd.estimators.multiclass import _binary_targets, _classes, model_classes
 from dask_scd.objectives import CLASSIFICATION_LOSSES
-from dask_scd.result import class_labels
+from dask_scd.result import Histories, class_labels
 from dask_scd.result import dask_scores as _dask_scores
 from dask_scd.validation import (
     ENGINE_DTYPES,
@@ -222,8 +222,18 @@ class _LinearModel(BaseEstimator):
             else:
                 setattr(self, name, scalar(values[0]) if single_output else np.array(values))
         histories = [r.history_ for r in results]
-        self.history_ = histories[0] if len(histories) == 1 else histories
+        self.history_ = histories[0] if len(histories) == 1 else self._histories(histories)
         self.solver_ = results[0].solver_
+
+    def _histories(self, histories: list) -> Histories:
+        """The models' histories together, each labelled by its class (one-vs-rest) or
+        its output (several targets)."""
+        classes = getattr(self, "classes_", None)
+        if is_classifier(self) and classes is not None:
+            labels = model_classes(np.asarray(classes))
+            if len(labels) == len(histories):
+                return Histories(histories, labels.tolist(), "class")
+        return Histories(histories, name="output")
 
     # ------------------------------------------------------------- prediction
 

@@ -13,6 +13,7 @@ import tempfile
 
 import numpy as np
 
+from dask_scd.progress import epoch_info
 from dask_scd.result import History
 
 _VERSION = 1
@@ -109,7 +110,8 @@ class EpochHooks:
 
     ``checkpoint`` (a path) is written atomically every ``every`` epochs and at the
     last, with the RNG state and a ``signature`` of the fit that a resume must
-    match; ``callback(info) -> True`` stops the fit.
+    match; ``callback(info) -> True`` stops the fit (``info``:
+    :func:`~dask_scd.progress.epoch_info`, with ``coef`` and ``intercept``).
     """
 
     def __init__(self, checkpoint=None, every=1, resume=False, callback=None, signature=None):
@@ -139,14 +141,15 @@ class EpochHooks:
                 signature=self.signature,
                 engine=engine,
             )
-        return bool(
-            self.callback is not None
-            and self.callback(
-                {
-                    "epoch": epoch,
-                    "coef": original_order(coef),
-                    "intercept": intercept,
-                    "relative_gap": cert.relative_gap,
-                }
-            )
+        if self.callback is None:
+            return False
+        seconds = history.seconds[-1] if len(history) else 0.0
+        info = epoch_info(
+            epoch,
+            cert.relative_gap,
+            cert.primal,
+            seconds,
+            coef=original_order(coef),
+            intercept=intercept,
         )
+        return bool(self.callback(info))

@@ -95,6 +95,7 @@ class ClusterBlocks(BlockLoop):
         reports = self.runtime.gather(
             [submit_row(r, operator.getitem, fused[r], 0) for r in range(self.source.n_row_chunks)]
         )
+        block_coarse.raise_finding(reports, self.source.row_bounds, self.source.blocks)
         n_blocks = len(self.slices)
         self.source.purity = self.purity = [
             max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1

@@ -18,6 +18,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, inspect_cell, labels, pure_rows, row_weights
+from dask_scd.data.findings import finding_error
 from dask_scd.engines.coarse import LINE_SEARCH_STEPS, coarse_line_search, coarse_newton
 from dask_scd.engines.coarse_level import RowSums
 from dask_scd.kernels import block as block_kernels
@@ -47,21 +48,36 @@ def inspect_row_chunk(cells: list, where: str, row_sums: bool, with_intercept: b
     with ``row_sums`` its :func:`block_row_sums` too, each cell's sums made right after
     its check: out of core the cell is then read once for both (it is the row chunk's
     last read), where a task per cell and one per row chunk read every cell twice.
-    Returns (reports, row sums or None); ``where`` names the row chunk in an error."""
-
-    def check(b, cell) -> dict:
-        return inspect_cell(cell, f"cell ({where}, block {b})")
-
-    if not row_sums:
-        return [check(b, cell) for b, cell in enumerate(cells)], None
+    Returns (reports, row sums or None); ``where`` names the row chunk in a finding. A
+    cell's bad value is not raised here (the worker would log the failed task): its
+    report is ``{"finding": ...}``, the last of the reports, with no row sums, and the
+    client raises the error (:func:`raise_finding`)."""
     reports = []
 
     def inspected():
         for b, cell in enumerate(cells):
-            reports.append(check(b, cell))
+            reports.append(inspect_cell(cell, f"cell ({where}, block {b})", raises=False))
+            if "finding" in reports[-1]:
+                return
             yield cell
 
-    return reports, block_row_sums(inspected(), with_intercept)
+    if not row_sums:
+        for _ in inspected():
+            pass
+        return reports, None
+    sums = block_row_sums(inspected(), with_intercept)
+    return reports, None if "finding" in reports[-1] else sums
+
+
+def raise_finding(reports: list, row_bounds, blocks) -> None:
+    """The error of the first bad value that :func:`inspect_row_chunk` found (``reports``:
+    each row chunk's), naming its cell and, for a NaN or an infinity, its row and column
+    in X (``row_bounds``: the row chunks' first rows; ``blocks``: the original feature
+    indices of each column block); nothing where none was found."""
+    for r, row in enumerate(reports):
+        for b, report in enumerate(row):
+            if "finding" in report:
+                raise finding_error(report["finding"], r, b, row_bounds, blocks)
 
 
 def _cell_matvec(cell, vector_of) -> np.ndarray:

@@ -67,8 +67,8 @@ def fit_block_memory(data, problem: obj.Problem, options: Options) -> Run:
     """Block SCD on :class:`~dask_scd.data.memory.InMemory` data.
 
     Engine options: ``selection`` ("shuffle", "cyclic", "gap": the block order within an
-    epoch) and ``callback`` (called after every epoch with {epoch, coef, intercept,
-    relative_gap}; returning True stops the fit), as on Dask input.
+    epoch) and ``callback`` (called after every epoch with {epoch, relative_gap, primal,
+    seconds, coef, intercept}; returning True stops the fit), as on Dask input.
     """
     given = options.engine.changed("cluster")
     if given:

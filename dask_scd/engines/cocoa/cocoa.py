@@ -33,6 +33,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import WeightedLabels
+from dask_scd.data.findings import finding_error
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.cocoa import cocoa_ops as ops
@@ -212,6 +213,11 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
     summaries = here.gather(
         [here.submit(cocoa_parts.part_summary, p, part=k) for k, p in enumerate(parts)]
     )
+    for group, summary in zip(groups, summaries):
+        if "finding" in summary:  # (i, j) in the part's cells: its row chunk and block
+            i, j = summary["cell"]
+            r, b = (i, group[j]) if by_features else (group[i], j)
+            raise finding_error(summary["finding"], r, b, source.row_bounds, source.blocks)
     sizes = np.array([s["lines"] for s in summaries])
     y = here.submit(cocoa_parts.join_labels, *labels)
     return {
@@ -231,10 +237,10 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
     rounds = {"round": [], "step": [], "relative_gap": [], "seconds": []}
     loop = _Primal if settings.split == "features" else _Dual
     solver = loop(here, parts, problem, settings)
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     cert = solver.certify()
     epoch = 0
-    while cert.relative_gap > options.tol and epoch < options.max_iter:
+    while cert.relative_gap > options.tol and epoch < options.max_iter and not trace.stopped:
         epoch += 1
         gamma = solver.round(options.rng)
         cert = solver.certify()
@@ -250,7 +256,7 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
         "split": settings.split,
         "aggregation": settings.aggregation,
     }
-    return Run(coef, intercept, cert, epoch, trace.history, extras)
+    return trace.ended(Run(coef, intercept, cert, epoch, trace.history, extras))
 
 
 class _Primal:

@@ -11,9 +11,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from dask_scd.data.cells import CellRef, WeightedLabels, labels, row_weights
+from dask_scd.data.findings import value_finding
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.validation import (
-    check_feature_magnitude,
     is_pydata_sparse,
     largest_magnitude,
     to_scipy,
@@ -69,14 +69,17 @@ def assemble_part(
     """(task) A part from its cells, ``cells[r][b]`` over its row chunks and blocks, on the
     worker that will solve it; ``row_labels`` (one per row chunk) for a dual part, and for
     a weighted primal part (its column norms read every row's weight). The values are
-    checked here, once (``where`` names the part in the error)."""
+    checked here, once: a bad one is not raised (the worker would log the failed task)
+    but returned, ``{"finding", "cell"}`` (:func:`~dask_scd.data.cells.value_finding`, and
+    the cell's place (i, j) in ``cells``), for the client to raise (``where`` names the
+    part)."""
     grid = [[_cell_array(cell) for cell in row] for row in cells]
-    for row in grid:
-        for cell in row:
+    for i, row in enumerate(grid):
+        for j, cell in enumerate(row):
             largest = largest_magnitude(cell.data if sp.issparse(cell) else cell)
-            if not np.isfinite(largest):
-                raise ValueError(f"X contains NaN or infinity in {where}")
-            check_feature_magnitude(largest, f" in {where}")
+            finding = value_finding(largest, where, lambda cell=cell: cell)
+            if finding is not None:
+                return {"finding": finding, "cell": (i, j)}
     if any(sp.issparse(cell) for row in grid for cell in row):
         X = sp.bmat(
             [[sp.csr_matrix(cell) for cell in row] for row in grid],
@@ -90,7 +93,10 @@ def assemble_part(
 
 
 def part_summary(part: Part) -> dict:
-    """(task) What the client needs to know of a part: its lines and Σ‖line‖²."""
+    """(task) What the client needs to know of a part: its lines and Σ‖line‖² (or what
+    :func:`assemble_part` found wrong with its values)."""
+    if isinstance(part, dict):
+        return part
     return {
         "lines": int(part.matrix.n_major),
         "sq_norm_sum": float(part.sq_norms.sum()),

@@ -148,7 +148,7 @@ class _Rounds:
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
         store, every = tier.slow, self.settings.certify_every
-        trace = Trace(self.options.progress)
+        trace = Trace(self.options.progress, self.options.callback)
         cert = solver.certificate()
         z = solver.certified_gaps(cert)
         n_refresh = round(self.settings.gap_refresh * store.n_lines)
@@ -156,7 +156,11 @@ class _Rounds:
         epoch = 0
         pool = ThreadPoolExecutor(1) if store.concurrent and n_refresh else None
         try:
-            while cert.relative_gap > self.options.tol and epoch < self.options.max_iter:
+            while (
+                cert.relative_gap > self.options.tol
+                and epoch < self.options.max_iter
+                and not trace.stopped
+            ):
                 epoch += 1
                 certify = epoch % every == 0 or epoch == self.options.max_iter
                 scores = np.bincount(chunk_of_line, weights=z, minlength=store.n_chunks)
@@ -189,7 +193,7 @@ class _Rounds:
                 pool.shutdown()
         coef, intercept, cert = solver.final()
         extras = {**tier.counts(), "rounds": self.rounds}
-        return Run(coef, intercept, cert, epoch, trace.history, extras)
+        return trace.ended(Run(coef, intercept, cert, epoch, trace.history, extras))
 
     def _record(self, epoch, cert, loads, resident_lines, seconds):
         r = self.rounds

@@ -169,7 +169,8 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    trace = Trace(options.progress)  # building H is part of the solve: it is timed
+    # Building H is part of the solve: it is timed.
+    trace = Trace(options.progress, options.callback)
     n_features = X.shape[1]
     exact = _ExactCertificate(X, y, problem, weights)
     coef = np.zeros(n_features)
@@ -207,7 +208,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         previous = cert
         cert, intercept = exact(coef, system.intercept(sub))
         trace.record(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol or epoch >= max_iter:
+        if cert.relative_gap <= tol or epoch >= max_iter or trace.stopped:
             break
         grown = _admit(problem, cert, working, coef)
         if len(grown) == len(working):  # W holds every violator: solve W more exactly
@@ -225,7 +226,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 break
             target = max(0.01 * target, 1e-16)
         working = grown
-    return Run(coef, float(intercept), cert, epoch, trace.history)
+    return trace.ended(Run(coef, float(intercept), cert, epoch, trace.history))
 
 
 def _solve(system: GramSystem, problem, coef, target, epoch, max_iter, rng):

@@ -56,7 +56,7 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 def _plain_scd(primal, problem, options, coarse) -> Run:
     """Epochs over every coordinate, each followed by the coarse step when it is due."""
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     epoch = 0
     all_coordinates = np.arange(primal.n_coordinates)
     schedule = CertificateSchedule(first=3)
@@ -70,9 +70,9 @@ def _plain_scd(primal, problem, options, coarse) -> Run:
             continue
         cert = primal.certify(problem)
         trace.record(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol:
+        if cert.relative_gap <= tol or trace.stopped:
             break
-    return primal.finish(problem, epoch, trace.history)
+    return trace.ended(primal.finish(problem, epoch, trace.history))
 
 
 def _working_set_scd(primal, problem, options, coarse) -> Run:
@@ -87,7 +87,7 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
     threshold ranks high in the next set. So the set orders the work, never the answer.
     """
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     memory = _MarginMemory(primal, problem)
     cert = primal.certify(problem)
     epoch, size, extrapolated = 0, 0, None
@@ -120,9 +120,9 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
         extrapolated = memory.extrapolate(primal)
         cert = primal.certify(problem, extrapolated)
         trace.record(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol:
+        if cert.relative_gap <= tol or trace.stopped:
             break
-    return primal.finish(problem, epoch, trace.history, extrapolated)
+    return trace.ended(primal.finish(problem, epoch, trace.history, extrapolated))
 
 
 # Working sets (celer, skglm): at least this many zeros beside the support (their first

@@ -67,7 +67,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     dual_coef = dual_start(problem, y, intercept, weights)  # u = a/v with weights
     coef = matrix.scatter(weighted_dual(dual_coef, weights)) / alpha_n
 
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     epoch = 0
     epochs = _Epochs(matrix, epoch_matrix, kernels, problem, y, options.engine, rng, weights)
     in_epochs = 0.0  # seconds inside the epochs alone (the threads' part of a fit)
@@ -95,7 +95,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 weights,
             )
             trace.record(epoch, cert.relative_gap, cert.primal)
-            if cert.relative_gap <= tol:
+            if cert.relative_gap <= tol or trace.stopped:
                 break
     finally:
         epochs.close()
@@ -104,7 +104,9 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     # The returned certificate (on the exact w, the better of the dual and the primal
     # one) is that of the last epoch: its entry, replacing the loop's if it had one.
     trace.record(epoch, cert.relative_gap, cert.primal, report=False)
-    return Run(coef, intercept, cert, epoch, trace.history, {"epoch_seconds": in_epochs})
+    return trace.ended(
+        Run(coef, intercept, cert, epoch, trace.history, {"epoch_seconds": in_epochs})
+    )
 
 
 def dual_start(problem, y, intercept, weights=None) -> np.ndarray:

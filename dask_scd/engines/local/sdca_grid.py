@@ -169,7 +169,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         )
         coef = state.coef
         schedule = CertificateSchedule()
-        trace, orders = Trace(options.progress), []
+        trace, orders = Trace(options.progress, options.callback), []
 
         def settle(pending):
             cert, cert_intercept = pending.finish(problem, y, alpha_n)
@@ -189,7 +189,7 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
             )
             if pending is not None:
                 settled = settle(pending)
-                if settled[0].relative_gap <= tol:
+                if settled[0].relative_gap <= tol or trace.stopped:
                     break
             intercept += rho * dual_total  # b ← b + ρ Σ a_i (ρ = 0 without intercept)
             final = epoch == max_iter
@@ -209,13 +209,15 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         stream.close()
     cert, cert_intercept, point = settled
     extras = {"chunk_orders": orders[: point.epoch], "read_passes": passes, "row_chunks": n_chunks}
-    return Run(
-        grid.to_original_order(point.coef),
-        float(cert_intercept),
-        cert,
-        point.epoch,
-        trace.history,
-        extras,
+    return trace.ended(
+        Run(
+            grid.to_original_order(point.coef),
+            float(cert_intercept),
+            cert,
+            point.epoch,
+            trace.history,
+            extras,
+        )
     )
 
 

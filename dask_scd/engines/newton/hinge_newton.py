@@ -68,7 +68,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     X, y = data.X, data.y
     n, p = X.shape
     meter = Meter()
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     design = Design.from_array(X)
     meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
@@ -86,7 +86,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
         if action == REFRESH:
             margins = fresh_margins(design, coef, intercept, meter)
             continue
-        if action == STOP:
+        if action == STOP or trace.stopped:
             break
         step += 1
         tick = time.perf_counter()
@@ -116,7 +116,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     extras = meter.as_dict()
     extras["smoothing_levels"] = levels
     extras["final_smoothing"] = mu
-    return Run(coef, float(intercept), final, step, trace.history, extras)
+    return trace.ended(Run(coef, float(intercept), final, step, trace.history, extras))
 
 
 def _certify(design, duals, y, coef, margins, mu):

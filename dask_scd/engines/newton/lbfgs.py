@@ -54,7 +54,7 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     y, weights = data.y, data.weights
     n, p = data.X.shape
     meter = Meter()
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     design = _design(data, problem, options.memo)
     meter.add("setup", 0.0, trace.start)
     coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
@@ -73,7 +73,7 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         trace.record(step, cert.relative_gap, cert.primal)
         if best is None or cert.relative_gap < best[0]:
             best = (cert.relative_gap, coef.copy(), intercept, cert)
-        if cert.relative_gap <= options.tol or step >= options.max_iter:
+        if cert.relative_gap <= options.tol or step >= options.max_iter or trace.stopped:
             break
         x = np.append(coef, intercept) if fit_b else coef
         g = np.append(grad, float(grad_rows.sum()) / n) if fit_b else grad
@@ -114,7 +114,8 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     gap, coef, intercept, cert = best
     # The returned certificate is on margins recomputed from X.
     final = certify_afresh(problem, design, y, weights, duals, meter, coef, intercept)
-    return Run(coef, float(intercept), final, step, trace.history, meter.as_dict())
+    run = Run(coef, float(intercept), final, step, trace.history, meter.as_dict())
+    return trace.ended(run)
 
 
 def _two_loop(g, pairs) -> np.ndarray:

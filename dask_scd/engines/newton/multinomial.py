@@ -159,7 +159,7 @@ def newton_steps(steps, problem: obj.Problem, options: Options, W, b) -> Run:
     W = 0), its certificate (``steps.certify``; the relative gradient norm without a
     penalty), the stopping rule, then a Newton step (``steps.move``: (t, Δ, Δb)).
     ``steps.recertify(W, b)`` certifies the returned iterate when it is an earlier one."""
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     gaps = []  # P − D of every certified step, unclamped
     stopping = Stopping(options.tol, options.max_iter, patience=_PATIENCE)
     step, cert, grad_norm = 0, None, None
@@ -174,9 +174,9 @@ def newton_steps(steps, problem: obj.Problem, options: Options, W, b) -> Run:
             measure = cert.relative_gap
         trace.record(step, measure, point.objective)
         if cert is None:
-            if grad_norm <= options.tol or step >= options.max_iter:
+            if grad_norm <= options.tol or step >= options.max_iter or trace.stopped:
                 break
-        elif stopping.check(cert, step, W, b) == STOP:
+        elif stopping.check(cert, step, W, b) == STOP or trace.stopped:
             break
         t, delta, delta_b = steps.move(point)
         if t == 0.0:
@@ -188,10 +188,12 @@ def newton_steps(steps, problem: obj.Problem, options: Options, W, b) -> Run:
         # Without a penalty W + c1ᵀ is as good as W: the one with rows summing to zero.
         W = W - W.mean(axis=1, keepdims=True)
         final = uncertified(point.objective, W.T.shape)
-        return Run(W.T.copy(), _centred(b), final, step, trace.history, extras, grad_norm=grad_norm)
+        run = Run(W.T.copy(), _centred(b), final, step, trace.history, extras, grad_norm=grad_norm)
+        return trace.ended(run)
     W, b, cert = stopping.finish(cert, W, b, steps.recertify)
     extras["primal_minus_dual"] = gaps
-    return Run(W.T.copy(), _centred(b), mn.transposed(cert), step, trace.history, extras)
+    run = Run(W.T.copy(), _centred(b), mn.transposed(cert), step, trace.history, extras)
+    return trace.ended(run)
 
 
 class _Steps:

@@ -36,7 +36,8 @@ from scipy.special import entr
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import labels as label_values
-from dask_scd.data.cells import row_weights
+from dask_scd.data.cells import row_chunk_finding, row_weights
+from dask_scd.data.findings import finding_error
 from dask_scd.data.sources import DaskSource, Source
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.newton.multinomial import (
@@ -190,16 +191,34 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
             "loss='multinomial' over dask takes a dask array; a grid above "
             "in_memory_limit is fitted by LogisticRegression(multi_class='ovr')"
         )
-    unsupported = [name for name in options.engine.changed() if name != "client"]
+    unsupported = [name for name in options.engine.changed() if name not in ("client", "callback")]
     if unsupported:
-        raise ValueError(f"loss='multinomial' over dask takes no {unsupported} (only client=)")
+        raise ValueError(
+            f"loss='multinomial' over dask takes no {unsupported} (only client= and callback=)"
+        )
     with fit_client(options.engine.client) as client:
         cells, labels = source.connect(client)
+        _check_values(client, cells, source)
         run = _newton(_Reducer(client, cells, labels), source, problem, options)
     coef = np.empty_like(run.coef)
     coef[:, source.feature_order] = run.coef
     run.coef = coef
     return run
+
+
+def _check_values(client, cells, source) -> None:
+    """One pass over the cells for a NaN, an infinity or a value too large, each row
+    chunk's finding returned by its task and raised here, naming the row and column."""
+    found = client.gather(
+        [
+            client.submit(row_chunk_finding, cells[r], f"row chunk {r}", pure=False)
+            for r in range(len(cells))
+        ]
+    )
+    for r, finding in enumerate(found):
+        if finding is not None:
+            b = finding["block"]
+            raise finding_error(finding["finding"], r, b, source.row_bounds, source.blocks)
 
 
 def _newton(reduce: _Reducer, source, problem, options) -> Run:

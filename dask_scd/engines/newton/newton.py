@@ -78,7 +78,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     design = _design(data, problem, options.memo)
     meter.add("setup", 0.0, trace.start)
     coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
@@ -126,7 +126,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         if action == REFRESH:
             margins = fresh_margins(design, coef, intercept, meter)
             continue
-        if action == STOP:
+        if action == STOP or trace.stopped:
             break
         step += 1
         delta, delta_b, direction = solved[:3]
@@ -148,7 +148,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     coef, intercept, cert = stopping.finish(cert, coef, intercept, afresh)
     extras = meter.as_dict()
     extras["extrapolation_wins"] = duals.extrapolation_wins
-    return Run(coef, float(intercept), cert, step, trace.history, extras)
+    return trace.ended(Run(coef, float(intercept), cert, step, trace.history, extras))
 
 
 def _l2_aids(design: Design, problem: obj.Problem, rng):
@@ -252,7 +252,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     X, y, weights = data.X, data.y, data.weights
     n, p = X.shape
     meter = Meter()
-    trace = Trace(options.progress)
+    trace = Trace(options.progress, options.callback)
     design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
     meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
@@ -281,7 +281,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         primal, violation = loss_sum / n, model.violation()
         grad_norm = violation / max(1.0, abs(primal))
         trace.record(step, grad_norm, primal)
-        if grad_norm <= options.tol or step >= options.max_iter:
+        if grad_norm <= options.tol or step >= options.max_iter or trace.stopped:
             break
         # The forcing term of inexact Newton (superlinear), as the penalized loop's.
         first_violation = first_violation or max(violation, np.finfo(float).tiny)
@@ -295,7 +295,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         step += 1
         coef = coef + t * delta
         intercept += t * delta_b
-    return Run(
+    run = Run(
         coef,
         float(intercept),
         uncertified(primal, p),
@@ -304,6 +304,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         meter.as_dict(),
         grad_norm=grad_norm,
     )
+    return trace.ended(run)
 
 
 def _near_the_end(model, solved, cert, tol) -> bool:
