@@ -501,11 +501,7 @@ def inspect_cell(cell, where: str, raises: bool = True) -> dict:
     client to raise, so that no worker logs a failed task.
     """
     view = cell_view(cell)
-    if isinstance(view, DeviceCellView):
-        largest, counts = view.inspect()
-    else:
-        largest, counts = largest_magnitude(view.matrix.data), None
-    finding = value_finding(largest, where, _values_of(view))
+    finding, counts = _finding(view, where)
     if finding is not None:
         if raises:
             raise ValueError(finding["message"])
@@ -535,21 +531,22 @@ def row_chunk_finding(cells: list, where: str) -> dict | None:
     finite and not too large. Returned, not raised: the worker logs no failed task, and
     the client raises :func:`finding_error`."""
     for b, cell in enumerate(cells):
-        view = cell_view(cell)
-        on_device = isinstance(view, DeviceCellView)
-        largest = view.inspect()[0] if on_device else largest_magnitude(view.matrix.data)
-        finding = value_finding(largest, f"cell ({where}, block {b})", _values_of(view))
+        finding = _finding(cell_view(cell), f"cell ({where}, block {b})")[0]
         if finding is not None:
             return {"block": b, "finding": finding}
     return None
 
 
-def _values_of(view):
-    """What reads a cell's values where a check found a bad one: a CPU cell's
-    :func:`~dask_scd.data.findings.cell_values`; nothing for a device cell."""
+def _finding(view, where: str) -> tuple:
+    """(:func:`~dask_scd.data.findings.value_finding` of the cell's values or None, the
+    non-zeros per row where a device cell's inspection gave them, else None); the values
+    are read back (:func:`~dask_scd.data.findings.cell_values`) only where one is bad,
+    and never from a device cell."""
     if isinstance(view, DeviceCellView):
-        return lambda: None
-    return lambda: cell_values(view)
+        largest, counts = view.inspect()
+        return value_finding(largest, where), counts
+    largest = largest_magnitude(view.matrix.data)
+    return value_finding(largest, where, lambda: cell_values(view)), None
 
 
 def _nonzeros_per_row(view: CellView) -> np.ndarray:

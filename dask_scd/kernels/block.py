@@ -20,6 +20,7 @@ from numba import njit
 from dask_scd.kernels.lines import line as _line
 from dask_scd.kernels.lines import minor as _minor
 from dask_scd.kernels.scalar import LOGISTIC, SQUARED, SQUARED_HINGE, TRIAL_STEPS
+from dask_scd.kernels.scalar import clip as _clip
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
 from dask_scd.kernels.scalar import sigmoid as _sigmoid
@@ -502,7 +503,7 @@ def block_box_qp(hessian, gradient, theta, l1, l2, max_sweeps, tol, lower, upper
         for j in range(k):
             new = _prox_newton(t[j], residual[j], hessian[j, j], l1, l2)
             if bounded:
-                new = min(max(new, lower[j]), upper[j])
+                new = _clip(new, lower[j], upper[j])
             delta = new - t[j]
             if delta != 0.0:
                 for i in range(k):
