@@ -23,6 +23,7 @@ import sys
 import time
 import warnings
 
+from dask_scd.data.files import write_atomically
 from dask_scd.engines.registry import SOLVERS
 from dask_scd.objectives import LOSSES, PENALTIES
 
@@ -498,7 +499,7 @@ def _predict(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    _write_atomically(args.out, text)
+    write_atomically(args.out, lambda handle: handle.write(text), text=True)
     print(f"wrote {len(values)} predictions to {args.out}", file=sys.stderr)
     return 0
 
@@ -533,6 +534,7 @@ def _read_model(path: str):
     """The FitResult of one coefficient vector at ``path``: the JSON of ``fit --out``, or
     what :func:`dask_scd.save` writes (``fit --out model.npz``)."""
     from dask_scd.persist import NotAModelError, load
+    from dask_scd.result import FitResult
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"model file not found: {path}")
@@ -540,21 +542,9 @@ def _read_model(path: str):
         model = load(path)
     except NotAModelError as exc:
         raise ValueError(f"{path} is not a model written by {PROG} fit --out ({exc})") from None
-    if type(model).__name__ != "FitResult" or model.coef_.ndim != 1:
+    if not isinstance(model, FitResult) or model.coef_.ndim != 1:
         raise ValueError(f"{path} holds no model of one coefficient vector, as fit --out writes")
     return model
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Written to a temporary file first: never half a file."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 def _check_writable(path: str, option: str = "--out") -> None:
@@ -591,7 +581,8 @@ def _write_model(path: str, result, grid) -> None:
         "grid": grid.path,
         "history": result.history_.as_dict(),
     }
-    _write_atomically(path, json.dumps(model, indent=1))
+    text = json.dumps(model, indent=1)
+    write_atomically(path, lambda handle: handle.write(text), text=True)
 
 
 if __name__ == "__main__":  # pragma: no cover - the console script calls main()

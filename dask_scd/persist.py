@@ -29,11 +29,11 @@ import json
 import math
 import numbers
 import os
-import uuid
 import zipfile
 
 import numpy as np
 
+from dask_scd.data.files import write_atomically
 from dask_scd.result import FitResult, Histories, History
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "READABLE_VERSIONS", "NotAModelError", "load", "save"]
@@ -84,16 +84,9 @@ def save(model, path) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"cannot save to {path}: directory {directory} does not exist")
-    temporary = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(temporary, "xb") as handle:
-            np.savez_compressed(handle, **{METADATA: np.array(text)}, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.remove(temporary)
+    write_atomically(
+        path, lambda handle: np.savez_compressed(handle, **{METADATA: np.array(text)}, **arrays)
+    )
 
 
 def load(path):

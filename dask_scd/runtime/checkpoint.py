@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import numpy as np
 
+from dask_scd.data.files import write_atomically
 from dask_scd.progress import epoch_info
 from dask_scd.result import History
 
@@ -43,17 +43,8 @@ def save_checkpoint(
         "signature": signature,
         "engine": engine or {},
     }
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, coef=np.asarray(coef, dtype=np.float64), meta=np.array(json.dumps(meta)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    coef = np.asarray(coef, dtype=np.float64)
+    write_atomically(path, lambda f: np.savez(f, coef=coef, meta=np.array(json.dumps(meta))))
 
 
 def load_checkpoint(path, signature: dict, rng) -> dict | None:
