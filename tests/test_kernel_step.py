@@ -96,3 +96,28 @@ def test_weighted_wide_fit_equals_the_fit_of_repeated_rows(rng):
     repeated = dask_scd.fit(X[rows], y[rows], **kw)
     assert weighted.primal_ == pytest.approx(repeated.primal_, rel=1e-10)
     np.testing.assert_allclose(weighted.coef_, repeated.coef_, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_cholesky_is_scipys_to_the_bit(lower):
+    """engines.cholesky calls LAPACK as scipy.linalg.cho_factor / cho_solve do: the same
+    factor and solution, bit for bit, and the same errors."""
+    import scipy.linalg
+
+    from dask_scd.engines import cholesky
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(40, 12))
+    H = A.T @ A + 0.1 * np.eye(12)
+    b = rng.normal(size=12)
+    mine = cholesky.factor(H, lower=lower)
+    theirs = scipy.linalg.cho_factor(H, lower=lower)
+    half = np.tril if lower else np.triu
+    assert np.array_equal(half(mine[0]), half(theirs[0]))
+    assert np.array_equal(cholesky.solve(mine, b), scipy.linalg.cho_solve(theirs, b))
+    with pytest.raises(scipy.linalg.LinAlgError):
+        cholesky.factor(-H)
+    bad = H.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or inf"):
+        cholesky.factor(bad)

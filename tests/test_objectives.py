@@ -161,3 +161,48 @@ def test_the_optimal_intercept_takes_a_few_passes(loss, monkeypatch):
     assert len(calls) <= 10
     root = brentq(lambda t: derivative(loss, y, margins + t).sum(), -20, 20, xtol=1e-15)
     assert b == pytest.approx(root, abs=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic", "squared_hinge"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gradient_certificate_is_the_dual_certificate(rng, loss, weighted):
+    """Without an intercept, an L2 term's certificate of a = −v∘ℓ'(ŷ) is ‖∇P‖²/(2·l2),
+    coordinate by coordinate, and bounds P − P* (P minimized by scipy)."""
+    from scipy.optimize import minimize
+
+    X, y = _data(rng)
+    problem = _problem(loss, 0.0, False, alpha=0.05)
+    assert obj.gradient_certifies(problem)
+    weights = rng.uniform(0.0, 2.0, size=len(y)) if weighted else None
+    coef = rng.normal(scale=0.3, size=X.shape[1])
+    margins = X @ coef
+    n = len(y)
+
+    def primal(w):
+        terms = obj.loss_value(loss, y, X @ w)
+        return obj.weighted_sum(terms, weights) / n + obj.penalty_value(problem, w)
+
+    a = -obj.loss_derivative(loss, y, margins) * (1.0 if weights is None else weights)
+    loss_sum = obj.weighted_sum(obj.loss_value(loss, y, margins), weights)
+    cert = obj.gradient_certificate(problem, n, coef, loss_sum, X.T @ a / n)
+    dual_sum = float(obj.dual_loss(loss, y, a, weights).sum())
+    full = obj.primal_certificate(
+        problem, n, coef, loss_sum, dual_sum, X.T @ a / n, float(a @ margins)
+    )
+    assert cert.primal == full.primal
+    np.testing.assert_allclose(cert.coordinate_gaps, full.coordinate_gaps, rtol=1e-10)
+    np.testing.assert_allclose(cert.gap, full.gap, rtol=1e-10)
+    best = minimize(primal, coef, method="BFGS", options={"gtol": 1e-12}).fun
+    assert cert.gap >= primal(coef) - best - 1e-12
+    assert cert.gap > 0.0
+
+
+def test_gradient_certificate_applies_to_l2_without_intercept_only():
+    def problem(**kw):
+        args = dict(loss="logistic", alpha=0.1, l1_ratio=0.0, fit_intercept=False) | kw
+        return obj.Problem(**args)
+
+    assert obj.gradient_certifies(problem())
+    assert not obj.gradient_certifies(problem(fit_intercept=True))
+    assert not obj.gradient_certifies(problem(l1_ratio=0.5))
+    assert not obj.gradient_certifies(problem(loss="hinge"))

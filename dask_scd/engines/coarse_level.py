@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 
 from dask_scd.data.memory import MAX_BLOCKS  # noqa: F401  (the engines' bound, named here)
+from dask_scd.engines import cholesky
 from dask_scd.kernels import block as block_kernels
 
 
@@ -157,12 +157,12 @@ def two_level(inverse_diagonal, small, block_of, k: int):
     inside = block_of >= 0
     where = block_of[inside]
     try:
-        factor = scipy.linalg.cho_factor(small)
+        factor = cholesky.factor(small)
     except np.linalg.LinAlgError:
         return lambda r: inverse_diagonal * r
 
     def apply(r):
-        c = scipy.linalg.cho_solve(factor, np.bincount(where, weights=r[inside], minlength=k))
+        c = cholesky.solve(factor, np.bincount(where, weights=r[inside], minlength=k))
         out = inverse_diagonal * r
         out[inside] += c[where]
         return out

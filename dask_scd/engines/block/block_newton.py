@@ -28,12 +28,12 @@ recomputed, and a checkpointed fit resumes to the same model.
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import DeviceCellView, cell_view, labels, row_weights
 from dask_scd.data.sources import Source
+from dask_scd.engines import cholesky
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, wide_newton
 from dask_scd.engines.block.block_cluster import ClusterBlocks
@@ -273,7 +273,7 @@ def _solve_model(hessian, g, theta, l1: float, l2: float) -> np.ndarray:
 def _solve_ridge(system, rhs, start) -> np.ndarray:
     """start − system⁻¹ rhs (Cholesky; least squares for a singular generalized Hessian)."""
     try:
-        return start - scipy.linalg.cho_solve(scipy.linalg.cho_factor(system), rhs)
+        return start - cholesky.solve(cholesky.factor(system), rhs)
     except np.linalg.LinAlgError:
         return start - np.linalg.lstsq(system, rhs, rcond=None)[0]
 

@@ -31,6 +31,7 @@ import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
+from dask_scd.engines import cholesky
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import primal_certificate
 from dask_scd.kernels import newton as newton_kernels
@@ -290,7 +291,7 @@ def _support_step(system: GramSystem, problem, coef, signs):
     rhs = system.xty[support] - problem.l1 * signs[support]
     residual = rhs - matrix @ start
     try:
-        move = scipy.linalg.cho_solve(scipy.linalg.cho_factor(matrix), residual)
+        move = cholesky.solve(cholesky.factor(matrix), residual)
     except np.linalg.LinAlgError:
         move = None
     if (
@@ -324,10 +325,10 @@ def _ridge(system: GramSystem, problem: obj.Problem) -> tuple[np.ndarray, bool]:
     """The exact ridge solution of (H + αI)θ = Xᵀy/n (zeros if H is numerically singular)."""
     k = system.gram.shape[0]
     try:
-        factor = scipy.linalg.cho_factor(system.gram + problem.l2 * np.eye(k))
+        factor = cholesky.factor(system.gram + problem.l2 * np.eye(k))
     except np.linalg.LinAlgError:  # coordinate descent takes over
         return np.zeros(k), False
-    return scipy.linalg.cho_solve(factor, system.xty), True
+    return cholesky.solve(factor, system.xty), True
 
 
 def _admit(problem, cert: obj.Certificate, working, coef) -> np.ndarray:

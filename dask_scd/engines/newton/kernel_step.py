@@ -15,8 +15,8 @@ through the same factor: A⁻¹Xᵀv = Xᵀ(v − R·S⁻¹·RKv)/α, no pass ov
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
+from dask_scd.engines import cholesky
 from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.engines.newton.design import GRAM_MAX, Design
 
@@ -53,17 +53,17 @@ def kernel_direction(design: Design, model):
         return None  # Δ = (r − Xᵀw)/α would lose its digits to cancellation
     S[np.diag_indices(n)] += l2
     try:
-        factor = scipy.linalg.cho_factor(S, lower=True, check_finite=False)
+        factor = cholesky.factor(S, lower=True, check_finite=False)
     except np.linalg.LinAlgError:
         return None
     r = -(model.grad + l2 * model.coef)
     xr = design.rows.dot(r)  # Xr: one pass
-    w = root * scipy.linalg.cho_solve(factor, root * xr, check_finite=False)
+    w = root * cholesky.solve(factor, root * xr)
     image = (xr - K @ w) / l2  # X·A⁻¹r
     delta_b = 0.0
     if problem.fit_intercept:
         kc = K @ c
-        u = (c - root * scipy.linalg.cho_solve(factor, root * kc, check_finite=False)) / l2
+        u = (c - root * cholesky.solve(factor, root * kc)) / l2
         ku = K @ u  # X·A⁻¹Xᵀc
         schur = float(c.sum()) - float(c @ ku)  # Σc − cᵀXA⁻¹Xᵀc > 0 where Σc > 0
         if schur > 1e-300:

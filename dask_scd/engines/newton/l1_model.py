@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse
 
+from dask_scd.engines import cholesky
 from dask_scd.engines.newton.design import GRAM_MAX, Design, run_parts
 from dask_scd.engines.newton.quadratic import Model
 from dask_scd.kernels import newton as kernels
@@ -203,7 +203,7 @@ def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> bool | None:
     system = hessian[np.ix_(index, index)]
     system[np.diag_indices_from(system)] += l2 * pen
     try:
-        factor = scipy.linalg.cho_factor(system)
+        factor = cholesky.factor(system)
     except np.linalg.LinAlgError:
         return False  # singular on the support: coordinate descent alone
     pivots = np.abs(np.diag(factor[0]))
@@ -212,7 +212,7 @@ def _orthant_newton(hessian, q, coef_w, delta_w, l1, l2, fit_b) -> bool | None:
         # the same vector): the step would run along the null space, cut at once by a
         # sign change. Coordinate descent alone there.
         return False
-    step = scipy.linalg.cho_solve(factor, -(q[index] + l2 * pen * x[index] + l1 * sign))
+    step = cholesky.solve(factor, -(q[index] + l2 * pen * x[index] + l1 * sign))
     if not np.all(np.isfinite(step)):
         return False
     # t_j = −x_j / s_j where s moves x_j through zero

@@ -39,6 +39,7 @@ from dask_scd.data.cells import labels as label_values
 from dask_scd.data.cells import row_chunk_finding, row_weights
 from dask_scd.data.findings import finding_error
 from dask_scd.data.sources import DaskSource, Source
+from dask_scd.engines import cholesky
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.newton.multinomial import (
     armijo_step,
@@ -331,7 +332,7 @@ def _newton_direction(problem, n, hessian, grad, grad_b):
     H[np.diag_indices_from(H)] += 1e-12 * scale
     rhs = -np.concatenate([grad.ravel(), grad_b])
     try:
-        solution = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), rhs)
+        solution = cholesky.solve(cholesky.factor(H), rhs)
     except np.linalg.LinAlgError:
         solution = scipy.linalg.lstsq(H, rhs)[0]
     d_b = solution[p * K :] if problem.fit_intercept else np.zeros(K)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from dask_scd import objectives as obj
+from dask_scd.engines import cholesky
 from dask_scd.engines.coarse_level import block_sums, two_level
 from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.engines.newton.design import GRAM_MAX, Design, row_parts, run_parts
@@ -321,11 +321,11 @@ def _schur_preconditioner(hessian, intercept: bool):
     elif intercept:
         S = hessian[:-1, :-1]
     try:
-        factor = scipy.linalg.cho_factor(S)
+        factor = cholesky.factor(S)
     except np.linalg.LinAlgError:
         jitter = 1e-12 * max(float(np.trace(S)), 1e-300) + 1e-300
-        factor = scipy.linalg.cho_factor(S + jitter * np.eye(len(S)))
-    return lambda r: scipy.linalg.cho_solve(factor, r)
+        factor = cholesky.factor(S + jitter * np.eye(len(S)))
+    return lambda r: cholesky.solve(factor, r)
 
 
 def _diagonal_and_coarse(design: Design, model: Model, diagonal, s, total: float):
@@ -347,7 +347,7 @@ def _diagonal_and_coarse(design: Design, model: Model, diagonal, s, total: float
 def cholesky_solve(hessian, rhs) -> np.ndarray:
     """(H)⁻¹ rhs; a singular H (no curvature on the intercept) gets a relative jitter."""
     try:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(hessian), rhs)
+        return cholesky.solve(cholesky.factor(hessian), rhs)
     except np.linalg.LinAlgError:
         jitter = 1e-12 * max(float(np.trace(hessian)), 1e-300) + 1e-300
         return np.linalg.lstsq(hessian + jitter * np.eye(len(rhs)), rhs, rcond=None)[0]
