@@ -227,3 +227,22 @@ def test_layout_never_modifies_caller_matrix(rng):
     for old, new in zip(before, (X.data, X.indices, X.indptr)):
         np.testing.assert_array_equal(old, new)
     np.testing.assert_allclose(m.sq_norms(), [4.0**2 + 2.0**2])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(1, 5), (5, 1), (130, 70), (70, 200)])
+def test_in_order_copies_the_values_into_either_order(dtype, shape):
+    """kernels.layout.in_order: the same values, contiguous in the order asked, the same
+    array where it already is, from C, F and strided arrays (the tiled transposing copy
+    for whole arrays of the other order)."""
+    from dask_scd.kernels.layout import in_order
+
+    A = np.random.default_rng(0).normal(size=shape).astype(dtype)
+    for source in (np.ascontiguousarray(A), np.asfortranarray(A), A[::2], A[:, ::2]):
+        for order in "CF":
+            out = in_order(source, order)
+            assert out.flags[f"{order}_CONTIGUOUS"]
+            assert out.dtype == dtype
+            np.testing.assert_array_equal(out, source)
+            if source.flags[f"{order}_CONTIGUOUS"]:
+                assert out is source

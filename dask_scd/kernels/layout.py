@@ -14,6 +14,24 @@ _EMPTY_INDEX = np.zeros(0, dtype=np.int32)
 _NO_WEIGHTS = np.zeros(0)
 
 
+def in_order(A: np.ndarray, order: str) -> np.ndarray:
+    """The 2-D array ``A`` contiguous in ``order`` ("C" or "F"): ``A`` itself when it is,
+    a tiled transposing copy (:func:`dask_scd.kernels.lines.transposed_copy`) when it is
+    contiguous in the other order, else numpy's copy. The values are the same either way."""
+    if A.flags[f"{order}_CONTIGUOUS"]:
+        return A
+    other = A.flags["F_CONTIGUOUS"] if order == "C" else A.flags["C_CONTIGUOUS"]
+    if A.ndim != 2 or not other or A.dtype not in (np.float32, np.float64):
+        return np.asarray(A, order=order)
+    if order == "C":  # A.T is C-ordered (p, n)
+        out = np.empty(A.shape, dtype=A.dtype)
+        line_kernels.transposed_copy(A.T, out)
+        return out
+    out = np.empty(A.shape[::-1], dtype=A.dtype)  # A's transpose in C order: A in F order
+    line_kernels.transposed_copy(A, out)
+    return out.T
+
+
 @dataclass(frozen=True)
 class MajorMatrix:
     """X along one axis: columns for primal SCD, rows for dual SDCA.
@@ -52,7 +70,7 @@ class MajorMatrix:
         if A.dtype not in (np.float32, np.float64):
             A = A.astype(np.float64)
         order = "F" if by_columns else "C"
-        A = np.asarray(A, order=order)
+        A = in_order(A, order)
         return cls(A.ravel(order=order), _EMPTY_INDEX, _EMPTY_INDEX, True, n_major, n_minor)
 
     def lines(self, start: int, stop: int) -> "MajorMatrix":

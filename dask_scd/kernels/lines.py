@@ -186,3 +186,24 @@ def major_power_sums(data, indices, indptr, dense, n_major, n_minor, power, weig
                 term *= weights[minor(dense, indices, idx, start)]
             s += term
         out[r] = s
+
+
+# --------------------------------------------------------------------------- layout
+
+# Side of the square tiles of a transposing copy: a tile of each array stays in cache.
+_TILE = 64
+
+
+@njit(nogil=True, cache=True)
+def transposed_copy(src, out):
+    """out[i, j] = src[j, i] for C-ordered ``src`` (p, n) and ``out`` (n, p), tile by tile:
+    X turned from one memory order to the other (numpy's own copy between the orders
+    runs up to 3x slower on some shapes, e.g. 100000 × 400 to column order)."""
+    n, p = out.shape
+    for i0 in range(0, n, _TILE):
+        i1 = min(i0 + _TILE, n)
+        for j0 in range(0, p, _TILE):
+            j1 = min(j0 + _TILE, p)
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    out[i, j] = src[j, i]
