@@ -832,3 +832,47 @@ def test_lasso_by_column_epochs_on_the_residual_finds_the_optimum(monkeypatch, f
     ).fit(X.toarray(), y)
     ref_primal = obj.certificate(problem, X, y, ref.coef_, float(ref.intercept_)).primal
     assert unit.certificate.primal <= ref_primal * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("which", ["gram", "columns"])
+@pytest.mark.parametrize(
+    "loss,rho,fit_intercept",
+    [
+        ("logistic", 1.0, False),
+        ("logistic", 0.5, True),
+        ("logistic", 0.0, True),
+        ("squared", 1.0, True),
+        ("squared_hinge", 0.0, False),
+    ],
+)
+def test_column_ordered_x_is_read_as_rows_without_a_copy(
+    rng, monkeypatch, which, loss, rho, fit_intercept
+):
+    """Dense X in Fortran order: the passes by rows run on its columns (no row-ordered
+    copy for an L1 model; CG by rows copies once), and the model is the one of the same X
+    in C order, to the certificate's accuracy."""
+    _inner_solvers(monkeypatch, which)
+    X = rng.normal(size=(300, 40))
+    X[:, :5] *= 3.0
+    y = np.sign(X[:, :6] @ rng.normal(size=6) + 0.5 * rng.normal(size=300))
+    if loss == "squared":
+        y = X[:, :6] @ rng.normal(size=6) + rng.normal(size=300)
+    problem = obj.Problem(loss, 0.02, rho, fit_intercept)
+    weights = rng.uniform(0.5, 2.0, size=300)
+    runs = {}
+    for order in "CF":
+        Xo = np.asarray(X, order=order)
+        data = InMemory(Xo, y, weights=weights / weights.mean())
+        runs[order] = newton.fit_newton(
+            data, problem, Options(1e-10, 1000, np.random.default_rng(0))
+        )
+        assert runs[order].certificate.relative_gap <= 1e-10
+    np.testing.assert_allclose(runs["F"].coef, runs["C"].coef, rtol=1e-6, atol=1e-8)
+    assert abs(runs["F"].intercept - runs["C"].intercept) <= 1e-7
+    design = Design.from_array(np.asfortranarray(X))
+    assert isinstance(design.rows, design_module.RowsByColumns)
+    assert design.rows.dot(np.ones(40)) == pytest.approx(X.sum(axis=1), rel=1e-12)
+    assert design.rows.scatter(y) == pytest.approx(X.T @ y, rel=1e-10, abs=1e-10)
+    np.testing.assert_allclose(design.rows.sq_norms(), (X * X).sum(axis=1), rtol=1e-12)
+    assert design.rows._rows is None  # no copy yet
+    assert design.rows.lines(0, 10).n_major == 10  # the rows' own layout, on first use

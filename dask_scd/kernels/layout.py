@@ -114,6 +114,16 @@ class MajorMatrix:
         )
         return out
 
+    def dot_lines(self, lines, v, squared: bool = False) -> np.ndarray:
+        """:meth:`dot` on the lines ``lines`` alone (the same bits there; 0 elsewhere), one
+        thread: by columns, Xᵀv on a working set W without a pass over X."""
+        out = np.zeros(self.n_major, dtype=np.float64)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        lines = np.ascontiguousarray(lines, dtype=np.int64)
+        head = (self.data, self.indices, self.indptr, self.dense)
+        line_kernels.major_dot_lines(*head, lines, self.n_minor, v, out, squared)
+        return out
+
     def scatter(self, u, squared: bool = False) -> np.ndarray:
         """Σ_r A[r, k] u[r] for every minor index k: Xᵀ u by rows, X u by columns."""
         out = np.zeros(self.n_minor, dtype=np.float64)

@@ -33,6 +33,50 @@ _SCATTER_PARTS = 4
 _NO_CURVATURE = np.zeros(0)
 
 
+class RowsByColumns:
+    """Dense X stored by columns (Fortran order), read as rows without copying it.
+
+    X v and Xᵀu, the passes of a Newton step, run on the columns' kernels (X v skips the
+    zero entries of v: on an L1 model's sparse θ or Δ it reads their columns alone); any
+    other use of the rows' layout (a kernel over row ranges, the rows' arrays) makes the
+    row-ordered copy once, on first use.
+    """
+
+    dense = True
+
+    def __init__(self, X: np.ndarray, columns: MajorMatrix):
+        self.X, self.columns = X, columns
+        self.n_major, self.n_minor = X.shape
+        self._rows = None
+
+    @property
+    def stored(self) -> int:
+        return self.n_major * self.n_minor
+
+    def dot(self, v, squared: bool = False) -> np.ndarray:
+        """X v (X∘X v if squared)."""
+        return self.columns.scatter(v, squared)
+
+    def scatter(self, u, squared: bool = False) -> np.ndarray:
+        """Xᵀu ((X∘X)ᵀu if squared)."""
+        return self.columns.dot(u, squared)
+
+    def sq_norms(self, weights=None) -> np.ndarray:
+        if weights is not None:
+            return self.copied.sq_norms(weights)
+        return self.columns.scatter(np.ones(self.n_minor), squared=True)
+
+    @property
+    def copied(self) -> MajorMatrix:
+        """The rows' own layout, copied once."""
+        if self._rows is None:
+            self._rows = MajorMatrix.from_array(self.X, "rows")
+        return self._rows
+
+    def __getattr__(self, name):
+        return getattr(self.copied, name)
+
+
 @dataclass
 class Design:
     """X by rows (margins, gradients, Hessian products, Gram), by columns on demand."""
@@ -131,8 +175,20 @@ class Design:
         """X by rows; ``blocks``: a function giving its pure blocks when a coarse level
         first asks (default: detected on X); ``by_rows``: X as CSR where the caller has
         it (a CSC X is converted once, not by every reader of its rows)."""
-        rows = MajorMatrix.from_array(X if by_rows is None else by_rows, "rows")
+        source = X if by_rows is None else by_rows
         n, p = X.shape
+        by_columns = isinstance(source, np.ndarray) and not source.flags["C_CONTIGUOUS"]
+        if by_columns and source.flags["F_CONTIGUOUS"] and source.dtype == np.float64:
+            columns = MajorMatrix.from_array(source, "columns")  # a view
+            return cls(
+                X,
+                RowsByColumns(source, columns),
+                np.full(p, n, dtype=np.int64),
+                n * float(p) ** 2 / BLAS_SPEEDUP,
+                blocks,
+                _columns=columns,
+            )
+        rows = MajorMatrix.from_array(source, "rows")
         if rows.dense:
             column_nnz = np.full(p, n, dtype=np.int64)
             gram_flops = n * float(p) ** 2 / BLAS_SPEEDUP
@@ -148,6 +204,8 @@ class Design:
         rows = self.rows
         p = rows.n_minor
         u = np.ascontiguousarray(u, dtype=np.float64)
+        if isinstance(rows, RowsByColumns):
+            return _signed_by_columns(rows.columns, u, curv)
         d = _NO_CURVATURE if curv is None else np.ascontiguousarray(curv, dtype=np.float64)
         ranges = row_parts(rows)
         width = 2 if curv is None else 4
@@ -314,6 +372,17 @@ class Design:
             out[m, :m] = side
             out[:m, m] = side
             out[m, m] = float(weights.sum())
+
+
+def _signed_by_columns(columns: MajorMatrix, u, curv) -> tuple:
+    """:meth:`Design.signed_scatter` from X by columns: a pass per signed part (two
+    vectorized dots along each column cost what one fused pass by rows does), the
+    curvature sums in two more."""
+    parts = (columns.dot(np.minimum(u, 0.0)), columns.dot(np.maximum(u, 0.0)))
+    if curv is None:
+        return parts
+    d = np.ascontiguousarray(curv, dtype=np.float64)
+    return (*parts, columns.dot(d, squared=True), columns.dot(d))
 
 
 def row_parts(rows) -> list[tuple[int, int]]:
