@@ -23,7 +23,7 @@ class ByteLRU:
     """
 
     def __init__(self, max_bytes: float, weight, on_evict=None):
-        self._weight, self._on_evict = weight, on_evict
+        self._on_evict = on_evict
         self.loads = self.evictions = self.bytes_moved = 0
         self._lru = zict.LRU(max_bytes, {}, weight=lambda k, v: weight(v), on_evict=self._evicted)
         self.lock = threading.RLock()

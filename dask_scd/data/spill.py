@@ -62,7 +62,7 @@ class Spill:
         self._index: dict = {}  # key -> (rebuild, meta, [(offset, dtype, shape)])
         self._lock = threading.Lock()
         self.disabled = False
-        self.writes = self.hits = self.bytes_written = 0
+        self.writes = self.hits = 0
 
     def get(self, key, out: np.ndarray | None = None):
         """The value spilled under ``key``, read back; None where there is none.
@@ -116,7 +116,6 @@ class Spill:
             return False
         self._index[key] = (rebuild, meta, specs)
         self.writes += 1
-        self.bytes_written += size
         return True
 
     def _open(self) -> bool:

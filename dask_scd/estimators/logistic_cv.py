@@ -99,7 +99,7 @@ class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
             )
         ]
         results = run_paths(X, jobs)
-        self._select(results, targets, splits, Cs, ratios)
+        self._select(results, splits, Cs, ratios)
         if self.refit:
             fitted = []
             total = _total(weights, np.arange(X.shape[0]))
@@ -116,7 +116,7 @@ class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
             self._set_fitted(fitted, single_output=False)
         return self
 
-    def _select(self, results, targets, splits, Cs, ratios) -> None:
+    def _select(self, results, splits, Cs, ratios) -> None:
         """scores_, coefs_paths_, C_, l1_ratio_ per class; without refit, coef_ and
         intercept_ are the folds' mean at each fold's best point (scikit-learn's)."""
         n_folds, n_ratios, n_cs = len(splits), len(ratios), len(Cs)

@@ -61,14 +61,6 @@ def abort(token: str, dask_worker=None) -> bool:
     return True
 
 
-def forget(token: str) -> None:
-    """Drop what is left of a finished exchange (an aborted one's mark included)."""
-    with _cond:
-        _aborted.discard(token)
-        for key in [k for k in _box if k[0] == token]:
-            del _box[key]
-
-
 # glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD.
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 4 * 2**20  # blocks below this come from the heap

@@ -377,7 +377,6 @@ def make_cluster(
     options.update(cluster_options)
     cluster = Cluster(**options)
     cluster.dask_scd_shared_directory = shared_directory
-    cluster.dask_scd_resources = resources
     return cluster
 
 

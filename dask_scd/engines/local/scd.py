@@ -88,7 +88,7 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
     """
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     trace = Trace(options.progress, options.callback)
-    memory = _MarginMemory(primal, problem)
+    memory = _MarginMemory(primal)
     cert = primal.certify(problem)
     epoch, size, extrapolated = 0, 0, None
     certificate_work = primal.cost(np.arange(primal.n_coordinates))  # a pass over X
@@ -513,7 +513,7 @@ class _MarginMemory:
     certificate (so a certificate costs at most twice its pass; the pass is shared).
     """
 
-    def __init__(self, primal, problem):
+    def __init__(self, primal):
         n = len(primal.y)
         self.n_entries = float(primal.col_nnz.sum())
         self.enabled = (_ANDERSON_K + 1) * n <= max(self.n_entries, 1.0)  # memory ≤ X's

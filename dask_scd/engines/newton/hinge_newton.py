@@ -90,7 +90,7 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
             break
         step += 1
         tick = time.perf_counter()
-        model = _Model.at(design, problem, coef, y, beta, grad_rows, parts, mu)
+        model = _Model.at(design, problem, coef, beta, grad_rows, parts, mu)
         if cert.gap <= _LEVEL * model.smoothing:
             # The smoothed problem is solved: only a smaller μ can shrink the gap.
             mu *= _SHRINK
@@ -150,7 +150,7 @@ class _Model:
     smoothing: float  # S = (μ/n) Σ β_i(1 − β_i) at the model's width
 
     @classmethod
-    def at(cls, design, problem, coef, y, beta, grad_rows, parts, mu) -> _Model:
+    def at(cls, design, problem, coef, beta, grad_rows, parts, mu) -> _Model:
         """The model of P_μ at (θ, b), β = −ℓ_μ'(m); ``parts`` from ``signed_scatter``."""
         n = design.rows.n_major
         band = np.flatnonzero((beta > 0.0) & (beta < 1.0))

@@ -169,7 +169,7 @@ def _gradient_and_certificate(
     CG solves the steps (``heavy``, its preconditioner, given), the curvature sums it reads,
     ((X∘X)ᵀd, Xᵀd), from that pass too, else None."""
     tick = time.perf_counter()
-    loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
+    loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
     by_cg = heavy is not None
     parts = design.signed_scatter(grad_rows, curv if by_cg else None)
     grad = (parts[0] + parts[1]) / len(y)  # Xᵀg/n
@@ -266,7 +266,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     while True:
         tick = time.perf_counter()
         margins = design.rows.dot(coef) + intercept
-        loss_sum = _derivatives(problem, y, margins, weights, grad_rows, curv)
+        loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
         parts = design.signed_scatter(grad_rows)
         model = Model(
             problem,
@@ -315,13 +315,6 @@ def _near_the_end(model, solved, cert, tol) -> bool:
 
 
 # ---------------------------------------------------------------------- line search
-
-
-def _derivatives(problem, y, margins, weights, grad_rows, curv) -> float:
-    """g = v∘ℓ'(z) and d = v∘ℓ''(z) into ``grad_rows`` and ``curv`` (v = 1 without sample
-    weights); returns Σ v_i ℓ(y_i, z_i). Every model and certificate downstream reads the
-    weighted loss through these alone."""
-    return kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
 
 
 def _line_search(
