@@ -109,8 +109,8 @@ class GramSystem:
             step = max(256, _CHUNK_BYTES // (8 * k))
             chunks = [slice(start, start + step) for start in range(0, n, step)]
 
-            def chunk_of(rows):  # float64 rows of X_W, never a copy of all of X_W
-                return (X[rows] if every else X[rows, columns]).astype(np.float64)
+            def chunk_of(rows):  # float64 rows of X_W (a view where they are), never all X_W
+                return (X[rows] if every else X[rows, columns]).astype(np.float64, copy=False)
 
             x_mean = np.zeros(k)
             if fit_intercept and weights is None:
