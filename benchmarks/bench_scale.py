@@ -60,7 +60,6 @@ RESULTS = HERE / "results" / "scale.md"
 DATA = HERE / "data" / "bench_scale"  # gitignored (benchmarks/data/)
 ERRORS = (1e-4, 1e-6)  # relative objective errors reported
 OUR_TOL = 1e-10  # our fits run to this certified gap (or their cap): P* comes from them
-N_FIELDS = 26
 # The L1 rows: alpha = L1_FRACTION · alpha_max, alpha_max = ‖Xᵀa‖∞/n with a = −ℓ'(y, b₀) at
 # the intercept-only model (ȳ's model for the squared loss). Chosen once on the quick size
 # (200k rows): the 90 % quantile of |x_jᵀa|/n is 2.0e-4·alpha_max for both losses (a
@@ -68,16 +67,44 @@ N_FIELDS = 26
 L1_FRACTION = 2e-4
 
 
-def cardinalities(n_fields=N_FIELDS, low=10, high=200_000) -> list:
-    """Vocabulary sizes spread log-uniformly from ``low`` to ``high`` (611,438 in all)."""
-    return [int(c) for c in np.round(np.geomspace(low, high, n_fields)).astype(int)]
+# The data sets (--data): fields, and the Zipf exponent of their values. "heavy" has more
+# fields, and its vocabularies' frequent values take more of the rows (exponent 1.2), so
+# that its rare values are rarer: more columns seen a handful of times, which the block
+# steps reach only through their tiny curvature.
+DATASETS = {"criteo": (26, 1.0), "heavy": (39, 1.2)}
+DATASET = "criteo"  # set by main from --data
+
+
+def n_fields() -> int:
+    return DATASETS[DATASET][0]
+
+
+def cardinalities(fields=None, low=10, high=200_000) -> list:
+    """Vocabulary sizes spread log-uniformly from ``low`` to ``high`` (611,438 in all
+    for the 26 fields of the default data)."""
+    fields = n_fields() if fields is None else fields
+    return [int(c) for c in np.round(np.geomspace(low, high, fields)).astype(int)]
 
 
 def make_data(n, seed=0):
-    """``make_onehot(n, 26, cardinalities(), random_state=seed)``: X (CSR), ±1 y, blocks."""
+    """``make_onehot(n, fields, cardinalities(), zipf=…, random_state=seed)`` of the data
+    set :data:`DATASET`: X (CSR), ±1 y, blocks."""
     from dask_scd.datasets import make_onehot
 
-    return make_onehot(n, n_fields=N_FIELDS, cardinality=cardinalities(), random_state=seed)
+    fields, zipf = DATASETS[DATASET]
+    return make_onehot(
+        n, n_fields=fields, cardinality=cardinalities(), zipf=zipf, random_state=seed
+    )
+
+
+def data_description() -> str:
+    """The generator call of :data:`DATASET`, for the report."""
+    fields, zipf = DATASETS[DATASET]
+    exponent = "" if zipf == 1.0 else f", zipf={zipf:g}"
+    return (
+        f"`make_onehot(n, {fields}, cardinality=geomspace(10, 200000, {fields}){exponent}, "
+        "random_state=0)`"
+    )
 
 
 @dataclass(frozen=True)
@@ -1036,7 +1063,7 @@ def _piece(i, rows, seed, truth):
     """Rows of piece i of the 3x grid: make_onehot's design, labels from ONE planted model
     shared by all pieces (make_onehot's own would differ per piece)."""
     X, _, _ = make_data(rows, seed=[seed, i])
-    score = X @ truth / np.sqrt(N_FIELDS) - 0.5
+    score = X @ truth / np.sqrt(n_fields()) - 0.5
     rng = np.random.default_rng([seed, i, 1])
     y = np.where(rng.random(rows) < 1.0 / (1.0 + np.exp(-score)), 1.0, -1.0)
     return X, y
@@ -1438,7 +1465,7 @@ def header(args, sizes, elapsed, n, p, nnz, commit) -> str:
         f"{elapsed / 60:.1f} min; load average at the end {load[0]:.2f} / {load[1]:.2f} / "
         f"{load[2]:.2f}); library at {commit}.\n"
         f"Versions: {', '.join(vers)}; {java}.\n\n"
-        "Data: `make_onehot(n, 26, cardinality=geomspace(10, 200000, 26), random_state=0)` "
+        f"Data: {data_description()} "
         "(Zipf values, one non-zero per field and row). P* = the smallest objective any run "
         f"of the row reached: our in-memory fits run at tol={OUR_TOL:g} (certified "
         "relative gap) and their histories' objectives count, as do every peer's solutions "
@@ -1488,6 +1515,13 @@ def parse_args(argv=None):
     )
     p.add_argument("--skip", default="", help="comma-separated columns: " + ", ".join(COLUMNS))
     p.add_argument("--rows", type=int, default=None, help="rows of the data (n)")
+    p.add_argument(
+        "--data",
+        choices=sorted(DATASETS),
+        default="criteo",
+        help="the generated data set: criteo (26 fields, Zipf exponent 1) or heavy (39 "
+        "fields, exponent 1.2) (default: %(default)s)",
+    )
     p.add_argument("--cap", type=float, default=None, help="seconds per run")
     p.add_argument(
         "--grid-solvers",
@@ -1552,6 +1586,8 @@ def select_rows(only):
 
 def main(argv=None):
     args = parse_args(argv)
+    global DATASET
+    DATASET = args.data
     if args._spark:
         return _spark_main(args)
     if args._write:
@@ -1595,7 +1631,7 @@ def main(argv=None):
     unknown = skip - set(COLUMNS)
     if unknown:
         raise SystemExit(f"unknown columns {sorted(unknown)}; known: {COLUMNS}")
-    workdir = args.workdir / f"n{sizes.n}"
+    workdir = args.workdir / (f"n{sizes.n}" if DATASET == "criteo" else f"{DATASET}-n{sizes.n}")
     workdir.mkdir(parents=True, exist_ok=True)
     commit = library_commit()
     started = time.perf_counter()
@@ -1758,6 +1794,7 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
     path = workdir / "ooc.zarr"
     log(f"== out of core: writing {sizes.ooc_rows:,} rows piece by piece")
     cmd = [sys.executable, __file__, "--_write", str(path), "--_rows", str(sizes.ooc_rows)]
+    cmd += ["--data", DATASET]
     out = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT")]
     if not lines:

@@ -13,6 +13,7 @@ def make_onehot(
     *,
     set_valued: int = 0,
     set_size: int = 5,
+    zipf: float = 1.0,
     task: str = "classification",
     noise: float = 1.0,
     dtype=np.float64,
@@ -21,7 +22,8 @@ def make_onehot(
     """A one-hot encoded categorical design (Criteo-like), with a planted linear model.
 
     Each of ``n_fields`` categorical variables takes one of ``cardinality`` values per
-    example, drawn from a Zipf-like law (a few frequent values, a long tail), and is
+    example, drawn from a Zipf law of exponent ``zipf`` (value k of a field with
+    probability ∝ 1/(k+1)^zipf: a few frequent values, a long tail), and is
     one-hot encoded: a *pure* block of features (one non-zero per row). ``set_valued``
     extra fields hold up to ``set_size`` values each (tags, bag of words): *impure* blocks.
 
@@ -33,6 +35,8 @@ def make_onehot(
     blocks : list of ndarray
         Feature indices of each field, in order (the variable groups).
     """
+    if not zipf > 0.0:
+        raise ValueError(f"zipf must be a number > 0, got {zipf!r}")
     rng = np.random.default_rng(random_state)
     sizes = [cardinality] * n_fields if np.isscalar(cardinality) else list(cardinality)
     sizes += [sizes[-1] if sizes else 100] * set_valued
@@ -40,8 +44,9 @@ def make_onehot(
     cols, rows = [], []
     for field, size in enumerate(sizes):
         per_row = 1 if field < n_fields else set_size
-        # Zipf-like popularity: value k drawn with probability ∝ 1/(k+1).
-        weights = 1.0 / np.arange(1, size + 1)
+        # Zipf popularity: value k drawn with probability ∝ 1/(k+1)^zipf.
+        ranks = np.arange(1, size + 1)
+        weights = 1.0 / ranks if zipf == 1.0 else ranks.astype(np.float64) ** -zipf
         values = rng.choice(size, size=(n_samples, per_row), p=weights / weights.sum())
         if per_row > 1:  # a set: drop repeats within a row
             values = np.sort(values, axis=1)

@@ -43,6 +43,23 @@ def test_data_is_one_hot_and_seeded(bench):
     assert (X2 != X).nnz == 0 and np.array_equal(y, y2)
 
 
+def test_the_heavy_data_has_more_fields_and_a_steeper_zipf_law(bench, monkeypatch):
+    """--data heavy: 39 one-hot fields, values drawn with probability ∝ 1/(k+1)^1.2, so
+    each field's most frequent value takes more of the rows than in the default data."""
+    X, _, blocks = bench.make_data(20_000, seed=1)
+    monkeypatch.setattr(bench, "DATASET", "heavy")
+    Xh, yh, blocks_h = bench.make_data(20_000, seed=1)
+    assert len(blocks_h) == 39 and Xh.shape[1] == sum(bench.cardinalities(39))
+    assert np.all(np.diff(Xh.indptr) == 39) and set(np.unique(yh)) == {-1.0, 1.0}
+    top = np.asarray(X[:, blocks[-1]].sum(axis=0)).max() / X.shape[0]
+    top_h = np.asarray(Xh[:, blocks_h[-1]].sum(axis=0)).max() / Xh.shape[0]
+    # the law's mass at its first value, 1/H(200000, s): s = 1 → 0.078, s = 1.2 → 0.186
+    assert 0.06 < top < 0.1 and 0.16 < top_h < 0.21
+    assert "zipf=1.2" in bench.data_description()
+    with pytest.raises(ValueError, match="zipf"):
+        dask_scd.datasets.make_onehot(10, 2, 5, zipf=0.0)
+
+
 def test_pieces_of_the_3x_grid_share_one_model(bench):
     truth = np.random.default_rng(3).normal(size=611_438)
     Xa, ya = bench._piece(0, 300, 3, truth)
