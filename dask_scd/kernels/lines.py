@@ -110,16 +110,21 @@ def row_square_axpy(data, indices, dense, start, end, scale, w):
 # ------------------------------------------------------------------------ products
 
 
+@njit(inline="always")
+def line_dot(data, indices, indptr, dense, r, n_minor, v, squared):
+    """Σ_k A[r, k] v[k] along line r (A[r, k]² with ``squared``)."""
+    start, end = line(dense, indptr, r, n_minor)
+    if squared:
+        return row_square_dot(data, indices, dense, start, end, v)
+    return row_dot(data, indices, dense, start, end, v)
+
+
 @njit(nogil=True, cache=True, fastmath=FAST)
 def major_dot_range(data, indices, indptr, dense, lo, hi, n_minor, v, out, squared):
     """out[r] = Σ_k A[r, k] v[k] for the lines lo ≤ r < hi (CSR: X v; CSC: Xᵀ v), out[r]
     only for those; ``squared`` uses A[r, k]² instead (the curvature sums (X∘X)ᵀ ℓ'')."""
     for r in range(lo, hi):
-        start, end = line(dense, indptr, r, n_minor)
-        if squared:
-            out[r] = row_square_dot(data, indices, dense, start, end, v)
-        else:
-            out[r] = row_dot(data, indices, dense, start, end, v)
+        out[r] = line_dot(data, indices, indptr, dense, r, n_minor, v, squared)
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
@@ -127,12 +132,7 @@ def major_dot_lines(data, indices, indptr, dense, lines, n_minor, v, out, square
     """:func:`major_dot_range` for the lines ``lines`` alone (CSC: the columns of a working
     set), each by the same loop, so to the same bits."""
     for m in range(lines.shape[0]):
-        r = lines[m]
-        start, end = line(dense, indptr, r, n_minor)
-        if squared:
-            out[r] = row_square_dot(data, indices, dense, start, end, v)
-        else:
-            out[r] = row_dot(data, indices, dense, start, end, v)
+        out[lines[m]] = line_dot(data, indices, indptr, dense, lines[m], n_minor, v, squared)
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
