@@ -177,25 +177,24 @@ class Design:
         it (a CSC X is converted once, not by every reader of its rows)."""
         source = X if by_rows is None else by_rows
         n, p = X.shape
-        by_columns = isinstance(source, np.ndarray) and not source.flags["C_CONTIGUOUS"]
-        if by_columns and source.flags["F_CONTIGUOUS"] and source.dtype == np.float64:
+        columns = None
+        if (
+            isinstance(source, np.ndarray)
+            and source.dtype == np.float64
+            and source.flags["F_CONTIGUOUS"]
+            and not source.flags["C_CONTIGUOUS"]
+        ):
             columns = MajorMatrix.from_array(source, "columns")  # a view
-            return cls(
-                X,
-                RowsByColumns(source, columns),
-                np.full(p, n, dtype=np.int64),
-                n * float(p) ** 2 / BLAS_SPEEDUP,
-                blocks,
-                _columns=columns,
-            )
-        rows = MajorMatrix.from_array(source, "rows")
+            rows = RowsByColumns(source, columns)
+        else:
+            rows = MajorMatrix.from_array(source, "rows")
         if rows.dense:
             column_nnz = np.full(p, n, dtype=np.int64)
             gram_flops = n * float(p) ** 2 / BLAS_SPEEDUP
         else:
             column_nnz = np.bincount(rows.indices, minlength=p)
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
-        return cls(X, rows, column_nnz, gram_flops, blocks)
+        return cls(X, rows, column_nnz, gram_flops, blocks, _columns=columns)
 
     def signed_scatter(self, u, curv=None) -> tuple:
         """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows; with ``curv`` d,
