@@ -243,14 +243,13 @@ def _column_direction(design: Design, model: Model, working, share: float, memor
     if np.isfinite(model.dual_target):
         target = max(target, model.dual_target)
     unit = _unit_curvature(design, model)
-    col_curv = _column_curvatures(design, model, unit, working)
+    col_curv, passes = _column_curvatures(design, model, unit, working, share)
     state, residual, direction, kernel = _row_state(design, model, unit)
     order = np.append(working, -1) if fit_b else working.copy()
     delta = np.zeros(design.rows.n_minor)
     delta_b = np.zeros(1)
     block_of = design.block_of
-    # the curvatures' pass (over W's columns alone for a working set under half of X)
-    epochs, passes = 0, share if not unit and 2 * len(working) < design.columns.n_major else 1.0
+    epochs = 0
     epoch = _ColumnEpoch(design, order, block_of, kernel)
     args = (state, col_curv, model.coef, delta, problem.l1, problem.l2, fit_b, delta_b)
     first = None
@@ -291,24 +290,27 @@ def _epochs_needed(epochs: int, first: float, last: float, target: float) -> flo
     return epochs + np.log(max(target, 1e-300) / last) / rate
 
 
-def _column_curvatures(design: Design, model: Model, unit: bool, working) -> np.ndarray:
-    """Σ_i d_i x_ij² / n of the columns ``working`` (of every column: the squared loss),
-    kept off zero; the column epochs read no other."""
+def _column_curvatures(design: Design, model: Model, unit: bool, working, share: float):
+    """(Σ_i d_i x_ij² / n of the columns ``working`` (of every column: the squared loss),
+    kept off zero, and the passes over X they are counted as); the column epochs read no
+    other column's. ``share``: W's part of X's non-zeros."""
     n = design.rows.n_major
     if unit:
-        return design.column_sq_norms / n  # Σ_i x_ij² / n, the same at every step
+        return design.column_sq_norms / n, 1.0  # Σ_i x_ij² / n, the same at every step
     columns = design.columns
     if 2 * len(working) < columns.n_major:  # the working set's columns alone
         col_curv = columns.dot_lines(working, model.curv, squared=True) / n
+        passes = share
     else:  # a threaded pass
         col_curv = columns.dot(model.curv, squared=True) / n
+        passes = 1.0
     # A column whose rows all sit far out on the logistic's tail has ~no curvature,
     # and its model step ~(q ± l1)/0 (a 2e18 step stalled a weak-L1 fit at gap 0.86):
     # the curvature is kept above a millionth of its largest value, d = 1/4 (2 for the
     # squared hinge), which only such columns meet.
     floor = _CURVATURE_FLOOR * (2.0 if model.problem.loss == "squared_hinge" else 0.25) / n
     np.maximum(col_curv, floor * design.column_sq_norms, out=col_curv)
-    return col_curv
+    return col_curv, passes
 
 
 def _row_state(design: Design, model: Model, unit: bool):
