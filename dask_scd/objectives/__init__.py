@@ -424,15 +424,13 @@ def rescaled_lasso_from_dual(
         bound = lipschitz_bound(problem, cert.primal)
         kappa, g_star, coordinate_gaps = box.rescaled(problem, cert.correlation, coef, bound)
         dual = dual_loss_mean(kappa) - g_star
-        if not dual > cert.dual:
-            return cert
     else:
         top = float(np.abs(cert.correlation).max(initial=0.0))
         kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
         dual = dual_loss_mean(kappa)
-        if not dual > cert.dual:
-            return cert
         coordinate_gaps = problem.l1 * np.abs(coef) - kappa * cert.correlation * coef  # g*(κs) = 0
+    if not dual > cert.dual:
+        return cert
     intercept_gap = cert.primal - dual - float(coordinate_gaps.sum())
     # ``correlation`` stays that of a = −ℓ'(ŷ): working sets read the true violations.
     return Certificate(cert.primal, dual, coordinate_gaps, intercept_gap, cert.correlation)
