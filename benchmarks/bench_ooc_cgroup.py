@@ -48,12 +48,14 @@ from _cgroup import (
 # ------------------------------------------------------------------------ the runs
 
 
-def run_fit(scale, path, memory, epochs, timeout, probe_dir, cgroup=None) -> dict:
+def run_fit(scale, path, memory, epochs, timeout, probe_dir, cgroup=None, tol=None) -> dict:
     """``bench_scale.py --_ooc`` in a fresh process (in ``cgroup`` when given, which
     its children inherit) with an :class:`EpochProbe` as the fit's callback; θ and b
-    saved in ``probe_dir``. Returns {"outcome", "result"} as ``run_ooc``."""
+    saved in ``probe_dir``; ``tol`` the fit's (default: 1e-12, so that ``epochs`` are
+    run). Returns {"outcome", "result"} as ``run_ooc``."""
     cmd = [sys.executable, scale.__file__, "--_ooc", str(path), "--_memory", str(memory)]
     cmd += ["--_epochs", str(epochs), "--_probe", str(probe_dir)]
+    cmd += [] if tol is None else ["--_tol", repr(tol)]
     Path(probe_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(probe_dir) / "stderr.txt", "w") as err:
         proc = subprocess.Popen(

@@ -54,6 +54,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import _cgroup  # noqa: E402
+import bench_beyond_ram  # noqa: E402
 import bench_ooc_cgroup  # noqa: E402
 
 RESULTS = HERE / "results" / "scale.md"
@@ -1069,6 +1070,13 @@ def _piece(i, rows, seed, truth):
     return X, y
 
 
+def piece_plan(n, row_chunk, seed=3):
+    """The planted model and the (index, rows) of every piece of an n-row grid written
+    by :func:`write_grid_pieces`: :func:`_piece` gives the same rows again from them."""
+    truth = np.random.default_rng(seed).normal(size=int(sum(cardinalities())))
+    return truth, [(i, min(row_chunk, n - s)) for i, s in enumerate(range(0, n, row_chunk))]
+
+
 def write_grid_pieces(path, n, row_chunk, seed=3):
     """A grid written without ever holding X whole: a dask array of per-row-chunk delayed
     scipy.sparse pieces, which to_grid reads one row chunk at a time."""
@@ -1081,10 +1089,9 @@ def write_grid_pieces(path, n, row_chunk, seed=3):
     p = int(sum(sizes))
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     blocks = [np.arange(offsets[k], offsets[k + 1]) for k in range(len(sizes))]
-    truth = np.random.default_rng(seed).normal(size=p)
+    truth, plan = piece_plan(n, row_chunk, seed)
     xs, ys = [], []
-    for i, start in enumerate(range(0, n, row_chunk)):
-        rows = min(row_chunk, n - start)
+    for i, rows in plan:
         part = dask.delayed(_piece, nout=2, pure=True)(i, rows, seed, truth)
         xs.append(
             da.from_delayed(
@@ -1192,10 +1199,11 @@ def _ooc_main(args):
     grid = dask_scd.open_grid(args._ooc)
     n = grid.shape[0]
     # --_probe (bench_ooc_cgroup): time and bytes read at every epoch, θ and b saved
-    probe = _cgroup.EpochProbe(args._ooc) if args._probe else None
+    scratch = Path(args._ooc).parent / "scratch"
+    probe = _cgroup.EpochProbe(args._ooc, spill=scratch) if args._probe else None
     poller = Poller()
     poller.start()
-    with cluster(args._memory, Path(args._ooc).parent / "scratch") as c, Client(c) as client:
+    with cluster(args._memory, scratch) as c, Client(c) as client:
         t0 = time.perf_counter()
         if probe is not None:
             probe({"epoch": -1})
@@ -1204,7 +1212,7 @@ def _ooc_main(args):
             loss="logistic",
             penalty="l2",
             alpha=1.0 / n,
-            tol=1e-12,
+            tol=args._tol,
             max_iter=args._epochs,
             solver="block_scd",
             client=client,
@@ -1225,6 +1233,8 @@ def _ooc_main(args):
                 "seconds": r.history_.seconds,
                 "epochs": int(r.n_iter_),
                 "gap": r.history_.relative_gap,
+                "primal": r.history_.primal,
+                "iteration": r.history_.iteration,
                 "worker_peaks": list(poller.workers.values()),
                 "vm_hwm": list(hwm.values()),
                 "client_peak": poller.own,
@@ -1562,6 +1572,26 @@ def parse_args(argv=None):
         action="store_true",
         help="with --cgroup-memory: also the limited workers without the cgroup (page cache warm)",
     )
+    p.add_argument(
+        "--beyond-ram",
+        type=int,
+        default=None,
+        metavar="ROWS",
+        help="run only the larger-than-RAM fit: a grid of ROWS rows written piece by piece, "
+        "fitted to --beyond-tol, against Vowpal Wabbit (benchmarks/bench_beyond_ram.py)",
+    )
+    p.add_argument(
+        "--beyond-memory",
+        default="7GiB",
+        help="memory_limit per worker of the larger-than-RAM fit (%(default)s)",
+    )
+    p.add_argument("--beyond-tol", type=float, default=1e-6, help="its certified tol (%(default)s)")
+    p.add_argument(
+        "--vw-passes",
+        type=int,
+        default=8,
+        help="passes of Vowpal Wabbit's BFGS there; 0 skips it (%(default)s)",
+    )
     p.add_argument("--_spark", dest="_spark", help=argparse.SUPPRESS)
     p.add_argument("--_probe", dest="_probe", help=argparse.SUPPRESS)
     p.add_argument("--_write", dest="_write", help=argparse.SUPPRESS)
@@ -1569,6 +1599,7 @@ def parse_args(argv=None):
     p.add_argument("--_ooc", dest="_ooc", help=argparse.SUPPRESS)
     p.add_argument("--_memory", dest="_memory", help=argparse.SUPPRESS)
     p.add_argument("--_epochs", dest="_epochs", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--_tol", dest="_tol", type=float, default=1e-12, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
@@ -1596,6 +1627,8 @@ def main(argv=None):
         return _ooc_main(args)
     if args.cgroup_memory:
         return bench_ooc_cgroup.main_cgroup(sys.modules[__name__], args)
+    if args.beyond_ram:
+        return bench_beyond_ram.main_beyond(sys.modules[__name__], args)
     _quiet()
     from threadpoolctl import threadpool_limits
 
