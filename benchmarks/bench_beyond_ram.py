@@ -15,7 +15,6 @@ pass (average logistic loss) and its weights (readable model) — the accuracy i
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import re
@@ -35,7 +34,7 @@ from _cgroup import (
     read_text,
     sequential_read_speed,
 )
-from bench_ooc_cgroup import run_fit
+from bench_ooc_cgroup import run_fit, write_grid
 
 NAMESPACE = "f"  # VW's namespace of the one-hot features
 CONSTANT = 11650396  # VW's hash of its constant feature (the intercept)
@@ -171,19 +170,9 @@ def main_beyond(scale, args) -> None:
     scale.log("== disk: sequential read speed")
     speed = sequential_read_speed(workdir) if root else None
     grid = workdir / "grid.zarr"
-    scale.log(f"== writing {n:,} rows piece by piece")
-    out = subprocess.run(
-        [sys.executable, scale.__file__, "--_write", str(grid), "--_rows", str(n)]
-        + ["--data", args.data],
-        capture_output=True,
-        text=True,
-    )
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
-    if not lines:
-        print(f"writing the grid failed: {out.stderr[-600:]}", flush=True)
+    written = write_grid(scale, grid, n, args.data)
+    if written is None:
         return
-    written = json.loads(lines[-1].split(" ", 1)[1])
-    scale.log(f"  {scale.fmt_bytes(written['disk'])} in {scale.fmt_s(written['seconds'])}")
     device = device_of(grid)
     if root:
         drop_caches()

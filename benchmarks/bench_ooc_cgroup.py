@@ -125,17 +125,9 @@ def main_cgroup(scale, args) -> None:
     speed = sequential_read_speed(workdir)
     scale.log(f"  {speed['speed'] / 1e6:.0f} MB/s ({speed['method']})")
     grid = workdir / "ooc.zarr"
-    scale.log(f"== writing {rows:,} rows piece by piece")
-    out = subprocess.run(
-        [sys.executable, scale.__file__, "--_write", str(grid), "--_rows", str(rows)],
-        capture_output=True,
-        text=True,
-    )
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
-    if not lines:
-        print(f"writing the grid failed: {out.stderr[-400:]}", flush=True)
+    written = write_grid(scale, grid, rows, args.data)
+    if written is None:
         return
-    written = json.loads(lines[-1].split(" ", 1)[1])
     runs = fit_runs(scale, support, grid, limit, worker, written, args)
     # again after the fits: the disk is shared with the machine's other work
     again = sequential_read_speed(workdir)
@@ -156,6 +148,22 @@ def main_cgroup(scale, args) -> None:
     from _machine import print_and_append
 
     print_and_append(text, args.output, save=not args.no_save)
+
+
+def write_grid(scale, grid, rows: int, data: str) -> dict | None:
+    """``bench_scale.py --_write``: the grid of ``rows`` rows of the data set ``data``
+    written piece by piece in a fresh process; its RESULT (seconds, nnz, shape, peak
+    RSS, bytes on disk), or None after one line saying why it failed."""
+    scale.log(f"== writing {rows:,} rows piece by piece")
+    cmd = [sys.executable, scale.__file__, "--_write", str(grid), "--_rows", str(rows)]
+    out = subprocess.run(cmd + ["--data", data], capture_output=True, text=True)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
+    if not lines:
+        print(f"writing the grid failed: {out.stderr[-600:]}", flush=True)
+        return None
+    written = json.loads(lines[-1].split(" ", 1)[1])
+    scale.log(f"  {scale.fmt_bytes(written['disk'])} in {scale.fmt_s(written['seconds'])}")
+    return written
 
 
 def incore_memory(scale, nnz: int) -> int:
