@@ -232,8 +232,7 @@ class EpochProbe:
     """The fit's callback: at each epoch boundary the time, the bytes read from the
     device holding ``path`` and by this process's cgroup. Never asks the fit to stop."""
 
-    def __init__(self, path, spill=None):
-        self.spill = spill
+    def __init__(self, path):
         try:
             self.device = device_of(path)
         except OSError:
@@ -244,10 +243,7 @@ class EpochProbe:
     def sample(self) -> dict:
         disk = parse_diskstats(read_text("/proc/diskstats")).get(self.device)
         io = parse_io_read(read_text(self.io_file), self.io_version) if self.io_file else None
-        sample = {"t": time.perf_counter(), "disk": None if disk is None else disk[1], "io": io}
-        if self.spill is not None:
-            sample["spill"] = tree_bytes(self.spill)
-        return sample
+        return {"t": time.perf_counter(), "disk": None if disk is None else disk[1], "io": io}
 
     def __call__(self, info) -> bool:
         self.samples.append({"epoch": int(info["epoch"]), **self.sample()})
@@ -317,16 +313,6 @@ def sequential_read_speed(directory, size: int = 2 * 2**30, block: int = 16 * 2*
     os.close(fd)
     path.unlink()
     return {"bytes": done, "seconds": seconds, "speed": done / seconds, "method": method}
-
-
-def tree_bytes(path) -> int:
-    """The sizes of the files under ``path`` added up (0 where there is none)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.path.getsize(os.path.join(root, name))
-    return total
 
 
 def read_tree(path) -> int:

@@ -4,10 +4,10 @@ The Criteo-like grid of ``bench_scale.py`` (its ``--data``) is written piece by 
 (never whole in memory) with ROWS rows, so that the stored grid and the spill files the
 workers write beside it exceed the machine's RAM; the page cache is dropped and block_scd
 fits it to a certified ``--beyond-tol`` on a LocalCluster of 2 workers of
-``--beyond-memory`` each. Per epoch (the fit's callback, ``_cgroup.EpochProbe``): the time,
-the bytes read from the device holding the grid (``/proc/diskstats``) and the size of the
-spill files. Against it: the disk's sequential read speed, and Vowpal Wabbit, the classic
-single-machine out-of-core learner, on the same rows: its text input written from the same
+``--beyond-memory`` each. Per epoch (the fit's callback, ``_cgroup.EpochProbe``): the time
+and the bytes read from the device holding the grid (``/proc/diskstats``); at the end the
+size of the workers' spill files (unlinked temporary files: from their cell caches).
+Against it: the disk's sequential read speed, and Vowpal Wabbit, the classic single-machine out-of-core learner, on the same rows: its text input written from the same
 pieces, then BFGS with the same exact L2 (``--l2 = alpha * n`` on VW's summed loss) for
 ``--vw-passes`` passes over its cache file, its objective in our units from its own test
 pass (average logistic loss) and its weights (readable model) — the accuracy it reaches.
@@ -216,15 +216,13 @@ def main_beyond(scale, args) -> None:
 
 
 def epochs_of(fit: dict) -> list:
-    """(epoch, seconds, device bytes, spill bytes at its end, relative gap) of every
-    epoch of the fit, from its probe samples and history (gap None where the epoch was
-    not certified)."""
+    """(epoch, seconds, device bytes, relative gap) of every epoch of the fit, from its
+    probe samples and history (gap None where the epoch was not certified)."""
     res = fit.get("result") or {}
-    samples = res.get("probe") or []
     gaps = dict(zip(res.get("iteration") or [], res.get("gap") or []))
     return [
-        (epoch, seconds, read, sample.get("spill"), gaps.get(epoch))
-        for (epoch, seconds, read), sample in zip(per_pass(samples, "disk"), samples[1:])
+        (epoch, seconds, read, gaps.get(epoch))
+        for epoch, seconds, read in per_pass(res.get("probe") or [], "disk")
     ]
 
 
@@ -252,7 +250,8 @@ def report(scale, args, facts: dict, fit: dict, vw: dict | None) -> str:
     b, s, w = scale.fmt_bytes, scale.fmt_s, facts["written"]
     res = fit.get("result") or {}
     rows = epochs_of(fit)
-    spill = max((r[3] or 0 for r in rows), default=0)
+    # the spill files are unlinked temporary files: their size from the workers' caches
+    spill = sum(c[4] for c in res.get("cache") or [])
     data = w["disk"] + spill
     speed = (facts["speed"] or {}).get("speed")
     steady = rows[1:] or rows
@@ -260,17 +259,16 @@ def report(scale, args, facts: dict, fit: dict, vw: dict | None) -> str:
     cmd = " ".join(shlex.quote(a) for a in ["benchmarks/bench_scale.py", *args.argv])
     load = os.getloadavg()
     table = scale.md_table(
-        ["epoch", "seconds", "device read", "floor at disk speed", "spill files", "relative gap"],
+        ["epoch", "seconds", "device read", "floor at disk speed", "relative gap"],
         [
             [
                 e,
                 s(sec),
                 "—" if rd is None else b(rd),
                 s(floor_seconds(rd, speed)),
-                "—" if sp is None else b(sp),
                 "—" if g is None else f"{g:.2e}",
             ]
-            for e, sec, rd, sp, g in rows
+            for e, sec, rd, g in rows
         ],
     )
     final = (res.get("primal") or [None])[-1]
@@ -285,7 +283,7 @@ def report(scale, args, facts: dict, fit: dict, vw: dict | None) -> str:
         f"Grid: {w['shape'][0]:,} rows x {w['shape'][1]:,} features, {w['nnz']:,} "
         f"non-zeros, **{b(w['disk'])} on disk** (zstd), written in **{s(w['seconds'])}** "
         f"piece by piece (peak RSS {b(w['peak_rss'])}); the workers' spill files (decoded "
-        f"cells) up to {b(spill)}: **grid + spill = {b(data)}, {data / facts['ram']:.2f}x "
+        f"cells) {b(spill)}: **grid + spill = {b(data)}, {data / facts['ram']:.2f}x "
         f"the machine's RAM**. Disk {facts['device']}: sequential read "
         + ("not measured (not root)" if not speed else f"**{speed / 1e6:.0f} MB/s** (O_DIRECT)")
         + f". Page cache dropped before the fit. block_scd, logistic L2 alpha = 1/n, "

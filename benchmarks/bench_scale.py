@@ -1200,7 +1200,7 @@ def _ooc_main(args):
     n = grid.shape[0]
     # --_probe (bench_ooc_cgroup): time and bytes read at every epoch, θ and b saved
     scratch = Path(args._ooc).parent / "scratch"
-    probe = _cgroup.EpochProbe(args._ooc, spill=scratch) if args._probe else None
+    probe = _cgroup.EpochProbe(args._ooc) if args._probe else None
     poller = Poller()
     poller.start()
     with cluster(args._memory, scratch) as c, Client(c) as client:

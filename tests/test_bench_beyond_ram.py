@@ -57,10 +57,10 @@ def test_average_loss_is_read_from_vw_output(beyond):
 
 def test_epochs_of_and_time_to_follow_the_history(beyond):
     samples = [
-        {"epoch": -1, "t": 0.0, "disk": 0, "spill": 0},
-        {"epoch": 1, "t": 10.0, "disk": 500, "spill": 300},
-        {"epoch": 2, "t": 14.0, "disk": 1200, "spill": 300},
-        {"epoch": 3, "t": 19.0, "disk": 1900, "spill": 300},
+        {"epoch": -1, "t": 0.0, "disk": 0},
+        {"epoch": 1, "t": 10.0, "disk": 500},
+        {"epoch": 2, "t": 14.0, "disk": 1200},
+        {"epoch": 3, "t": 19.0, "disk": 1900},
     ]
     res = {
         "probe": samples,
@@ -70,7 +70,7 @@ def test_epochs_of_and_time_to_follow_the_history(beyond):
         "seconds": [9.0, 18.0],
     }
     rows = beyond.epochs_of({"result": res})
-    assert rows == [(1, 10.0, 500, 300, 1e-2), (2, 4.0, 700, 300, None), (3, 5.0, 700, 300, 1e-7)]
+    assert rows == [(1, 10.0, 500, 1e-2), (2, 4.0, 700, None), (3, 5.0, 700, 1e-7)]
     assert beyond.time_to(res, 0.55) == (18.0, 3)
     assert beyond.time_to(res, 0.6) == (9.0, 1)
     assert beyond.time_to(res, 0.4) is None
