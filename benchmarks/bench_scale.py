@@ -55,6 +55,7 @@ if str(HERE) not in sys.path:
 
 import _cgroup  # noqa: E402
 import bench_beyond_ram  # noqa: E402
+import bench_epoch_rates  # noqa: E402
 import bench_ooc_cgroup  # noqa: E402
 
 RESULTS = HERE / "results" / "scale.md"
@@ -1592,6 +1593,14 @@ def parse_args(argv=None):
         default=8,
         help="passes of Vowpal Wabbit's BFGS there; 0 skips it (%(default)s)",
     )
+    p.add_argument(
+        "--epoch-rates",
+        type=int,
+        default=None,
+        metavar="ROWS",
+        help="run only the in-memory engines' epoch on one thread at ROWS rows of --data "
+        "(benchmarks/bench_epoch_rates.py): what the grid's epoch is compared with",
+    )
     p.add_argument("--_spark", dest="_spark", help=argparse.SUPPRESS)
     p.add_argument("--_probe", dest="_probe", help=argparse.SUPPRESS)
     p.add_argument("--_write", dest="_write", help=argparse.SUPPRESS)
@@ -1629,6 +1638,8 @@ def main(argv=None):
         return bench_ooc_cgroup.main_cgroup(sys.modules[__name__], args)
     if args.beyond_ram:
         return bench_beyond_ram.main_beyond(sys.modules[__name__], args)
+    if args.epoch_rates:
+        return bench_epoch_rates.main_rates(sys.modules[__name__], args)
     _quiet()
     from threadpoolctl import threadpool_limits
 

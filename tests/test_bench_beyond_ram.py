@@ -1,6 +1,7 @@
 """The larger-than-RAM benchmark's pure parts (``benchmarks/bench_beyond_ram.py``): Vowpal
 Wabbit's text of our rows, the hash width that gives every feature its own weight, its
-readable model read back into our column order, and the per-epoch table of a fit.
+readable model read back into our column order, the per-epoch table of a fit; and the
+epoch time of the in-memory engines the grid is compared with (`bench_epoch_rates.py`).
 
 Where vowpalwabbit is installed (the ``bench`` extra), a tiny VW run checks the whole
 mapping: its objective computed from its own average loss equals ours at its weights.
@@ -108,3 +109,10 @@ def test_vw_objective_equals_ours_at_its_weights(beyond, bench, tmp_path):
     vw_value = beyond.average_loss(out.stdout + out.stderr) + 0.5 / n * theta @ theta
     assert abs(vw_value - ours) <= 1e-5 * ours  # VW prints 6 digits, keeps float32
     assert np.count_nonzero(theta) > 100
+
+
+def test_steady_epoch_leaves_the_first_certified_iteration_out():
+    rates = import_benchmark("bench_epoch_rates")
+    # certified at epochs 1, 3, 6: (9.5 - 2.0) s over 5 epochs
+    assert rates.steady_epoch([2.0, 5.0, 9.5], [1, 3, 6]) == 1.5
+    assert rates.steady_epoch([4.0], [2]) == 2.0  # one certificate: its mean
