@@ -89,7 +89,7 @@ def main_rates(scale, args) -> None:
         "the in-memory engines' epoch on one thread\n\n"
         f"Command: `benchmarks/bench_scale.py {' '.join(args.argv)}`; library at "
         f"{scale.library_commit()}. Data: {scale.data_description()} at {rows:,} rows "
-        f"({nnz:,} non-zeros), L2 alpha = 1/n, intercept; {__doc__.split('.', 2)[2].strip()}"
+        f"({nnz:,} non-zeros), L2 alpha = 1/n, intercept. {' '.join(__doc__.split(chr(10) * 2, 1)[1].split())}"
         "\n\n" + table + "\n"
     )
     print_and_append(text, args.output, save=not args.no_save)
