@@ -174,3 +174,20 @@ def test_row_chunk_groups_are_dealt_evenly_to_the_worker_threads(n_rows, slots):
     assert max(per_slot) - min(per_slot) <= max(len(g) for g in groups)
     if (n_rows, slots) == (50, 2):
         assert per_slot == [25, 25]
+
+
+def test_aborted_exchanges_are_remembered_up_to_a_bound(monkeypatch):
+    """abort() records the token for the members still waiting on it, the most recent
+    ABORTED_KEPT tokens only: a long fit's many aborts do not grow the worker's memory."""
+    from dask_scd.runtime import collective
+
+    monkeypatch.setattr(collective, "_aborted", {})
+    monkeypatch.setattr(collective, "_box", {("t-3", 0, 1): "part", ("other", 0, 1): "x"})
+    for i in range(collective.ABORTED_KEPT + 10):
+        assert collective.abort(f"t-{i}") is True
+    assert len(collective._aborted) == collective.ABORTED_KEPT
+    assert "t-9" not in collective._aborted and "t-10" in collective._aborted
+    assert f"t-{collective.ABORTED_KEPT + 9}" in collective._aborted
+    assert collective._box == {("other", 0, 1): "x"}  # the aborted exchange's parts dropped
+    collective._deliver(("t-1000", 1, 0), "late")  # a part of an aborted exchange: dropped
+    assert ("t-1000", 1, 0) not in collective._box

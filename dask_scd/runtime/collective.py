@@ -24,7 +24,8 @@ import time
 HANDLER = "dask_scd_mail"
 
 _box: dict = {}  # (token, stage, member) -> the member's part
-_aborted: set = set()  # tokens of aborted exchanges
+_aborted: dict = {}  # tokens of aborted exchanges (as keys, oldest first), at most
+ABORTED_KEPT = 1024  # this many: a member waits on one of the exchanges just aborted
 _cond = threading.Condition()
 
 
@@ -54,7 +55,9 @@ def abort(token: str, dask_worker=None) -> bool:
     """(on a worker, by ``client.run``) abort the exchange ``token``: its waiting members
     raise :class:`Aborted`, its parts are dropped."""
     with _cond:
-        _aborted.add(token)
+        _aborted[token] = None
+        while len(_aborted) > ABORTED_KEPT:  # the oldest: no member still waits on it
+            del _aborted[next(iter(_aborted))]
         for key in [k for k in _box if k[0] == token]:
             del _box[key]
         _cond.notify_all()
