@@ -34,6 +34,7 @@ from _cgroup import (
     read_text,
     sequential_read_speed,
 )
+from _machine import cpu_model, print_and_append
 from bench_ooc_cgroup import run_fit, write_grid
 
 NAMESPACE = "f"  # VW's namespace of the one-hot features
@@ -207,7 +208,6 @@ def main_beyond(scale, args) -> None:
     }
     text = report(scale, args, facts, fit, vw)
     shutil.rmtree(workdir, ignore_errors=True)
-    from _machine import print_and_append
 
     print_and_append(text, args.output, save=not args.no_save)
 
@@ -244,8 +244,6 @@ def report(scale, args, facts: dict, fit: dict, vw: dict | None) -> str:
     """The section: machine, grid, the fit's epochs, VW."""
     import datetime
     import shlex
-
-    from _machine import cpu_model
 
     b, s, w = scale.fmt_bytes, scale.fmt_s, facts["written"]
     res = fit.get("result") or {}
@@ -296,7 +294,7 @@ def report(scale, args, facts: dict, fit: dict, vw: dict | None) -> str:
         f"device a pass** ({'—' if per_read is None else f'{per_read / data:.2f}'}x grid + "
         f"spill; floor at the disk's speed {s(floor_seconds(per_read, speed))}). Worker peak "
         f"RSS {' / '.join(b(v) for v in res.get('worker_peaks', [])) or '—'}; client "
-        f"{b(res.get('client_peak'))}.\n\n" + table + "\n"
+        f"{'—' if res.get('client_peak') is None else b(res['client_peak'])}.\n\n" + table + "\n"
     )
     return text + vw_text(scale, vw, res, final, args)
 

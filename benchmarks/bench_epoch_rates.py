@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 
+from _machine import cpu_model, print_and_append
+
 ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 PROBLEMS = ("logistic", "squared")
 SOLVERS = ("scd", "block_scd")
@@ -66,8 +68,6 @@ def measure(scale, rows: int, data: str) -> list:
 def main_rates(scale, args) -> None:
     """``bench_scale.py --epoch-rates ROWS``: the table, appended to ``--output``."""
     import datetime
-
-    from _machine import cpu_model, print_and_append
 
     rows = args.epoch_rates
     found = measure(scale, rows, args.data)

@@ -116,3 +116,29 @@ def test_steady_epoch_leaves_the_first_certified_iteration_out():
     # certified at epochs 1, 3, 6: (9.5 - 2.0) s over 5 epochs
     assert rates.steady_epoch([2.0, 5.0, 9.5], [1, 3, 6]) == 1.5
     assert rates.steady_epoch([4.0], [2]) == 2.0  # one certificate: its mean
+
+
+def test_the_report_of_a_failed_fit_without_root_or_vw(beyond, bench):
+    """A fit that left no result, no disk speed (not root), VW skipped: the section is
+    still written, saying so, rather than the run's output being lost."""
+    args = bench.parse_args(["--beyond-ram", "1000", "--no-save"])
+    facts = {
+        "ram": 2**34,
+        "speed": None,
+        "written": {
+            "shape": [1000, 611438],
+            "nnz": 26000,
+            "disk": 2**20,
+            "seconds": 3.0,
+            "peak_rss": 2**28,
+        },
+        "memory": 2**30,
+        "commit": "abc1234",
+        "elapsed": 60.0,
+        "device": "vda",
+    }
+    fit = {"outcome": "failed (exit 1)", "result": None}
+    text = beyond.report(bench, args, facts, fit, {"skipped": "vowpalwabbit is not installed"})
+    assert "Outcome: **failed (exit 1)**" in text
+    assert "not measured (not root)" in text
+    assert "Vowpal Wabbit: vowpalwabbit is not installed" in text
