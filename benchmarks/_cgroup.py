@@ -198,6 +198,12 @@ def parse_diskstats(text: str) -> dict:
     return out
 
 
+def device_read(device) -> int | None:
+    """Bytes read so far from ``device`` ((major, minor)), None where it is not listed."""
+    found = parse_diskstats(read_text("/proc/diskstats")).get(device)
+    return None if found is None else found[1]
+
+
 def parse_io_read(text: str, version: int) -> int:
     """Bytes read, all devices, from v1 ``blkio.throttle.io_service_bytes`` (``MAJ:MIN
     Read N`` lines) or v2 ``io.stat`` (``MAJ:MIN rbytes=N wbytes=...``)."""
@@ -241,9 +247,9 @@ class EpochProbe:
         self.samples: list = []
 
     def sample(self) -> dict:
-        disk = parse_diskstats(read_text("/proc/diskstats")).get(self.device)
+        disk = device_read(self.device)
         io = parse_io_read(read_text(self.io_file), self.io_version) if self.io_file else None
-        return {"t": time.perf_counter(), "disk": None if disk is None else disk[1], "io": io}
+        return {"t": time.perf_counter(), "disk": disk, "io": io}
 
     def __call__(self, info) -> bool:
         self.samples.append({"epoch": int(info["epoch"]), **self.sample()})

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from _cgroup import (
     device_of,
+    device_read,
     drop_caches,
     floor_seconds,
     parse_diskstats,
@@ -131,18 +132,17 @@ def run_vw(scale, workdir, n, p, alpha, passes, row_chunk, device) -> dict:
         ),
     ):
         scale.log(f"  vw {name}")
-        before = parse_diskstats(read_text("/proc/diskstats")).get(device)
-        t = time.perf_counter()
+        before, t = device_read(device), time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True)
-        seconds = time.perf_counter() - t
-        after = parse_diskstats(read_text("/proc/diskstats")).get(device)
-        read = None if before is None or after is None else after[1] - before[1]
-        runs[name] = {"seconds": seconds, "read": read, "rc": out.returncode}
-        runs[name]["tail"] = (out.stdout + out.stderr)[-600:]
+        seconds, after = time.perf_counter() - t, device_read(device)
         if out.returncode != 0:
-            return {"failed": f"vw {name} exit {out.returncode}: {runs[name]['tail']}"}
-        runs[name]["loss"] = average_loss(out.stdout + out.stderr)
-    theta, b = read_weights(readable.read_text(), index, const)
+            return {
+                "failed": f"vw {name} exit {out.returncode}: {(out.stdout + out.stderr)[-600:]}"
+            }
+        read = None if before is None or after is None else after - before
+        loss = average_loss(out.stdout + out.stderr)
+        runs[name] = {"seconds": seconds, "read": read, "loss": loss}
+    theta, _ = read_weights(readable.read_text(), index, const)  # b is not penalized
     cache = Path(str(text) + ".cache")
     return {
         "bits": bits,
@@ -151,7 +151,6 @@ def run_vw(scale, workdir, n, p, alpha, passes, row_chunk, device) -> dict:
         "cache": cache.stat().st_size if cache.exists() else None,
         "runs": runs,
         "primal": runs["test"]["loss"] + 0.5 * alpha * float(theta @ theta),
-        "intercept": b,
     }
 
 
@@ -191,7 +190,7 @@ def main_beyond(scale, args) -> None:
     scale.log(f"  {fit['outcome']}")
     shutil.rmtree(workdir / "scratch", ignore_errors=True)
     alpha = 1.0 / n
-    row_chunk = min(n // 8, scale.OOC_ROW_CHUNK)
+    row_chunk = scale.ooc_row_chunk(n)  # the grid's pieces, regenerated for VW
     vw = None
     if args.vw_passes:
         vw = run_vw(

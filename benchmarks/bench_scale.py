@@ -1114,9 +1114,15 @@ def write_grid_pieces(path, n, row_chunk, seed=3):
 OOC_ROW_CHUNK = 262_144
 
 
+def ooc_row_chunk(n: int) -> int:
+    """Rows per row chunk (and per piece) of an n-row grid written by ``--_write``: an
+    eighth of the rows, at most :data:`OOC_ROW_CHUNK`."""
+    return min(n // 8, OOC_ROW_CHUNK)
+
+
 def _write_main(args):
     t = time.perf_counter()
-    g = write_grid_pieces(args._write, args._rows, min(args._rows // 8, OOC_ROW_CHUNK))
+    g = write_grid_pieces(args._write, args._rows, ooc_row_chunk(args._rows))
     print(
         "RESULT",
         json.dumps(
@@ -1200,11 +1206,10 @@ def _ooc_main(args):
     grid = dask_scd.open_grid(args._ooc)
     n = grid.shape[0]
     # --_probe (bench_ooc_cgroup): time and bytes read at every epoch, θ and b saved
-    scratch = Path(args._ooc).parent / "scratch"
     probe = _cgroup.EpochProbe(args._ooc) if args._probe else None
     poller = Poller()
     poller.start()
-    with cluster(args._memory, scratch) as c, Client(c) as client:
+    with cluster(args._memory, Path(args._ooc).parent / "scratch") as c, Client(c) as client:
         t0 = time.perf_counter()
         if probe is not None:
             probe({"epoch": -1})
@@ -1923,7 +1928,7 @@ def section_ooc(sizes, workdir, results, nnz_incore, memory=None) -> str:
         f"uncompressed (nnz x 12 B, as the engine counts), {fmt_bytes(w['disk'])} on disk; "
         f"written in {fmt_s(w['seconds'])} by a separate process from per-row-chunk delayed "
         f"make_onehot pieces (peak RSS {fmt_bytes(w['peak_rss'])}: never whole in memory), "
-        f"row chunks of {min(w['shape'][0] // 8, OOC_ROW_CHUNK):,} rows. "
+        f"row chunks of {ooc_row_chunk(w['shape'][0]):,} rows. "
         + (
             f"memory_limit per worker {fmt_bytes(floor)} (--ooc-memory); stored / 3 / 2 would "
             f"be {fmt_bytes(limit)}"
