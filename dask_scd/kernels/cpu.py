@@ -18,7 +18,15 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels import scalar
-from dask_scd.kernels.lines import FAST, line, minor, row_axpy, row_dot, weight, weighted_dot
+from dask_scd.kernels.lines import (
+    FAST,
+    line,
+    minor_at,
+    row_axpy,
+    row_dot,
+    weight,
+    weighted_dot,
+)
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # --------------------------------------------------------------------- primal SCD
@@ -305,28 +313,29 @@ def _column_step(
     weighted = weights.shape[0] > 0
     g = 0.0
     h = 0.0
+    values = data[start:end]  # slices: see lines.minor_at
+    minors = indices[start:end]
     if loss == scalar.SQUARED and weighted:  # h: the weighted Σ v_i x_ij² / n
-        for idx in range(start, end):
-            i = minor(dense, indices, idx, start)
-            g += (margins[i] - y[i]) * weights[i] * data[idx]
+        for k in range(values.shape[0]):
+            i = minor_at(dense, minors, k)
+            g += (margins[i] - y[i]) * weights[i] * values[k]
         h = sq_norm
     elif loss == scalar.SQUARED:
         if dense:  # contiguous: a plain loop over a slice, which LLVM vectorizes
-            values = data[start:end]
             for k in range(values.shape[0]):
                 g += (margins[k] - y[k]) * values[k]  # g = X[:, j]ᵀ(ŷ − y)
         else:
-            for idx in range(start, end):
-                g += (margins[indices[idx]] - y[indices[idx]]) * data[idx]
+            for k in range(values.shape[0]):
+                g += (margins[minors[k]] - y[minors[k]]) * values[k]
         h = sq_norm
     else:
-        for idx in range(start, end):
-            i = minor(dense, indices, idx, start)
+        for k in range(values.shape[0]):
+            i = minor_at(dense, minors, k)
             d1, d2 = scalar.loss_d1_d2(loss, y[i], margins[i])
             if weighted:
                 d1 *= weights[i]
                 d2 *= weights[i]
-            x = data[idx]
+            x = values[k]
             g += d1 * x
             h += d2 * x * x
         h *= inv_n
@@ -381,9 +390,11 @@ def _column_line_search(
     """Backtracking step size for a prox-Newton direction on one column (Armijo rule);
     the losses weighted by ``weights`` (empty: none)."""
     model = g * delta + scalar.penalty(l1, l2, old + delta) - scalar.penalty(l1, l2, old)
+    values = data[start:end]  # slices: see lines.minor_at
+    minors = indices[start:end]
     base = 0.0
-    for idx in range(start, end):
-        i = minor(dense, indices, idx, start)
+    for k in range(values.shape[0]):
+        i = minor_at(dense, minors, k)
         base += weight(weights, i) * scalar.loss(loss, y[i], margins[i])
     base *= inv_n
     # Below this, a change of objective is rounding noise: accept rather than stall.
@@ -392,9 +403,9 @@ def _column_line_search(
     for _ in range(scalar.MAX_BACKTRACK):
         trial = 0.0
         step = t * delta
-        for idx in range(start, end):
-            i = minor(dense, indices, idx, start)
-            trial += weight(weights, i) * scalar.loss(loss, y[i], margins[i] + step * data[idx])
+        for k in range(values.shape[0]):
+            i = minor_at(dense, minors, k)
+            trial += weight(weights, i) * scalar.loss(loss, y[i], margins[i] + step * values[k])
         change = (
             trial * inv_n - base + scalar.penalty(l1, l2, old + step) - scalar.penalty(l1, l2, old)
         )

@@ -78,16 +78,18 @@ def signed_scatter(
     for r in range(n_rows):
         value = u[r]
         start, end = indptr[r], indptr[r + 1]
+        values = data[start:end]
+        minors = indices[start:end]
         if value != 0.0:
             out = out_neg if value < 0.0 else out_pos
-            for idx in range(start, end):
-                out[indices[idx]] += value * data[idx]
+            for k in range(values.shape[0]):
+                out[minors[k]] += value * values[k]
         if curved and curv[r] != 0.0:
             c = curv[r]
-            for idx in range(start, end):
-                x = np.float64(data[idx])
-                out_side[indices[idx]] += c * x
-                out_sq[indices[idx]] += c * x * x
+            for k in range(values.shape[0]):
+                x = np.float64(values[k])
+                out_side[minors[k]] += c * x
+                out_sq[minors[k]] += c * x * x
 
 
 # Dense rows get loops of their own: with the layout flag and the indexing of the general
@@ -168,18 +170,19 @@ def hessian_vector(data, indices, indptr, dense, n_rows, n_cols, weights, v, v0,
     for r in range(n_rows):
         if weights[r] == 0.0 and not keep:  # the squared hinge: no curvature beyond the margin
             continue
-        start, end = indptr[r], indptr[r + 1]
+        values = data[indptr[r] : indptr[r + 1]]
+        minors = indices[indptr[r] : indptr[r + 1]]
         s = v0
-        for idx in range(start, end):
-            s += data[idx] * v[indices[idx]]
+        for k in range(values.shape[0]):
+            s += values[k] * v[minors[k]]
         if keep:
             xv[r] = s
         if weights[r] == 0.0:
             continue
         s *= weights[r]
         total += s
-        for idx in range(start, end):
-            out[indices[idx]] += s * data[idx]
+        for k in range(values.shape[0]):
+            out[minors[k]] += s * values[k]
     return total
 
 
@@ -199,11 +202,13 @@ def weighted_gram(data, indices, indptr, n_rows, position, weights, intercept, o
         if w == 0.0:
             continue
         m = 0
-        for idx in range(indptr[r], indptr[r + 1]):
-            a = position[indices[idx]]
+        row = data[indptr[r] : indptr[r + 1]]
+        minors = indices[indptr[r] : indptr[r + 1]]
+        for q in range(row.shape[0]):
+            a = position[minors[q]]
             if a >= 0:
                 slots[m] = a
-                values[m] = data[idx]
+                values[m] = row[q]
                 m += 1
         if intercept:
             slots[m] = k
