@@ -109,35 +109,45 @@ class InMemory:
         return sp.csr_matrix(X) if sp.issparse(X) else X
 
     @cached_property
+    def column_counts(self) -> np.ndarray | None:
+        """The stored values of each column of sparse X (None for dense X), counted once
+        for the planner, the pure blocks and the Newton engine's design."""
+        X = self.X
+        if not sp.issparse(X):
+            return None
+        if X.format == "csc":
+            return np.diff(X.indptr)
+        return np.bincount(self.by_rows.indices, minlength=X.shape[1])
+
+    @cached_property
     def median_column_count(self) -> float:
         """The median number of stored values of X's columns that hold any (inf for dense
         X), counted once: ``auto`` asks at every point of a path."""
-        X = self.X
-        if not sp.issparse(X):
+        if self.column_counts is None:
             return float("inf")
-        if X.format == "csc":
-            counts = np.diff(X.indptr)
-        else:
-            counts = np.bincount(self.by_rows.indices, minlength=X.shape[1])
-        counts = counts[counts > 0]
+        counts = self.column_counts[self.column_counts > 0]
         return float(np.median(counts)) if len(counts) else float("inf")
 
     @cached_property
     def pure_blocks(self) -> list | None:
         """:func:`pure_blocks` of X, detected once."""
-        return pure_blocks(self.by_rows)
+        if self.column_counts is None:
+            return None
+        return pure_blocks(self.by_rows, self.column_counts > 0)
 
 
-def pure_blocks(X) -> list | None:
+def pure_blocks(X, used=None) -> list | None:
     """The pure blocks of a sparse X (columns no row has two of: a one-hot field), among
-    the columns that hold a value, detected on the first rows; None for dense X."""
+    the columns that hold a value (``used``, where the caller has counted them), detected
+    on the first rows; None for dense X."""
     if not sp.issparse(X):
         return None
     from dask_scd.grid.partition import detect_pure_blocks
 
     n, p = X.shape
     X = sp.csr_matrix(X)  # not a copy when X is CSR
-    used = np.bincount(X.indices, minlength=p) > 0
+    if used is None:
+        used = np.bincount(X.indices, minlength=p) > 0
     rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1, min(n, 1000))
     # A row of k stored values needs k blocks: above MAX_BLOCKS, no engine would use them
     # (and colouring text-like rows of hundreds of values is slow). Not detected.

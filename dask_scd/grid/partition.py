@@ -132,8 +132,8 @@ def blocks_from_names(feature_names: Sequence[str]) -> list[np.ndarray]:
 
 
 def _nonzero_pattern_csc(X) -> tuple:
-    """The CSC pattern of the non-zeros of X: (indptr, indices) as int64, rows sorted
-    within each column, and the shape (the caller's array is never modified, and
+    """The CSC pattern of the non-zeros of X: (indptr, indices), indptr as int64, rows
+    sorted within each column, and the shape (the caller's array is never modified, and
     explicit zeros do not count).
 
     A canonical CSR matrix (the layout of libsvm files and of one-hot encoders) is
@@ -143,8 +143,10 @@ def _nonzero_pattern_csc(X) -> tuple:
     """
     if sp.issparse(X) and X.format == "csr" and X.has_canonical_format:
         n_rows, n_cols = X.shape
-        indptr, indices = _csr_pattern_to_csc(X.indptr, X.indices, X.data, n_rows, n_cols)
-        return indptr, indices, (n_rows, n_cols)
+        # Row numbers as int32 where they fit: half the bytes to write and page in.
+        rows = np.empty(X.nnz, dtype=np.int32 if n_rows < 2**31 else np.int64)
+        indptr, used = _csr_pattern_to_csc(X.indptr, X.indices, X.data, n_rows, n_cols, rows)
+        return indptr, rows[:used], (n_rows, n_cols)
     if sp.issparse(X):
         pattern = sp.csc_matrix(X != 0)
     else:
@@ -154,23 +156,28 @@ def _nonzero_pattern_csc(X) -> tuple:
 
 
 @numba.njit(cache=True)
-def _csr_pattern_to_csc(indptr, indices, data, n_rows, n_cols):
+def _csr_pattern_to_csc(indptr, indices, data, n_rows, n_cols, rows):
+    # Whole arrays indexed from 0: indexed from indptr[r], the loops keep a negative-index
+    # test (see dask_scd.kernels.lines.minor_at).
+    nnz = indptr[n_rows]
     counts = np.zeros(n_cols + 1, dtype=np.int64)
-    for r in range(n_rows):
-        for k in range(indptr[r], indptr[r + 1]):
-            if data[k] != 0:
-                counts[indices[k] + 1] += 1
+    values = data[:nnz]
+    columns = indices[:nnz]
+    for k in range(nnz):
+        if values[k] != 0:
+            counts[columns[k] + 1] += 1
     for c in range(n_cols):
         counts[c + 1] += counts[c]
     fill = counts[:-1].copy()
-    rows = np.empty(counts[n_cols], dtype=np.int64)
     for r in range(n_rows):  # rows in increasing order: each column's rows come sorted
-        for k in range(indptr[r], indptr[r + 1]):
-            if data[k] != 0:
-                c = indices[k]
+        row_values = data[indptr[r] : indptr[r + 1]]
+        row_columns = indices[indptr[r] : indptr[r + 1]]
+        for k in range(row_values.shape[0]):
+            if row_values[k] != 0:
+                c = row_columns[k]
                 rows[fill[c]] = r
                 fill[c] += 1
-    return counts, rows
+    return counts, counts[n_cols]
 
 
 @numba.njit(cache=True)
@@ -187,8 +194,7 @@ def _greedy_colour(indptr, indices, order, n_rows, max_block_size, singleton):
     n_slots = 0
     for t in range(n_features):
         j = order[t]
-        lo = indptr[j]
-        hi = indptr[j + 1]
+        rows = indices[indptr[j] : indptr[j + 1]]  # a slice: see _csr_pattern_to_csc
         placed = -1
         if not singleton[j]:
             for k in range(n_blocks):
@@ -196,8 +202,8 @@ def _greedy_colour(indptr, indices, order, n_rows, max_block_size, singleton):
                 if s < 0 or (max_block_size > 0 and sizes[k] >= max_block_size):
                     continue
                 ok = True
-                for q in range(lo, hi):
-                    if occ[s, indices[q]]:
+                for q in range(rows.shape[0]):
+                    if occ[s, rows[q]]:
                         ok = False
                         break
                 if ok:
@@ -218,8 +224,8 @@ def _greedy_colour(indptr, indices, order, n_rows, max_block_size, singleton):
                 n_slots += 1
         s = slot[placed]
         if s >= 0:
-            for q in range(lo, hi):
-                occ[s, indices[q]] = True
+            for q in range(rows.shape[0]):
+                occ[s, rows[q]] = True
         sizes[placed] += 1
         assign[j] = placed
     return assign, n_blocks

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels.lines import line as _line
-from dask_scd.kernels.lines import minor as _minor
+from dask_scd.kernels.lines import minor_at
 from dask_scd.kernels.scalar import LOGISTIC, SQUARED, SQUARED_HINGE, TRIAL_STEPS
 from dask_scd.kernels.scalar import clip as _clip
 from dask_scd.kernels.scalar import loss as _loss
@@ -118,11 +118,13 @@ def coordinate_trials(
     row = np.zeros((steps.shape[0], 1))
     for r in range(n_major):
         start, end = _line(dense, indptr, r, n_minor)
-        for idx in range(start, end):
-            x = np.float64(data[idx])
+        values = data[start:end]  # slices: see lines.minor_at
+        minors = indices[start:end]
+        for q in range(values.shape[0]):
+            x = np.float64(values[q])
             if x == 0.0:
                 continue
-            m = _minor(dense, indices, idx, start)
+            m = minor_at(dense, minors, q)
             i, j = (m, r) if by_columns else (r, m)
             if direction[j] == 0.0:
                 continue

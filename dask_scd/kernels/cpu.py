@@ -18,15 +18,7 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels import scalar
-from dask_scd.kernels.lines import (
-    FAST,
-    line,
-    minor_at,
-    row_axpy,
-    row_dot,
-    weight,
-    weighted_dot,
-)
+from dask_scd.kernels.lines import FAST, line, minor_at, row_axpy, row_dot, weight, weighted_dot
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
 
 # --------------------------------------------------------------------- primal SCD

@@ -1,8 +1,8 @@
 """One line of a compressed major-axis matrix, and the products over all its lines.
 
 The matrix is the triple ``(data, indices, indptr)`` with a ``dense`` flag described in
-:mod:`dask_scd.kernels.cpu`: :func:`line` gives a line's span in ``data``, :func:`minor` the
-minor index of an entry. The inline helpers (a line's dot product and axpy) are shared by
+:mod:`dask_scd.kernels.cpu`: :func:`line` gives a line's span in ``data``,
+:func:`minor_at` the minor index of an entry. The inline helpers (a line's dot product and axpy) are shared by
 every CPU kernel; the products (Xv, Xᵀu, their squared forms, row sums of powers) are the
 passes the Newton and block engines make over X.
 """
@@ -26,13 +26,6 @@ def line(dense, indptr, major, n_minor):
     if dense:
         return major * n_minor, (major + 1) * n_minor
     return indptr[major], indptr[major + 1]
-
-
-@njit(inline="always")
-def minor(dense, indices, idx, start):
-    if dense:
-        return idx - start
-    return indices[idx]
 
 
 @njit(inline="always")
@@ -219,12 +212,14 @@ def major_power_sums(data, indices, indptr, dense, n_major, n_minor, power, weig
     weighted = weights.shape[0] > 0
     for r in range(n_major):
         start, end = line(dense, indptr, r, n_minor)
+        values = data[start:end]
+        minors = indices[start:end]
         s = 0.0
-        for idx in range(start, end):
-            x = abs(np.float64(data[idx]))
+        for k in range(values.shape[0]):
+            x = abs(np.float64(values[k]))
             term = x * x * x if power == 3 else x * x
             if weighted:
-                term *= weights[minor(dense, indices, idx, start)]
+                term *= weights[minor_at(dense, minors, k)]
             s += term
         out[r] = s
 

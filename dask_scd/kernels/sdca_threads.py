@@ -56,12 +56,14 @@ def _row_axpy_shared(data, indices, dense, start, end, scale, w, hot):
             else:
                 w[k] += scale * data[start + k]
     else:
-        for idx in range(start, end):
-            j = indices[idx]
+        values = data[start:end]  # slices: see lines.minor_at
+        minors = indices[start:end]
+        for k in range(values.shape[0]):
+            j = minors[k]
             if hot[j]:
-                atomic_add(w, j, scale * data[idx])
+                atomic_add(w, j, scale * values[k])
             else:
-                w[j] += scale * data[idx]
+                w[j] += scale * values[k]
 
 
 @njit(inline="always")

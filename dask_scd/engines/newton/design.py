@@ -171,10 +171,11 @@ class Design:
         )
 
     @classmethod
-    def from_array(cls, X, blocks=None, by_rows=None) -> Design:
+    def from_array(cls, X, blocks=None, by_rows=None, column_nnz=None) -> Design:
         """X by rows; ``blocks``: a function giving its pure blocks when a coarse level
         first asks (default: detected on X); ``by_rows``: X as CSR where the caller has
-        it (a CSC X is converted once, not by every reader of its rows)."""
+        it (a CSC X is converted once, not by every reader of its rows); ``column_nnz``:
+        the stored values of each column of sparse X, where the caller has counted them."""
         source = X if by_rows is None else by_rows
         n, p = X.shape
         columns = None
@@ -192,7 +193,8 @@ class Design:
             column_nnz = np.full(p, n, dtype=np.int64)
             gram_flops = n * float(p) ** 2 / BLAS_SPEEDUP
         else:
-            column_nnz = np.bincount(rows.indices, minlength=p)
+            if column_nnz is None:
+                column_nnz = np.bincount(rows.indices, minlength=p)
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
         return cls(X, rows, column_nnz, gram_flops, blocks, _columns=columns)
 

@@ -142,8 +142,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         intercept += t * delta_b
         margins += t * direction
         # One step from margins computed from scratch adds one product XΔ to them: as
-        # exact as recomputing them, which a path's points (mostly one step each) skip.
-        stopping.fresh = options.memo is not None and step == 1
+        # exact as recomputing them, which a fit of one step (a strong penalty, a path's
+        # points) skips.
+        stopping.fresh = step == 1
     afresh = partial(certify_afresh, problem, design, y, weights, duals, meter)
     coef, intercept, cert = stopping.finish(cert, coef, intercept, afresh)
     extras = meter.as_dict()
@@ -216,7 +217,7 @@ def _design(data: InMemory, problem: obj.Problem, memo: dict | None) -> Design:
     curvature (the squared loss, no sample weights) its Gram blocks are kept too."""
     if memo is not None and memo.get("design") is not None:
         return memo["design"]
-    design = Design.from_array(data.X, lambda: data.pure_blocks, data.by_rows)
+    design = Design.from_array(data.X, lambda: data.pure_blocks, data.by_rows, data.column_counts)
     if memo is not None:
         design.unit_curvature = problem.loss == "squared" and data.weights is None
         memo["design"] = design
@@ -253,7 +254,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     n, p = X.shape
     meter = Meter()
     trace = Trace(options.progress, options.callback)
-    design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows)
+    design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows, data.column_counts)
     meter.add("setup", 0.0, trace.start)
     coef = np.zeros(p)
     intercept = (
