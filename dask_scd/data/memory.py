@@ -105,8 +105,7 @@ class InMemory:
     def by_rows(self):
         """X as CSR where it is sparse (X itself when it is CSR; another format converted
         once, here, for every engine that reads rows), else X."""
-        X = self.X
-        return sp.csr_matrix(X) if sp.issparse(X) else X
+        return _as_csr(self.X) if sp.issparse(self.X) else self.X
 
     @cached_property
     def column_counts(self) -> np.ndarray | None:
@@ -145,7 +144,7 @@ def pure_blocks(X, used=None) -> list | None:
     from dask_scd.grid.partition import detect_pure_blocks
 
     n, p = X.shape
-    X = sp.csr_matrix(X)  # not a copy when X is CSR
+    X = _as_csr(X)
     if used is None:
         used = np.bincount(X.indices, minlength=p) > 0
     rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1, min(n, 1000))
@@ -156,3 +155,9 @@ def pure_blocks(X, used=None) -> list | None:
     # All rows: X itself (a slice of every row would copy it, 0.2 s on 20M non-zeros).
     blocks = [b[used[b]] for b in detect_pure_blocks(X if rows >= n else X[:rows])]
     return [b for b in blocks if len(b)]
+
+
+def _as_csr(X):
+    """Sparse X as a CSR matrix: X itself when it is one (its cached canonical-format flag
+    kept: a wrapper would check the whole of X again), else converted."""
+    return X if isinstance(X, sp.csr_matrix) else sp.csr_matrix(X)

@@ -140,13 +140,16 @@ class DualMemory:
                 obj.gradient_certificate(problem, n, coef, loss_sum, correlation)
             ), 0.0
         a = -grad_rows
-        sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
-        scales = obj.dual_scales(problem, sums)
         passes = 0.0
-        # a = −g projected: its positive entries (g < 0) scaled by scales[0], the others
-        # by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊) with no pass.
-        correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
-        a = np.where(a > 0, a * scales[0], a * scales[1])
+        if problem.fit_intercept:
+            sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
+            scales = obj.dual_scales(problem, sums)
+            # a = −g projected: its positive entries (g < 0) scaled by scales[0], the
+            # others by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊), no pass.
+            correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
+            a = np.where(a > 0, a * scales[0], a * scales[1])
+        else:  # no constraint on Σa: a = −g as it is
+            correlation = -(parts[0] + parts[1]) / n
         cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
