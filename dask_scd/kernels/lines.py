@@ -2,9 +2,9 @@
 
 The matrix is the triple ``(data, indices, indptr)`` with a ``dense`` flag described in
 :mod:`dask_scd.kernels.cpu`: :func:`line` gives a line's span in ``data``,
-:func:`minor_at` the minor index of an entry. The inline helpers (a line's dot product and axpy) are shared by
-every CPU kernel; the products (Xv, Xᵀu, their squared forms, row sums of powers) are the
-passes the Newton and block engines make over X.
+:func:`minor_at` the minor index of an entry. The inline helpers (a line's dot product and
+axpy) are shared by every CPU kernel; the products (Xv, Xᵀu, their squared forms, row
+sums of powers) are the passes the Newton and block engines make over X.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def minor_at(dense, minors, k):
 
 @njit(inline="always")
 def row_dot(data, indices, dense, start, end, w):
+    # Each branch takes its own slice, here and in the helpers below: one slice taken
+    # above the branch compiled the sparse loop 2.5x slower (a8a X v by rows).
     s = 0.0
     if dense:
         values = data[start:end]
