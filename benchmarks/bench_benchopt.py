@@ -371,13 +371,16 @@ def benchopt_command(benchmark, copy, args, solvers, libsvm_files, output) -> li
     command = [sys.executable, "-c", LAUNCHER, "run", str(copy)]
     for solver in (OURS, *solvers):
         command += ["-s", solver]
-    datasets = [benchmark.quick_dataset] if args.quick else ["Simulated"]
-    datasets += [f"LIBSVM-files[file={name}]" for name in libsvm_files]
+    if args.dataset:  # rows named on the command line
+        datasets = list(args.dataset)
+    else:
+        datasets = [benchmark.quick_dataset] if args.quick else ["Simulated"]
+        datasets += [f"LIBSVM-files[file={name}]" for name in libsvm_files]
     for dataset in datasets:
         command += ["-d", dataset]
-    if args.quick:
-        for objective in benchmark.quick_objectives:
-            command += ["-o", objective]
+    objectives = args.objective or (benchmark.quick_objectives if args.quick else ())
+    for objective in objectives:
+        command += ["-o", objective]
     command += ["-n", str(args.max_runs), "--timeout", f"{args.timeout:g}", "-r", "1"]
     command += ["--no-plot", "--no-display", "--output", str(output)]
     core = pinned_core()
@@ -520,6 +523,17 @@ def parse_args(argv):
     parser.add_argument("--quick", action="store_true", help="a few rows, short timeouts")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per solver and row")
     parser.add_argument("--max-runs", type=int, default=None, help="benchopt's -n")
+    parser.add_argument(
+        "--dataset",
+        action="append",
+        help="run only this benchopt dataset selection (repeatable), e.g. "
+        "'Simulated[n_samples=500,n_features=600,rho=0]'",
+    )
+    parser.add_argument(
+        "--objective",
+        action="append",
+        help="run only this benchopt objective selection (repeatable)",
+    )
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(

@@ -217,6 +217,18 @@ def test_products_match_numpy(rng, dtype, sparse, axis):
     np.testing.assert_allclose(m.sq_norms(), (A * A).sum(axis=1), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", [(1, 5), (5, 1), (130, 70)])
+def test_minor_sq_norms_are_the_other_layouts_bits(rng, dtype, shape):
+    """A dense matrix's column norms summed along its rows: the very bits of the column
+    layout's own sums (the Newton design reads them from either)."""
+    X = rng.normal(size=shape).astype(dtype)
+    by_rows = MajorMatrix.from_array(X, "rows").minor_sq_norms()
+    by_columns = MajorMatrix.from_array(X, "columns").sq_norms()
+    np.testing.assert_array_equal(by_rows, by_columns)
+    np.testing.assert_allclose(by_rows, (X.astype(np.float64) ** 2).sum(axis=0), rtol=1e-12)
+
+
 def test_layout_never_modifies_caller_matrix(rng):
     # A CSC matrix with unsorted, duplicated entries must be copied, not canonicalized in place.
     X = sp.csc_matrix(

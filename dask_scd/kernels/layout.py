@@ -174,6 +174,13 @@ class MajorMatrix:
         axis."""
         return self._power_sums(2, weights)
 
+    def minor_sq_norms(self) -> np.ndarray:
+        """Σ_r A[r, k]² for every minor index k of a dense matrix (by rows: the columns'
+        ‖x_j‖²), the bits of the other layout's :meth:`sq_norms`."""
+        out = np.empty(self.n_minor, dtype=np.float64)
+        line_kernels.minor_sq_sums(self.data, self.n_major, self.n_minor, out)
+        return out
+
     def _power_sums(self, power: int, weights) -> np.ndarray:
         out = np.empty(self.n_major, dtype=np.float64)
         weights = _NO_WEIGHTS if weights is None else np.ascontiguousarray(weights, np.float64)

@@ -226,6 +226,20 @@ def major_power_sums(data, indices, indptr, dense, n_major, n_minor, power, weig
         out[r] = s
 
 
+@njit(nogil=True, cache=True)
+def minor_sq_sums(data, n_major, n_minor, out):
+    """out[k] = Σ_r A[r, k]² for a dense A stored line after line: the bits of
+    :func:`major_power_sums` (power 2) over the other layout's lines (each sum runs over r
+    in order), in one sweep along the stored lines, which vectorizes across k."""
+    for k in range(n_minor):
+        out[k] = 0.0
+    for r in range(n_major):
+        values = data[r * n_minor : (r + 1) * n_minor]
+        for k in range(n_minor):
+            x = abs(np.float64(values[k]))
+            out[k] += x * x
+
+
 # --------------------------------------------------------------------------- layout
 
 # Side of the square tiles of a transposing copy: a tile of each array stays in cache.

@@ -132,7 +132,11 @@ class Design:
     def column_sq_norms(self) -> np.ndarray:
         """‖x_j‖² of every column, computed once."""
         if self._sq_norms is None:
-            self._sq_norms = self.columns.sq_norms()
+            rows = self.rows
+            if isinstance(rows, MajorMatrix) and rows.dense:  # one sweep along the rows
+                self._sq_norms = rows.minor_sq_norms()
+            else:
+                self._sq_norms = self.columns.sq_norms()
         return self._sq_norms
 
     @property

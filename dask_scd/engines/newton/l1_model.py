@@ -62,7 +62,9 @@ def working_set(problem, coef, grad, size) -> np.ndarray:
             if room > 0
             else violators[:0]
         )
-    return np.union1d(support, violators)
+    # Disjoint sets of distinct indices (the support's excess is −inf): their union is
+    # their sorted concatenation.
+    return np.sort(np.concatenate((support, violators)))
 
 
 @dataclass
