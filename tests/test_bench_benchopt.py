@@ -206,3 +206,22 @@ def test_solver_statuses_read_from_a_benchopt_log(bench):
     assert statuses[1][4].startswith("ValueError: Only sparse")
     failures = bench.render_failures(statuses)
     assert "sklearn" in failures and "snapml" not in failures
+
+
+def test_rows_named_on_the_command_line_replace_the_default_selection(bench, tmp_path):
+    """--dataset and --objective run the rows named (one row to measure again), in place
+    of every simulated dataset and LIBSVM file; without them the full selection runs."""
+    benchmark = bench.BENCHMARKS["lasso"]
+    row = "Simulated[n_samples=500,n_features=600,rho=0]"
+    objective = "Lasso Regression[fit_intercept=True,reg=0.05]"
+    args = bench.parse_args(["--dataset", row, "--objective", objective])
+    command = bench.benchopt_command(benchmark, tmp_path, args, ["sklearn"], ["a8a"], tmp_path)
+    pairs = list(zip(command, command[1:]))
+    assert [v for k, v in pairs if k == "-d"] == [row]
+    assert [v for k, v in pairs if k == "-o"] == [objective]
+    full = bench.benchopt_command(
+        benchmark, tmp_path, bench.parse_args([]), ["sklearn"], ["a8a"], tmp_path
+    )
+    pairs = list(zip(full, full[1:]))
+    assert [v for k, v in pairs if k == "-d"] == ["Simulated", "LIBSVM-files[file=a8a]"]
+    assert [v for k, v in pairs if k == "-o"] == []
