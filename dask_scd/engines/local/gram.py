@@ -126,8 +126,17 @@ class GramSystem:
             roots = None if weights is None else np.sqrt(weights)
             gram = np.zeros((k, k))
             xty = np.zeros(k)
+            # A gathered or converted chunk is a copy of its own: centred in place (or, with
+            # x_mean all zeros, left as it is: x − 0 is x), the very values and layout of
+            # ``chunk_of(rows) − x_mean`` without a second copy. A view of X is centred
+            # into a copy.
+            fresh = not every or X.dtype != np.float64
             for rows in chunks:
-                chunk = chunk_of(rows) - x_mean
+                chunk = chunk_of(rows)
+                if not fresh:
+                    chunk = chunk - x_mean
+                elif fit_intercept:
+                    chunk -= x_mean
                 xty += chunk.T @ vyc[rows]
                 if roots is not None:
                     chunk *= roots[rows, None]  # XcᵀVXc = (√v∘Xc)ᵀ(√v∘Xc)
