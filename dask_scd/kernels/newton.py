@@ -225,6 +225,28 @@ def weighted_gram(data, indices, indptr, n_rows, position, weights, intercept, o
 
 
 @njit(nogil=True, cache=True)
+def scaled_kernel(K, root, l2, out):
+    """out = RKR + l2·I, R = diag(``root``), each entry rounded as numpy's
+    ``K * root[:, None] * root[None, :]`` rounds it, in one sweep (the kernel Newton step's
+    system, :mod:`dask_scd.engines.newton.kernel_step`); returns the largest diagonal
+    entry of RKR (NaN if one is)."""
+    n = K.shape[0]
+    top = 0.0
+    nan = False
+    for i in range(n):
+        ri = root[i]
+        for j in range(n):
+            out[i, j] = K[i, j] * ri * root[j]
+        d = out[i, i]
+        if d > top:
+            top = d
+        nan = nan or d != d
+    for i in range(n):
+        out[i, i] += l2
+    return np.nan if nan else top
+
+
+@njit(nogil=True, cache=True)
 def gram_of_new_columns(
     data, indices, indptr, col_data, col_indices, col_indptr, columns, position, new, intercept, out
 ):

@@ -213,7 +213,10 @@ def penalty_terms(problem: Problem, coef):
 
 def penalty_value(problem: Problem, coef) -> float:
     """α(ρ‖θ‖₁ + (1−ρ)/2 ‖θ‖²)."""
-    return float(problem.l1 * np.abs(coef).sum() + 0.5 * problem.l2 * vdot(coef, coef))
+    # A zero weight's term is 0 (θ is finite) and adding it changes no bit: not computed.
+    l1 = problem.l1 * np.abs(coef).sum() if problem.l1 != 0.0 else 0.0
+    l2 = 0.5 * problem.l2 * vdot(coef, coef) if problem.l2 != 0.0 else 0.0
+    return float(l1 + l2)
 
 
 def penalty_conjugate(problem: Problem, s, bound: float):

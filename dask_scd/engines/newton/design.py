@@ -98,6 +98,7 @@ class Design:
     _sq_norms: np.ndarray | None = None
     _row_sq_norms: np.ndarray | None = None
     _kernel: np.ndarray | None = None
+    _nnz: float | None = None
 
     @property
     def kernel(self) -> np.ndarray:
@@ -244,7 +245,10 @@ class Design:
 
     @property
     def nnz(self) -> float:
-        return float(self.column_nnz.sum())
+        """X's stored values (every value of a dense X), counted once."""
+        if self._nnz is None:
+            self._nnz = float(self.column_nnz.sum())
+        return self._nnz
 
     @property
     def columns(self) -> MajorMatrix:

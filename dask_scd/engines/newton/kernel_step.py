@@ -19,6 +19,7 @@ import numpy as np
 from dask_scd.engines import cholesky
 from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.engines.newton.design import GRAM_MAX, Design
+from dask_scd.kernels import newton as kernels
 
 # Newton steps over which forming K once is spread when the step's costs are compared.
 _STEPS = 6.0
@@ -47,11 +48,9 @@ def kernel_direction(design: Design, model):
     K = design.kernel
     c = model.curv / n
     root = np.sqrt(c)
-    S = K * root[:, None]
-    S *= root[None, :]
-    if float(np.max(np.diagonal(S), initial=0.0)) > _CONDITION_MAX * l2:
+    S = np.empty((n, n))
+    if kernels.scaled_kernel(K, root, l2, S) > _CONDITION_MAX * l2:  # S = RKR + αI
         return None  # Δ = (r − Xᵀw)/α would lose its digits to cancellation
-    S[np.diag_indices(n)] += l2
     try:
         factor = cholesky.factor(S, lower=True, check_finite=False)
     except np.linalg.LinAlgError:

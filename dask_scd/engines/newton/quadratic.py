@@ -174,11 +174,14 @@ class Model:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
         problem, coef = self.problem, self.coef
         slope = self.grad + problem.l2 * coef
-        v = np.where(
-            coef != 0.0,
-            np.abs(slope + problem.l1 * np.sign(coef)),
-            np.maximum(np.abs(slope) - problem.l1, 0.0),
-        )
+        if problem.l1 == 0.0:  # both branches below are |slope|, bit for bit
+            v = np.abs(slope)
+        else:
+            v = np.where(
+                coef != 0.0,
+                np.abs(slope + problem.l1 * np.sign(coef)),
+                np.maximum(np.abs(slope) - problem.l1, 0.0),
+            )
         worst = float(v.max(initial=0.0))
         if problem.fit_intercept:
             worst = max(worst, abs(self.grad_b))
