@@ -381,7 +381,8 @@ def benchopt_command(benchmark, copy, args, solvers, libsvm_files, output) -> li
     objectives = args.objective or (benchmark.quick_objectives if args.quick else ())
     for objective in objectives:
         command += ["-o", objective]
-    command += ["-n", str(args.max_runs), "--timeout", f"{args.timeout:g}", "-r", "1"]
+    command += ["-n", str(args.max_runs), "--timeout", f"{args.timeout:g}"]
+    command += ["-r", str(args.repetitions)]
     command += ["--no-plot", "--no-display", "--output", str(output)]
     core = pinned_core()
     if core is not None:
@@ -441,6 +442,11 @@ def read_checks(path: Path):
 
 
 # --------------------------------------------------------------- the report
+
+
+def _repetitions(count: int) -> str:
+    """'One repetition' or 'The fastest of N repetitions'."""
+    return "One repetition" if count == 1 else f"The fastest of {count} repetitions"
 
 
 def render_checks(checks) -> str:
@@ -523,6 +529,13 @@ def parse_args(argv):
     parser.add_argument("--quick", action="store_true", help="a few rows, short timeouts")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per solver and row")
     parser.add_argument("--max-runs", type=int, default=None, help="benchopt's -n")
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=1,
+        help="benchopt's -r: each solver's curve run this many times; a time to a target is "
+        "the fastest of them (fewer noisy millisecond rows)",
+    )
     parser.add_argument(
         "--dataset",
         action="append",
@@ -614,7 +627,7 @@ def main(argv=None):
         f"Command: `{command}` (run took {elapsed / 60:.1f} min); library at "
         f"{library_commit()}; load average {load_start} at the start, {load_average()} at "
         f"the end.\nVersions: {versions()}.\n"
-        f"benchopt run: `-n {args.max_runs} --timeout {args.timeout:g} -r 1`, one process, "
+        f"benchopt run: `-n {args.max_runs} --timeout {args.timeout:g} -r {args.repetitions}`, one process, "
         f"datasets {'the quick rows' if args.quick else 'Simulated (all its parameters)'}"
         + (f" and LIBSVM {', '.join(libsvm_files)}" if libsvm_files else ", no LIBSVM file")
         + ".\n"
@@ -627,9 +640,9 @@ def main(argv=None):
         "Times are benchopt's: the wall time of one `run(stop_val)` from scratch (setup "
         "and warm-up outside it); a solver's time to a target is its fastest run whose "
         "objective is within the target of f*, the smallest objective of all the row's "
-        "runs. The ratio is ours / the fastest peer's (below 1: ours faster). One "
-        "repetition per run, on a machine the load average says was shared: times of a few "
-        "milliseconds are mostly noise, and all of them are indicative."
+        "runs. The ratio is ours / the fastest peer's (below 1: ours faster). "
+        f"{_repetitions(args.repetitions)} per run, on a machine the load average says was "
+        "shared: times of a few milliseconds are noisy, and all of them are indicative."
     )
     parts = [header, notes, render_table(rows), render_counts(rows), render_checks(checks)]
     parts += [render_stops(statuses), render_failures(statuses)]

@@ -225,3 +225,13 @@ def test_rows_named_on_the_command_line_replace_the_default_selection(bench, tmp
     pairs = list(zip(full, full[1:]))
     assert [v for k, v in pairs if k == "-d"] == ["Simulated", "LIBSVM-files[file=a8a]"]
     assert [v for k, v in pairs if k == "-o"] == []
+
+
+def test_repetitions_are_passed_to_benchopt(bench, tmp_path):
+    """--repetitions N runs benchopt with -r N (a time to a target is then the fastest of
+    the N runs that reach it); one repetition by default."""
+    benchmark = bench.BENCHMARKS["lasso"]
+    for argv, expected in (([], "1"), (["--repetitions", "3"], "3")):
+        args = bench.parse_args(argv)
+        command = bench.benchopt_command(benchmark, tmp_path, args, [], [], tmp_path)
+        assert command[command.index("-r") + 1] == expected
