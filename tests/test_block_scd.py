@@ -883,14 +883,30 @@ def test_collective_iterations_are_the_task_graphs_bits(
     graph = _fixed_epochs(grid, clients(2), loss, epochs=4, penalty=penalty)
     monkeypatch.setattr(_BlockSCD, "collective", True)
 
+    class Moved(AssertionError):
+        """A member ran on a worker other than the one keeping its margins."""
+
     def no_graph(self, *args, **kwargs):
-        raise AssertionError(
-            f"a collective iteration fell back to the task graph: {self.fallbacks}"
-        )
+        reasons = self.fallbacks
+        if reasons and all("are not kept here" in reason for reason in reasons):
+            raise Moved(reasons)
+        raise AssertionError(f"a collective iteration fell back to the task graph: {reasons}")
+
+    def collective_fit(workers):
+        # A member's placement is a preference (allow_other_workers: a lost worker must
+        # not hang the fit); on a machine loaded by the parallel test run the scheduler
+        # once put a member elsewhere, which aborts it and redoes the iteration as a task
+        # graph, as designed. Such a fit is run again; any other fallback fails the test.
+        for attempt in range(3):
+            try:
+                return _fixed_epochs(grid, clients(workers), loss, epochs=4, penalty=penalty)
+            except Moved:
+                if attempt == 2:
+                    raise
 
     monkeypatch.setattr(_BlockSCD, "_graph_epoch", no_graph)
     for workers in (1, 2, 4):  # one worker of one thread: a single member, anywhere
-        together = _fixed_epochs(grid, clients(workers), loss, epochs=4, penalty=penalty)
+        together = collective_fit(workers)
         np.testing.assert_array_equal(together.coef_, graph.coef_)
         assert together.intercept_ == graph.intercept_
         np.testing.assert_array_equal(together.history_.primal, graph.history_.primal)
