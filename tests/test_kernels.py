@@ -227,6 +227,8 @@ def test_minor_sq_norms_are_the_other_layouts_bits(rng, dtype, shape):
     by_columns = MajorMatrix.from_array(X, "columns").sq_norms()
     np.testing.assert_array_equal(by_rows, by_columns)
     np.testing.assert_allclose(by_rows, (X.astype(np.float64) ** 2).sum(axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="dense lines"):
+        MajorMatrix.from_array(sp.csr_matrix(X), "rows").minor_sq_norms()
 
 
 def test_layout_never_modifies_caller_matrix(rng):

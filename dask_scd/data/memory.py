@@ -99,7 +99,9 @@ class InMemory:
         X = self.X
         if sp.issparse(X):
             return float(np.dot(X.data, X.data)) / X.shape[0]
-        values = X.ravel(order="K")  # a view of a contiguous X: no n×p temporary
+        if not (X.flags.c_contiguous or X.flags.f_contiguous):  # a strided view
+            return float(np.einsum("ij,ij->", X, X)) / X.shape[0]  # no n×p temporary
+        values = X.ravel(order="K")  # a view: no n×p temporary
         return float(np.dot(values, values)) / X.shape[0]
 
     @cached_property

@@ -177,6 +177,8 @@ class MajorMatrix:
     def minor_sq_norms(self) -> np.ndarray:
         """Σ_r A[r, k]² for every minor index k of a dense matrix (by rows: the columns'
         ‖x_j‖²), the bits of the other layout's :meth:`sq_norms`."""
+        if not self.dense:
+            raise ValueError("minor_sq_norms reads dense lines; a sparse matrix has no such sweep")
         out = np.empty(self.n_minor, dtype=np.float64)
         line_kernels.minor_sq_sums(self.data, self.n_major, self.n_minor, out)
         return out
