@@ -459,6 +459,45 @@ def test_max_iter_counts_newton_steps(rng):
     assert fit.history_.iteration == [0, 1, 2]
 
 
+def _separable(n=200, p=500):
+    """benchopt's logistic L2 shape: n < p Gaussian rows, labels of a planted model (the
+    data are separable, so a weak L2 term leaves margins that saturate)."""
+    rng = np.random.default_rng(42)
+    X = rng.normal(size=(n, p))
+    return X, np.sign(X @ rng.normal(size=p))
+
+
+def test_extrapolation_takes_the_best_doubling():
+    X, y = _separable()
+    n, p = X.shape
+    problem = obj.Problem("logistic", alpha=0.01 / n, l1_ratio=0.0, fit_intercept=False)
+    delta = np.linalg.lstsq(X, y, rcond=None)[0]  # a step whose unit length stops short
+    direction = X @ delta
+
+    def value(t):
+        return _objective(problem, X, y, t * delta, 0.0).primal
+
+    t = newton.extrapolate(problem, y, np.zeros(n), direction, np.zeros(p), delta)
+    doublings = 2.0 ** np.arange(7)
+    assert t > 1.0
+    assert value(t) == pytest.approx(min(value(s) for s in doublings), rel=1e-12)
+    assert value(2 * t) >= value(t)
+
+
+def test_separable_l2_logistic_steps_beyond_the_unit_step(monkeypatch):
+    # From θ = 0 the unit Newton step stops short (the curvature at 0 overestimates the
+    # curvature along the step): doubling it while F falls halves the steps, to the
+    # same certified optimum.
+    X, y = _separable()
+    kwargs = dict(loss="logistic", alpha=0.01 / len(y), fit_intercept=False, tol=1e-10)
+    fit = dask_scd.fit(X, y, solver="newton", **kwargs)
+    monkeypatch.setattr(newton, "MAX_EXTRAPOLATION", 0)
+    unit = dask_scd.fit(X, y, solver="newton", **kwargs)
+    assert fit.n_iter_ <= 7 < 10 <= unit.n_iter_
+    assert max(fit.history_.relative_gap[-1], unit.history_.relative_gap[-1]) <= 1e-10
+    assert fit.history_.primal[-1] == pytest.approx(unit.history_.primal[-1], rel=1e-10)
+
+
 def test_refuses_the_hinge_with_an_l1_term():
     with pytest.raises(ValueError, match="loss='hinge' needs penalty='l2'"):
         dask_scd.fit(np.eye(3), [1, -1, 1], loss="hinge", penalty="l1", solver="newton")

@@ -37,6 +37,13 @@ ARMIJO = 0.01
 BACKTRACK = 0.5
 MAX_BACKTRACK = 40
 TRIAL_STEPS = 0.25 ** np.arange(4)
+# A smooth L2 Newton step whose unit step passes Armijo is doubled while F keeps falling,
+# at most MAX_EXTRAPOLATION times. F is convex along the direction, so its first rise
+# brackets the best of the doublings. Far from the optimum a logistic model's curvature
+# at the iterate overestimates the curvature along the step (the margins saturate) and
+# the unit step stops short: benchopt's logistic L2 200 × 500 at λ = 0.01, F from 0.69
+# to 0.127 at t = 1, to within 1.3e-4 of F* at t = 4.
+MAX_EXTRAPOLATION = 6
 
 
 # ------------------------------------------------------------------------- primal
