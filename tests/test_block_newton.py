@@ -226,3 +226,25 @@ def test_auto_on_a_wide_grid_of_pure_blocks_runs_block_scd(wide, client):
         Xd, y, loss="logistic", alpha=1.0 / X.shape[0], client=client, in_memory_limit=0, tol=1e-6
     )
     assert fit.solver_ == "block_newton"
+
+
+def test_unit_steps_extend_to_the_best_doubling(client, monkeypatch):
+    # Separable data and a weak L2 term: the unit step from θ = 0 stops short, and the
+    # line search's doublings (read in its pass) take fewer steps to the same optimum.
+    from dask_scd.runtime import passes
+
+    rng = np.random.default_rng(42)
+    X = rng.normal(size=(200, 60))
+    y = np.sign(X @ rng.normal(size=60))
+    Xd = da.from_array(X, chunks=(50, 60))
+    kwargs = dict(loss="logistic", alpha=0.01 / 200, fit_intercept=False, tol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the scheduler's overhead on data this small
+        fit = dask_scd.fit(Xd, y, solver="block_newton", client=client, **kwargs)
+        monkeypatch.setattr(passes, "extrapolates", lambda problem: False)
+        unit = dask_scd.fit(Xd, y, solver="block_newton", client=client, **kwargs)
+    memory = dask_scd.fit(X, y, solver="newton", **kwargs)
+    assert fit.n_iter_ < unit.n_iter_
+    assert max(fit.dual_gap_, unit.dual_gap_) <= 1e-10
+    assert fit.primal_ == pytest.approx(unit.primal_, rel=1e-10)
+    assert fit.primal_ == pytest.approx(memory.primal_, rel=1e-10)

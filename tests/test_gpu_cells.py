@@ -277,10 +277,16 @@ def test_newton_row_and_trials(layout, loss, fit_intercept, rng):
     _assert_close(host_margins, dev_margins)
     _assert_dicts_close(host_stats, dev_stats)
     direction = {"d_coef": rng.normal(size=5), "d_b": 0.2}
-    _assert_dicts_close(
-        block_newton.newton_trials([c[0] for c in cells], y, host_margins, direction, loss),
-        block_newton.newton_trials([c[1] for c in cells], y, host_margins, direction, loss),
-    )
+    l2 = obj.Problem(loss, 0.1, 0.0, fit_intercept)  # its trials hold the doublings too
+    for trial_problem in (problem, l2):
+        _assert_dicts_close(
+            block_newton.newton_trials(
+                [c[0] for c in cells], y, host_margins, direction, trial_problem
+            ),
+            block_newton.newton_trials(
+                [c[1] for c in cells], y, host_margins, direction, trial_problem
+            ),
+        )
 
 
 # ------------------------------------------------------------------- end to end

@@ -491,7 +491,7 @@ def test_separable_l2_logistic_steps_beyond_the_unit_step(monkeypatch):
     X, y = _separable()
     kwargs = dict(loss="logistic", alpha=0.01 / len(y), fit_intercept=False, tol=1e-10)
     fit = dask_scd.fit(X, y, solver="newton", **kwargs)
-    monkeypatch.setattr(newton, "MAX_EXTRAPOLATION", 0)
+    monkeypatch.setattr(newton, "DOUBLINGS", ())
     unit = dask_scd.fit(X, y, solver="newton", **kwargs)
     assert fit.n_iter_ <= 7 < 10 <= unit.n_iter_
     assert max(fit.history_.relative_gap[-1], unit.history_.relative_gap[-1]) <= 1e-10

@@ -44,6 +44,27 @@ TRIAL_STEPS = 0.25 ** np.arange(4)
 # the unit step stops short: benchopt's logistic L2 200 × 500 at λ = 0.01, F from 0.69
 # to 0.127 at t = 1, to within 1.3e-4 of F* at t = 4.
 MAX_EXTRAPOLATION = 6
+DOUBLINGS = 2.0 ** np.arange(1, MAX_EXTRAPOLATION + 1)
+
+
+def extrapolates(problem) -> bool:
+    """Whether a Newton step of ``problem`` that passes Armijo at t = 1 is extended to
+    the best of :data:`DOUBLINGS`: a smooth L2 problem whose model is not exact (not the
+    squared loss, where t = 1 is the minimum along the step; not an L1 term, whose
+    prox-Newton point set coefficients to zero)."""
+    return problem.l1 == 0.0 and problem.loss != "squared"
+
+
+def best_doubling(at_one, doubled) -> float:
+    """The step t ∈ {1, 2, 4, ...} after which F stops falling: ``at_one`` is F(θ + Δ),
+    ``doubled`` F at θ + tΔ for t in :data:`DOUBLINGS` in turn (read only as far as
+    needed). F is convex along Δ, so the first rise brackets the best doubling."""
+    t, best = 1.0, at_one
+    for value in doubled:
+        if not value < best:
+            break
+        t, best = 2.0 * t, value
+    return t
 
 
 # ------------------------------------------------------------------------- primal

@@ -17,7 +17,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.cache import CACHE
 from dask_scd.data.cells import cell_view, labels, pure_rows, row_weights
 from dask_scd.kernels import block as block_kernels
-from dask_scd.kernels.scalar import TRIAL_STEPS
+from dask_scd.kernels.scalar import DOUBLINGS, TRIAL_STEPS, extrapolates
 
 
 def refresh_margins(cells: list, n_rows: int, state: dict, offsets) -> np.ndarray:
@@ -257,10 +257,17 @@ def weighted_derivatives(code: int, y, margins, weights):
     return d1, d2
 
 
-def weighted_line_trials(y, margins, u, code: int, weights):
-    """Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each trial step t (v = 1 without weights)."""
+def newton_line_trials(problem, y, margins, u, weights) -> dict:
+    """A Newton step's line search on a row chunk: Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each
+    trial step t of TRIAL_STEPS ("trials"; v = 1 without weights) and, where ``problem``
+    extrapolates (:func:`~dask_scd.kernels.scalar.extrapolates`), of DOUBLINGS
+    ("doubled")."""
+    code = obj.LOSS_CODES[problem.loss]
     quarters = block_kernels.are_quarters(TRIAL_STEPS)
-    return block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)
+    out = {"trials": block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)}
+    if extrapolates(problem):
+        out["doubled"] = block_kernels.line_trials(y, margins, u, DOUBLINGS, False, code, weights)
+    return out
 
 
 _LAYOUT = ("cols", "width", "sparse")

@@ -39,7 +39,7 @@ from dask_scd.engines.block import block_coarse, wide_newton
 from dask_scd.engines.block.block_cluster import ClusterBlocks
 from dask_scd.engines.block.block_loop import Certified
 from dask_scd.kernels import block as block_kernels
-from dask_scd.kernels.scalar import ARMIJO, TRIAL_STEPS
+from dask_scd.kernels.scalar import ARMIJO, DOUBLINGS, TRIAL_STEPS, best_doubling
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
 from dask_scd.runtime import passes
 from dask_scd.runtime.cluster import fit_client
@@ -170,19 +170,17 @@ def newton_row(cells: list, y, state: dict, offsets, problem: obj.Problem):
     return stats, margins
 
 
-def newton_trials(cells: list, y, margins, direction: dict, loss: str) -> dict:
-    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ, and
-    Σ −ℓ*(−a'_i) for the model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)·u) (−inf if some a'_i
-    is outside the loss's dual domain): see :func:`model_dual_value`."""
+def newton_trials(cells: list, y, margins, direction: dict, problem: obj.Problem) -> dict:
+    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step t, u = XΔ + δ
+    (:func:`~dask_scd.runtime.passes.newton_line_trials`), and Σ −ℓ*(−a'_i) for the
+    model's dual point a' = −(ℓ'(ŷ) + ℓ''(ŷ)·u) (−inf if some a'_i is outside the loss's
+    dual domain): see :func:`model_dual_value`."""
     v = row_weights(y)
     y = labels(y)
     u = np.asarray(_row_matrix(cells) @ direction["d_coef"]).ravel() + direction["d_b"]
-    code = obj.LOSS_CODES[loss]
-    d1, d2 = passes.weighted_derivatives(code, y, margins, v)
-    return {
-        "trials": passes.weighted_line_trials(y, margins, u, code, v),
-        "model_dual": np.array([obj.dual_loss(loss, y, -(d1 + d2 * u), v).sum()]),
-    }
+    d1, d2 = passes.weighted_derivatives(problem.loss_code, y, margins, v)
+    dual = obj.dual_loss(problem.loss, y, -(d1 + d2 * u), v).sum()
+    return {**passes.newton_line_trials(problem, y, margins, u, v), "model_dual": np.array([dual])}
 
 
 # ---------------------------------------------------------------- client-side steps
@@ -281,11 +279,14 @@ def _solve_ridge(system, rhs, start) -> np.ndarray:
 def newton_choose(
     problem: obj.Problem, n_samples: int, slack: float, direction: dict, *partials
 ) -> dict:
-    """The new state: the largest trial step passing Armijo (the full step for squared loss)."""
+    """The new state: the largest trial step passing Armijo (the full step for squared
+    loss), a unit step extended to the best of the doublings where they were tried (as in
+    memory, :func:`dask_scd.engines.newton.newton.extrapolate`)."""
     theta, d = direction["coef"], direction["d_coef"]
     step = 1.0
     if partials:
-        trials = passes.sum_partials(*partials)["trials"] / n_samples
+        total = passes.sum_partials(*partials)
+        trials = total["trials"] / n_samples
         pen = lambda t: float(np.sum(_penalty(problem.l1, problem.l2, theta + t * d)))  # noqa: E731
         base = pen(0.0)
         accept = [
@@ -293,6 +294,10 @@ def newton_choose(
             for k, t in enumerate(TRIAL_STEPS)
         ]
         step = float(TRIAL_STEPS[accept.index(True)]) if any(accept) else 0.0
+        if step == 1.0 and "doubled" in total:
+            doubled = total["doubled"] / n_samples
+            values = (doubled[k] + pen(t) for k, t in enumerate(DOUBLINGS))
+            step = best_doubling(trials[0] + pen(1.0), values)
     return {
         "coef": theta + step * d,
         "intercept": direction["intercept"] + step * direction["d_b"],
@@ -387,12 +392,12 @@ class _BlockNewton(ClusterBlocks):
     def _trials(self, func, margins, direction, *shared):
         """The line search's trials of ``direction`` on every row chunk (none under the
         squared loss: its step is exact): ``func(cells, labels, margins, direction,
-        *shared, loss)``, :class:`~dask_scd.runtime.cluster.Rows`, or None."""
+        *shared, problem)``, :class:`~dask_scd.runtime.cluster.Rows`, or None."""
         if self.problem.loss == "squared":
             return None
         self.passes += 1
         return self.runtime.map_rows(
-            func, (self.cells, self.labels, margins), direction, *shared, self.problem.loss
+            func, (self.cells, self.labels, margins), direction, *shared, self.problem
         )
 
     def _iteration(self, state: dict, final: bool):

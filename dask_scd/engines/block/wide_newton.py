@@ -72,17 +72,14 @@ def curvature_product(cells: list, curvature, offsets, v) -> dict:
     return {"hv": np.concatenate([view.rmatvec(w) for view in views])}
 
 
-def line_trials(cells: list, y, margins, direction: dict, offsets, loss: str) -> dict:
-    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ."""
+def line_trials(cells: list, y, margins, direction: dict, offsets, problem) -> dict:
+    """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ
+    (:func:`~dask_scd.runtime.passes.newton_line_trials`)."""
     views = _views(cells)
     u = passes.cells_matvec(
         views, direction["d_coef"], offsets, np.full(views[0].n_rows, float(direction["d_b"]))
     )
-    return {
-        "trials": passes.weighted_line_trials(
-            labels(y), margins, u, obj.LOSS_CODES[loss], row_weights(y)
-        )
-    }
+    return passes.newton_line_trials(problem, labels(y), margins, u, row_weights(y))
 
 
 # ---------------------------------------------------------------- the client's solve

@@ -53,7 +53,14 @@ from dask_scd.engines.newton.quadratic import (
     solves_by_cg,
 )
 from dask_scd.kernels import newton as kernels
-from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK, MAX_EXTRAPOLATION
+from dask_scd.kernels.scalar import (
+    ARMIJO,
+    BACKTRACK,
+    DOUBLINGS,
+    MAX_BACKTRACK,
+    best_doubling,
+    extrapolates,
+)
 
 # Smallest working set; it grows to twice the last one at each outer step.
 _WS_MIN = 10
@@ -338,8 +345,7 @@ def _line_search(
         # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
         return 1.0
     t = backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)
-    if t == 1.0 and problem.l1 == 0.0 and problem.loss != "squared":
-        # (the squared loss's model is exact: t = 1 is its minimum along Δ)
+    if t == 1.0 and extrapolates(problem):
         t = extrapolate(problem, y, margins, direction, coef, delta, weights)
     return t
 
@@ -362,10 +368,9 @@ def backtrack(
 
 
 def extrapolate(problem, y, margins, direction, coef, delta, weights=None) -> float:
-    """The step t ∈ {1, 2, 4, ...} (at most 2**MAX_EXTRAPOLATION) after which F(θ + tΔ)
-    stops falling: F is convex along Δ, so this is the best of the doublings. Far from
-    the optimum a Newton model's curvature overestimates the curvature along its step
-    and t = 1 stops short; near it F(θ + 2Δ) ≈ F(θ) and t stays 1 (quadratic
+    """The best step t ∈ {1, 2, 4, ...} (:func:`~dask_scd.kernels.scalar.best_doubling`).
+    Far from the optimum a Newton model's curvature overestimates the curvature along its
+    step and t = 1 stops short; near it F(θ + 2Δ) ≈ F(θ) and t stays 1 (quadratic
     convergence kept). O(n) per trial, no pass over X."""
     n = len(y)
 
@@ -373,10 +378,4 @@ def extrapolate(problem, y, margins, direction, coef, delta, weights=None) -> fl
         loss = kernels.loss_along(problem.loss_code, y, margins, direction, t, weights)
         return loss / n + obj.penalty_value(problem, coef + t * delta)
 
-    t, best = 1.0, value(1.0)
-    for _ in range(MAX_EXTRAPOLATION):
-        trial = value(2.0 * t)
-        if not trial < best:
-            break
-        t, best = 2.0 * t, trial
-    return t
+    return best_doubling(value(1.0), (value(t) for t in DOUBLINGS))
