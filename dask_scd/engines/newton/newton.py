@@ -344,9 +344,11 @@ def _line_search(
         # still can: take the unit step of the local model (the caller keeps the best
         # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
         return 1.0
-    t = backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)
+    t, value = _backtrack(
+        problem, y, margins, direction, coef, delta, base, decrease, noise, weights
+    )
     if t == 1.0 and extrapolates(problem):
-        t = extrapolate(problem, y, margins, direction, coef, delta, weights)
+        t = extrapolate(problem, y, margins, direction, coef, delta, weights, at_one=value)
     return t
 
 
@@ -356,26 +358,36 @@ def backtrack(
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − ``base`` ≤ ARMIJO·t·``decrease`` +
     ``noise`` (0 if none): F from the loss along ``margins + t·direction`` (O(n), no pass
     over X) and the penalty at θ + tΔ."""
-    n = len(y)
+    return _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)[
+        0
+    ]
+
+
+def _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights):
+    """(t, F(θ + tΔ)) of :func:`backtrack`; (0, inf) if no step passes."""
     t = 1.0
     for _ in range(MAX_BACKTRACK):
-        trial = kernels.loss_along(problem.loss_code, y, margins, direction, t, weights) / n
-        trial += obj.penalty_value(problem, coef + t * delta)
+        trial = _along(problem, y, margins, direction, coef, delta, t, weights)
         if trial - base <= ARMIJO * t * decrease + noise:
-            return t
+            return t, trial
         t *= BACKTRACK
-    return 0.0
+    return 0.0, np.inf
 
 
-def extrapolate(problem, y, margins, direction, coef, delta, weights=None) -> float:
-    """The best step t ∈ {1, 2, 4, ...} (:func:`~dask_scd.kernels.scalar.best_doubling`).
-    Far from the optimum a Newton model's curvature overestimates the curvature along its
-    step and t = 1 stops short; near it F(θ + 2Δ) ≈ F(θ) and t stays 1 (quadratic
-    convergence kept). O(n) per trial, no pass over X."""
-    n = len(y)
+def _along(problem, y, margins, direction, coef, delta, t, weights) -> float:
+    """F(θ + tΔ): the mean loss along ``margins + t·direction`` and the penalty at θ + tΔ."""
+    loss = kernels.loss_along(problem.loss_code, y, margins, direction, t, weights)
+    return loss / len(y) + obj.penalty_value(problem, coef + t * delta)
+
+
+def extrapolate(problem, y, margins, direction, coef, delta, weights=None, at_one=None) -> float:
+    """The best step t ∈ {1, 2, 4, ...} (:func:`~dask_scd.kernels.scalar.best_doubling`),
+    ``at_one`` F(θ + Δ) where known. Far from the optimum a Newton model's curvature
+    overestimates the curvature along its step and t = 1 stops short; near it
+    F(θ + 2Δ) ≈ F(θ) and t stays 1 (quadratic convergence kept). O(n) per trial, no
+    pass over X."""
 
     def value(t):
-        loss = kernels.loss_along(problem.loss_code, y, margins, direction, t, weights)
-        return loss / n + obj.penalty_value(problem, coef + t * delta)
+        return _along(problem, y, margins, direction, coef, delta, t, weights)
 
-    return best_doubling(value(1.0), (value(t) for t in DOUBLINGS))
+    return best_doubling(value(1.0) if at_one is None else at_one, map(value, DOUBLINGS))
