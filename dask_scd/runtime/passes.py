@@ -262,7 +262,7 @@ def newton_line_trials(problem, y, margins, u, weights) -> dict:
     trial step t of TRIAL_STEPS ("trials"; v = 1 without weights) and, where ``problem``
     extrapolates (:func:`~dask_scd.kernels.scalar.extrapolates`), of DOUBLINGS
     ("doubled")."""
-    code = obj.LOSS_CODES[problem.loss]
+    code = problem.loss_code
     quarters = block_kernels.are_quarters(TRIAL_STEPS)
     out = {"trials": block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)}
     if extrapolates(problem):

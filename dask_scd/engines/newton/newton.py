@@ -358,9 +358,8 @@ def backtrack(
     """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − ``base`` ≤ ARMIJO·t·``decrease`` +
     ``noise`` (0 if none): F from the loss along ``margins + t·direction`` (O(n), no pass
     over X) and the penalty at θ + tΔ."""
-    return _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)[
-        0
-    ]
+    t, _ = _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)
+    return t
 
 
 def _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights):
