@@ -257,15 +257,15 @@ def weighted_derivatives(code: int, y, margins, weights):
     return d1, d2
 
 
-def newton_line_trials(problem, y, margins, u, weights) -> dict:
+def newton_line_trials(problem, y, margins, u, weights, doublings=True) -> dict:
     """A Newton step's line search on a row chunk: Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each
-    trial step t of TRIAL_STEPS ("trials"; v = 1 without weights) and, where ``problem``
-    extrapolates (:func:`~dask_scd.kernels.scalar.extrapolates`), of DOUBLINGS
-    ("doubled")."""
+    trial step t of TRIAL_STEPS ("trials"; v = 1 without weights) and, with
+    ``doublings`` where ``problem`` extrapolates
+    (:func:`~dask_scd.kernels.scalar.extrapolates`), of DOUBLINGS ("doubled")."""
     code = problem.loss_code
     quarters = block_kernels.are_quarters(TRIAL_STEPS)
     out = {"trials": block_kernels.line_trials(y, margins, u, TRIAL_STEPS, quarters, code, weights)}
-    if extrapolates(problem):
+    if doublings and extrapolates(problem):
         out["doubled"] = block_kernels.line_trials(y, margins, u, DOUBLINGS, False, code, weights)
     return out
 

@@ -74,12 +74,17 @@ def curvature_product(cells: list, curvature, offsets, v) -> dict:
 
 def line_trials(cells: list, y, margins, direction: dict, offsets, problem) -> dict:
     """Σ ℓ(ŷ + t·u) − ℓ(ŷ) over the row chunk for each trial step, u = XΔ + δ
-    (:func:`~dask_scd.runtime.passes.newton_line_trials`)."""
+    (:func:`~dask_scd.runtime.passes.newton_line_trials`), without the doublings of a
+    unit step: a direction from conjugate gradients cut at the forcing term is not the
+    model's minimizer, and extending it cost steps (one-hot 200k × 611k logistic at
+    α = 0.1/n: 11 steps to 1e-6 against 9 with unit steps)."""
     views = _views(cells)
     u = passes.cells_matvec(
         views, direction["d_coef"], offsets, np.full(views[0].n_rows, float(direction["d_b"]))
     )
-    return passes.newton_line_trials(problem, labels(y), margins, u, row_weights(y))
+    return passes.newton_line_trials(
+        problem, labels(y), margins, u, row_weights(y), doublings=False
+    )
 
 
 # ---------------------------------------------------------------- the client's solve
