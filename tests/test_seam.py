@@ -18,6 +18,13 @@ from dask_scd.kernels import reference, scalar
 PACKAGE = Path(dask_scd.__file__).resolve().parent
 
 
+# Fits without an L2 term to bound their Hessian's condition, and the factor by which their
+# tolerance is looser: the last bits of a gradient's sums (another vector width, AVX2
+# against AVX-512) move the unpenalized logistic Newton steps on breast cancer by 4e-12
+# of the vector's scale (3e-11 relative), where the regularized fits move by ~1e-14.
+_ILL_CONDITIONED = {"newton-unpenalized": 1e3}
+
+
 @pytest.mark.slow
 def test_iterates_are_pinned():
     """A few epochs of every engine give the iterates recorded in tests/data (written by
@@ -35,11 +42,12 @@ def test_iterates_are_pinned():
         assert got[name]["n_iter"] == case["n_iter"], name
         # A coordinate near 0 inherits the rounding of the large ones: atol at the scale
         # of the vector (AMD and Intel CPUs differ by ~1e-14 there).
-        atol = 1e-13 * max(np.abs(expected).max(), 1e-1)
-        np.testing.assert_allclose(coef, expected, rtol=1e-12, atol=atol, err_msg=name)
+        looser = _ILL_CONDITIONED.get(name, 1.0)
+        atol = 1e-13 * looser * max(np.abs(expected).max(), 1e-1)
+        np.testing.assert_allclose(coef, expected, rtol=1e-12 * looser, atol=atol, err_msg=name)
         intercept = [float.fromhex(v) for v in case["intercept"]]
         assert [float.fromhex(v) for v in got[name]["intercept"]] == pytest.approx(
-            intercept, rel=1e-12, abs=1e-14
+            intercept, rel=1e-12 * looser, abs=1e-14 * looser
         ), name
 
 
