@@ -230,7 +230,7 @@ class DualMemory:
         beta = a * y
         upper = 1.0 if self.weights is None else self.weights  # the box scales with v_i
         if problem.loss in ("logistic", "hinge"):
-            beta = np.clip(beta, 0.0, upper)
+            beta = np.minimum(np.maximum(beta, 0.0), upper)
         elif problem.loss == "squared_hinge":
             beta = np.maximum(beta, 0.0)
         a = beta * y if problem.loss != "squared" else a

@@ -10,13 +10,16 @@ import numpy as np
 from scipy.linalg import LinAlgError, lapack
 
 
-def factor(matrix: np.ndarray, lower: bool = False, check_finite: bool = True):
+def factor(
+    matrix: np.ndarray, lower: bool = False, check_finite: bool = True, overwrite: bool = False
+):
     """(c, lower): the Cholesky factor of the float64 ``matrix`` as
-    :func:`scipy.linalg.cho_factor` gives it. Raises ``LinAlgError`` where the matrix is
-    not positive definite and ``ValueError`` where it holds NaN or inf (when checked)."""
+    :func:`scipy.linalg.cho_factor` gives it; with ``overwrite`` an F-ordered ``matrix`` is
+    factored in place (no copy). Raises ``LinAlgError`` where the matrix is not positive
+    definite and ``ValueError`` where it holds NaN or inf (when checked)."""
     if check_finite and not np.isfinite(matrix).all():
         raise ValueError("the system to factor holds NaN or inf")
-    c, info = lapack.dpotrf(matrix, lower=lower, overwrite_a=False, clean=False)
+    c, info = lapack.dpotrf(matrix, lower=lower, overwrite_a=overwrite, clean=False)
     if info > 0:
         raise LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     if info < 0:

@@ -98,6 +98,7 @@ class Design:
     _sq_norms: np.ndarray | None = None
     _row_sq_norms: np.ndarray | None = None
     _kernel: np.ndarray | None = None
+    _system: np.ndarray | None = None
     _nnz: float | None = None
 
     @property
@@ -112,6 +113,13 @@ class Design:
             else:
                 self._kernel = np.ascontiguousarray((X @ X.T).toarray(), dtype=np.float64)
         return self._kernel
+
+    def system_buffer(self, n: int) -> np.ndarray:
+        """An F-ordered float64 n × n scratch array, the same one at every call (each
+        kernel step writes its system there and LAPACK factors it in place)."""
+        if self._system is None or self._system.shape != (n, n):
+            self._system = np.empty((n, n), order="F")
+        return self._system
 
     @property
     def kernel_flops(self) -> float:

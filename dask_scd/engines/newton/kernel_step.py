@@ -48,11 +48,11 @@ def kernel_direction(design: Design, model):
     K = design.kernel
     c = model.curv / n
     root = np.sqrt(c)
-    S = np.empty((n, n))
+    S = design.system_buffer(n)  # F-ordered: LAPACK factors it in place
     if kernels.scaled_kernel(K, root, l2, S) > _CONDITION_MAX * l2:  # S = RKR + αI
         return None  # Δ = (r − Xᵀw)/α would lose its digits to cancellation
     try:
-        factor = cholesky.factor(S, lower=True, check_finite=False)
+        factor = cholesky.factor(S, lower=True, check_finite=False, overwrite=True)
     except np.linalg.LinAlgError:
         return None
     r = -(model.grad + l2 * model.coef)

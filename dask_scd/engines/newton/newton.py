@@ -49,6 +49,7 @@ from dask_scd.engines.newton.quadratic import (
     Model,
     l2_direction,
     model_decrease,
+    penalty_change,
     set_inner_targets,
     solves_by_cg,
 )
@@ -333,9 +334,10 @@ def _line_search(
     :func:`extrapolate`. O(n) per trial, no pass over X."""
     n = len(y)
     coef = model.coef
-    base = loss_sum / n + obj.penalty_value(problem, coef)
+    now, after = penalty_change(model, delta)
+    base = loss_sum / n + now
     slope = float(model.grad @ delta) + model.grad_b * delta_b
-    decrease = slope + obj.penalty_value(problem, coef + delta) - obj.penalty_value(problem, coef)
+    decrease = slope + after - now
     noise = 1e-15 * abs(base)
     if not (np.any(delta) or delta_b) or not np.isfinite(decrease):
         return 0.0
@@ -345,7 +347,7 @@ def _line_search(
         # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
         return 1.0
     t, value = _backtrack(
-        problem, y, margins, direction, coef, delta, base, decrease, noise, weights
+        problem, y, margins, direction, coef, delta, base, decrease, noise, weights, after
     )
     if t == 1.0 and extrapolates(problem):
         t = extrapolate(problem, y, margins, direction, coef, delta, weights, at_one=value)
@@ -362,21 +364,28 @@ def backtrack(
     return t
 
 
-def _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights):
-    """(t, F(θ + tΔ)) of :func:`backtrack`; (0, inf) if no step passes."""
+def _backtrack(
+    problem, y, margins, direction, coef, delta, base, decrease, noise, weights, at_one=None
+):
+    """(t, F(θ + tΔ)) of :func:`backtrack`; (0, inf) if no step passes. ``at_one``: the
+    penalty at θ + Δ where known."""
     t = 1.0
     for _ in range(MAX_BACKTRACK):
-        trial = _along(problem, y, margins, direction, coef, delta, t, weights)
+        penalty = at_one if t == 1.0 else None
+        trial = _along(problem, y, margins, direction, coef, delta, t, weights, penalty)
         if trial - base <= ARMIJO * t * decrease + noise:
             return t, trial
         t *= BACKTRACK
     return 0.0, np.inf
 
 
-def _along(problem, y, margins, direction, coef, delta, t, weights) -> float:
-    """F(θ + tΔ): the mean loss along ``margins + t·direction`` and the penalty at θ + tΔ."""
+def _along(problem, y, margins, direction, coef, delta, t, weights, penalty=None) -> float:
+    """F(θ + tΔ): the mean loss along ``margins + t·direction`` and the penalty at θ + tΔ
+    (``penalty`` where known)."""
     loss = kernels.loss_along(problem.loss_code, y, margins, direction, t, weights)
-    return loss / len(y) + obj.penalty_value(problem, coef + t * delta)
+    if penalty is None:
+        penalty = obj.penalty_value(problem, coef + t * delta)
+    return loss / len(y) + penalty
 
 
 def extrapolate(problem, y, margins, direction, coef, delta, weights=None, at_one=None) -> float:

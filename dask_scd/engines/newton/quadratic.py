@@ -169,6 +169,8 @@ class Model:
     final_decrease: float = 0.0
     # ((X∘X)ᵀd, Xᵀd), un-normalized, when the gradient's pass gave them (CG reads them).
     curvature_sums: tuple | None = None
+    # (Δ, g(θ), g(θ + Δ)) of the last direction asked (:func:`penalty_change`).
+    penalties: tuple | None = None
 
     def violation(self) -> float:
         """Largest distance to optimality over the coordinates, at Δ = 0."""
@@ -305,13 +307,21 @@ def l2_solver(design: Design, problem: obj.Problem) -> str:
 
 def model_decrease(model, delta, delta_b) -> float:
     """−(∇fᵀΔ + ∂f/∂b·Δb + g(θ + Δ) − g(θ)): the model's first-order decrease."""
+    now, after = penalty_change(model, delta)
+    return -(float(model.grad @ delta) + model.grad_b * delta_b + after - now)
+
+
+def penalty_change(model, delta) -> tuple[float, float]:
+    """(g(θ), g(θ + Δ)) for the direction ``delta``, computed once per direction (the
+    test of the step's end and the line search both read them)."""
+    kept = model.penalties
+    if kept is not None and kept[0] is delta:
+        return kept[1], kept[2]
     problem = model.problem
-    return -(
-        float(model.grad @ delta)
-        + model.grad_b * delta_b
-        + obj.penalty_value(problem, model.coef + delta)
-        - obj.penalty_value(problem, model.coef)
-    )
+    now = obj.penalty_value(problem, model.coef)
+    after = obj.penalty_value(problem, model.coef + delta)
+    model.penalties = (delta, now, after)
+    return now, after
 
 
 def _schur_preconditioner(hessian, intercept: bool):
