@@ -161,3 +161,34 @@ def test_frame_columns_that_are_not_numbers_are_named(data):
     np.testing.assert_allclose(result.coef_, reference.coef_, rtol=1e-12, atol=1e-15)
     fitted = dask_scd.LogisticRegression(random_state=0).fit(numbers, y)
     assert list(fitted.feature_names_in_) == ["a", "b", "c", "d"]
+
+
+def test_random_state_is_checked_at_once_and_made_on_first_use(monkeypatch):
+    """A seed (or None) becomes a LazyGenerator: checked when fit is called, its Generator
+    made at the first draw with the draws of ``default_rng(seed)``, shared by the copies of
+    the engine's options; a Newton fit that samples nothing never makes it."""
+    import dataclasses
+
+    from dask_scd.engines.base import Options
+    from dask_scd.validation import LazyGenerator, check_random_state
+
+    lazy = check_random_state(7)
+    assert isinstance(lazy, LazyGenerator) and lazy._generator is None
+    assert check_random_state(lazy) is lazy
+    generator = np.random.default_rng(1)
+    assert check_random_state(generator) is generator
+    options = Options(1e-6, 10, lazy)
+    copy = dataclasses.replace(options, tol=1e-3)
+    first = options.rng.random(3)
+    np.testing.assert_array_equal(first, np.random.default_rng(7).random(3))
+    assert copy.rng is options.rng  # one stream: the copy's draws go on from there
+    for bad in (-1, 1.5, "a"):
+        with pytest.raises(ValueError, match="random_state"):
+            dask_scd.fit(np.eye(3), np.array([1.0, -1.0, 1.0]), random_state=bad)
+    X = np.random.RandomState(0).randn(60, 5)
+    kwargs = dict(loss="logistic", solver="newton", random_state=3)
+    dask_scd.fit(X, np.sign(X[:, 0]), **kwargs)  # the lazy imports of a first fit
+    made = []
+    monkeypatch.setattr(np.random, "default_rng", lambda *a: made.append(a))
+    result = dask_scd.fit(X, np.sign(X[:, 0]), **kwargs)
+    assert result.converged_ and result.n_iter_ >= 2 and made == []

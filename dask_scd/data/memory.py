@@ -77,7 +77,8 @@ class InMemory:
 
     @cached_property
     def nnz(self) -> int:
-        return int(self.X.nnz) if sp.issparse(self.X) else int(np.prod(self.X.shape))
+        n, p = self.X.shape
+        return int(self.X.nnz) if sp.issparse(self.X) else n * p
 
     @cached_property
     def gram_flops(self) -> float:

@@ -27,6 +27,7 @@ from dask_scd import objectives as obj
 from dask_scd.engines.options import EngineOptions, NoOptions
 from dask_scd.progress import Progress, epoch_info
 from dask_scd.result import History
+from dask_scd.validation import as_generator
 
 
 @dataclass
@@ -35,7 +36,9 @@ class Options:
 
     tol: float
     max_iter: int
-    rng: np.random.Generator
+    # A numpy Generator, or a validation.LazyGenerator that becomes one at the first read
+    # of :attr:`rng` (copies of these options share it, and its draws go on).
+    random: object
     progress: Progress = field(default_factory=lambda: Progress("", 0.0, 0))
     engine: EngineOptions = field(default_factory=NoOptions)  # the engine's own, checked
     device: str = "cpu"  # where epochs run, "cpu" or "gpu" (see dask_scd.kernels.device)
@@ -47,6 +50,11 @@ class Options:
     # design of X, Gram blocks of a constant curvature, the margins of ``start``); None
     # for a single fit.
     memo: dict | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The fit's random Generator (created here on first use)."""
+        return as_generator(self.random)
 
     @property
     def callback(self):

@@ -96,7 +96,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     free, size = _working_set_sizes(design, coef)
     inner = InnerMemory()
     step, first_violation = 0, None
-    sample, heavy = _l2_aids(design, problem, options.rng)
+    sample, heavy = _l2_aids(design, problem, options.random)  # draws only for a sample
     sampled = False  # whether the step about to be taken came from the sample
     t = 1.0  # the step size of the last line search
     while True:

@@ -28,6 +28,7 @@ from dask_scd.engines.newton.design import GRAM_MAX, Design, row_parts, run_part
 from dask_scd.engines.newton.kernel_step import kernel_cost, kernel_direction
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels import newton as kernels
+from dask_scd.validation import as_generator
 
 # The inner model is solved until its violation is below this fraction of the outer one.
 _INNER = 0.1
@@ -84,7 +85,7 @@ class HessianSample:
         m = int(max(_SAMPLE_PER_COORDINATE * k, by_cost))
         if m * _SAMPLE_MIN_SAVING > n:
             return None
-        return cls(design, np.sort(rng.choice(n, size=m, replace=False)))
+        return cls(design, np.sort(as_generator(rng).choice(n, size=m, replace=False)))
 
     def gram(self, weights, intercept) -> np.ndarray:
         return self.design.gram(np.arange(self.design.rows.n_minor), weights[self.rows], intercept)
