@@ -915,3 +915,29 @@ def test_column_ordered_x_is_read_as_rows_without_a_copy(
     np.testing.assert_allclose(design.rows.sq_norms(), (X * X).sum(axis=1), rtol=1e-12)
     assert design.rows._rows is None  # no copy yet
     assert design.rows.lines(0, 10).n_major == 10  # the rows' own layout, on first use
+
+
+def test_the_fused_logistic_dual_is_the_numpy_one():
+    """kernels.newton.logistic_projected_dual (the certificate of a logistic fit with an
+    intercept) gives the numpy path's projection, dual loss and Σ a_i z_i to rounding,
+    and −inf where a point leaves the dual's domain."""
+    from dask_scd.kernels.newton import logistic_projected_dual
+
+    rng = np.random.default_rng(3)
+    problem = obj.Problem("logistic", 0.1, 0.0, True)
+    for n in (1, 7, 200, 1001):
+        y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
+        z = rng.normal(size=n) * 3
+        g = obj.loss_derivative("logistic", y, z)
+        a = np.empty(n)
+        fused = logistic_projected_dual(y, g, z, a)
+        b = -g
+        scales = obj.dual_scales(problem, {"pos": b[b > 0].sum(), "neg": b[b < 0].sum()})
+        expected = np.where(b > 0, b * scales[0], b * scales[1])
+        np.testing.assert_allclose(fused[:2], scales, rtol=1e-13)
+        np.testing.assert_allclose(a, expected, rtol=1e-13, atol=1e-16)
+        dual = obj.dual_loss("logistic", y, expected).sum()
+        assert fused[2] == pytest.approx(dual, rel=1e-12, abs=1e-300)
+        assert fused[3] == pytest.approx(expected @ z, rel=1e-12, abs=1e-12)
+    y = np.array([1.0, -1.0])
+    assert logistic_projected_dual(y, np.array([-2.0, 2.0]), np.zeros(2), np.empty(2))[2] == -np.inf

@@ -13,6 +13,7 @@ from collections import deque
 import numpy as np
 
 from dask_scd import objectives as obj
+from dask_scd.kernels import newton as kernels
 
 # Dual points kept for extrapolation (celer's K).
 _EXTRAPOLATE = 5
@@ -141,16 +142,27 @@ class DualMemory:
             ), 0.0
         a = -grad_rows
         passes = 0.0
-        if problem.fit_intercept:
+        if problem.fit_intercept and problem.loss == "logistic" and self.weights is None:
+            # The projection, the dual loss and Σ a_i z_i in one kernel (a small fit's
+            # certificate was ~20 numpy calls on vectors of n).
+            a = np.empty(n)
+            fused = kernels.logistic_projected_dual(y, grad_rows, margins, a)
+            correlation = -(fused[0] * parts[0] + fused[1] * parts[1]) / n
+            cert = obj.primal_certificate(
+                problem, n, coef, loss_sum, fused[2], correlation, fused[3]
+            )
+            cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef, self.weights)
+        elif problem.fit_intercept:
             sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
             scales = obj.dual_scales(problem, sums)
             # a = −g projected: its positive entries (g < 0) scaled by scales[0], the
             # others by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊), no pass.
             correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
             a = np.where(a > 0, a * scales[0], a * scales[1])
+            cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         else:  # no constraint on Σa: a = −g as it is
             correlation = -(parts[0] + parts[1]) / n
-        cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
+            cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
             if len(self.points) == self.points.maxlen:

@@ -506,3 +506,36 @@ def _column_cd_epoch(data, indices, indptr, dense, n_rows, order, state, model, 
         for k in range(values.shape[0]):
             _move_row(state, minor_at(dense, minors, k), step * values[k], kind)
     return worst
+
+
+@njit(nogil=True, cache=True)
+def logistic_projected_dual(y, grad, margins, a):
+    """The logistic dual point a = −g projected onto Σ a_i = 0 (its positive or its negative
+    entries shrunk, as :func:`dask_scd.objectives.dual_scales` does), into ``a``, in two
+    sweeps instead of some twenty numpy calls; returns (the positive entries' scale, the
+    negative ones', Σ −ℓ*(−a_i), Σ a_i z_i), the third −inf where some β = a_i·y_i leaves
+    [0, 1] by more than 1e-12."""
+    pos = 0.0
+    neg = 0.0
+    for i in range(len(y)):
+        if grad[i] < 0.0:
+            pos -= grad[i]
+        elif grad[i] > 0.0:
+            neg -= grad[i]
+    total = pos + neg
+    scale_pos = 1.0 - total / pos if total > 0.0 else 1.0
+    scale_neg = 1.0 - total / neg if total < 0.0 else 1.0
+    dual = 0.0
+    dot = 0.0
+    for i in range(len(y)):
+        v = -grad[i]
+        v = v * scale_pos if v > 0.0 else v * scale_neg
+        a[i] = v
+        dot += v * margins[i]
+        beta = v * y[i]
+        if beta < -1e-12 or beta > 1.0 + 1e-12:
+            dual = -np.inf
+        b = min(max(beta, 0.0), 1.0)
+        if 0.0 < b < 1.0:
+            dual -= b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
+    return scale_pos, scale_neg, dual, dot
