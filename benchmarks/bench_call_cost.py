@@ -44,7 +44,7 @@ TOL = 1e-8
 
 def problems():
     """(name, X, y, fit's keyword arguments): logistic L2, the shapes of benchopt's small
-    rows and of the issue's 200 × 50 (n > p: the p × p Hessian; n < p: the n × n kernel)."""
+    rows and 200 × 50 (n > p: the p × p Hessian; n < p: the n × n kernel)."""
     rng = np.random.RandomState(42)
     out = []
     for n, p, intercept in (

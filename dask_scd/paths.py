@@ -214,7 +214,7 @@ class _Settings:
     tol: float
     max_iter: int
     solver: str
-    rng: np.random.Generator
+    rng: object  # a numpy Generator, or a validation.LazyGenerator (made on first draw)
     verbose: bool
     device: str
     engine: dict

@@ -140,7 +140,6 @@ class DualMemory:
             return self.tighten(
                 obj.gradient_certificate(problem, n, coef, loss_sum, correlation)
             ), 0.0
-        a = -grad_rows
         passes = 0.0
         if problem.fit_intercept and problem.loss == "logistic" and self.weights is None:
             # The projection, the dual loss and Σ a_i z_i in one kernel (a small fit's
@@ -153,6 +152,7 @@ class DualMemory:
             )
             cert = obj.rescaled_lasso_certificate(problem, cert, y, a, coef, self.weights)
         elif problem.fit_intercept:
+            a = -grad_rows
             sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
             scales = obj.dual_scales(problem, sums)
             # a = −g projected: its positive entries (g < 0) scaled by scales[0], the
@@ -161,7 +161,7 @@ class DualMemory:
             a = np.where(a > 0, a * scales[0], a * scales[1])
             cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         else:  # no constraint on Σa: a = −g as it is
-            correlation = -(parts[0] + parts[1]) / n
+            correlation, a = -(parts[0] + parts[1]) / n, -grad_rows
             cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
