@@ -133,7 +133,7 @@ def test_linear_svc_matches_liblinear_without_intercept(digits):
     alpha = 1e-2
     model = LinearSVC(alpha=alpha, fit_intercept=False, tol=1e-10, random_state=0).fit(X, y_pm)
     reference = svm.LinearSVC(
-        C=1.0 / (alpha * len(y)), fit_intercept=False, tol=1e-10, max_iter=100_000
+        C=1.0 / (alpha * len(y)), fit_intercept=False, tol=1e-10, max_iter=100_000, random_state=0
     ).fit(X, y_pm)
     problem = Problem(loss="squared_hinge", alpha=alpha, l1_ratio=0.0, fit_intercept=False)
     ours = dask_scd.certificate(problem, X, y_pm, model.coef_[0], 0.0).primal
@@ -452,6 +452,7 @@ def test_logistic_regression_C_means_what_it_means_in_scikit_learn(penalty):
         max_iter=10_000,
         solver="liblinear" if penalty == "l1" else "lbfgs",
         intercept_scaling=1e4,
+        random_state=0,
     ).fit(X, y)
     y_pm = np.where(y == 1, 1.0, -1.0)
     alpha = 1.0 / (C * len(y))

@@ -121,13 +121,17 @@ def test_l1_logistic_breast_cancer():
 
 
 def _l1_logistic(**kwargs):
-    """L1 LogisticRegression (liblinear) under both the old and the new parameter names."""
+    """L1 LogisticRegression (liblinear) under both the old and the new parameter names.
+
+    liblinear shuffles its coordinates: unseeded, its steps to tol=1e-12 on Adult ranged
+    from 193 to past 600 s of work between runs. Seeded and capped, a reference that stops
+    short is still a valid one (_assert_matches then leans on its certified gap)."""
     import inspect
 
     penalty = inspect.signature(linear_model.LogisticRegression).parameters["penalty"].default
     style = {"penalty": "l1"} if penalty == "l2" else {"l1_ratio": 1.0}
     return linear_model.LogisticRegression(
-        solver="liblinear", tol=1e-12, max_iter=100_000, **style, **kwargs
+        solver="liblinear", tol=1e-12, max_iter=1_000, random_state=0, **style, **kwargs
     )
 
 
@@ -146,7 +150,12 @@ def test_hinge_svm(dataset):
         max_iter=20_000,
     )
     sk = svm.LinearSVC(
-        loss="hinge", C=1 / (len(y) * alpha), fit_intercept=False, tol=1e-12, max_iter=1_000_000
+        loss="hinge",
+        C=1 / (len(y) * alpha),
+        fit_intercept=False,
+        tol=1e-12,
+        max_iter=1_000_000,
+        random_state=0,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -183,6 +192,7 @@ def test_squared_hinge_matches_linear_svc(solver):
         fit_intercept=False,
         tol=1e-12,
         max_iter=1_000_000,
+        random_state=0,
     ).fit(X, y)
     ours = dask_scd.fit(
         X,
@@ -214,7 +224,12 @@ def _a9a_reference(kind, n, alpha):
         # liblinear penalizes an intercept: compare the intercept-free problem.
         return _l1_logistic(C=1 / (n * alpha), fit_intercept=False), False
     return svm.LinearSVC(
-        loss="hinge", C=1 / (n * alpha), fit_intercept=False, tol=1e-12, max_iter=1_000_000
+        loss="hinge",
+        C=1 / (n * alpha),
+        fit_intercept=False,
+        tol=1e-12,
+        max_iter=1_000_000,
+        random_state=0,
     ), False
 
 

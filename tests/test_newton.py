@@ -74,7 +74,13 @@ def _scikit_learn(loss, penalty, rho, alpha, X, y, fit_intercept):
         )
     elif loss == "logistic":  # liblinear penalizes its intercept: compared without one
         model = linear_model.LogisticRegression(
-            C=C, l1_ratio=1.0, solver="liblinear", tol=1e-8, max_iter=10_000, fit_intercept=False
+            C=C,
+            l1_ratio=1.0,
+            solver="liblinear",
+            tol=1e-8,
+            max_iter=10_000,
+            fit_intercept=False,
+            random_state=0,
         )
     else:  # the squared hinge: squared loss (1/n)Σℓ scales to C = 1/(αn) too
         model = svm.LinearSVC(
@@ -85,6 +91,7 @@ def _scikit_learn(loss, penalty, rho, alpha, X, y, fit_intercept):
             tol=1e-8,
             max_iter=100_000,
             fit_intercept=False,
+            random_state=0,
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -672,6 +679,7 @@ def _liblinear_l1(X, y, alpha, tol):
             fit_intercept=False,
             tol=tol,
             max_iter=100_000,
+            random_state=0,
         ).fit(X, y)
 
 

@@ -533,6 +533,7 @@ def test_linear_svc_class_weight_matches_sklearn(unbalanced, class_weight, loss)
             fit_intercept=False,
             tol=1e-12,
             max_iter=1_000_000,
+            random_state=0,
         ).fit(X, y, sample_weight=sample_weight)
     ours = LinearSVC(
         C=0.5,
