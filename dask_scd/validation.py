@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.kernels.lines import largest_magnitude as largest_magnitude
 from dask_scd.objectives import (
     CLASSIFICATION_LOSSES,
     LOSSES,
@@ -402,13 +403,6 @@ def as_engine_dtype(X):
     (numpy, scipy.sparse or dask array alike; the caller's object is never modified)."""
     dtype = engine_dtype(X.dtype)
     return X if X.dtype == dtype else X.astype(dtype)
-
-
-def largest_magnitude(values) -> float:
-    """max |v| from max and min (two passes, no temporary); NaN or inf where any value is."""
-    if values.size == 0:
-        return 0.0
-    return max(float(values.max()), -float(values.min()))
 
 
 def check_feature_magnitude(largest: float, where: str = "") -> None:

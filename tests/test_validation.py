@@ -192,3 +192,24 @@ def test_random_state_is_checked_at_once_and_made_on_first_use(monkeypatch):
     monkeypatch.setattr(np.random, "default_rng", lambda *a: made.append(a))
     result = dask_scd.fit(X, np.sign(X[:, 0]), **kwargs)
     assert result.converged_ and result.n_iter_ >= 2 and made == []
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F", "strided"])
+def test_largest_magnitude_reads_the_float_bits(rng, dtype, order):
+    """max |x| in one pass over the sign-cleared IEEE bits, where X is contiguous: the
+    value numpy's max and min give, NaN (of either sign) and ±inf found wherever they
+    are, -0.0 read as 0, and the same through the two-pass path of a strided view."""
+    from dask_scd.validation import largest_magnitude
+
+    base = rng.normal(size=(37, 11)).astype(dtype) * 1e3
+    X = np.asfortranarray(base) if order == "F" else base
+    X = X[:, ::2] if order == "strided" else X
+    assert largest_magnitude(X) == np.abs(X).max()
+    assert largest_magnitude(np.zeros((3, 2), dtype=dtype) * -1.0) == 0.0
+    for bad in (np.nan, -np.nan, np.inf, -np.inf):
+        spoiled = X.copy(order="K")
+        spoiled[36, 4] = bad
+        found = largest_magnitude(spoiled)
+        assert np.isnan(found) if np.isnan(bad) else found == np.inf
+    assert largest_magnitude(np.array([1, -7, 3], dtype=np.int8)) == 7.0

@@ -211,15 +211,16 @@ class Design:
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
         return cls(X, rows, column_nnz, gram_flops, blocks, _columns=columns)
 
-    def signed_scatter(self, u, curv=None) -> tuple:
+    def signed_scatter(self, u, curv=None, split: bool = True) -> tuple:
         """(Xᵀ(u ∘ [u < 0]), Xᵀ(u ∘ [u > 0])), one pass over the rows; with ``curv`` d,
         also ((X∘X)ᵀd, Xᵀd) from the same pass (the diagonal and the intercept's column of
-        XᵀDX, un-normalized)."""
+        XᵀDX, un-normalized). Without ``split`` (the caller reads only their sum), X by
+        columns gives (Xᵀu, 0) from one pass instead of two."""
         rows = self.rows
         p = rows.n_minor
         u = np.ascontiguousarray(u, dtype=np.float64)
         if isinstance(rows, RowsByColumns):
-            return _signed_by_columns(rows.columns, u, curv)
+            return _signed_by_columns(rows.columns, u, curv, split)
         d = _NO_CURVATURE if curv is None else np.ascontiguousarray(curv, dtype=np.float64)
         ranges = row_parts(rows)
         width = 2 if curv is None else 4
@@ -391,11 +392,15 @@ class Design:
             out[m, m] = float(weights.sum())
 
 
-def _signed_by_columns(columns: MajorMatrix, u, curv) -> tuple:
+def _signed_by_columns(columns: MajorMatrix, u, curv, split: bool = True) -> tuple:
     """:meth:`Design.signed_scatter` from X by columns: a pass per signed part (two
-    vectorized dots along each column cost what one fused pass by rows does), the
-    curvature sums in two more."""
-    parts = (columns.dot(np.minimum(u, 0.0)), columns.dot(np.maximum(u, 0.0)))
+    vectorized dots along each column cost what one fused pass by rows does), or one
+    for their sum alone (``split`` False: the second part is 0), the curvature sums in
+    two more."""
+    if split:
+        parts = (columns.dot(np.minimum(u, 0.0)), columns.dot(np.maximum(u, 0.0)))
+    else:
+        parts = (columns.dot(u), np.zeros(columns.n_major))
     if curv is None:
         return parts
     d = np.ascontiguousarray(curv, dtype=np.float64)

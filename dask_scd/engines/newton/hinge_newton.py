@@ -125,7 +125,7 @@ def _certify(design, duals, y, coef, margins, mu):
     clip((1 − m)/μ, 0, 1) (m = y·z), g = ℓ_μ'(z) and Xᵀ of g's two signs."""
     beta = np.clip((1.0 - y * margins) / mu, 0.0, 1.0)
     grad_rows = -beta * y
-    parts = design.signed_scatter(grad_rows)
+    parts = design.signed_scatter(grad_rows, split=duals.problem.fit_intercept)
     hinge_sum = float(np.maximum(0.0, 1.0 - y * margins).sum())
     cert, _ = duals.certify(design, coef, margins, grad_rows, parts, hinge_sum)
     return cert, beta, grad_rows, parts

@@ -180,7 +180,8 @@ def _gradient_and_certificate(
     tick = time.perf_counter()
     loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
     by_cg = heavy is not None
-    parts = design.signed_scatter(grad_rows, curv if by_cg else None)
+    # The certificate reads Xᵀg's two signed parts only to project onto Σa = 0.
+    parts = design.signed_scatter(grad_rows, curv if by_cg else None, problem.fit_intercept)
     grad = (parts[0] + parts[1]) / len(y)  # Xᵀg/n
     meter.add("gradient", 1.0, tick)
     tick = time.perf_counter()
@@ -276,7 +277,7 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         tick = time.perf_counter()
         margins = design.rows.dot(coef) + intercept
         loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
-        parts = design.signed_scatter(grad_rows)
+        parts = design.signed_scatter(grad_rows, split=False)
         model = Model(
             problem,
             coef,
