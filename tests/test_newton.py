@@ -925,27 +925,37 @@ def test_column_ordered_x_is_read_as_rows_without_a_copy(
     assert design.rows.lines(0, 10).n_major == 10  # the rows' own layout, on first use
 
 
-def test_the_fused_logistic_dual_is_the_numpy_one():
-    """kernels.newton.logistic_projected_dual (the certificate of a logistic fit with an
-    intercept) gives the numpy path's projection, dual loss and Σ a_i z_i to rounding,
-    and −inf where a point leaves the dual's domain."""
-    from dask_scd.kernels.newton import logistic_projected_dual
+@pytest.mark.parametrize("loss", obj.LOSSES)
+@pytest.mark.parametrize("project", [True, False])
+def test_the_fused_dual_point_is_the_numpy_one(loss, project):
+    """kernels.newton.projected_dual (the certificate of an unweighted Newton fit) gives
+    the numpy path's projection onto Σa = 0 (with an intercept), dual loss and Σ a_i z_i to
+    rounding, sums that give the dual loss of κa for κ in [0, 1] (the rescaled L1
+    certificate), and −inf where a point leaves the dual's domain."""
+    from dask_scd.engines.certificates import _rescaled_dual_mean
+    from dask_scd.kernels.newton import projected_dual
 
     rng = np.random.default_rng(3)
-    problem = obj.Problem("logistic", 0.1, 0.0, True)
+    problem = obj.Problem(loss, 0.1, 1.0, project)
     for n in (1, 7, 200, 1001):
-        y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
+        y = rng.normal(size=n) if loss == "squared" else np.where(rng.random(n) < 0.3, 1.0, -1.0)
         z = rng.normal(size=n) * 3
-        g = obj.loss_derivative("logistic", y, z)
+        g = obj.loss_derivative(loss, y, z)
         a = np.empty(n)
-        fused = logistic_projected_dual(y, g, z, a)
+        fused = projected_dual(obj.LOSS_CODES[loss], y, g, z, project, a)
         b = -g
         scales = obj.dual_scales(problem, {"pos": b[b > 0].sum(), "neg": b[b < 0].sum()})
         expected = np.where(b > 0, b * scales[0], b * scales[1])
         np.testing.assert_allclose(fused[:2], scales, rtol=1e-13)
         np.testing.assert_allclose(a, expected, rtol=1e-13, atol=1e-16)
-        dual = obj.dual_loss("logistic", y, expected).sum()
-        assert fused[2] == pytest.approx(dual, rel=1e-12, abs=1e-300)
+        dual = obj.dual_loss(loss, y, expected).sum()
+        assert fused[2] == pytest.approx(dual, rel=1e-12, abs=1e-12)
         assert fused[3] == pytest.approx(expected @ z, rel=1e-12, abs=1e-12)
-    y = np.array([1.0, -1.0])
-    assert logistic_projected_dual(y, np.array([-2.0, 2.0]), np.zeros(2), np.empty(2))[2] == -np.inf
+        mean = _rescaled_dual_mean(loss, y, a, n, fused[4], fused[5])
+        for kappa in (1.0, 0.37, 0.0):
+            scaled = obj.dual_loss(loss, y, kappa * expected).sum() / n
+            assert mean(kappa) == pytest.approx(scaled, rel=1e-12, abs=1e-14)
+    if loss != "squared":  # β = a·y = −2 and 2: outside [0, 1] (β ≥ 0 for the squared hinge)
+        y = np.array([1.0, -1.0])
+        out = projected_dual(obj.LOSS_CODES[loss], y, np.array([2.0, 2.0]), np.zeros(2), False, a)
+        assert out[2] == -np.inf

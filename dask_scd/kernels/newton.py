@@ -509,33 +509,57 @@ def _column_cd_epoch(data, indices, indptr, dense, n_rows, order, state, model, 
 
 
 @njit(nogil=True, cache=True)
-def logistic_projected_dual(y, grad, margins, a):
-    """The logistic dual point a = −g projected onto Σ a_i = 0 (its positive or its negative
-    entries shrunk, as :func:`dask_scd.objectives.dual_scales` does), into ``a``, in two
-    sweeps instead of some twenty numpy calls; returns (the positive entries' scale, the
-    negative ones', Σ −ℓ*(−a_i), Σ a_i z_i), the third −inf where some β = a_i·y_i leaves
-    [0, 1] by more than 1e-12."""
+def projected_dual(loss, y, grad, margins, project, a):
+    """The dual point a = −g of unweighted losses into ``a``, with ``project`` made to sum
+    to 0 (its positive or its negative entries shrunk, as
+    :func:`dask_scd.objectives.dual_scales` does), in two sweeps instead of some twenty
+    numpy calls. Returns (the positive entries' scale, the negative ones', Σ −ℓ*(−a_i)
+    (−inf where some β = a_i·y_i leaves the domain by more than 1e-12), Σ a_i z_i, and
+    the sums that give Σ −ℓ*(−κa_i) for κ in [0, 1] without another sweep: L and Q with
+    κL − κ²Q/2 (squared), κL (hinge), κL − κ²Q/4 (squared hinge); none for the logistic)."""
     pos = 0.0
     neg = 0.0
-    for i in range(len(y)):
-        if grad[i] < 0.0:
-            pos -= grad[i]
-        elif grad[i] > 0.0:
-            neg -= grad[i]
+    if project:
+        for i in range(len(y)):
+            if grad[i] < 0.0:
+                pos -= grad[i]
+            elif grad[i] > 0.0:
+                neg -= grad[i]
     total = pos + neg
     scale_pos = 1.0 - total / pos if total > 0.0 else 1.0
     scale_neg = 1.0 - total / neg if total < 0.0 else 1.0
     dual = 0.0
     dot = 0.0
+    lin = 0.0
+    quad = 0.0
+    eps = 1e-12
     for i in range(len(y)):
         v = -grad[i]
         v = v * scale_pos if v > 0.0 else v * scale_neg
         a[i] = v
         dot += v * margins[i]
         beta = v * y[i]
-        if beta < -1e-12 or beta > 1.0 + 1e-12:
-            dual = -np.inf
-        b = min(max(beta, 0.0), 1.0)
-        if 0.0 < b < 1.0:
-            dual -= b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
-    return scale_pos, scale_neg, dual, dot
+        if loss == 0:  # squared: a·y − a²/2
+            lin += beta
+            quad += v * v
+        elif loss == 3:  # squared hinge: b − b²/4, b = max(β, 0)
+            if beta < -eps:
+                dual = -np.inf
+            b = max(beta, 0.0)
+            lin += b
+            quad += b * b
+        else:  # logistic and hinge: β in [0, 1]
+            if beta < -eps or beta > 1.0 + eps:
+                dual = -np.inf
+            b = min(max(beta, 0.0), 1.0)
+            if loss == 2:
+                lin += b
+            elif 0.0 < b < 1.0:
+                dual -= b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
+    if loss == 0:
+        dual = lin - 0.5 * quad
+    elif loss == 3:
+        dual = dual + lin - 0.25 * quad
+    elif loss == 2:
+        dual = dual + lin
+    return scale_pos, scale_neg, dual, dot, lin, quad

@@ -430,6 +430,8 @@ def rescaled_lasso_from_dual(
     else:
         top = float(np.abs(cert.correlation).max(initial=0.0))
         kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
+        if kappa == 1.0:  # κa = a, whose conjugate term is then 0: the dual of ``cert``
+            return cert
         dual = dual_loss_mean(kappa)
         coordinate_gaps = problem.l1 * np.abs(coef) - kappa * cert.correlation * coef  # g*(κs) = 0
     if not dual > cert.dual:
