@@ -260,3 +260,16 @@ def test_in_order_copies_the_values_into_either_order(dtype, shape):
             np.testing.assert_array_equal(out, source)
             if source.flags[f"{order}_CONTIGUOUS"]:
                 assert out is source
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_index_counts_are_bincount(rng, dtype):
+    """kernels.lines.index_counts: np.bincount(indices, minlength) without its intp copy,
+    on int32 and int64 indices, empty ones, and columns nothing indexes."""
+    from dask_scd.kernels.lines import index_counts
+
+    indices = rng.integers(0, 50, size=10_000).astype(dtype)
+    counts = index_counts(indices, 60)
+    assert counts.dtype == np.int64
+    np.testing.assert_array_equal(counts, np.bincount(indices, minlength=60))
+    np.testing.assert_array_equal(index_counts(indices[:0], 4), np.zeros(4))

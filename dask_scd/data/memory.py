@@ -12,6 +12,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.kernels import lines
 from dask_scd.validation import (
     check_labels,
     check_matrix,
@@ -120,7 +121,7 @@ class InMemory:
             return None
         if X.format == "csc":
             return np.diff(X.indptr)
-        return np.bincount(self.by_rows.indices, minlength=X.shape[1])
+        return lines.index_counts(self.by_rows.indices, X.shape[1])
 
     @cached_property
     def median_column_count(self) -> float:
@@ -150,7 +151,7 @@ def pure_blocks(X, used=None) -> list | None:
     n, p = X.shape
     X = _as_csr(X)
     if used is None:
-        used = np.bincount(X.indices, minlength=p) > 0
+        used = lines.index_counts(X.indices, p) > 0
     rows = max(int(np.searchsorted(X.indptr, _DETECTION_NNZ, side="right")) - 1, min(n, 1000))
     # A row of k stored values needs k blocks: above MAX_BLOCKS, no engine would use them
     # (and colouring text-like rows of hundreds of values is slow). Not detected.

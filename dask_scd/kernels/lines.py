@@ -299,3 +299,18 @@ def largest_magnitude_bits(bits, mask):
     for i in range(n, bits.shape[0]):
         m0 = max(m0, bits[i] & mask)
     return max(max(m0, m1), max(m2, m3))
+
+
+@njit(nogil=True, cache=True)
+def _index_counts(indices, length, out):
+    for j in indices:
+        out[j] += 1
+
+
+def index_counts(indices, length: int) -> np.ndarray:
+    """``np.bincount(indices, minlength=length)`` for a sparse matrix's minor indices (all
+    in [0, length)), without the intp copy of int32 indices that bincount makes first
+    (225k indices: 0.13 against 0.55 ms)."""
+    out = np.zeros(length, dtype=np.int64)
+    _index_counts(indices, length, out)
+    return out

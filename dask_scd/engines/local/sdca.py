@@ -18,7 +18,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.certificates import dual_certificate, exact_dual_certificate
 from dask_scd.engines.local.epochs import sdca_epoch
-from dask_scd.kernels import cpu, device, sdca, sdca_threads
+from dask_scd.kernels import cpu, device, lines, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
 
 
@@ -240,7 +240,7 @@ def hot_features(matrix, n_samples: int) -> np.ndarray:
     data)? The threads of SA-SDCA add to those atomically (sdca_threads.sdca_thread_epoch)."""
     if matrix.dense:
         return np.ones(matrix.n_minor, dtype=np.bool_)
-    counts = np.bincount(matrix.indices, minlength=matrix.n_minor)
+    counts = lines.index_counts(matrix.indices, matrix.n_minor)
     return counts > HOT * n_samples
 
 

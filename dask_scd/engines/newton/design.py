@@ -18,8 +18,8 @@ import scipy.sparse
 from dask_scd.data.memory import pure_blocks
 from dask_scd.engines.coarse_level import block_index, memory_coarse
 from dask_scd.engines.cost_model import BLAS_SPEEDUP
+from dask_scd.kernels import lines, threads
 from dask_scd.kernels import newton as kernels
-from dask_scd.kernels import threads
 from dask_scd.kernels.layout import MajorMatrix
 
 # Above this many coordinates a Gram matrix (k² float64) is not formed.
@@ -207,7 +207,7 @@ class Design:
             gram_flops = n * float(p) ** 2 / BLAS_SPEEDUP
         else:
             if column_nnz is None:
-                column_nnz = np.bincount(rows.indices, minlength=p)
+                column_nnz = lines.index_counts(rows.indices, p)
             gram_flops = float(np.sum(np.diff(rows.indptr).astype(np.float64) ** 2))
         return cls(X, rows, column_nnz, gram_flops, blocks, _columns=columns)
 
