@@ -166,17 +166,17 @@ class DualMemory:
             )
             rescaled = _rescaled_dual_mean(problem.loss, y, a, n, fused[4], fused[5])
             cert = obj.rescaled_lasso_from_dual(problem, cert, coef, rescaled)
-        elif problem.fit_intercept:
+        else:
             a = -grad_rows
-            sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
-            scales = obj.dual_scales(problem, sums)
-            # a = −g projected: its positive entries (g < 0) scaled by scales[0], the
-            # others by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊), no pass.
-            correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
-            a = np.where(a > 0, a * scales[0], a * scales[1])
-            cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
-        else:  # no constraint on Σa: a = −g as it is
-            correlation, a = -(parts[0] + parts[1]) / n, -grad_rows
+            if problem.fit_intercept:
+                sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
+                scales = obj.dual_scales(problem, sums)
+                # a = −g projected: its positive entries (g < 0) scaled by scales[0], the
+                # others by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊), no pass.
+                correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
+                a = np.where(a > 0, a * scales[0], a * scales[1])
+            else:  # no constraint on Σa: a = −g as it is
+                correlation = -(parts[0] + parts[1]) / n
             cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
