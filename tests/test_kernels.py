@@ -243,13 +243,18 @@ def test_layout_never_modifies_caller_matrix(rng):
     np.testing.assert_allclose(m.sq_norms(), [4.0**2 + 2.0**2])
 
 
+@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("shape", [(1, 5), (5, 1), (130, 70), (70, 200)])
-def test_in_order_copies_the_values_into_either_order(dtype, shape):
+def test_in_order_copies_the_values_into_either_order(monkeypatch, dtype, shape, tiled):
     """kernels.layout.in_order: the same values, contiguous in the order asked, the same
-    array where it already is, from C, F and strided arrays (the tiled transposing copy
-    for whole arrays of the other order)."""
+    array where it already is, from C, F and strided arrays (numpy's copy for small
+    arrays, the tiled transposing copy for whole arrays of the other order above it)."""
+    from dask_scd.kernels import layout
     from dask_scd.kernels.layout import in_order
+
+    if tiled:
+        monkeypatch.setattr(layout, "_NUMPY_COPY_BYTES", 0)
 
     A = np.random.default_rng(0).normal(size=shape).astype(dtype)
     for source in (np.ascontiguousarray(A), np.asfortranarray(A), A[::2], A[:, ::2]):

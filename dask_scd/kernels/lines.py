@@ -168,27 +168,39 @@ def major_scatter(data, indices, indptr, dense, n_major, n_minor, u, out, square
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
-def major_dot_pair(data, indices, indptr, dense, n_major, n_minor, vw, out_v, out_w):
-    """out_v = A v and out_w = A w over the major axis in one pass over A (CSC: Xᵀv, Xᵀw),
-    with ``vw`` the (n_minor, 2) array [v w]: the certificate's plain and extrapolated dual
-    points read X once, and a sparse entry gathers one cache line for both."""
+def major_dot_pair(data, indices, indptr, n_major, vw, out_v, out_w):
+    """out_v = A v and out_w = A w over the major axis of a sparse A in one pass over it
+    (CSC: Xᵀv, Xᵀw), with ``vw`` the (n_minor, 2) array [v w]: the certificate's plain
+    and extrapolated dual points read X once, and an entry gathers one cache line for
+    both."""
     for r in range(n_major):
-        start, end = line(dense, indptr, r, n_minor)
+        start, end = indptr[r], indptr[r + 1]
         s = 0.0
         t = 0.0
         values = data[start:end]
-        if dense:
-            for k in range(values.shape[0]):
-                x = values[k]
-                s += x * vw[k, 0]
-                t += x * vw[k, 1]
-        else:
-            minors = indices[start:end]
-            for k in range(values.shape[0]):
-                x = values[k]
-                i = minors[k]
-                s += x * vw[i, 0]
-                t += x * vw[i, 1]
+        minors = indices[start:end]
+        for k in range(values.shape[0]):
+            x = values[k]
+            i = minors[k]
+            s += x * vw[i, 0]
+            t += x * vw[i, 1]
+        out_v[r] = s
+        out_w[r] = t
+
+
+@njit(nogil=True, cache=True, fastmath=FAST)
+def dense_dot_pair(data, n_major, n_minor, v, w, out_v, out_w):
+    """:func:`major_dot_pair` for a dense A stored line after line, from contiguous v and
+    w: the loop of :func:`row_dot` with two sums, which vectorizes (an interleaved [v w]
+    does not: 3-5x slower on 100 x 10,000 and 10,000 x 100)."""
+    for r in range(n_major):
+        values = data[r * n_minor : (r + 1) * n_minor]
+        s = 0.0
+        t = 0.0
+        for k in range(values.shape[0]):
+            x = values[k]
+            s += x * v[k]
+            t += x * w[k]
         out_v[r] = s
         out_w[r] = t
 

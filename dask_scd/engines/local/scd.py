@@ -431,9 +431,11 @@ def _affine_weights(iterates) -> np.ndarray | None:
     """Anderson's weights c (Σ c = 1) of the last K iterates from the K + 1 rows of
     ``iterates`` (oldest first): c ∝ (UUᵀ + εI)⁻¹1 with U the K successive differences,
     the combination of the iterates with the smallest combined difference."""
-    U = np.diff(iterates, axis=0)
+    # Called every few epochs on tiny sets: numpy's diff and diag_indices_from cost more
+    # than the K x K arithmetic, the slices and the flat stride do the same sums.
+    U = iterates[1:] - iterates[:-1]
     gram = U @ U.T
-    gram[np.diag_indices_from(gram)] += _ANDERSON_RIDGE * max(float(gram.diagonal().max()), 1e-300)
+    gram.flat[:: len(gram) + 1] += _ANDERSON_RIDGE * max(float(gram.diagonal().max()), 1e-300)
     try:
         z = np.linalg.solve(gram, np.ones(len(gram)))
     except np.linalg.LinAlgError:
