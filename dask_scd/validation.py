@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.kernels.layout import check_structure
 from dask_scd.kernels.lines import largest_magnitude as largest_magnitude
 from dask_scd.objectives import (
     CLASSIFICATION_LOSSES,
@@ -258,6 +259,7 @@ def check_matrix(X, *, bounded: bool = True):
         Also refuse values beyond ``MAX_VALUE``: a fit's sums overflow there, a
         prediction's product does not (False at prediction time).
     """
+    check_structure(X)  # before any format change reads the indices
     X = _engine_matrix(X)
     if not sp.issparse(X):
         X = np.asarray(X)

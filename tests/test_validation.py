@@ -37,6 +37,48 @@ def test_non_finite_y(data):
         dask_scd.fit(X, y, loss="logistic")
 
 
+def _raw_csr(indices, indptr, shape=(2, 3), fmt="csr"):
+    """A sparse matrix built from raw arrays, which scipy takes without checking them."""
+    make = sp.csr_matrix if fmt == "csr" else sp.csc_matrix
+    indices = np.asarray(indices, dtype=np.int32)
+    return make((np.ones(len(indices)), indices, np.asarray(indptr)), shape=shape)
+
+
+@pytest.mark.filterwarnings("ignore::dask_scd.TaskOverheadWarning")
+@pytest.mark.parametrize(
+    "X, match",
+    [
+        (_raw_csr([0, 5_000_000, 1, 2], [0, 2, 4]), "row 0 holds the column index 5000000"),
+        (_raw_csr([0, 1, 2, -1], [0, 2, 4]), "row 1 holds the column index -1, outside 0..2"),
+        (_raw_csr([0, 1, 1, 2], [0, 3, 2]), "malformed CSR .* index pointers .*row 0"),
+        (_raw_csr([0, 7, 1, 0], [0, 2, 3, 4], fmt="csc"), "column 0 holds the row index 7"),
+    ],
+)
+def test_malformed_sparse_X_is_refused_before_a_kernel_reads_it(X, match):
+    """Indices or pointers outside a CSR/CSC matrix's shape (which crashed the process in
+    the kernels, or in scipy's own format change) get a ValueError naming the line and
+    the index, in memory, at prediction time and in a chunk of a dask array; the caller's
+    arrays are untouched."""
+    import dask
+    import dask.array as da
+
+    y = np.array([1.0, -1.0])
+    before = (X.data.copy(), X.indices.copy(), X.indptr.copy())
+    with pytest.raises(ValueError, match=match):
+        dask_scd.fit(X, y, loss="logistic", alpha=0.1)
+    fitted = dask_scd.fit(np.eye(2, 3), y, loss="logistic", alpha=0.1)
+    with pytest.raises(ValueError, match=match):
+        fitted.predict(X)
+    for old, new in zip(before, (X.data, X.indices, X.indptr)):
+        np.testing.assert_array_equal(old, new)
+    if X.format != "csr":
+        return
+    # A chunk that dask's own slicing did not filter (a delayed chunk, as a reader makes).
+    chunk = da.from_delayed(dask.delayed(lambda: X)(), X.shape, float, meta=sp.csr_matrix((0, 0)))
+    with pytest.raises(ValueError, match="a chunk of X is a malformed CSR"):
+        dask_scd.fit(chunk, da.from_array(y, chunks=2), loss="logistic", solver="block_scd")
+
+
 def test_shapes(data):
     X, y = data
     with pytest.raises(ValueError, match="y has 49 labels but X has 50 rows"):

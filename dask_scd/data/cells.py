@@ -20,7 +20,7 @@ from dask_scd.data.cache import CACHE
 from dask_scd.data.findings import cell_values, value_finding
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.device import on_device
-from dask_scd.kernels.layout import MajorMatrix
+from dask_scd.kernels.layout import MajorMatrix, check_structure
 from dask_scd.validation import (
     check_label_values,
     is_pydata_sparse,
@@ -70,6 +70,7 @@ class CellView:
     def __init__(self, cell):
         if is_pydata_sparse(cell):
             cell = to_scipy(cell)
+        check_structure(cell, "a chunk of X")  # before the kernels or scipy read it
         self.n_rows, self.n_columns = cell.shape
         self.by_columns = sp.issparse(cell)
         self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")

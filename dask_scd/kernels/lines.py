@@ -273,6 +273,33 @@ def transposed_copy(src, out):
                     out[i, j] = src[j, i]
 
 
+@njit(nogil=True, cache=True)
+def structure_fault(indptr, indices, n_minor):
+    """The first line of a compressed sparse matrix (CSR: rows, CSC: columns) whose
+    pointers or indices are out of place, and what: (-1, 0) where none is; (r, 1): line
+    r's pointers decrease or pass the end of ``indices`` (r = 0: indptr[0] ≠ 0); (r, 2):
+    line r holds an index outside 0..n_minor − 1. The pointers in one pass, then the
+    indices in one pass of integer minima and maxima that vectorize; the line of a bad
+    index is searched only where there is one."""
+    if indptr.shape[0] == 0 or indptr[0] != 0:
+        return 0, 1
+    for r in range(indptr.shape[0] - 1):
+        if indptr[r + 1] < indptr[r] or indptr[r + 1] > indices.shape[0]:
+            return r, 1
+    values = indices[: indptr[indptr.shape[0] - 1]]
+    low = high = 0
+    for k in range(values.shape[0]):
+        low = min(low, values[k])
+        high = max(high, values[k])
+    if low >= 0 and high < n_minor:
+        return -1, 0
+    for r in range(indptr.shape[0] - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            if values[k] < 0 or values[k] >= n_minor:
+                return r, 2
+    return -1, 0
+
+
 # --------------------------------------------------------------------------- values
 
 _SIGN_CLEARED = {
