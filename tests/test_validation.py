@@ -75,7 +75,11 @@ def test_malformed_sparse_X_is_refused_before_a_kernel_reads_it(X, match):
         return
     # A chunk that dask's own slicing did not filter (a delayed chunk, as a reader makes).
     chunk = da.from_delayed(dask.delayed(lambda: X)(), X.shape, float, meta=sp.csr_matrix((0, 0)))
-    with pytest.raises(ValueError, match="a chunk of X is a malformed CSR"):
+    # Returned by the inspecting task as a finding, raised by the client (no worker logs a
+    # failed task), naming the cell.
+    with pytest.raises(
+        ValueError, match=r"a chunk of X, cell \(row chunk 0, block 0\), is a malformed CSR"
+    ):
         dask_scd.fit(chunk, da.from_array(y, chunks=2), loss="logistic", solver="block_scd")
 
 

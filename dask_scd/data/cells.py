@@ -20,7 +20,7 @@ from dask_scd.data.cache import CACHE
 from dask_scd.data.findings import cell_values, value_finding
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.device import on_device
-from dask_scd.kernels.layout import MajorMatrix, check_structure
+from dask_scd.kernels.layout import MajorMatrix, check_structure, structure_error
 from dask_scd.validation import (
     check_label_values,
     is_pydata_sparse,
@@ -501,8 +501,9 @@ def inspect_cell(cell, where: str, raises: bool = True) -> dict:
     the report ``{"finding": ...}`` of :func:`value_finding`: a task returns it for the
     client to raise, so that no worker logs a failed task.
     """
-    view = cell_view(cell)
-    finding, counts = _finding(view, where)
+    finding = _structure_finding(cell, where)
+    view = None if finding is not None else cell_view(cell)
+    finding, counts = (finding, None) if view is None else _finding(view, where)
     if finding is not None:
         if raises:
             raise ValueError(finding["message"])
@@ -532,10 +533,22 @@ def row_chunk_finding(cells: list, where: str) -> dict | None:
     finite and not too large. Returned, not raised: the worker logs no failed task, and
     the client raises :func:`finding_error`."""
     for b, cell in enumerate(cells):
-        finding = _finding(cell_view(cell), f"cell ({where}, block {b})")[0]
+        place = f"cell ({where}, block {b})"
+        finding = _structure_finding(cell, place) or _finding(cell_view(cell), place)[0]
         if finding is not None:
             return {"block": b, "finding": finding}
     return None
+
+
+def _structure_finding(cell, where: str) -> dict | None:
+    """A malformed CSR or CSC chunk (:func:`~dask_scd.kernels.layout.structure_error`) as
+    a finding, before its view is made (which would raise in the task)."""
+    message = structure_error(cell, f"a chunk of X, {where},") if sp.issparse(cell) else None
+    return (
+        None
+        if message is None
+        else {"message": message, "row": None, "column": None, "value": None}
+    )
 
 
 def _finding(view, where: str) -> tuple:

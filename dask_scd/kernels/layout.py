@@ -41,26 +41,34 @@ def in_order(A: np.ndarray, order: str) -> np.ndarray:
 
 
 def check_structure(X, name: str = "X") -> None:
-    """Refuse a CSR or CSC matrix whose index pointers or indices do not fit its shape:
-    scipy builds one from raw arrays without looking, and the kernels (scipy's own format
-    changes too) would read and write past its arrays. One pass over the indices; other
-    formats, whose constructors check, pass as they are."""
+    """Refuse a CSR or CSC matrix whose index pointers or indices do not fit its shape
+    (:func:`structure_error`'s message as a ValueError)."""
+    message = structure_error(X, name)
+    if message is not None:
+        raise ValueError(message)
+
+
+def structure_error(X, name: str = "X") -> str | None:
+    """What is wrong with a CSR or CSC matrix whose index pointers or indices do not fit
+    its shape, or None: scipy builds one from raw arrays without looking, and the kernels
+    (scipy's own format changes too) would read and write past its arrays. One pass over
+    the indices; other formats, whose constructors check, pass as they are."""
     if not sp.issparse(X) or X.format not in ("csr", "csc"):
-        return
+        return None
     lines, other = ("row", "column") if X.format == "csr" else ("column", "row")
     n_major, n_minor = X.shape if X.format == "csr" else X.shape[::-1]
     line, fault = line_kernels.structure_fault(X.indptr, X.indices, n_minor)
     if fault == 0 and len(X.indptr) == n_major + 1 and X.indptr[-1] <= len(X.data):
-        return
+        return None
     malformed = f"{name} is a malformed {X.format.upper()} matrix of shape {X.shape}"
     if fault == 2:
         where = np.asarray(X.indices[X.indptr[line] : X.indptr[line + 1]])
         bad = int(where[(where < 0) | (where >= n_minor)][0])
-        raise ValueError(
+        return (
             f"{malformed}: {lines} {line} holds the {other} index {bad}, outside "
             f"0..{n_minor - 1} (its indices do not fit its shape)"
         )
-    raise ValueError(
+    return (
         f"{malformed}: its index pointers (indptr, {len(X.indptr)} of them for "
         f"{n_major} {lines}s, {len(X.indices)} indices and {len(X.data)} values) do not "
         f"start at 0 and rise to at most the number of indices"
