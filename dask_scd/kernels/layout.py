@@ -180,10 +180,19 @@ class MajorMatrix:
         """(A v, A w) over every line in one pass over A (by columns: Xᵀv, Xᵀw)."""
         out_v = np.empty(self.n_major, dtype=np.float64)
         out_w = np.empty(self.n_major, dtype=np.float64)
-        if self.dense:
+        if self.dense:  # line ranges on threads, as in dot: the same bits on any number
             v = np.ascontiguousarray(v, dtype=np.float64)
             w = np.ascontiguousarray(w, dtype=np.float64)
-            line_kernels.dense_dot_pair(self.data, self.n_major, self.n_minor, v, w, out_v, out_w)
+            m = self.n_minor
+            ranges = threads.line_ranges(None, self.n_major, threads.usable(self.stored))
+            threads.run_all(
+                [
+                    lambda lo=lo, hi=hi: line_kernels.dense_dot_pair(
+                        self.data[lo * m : hi * m], hi - lo, m, v, w, out_v[lo:hi], out_w[lo:hi]
+                    )
+                    for lo, hi in ranges
+                ]
+            )
             return out_v, out_w
         vw = np.empty((self.n_minor, 2), dtype=np.float64)
         vw[:, 0] = v
