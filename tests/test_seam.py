@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import registry
 from dask_scd.engines.base import Options, Run
-from dask_scd.kernels import reference, scalar
+from dask_scd.kernels import scalar
 
 PACKAGE = Path(dask_scd.__file__).resolve().parent
 

@@ -6,7 +6,7 @@ of every line search. Each function is a numba ``njit(inline="always")`` functio
 scalars: the CPU kernels (:mod:`dask_scd.kernels.cpu`, :mod:`~dask_scd.kernels.block`,
 :mod:`~dask_scd.kernels.sdca`, :mod:`~dask_scd.kernels.gram`) inline them, the CUDA
 kernels (:mod:`dask_scd.kernels.cuda`) call them as device functions, and the numpy
-reference (:mod:`dask_scd.kernels.reference`) calls them on scalars or through
+reference (``tests/kernel_reference.py``) calls them on scalars or through
 ``.py_func`` on arrays. The vectorized formulas of :mod:`dask_scd.objectives` stay
 independent of this module: they are the oracle the tests hold it to.
 
