@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -20,7 +21,7 @@ from conftest import nvvm_home
 
 import dask_scd
 from dask_scd import objectives as obj
-from dask_scd.kernels import cpu, device, reference, scalar
+from dask_scd.kernels import cpu, device, scalar
 from dask_scd.kernels.layout import MajorMatrix
 
 pytestmark = pytest.mark.gpu

@@ -1,11 +1,12 @@
 """Numba kernels against the plain-numpy reference, update for update."""
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from dask_scd import objectives as obj
-from dask_scd.kernels import cpu, reference, sdca
+from dask_scd.kernels import cpu, sdca
 from dask_scd.kernels.layout import MajorMatrix
 
 

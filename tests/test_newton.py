@@ -8,6 +8,7 @@ less than the true objective error; every inner solver must find the same optimu
 
 import warnings
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -24,7 +25,7 @@ from dask_scd.engines.newton import design as design_module
 from dask_scd.engines.newton import l1_model, newton, quadratic
 from dask_scd.engines.newton.design import Design
 from dask_scd.kernels import newton as kernels
-from dask_scd.kernels import newton_shift, reference
+from dask_scd.kernels import newton_shift
 
 TOL = 1e-9
 LOSSES = ("logistic", "squared_hinge", "squared")
