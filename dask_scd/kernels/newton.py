@@ -26,7 +26,7 @@ from numba import njit
 from dask_scd.kernels.lines import line as _line
 from dask_scd.kernels.lines import minor_at
 from dask_scd.kernels.scalar import loss as _loss
-from dask_scd.kernels.scalar import loss_d1_d2 as _loss_d1_d2
+from dask_scd.kernels.scalar import loss_and_d1_d2 as _loss_and_d1_d2
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
 
 # Reassociation lets LLVM vectorize the reductions (as in kernels.cpu).
@@ -43,15 +43,15 @@ def derivatives(loss, y, margins, grad, curv, weights=None):
     hinge), v the sample ``weights`` (None: v = 1); returns Σ v_i ℓ(y_i, z_i)."""
     total = 0.0
     for i in range(len(y)):
-        g, d = _loss_d1_d2(loss, y[i], margins[i])
+        value, g, d = _loss_and_d1_d2(loss, y[i], margins[i])
         if weights is None:
             grad[i], curv[i] = g, d
-            total += _loss(loss, y[i], margins[i])
+            total += value
         else:
             v = weights[i]
             grad[i], curv[i] = v * g, v * d
             if v != 0.0:
-                total += v * _loss(loss, y[i], margins[i])
+                total += v * value
     return total
 
 
