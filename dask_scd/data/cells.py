@@ -501,9 +501,10 @@ def inspect_cell(cell, where: str, raises: bool = True) -> dict:
     the report ``{"finding": ...}`` of :func:`value_finding`: a task returns it for the
     client to raise, so that no worker logs a failed task.
     """
-    finding = _structure_finding(cell, where)
-    view = None if finding is not None else cell_view(cell)
-    finding, counts = (finding, None) if view is None else _finding(view, where)
+    finding, counts = _structure_finding(cell, where), None
+    if finding is None:  # a malformed chunk has no view
+        view = cell_view(cell)
+        finding, counts = _finding(view, where)
     if finding is not None:
         if raises:
             raise ValueError(finding["message"])
@@ -543,12 +544,12 @@ def row_chunk_finding(cells: list, where: str) -> dict | None:
 def _structure_finding(cell, where: str) -> dict | None:
     """A malformed CSR or CSC chunk (:func:`~dask_scd.kernels.layout.structure_error`) as
     a finding, before its view is made (which would raise in the task)."""
-    message = structure_error(cell, f"a chunk of X, {where},") if sp.issparse(cell) else None
-    return (
-        None
-        if message is None
-        else {"message": message, "row": None, "column": None, "value": None}
-    )
+    if not sp.issparse(cell):
+        return None
+    message = structure_error(cell, f"a chunk of X, {where},")
+    if message is None:
+        return None
+    return {"message": message, "row": None, "column": None, "value": None}
 
 
 def _finding(view, where: str) -> tuple:

@@ -142,21 +142,22 @@ class MajorMatrix:
         """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns (A² if squared)."""
         out = np.empty(self.n_major, dtype=np.float64)
         v = np.ascontiguousarray(v, dtype=np.float64)
-        # Each line's sum is computed by one range, by the one compiled loop: the same bits
-        # on any number of threads.
         head = (self.data, self.indices, self.indptr, self.dense)
+        self._on_line_ranges(
+            lambda lo, hi: line_kernels.major_dot_range(
+                *head, lo, hi, self.n_minor, v, out, squared
+            )
+        )
+        return out
+
+    def _on_line_ranges(self, work) -> None:
+        """work(lo, hi) for fixed ranges of lines, on threads where a pass may use them:
+        each line's result is computed by one range, by the one compiled loop, so the
+        bits are the same on any number of threads."""
         ranges = threads.line_ranges(
             None if self.dense else self.indptr, self.n_major, threads.usable(self.stored)
         )
-        threads.run_all(
-            [
-                lambda lo=lo, hi=hi: line_kernels.major_dot_range(
-                    *head, lo, hi, self.n_minor, v, out, squared
-                )
-                for lo, hi in ranges
-            ]
-        )
-        return out
+        threads.run_all([lambda lo=lo, hi=hi: work(lo, hi) for lo, hi in ranges])
 
     def dot_lines(self, lines, v, squared: bool = False) -> np.ndarray:
         """:meth:`dot` on the lines ``lines`` alone (the same bits there; 0 elsewhere), one
@@ -180,18 +181,14 @@ class MajorMatrix:
         """(A v, A w) over every line in one pass over A (by columns: Xᵀv, Xᵀw)."""
         out_v = np.empty(self.n_major, dtype=np.float64)
         out_w = np.empty(self.n_major, dtype=np.float64)
-        if self.dense:  # line ranges on threads, as in dot: the same bits on any number
+        if self.dense:
             v = np.ascontiguousarray(v, dtype=np.float64)
             w = np.ascontiguousarray(w, dtype=np.float64)
             m = self.n_minor
-            ranges = threads.line_ranges(None, self.n_major, threads.usable(self.stored))
-            threads.run_all(
-                [
-                    lambda lo=lo, hi=hi: line_kernels.dense_dot_pair(
-                        self.data[lo * m : hi * m], hi - lo, m, v, w, out_v[lo:hi], out_w[lo:hi]
-                    )
-                    for lo, hi in ranges
-                ]
+            self._on_line_ranges(
+                lambda lo, hi: line_kernels.dense_dot_pair(
+                    self.data[lo * m : hi * m], hi - lo, m, v, w, out_v[lo:hi], out_w[lo:hi]
+                )
             )
             return out_v, out_w
         vw = np.empty((self.n_minor, 2), dtype=np.float64)

@@ -79,10 +79,20 @@ def loss(loss, y, z):
         return t if t > 0.0 else 0.0
     if loss == SQUARED_HINGE:
         return t * t if t > 0.0 else 0.0
-    u = -y * z  # logistic: log(1 + exp(u)) without overflow
-    if u > 0.0:
-        return u + math.log1p(math.exp(-u))
-    return math.log1p(math.exp(u))
+    u = -y * z
+    return _logistic(u, math.exp(-abs(u)))
+
+
+@njit(inline="always")
+def _logistic(u, e):
+    """log(1 + exp(u)) without overflow, from e = exp(−|u|)."""
+    return u + math.log1p(e) if u > 0.0 else math.log1p(e)
+
+
+@njit(inline="always")
+def _sigmoid(u, e):
+    """σ(u) = 1/(1 + e^{-u}) without overflow, from e = exp(−|u|)."""
+    return 1.0 / (1.0 + e) if u >= 0.0 else e / (1.0 + e)
 
 
 @njit(inline="always")
@@ -106,17 +116,15 @@ def loss_d1_d2(loss, y, z):
 @njit(inline="always")
 def loss_and_d1_d2(code, y, z):
     """(:func:`loss`, :func:`loss_d1_d2`) of the loss ``code`` at once, the same bits:
-    for the logistic both read e^{−|u|}, u = −yz (the one exp their two formulas compute
-    alike), computed once (Newton's derivatives over Adult's rows: 0.55 against 0.72
-    ms)."""
+    for the logistic both read e^{−|u|}, u = −yz, computed here once (Newton's
+    derivatives over Adult's rows: 0.55 against 0.72 ms)."""
     if code != LOGISTIC:
         d1, d2 = loss_d1_d2(code, y, z)
         return loss(code, y, z), d1, d2
     u = -y * z
     e = math.exp(-abs(u))
-    value = u + math.log1p(e) if u > 0.0 else math.log1p(e)
-    s = 1.0 / (1.0 + e) if u >= 0.0 else e / (1.0 + e)
-    return value, -y * s, s * (1.0 - s)
+    s = _sigmoid(u, e)
+    return _logistic(u, e), -y * s, s * (1.0 - s)
 
 
 @njit(inline="always")
@@ -178,10 +186,7 @@ def box_violation(old, g, l1, l2, lo, hi):
 @njit(inline="always")
 def sigmoid(u):
     """σ(u) = 1/(1 + e^{-u}) without overflow."""
-    if u >= 0.0:
-        return 1.0 / (1.0 + math.exp(-u))
-    e = math.exp(u)
-    return e / (1.0 + e)
+    return _sigmoid(u, math.exp(-abs(u)))
 
 
 # sup |ℓ‴(z)| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3).
