@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import warnings
 
 import dask.array as da
@@ -136,7 +135,6 @@ def test_model_does_not_depend_on_row_chunking(onehot, clients):
 def test_worker_killed_mid_fit(onehot, clients):
     *_, grid, _ = onehot
     client = clients(2)
-    # Enough epochs that the kill lands inside the fit even on a loaded machine.
     undisturbed = _fixed_epochs(grid, client, "logistic", epochs=10)
     killed = []
 
@@ -149,8 +147,8 @@ def test_worker_killed_mid_fit(onehot, clients):
         killed.append(address)
 
     def callback(state):
-        if state["epoch"] == 1:  # during epoch 2: its margins are lost with the worker
-            threading.Timer(0.05, kill_one_worker).start()
+        if state["epoch"] == 1:  # after epoch 1, before epoch 2 can end: the fit waits
+            kill_one_worker()  # for this callback, so the kill cannot miss the fit
 
     disturbed = _fixed_epochs(grid, client, "logistic", epochs=10, callback=callback)
     assert killed
