@@ -8,6 +8,7 @@ from pathlib import Path
 import kernel_reference as reference
 import numpy as np
 import pytest
+import scipy.special
 
 import dask_scd
 from dask_scd import objectives as obj
@@ -155,6 +156,37 @@ def test_scalar_dual_step_matches_the_reference(loss, rng):
         assert scalar.dual_step(code, y, a, m, q) == pytest.approx(
             reference.dual_step(loss, y, a, m, q), rel=1e-7, abs=1e-9
         )
+
+
+def _logistic_step_by_bisection(y, a, m, q):
+    """The logistic dual step's root by plain bisection in the logit u (the kernel's
+    equation g(u) = u + ym + q(σ(u) − β_a), increasing, bracketed), to the last bit."""
+    beta_a, ym = a * y, y * m
+    lo, hi = -ym - q * (1.0 - beta_a), -ym + q * beta_a
+    for _ in range(2000):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if mid + ym + q * (scipy.special.expit(mid) - beta_a) > 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return y * scipy.special.expit(0.5 * (lo + hi)) - a
+
+
+@pytest.mark.parametrize("y", [1.0, -1.0])
+def test_logistic_dual_step_at_the_bounds(y):
+    """Roots within 1e-100 of β's bounds (margins of ±300), points at the bounds, and
+    curvatures from 1e-3 to 500: the step is the root of its equation, to 1e-12."""
+    code = obj.LOSS_CODES["logistic"]
+    for beta in (0.0, 1e-12, 0.3, 1.0 - 1e-12, 1.0):
+        for m in (-300.0, -30.0, -1.0, 0.0, 2.0, 30.0, 300.0):
+            for q in (1e-3, 1.0, 500.0):
+                a = beta * y
+                t = scalar.dual_step(code, y, a, m, q)
+                expected = _logistic_step_by_bisection(y, a, m, q)
+                assert 0.0 <= (a + t) * y <= 1.0, (beta, m, q)
+                assert t == pytest.approx(expected, rel=1e-12, abs=1e-15), (beta, m, q)
 
 
 def test_the_layers_and_no_import_circle():
