@@ -746,8 +746,8 @@ def test_collective_fits_of_folds_side_by_side_take_turns(diabetes, tmp_path, mo
     from dask_scd.estimators import path_cv
 
     X, y = diabetes
-    # Long enough that a loaded machine (CI runs two test processes on two cores beside
-    # the cluster's) never reaches it while the members of one fit wait for each other;
+    # Room for a loaded machine (CI runs two test processes on two cores beside the
+    # cluster's workers) while the members of one fit wait for each other (5 s was passed);
     # fits that did not take turns fail ``most[0] == 1`` below (after this wait).
     monkeypatch.setattr(block_scd._BlockSCD, "MEMBER_TIMEOUT", 20.0)
     graphs = []

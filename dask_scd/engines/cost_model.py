@@ -27,10 +27,11 @@ _SDCA_EPOCHS_PER_KAPPA = 10.0
 _SDCA_MIN_EPOCHS = 5.0
 # A row's scalar work, against a stored value's (one core, ns): SDCA's dual step is a
 # safeguarded Newton iteration for the logistic (~390 a row, measured when it ran in β;
-# ~270 in the logit since, left at 390 until auto's choices are re-measured on the
-# peers' rows) and one clipped step for the quadratic duals (~60); a smooth Newton step's derivatives, certificate and line
-# search cost ~90 a row; a stored value costs ~0.5 in a pass over dense rows, ~1.5 over
-# sparse ones (rows of 2 to 1000 values). Where rows are short the rows dominate:
+# ~190–280 in the logit since, left at 390 until auto's choices are re-measured on the
+# peers' rows) and one clipped step for the quadratic duals (~60); a smooth Newton
+# step's derivatives, certificate and line search cost ~90 a row; a stored value costs
+# ~0.5 in a pass over dense rows, ~1.5 over sparse ones (rows of 2 to 1000 values).
+# Where rows are short the rows dominate:
 # logistic L2 at κ = 0.5–2.5 on dense 200 × 50, 2000 × 50 and 1000 × 10, SDCA 1.9 / 11.7
 # / 5.3 ms against Newton's 1.2 / 4.4 / 2.0 ms; one-hot 4000 × 10000 (20 values a row) at
 # α = 1, SDCA 2.7 (logistic) / 1.6 (squared) ms against Newton's 3.7 / 3.2 ms.

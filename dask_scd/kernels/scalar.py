@@ -302,7 +302,7 @@ def _logistic_dual_step(y, a, m, q):
     else:
         u = 0.5 * (lo + hi)
     for _ in range(200):
-        s = _sigmoid(u, math.exp(-abs(u)))
+        s = sigmoid(u)
         g = u + ym + q * (s - beta_a)
         if abs(g) <= 4e-16 * (abs(u) + abs(ym) + q * (s + beta_a)):
             break  # g is 0 to the rounding of its terms: no step can do better
@@ -317,4 +317,4 @@ def _logistic_dual_step(y, a, m, q):
             u = step
             break
         u = step
-    return y * _sigmoid(u, math.exp(-abs(u))) - a
+    return y * sigmoid(u) - a
