@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.kernels import dense_rows, threads
 from dask_scd.kernels import lines as line_kernels
-from dask_scd.kernels import threads
 
 _EMPTY_INDEX = np.zeros(0, dtype=np.int32)
 _NO_WEIGHTS = np.zeros(0)
@@ -143,6 +143,10 @@ class MajorMatrix:
         out = np.empty(self.n_major, dtype=np.float64)
         v = np.ascontiguousarray(v, dtype=np.float64)
         head = (self.data, self.indices, self.indptr, self.dense)
+        if self.dense and not squared:  # four lines at a time, the same bits
+            m = self.n_minor
+            self._on_line_ranges(lambda lo, hi: dense_rows.dot(self.data, lo, hi, m, v, out))
+            return out
         self._on_line_ranges(
             lambda lo, hi: line_kernels.major_dot_range(
                 *head, lo, hi, self.n_minor, v, out, squared
@@ -172,9 +176,11 @@ class MajorMatrix:
     def scatter(self, u, squared: bool = False) -> np.ndarray:
         """Σ_r A[r, k] u[r] for every minor index k: Xᵀ u by rows, X u by columns."""
         out = np.zeros(self.n_minor, dtype=np.float64)
-        line_kernels.major_scatter(
-            *self._args(), np.ascontiguousarray(u, dtype=np.float64), out, squared
-        )
+        u = np.ascontiguousarray(u, dtype=np.float64)
+        if self.dense and not squared and self.n_minor >= dense_rows.WIDE:  # the same bits
+            dense_rows.scatter(self.data, self.n_major, self.n_minor, u, out)
+            return out
+        line_kernels.major_scatter(*self._args(), u, out, squared)
         return out
 
     def dot_pair(self, v, w) -> tuple[np.ndarray, np.ndarray]:

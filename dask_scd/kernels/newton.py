@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from dask_scd.kernels import dense_rows
 from dask_scd.kernels.lines import line as _line
 from dask_scd.kernels.lines import minor_at
 from dask_scd.kernels.scalar import loss as _loss
@@ -73,7 +74,7 @@ def signed_scatter(
         out_sq[:] = 0.0
         out_side[:] = 0.0
     if dense:
-        _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos, curv, out_sq, out_side)
+        dense_rows.signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos, curv, out_sq, out_side)
         return
     for r in range(n_rows):
         value = u[r]
@@ -93,54 +94,6 @@ def signed_scatter(
                 x = np.float64(values[k])
                 out_side[minors[k]] += c * x
                 out_sq[minors[k]] += c * x * x
-
-
-# Dense rows get loops of their own: with the layout flag and the indexing of the general
-# kernels in the loop, LLVM left them scalar (on dense 1M × 100 rows, 5.6x slower for the
-# scatter and 6.6x for the Hessian-vector product than these, which it vectorizes).
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def _dense_signed_scatter(data, n_rows, n_cols, u, out_neg, out_pos, curv, out_sq, out_side):
-    curved = curv.shape[0] > 0
-    for r in range(n_rows):
-        value = u[r]
-        row = data[r * n_cols : (r + 1) * n_cols]
-        if value < 0.0:
-            for k in range(n_cols):
-                out_neg[k] += value * row[k]
-        elif value > 0.0:
-            for k in range(n_cols):
-                out_pos[k] += value * row[k]
-        if curved and curv[r] != 0.0:
-            c = curv[r]
-            for k in range(n_cols):
-                x = np.float64(row[k])
-                out_side[k] += c * x
-                out_sq[k] += c * x * x
-
-
-@njit(nogil=True, cache=True, fastmath=_FAST)
-def _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out, xv):
-    keep = xv.shape[0] > 0
-    total = 0.0
-    for r in range(n_rows):
-        w = weights[r]
-        if w == 0.0 and not keep:
-            continue
-        row = data[r * n_cols : (r + 1) * n_cols]
-        s = v0
-        for k in range(n_cols):
-            s += row[k] * v[k]
-        if keep:
-            xv[r] = s
-        if w == 0.0:
-            continue
-        s *= w
-        total += s
-        for k in range(n_cols):
-            out[k] += s * row[k]
-    return total
 
 
 @njit(nogil=True, cache=True)
@@ -167,7 +120,7 @@ def hessian_vector(data, indices, indptr, dense, n_rows, n_cols, weights, v, v0,
     """
     out[:] = 0.0
     if dense:
-        return _dense_hessian_vector(data, n_rows, n_cols, weights, v, v0, out, xv)
+        return dense_rows.hessian_vector(data, n_rows, n_cols, weights, v, v0, out, xv)
     keep = xv.shape[0] > 0
     total = 0.0
     for r in range(n_rows):
