@@ -47,6 +47,17 @@ def _rows(data, r, m):
 
 
 @njit(inline="always")
+def _block(data, r, n, m, values):
+    """(a, b, c, d, their entries of ``values``, count): rows r to r + 3 and 4 where all
+    four are below ``n``; else row r four times, its entry and three zeros, and 1."""
+    if r + 4 <= n:
+        a, b, c, d = _rows(data, r, m)
+        return a, b, c, d, values[r], values[r + 1], values[r + 2], values[r + 3], 4
+    a = data[r * m : (r + 1) * m]
+    return a, a, a, a, values[r], 0.0, 0.0, 0.0, 1
+
+
+@njit(inline="always")
 def _dot4(a, b, c, d, m, v, start):
     """(start + a·v, start + b·v, start + c·v, start + d·v), each summed over k in order."""
     s0 = start
@@ -133,15 +144,7 @@ def hessian_vector(data, n, m, weights, v, v0, out, xv):
     total = 0.0
     r = 0
     while r < n:
-        if r + 4 <= n:
-            a, b, c, d = _rows(data, r, m)
-            w0, w1, w2, w3 = weights[r], weights[r + 1], weights[r + 2], weights[r + 3]
-            count = 4
-        else:
-            a = data[r * m : (r + 1) * m]
-            b, c, d = a, a, a
-            w0, w1, w2, w3 = weights[r], 0.0, 0.0, 0.0
-            count = 1
+        a, b, c, d, w0, w1, w2, w3, count = _block(data, r, n, m, weights)
         if keep or w0 != 0.0 or w1 != 0.0 or w2 != 0.0 or w3 != 0.0:
             t0, t1, t2, t3 = _dot4(a, b, c, d, m, v, v0)
             if keep:
@@ -174,15 +177,7 @@ def signed_scatter(data, n, m, u, out_neg, out_pos, curv, out_sq, out_side):
     curved = curv.shape[0] > 0
     r = 0
     while r < n:
-        if r + 4 <= n:
-            a, b, c, d = _rows(data, r, m)
-            u0, u1, u2, u3 = u[r], u[r + 1], u[r + 2], u[r + 3]
-            count = 4
-        else:
-            a = data[r * m : (r + 1) * m]
-            b, c, d = a, a, a
-            u0, u1, u2, u3 = u[r], 0.0, 0.0, 0.0
-            count = 1
+        a, b, c, d, u0, u1, u2, u3, count = _block(data, r, n, m, u)
         n0, n1, n2, n3 = min(u0, 0.0), min(u1, 0.0), min(u2, 0.0), min(u3, 0.0)
         p0, p1, p2, p3 = max(u0, 0.0), max(u1, 0.0), max(u2, 0.0), max(u3, 0.0)
         negative = n0 != 0.0 or n1 != 0.0 or n2 != 0.0 or n3 != 0.0
@@ -203,10 +198,7 @@ def signed_scatter(data, n, m, u, out_neg, out_pos, curv, out_sq, out_side):
         elif positive:
             _add4(a, b, c, d, p0, p1, p2, p3, m, out_pos)
         if curved:
-            c0 = curv[r]
-            c1 = curv[r + 1] if count == 4 else 0.0
-            c2 = curv[r + 2] if count == 4 else 0.0
-            c3 = curv[r + 3] if count == 4 else 0.0
+            c0, c1, c2, c3 = _block(data, r, n, m, curv)[4:8]
             if c0 != 0.0 or c1 != 0.0 or c2 != 0.0 or c3 != 0.0:
                 _squares4(a, b, c, d, c0, c1, c2, c3, m, out_side, out_sq)
         r += count
