@@ -21,6 +21,11 @@ where one row at a time streams independent additions (one thread: Xᵀu on 200k
 1.4 ms one row at a time against 4.2 ms four at a time; 100k × 400, 29 against 25 ms).
 Rows narrower than :data:`WIDE` go one at a time through every product that adds rows
 (Xᵀu, the Hessian-vector product, the signed parts); Xv goes four at a time on any width.
+
+Dense rows have loops of their own, apart from the compressed lines' kernels of
+:mod:`dask_scd.kernels.lines`: with the layout flag and the indices in the loop, LLVM
+left those scalar (dense 1M × 100: the scatter 5.6x and the Hessian-vector product 6.6x
+slower than loops over plain slices, which it vectorizes).
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dask_scd.kernels.lines import FAST
+from dask_scd.kernels.lines import FAST, major_scatter
 
 # Rows at least this long add four at a time (:func:`_add4`). Measured, one thread: at 160
 # entries one row at a time is as fast or faster (the signed parts by 20 %); at 250 four
 # at a time is faster (Xᵀu by 8 %, XᵀD(Xv) by 25 %) but for the signed parts alone (4 %
 # slower); at 400 and 800 faster on all of them.
 WIDE = 256
+_NO_INDEX = np.zeros(0, dtype=np.int32)  # a dense matrix's indices and indptr
 
 
 @njit(inline="always")
@@ -120,8 +126,10 @@ def dot(data, lo, hi, m, v, out):
 
 @njit(nogil=True, cache=True, fastmath=FAST)
 def scatter(data, n, m, u, out):
-    """out += Σ_r u[r]·x_r (Xᵀu), rows in order; rows of :data:`WIDE` entries or more
-    (narrower ones: :func:`dask_scd.kernels.lines.major_scatter`)."""
+    """out += Σ_r u[r]·x_r (Xᵀu), rows in order."""
+    if m < WIDE:
+        major_scatter(data, _NO_INDEX, _NO_INDEX, True, n, m, u, out, False)
+        return
     r = 0
     while r + 4 <= n:
         a, b, c, d = _rows(data, r, m)

@@ -142,11 +142,11 @@ class MajorMatrix:
         """Σ_k A[r, k] v[k] for every line r: X v by rows, Xᵀ v by columns (A² if squared)."""
         out = np.empty(self.n_major, dtype=np.float64)
         v = np.ascontiguousarray(v, dtype=np.float64)
-        head = (self.data, self.indices, self.indptr, self.dense)
         if self.dense and not squared:  # four lines at a time, the same bits
             m = self.n_minor
             self._on_line_ranges(lambda lo, hi: dense_rows.dot(self.data, lo, hi, m, v, out))
             return out
+        head = (self.data, self.indices, self.indptr, self.dense)
         self._on_line_ranges(
             lambda lo, hi: line_kernels.major_dot_range(
                 *head, lo, hi, self.n_minor, v, out, squared
@@ -177,7 +177,7 @@ class MajorMatrix:
         """Σ_r A[r, k] u[r] for every minor index k: Xᵀ u by rows, X u by columns."""
         out = np.zeros(self.n_minor, dtype=np.float64)
         u = np.ascontiguousarray(u, dtype=np.float64)
-        if self.dense and not squared and self.n_minor >= dense_rows.WIDE:  # the same bits
+        if self.dense and not squared:  # four lines at a time where wide, the same bits
             dense_rows.scatter(self.data, self.n_major, self.n_minor, u, out)
             return out
         line_kernels.major_scatter(*self._args(), u, out, squared)
