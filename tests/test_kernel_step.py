@@ -1,7 +1,10 @@
 """The L2 Newton step through the n × n kernel (fewer rows than columns): the step equals
 the bordered Hessian's solve, the fits reach scikit-learn's optimum, and the planner's
-rule sends it the shapes it is for."""
+rule sends it the shapes it is for. SDCA's epochs in the kernel's form, the start of such
+fits: an epoch is the row-form epoch's, a fit they end is certified from X and reaches
+scikit-learn's optimum, and a fit they do not end is Newton's from θ = 0, bit for bit."""
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -13,7 +16,8 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options
 from dask_scd.engines.newton import newton, quadratic
 from dask_scd.engines.newton.design import Design
-from dask_scd.engines.newton.kernel_step import kernel_direction
+from dask_scd.engines.newton.kernel_step import dual_start, kernel_direction
+from dask_scd.kernels.sdca import kernel_dual_epochs
 
 
 def _wide(rng, n=60, p=150, sparse=False):
@@ -79,7 +83,8 @@ def test_wide_logistic_by_kernel_steps_matches_scikit_learn(rng, fit_intercept, 
     X, y = _wide(rng, n=120, p=400)
     problem = obj.Problem("logistic", alpha, 0.0, fit_intercept)
     run = newton.fit_newton(InMemory(X, y), problem, Options(1e-12, 100, np.random.default_rng(0)))
-    assert any(kind.endswith("kernel") for kind in run.extras["passes"])
+    # kernel steps, or (no intercept) SDCA's epochs on the kernel and maybe kernel steps
+    assert any(kind in ("solve:kernel", "dual_start") for kind in run.extras["passes"])
     assert run.certificate.relative_gap <= 1e-12
     coef, intercept = _scikit_learn("logistic", "l2", 0.0, alpha, X, y, fit_intercept)
     theirs = obj.certificate(problem, X, y, coef, intercept).primal
@@ -121,3 +126,88 @@ def test_cholesky_is_scipys_to_the_bit(lower):
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or inf"):
         cholesky.factor(bad)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
+def test_kernel_dual_epoch_is_the_row_form_epoch(rng, loss):
+    """Epochs on K = XXᵀ with the margins m = Ka/(αn) take the steps of SDCA's epochs on
+    the rows in the same order: the same dual point, and m = X·(Xᵀa/(αn))."""
+    X, y = _wide(rng, n=40, p=90)
+    n = len(y)
+    problem = obj.Problem(loss, 0.05, 0.0, False)
+    alpha_n = problem.alpha * n
+    a0 = 0.3 * y
+    a, margins = a0.copy(), (X @ X.T) @ a0 / alpha_n
+    ref_a, ref_w = a0.copy(), X.T @ a0 / alpha_n
+    for _ in range(3):
+        kernel_dual_epochs(X @ X.T, y, a, margins, problem.loss_code, alpha_n, 1)
+        reference.sdca_epoch(problem, X, y, ref_a, ref_w, np.arange(n))
+    np.testing.assert_allclose(a, ref_a, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(margins, X @ ref_w, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared_hinge"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_fit_ended_by_kernel_epochs_is_certified_and_optimal(rng, loss, sparse):
+    """On rows far from collinear the epochs reach tol/2 and Newton's first certificate,
+    computed from X with their dual point offered, ends the fit: no step, a gap ≤ tol,
+    scikit-learn's optimum."""
+    X, y = _wide(rng, n=80, p=400)
+    if sparse:  # the same rows in CSR: K from the sparse product
+        X = sp.csr_matrix(X)
+    n = len(y)
+    tol = 1e-10
+    fit = dask_scd.fit(X, y, loss=loss, alpha=1.0 / n, fit_intercept=False, tol=tol)
+    assert fit.extras_["plan"]["engine"] == "newton"
+    assert fit.n_iter_ == 0 and fit.extras_["passes"]["dual_start"] > 0
+    assert 0.0 <= fit.dual_gap_ <= tol
+    problem = obj.Problem(loss, 1.0 / n, 0.0, False)
+    exact = obj.certificate(problem, X, y, fit.coef_, 0.0)
+    assert exact.primal == pytest.approx(fit.primal_, rel=1e-12)
+    # α-strong convexity: ‖θ − θ*‖² ≤ 2(P − P*)/α ≤ 2·gap/α, θ* from Newton's steps alone
+    tight = dask_scd.fit(
+        X, y, loss=loss, alpha=1.0 / n, fit_intercept=False, tol=1e-14, coef_init=np.zeros(400)
+    )
+    gap = fit.dual_gap_ * fit.primal_
+    assert np.linalg.norm(fit.coef_ - tight.coef_) <= np.sqrt(2.0 * gap * n) * 1.01 + 1e-12
+    if loss == "logistic":
+        coef, _ = _scikit_learn("logistic", "l2", 0.0, 1.0 / n, X, y, False)
+        assert fit.primal_ <= obj.certificate(problem, X, y, coef, 0.0).primal * (1 + 1e-9)
+
+
+def test_kernel_epochs_stop_on_collinear_rows_and_newton_starts_from_zero(rng):
+    """Rows sharing one large common factor: SDCA's gap falls by ~5 % an epoch, so the
+    epochs stop within a few; the fit is then Newton's from θ = 0, the same bits as a
+    fit given θ = 0 as its start (which skips the epochs)."""
+    n, p = 100, 300
+    X = rng.normal(size=(n, p)) + 3.0 * rng.normal(size=(n, 1))
+    y = np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+    problem = obj.Problem("logistic", 1.0 / n, 0.0, False)
+    start, dual, epochs = dual_start(Design.from_array(X), problem, y, 1e-8)
+    assert start is None and dual is None and 1 <= epochs <= 5
+    options = Options(1e-8, 100, np.random.default_rng(0))
+    cold = newton.fit_newton(InMemory(X, y), problem, options)
+    zero = Options(1e-8, 100, np.random.default_rng(0), start=(np.zeros(p), 0.0))
+    given = newton.fit_newton(InMemory(X, y), problem, zero)
+    assert cold.extras["passes"]["dual_start"] > 0 and "dual_start" not in given.extras["passes"]
+    assert np.array_equal(cold.coef, given.coef) and cold.n_iter == given.n_iter
+    assert cold.certificate.relative_gap <= 1e-8
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(loss="squared"),  # its Newton step is exact
+        dict(fit_intercept=True),  # the dual constraint Σa = 0
+        dict(sample_weight=True),
+    ],
+)
+def test_kernel_epochs_run_only_where_they_apply(rng, kw):
+    X, y = _wide(rng, n=60, p=300)
+    args = dict(loss="logistic", alpha=1.0 / 60, fit_intercept=False, tol=1e-8)
+    args.update(kw)
+    if args.pop("sample_weight", None):
+        args["sample_weight"] = rng.uniform(0.5, 2.0, size=60)
+    fit = dask_scd.fit(X, y, **args)
+    assert "dual_start" not in fit.extras_["passes"]
+    assert fit.dual_gap_ <= 1e-8

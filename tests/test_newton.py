@@ -498,6 +498,7 @@ def test_separable_l2_logistic_steps_beyond_the_unit_step(monkeypatch):
     # same certified optimum.
     X, y = _separable()
     kwargs = dict(loss="logistic", alpha=0.01 / len(y), fit_intercept=False, tol=1e-10)
+    kwargs["coef_init"] = np.zeros(X.shape[1])  # Newton's steps (not the kernel's epochs)
     fit = dask_scd.fit(X, y, solver="newton", **kwargs)
     monkeypatch.setattr(newton, "DOUBLINGS", ())
     unit = dask_scd.fit(X, y, solver="newton", **kwargs)

@@ -189,6 +189,22 @@ def test_logistic_dual_step_at_the_bounds(y):
                 assert t == pytest.approx(expected, rel=1e-12, abs=1e-15), (beta, m, q)
 
 
+@pytest.mark.parametrize("y", [1.0, -1.0])
+def test_logistic_dual_step_with_a_steep_equation(y):
+    """Curvatures q of 1e4 to 1e6 (‖x‖²/(αn) at a weak penalty) with roots near β = 0
+    or 1: Newton's points may alternate between the flanks of g's steep part; the step is
+    still the root, to 1e-12 (it stopped at β = 0.97 for a root at 4.5e-5, the visit
+    lowering the dual)."""
+    code = obj.LOSS_CODES["logistic"]
+    for beta in (5.29339e-35, 1e-8, 0.5, 1.0 - 1e-8):
+        for m in (-3.56381, -40.0, 3.56381, 40.0):
+            for q in (1e4, 301927.0, 1e6):
+                a = beta * y
+                t = scalar.dual_step(code, y, a, m * y, q)
+                expected = _logistic_step_by_bisection(y, a, m * y, q)
+                assert t == pytest.approx(expected, rel=1e-12, abs=1e-15), (beta, m, q)
+
+
 def test_the_layers_and_no_import_circle():
     """import-linter's contracts in pyproject.toml: every layer (public API, engines, cluster
     runtime, data, grid store, math) imports only from the layers below it, and no two

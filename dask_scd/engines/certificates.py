@@ -203,14 +203,24 @@ class DualMemory:
         if self.problem.loss == "squared":
             return 0.0
         a = -(grad_rows + curv * step)
-        value = self._feasible_value(a, correlation) if correlation is not None else None
-        passes = 0.0
+        if correlation is not None and self.offer(a, correlation):
+            return 0.0
+        self._keep(self._dual_value(design, a))
+        return 1.0
+
+    def offer(self, a, correlation) -> bool:
+        """Offer the dual point ``a`` given Xᵀa/n (``correlation``), no pass over X;
+        returns whether it was feasible as it is (else nothing is kept)."""
+        value = self._feasible_value(a, correlation)
         if value is None:
-            value, passes = self._dual_value(design, a), 1.0
-        # This point is tight enough for the gap to reach the rounding of P: a margin for
-        # the rounding of D keeps the bound below it.
+            return False
+        self._keep(value)
+        return True
+
+    def _keep(self, value: float) -> None:
+        # A point offered is tight enough for the gap to reach the rounding of P: a margin
+        # for the rounding of D keeps the bound below it.
         self.best = max(self.best, value - obj.DUAL_ROUNDING * abs(value))
-        return passes
 
     def _feasible_value(self, a, correlation) -> float | None:
         """D(a) given Xᵀa/n, or None when a is outside the dual domain (it would be clipped

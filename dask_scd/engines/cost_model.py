@@ -39,6 +39,13 @@ _SDCA_ROW_NS = {"logistic": 390.0, "squared": 60.0}
 _NEWTON_ROW_NS = 90.0
 _VALUE_NS = {"dense": 0.5, "sparse": 1.5}
 _NEWTON_STEPS = 7.0
+# The fixed cost of a Newton step's Python (bookkeeping, the calls of its kernels), and of
+# an epoch's call and gap in the kernel's form (one core, ns; benchmarks/results/call_cost.md).
+_STEP_CALL_NS = 150_000.0
+_EPOCH_CALL_NS = 10_000.0
+# The logistic dual step in the kernel's epochs, measured there (dense 200 × 500, one
+# core: 28 µs for 200 steps, 45–50 µs an epoch with K's rows and the gap).
+_KERNEL_DUAL_ROW_NS = {"logistic": 200.0}
 _NEWTON_CG_PASSES = 9.0
 _RIDGE_CG_PASSES = 30.0  # one CG solve of ridge to 1e-6..1e-9 (one-hot 1M × 100k: 27–36)
 _NEWTON_GRAM_MAX = 2000  # above this many columns the Newton engine never forms XᵀDX
@@ -118,6 +125,22 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     if _block_steps_pay(data):
         costs["block_scd"] = _BLOCK_PASSES
     return costs
+
+
+def kernel_dual_ns(problem: Problem, n: int, nnz: int, dense: bool) -> tuple[float, float]:
+    """(an epoch of SDCA in the kernel's form, Newton's kernel steps from θ = 0), in ns,
+    for an L2 problem with n rows, ``nnz`` stored values (:mod:`dask_scd.engines.newton.kernel_step`).
+
+    An epoch reads K (n² values), takes n dual steps and reads its gap; a Newton step
+    factors the n × n system at BLAS speed, makes its two passes and ~3 more (gradient
+    with certificate, line search, extrapolation), and its bookkeeping;
+    :data:`_NEWTON_STEPS` of them.
+    """
+    row_ns = _KERNEL_DUAL_ROW_NS.get(problem.loss, _SDCA_ROW_NS["squared"])
+    epoch = n * n * _VALUE_NS["dense"] + n * row_ns + _EPOCH_CALL_NS
+    factor = n**3 / 3.0 / BLAS_SPEEDUP * _VALUE_NS["dense"]
+    passes = 5.0 * nnz * _VALUE_NS["dense" if dense else "sparse"]
+    return epoch, _NEWTON_STEPS * (factor + passes + n * _NEWTON_ROW_NS + _STEP_CALL_NS)
 
 
 # Block SCD in memory (dask_scd.engines.block.block_memory) on one-hot fields, L2: about 6–30

@@ -301,6 +301,7 @@ def _logistic_dual_step(y, a, m, q):
             u = 0.5 * (lo + hi)
     else:
         u = 0.5 * (lo + hi)
+    last = math.inf  # |g| at the last point
     for _ in range(200):
         s = sigmoid(u)
         g = u + ym + q * (s - beta_a)
@@ -311,8 +312,14 @@ def _logistic_dual_step(y, a, m, q):
         else:
             lo = u
         step = u - g / (1.0 + q * s * (1.0 - s))
-        if not (lo <= step <= hi):
+        # Bisection where Newton's point leaves the bracket, or where |g| did not halve:
+        # with q ≫ 1 and a root near β = 0, Newton's points can alternate between the
+        # two flanks of g's steep part (g ≈ −36 at u = −32, +2.9e5 at u = 3.6) without
+        # the bracket closing in, until the iterations run out at a point far from the
+        # root (β = 0.97 for a root at 4.5e-5, the dual falling by 140 in one visit).
+        if not (lo <= step <= hi) or abs(g) > 0.5 * last:
             step = 0.5 * (lo + hi)
+        last = abs(g)
         if abs(step - u) <= 1e-15 * (1.0 + abs(u)):
             u = step
             break

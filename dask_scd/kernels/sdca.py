@@ -15,6 +15,10 @@ the active rows are solved to a threshold, every row comes back. Shrinking only 
 which rows are visited; the caller's duality-gap certificate over all rows stays the
 stopping rule.
 
+:func:`kernel_dual_epochs` is plain SDCA in the form of the kernel K = XXᵀ, for n < p:
+the margins m = Ka/(αn) are kept instead of w = Xᵀa/(αn), so a visit reads a row of K
+(n entries) instead of a row of X (p entries).
+
 In β the row's problem is to minimize ``½Q(β − β_i)² + G(β − β_i)`` with
 ``G = y·ŷ − 1`` (``+ β/2`` for the squared hinge) and ``Q = ‖x_i‖²/(αn) + ρ`` (``+ ½``),
 where ŷ is the margin shifted as in :func:`dask_scd.kernels.cpu.sdca_epoch`: liblinear's
@@ -29,7 +33,7 @@ from numba import njit
 
 from dask_scd.kernels.lines import FAST, line, row_axpy, row_dot, weight
 from dask_scd.kernels.prefetch import AHEAD, prefetch_line
-from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE
+from dask_scd.kernels.scalar import HINGE, SQUARED_HINGE, dual_step
 
 # liblinear does not step on a row whose projected gradient is below this (its 1.0e-12);
 # so the violation M − m of the active rows may stall near it, and ε stays above.
@@ -278,3 +282,27 @@ def sdca_shrinking_epoch(
         bounds[0] = pg_max if pg_max > 0.0 else np.inf
         bounds[1] = pg_min if pg_min < 0.0 else -np.inf
     return max_delta, False
+
+
+# No fast-math: reassociation slows the logistic dual step's loop (epochs of 200 rows:
+# 65 against 38 µs), and the margins' update vectorizes without it.
+@njit(nogil=True, cache=True)
+def kernel_dual_epochs(kernel, y, dual_coef, margins, loss, alpha_n, epochs):
+    """``epochs`` cyclic epochs of SDCA (no intercept, no weights) in the kernel's form:
+    ``dual_coef`` (a) and ``margins`` (m = Ka/(αn), the margins of w = Xᵀa/(αn)) in place.
+
+    ``kernel`` is K = XXᵀ (n × n, symmetric: its row i is its column i). The visit of row
+    i takes the dual step of :func:`dask_scd.kernels.scalar.dual_step` at q = K_ii/(αn)
+    and adds its change t·K_i/(αn) to every margin.
+    """
+    n = y.shape[0]
+    for _ in range(epochs):
+        for i in range(n):
+            t = dual_step(loss, y[i], dual_coef[i], margins[i], kernel[i, i] / alpha_n)
+            if t == 0.0:
+                continue
+            dual_coef[i] += t
+            row = kernel[i]
+            s = t / alpha_n
+            for j in range(n):
+                margins[j] += s * row[j]

@@ -10,6 +10,12 @@ C has zeros). K is formed once per fit (one product of X with its transpose); a 
 factors S (n³/3) and reads X twice, Xr and Xᵀw, instead of the p × p Gram or a dozen
 conjugate-gradient products. The intercept's row and column, Xᵀc and Σc, are eliminated
 through the same factor: A⁻¹Xᵀv = Xᵀ(v − R·S⁻¹·RKv)/α, no pass over X.
+
+Before the first step, K also serves SDCA in its own form (:func:`dual_start`): the dual
+a ∈ ℝⁿ with the margins m = Ka/(αn) of w = Xᵀa/(αn), a visit reading a row of K. Where
+the rows are far from collinear its epochs converge fast and cost n² against the steps'
+n³/3, and a fit of a few Newton steps becomes one of a few dozen epochs; where they do
+not, the rate each epoch measures stops them within a few.
 """
 
 from __future__ import annotations
@@ -17,14 +23,24 @@ from __future__ import annotations
 import numpy as np
 
 from dask_scd.engines import cholesky
-from dask_scd.engines.cost_model import BLAS_SPEEDUP
+from dask_scd.engines.cost_model import BLAS_SPEEDUP, kernel_dual_ns
+from dask_scd.engines.local.sdca import dual_start as sdca_start
 from dask_scd.engines.newton.design import GRAM_MAX, Design
 from dask_scd.kernels import newton as kernels
+from dask_scd.kernels.sdca import kernel_dual_epochs
 
 # Newton steps over which forming K once is spread when the step's costs are compared.
 _STEPS = 6.0
 # Largest ratio of S's largest diagonal entry to α at which the kernel step is taken.
 _CONDITION_MAX = 1e10
+# Epochs over which :func:`dual_start` measures the rate of its gaps.
+_RATE_WINDOW = 4
+# The share of Newton's predicted cost the epochs may be predicted to take. A rate
+# measured early is often better than the later ones (nearly collinear rows, ρ = 0.9:
+# 0.26, 0.52, 0.56, ... 0.75 an epoch): the epochs go on only where they are predicted to
+# take half of Newton's time or less, so that an epoch count mispredicted by 2x still
+# costs no more than Newton, and a near tie stops early.
+_SHARE = 0.5
 
 
 def kernel_cost(design: Design) -> float:
@@ -71,3 +87,55 @@ def kernel_direction(design: Design, model):
             image -= delta_b * ku
     delta = (r - design.rows.scatter(w)) / l2  # Xᵀw: the second pass
     return delta, delta_b, image + delta_b
+
+
+def dual_start(design: Design, problem, y, tol: float):
+    """A start for Newton's kernel steps from SDCA's epochs in the kernel's form (no
+    intercept, no sample weights, a loss whose Newton step is not exact): (θ, a, epochs),
+    θ = Xᵀa'/(αn) of the epochs' dual points a' and a at a gap of tol/2, or (None, None, epochs)
+    where the epochs stopped short: Newton then starts from θ = 0.
+
+    Each epoch's P(w) and D(a) are read from the margins alone (they share ½α‖w‖² =
+    aᵀm/(2n)); the gap G is that of the lowest P so far and the last D (D rises at every
+    epoch, P may not: the primal point of a dual one far from the optimum can be worse
+    than the last). The epochs go on while their cost so far plus the epochs
+    still needed to reach tol·P at the rate of the last ones (the smallest G so far, its
+    geometric mean fall over :data:`_RATE_WINDOW` epochs) stays within :data:`_SHARE` of
+    what Newton's steps from θ = 0 are predicted to cost
+    (:func:`~dask_scd.engines.cost_model.kernel_dual_ns`).
+    Where the rows are nearly collinear (a factor common to all rows) the rate is
+    ~0.95 an epoch and the epochs stop after two or three. A point stopped short is not
+    Newton's start: measured, its steps from such points were more than from θ = 0.
+    At tol/2, Newton's certificate (from X, with a offered) ends the fit without a step.
+    """
+    n = design.rows.n_major
+    alpha_n = problem.l2 * n
+    epoch_ns, budget_ns = kernel_dual_ns(problem, n, design.nnz, design.rows.dense)
+    K, code = design.kernel, problem.loss_code
+    a = sdca_start(problem, y, 0.0)
+    m = K @ a / alpha_n
+    scratch = np.empty((3, n))
+    best, lowest = [np.inf], (np.inf, a)  # the gaps; the lowest P and its dual point
+    while len(best) * epoch_ns <= _SHARE * budget_ns:
+        kernel_dual_epochs(K, y, a, m, code, alpha_n, 1)
+        # Σℓ(m_i), then Σ −ℓ*(−a_i) and aᵀm (the certificate's kernels, a = −(−a))
+        loss_sum = kernels.derivatives(code, y, m, scratch[0], scratch[1])
+        np.negative(a, out=scratch[0])
+        dual_sum, dot = kernels.projected_dual(code, y, scratch[0], m, False, scratch[2])[2:4]
+        half = dot / (2.0 * n)  # ½α‖w‖²
+        if loss_sum / n + half < lowest[0]:
+            lowest = (loss_sum / n + half, a.copy())
+        gap = lowest[0] - (dual_sum / n - half)  # of w(lowest's a) and a
+        epochs = len(best)
+        if not np.isfinite(gap):
+            break
+        if gap <= 0.5 * tol * lowest[0]:
+            return design.rows.scatter(lowest[1]) / alpha_n, a, epochs
+        best.append(min(gap, best[-1]))
+        k = min(epochs - 1, _RATE_WINDOW)
+        rate = (best[-1] / best[-1 - k]) ** (1.0 / k) if k > 0 else 0.0
+        if 0.0 < rate:
+            to_go = np.log(best[-1] / (tol * lowest[0])) / -np.log(rate) if rate < 1.0 else np.inf
+            if (epochs + to_go) * epoch_ns > _SHARE * budget_ns:
+                break
+    return None, None, len(best) - 1

@@ -33,6 +33,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory
 from dask_scd.engines.newton.design import Design
+from dask_scd.engines.newton.kernel_step import dual_start
 from dask_scd.engines.newton.l1_model import InnerMemory, l1_direction, working_set
 from dask_scd.engines.newton.newton_loop import (
     REFRESH,
@@ -48,6 +49,7 @@ from dask_scd.engines.newton.quadratic import (
     HessianSample,
     Model,
     l2_direction,
+    l2_solver,
     model_decrease,
     penalty_change,
     set_inner_targets,
@@ -83,8 +85,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         raise ValueError("fit_newton solves the smooth losses; loss='hinge' is fit_hinge_newton's")
     if problem.unpenalized:
         return fit_unpenalized(data, problem, options)
-    X, y, weights = data.X, data.y, data.weights
-    n, p = X.shape
+    y, weights, n = data.y, data.weights, data.X.shape[0]
     meter = Meter()
     trace = Trace(options.progress, options.callback)
     design = _design(data, problem, options.memo)
@@ -92,10 +93,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     coef, intercept, margins = _start(problem, design, y, options.start, weights, options.memo)
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
+    if options.start is None and _kernel_dual_applies(design, problem, weights):
+        coef, margins = _kernel_dual_start(design, problem, y, options.tol, duals, meter)
     stopping = Stopping(options.tol, options.max_iter)
     free, size = _working_set_sizes(design, coef)
-    inner = InnerMemory()
-    step, first_violation = 0, None
+    inner, step, first_violation = InnerMemory(), 0, None
     sample, heavy = _l2_aids(design, problem, options.random)  # draws only for a sample
     sampled = False  # whether the step about to be taken came from the sample
     t = 1.0  # the step size of the last line search
@@ -231,6 +233,37 @@ def _design(data: InMemory, problem: obj.Problem, memo: dict | None) -> Design:
         design.unit_curvature = problem.loss == "squared" and data.weights is None
         memo["design"] = design
     return design
+
+
+def _kernel_dual_applies(design: Design, problem: obj.Problem, weights) -> bool:
+    """Whether a cold start of ``problem`` goes through SDCA's epochs in the kernel's form
+    (:func:`~dask_scd.engines.newton.kernel_step.dual_start`): its L2 steps are kernel
+    steps, its loss's Newton step is not exact (not the squared loss), and there is
+    neither an intercept (its dual constraint Σa = 0) nor sample weights."""
+    return (
+        problem.l1 == 0.0
+        and problem.loss != "squared"
+        and not problem.fit_intercept
+        and weights is None
+        and l2_solver(design, problem) == "kernel"
+    )
+
+
+def _kernel_dual_start(design: Design, problem: obj.Problem, y, tol, duals, meter):
+    """(θ, Xθ) of :func:`~dask_scd.engines.newton.kernel_step.dual_start`, its dual point
+    offered to ``duals``, or the cold start (0, 0) where its epochs did not reach a better
+    one; metered as "dual_start", an epoch as the n²/nnz passes over X whose values it
+    reads in K."""
+    tick = time.perf_counter()
+    n, p = design.rows.n_major, design.rows.n_minor
+    coef, margins = np.zeros(p), np.zeros(n)
+    start, dual, epochs = dual_start(design, problem, y, tol)
+    if start is not None:  # Xᵀa/n = α·θ: the dual point's value needs no pass
+        coef, margins = start, design.rows.dot(start)
+        duals.offer(dual, problem.l2 * start)
+    passes = epochs * n * n / max(design.nnz, 1) + 2.0 * (start is not None)
+    meter.add("dual_start", passes, tick)
+    return coef, margins
 
 
 def _start(problem: obj.Problem, design: Design, y, start, weights=None, memo=None):
