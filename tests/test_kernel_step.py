@@ -211,3 +211,16 @@ def test_kernel_epochs_run_only_where_they_apply(rng, kw):
     fit = dask_scd.fit(X, y, **args)
     assert "dual_start" not in fit.extras_["passes"]
     assert fit.dual_gap_ <= 1e-8
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.01])
+def test_a_loose_tol_returns_no_point_worse_than_zero(alpha):
+    """After one epoch P(w) can be 20x P(0) (w = Xᵀa/(αn) from a far dual point): a tol
+    that such a gap meets still returns a point no worse than Newton's start θ = 0."""
+    rng = np.random.RandomState(42)
+    X = rng.randn(200, 500)
+    y = np.sign(X @ rng.randn(500))
+    for tol in (10.0, 1.0, 0.1):
+        fit = dask_scd.fit(X, y, loss="logistic", alpha=alpha / 200, fit_intercept=False, tol=tol)
+        assert fit.primal_ <= np.log(2.0)
+        assert np.all(np.isfinite(X @ fit.coef_)) and fit.dual_gap_ <= tol
