@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights bench-path bench-benchopt bench-scaleout bench-call-cost clean
+.PHONY: demo test docs bench-kernels bench-dask bench-duhl bench-gpu bench-sdca bench-peers bench-scale bench-cocoa bench-multinomial bench-sdca-ooc test-slurm bench-weights bench-path bench-benchopt bench-scaleout bench-call-cost bench-wide clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,10 @@ bench-scale: $(VENV)/.bench
 # What a small fit costs beyond its arithmetic: fit against a bare Newton loop, one thread.
 bench-call-cost: $(STAMP)
 	$(PY) benchmarks/bench_call_cost.py $(ARGS)
+
+# Fewer rows than columns: SDCA's epochs on the n × n kernel against Newton's steps alone.
+bench-wide: $(STAMP)
+	$(PY) benchmarks/bench_wide.py $(ARGS)
 
 # What a block-SCD epoch moves, waits for and computes on LocalClusters of 1 to 16
 # workers, the cost model fitted to it and its projection (docs/scale_out.md).
