@@ -183,8 +183,8 @@ def test_kernel_epochs_stop_on_collinear_rows_and_newton_starts_from_zero(rng):
     X = rng.normal(size=(n, p)) + 3.0 * rng.normal(size=(n, 1))
     y = np.where(rng.normal(size=n) > 0, 1.0, -1.0)
     problem = obj.Problem("logistic", 1.0 / n, 0.0, False)
-    start, dual, epochs = dual_start(Design.from_array(X), problem, y, 1e-8)
-    assert start is None and dual is None and 1 <= epochs <= 5
+    start, dual, correlation, epochs = dual_start(Design.from_array(X), problem, y, 1e-8)
+    assert start is None and dual is None and correlation is None and 1 <= epochs <= 5
     options = Options(1e-8, 100, np.random.default_rng(0))
     cold = newton.fit_newton(InMemory(X, y), problem, options)
     zero = Options(1e-8, 100, np.random.default_rng(0), start=(np.zeros(p), 0.0))
@@ -224,3 +224,20 @@ def test_a_loose_tol_returns_no_point_worse_than_zero(alpha):
         fit = dask_scd.fit(X, y, loss="logistic", alpha=alpha / 200, fit_intercept=False, tol=tol)
         assert fit.primal_ <= np.log(2.0)
         assert np.all(np.isfinite(X @ fit.coef_)) and fit.dual_gap_ <= tol
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("scale", [1.0, 0.01])
+def test_kernel_epochs_certify_no_wrong_answer(seed, scale):
+    """The gap a fit ended by the epochs reports bounds its true suboptimality (P* from
+    Newton's steps alone to 1e-13), on long rows (q = ‖x‖²/(αn) up to 1e5, where the
+    primal points of early epochs can be worse than the last's)."""
+    rng = np.random.default_rng(seed)
+    n, p = 120, 1500
+    X = rng.normal(size=(n, p))
+    y = np.where(X @ rng.normal(size=p) + rng.normal(size=n) > 0, 1.0, -1.0)
+    kw = dict(loss="logistic", alpha=scale / n, fit_intercept=False)
+    fit = dask_scd.fit(X, y, tol=1e-6, **kw)
+    best = dask_scd.fit(X, y, tol=1e-13, coef_init=np.zeros(p), **kw)
+    assert fit.primal_ - best.primal_ <= fit.dual_gap_ * fit.primal_ * (1 + 1e-9) + 1e-15
+    assert fit.dual_gap_ <= 1e-6

@@ -93,9 +93,10 @@ def kernel_direction(design: Design, model):
 
 def dual_start(design: Design, problem, y, tol: float):
     """A start for Newton's kernel steps from SDCA's epochs in the kernel's form (no
-    intercept, no sample weights, a loss whose Newton step is not exact): (θ, a, epochs),
-    θ = Xᵀa'/(αn) of the epochs' dual points a' and a at a gap of tol/2, or (None, None, epochs)
-    where the epochs stopped short: Newton then starts from θ = 0.
+    intercept, no sample weights, a loss whose Newton step is not exact): (θ, a, Xᵀa/n,
+    epochs) with θ = Xᵀa'/(αn), a' the dual point of the lowest P and a the last (the
+    pair at a gap of tol/2), or Nones and the epochs where they stopped short: Newton
+    then starts from θ = 0.
 
     Each epoch's P(w) and D(a) are read from the margins alone (they share ½α‖w‖² =
     aᵀm/(2n)); the gap G is that of the lowest P so far and the last D (D rises at every
@@ -135,7 +136,10 @@ def dual_start(design: Design, problem, y, tol: float):
         if not np.isfinite(gap):
             break
         if gap <= 0.5 * tol * lowest[0] and lowest[0] <= at_zero:
-            return design.rows.scatter(lowest[1]) / alpha_n, a, epochs
+            start = design.rows.scatter(lowest[1]) / alpha_n
+            # Xᵀa/n of the dual point offered: α·θ where θ is a's own primal point
+            same = np.array_equal(lowest[1], a)
+            return start, a, problem.l2 * start if same else design.rows.scatter(a) / n, epochs
         best.append(min(gap, best[-1]))
         k = min(epochs - 1, _RATE_WINDOW)
         rate = (best[-1] / best[-1 - k]) ** (1.0 / k) if k > 0 else 0.0
@@ -143,4 +147,4 @@ def dual_start(design: Design, problem, y, tol: float):
             to_go = np.log(best[-1] / (tol * lowest[0])) / -np.log(rate) if rate < 1.0 else np.inf
             if (epochs + to_go) * epoch_ns > _SHARE * budget_ns:
                 break
-    return None, None, len(best) - 1
+    return None, None, None, len(best) - 1

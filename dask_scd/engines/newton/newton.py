@@ -257,10 +257,10 @@ def _kernel_dual_start(design: Design, problem: obj.Problem, y, tol, duals, mete
     tick = time.perf_counter()
     n, p = design.rows.n_major, design.rows.n_minor
     coef, margins = np.zeros(p), np.zeros(n)
-    start, dual, epochs = dual_start(design, problem, y, tol)
-    if start is not None:  # Xᵀa/n = α·θ: the dual point's value needs no pass
+    start, dual, correlation, epochs = dual_start(design, problem, y, tol)
+    if start is not None:
         coef, margins = start, design.rows.dot(start)
-        duals.offer(dual, problem.l2 * start)
+        duals.offer(dual, correlation)
     passes = epochs * n * n / max(design.nnz, 1) + 2.0 * (start is not None)
     meter.add("dual_start", passes, tick)
     return coef, margins
