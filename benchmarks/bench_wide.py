@@ -8,7 +8,8 @@ as a cold start made before the epochs existed. Both are timed in one process, o
 in alternation, the fastest of ``--repeats``, to a relative gap of 1e-6, on generated rows
 the epochs are fast on (independent features; binary, dense or stored sparse) and rows
 they are slow on (columns with correlation ρ^|i−j|, ρ = 0.6 and 0.9; a factor common to
-all rows), at α = 1/n and 0.01/n, logistic and squared hinge.
+all rows; scikit-learn's digits, 40 images of 64 pixels), at α = 1/n and 0.01/n, logistic
+and squared hinge.
 
 ``python benchmarks/bench_wide.py`` (about two minutes), appended to
 ``benchmarks/results/wide.md``; ``--no-save`` prints only; ``--quick`` the n ≤ 400 rows.
@@ -31,6 +32,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from _machine import cpu_model, library_commit, load_average, print_and_append  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
 
 import dask_scd  # noqa: E402
 
@@ -65,6 +67,12 @@ def problems(quick: bool = False):
     labelled("binary 300 × 2000", binary)
     out.append(("binary 300 × 2000, CSR", sp.csr_matrix(binary), out[-1][2]))
     labelled("independent 400 × 450", rng.standard_normal((400, 450)))
+    # Real rows: scikit-learn's bundled digits (8 × 8 pixels, 0–16), even against odd,
+    # the first 40 images: rows that share much of their structure.
+    digits = load_digits()
+    out.append(
+        ("digits 40 × 64", digits.data[:40], np.where(digits.target[:40] % 2 == 0, 1.0, -1.0))
+    )
     if not quick:
         labelled("independent 1000 × 3000", rng.standard_normal((1000, 3000)))
     return out
