@@ -17,7 +17,7 @@ from dask_scd.engines.base import Options
 from dask_scd.engines.newton import newton, quadratic
 from dask_scd.engines.newton.design import Design
 from dask_scd.engines.newton.kernel_step import dual_start, kernel_direction
-from dask_scd.kernels.sdca import kernel_dual_epochs
+from dask_scd.kernels.sdca import kernel_dual_epoch
 
 
 def _wide(rng, n=60, p=150, sparse=False):
@@ -140,7 +140,7 @@ def test_kernel_dual_epoch_is_the_row_form_epoch(rng, loss):
     a, margins = a0.copy(), (X @ X.T) @ a0 / alpha_n
     ref_a, ref_w = a0.copy(), X.T @ a0 / alpha_n
     for _ in range(3):
-        kernel_dual_epochs(X @ X.T, y, a, margins, problem.loss_code, alpha_n, 1)
+        kernel_dual_epoch(X @ X.T, y, a, margins, problem.loss_code, alpha_n)
         reference.sdca_epoch(problem, X, y, ref_a, ref_w, np.arange(n))
     np.testing.assert_allclose(a, ref_a, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(margins, X @ ref_w, rtol=1e-9, atol=1e-11)

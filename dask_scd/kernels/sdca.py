@@ -15,7 +15,7 @@ the active rows are solved to a threshold, every row comes back. Shrinking only 
 which rows are visited; the caller's duality-gap certificate over all rows stays the
 stopping rule.
 
-:func:`kernel_dual_epochs` is plain SDCA in the form of the kernel K = XXᵀ, for n < p:
+:func:`kernel_dual_epoch` is plain SDCA in the form of the kernel K = XXᵀ, for n < p:
 the margins m = Ka/(αn) are kept instead of w = Xᵀa/(αn), so a visit reads a row of K
 (n entries) instead of a row of X (p entries).
 
@@ -287,8 +287,8 @@ def sdca_shrinking_epoch(
 # No fast-math: reassociation slows the logistic dual step's loop (epochs of 200 rows:
 # 65 against 38 µs), and the margins' update vectorizes without it.
 @njit(nogil=True, cache=True)
-def kernel_dual_epochs(kernel, y, dual_coef, margins, loss, alpha_n, epochs):
-    """``epochs`` cyclic epochs of SDCA (no intercept, no weights) in the kernel's form:
+def kernel_dual_epoch(kernel, y, dual_coef, margins, loss, alpha_n):
+    """One cyclic epoch of SDCA (no intercept, no weights) in the kernel's form:
     ``dual_coef`` (a) and ``margins`` (m = Ka/(αn), the margins of w = Xᵀa/(αn)) in place.
 
     ``kernel`` is K = XXᵀ (n × n, symmetric: its row i is its column i). The visit of row
@@ -296,13 +296,12 @@ def kernel_dual_epochs(kernel, y, dual_coef, margins, loss, alpha_n, epochs):
     and adds its change t·K_i/(αn) to every margin.
     """
     n = y.shape[0]
-    for _ in range(epochs):
-        for i in range(n):
-            t = dual_step(loss, y[i], dual_coef[i], margins[i], kernel[i, i] / alpha_n)
-            if t == 0.0:
-                continue
-            dual_coef[i] += t
-            row = kernel[i]
-            s = t / alpha_n
-            for j in range(n):
-                margins[j] += s * row[j]
+    for i in range(n):
+        t = dual_step(loss, y[i], dual_coef[i], margins[i], kernel[i, i] / alpha_n)
+        if t == 0.0:
+            continue
+        dual_coef[i] += t
+        row = kernel[i]
+        s = t / alpha_n
+        for j in range(n):
+            margins[j] += s * row[j]

@@ -27,7 +27,7 @@ from dask_scd.engines.cost_model import BLAS_SPEEDUP, kernel_dual_ns
 from dask_scd.engines.local.sdca import dual_start as sdca_start
 from dask_scd.engines.newton.design import GRAM_MAX, Design
 from dask_scd.kernels import newton as kernels
-from dask_scd.kernels.sdca import kernel_dual_epochs
+from dask_scd.kernels.sdca import kernel_dual_epoch
 
 # Newton steps over which forming K once is spread when the step's costs are compared.
 _STEPS = 6.0
@@ -123,7 +123,7 @@ def dual_start(design: Design, problem, y, tol: float):
     at_zero = kernels.derivatives(code, y, np.zeros(n), scratch[0], scratch[1]) / n  # P(0)
     best, lowest = [np.inf], (np.inf, a)  # the gaps; the lowest P and its dual point
     while len(best) * epoch_ns <= _SHARE * budget_ns:
-        kernel_dual_epochs(K, y, a, m, code, alpha_n, 1)
+        kernel_dual_epoch(K, y, a, m, code, alpha_n)
         # Σℓ(m_i), then Σ −ℓ*(−a_i) and aᵀm (the certificate's kernels, a = −(−a))
         loss_sum = kernels.derivatives(code, y, m, scratch[0], scratch[1])
         np.negative(a, out=scratch[0])

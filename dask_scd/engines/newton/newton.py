@@ -94,7 +94,8 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     grad_rows, curv = np.empty(n), np.empty(n)
     duals = DualMemory(problem, y, weights)
     if options.start is None and _kernel_dual_applies(design, problem, weights):
-        coef, margins = _kernel_dual_start(design, problem, y, options.tol, duals, meter)
+        start = _kernel_dual_start(design, problem, y, options.tol, duals, meter)
+        coef, margins = start or (coef, margins)
     stopping = Stopping(options.tol, options.max_iter)
     free, size = _working_set_sizes(design, coef)
     inner, step, first_violation = InnerMemory(), 0, None
@@ -251,19 +252,19 @@ def _kernel_dual_applies(design: Design, problem: obj.Problem, weights) -> bool:
 
 def _kernel_dual_start(design: Design, problem: obj.Problem, y, tol, duals, meter):
     """(θ, Xθ) of :func:`~dask_scd.engines.newton.kernel_step.dual_start`, its dual point
-    offered to ``duals``, or the cold start (0, 0) where its epochs did not reach a better
-    one; metered as "dual_start", an epoch as the n²/nnz passes over X whose values it
-    reads in K."""
+    offered to ``duals``, or None where its epochs stopped short (the cold start stays);
+    metered as "dual_start", an epoch as the n²/nnz passes over X whose values it reads
+    in K."""
     tick = time.perf_counter()
-    n, p = design.rows.n_major, design.rows.n_minor
-    coef, margins = np.zeros(p), np.zeros(n)
+    n = design.rows.n_major
     start, dual, correlation, epochs = dual_start(design, problem, y, tol)
+    found = None
     if start is not None:
-        coef, margins = start, design.rows.dot(start)
+        found = start, design.rows.dot(start)
         duals.offer(dual, correlation)
     passes = epochs * n * n / max(design.nnz, 1) + 2.0 * (start is not None)
     meter.add("dual_start", passes, tick)
-    return coef, margins
+    return found
 
 
 def _start(problem: obj.Problem, design: Design, y, start, weights=None, memo=None):
