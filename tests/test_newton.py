@@ -961,3 +961,36 @@ def test_the_fused_dual_point_is_the_numpy_one(loss, project):
         y = np.array([1.0, -1.0])
         out = projected_dual(obj.LOSS_CODES[loss], y, np.array([2.0, 2.0]), np.zeros(2), False, a)
         assert out[2] == -np.inf
+
+
+@pytest.mark.parametrize(
+    "loss, penalty, fit_intercept",
+    [
+        ("squared", "l1", True),
+        ("squared", "elasticnet", False),
+        ("logistic", "l1", True),
+        ("logistic", "l2", True),
+        ("squared_hinge", "elasticnet", True),
+    ],
+)
+def test_the_last_certificate_reads_p_on_fresh_margins_without_a_gradient_again(
+    rng, loss, penalty, fit_intercept
+):
+    """A gap at tol on margins accumulated step by step is checked on margins recomputed
+    from X with the same dual value: P is then the objective of (θ, b) read from X itself,
+    the gap still bounds P − P*, and the gradient's pass is not taken a second time (one
+    gradient per certificate: n_iter_ + 1)."""
+    X = rng.normal(size=(300, 80))
+    score = X[:, :10] @ rng.normal(size=10) + 0.3
+    noisy = score + rng.normal(size=300)
+    y = np.where(noisy > 0, 1.0, -1.0) if loss != "squared" else noisy
+    kwargs = {"loss": loss, "penalty": penalty, "alpha": 0.02, "fit_intercept": fit_intercept}
+    optimum = dask_scd.fit(X, y, tol=1e-13, solver="newton", **kwargs)
+    fit = dask_scd.fit(X, y, tol=1e-6, solver="newton", **kwargs)
+    assert fit.n_iter_ >= 2 and fit.converged_
+    problem = obj.Problem(loss, 0.02, {"l1": 1.0, "l2": 0.0}.get(penalty, 0.5), fit_intercept)
+    recomputed = _objective(problem, X, y, fit.coef_, fit.intercept_).primal
+    assert fit.primal_ == pytest.approx(recomputed, rel=1e-13)
+    assert fit.primal_ - optimum.primal_ <= fit.dual_gap_ * abs(fit.primal_) + 1e-14
+    assert fit.dual_gap_ <= 1e-6
+    assert fit.extras_["passes"]["gradient"] == fit.n_iter_ + 1

@@ -362,8 +362,11 @@ def primal_certificate(
     bound = lipschitz_bound(problem, primal)
     g = penalty_terms(problem, coef)
     g_star = penalty_conjugate(problem, correlation, bound)
-    with np.errstate(invalid="ignore"):
+    if np.isfinite(bound) and problem.bounds is None:  # every term finite
         coordinate_gaps = g + g_star - correlation * coef
+    else:
+        with np.errstate(invalid="ignore"):
+            coordinate_gaps = g + g_star - correlation * coef
     dual = dual_loss_sum / n - float(g_star.sum())
     # Fenchel–Young remainder of the loss; zero when a = −ℓ'(ŷ) exactly.
     intercept_gap = (loss_sum - dual_loss_sum + margin_dot_dual) / n

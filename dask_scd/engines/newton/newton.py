@@ -111,10 +111,9 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             sampled = False
         solved = None
         if cert.relative_gap > options.tol and step < options.max_iter:
-            # The next step's model first: its dual point a' (the model's own dual
-            # variable, a first-order model of −ℓ'(z + u)) is within the square of the
-            # step's error of the dual optimum, so it may certify (θ, b) as it is and
-            # spare the step.
+            # The next step's model first: its dual point a' (a first-order model of
+            # −ℓ'(z + u)) is within the square of the step's error of the dual optimum, so
+            # it may certify (θ, b) as it is and spare the step.
             model = Model(
                 problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv
             )
@@ -135,8 +134,11 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         trace.record(step, cert.relative_gap, cert.primal)
         action = stopping.check(cert, step, coef, intercept)
         if action == REFRESH:
-            margins = fresh_margins(design, coef, intercept, meter)
-            continue
+            margins, cert = _refreshed(problem, design, y, weights, coef, intercept, cert, meter)
+            if cert.relative_gap > options.tol:
+                continue  # the gradient and the certificate on the fresh margins
+            trace.record(step, cert.relative_gap, cert.primal)
+            action = stopping.check(cert, step, coef, intercept)
         if action == STOP or trace.stopped:
             break
         step += 1
@@ -152,15 +154,32 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         coef += t * delta
         intercept += t * delta_b
         margins += t * direction
-        # One step from margins computed from scratch adds one product XΔ to them: as
-        # exact as recomputing them, which a fit of one step (a strong penalty, a path's
-        # points) skips.
+        # One step from fresh margins adds one product XΔ: as exact as recomputing them,
+        # which a fit of one step (a strong penalty, a path's points) skips.
         stopping.fresh = step == 1
     afresh = partial(certify_afresh, problem, design, y, weights, duals, meter)
     coef, intercept, cert = stopping.finish(cert, coef, intercept, afresh)
-    extras = meter.as_dict()
-    extras["extrapolation_wins"] = duals.extrapolation_wins
+    extras = meter.as_dict() | {"extrapolation_wins": duals.extrapolation_wins}
     return trace.ended(Run(coef, float(intercept), cert, step, trace.history, extras))
+
+
+def _refreshed(problem, design: Design, y, weights, coef, intercept, cert, meter):
+    """(Xθ + b recomputed from X, ``cert`` with P read on them).
+
+    The dual value of ``cert`` is that of a feasible dual point whose Xᵀa came from X
+    itself; only its P, read on margins accumulated step by step, carries their rounding.
+    P on fresh margins with that dual value certifies (θ, b) on its own, so where it
+    holds ``tol`` the fit ends without the gradient's pass and the certificate again.
+    """
+    margins = fresh_margins(design, coef, intercept, meter)
+    tick = time.perf_counter()
+    n = len(y)
+    loss_sum = kernels.derivatives(problem.loss_code, y, margins, np.empty(n), np.empty(n), weights)
+    primal = loss_sum / n + obj.penalty_value(problem, coef)
+    rest = primal - cert.dual - float(cert.coordinate_gaps.sum())
+    fresh = obj.Certificate(primal, cert.dual, cert.coordinate_gaps, rest, cert.correlation)
+    meter.add("certificate", 0.0, tick)
+    return margins, fresh
 
 
 def _l2_aids(design: Design, problem: obj.Problem, rng):

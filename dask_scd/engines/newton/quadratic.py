@@ -172,9 +172,17 @@ class Model:
     curvature_sums: tuple | None = None
     # (Δ, g(θ), g(θ + Δ)) of the last direction asked (:func:`penalty_change`).
     penalties: tuple | None = None
+    # :meth:`violation`, once computed (θ and the gradient are fixed for a model).
+    violation_at_zero: float | None = None
 
     def violation(self) -> float:
-        """Largest distance to optimality over the coordinates, at Δ = 0."""
+        """Largest distance to optimality over the coordinates, at Δ = 0 (computed once:
+        the outer step and its inner solve both read it)."""
+        if self.violation_at_zero is None:
+            self.violation_at_zero = self._violation()
+        return self.violation_at_zero
+
+    def _violation(self) -> float:
         problem, coef = self.problem, self.coef
         slope = self.grad + problem.l2 * coef
         if problem.l1 == 0.0:  # both branches below are |slope|, bit for bit
