@@ -77,6 +77,43 @@ def test_solver_rule_takes_the_kernel_for_wide_dense_rows_only(rng):
     assert quadratic.l2_solver(wide, obj.Problem("logistic", 0.0, 0.0, False)) != "kernel"
 
 
+def test_the_squared_hinge_takes_an_exact_step_where_cg_would_need_many_more(rng):
+    """Inexact (CG) Newton steps on the squared hinge lose the finite termination of exact
+    ones, whose step lands on the minimizer of the current piece: on sparse binary rows
+    with n < p and a small α, the kernel's exact steps are chosen where the logistic
+    keeps CG, and the fit takes a handful of steps (47 by CG before) at the same gap."""
+    from dask_scd.datasets import make_binary_features
+
+    X, y = make_binary_features(300, 2000, random_state=0)
+    X = sp.csr_matrix(X)
+    design = Design.from_array(X)
+    alpha = 0.01 / 300
+    assert quadratic.l2_solver(design, obj.Problem("squared_hinge", alpha, 0.0, True)) == "kernel"
+    assert quadratic.l2_solver(design, obj.Problem("logistic", alpha, 0.0, True)) == "cg"
+    fit = dask_scd.fit(X, y, loss="squared_hinge", alpha=alpha, tol=1e-8, solver="newton")
+    assert fit.converged_ and fit.dual_gap_ <= 1e-8
+    assert fit.n_iter_ <= 12 and "solve:cg" not in fit.extras_["passes"]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_cg_step_with_no_curvature_leaves_the_intercept_alone(rng, sparse):
+    """The squared hinge with every margin past 1 has no curvature on any row: the model
+    is α‖θ‖²/2 plus a linear term in θ, flat in b. CG then solves αΔ = −(∇f + αθ) on θ's
+    block alone (it read the intercept's entry of the right-hand side against a p-vector
+    preconditioner, and stopped the fit with a shape error) and leaves b (Δb = 0)."""
+    X, _ = _wide(rng, sparse=sparse)
+    n, p = X.shape
+    problem = obj.Problem("squared_hinge", 1e-2, 0.0, True)
+    coef, grad_rows = rng.normal(size=p), np.zeros(n)
+    grad = rng.normal(size=p) * 1e-3
+    model = quadratic.Model(problem, coef, 0.2, grad, 0.0, grad_rows, np.zeros(n))
+    rhs = np.append(-(grad + problem.l2 * coef), 0.0)
+    solution, iterations, image = quadratic.hessian_cg(Design.from_array(X), model, rhs)
+    assert solution.shape == (p + 1,) and solution[p] == 0.0 and iterations >= 1
+    np.testing.assert_allclose(solution[:p], rhs[:p] / problem.l2, rtol=1e-8)
+    np.testing.assert_allclose(image, X @ solution[:p], rtol=1e-8, atol=1e-10)
+
+
 @pytest.mark.parametrize("fit_intercept", [False, True])
 @pytest.mark.parametrize("alpha", [1e-2, 1e-5])
 def test_wide_logistic_by_kernel_steps_matches_scikit_learn(rng, fit_intercept, alpha):
