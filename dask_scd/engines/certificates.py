@@ -126,6 +126,25 @@ def _rescaled_dual_mean(loss, y, a, n, lin, quad):
     return lambda kappa: float(obj.dual_loss(loss, y, kappa * a).sum()) / n
 
 
+def with_values(cert: obj.Certificate, primal: float, dual: float) -> obj.Certificate:
+    """``cert`` with another P and D (a fresher P, a higher dual value).
+
+    Parameters
+    ----------
+    cert : the certificate whose coordinate gaps and correlation are kept.
+    primal : the primal objective P(θ, b).
+    dual : a dual value, a lower bound of P*.
+
+    Returns
+    -------
+    Certificate
+        The same coordinate gaps and correlation; the intercept's share is the rest of
+        P − D.
+    """
+    rest = primal - dual - float(cert.coordinate_gaps.sum())
+    return obj.Certificate(primal, dual, cert.coordinate_gaps, rest, cert.correlation)
+
+
 class DualMemory:
     """The certificate of each outer step, with the best dual value seen so far.
 
@@ -240,10 +259,7 @@ class DualMemory:
         self.best = max(self.best, cert.dual)
         if not self.best > cert.dual:
             return cert
-        intercept_gap = cert.primal - self.best - float(cert.coordinate_gaps.sum())
-        return obj.Certificate(
-            cert.primal, self.best, cert.coordinate_gaps, intercept_gap, cert.correlation
-        )
+        return with_values(cert, cert.primal, self.best)
 
     def _extrapolate(self):
         points = np.array(self.points)

@@ -38,6 +38,7 @@ from dask_scd.engines.base import Options, Run
 from dask_scd.engines.block import block_coarse, wide_newton
 from dask_scd.engines.block.block_cluster import ClusterBlocks
 from dask_scd.engines.block.block_loop import Certified
+from dask_scd.engines.certificates import with_values
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.scalar import ARMIJO, DOUBLINGS, TRIAL_STEPS, best_doubling
 from dask_scd.kernels.scalar import penalty as _scalar_penalty
@@ -344,8 +345,7 @@ def _tightened(cert: obj.Certificate, dual: float) -> obj.Certificate:
     """``cert`` with a higher dual value (any feasible dual point bounds P* from below)."""
     if not dual > cert.dual:
         return cert
-    intercept_gap = cert.primal - dual - float(cert.coordinate_gaps.sum())
-    return obj.Certificate(cert.primal, dual, cert.coordinate_gaps, intercept_gap, cert.correlation)
+    return with_values(cert, cert.primal, dual)
 
 
 class _BlockNewton(ClusterBlocks):

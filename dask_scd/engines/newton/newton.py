@@ -31,7 +31,7 @@ import numpy as np
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
-from dask_scd.engines.certificates import DualMemory
+from dask_scd.engines.certificates import DualMemory, with_values
 from dask_scd.engines.newton.design import Design
 from dask_scd.engines.newton.kernel_step import dual_start
 from dask_scd.engines.newton.l1_model import InnerMemory, l1_direction, working_set
@@ -175,9 +175,7 @@ def _refreshed(problem, design: Design, y, weights, coef, intercept, cert, meter
     tick = time.perf_counter()
     n = len(y)
     loss_sum = kernels.derivatives(problem.loss_code, y, margins, np.empty(n), np.empty(n), weights)
-    primal = loss_sum / n + obj.penalty_value(problem, coef)
-    rest = primal - cert.dual - float(cert.coordinate_gaps.sum())
-    fresh = obj.Certificate(primal, cert.dual, cert.coordinate_gaps, rest, cert.correlation)
+    fresh = with_values(cert, loss_sum / n + obj.penalty_value(problem, coef), cert.dual)
     meter.add("certificate", 0.0, tick)
     return margins, fresh
 
