@@ -206,3 +206,24 @@ def test_gradient_certificate_applies_to_l2_without_intercept_only():
     assert not obj.gradient_certifies(problem(fit_intercept=True))
     assert not obj.gradient_certifies(problem(l1_ratio=0.5))
     assert not obj.gradient_certifies(problem(loss="hinge"))
+
+
+@pytest.mark.parametrize("loss,rho", LOSS_PENALTY)
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_the_fused_certificate_is_the_numpy_one(rng, loss, rho, fit_intercept):
+    """engines.certificates.primal_certificate without weights runs two numba sweeps
+    (derivatives, projected dual); with unit weights it runs the numpy path. Same P, D,
+    coordinate gaps and correlation, to rounding; the rescaled lasso dual included."""
+    from dask_scd.engines.certificates import primal_certificate
+
+    X, y = _data(rng, n=200)
+    problem = _problem(loss, rho, fit_intercept, alpha=0.05)
+    coef = rng.normal(scale=0.3, size=X.shape[1])
+    margins = X @ coef + (0.2 if fit_intercept else 0.0)
+    fused = primal_certificate(problem, lambda a: X.T @ a, y, coef, margins)
+    numpy = primal_certificate(problem, lambda a: X.T @ a, y, coef, margins, np.ones(len(y)))
+    assert np.isfinite(fused.gap) and fused.gap >= 0.0
+    assert fused.primal == pytest.approx(numpy.primal, rel=1e-13)
+    assert fused.dual == pytest.approx(numpy.dual, rel=1e-12, abs=1e-13)
+    np.testing.assert_allclose(fused.correlation, numpy.correlation, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(fused.coordinate_gaps, numpy.coordinate_gaps, rtol=1e-10, atol=1e-13)

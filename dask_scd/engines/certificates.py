@@ -22,9 +22,43 @@ _EXTRAPOLATE = 5
 def primal_certificate(problem, transpose_dot, y, coef, margins, weights=None) -> obj.Certificate:
     """Gap of (θ, b) with the dual point built from the margins; ``transpose_dot(a) = Xᵀa``;
     ``weights``: the sample weights v (mean 1) or None."""
+    if weights is None:  # two sweeps of numba kernels instead of some twenty numpy calls
+        n = len(y)
+        grad = np.empty(n)
+        loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad, np.empty(n))
+        return fused_certificate(
+            problem, y, coef, margins, grad, loss_sum, lambda scales, a: transpose_dot(a) / n
+        )
     sums, a = margins_dual_point(problem, y, margins, weights)
     correlation = transpose_dot(a) / len(y)
     return certificate_at(problem, y, coef, sums["loss"], a, correlation, margins, weights)
+
+
+def fused_certificate(problem, y, coef, margins, grad, loss_sum, correlation_of):
+    """The certificate of (θ, b) at unweighted margins z, given g = ℓ'(z) and Σ ℓ(z).
+
+    Parameters
+    ----------
+    problem : the problem.
+    y, coef, margins : the labels, θ and z.
+    grad : ℓ'(z), as :func:`dask_scd.kernels.newton.derivatives` gives it.
+    loss_sum : Σ_i ℓ(y_i, z_i).
+    correlation_of : ``(scales, a) -> Xᵀa/n`` of the dual point a = −g made feasible,
+        its positive entries scaled by ``scales[0]``, its negative ones by ``scales[1]``.
+
+    Returns
+    -------
+    Certificate
+        Rescaled for a pure L1 penalty.
+    """
+    n = len(y)
+    a = np.empty(n)
+    # The projection, the dual loss and Σ a_i z_i in one kernel.
+    fused = kernels.projected_dual(problem.loss_code, y, grad, margins, problem.fit_intercept, a)
+    correlation = correlation_of(fused[:2], a)
+    cert = obj.primal_certificate(problem, n, coef, loss_sum, fused[2], correlation, fused[3])
+    rescaled = _rescaled_dual_mean(problem.loss, y, a, n, fused[4], fused[5])
+    return obj.rescaled_lasso_from_dual(problem, cert, coef, rescaled)
 
 
 def margins_dual_point(problem, y, margins, weights=None) -> tuple[dict, np.ndarray]:
@@ -172,19 +206,16 @@ class DualMemory:
                 obj.gradient_certificate(problem, n, coef, loss_sum, correlation)
             ), 0.0
         passes = 0.0
-        if self.weights is None:
-            # The projection, the dual loss and Σ a_i z_i in one kernel (a small fit's
-            # certificate was ~20 numpy calls on vectors of n).
-            a = np.empty(n)
-            fused = kernels.projected_dual(
-                problem.loss_code, y, grad_rows, margins, problem.fit_intercept, a
+        if self.weights is None:  # Xᵀa from the parts: no pass
+            cert = fused_certificate(
+                problem,
+                y,
+                coef,
+                margins,
+                grad_rows,
+                loss_sum,
+                lambda scales, a: -(scales[0] * parts[0] + scales[1] * parts[1]) / n,
             )
-            correlation = -(fused[0] * parts[0] + fused[1] * parts[1]) / n
-            cert = obj.primal_certificate(
-                problem, n, coef, loss_sum, fused[2], correlation, fused[3]
-            )
-            rescaled = _rescaled_dual_mean(problem.loss, y, a, n, fused[4], fused[5])
-            cert = obj.rescaled_lasso_from_dual(problem, cert, coef, rescaled)
         else:
             a = -grad_rows
             if problem.fit_intercept:

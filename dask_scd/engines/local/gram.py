@@ -365,7 +365,9 @@ class _ExactCertificate:
         """
         matrix = self.matrix
         if self.by_rows:
-            margins, transpose_dot = matrix.dot(coef), matrix.scatter
+            transpose_dot = matrix.scatter
+            # θ = 0 (the first certificate): Xθ is 0, no pass
+            margins = matrix.dot(coef) if coef.any() else np.zeros(len(self.y))
         else:
             margins, transpose_dot = matrix.scatter(coef), matrix.dot  # skips θ_j = 0
         margins += intercept
