@@ -961,6 +961,10 @@ def test_the_fused_dual_point_is_the_numpy_one(loss, project):
         y = np.array([1.0, -1.0])
         out = projected_dual(obj.LOSS_CODES[loss], y, np.array([2.0, 2.0]), np.zeros(2), False, a)
         assert out[2] == -np.inf
+        if loss == "logistic":  # the rescaled point's sweep (kernels.logistic_dual_sum) too
+            outside = _rescaled_dual_mean(loss, y, np.array([2.0, -2.0]), 2, 0.0, 0.0)
+            assert outside(1.0) == -np.inf and outside(0.75) == -np.inf  # β = 2, 1.5
+            assert outside(0.25) == pytest.approx(np.log(2.0), rel=1e-15)  # β = 1/2: H = ln 2
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def margins_dual_point(problem, y, margins, weights=None) -> tuple[dict, np.ndar
 def certificate_at(problem, y, coef, loss_sum, a, correlation, margins, weights=None):
     """The gap of (θ, b) at the margins ``margins`` and the feasible dual point a, given
     Σ v_i ℓ_i and Xᵀa/n (``correlation``); rescaled for a pure L1 penalty."""
-    dual_loss_sum = float(obj.dual_loss(problem.loss, y, a, weights).sum())
+    dual_loss_sum = _dual_loss_sum(problem.loss, y, a, weights)
     n, margin_dot = len(y), obj.vdot(a, margins)
     cert = obj.primal_certificate(
         problem, n, coef, loss_sum, dual_loss_sum, correlation, margin_dot
@@ -150,14 +150,22 @@ def exact_dual_certificate(problem, matrix, y, dual_coef, intercept_start, weigh
 
 def _rescaled_dual_mean(loss, y, a, n, lin, quad):
     """κ ↦ Σ −ℓ*(−κa_i)/n from the sums of :func:`kernels.projected_dual`, in O(1) but for
-    the logistic (a sweep over a)."""
+    the logistic (a sweep over a: :func:`kernels.logistic_dual_sum`)."""
     if loss == "squared":
         return lambda kappa: (kappa * lin - 0.5 * kappa * kappa * quad) / n
     if loss == "hinge":
         return lambda kappa: kappa * lin / n
     if loss == "squared_hinge":
         return lambda kappa: (kappa * lin - 0.25 * kappa * kappa * quad) / n
-    return lambda kappa: float(obj.dual_loss(loss, y, kappa * a).sum()) / n
+    return lambda kappa: _dual_loss_sum(loss, y, a, None, kappa) / n
+
+
+def _dual_loss_sum(loss, y, a, weights=None, kappa=1.0) -> float:
+    """Σ_i −ℓ*(−κa_i) (−inf where κa leaves the dual's domain): one numba sweep for the
+    unweighted logistic (two logarithms a row), numpy otherwise."""
+    if loss == "logistic" and weights is None:
+        return kernels.logistic_dual_sum(y, a, kappa)
+    return float(obj.dual_loss(loss, y, kappa * a if kappa != 1.0 else a, weights).sum())
 
 
 def with_values(cert: obj.Certificate, primal: float, dual: float) -> obj.Certificate:
@@ -277,13 +285,13 @@ class DualMemory:
         and projected, which changes Xᵀa)."""
         problem, y = self.problem, self.y
         n = len(y)
-        terms = obj.dual_loss(problem.loss, y, a, self.weights)
-        if not np.all(np.isfinite(terms)):
+        total = _dual_loss_sum(problem.loss, y, a, self.weights)
+        if not np.isfinite(total):
             return None
         if problem.fit_intercept and abs(float(a.sum())) > 1e-12 * float(np.abs(a).sum()):
             return None
         conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
-        return float(terms.sum()) / n - float(conjugate.sum())
+        return total / n - float(conjugate.sum())
 
     def tighten(self, cert: obj.Certificate) -> obj.Certificate:
         """``cert`` with the best dual value seen (its own included)."""
@@ -326,8 +334,6 @@ class DualMemory:
         if problem.l2 == 0.0:
             top = float(np.abs(correlation).max(initial=0.0))
             kappa = min(1.0, problem.l1 / top) if top > 0 else 1.0
-            return float(obj.dual_loss(problem.loss, y, kappa * a, self.weights).sum()) / n
+            return _dual_loss_sum(problem.loss, y, a, self.weights, kappa) / n
         conjugate = obj.penalty_conjugate(problem, correlation, np.inf)
-        return float(obj.dual_loss(problem.loss, y, a, self.weights).sum()) / n - float(
-            conjugate.sum()
-        )
+        return _dual_loss_sum(problem.loss, y, a, self.weights) / n - float(conjugate.sum())

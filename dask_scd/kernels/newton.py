@@ -516,3 +516,20 @@ def projected_dual(loss, y, grad, margins, project, a):
     elif loss == 2:
         dual = dual + lin
     return scale_pos, scale_neg, dual, dot, lin, quad
+
+
+@njit(nogil=True, cache=True)
+def logistic_dual_sum(y, a, kappa):
+    """Σ_i −ℓ*(−κa_i) of the logistic loss, Σ H(β_i) with β = κa_i·y_i and H the binary
+    entropy, in one sweep (the rescaled dual point of :func:`projected_dual`'s caller);
+    −inf where some β leaves [0, 1] by more than 1e-12."""
+    total = 0.0
+    eps = 1e-12
+    for i in range(len(y)):
+        beta = kappa * a[i] * y[i]
+        if beta < -eps or beta > 1.0 + eps:
+            return -np.inf
+        b = min(max(beta, 0.0), 1.0)
+        if 0.0 < b < 1.0:
+            total -= b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
+    return total
