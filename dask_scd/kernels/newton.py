@@ -26,6 +26,7 @@ from numba import njit
 from dask_scd.kernels import dense_rows
 from dask_scd.kernels.lines import line as _line
 from dask_scd.kernels.lines import minor_at
+from dask_scd.kernels.scalar import logistic_conjugate as _logistic_conjugate
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import loss_and_d1_d2 as _loss_and_d1_d2
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
@@ -507,8 +508,8 @@ def projected_dual(loss, y, grad, margins, project, a):
             b = min(max(beta, 0.0), 1.0)
             if loss == 2:
                 lin += b
-            elif 0.0 < b < 1.0:
-                dual -= b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
+            else:
+                dual -= _logistic_conjugate(b)
     if loss == 0:
         dual = lin - 0.5 * quad
     elif loss == 3:
@@ -529,7 +530,5 @@ def logistic_dual_sum(y, a, kappa):
         beta = kappa * a[i] * y[i]
         if beta < -eps or beta > 1.0 + eps:
             return -np.inf
-        b = min(max(beta, 0.0), 1.0)
-        if 0.0 < b < 1.0:
-            total -= b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
+        total -= _logistic_conjugate(min(max(beta, 0.0), 1.0))
     return total

@@ -128,6 +128,15 @@ def loss_and_d1_d2(code, y, z):
 
 
 @njit(inline="always")
+def logistic_conjugate(b):
+    """ℓ*(−a) of the logistic loss at β = a·y = ``b`` in [0, 1]: b·log b + (1 − b)·log(1 − b)
+    (0 at the ends); its negative is the dual's term, the binary entropy."""
+    if 0.0 < b < 1.0:
+        return b * np.log(b) + (1.0 - b) * np.log(1.0 - b)
+    return 0.0
+
+
+@njit(inline="always")
 def penalty(l1, l2, t):
     return l1 * abs(t) + 0.5 * l2 * t * t
 
