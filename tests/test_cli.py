@@ -187,6 +187,32 @@ def test_console_script_in_a_subprocess(svm_file, tmp_path):
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
+def test_python_dash_m_runs_the_command_line(tmp_path):
+    """``python -m dask_scd`` is ``dask-scd``: the same version line, the same one-line
+    error and exit status."""
+    import dask_scd
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dask_scd", "--version"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and dask_scd.__version__ in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "dask_scd", "info", str(tmp_path / "absent.zarr")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"dask-scd: error: grid store not found: {tmp_path / 'absent.zarr'}"
+    ]
+
+
 @pytest.mark.parametrize("table", ["cell_checksum", "label_checksum", "cell_nnz"])
 def test_a_grid_without_one_of_its_tables_is_refused_at_open(svm_file, tmp_path, capsys, table):
     path, X, y = svm_file
