@@ -160,6 +160,28 @@ def test_squared_l1_on_one_hot_fields_takes_newton_over_gram(rng):
     assert _choice("squared", "l1", 1e-3, rng.normal(size=(2000, 20))) == "gram"
 
 
+def test_fields_in_ranges_of_columns_are_found_without_the_colouring(rng, monkeypatch):
+    """One-hot fields laid out as ranges of consecutive columns (as encoders write them,
+    a value missing here and there) are found in one pass: the colouring (a transpose of
+    X) is not run, and the lasso takes Newton. The same fields with their columns
+    shuffled are found by the colouring, with the same choice; unrelated sparse columns
+    are no fields either way (the Gram engine)."""
+    from dask_scd.grid import partition
+
+    X = _onehot(2000, 8, 20, rng).tolil()
+    X[rng.integers(0, 2000, 50), rng.integers(0, 20, 50)] = 0.0  # missing values
+    X = sp.csr_matrix(X)
+    X.eliminate_zeros()
+    coloured = []
+    real = partition.detect_pure_blocks
+    monkeypatch.setattr(partition, "detect_pure_blocks", lambda *a: coloured.append(1) or real(*a))
+    assert _choice("squared", "l1", 1e-3, X) == "newton" and not coloured
+    shuffled = X[:, rng.permutation(X.shape[1])]
+    assert _choice("squared", "l1", 1e-3, shuffled) == "newton" and coloured
+    unrelated = sp.random(2000, 160, density=0.05, random_state=1, format="csr")
+    assert _choice("squared", "l1", 1e-3, unrelated) == "gram"
+
+
 def test_auto_lasso_on_adult_converges_in_default_epochs():
     from conftest import shared_dataset
 

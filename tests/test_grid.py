@@ -347,6 +347,31 @@ def test_one_hot_fields_are_read_from_the_ranks_of_their_columns(monkeypatch):
     assert partition._fields_by_rank(sp.csc_matrix(X)) is None  # CSR only
 
 
+def test_contiguous_pure_blocks_are_the_fewest_pure_ranges(rng):
+    """Ranges of consecutive columns covering every column, each pure on every row, and
+    no two neighbours mergeable (the fewest): one-hot fields with missing values are
+    found exactly; explicit zeros do not count; any sparse format, X never modified."""
+    from dask_scd.grid.partition import contiguous_pure_blocks
+
+    sizes = [3, 4, 5, 6, 2]
+    X, groups = one_hot(rng, 2000, sizes, missing=0.1)
+    for data in (sp.csr_matrix(X), sp.csc_matrix(X), X):
+        ranges = contiguous_pure_blocks(data)
+        assert [r.tolist() for r in ranges] == [g.tolist() for g in groups]
+    for seed in range(20):
+        S = sp.random(60, 30, density=0.15, random_state=seed, format="csr")
+        S.data[rng.random(S.nnz) < 0.2] = 0.0  # explicit zeros
+        before = S.copy()
+        ranges = contiguous_pure_blocks(S)
+        assert np.array_equal(np.concatenate(ranges), np.arange(30))
+        assert all(b.tolist() == list(range(b[0], b[-1] + 1)) for b in ranges)
+        pure, _ = block_purity(S, ranges)
+        assert all(pure)
+        for left, right in zip(ranges[:-1], ranges[1:]):  # the fewest: no merge is pure
+            assert not block_purity(S, [np.concatenate((left, right))])[0][0]
+        assert (S != before).nnz == 0 and np.array_equal(S.data, before.data)
+
+
 def test_detect_pure_blocks_dense_columns_and_limits():
     rng = np.random.default_rng(6)
     X, _ = one_hot(rng, 300, [4, 4])

@@ -139,14 +139,24 @@ class InMemory:
             return None
         return pure_blocks(self.by_rows, self.column_counts > 0)
 
+    @cached_property
+    def contiguous_blocks(self) -> list | None:
+        """:func:`pure_blocks` among ranges of consecutive columns (one pass, no colouring:
+        :func:`dask_scd.grid.partition.contiguous_pure_blocks`), found once; what the cost
+        model asks first."""
+        if self.column_counts is None:
+            return None
+        return pure_blocks(self.by_rows, self.column_counts > 0, contiguous=True)
 
-def pure_blocks(X, used=None) -> list | None:
+
+def pure_blocks(X, used=None, contiguous: bool = False) -> list | None:
     """The pure blocks of a sparse X (columns no row has two of: a one-hot field), among
     the columns that hold a value (``used``, where the caller has counted them), detected
-    on the first rows; None for dense X."""
+    on the first rows; None for dense X. ``contiguous``: the fewest pure ranges of
+    consecutive columns instead of the greedy colouring's blocks."""
     if not sp.issparse(X):
         return None
-    from dask_scd.grid.partition import detect_pure_blocks
+    from dask_scd.grid.partition import contiguous_pure_blocks, detect_pure_blocks
 
     n, p = X.shape
     X = _as_csr(X)
@@ -158,7 +168,8 @@ def pure_blocks(X, used=None) -> list | None:
     if int(np.diff(X.indptr).max(initial=0)) > MAX_BLOCKS:
         return None
     # All rows: X itself (a slice of every row would copy it, 0.2 s on 20M non-zeros).
-    blocks = [b[used[b]] for b in detect_pure_blocks(X if rows >= n else X[:rows])]
+    detect = contiguous_pure_blocks if contiguous else detect_pure_blocks
+    blocks = [b[used[b]] for b in detect(X if rows >= n else X[:rows])]
     return [b for b in blocks if len(b)]
 
 

@@ -85,17 +85,20 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
     """
     n, p = data.shape
     costs = {}
-    if problem.loss == "squared" and p <= GRAM_MAX_FEATURES and n >= 4 * p:
+    gram_shape = problem.loss == "squared" and p <= GRAM_MAX_FEATURES and n >= 4 * p
+    fields = False
+    if gram_shape:
         # On one-hot fields an L1 problem's coordinate descent creeps along whole-field
         # shifts (Adult, lasso at 1e-3·alpha_max without intercept: 1,631 Gram epochs,
         # 0.12 s, against one Newton step, 0.02 s, whose inner solver moves whole blocks).
-        # Elsewhere the Gram engine wins, so the fields are detected (a pass and a
-        # colouring, 1–2 ms on Adult) rather than Newton taken for any sparse X: on
+        # Elsewhere the Gram engine wins, so the fields are detected (:func:`_has_fields`:
+        # one pass over X on Adult) rather than Newton taken for any sparse X: on
         # sparse random X without fields (20000 × 300 at 5 %, 5000 × 100 binary at 10 %,
         # 50000 × 500 at 1 %, 3000 × 60 at 30 %; lasso and l1_ratio 0.5, 0.5 to 1e-3 of
         # alpha_max, with and without intercept, tol 1e-8, one thread) Newton took 1.56x
         # the Gram engine's time in geometric mean over 64 fits, up to 7x.
-        costs["gram"] = 3.0 if problem.l1_ratio > 0 and _has_fields(data) else 1.0
+        fields = problem.l1_ratio > 0 and _has_fields(data)
+        costs["gram"] = 3.0 if fields else 1.0
     if problem.loss == "hinge":
         return _hinge_passes(problem, data)
     if problem.l1_ratio > 0:
@@ -107,7 +110,11 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
         # 2000 × 20000 (2 % stored) 0.10 / 0.19–0.22 / 0.26–0.29 / 0.40–0.41; sparse
         # 5000 × 50000 (0.5 %) 0.12–0.13 / 0.31–0.39 / 0.38–0.41 / 0.54–0.56. SCD wins only
         # at a strong penalty on dense rows (a support of ~100), by at most 2x.
-        if problem.loss != "squared" or _has_blocks(data) or _lasso_without_rank(problem, n, p):
+        # In the Gram engine's range Newton takes the L1 problems of one-hot fields; the
+        # others it would lose to the Gram engine (1 against 2), so blocks that are not
+        # fields (a colouring of X) are not looked for there.
+        blocks = fields if gram_shape else _has_blocks(data)
+        if problem.loss != "squared" or blocks or _lasso_without_rank(problem, n, p):
             costs["newton"] = 2.0
         costs["scd"] = 3.0
         return costs
@@ -226,6 +233,12 @@ def _has_blocks(data) -> bool:
 
 
 def _has_fields(data) -> bool:
-    """Whether X's pure blocks are one-hot fields: blocks of two columns or more on
-    average (a sparse X of unrelated columns splits into blocks of one)."""
+    """Whether X's pure blocks are one-hot fields: 2 to 256 blocks of two columns or more
+    on average (a sparse X of unrelated columns splits into blocks of one). Asked first of
+    the pure ranges of consecutive columns (one pass over X: where one-hot encoders put a
+    field's columns), then of the greedy colouring's blocks (a transpose of X and the
+    colouring; Adult: 0.3 against 1.3 ms), which find fields in any column order."""
+    ranges = getattr(data, "contiguous_blocks", None)
+    if ranges is not None and 2 <= len(ranges) <= MAX_BLOCKS and 2 * len(ranges) <= data.shape[1]:
+        return True
     return _has_blocks(data) and 2 * len(data.pure_blocks) <= data.shape[1]
