@@ -163,7 +163,7 @@ def test_squared_l1_on_one_hot_fields_takes_newton_over_gram(rng):
 def test_fields_in_ranges_of_columns_are_found_without_the_colouring(rng, monkeypatch):
     """One-hot fields laid out as ranges of consecutive columns (as encoders write them,
     a value missing here and there) are found in one pass: the colouring (a transpose of
-    X) is not run, and the lasso takes Newton. The same fields with their columns
+    X) is not run, and the lasso takes Newton (the logistic's L1 takes it without asking). The same fields with their columns
     shuffled are found by the colouring, with the same choice; unrelated sparse columns
     are no fields either way (the Gram engine)."""
     from dask_scd.grid import partition
@@ -176,6 +176,7 @@ def test_fields_in_ranges_of_columns_are_found_without_the_colouring(rng, monkey
     real = partition.detect_pure_blocks
     monkeypatch.setattr(partition, "detect_pure_blocks", lambda *a: coloured.append(1) or real(*a))
     assert _choice("squared", "l1", 1e-3, X) == "newton" and not coloured
+    assert _choice("logistic", "l1", 1e-3, X) == "newton" and not coloured  # no question
     shuffled = X[:, rng.permutation(X.shape[1])]
     assert _choice("squared", "l1", 1e-3, shuffled) == "newton" and coloured
     unrelated = sp.random(2000, 160, density=0.05, random_state=1, format="csr")

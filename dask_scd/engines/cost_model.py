@@ -113,8 +113,11 @@ def predicted_passes(problem: Problem, data) -> dict[str, float]:
         # In the Gram engine's range Newton takes the L1 problems of one-hot fields; the
         # others it would lose to the Gram engine (1 against 2), so blocks that are not
         # fields (a colouring of X) are not looked for there.
-        blocks = fields if gram_shape else _has_blocks(data)
-        if problem.loss != "squared" or blocks or _lasso_without_rank(problem, n, p):
+        if (
+            problem.loss != "squared"
+            or (fields if gram_shape else _has_blocks(data))
+            or _lasso_without_rank(problem, n, p)
+        ):
             costs["newton"] = 2.0
         costs["scd"] = 3.0
         return costs
