@@ -25,14 +25,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from conformance_matrix import (
-    ALPHA,
-    DECLARED,
-    MULTINOMIAL,
-    X_BASE,
-    _target_of,
-    fit_row,
-)
+from conformance_matrix import ALPHA, DECLARED, fit_row, grid_stores
 from sklearn.exceptions import ConvergenceWarning
 
 import dask_scd
@@ -68,32 +61,6 @@ def _record(result) -> dict:
     }
 
 
-def _grids(root: Path):
-    """The conformance matrix's grid stores (its ``grids`` fixture), written on first use."""
-    written = {}
-
-    def grid(loss, dtype, stored):
-        key = (
-            loss if loss in ("squared", MULTINOMIAL) else "binary",
-            np.dtype(dtype).name,
-            stored is not None,
-        )
-        if key not in written:
-            path = root / "-".join(map(str, key))
-            dask_scd.to_grid(
-                X_BASE.astype(dtype),
-                _target_of(loss),
-                path,
-                row_chunk=30,
-                blocks=[[0, 1, 2], [3, 4]],
-                sample_weight=stored,
-            )
-            written[key] = path
-        return dask_scd.open_grid(written[key])
-
-    return grid
-
-
 def _matrix_rows(out: dict) -> None:
     from distributed import Client, LocalCluster
 
@@ -104,7 +71,7 @@ def _matrix_rows(out: dict) -> None:
         ) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
-        grids = _grids(Path(tmp))
+        grids = grid_stores(Path(tmp))
         for row in DECLARED:
             if row.device != "cpu":
                 continue

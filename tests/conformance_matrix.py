@@ -343,10 +343,10 @@ def client():
         yield c
 
 
-@pytest.fixture(scope="module")
-def grids(tmp_path_factory):
-    """Grid stores, one per (target, dtype, stored weights), written on first use."""
-    root, written = tmp_path_factory.mktemp("grids"), {}
+def grid_stores(root):
+    """``grid(loss, dtype, stored)``: the grid store of the matrix's X for that target,
+    dtype and stored weights, written under ``root`` on first use and opened."""
+    written = {}
 
     def grid(loss, dtype, stored):
         key = (
@@ -368,6 +368,12 @@ def grids(tmp_path_factory):
         return dask_scd.open_grid(written[key])
 
     return grid
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory):
+    """Grid stores, one per (target, dtype, stored weights), written on first use."""
+    return grid_stores(tmp_path_factory.mktemp("grids"))
 
 
 def _input(row: Row, grids, stored):

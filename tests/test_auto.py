@@ -163,9 +163,10 @@ def test_squared_l1_on_one_hot_fields_takes_newton_over_gram(rng):
 def test_fields_in_ranges_of_columns_are_found_without_the_colouring(rng, monkeypatch):
     """One-hot fields laid out as ranges of consecutive columns (as encoders write them,
     a value missing here and there) are found in one pass: the colouring (a transpose of
-    X) is not run, and the lasso takes Newton (the logistic's L1 takes it without asking). The same fields with their columns
-    shuffled are found by the colouring, with the same choice; unrelated sparse columns
-    are no fields either way (the Gram engine)."""
+    X) is not run, and the lasso takes Newton (the logistic's L1 takes it without
+    asking). The same fields with their columns shuffled are found by the colouring, with
+    the same choice; unrelated sparse columns are no fields either way (the Gram
+    engine)."""
     from dask_scd.grid import partition
 
     X = _onehot(2000, 8, 20, rng).tolil()

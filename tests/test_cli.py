@@ -162,28 +162,21 @@ def test_bad_invocations_print_one_line_and_exit_non_zero(case, grid_path, tmp_p
     assert "Traceback" not in err
 
 
+def _run(*command):
+    """``command`` in a subprocess, as a user's shell runs it (stdout and stderr kept)."""
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
+
+
 def test_console_script_in_a_subprocess(svm_file, tmp_path):
     """The installed ``dask-scd`` entry point, as a user runs it."""
     script = shutil.which("dask-scd", path=os.path.dirname(sys.executable))
     command = [script] if script else [sys.executable, "-m", "dask_scd.cli"]
-    done = subprocess.run(
-        [*command, "info", str(tmp_path / "absent.zarr")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(*command, "info", str(tmp_path / "absent.zarr"))
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"dask-scd: error: grid store not found: {tmp_path / 'absent.zarr'}"
     ]
-    done = subprocess.run(
-        [*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(*command, "convert", str(svm_file[0]), str(tmp_path / "g.zarr"))
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
@@ -192,21 +185,9 @@ def test_python_dash_m_runs_the_command_line(tmp_path):
     error and exit status."""
     import dask_scd
 
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_scd", "--version"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(sys.executable, "-m", "dask_scd", "--version")
     assert done.returncode == 0 and dask_scd.__version__ in done.stdout
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_scd", "info", str(tmp_path / "absent.zarr")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run(sys.executable, "-m", "dask_scd", "info", str(tmp_path / "absent.zarr"))
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"dask-scd: error: grid store not found: {tmp_path / 'absent.zarr'}"
