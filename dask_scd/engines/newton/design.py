@@ -11,6 +11,7 @@ number of threads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse
@@ -87,33 +88,24 @@ class Design:
     gram_flops: float  # Σ_i nnz_i²: a weighted Gram of all columns
     blocks: object = None  # a function giving the pure blocks (or None), called once
     _columns: MajorMatrix | None = None
-    _coarse: tuple | None = None
-    _coarse_built: bool = False
     # The curvature D is the identity (squared loss, no sample weights) and the design is
     # kept between runs: Gram blocks are then kept too (:meth:`gram`).
     unit_curvature: bool = False
     _kept_gram: tuple | None = None
     _kept_shift: object = None  # _KeptShift
     _gram_spent: float = 0.0
-    _sq_norms: np.ndarray | None = None
-    _row_sq_norms: np.ndarray | None = None
-    _kernel: np.ndarray | None = None
     _system: np.ndarray | None = None
     _scratch: np.ndarray | None = None  # the dense Gram's scaled chunk
-    _nnz: float | None = None
 
-    @property
+    @cached_property
     def kernel(self) -> np.ndarray:
         """XXᵀ, dense float64 n × n, formed once (the L2 steps of
         :mod:`dask_scd.engines.newton.kernel_step`)."""
-        if self._kernel is None:
-            X = self.by_rows
-            if self.rows.dense:
-                A = np.asarray(X, dtype=np.float64)
-                self._kernel = A @ A.T
-            else:
-                self._kernel = np.ascontiguousarray((X @ X.T).toarray(), dtype=np.float64)
-        return self._kernel
+        X = self.by_rows
+        if self.rows.dense:
+            A = np.asarray(X, dtype=np.float64)
+            return A @ A.T
+        return np.ascontiguousarray((X @ X.T).toarray(), dtype=np.float64)
 
     def _chunk_buffer(self, rows: int, columns: int) -> np.ndarray:
         """A float64 rows × columns scratch array, kept for the next Gram of the fit."""
@@ -138,23 +130,18 @@ class Design:
         counts = self.column_nnz.astype(np.float64)
         return float(counts @ counts)
 
-    @property
+    @cached_property
     def row_sq_norms(self) -> np.ndarray:
         """‖x_i‖² of every row, computed once."""
-        if self._row_sq_norms is None:
-            self._row_sq_norms = self.rows.sq_norms()
-        return self._row_sq_norms
+        return self.rows.sq_norms()
 
-    @property
+    @cached_property
     def column_sq_norms(self) -> np.ndarray:
         """‖x_j‖² of every column, computed once."""
-        if self._sq_norms is None:
-            rows = self.rows
-            if isinstance(rows, MajorMatrix) and rows.dense:  # one sweep along the rows
-                self._sq_norms = rows.minor_sq_norms()
-            else:
-                self._sq_norms = self.columns.sq_norms()
-        return self._sq_norms
+        rows = self.rows
+        if isinstance(rows, MajorMatrix) and rows.dense:  # one sweep along the rows
+            return rows.minor_sq_norms()
+        return self.columns.sq_norms()
 
     @property
     def pure_blocks(self) -> list | None:
@@ -165,20 +152,18 @@ class Design:
             self.blocks = self.blocks() or []
         return self.blocks or None
 
-    @property
+    @cached_property
     def coarse(self):
         """(block of every column, S) for the CG preconditioner's coarse level, or None
         (:func:`dask_scd.engines.coarse_level.memory_coarse`), built once."""
-        if not self._coarse_built:
-            self._coarse = memory_coarse(self.by_rows, self.pure_blocks)
-            self._coarse_built = True
-        return self._coarse
+        return memory_coarse(self.by_rows, self.pure_blocks)
 
     @property
     def block_of(self) -> np.ndarray | None:
         """The pure block of every column (−1: none), or None without 2 to 256 blocks."""
-        if self._coarse_built and self._coarse is not None:
-            return self._coarse[0]
+        coarse = self.__dict__.get("coarse")  # where it was built
+        if coarse is not None:
+            return coarse[0]
         return block_index(self.X, self.pure_blocks)
 
     @property
@@ -253,19 +238,12 @@ class Design:
                 sums[3],
             )
 
-        run_parts(rows, part, len(ranges))
-        total = outs[0]
-        for more in outs[1:]:
-            for mine, theirs in zip(total, more):
-                mine += theirs
-        return total
+        return run_parts(rows, part, outs)
 
-    @property
+    @cached_property
     def nnz(self) -> float:
         """X's stored values (every value of a dense X), counted once."""
-        if self._nnz is None:
-            self._nnz = float(self.column_nnz.sum())
-        return self._nnz
+        return float(self.column_nnz.sum())
 
     @property
     def columns(self) -> MajorMatrix:
@@ -277,7 +255,7 @@ class Design:
         """XᵀDX/n on the columns ``working`` (+ the column of ones), float64."""
         if self.unit_curvature:
             return self._unit_gram(working, weights, intercept)
-        return self._gram(working, weights, intercept)
+        return self._normalized(self._sums(working, weights, intercept))
 
     def _unit_gram(self, working, weights, intercept) -> np.ndarray:
         """XᵀX/n on ``working`` from the kept block when it holds those columns; else
@@ -350,9 +328,6 @@ class Design:
             sums = np.triu(sums) + np.triu(sums, 1).T
         return sums / self.rows.n_major
 
-    def _gram(self, working, weights, intercept) -> np.ndarray:
-        return self._normalized(self._sums(working, weights, intercept))
-
     def _sums(self, working, weights, intercept) -> np.ndarray:
         """Σ_i d_i x_i x_iᵀ on ``working`` (+ the ones column): its upper triangle from
         sparse rows, all of it from dense ones."""
@@ -424,10 +399,17 @@ def row_parts(rows) -> list[tuple[int, int]]:
     return threads.line_ranges(None if rows.dense else rows.indptr, rows.n_major, parts)
 
 
-def run_parts(rows, part, count: int) -> None:
-    """part(0), …, part(count − 1): on threads where a pass of ``rows`` may use them."""
+def run_parts(rows, part, outs: list) -> tuple:
+    """part(0), …, part(k − 1) (on threads where a pass of ``rows`` may use them), each
+    writing its tuple of arrays ``outs[k]``; returns outs[0], the others added in order."""
+    count = len(outs)
     if count > 1 and threads.usable(rows.stored) > 1:
         threads.run_all([lambda k=k: part(k) for k in range(count)])
     else:
         for k in range(count):
             part(k)
+    total = outs[0]
+    for more in outs[1:]:
+        for mine, theirs in zip(total, more):
+            mine += theirs
+    return total

@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
@@ -35,7 +34,7 @@ from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, dual_certificate
 from dask_scd.engines.newton.design import GRAM_MAX, Design
 from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping, fresh_margins
-from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg
+from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg, ridge_hessian
 from dask_scd.engines.pcg import MAX_ITER
 
 # The first smoothing width: the whole margin range [0, 1] is quadratic.
@@ -156,17 +155,8 @@ class _Model:
         band = np.flatnonzero((beta > 0.0) & (beta < 1.0))
         grad = (parts[0] + parts[1]) / n + problem.l2 * coef
         smoothing = mu * float(np.sum(beta[band] * (1.0 - beta[band]))) / n
-        return cls(
-            design,
-            problem,
-            coef,
-            grad,
-            float(grad_rows.sum()) / n,
-            band,
-            _band_rows(design, band),
-            mu,
-            smoothing,
-        )
+        grad_b, rows = float(grad_rows.sum()) / n, _band_rows(design, band)
+        return cls(design, problem, coef, grad, grad_b, band, rows, mu, smoothing)
 
     def narrow(self, y, beta, mu) -> None:
         """The model of P_μ' at the same point, μ' < μ, with every row kept on its piece.
@@ -208,8 +198,7 @@ class _Model:
         # matrix of rank ≤ |B| + 1); each reads the band twice.
         cg_flops = min(len(self.band) + 2, MAX_ITER) * (2.0 * banded.nnz + k + _CG_OVERHEAD)
         if k <= GRAM_MAX and banded.gram_flops + k**3 / 3.0 <= cg_flops:
-            hessian = banded.gram(np.arange(p), weights, fit_b)
-            hessian[np.arange(p), np.arange(p)] += problem.l2
+            hessian = ridge_hessian(banded, weights, fit_b, problem.l2)
             solution, passes, inner = cholesky_solve(hessian, rhs), share, "cholesky"
         else:
             # Solved tightly: a step with the right band is then exact.
@@ -226,9 +215,7 @@ def _band_rows(design, band):
     rows = design.rows
     if rows.dense:
         return rows.data.reshape(rows.n_major, rows.n_minor)[band]
-    return sp.csr_matrix(
-        (rows.data, rows.indices, rows.indptr), shape=(rows.n_major, rows.n_minor)
-    )[band]
+    return design.by_rows[band]
 
 
 def _exact_step(problem, y, margins, direction, mu, coef, delta) -> float:
@@ -277,7 +264,6 @@ def _finish(design, problem, y, coef, intercept, mu, duals):
         problem, design.rows, y, beta * y, None, intercept
     )
     dual_cert = duals.tighten(dual_cert)
-    passes = 4.0
     if dual_cert.gap < cert.gap:
         cert, coef, intercept = dual_cert, dual_coef, dual_intercept
-    return cert, coef, intercept, passes
+    return cert, coef, intercept, 4.0

@@ -327,23 +327,16 @@ def _row_state(design: Design, model: Model, unit: bool):
     if design.columns.dense:
         # r and D each contiguous, read in order along every dense column; XΔ + Δb by one
         # product at the end.
-        rows = np.empty((2, n))
-        rows[0] = model.grad_rows
-        rows[1] = model.curv
+        rows = np.stack((model.grad_rows, model.curv))
         return rows, rows[0], None, kernels.column_cd_epoch_dense  # rows[0]: a view
     if n >= PAIR_ROWS:
         # r = g + D(XΔ + Δb) and D side by side; XΔ + Δb by one product at the end.
-        state = np.empty((n, 2))
-        state[:, 0] = model.grad_rows
-        state[:, 1] = model.curv
+        state = np.column_stack((model.grad_rows, model.curv))
         # state[:, 0] is a view: the epochs and the block shifts move it in place
         return state, state[:, 0], None, kernels.column_cd_epoch_pair
     # The epochs read g, D and XΔ + Δb row by row in the order of each column's rows:
     # packed side by side, one cache line per row visited instead of three.
-    state = np.empty((n, 3))
-    state[:, 0] = model.grad_rows
-    state[:, 1] = model.curv
-    state[:, 2] = 0.0
+    state = np.column_stack((model.grad_rows, model.curv, np.zeros(n)))
     # state[:, 2] is a view: the epochs and the block shifts move it in place
     return state, None, state[:, 2], kernels.column_cd_epoch_packed
 
@@ -518,11 +511,7 @@ def _shift_model(design: Design, curv, shifted, chosen, k: int, fit_b: bool, res
             *parts[r],
         )
 
-    run_parts(rows, part, len(ranges))
-    grad, hess = parts[0]
-    for g, h in parts[1:]:
-        grad += g
-        hess += h
+    grad, hess = run_parts(rows, part, parts)
     return grad / n, hess / n, None
 
 

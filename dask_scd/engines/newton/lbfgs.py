@@ -31,13 +31,8 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory
-from dask_scd.engines.newton.newton import (
-    _design,
-    _gradient_and_certificate,
-    _start,
-    backtrack,
-)
-from dask_scd.engines.newton.newton_loop import Meter, certify_afresh, fresh_margins
+from dask_scd.engines.newton.newton import _design, _gradient_and_certificate, _start, trial_values
+from dask_scd.engines.newton.newton_loop import Meter, backtrack, certify_afresh, fresh_margins
 
 _MEMORY = 10  # (s, y) pairs kept: scipy's and glum's default
 _REFRESH = 50  # iterations between margins recomputed from X
@@ -96,7 +91,10 @@ def fit_lbfgs(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         delta, delta_b = (d[:-1], float(d[-1])) if fit_b else (d, 0.0)
         direction = design.rows.dot(delta) + delta_b
         meter.add("direction", 1.0, tick)
-        t = _line_search(problem, y, margins, direction, loss_sum, coef, delta, slope, weights)
+        # Armijo on F(θ + tΔ) − F(θ) ≤ ARMIJO·t·∇Fᵀd: O(n + p) per trial.
+        base = loss_sum / n + obj.penalty_value(problem, coef)
+        trials = trial_values(problem, y, margins, direction, coef, delta, weights)
+        t, _ = backtrack(base, slope, trials)
         if t == 0.0:
             if pairs:  # the quasi-Newton model misled: forget it, try the gradient
                 pairs.clear()
@@ -133,14 +131,3 @@ def _two_loop(g, pairs) -> np.ndarray:
         b = rho * float(r @ q)
         q += (a - b) * s
     return q
-
-
-def _line_search(
-    problem, y, margins, direction, loss_sum, coef, delta, slope, weights=None
-) -> float:
-    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·∇Fᵀd (0 if none).
-    O(n + p) per trial: the loss along the margins' direction, the penalty on θ."""
-    base = loss_sum / len(y) + obj.penalty_value(problem, coef)
-    return backtrack(
-        problem, y, margins, direction, coef, delta, base, slope, 1e-15 * abs(base), weights
-    )

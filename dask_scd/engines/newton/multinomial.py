@@ -36,16 +36,20 @@ import scipy.sparse as sp
 from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
-from dask_scd.engines.newton.newton_loop import STOP, Meter, Stopping, uncertified
+from dask_scd.engines.newton.newton_loop import (
+    STOP,
+    TRIALS,
+    Meter,
+    Stopping,
+    armijo,
+    forcing_term,
+    optimality_violation,
+    uncertified,
+)
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
-from dask_scd.kernels.scalar import ARMIJO, BACKTRACK, MAX_BACKTRACK
 from dask_scd.kernels.softmax import model_cd
 from dask_scd.objectives import multinomial as mn
 
-# Below this relative model decrease the Armijo test reads the rounding of F.
-_ROUNDING = 1e-11
-# The trial steps of the line search: 1, ½, ¼, ...
-_TRIALS = tuple(BACKTRACK**k for k in range(MAX_BACKTRACK))
 # Steps without a smaller certified gap before the engine stops: the gap of an L1 problem
 # may rise for a step or two while its support settles (seen on iris), so more than the
 # binary engine's three.
@@ -71,11 +75,7 @@ class Softmax:
         self.Y = mn.one_hot(codes, n_classes)
         self.counts = mn.class_counts(codes, n_classes, weights)
         self.xt_onehot = self.transpose_dot(self.weighted(self.Y))
-        self.column_sums = (
-            np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
-            if weights is None
-            else self.transpose_dot(weights)
-        )
+        self.column_sums = column_sums(X, weights)
         self.squares = X.multiply(X).tocsr() if sp.issparse(X) else np.square(X)
 
     @property
@@ -109,6 +109,19 @@ class Softmax:
             csc.sort_indices()
             self._csc = (csc.indptr, csc.indices, csc.data)
         return self._csc
+
+
+def column_sums(X, weights):
+    """Xᵀv (Xᵀ1 without weights), float64 of shape (n_features,)."""
+    if weights is None:
+        return np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
+    return np.asarray(X.T @ weights, dtype=np.float64).ravel()
+
+
+def curvature_rows(P, U, weights):
+    """R = V·(P ∘ (U − (P ∘ U)1)): the rows whose Xᵀ R is the loss's Hessian times (V, v_b),
+    U = XV + v_b."""
+    return mn.weighted_rows(P * (U - (P * U).sum(axis=1, keepdims=True)), weights)
 
 
 class Point:
@@ -166,8 +179,9 @@ def newton_steps(steps, problem: obj.Problem, options: Options, W, b) -> Run:
     while True:
         point = steps.point(W, b)
         W, b = point.W, point.b
-        if problem.unpenalized:
-            measure = grad_norm = _relative_gradient(point)
+        if problem.unpenalized:  # the largest gradient entry relative to max(1, |P|)
+            violation = optimality_violation(problem, point.grad_loss, W, point.grad_b)
+            measure = grad_norm = violation / max(1.0, abs(point.objective))
         else:
             cert = steps.certify(point)
             gaps.append(cert.gap)
@@ -211,20 +225,9 @@ class _Steps:
 
     def certify(self, point: Point) -> obj.Certificate:
         """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
-        softmax = self.softmax
-        cert, _ = mn.certify(
-            self.problem,
-            point.W,
-            softmax.codes,
-            point.P,
-            point.loss_total,
-            point.xt_prob,
-            softmax.xt_onehot,
-            softmax.column_sums,
-            softmax.counts,
-            softmax.weights,
-        )
-        return cert
+        s = self.softmax
+        sums = (point.loss_total, point.xt_prob, s.xt_onehot, s.column_sums, s.counts, s.weights)
+        return mn.certify(self.problem, point.W, s.codes, point.P, *sums)[0]
 
     def recertify(self, W, b) -> obj.Certificate:
         return self.certify(Point(self.softmax, self.problem, W, b))
@@ -238,20 +241,11 @@ class _Steps:
         n, codes, weights = softmax.n, softmax.codes, softmax.weights
 
         def losses():  # O(n·K) per trial: the margins move by tU
-            return (mn.loss_sum(point.margins + t * U, codes, weights) / n for t in _TRIALS)
+            return (mn.loss_sum(point.margins + t * U, codes, weights) / n for t in TRIALS)
 
-        t = armijo_step(problem, point, delta, delta_b, _TRIALS, losses)
+        t = armijo_step(problem, point, delta, delta_b, TRIALS, losses)
         self.meter.add("line_search", 0.0, tick)
         return t, delta, delta_b
-
-
-def _relative_gradient(point: Point) -> float:
-    """Without a penalty: the largest gradient entry relative to max(1, |P|)."""
-    violation = max(
-        float(np.abs(point.grad_loss).max(initial=0.0)),
-        float(np.abs(point.grad_b).max(initial=0.0)),
-    )
-    return violation / max(1.0, abs(point.objective))
 
 
 def _direction(softmax: Softmax, problem: obj.Problem, point: Point, first_norm, meter):
@@ -260,9 +254,8 @@ def _direction(softmax: Softmax, problem: obj.Problem, point: Point, first_norm,
     with the square root of the optimality measure relative to its first value."""
     tick = time.perf_counter()
     if problem.l1 > 0.0:
-        violation = optimality_violation(problem, point)
-        first_norm = first_norm or max(violation, np.finfo(float).tiny)
-        forcing = min(0.1, np.sqrt(violation / first_norm))
+        violation = optimality_violation(problem, point.grad_loss, point.W, point.grad_b)
+        forcing, first_norm = forcing_term(violation, first_norm, 0.1)
         delta, delta_b, U, passes = _l1_direction(softmax, problem, point, violation, forcing)
         meter.add("solve:cd", passes, tick)
     else:
@@ -278,8 +271,7 @@ def l2_forcing(problem, point, first_norm):
     most ½; ``first_norm`` is that first value (None before the first step)."""
     grad = point.grad_loss + problem.l2 * point.W
     norm = float(np.sqrt(np.sum(grad * grad) + np.sum(point.grad_b**2)))
-    first_norm = first_norm or max(norm, np.finfo(float).tiny)
-    return grad, min(0.5, np.sqrt(norm / first_norm)), first_norm
+    return grad, *forcing_term(norm, first_norm, 0.5)
 
 
 def _centred(b):
@@ -291,32 +283,32 @@ def _centred(b):
 # ------------------------------------------------------------------------ L2: Newton-CG
 
 
-def newton_cg(product, rhs: tuple, diag, diag_b, forcing: float):
+def newton_cg(product, rhs: tuple, diag, diag_b, forcing: float, fit_intercept: bool):
     """Preconditioned conjugate gradients (:func:`dask_scd.engines.pcg.conjugate_gradients`)
     on H (d, d_b) = ``rhs`` from zero, the preconditioner diag(diag, diag_b) (H's
     diagonal; an entry that is not positive reads as 1), to ‖residual‖ ≤ forcing·‖rhs‖, at
     most :data:`dask_scd.engines.pcg.MAX_ITER` steps and no more than the system's size.
-    ``product((v, v_b))`` returns H (v, v_b). Returns ((d, d_b), number of products)."""
+    ``product((v, v_b))`` returns H (v, v_b). Returns (d, d_b, number of products), d_b
+    zero without an intercept."""
     diag = np.where(diag > 0.0, diag, 1.0)
     diag_b = np.where(diag_b > 0.0, diag_b, 1.0)
-    return conjugate_gradients(
+    (d, d_b), products = conjugate_gradients(
         product,
         rhs,
         lambda r: (r[0] / diag, r[1] / diag_b),
         forcing,
         min(MAX_ITER, rhs[0].size + rhs[1].size),
-        dot=_sum_of_products,
+        dot=lambda a, b: np.sum(a * b),
     )
-
-
-def _sum_of_products(a, b):
-    return np.sum(a * b)
+    if not fit_intercept:
+        d_b[:] = 0.0
+    return d, d_b, products
 
 
 def _hessian_product(softmax: Softmax, problem, P, V, v_b):
     """(H V, H v_b) of the objective, through U = XV + v_b."""
     U = softmax.dot(V, v_b)
-    R = softmax.weighted(P * (U - (P * U).sum(axis=1, keepdims=True)))
+    R = curvature_rows(P, U, softmax.weights)
     HV = softmax.transpose_dot(R) / softmax.n + problem.l2 * V
     Hb = R.sum(axis=0) / softmax.n if problem.fit_intercept else np.zeros_like(v_b)
     return HV, Hb
@@ -326,33 +318,18 @@ def _l2_direction(softmax: Softmax, problem, point: Point, grad, forcing):
     """Preconditioned conjugate gradients on H d = −∇P to ‖r‖ ≤ forcing·‖∇P‖; returns
     (Δ, Δb, XΔ + Δb, passes over X)."""
     diag, diag_b = softmax.diagonal(point.P)
-    (d, d_b), products = newton_cg(
+    d, d_b, products = newton_cg(
         lambda v: _hessian_product(softmax, problem, point.P, *v),
         (-grad, -point.grad_b),
         diag + problem.l2,
         diag_b,
         forcing,
+        problem.fit_intercept,
     )
-    passes = 1.0 + 2.0 * products
-    if not problem.fit_intercept:
-        d_b[:] = 0.0
-    return d, d_b, softmax.dot(d, d_b), passes + 1.0
+    return d, d_b, softmax.dot(d, d_b), 2.0 + 2.0 * products
 
 
 # ------------------------------------------------------- L1 / elastic net: proximal Newton
-
-
-def optimality_violation(problem, point: Point) -> float:
-    """The largest distance of −∇f to the penalty's subdifferential, over the
-    coefficients and the intercepts (0 at the optimum)."""
-    smooth = point.grad_loss + problem.l2 * point.W
-    W, l1 = point.W, problem.l1
-    violation = np.where(
-        W > 0,
-        np.abs(smooth + l1),
-        np.where(W < 0, np.abs(smooth - l1), np.maximum(np.abs(smooth) - l1, 0)),
-    )
-    return max(float(violation.max(initial=0.0)), float(np.abs(point.grad_b).max(initial=0.0)))
 
 
 def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, forcing: float):
@@ -403,19 +380,16 @@ def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, for
 
 
 def armijo_step(problem, point, delta, delta_b, trials, losses) -> float:
-    """The first t of ``trials`` (1, ½, ¼, ...) with F(W + tΔ) − F(W) ≤ ARMIJO·t·(∇fᵀΔ +
-    penalty change); 0 if none, or Δ = 0. ``losses()`` gives the mean loss at each trial
-    step (read only as far as needed, and only when the test runs)."""
-    W, base = point.W, point.objective
+    """The step t of :func:`~dask_scd.engines.newton.newton_loop.armijo` among ``trials``
+    (1, ½, ¼, ...); ``losses()`` gives the mean loss at each trial step (read only as far
+    as needed, and only when the test runs)."""
+    W = point.W
     slope = float(np.sum(point.grad_loss * delta) + np.sum(point.grad_b * delta_b))
     decrease = slope + mn.penalty_value(problem, W + delta) - mn.penalty_value(problem, W)
-    if not (np.any(delta) or np.any(delta_b)) or not np.isfinite(decrease):
-        return 0.0
-    if decrease > -_ROUNDING * abs(base):
-        return 1.0  # below the rounding of F: the gap, not F, tells the step's worth
-    noise = 1e-15 * abs(base)
-    for t, loss in zip(trials, losses()):
-        trial = loss + mn.penalty_value(problem, W + t * delta)
-        if trial - base <= ARMIJO * t * decrease + noise:
-            return t
-    return 0.0
+
+    def values():
+        for t, loss in zip(trials, losses()):
+            yield t, loss + mn.penalty_value(problem, W + t * delta)
+
+    moved = np.any(delta) or np.any(delta_b)
+    return armijo(point.objective, decrease, moved, values())[0]

@@ -43,6 +43,8 @@ from dask_scd.engines import cholesky
 from dask_scd.engines.base import Options, Run
 from dask_scd.engines.newton.multinomial import (
     armijo_step,
+    column_sums,
+    curvature_rows,
     l2_forcing,
     newton_cg,
     newton_steps,
@@ -108,11 +110,7 @@ def gradient_part(cells, y, W, b, with_labels: bool, curvature: bool = False) ->
     if with_labels:
         K = W.shape[1]
         part["xt_onehot"] = np.asarray(X.T @ mn.weighted_rows(mn.one_hot(codes, K), v))
-        part["column_sums"] = (
-            np.asarray(X.sum(axis=0), dtype=np.float64).ravel()
-            if v is None
-            else np.asarray(X.T @ v, dtype=np.float64).ravel()
-        )
+        part["column_sums"] = column_sums(X, v)
         part["counts"] = mn.class_counts(codes, K, v)
     return part
 
@@ -146,7 +144,7 @@ def hessian_part(cells, y, W, b, V, v_b) -> dict:
     X = _rows(cells)
     _, P, _ = _probabilities(X, W, b)
     U = np.asarray(X @ V) + v_b
-    R = mn.weighted_rows(P * (U - (P * U).sum(axis=1, keepdims=True)), row_weights(y))
+    R = curvature_rows(P, U, row_weights(y))
     return {"xt_r": np.asarray(X.T @ R), "r_sums": R.sum(axis=0)}
 
 
@@ -200,7 +198,11 @@ def fit_multinomial_dask(source: Source, problem: obj.Problem, options: Options)
     with fit_client(options.engine.client) as client:
         cells, labels = source.connect(client)
         _check_values(client, cells, source)
-        run = _newton(_Reducer(client, cells, labels), source, problem, options)
+        p = source.n_features
+        K = int(max(int(c.max()) for c in source.y_chunks)) + 1
+        reduce = _Reducer(client, cells, labels)
+        steps = _Steps(reduce, problem, source.n_samples, (p + 1) * K <= MAX_CURVATURE)
+        run = newton_steps(steps, problem, options, np.zeros((p, K)), np.zeros(K))
     coef = np.empty_like(run.coef)
     coef[:, source.feature_order] = run.coef
     run.coef = coef
@@ -220,13 +222,6 @@ def _check_values(client, cells, source) -> None:
         if finding is not None:
             b = finding["block"]
             raise finding_error(finding["finding"], r, b, source.row_bounds, source.blocks)
-
-
-def _newton(reduce: _Reducer, source, problem, options) -> Run:
-    p = source.n_features
-    K = int(max(int(c.max()) for c in source.y_chunks)) + 1
-    steps = _Steps(reduce, problem, source.n_samples, (p + 1) * K <= MAX_CURVATURE)
-    return newton_steps(steps, problem, options, np.zeros((p, K)), np.zeros(K))
 
 
 @dataclass
@@ -349,8 +344,7 @@ def _cg(reduce, problem, n, W, b, grad, grad_b, diagonal, forcing):
         Hv_b = part["r_sums"] / n if problem.fit_intercept else np.zeros_like(v_b)
         return Hv, Hv_b
 
-    (d, d_b), products = newton_cg(product, (-grad, -grad_b), *diagonal, forcing)
-    passes = float(products)
-    if not problem.fit_intercept:
-        d_b[:] = 0.0
-    return d, d_b, passes
+    d, d_b, products = newton_cg(
+        product, (-grad, -grad_b), *diagonal, forcing, problem.fit_intercept
+    )
+    return d, d_b, float(products)

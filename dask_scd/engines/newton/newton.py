@@ -38,13 +38,17 @@ from dask_scd.engines.newton.l1_model import InnerMemory, l1_direction, working_
 from dask_scd.engines.newton.newton_loop import (
     REFRESH,
     STOP,
+    TRIALS,
     Meter,
     Stopping,
+    armijo,
     certify_afresh,
+    forcing_term,
     fresh_margins,
     uncertified,
 )
 from dask_scd.engines.newton.quadratic import (
+    INNER,
     HeavyRows,
     HessianSample,
     Model,
@@ -53,22 +57,12 @@ from dask_scd.engines.newton.quadratic import (
     model_decrease,
     penalty_change,
     set_inner_targets,
-    solves_by_cg,
 )
 from dask_scd.kernels import newton as kernels
-from dask_scd.kernels.scalar import (
-    ARMIJO,
-    BACKTRACK,
-    DOUBLINGS,
-    MAX_BACKTRACK,
-    best_doubling,
-    extrapolates,
-)
+from dask_scd.kernels.scalar import DOUBLINGS, best_doubling, extrapolates
 
 # Smallest working set; it grows to twice the last one at each outer step.
 _WS_MIN = 10
-# Below this relative model decrease the Armijo test reads the rounding of F.
-_ROUNDING = 1e-11
 
 
 def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
@@ -118,9 +112,7 @@ def fit_newton(data: InMemory, problem: obj.Problem, options: Options) -> Run:
                 problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv
             )
             model.curvature_sums = sums
-            violation = model.violation()
-            first_violation = first_violation or max(violation, np.finfo(float).tiny)
-            set_inner_targets(model, cert, options.tol, violation, first_violation)
+            first_violation = set_inner_targets(model, cert, options.tol, first_violation)
             sampled = problem.l1 == 0.0 and sample is not None and sample.active
             sampled_or = sample if sampled else None
             solved, size = _direction(design, model, sampled_or, size, free, meter, heavy, inner)
@@ -186,7 +178,7 @@ def _l2_aids(design: Design, problem: obj.Problem, rng):
     if problem.l1 > 0.0:
         return None, None
     k = design.rows.n_minor + int(problem.fit_intercept)
-    heavy = HeavyRows(design, k) if solves_by_cg(design, problem) else None
+    heavy = HeavyRows(design, k) if l2_solver(design, problem) == "cg" else None
     return HessianSample.build(design, k, rng), heavy
 
 
@@ -310,18 +302,13 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
     step; that relative gradient norm is the Run's ``grad_norm`` and what the history
     records in place of the gap.
     """
-    X, y, weights = data.X, data.y, data.weights
-    n, p = X.shape
+    y, weights = data.y, data.weights
+    n, p = data.X.shape
     meter = Meter()
     trace = Trace(options.progress, options.callback)
-    design = Design.from_array(X, lambda: data.pure_blocks, data.by_rows, data.column_counts)
+    design = _design(data, problem, None)
     meter.add("setup", 0.0, trace.start)
-    coef = np.zeros(p)
-    intercept = (
-        obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
-        if problem.fit_intercept
-        else 0.0
-    )
+    coef, intercept, _ = _start(problem, design, y, None, weights)
     grad_rows, curv = np.empty(n), np.empty(n)
     step, first_violation = 0, None
     while True:
@@ -329,24 +316,15 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         margins = design.rows.dot(coef) + intercept
         loss_sum = kernels.derivatives(problem.loss_code, y, margins, grad_rows, curv, weights)
         parts = design.signed_scatter(grad_rows, split=False)
-        model = Model(
-            problem,
-            coef,
-            intercept,
-            (parts[0] + parts[1]) / n,
-            float(grad_rows.sum()) / n,
-            grad_rows,
-            curv,
-        )
+        grad = (parts[0] + parts[1]) / n
+        model = Model(problem, coef, intercept, grad, float(grad_rows.sum()) / n, grad_rows, curv)
         meter.add("gradient", 2.0, tick)
         primal, violation = loss_sum / n, model.violation()
         grad_norm = violation / max(1.0, abs(primal))
         trace.record(step, grad_norm, primal)
         if grad_norm <= options.tol or step >= options.max_iter or trace.stopped:
             break
-        # The forcing term of inexact Newton (superlinear), as the penalized loop's.
-        first_violation = first_violation or max(violation, np.finfo(float).tiny)
-        model.forcing = min(model.forcing, np.sqrt(violation / first_violation))
+        model.forcing, first_violation = forcing_term(violation, first_violation, INNER)
         tick = time.perf_counter()
         delta, delta_b, direction, passes, inner = l2_direction(design, model)
         meter.add(f"solve:{inner}", passes, tick)
@@ -356,15 +334,8 @@ def fit_unpenalized(data: InMemory, problem: obj.Problem, options: Options) -> R
         step += 1
         coef = coef + t * delta
         intercept += t * delta_b
-    run = Run(
-        coef,
-        float(intercept),
-        uncertified(primal, p),
-        step,
-        trace.history,
-        meter.as_dict(),
-        grad_norm=grad_norm,
-    )
+    cert, extras = uncertified(primal, p), meter.as_dict()
+    run = Run(coef, float(intercept), cert, step, trace.history, extras, grad_norm=grad_norm)
     return trace.ended(run)
 
 
@@ -381,54 +352,25 @@ def _near_the_end(model, solved, cert, tol) -> bool:
 def _line_search(
     problem, y, margins, direction, loss_sum, model, delta, delta_b, weights=None
 ) -> float:
-    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − F(θ) ≤ ARMIJO·t·(∇fᵀΔ + penalty change)
-    (0 if none, or Δ = 0); a unit step of a smooth L2 model that passes is extended by
-    :func:`extrapolate`. O(n) per trial, no pass over X."""
-    n = len(y)
-    coef = model.coef
+    """The step t of :func:`~dask_scd.engines.newton.newton_loop.armijo` on F(θ + tΔ) −
+    F(θ) (O(n) per trial, no pass over X); a unit step of a smooth L2 model that passes
+    is extended by :func:`extrapolate`."""
     now, after = penalty_change(model, delta)
-    base = loss_sum / n + now
+    base = loss_sum / len(y) + now
     slope = float(model.grad @ delta) + model.grad_b * delta_b
-    decrease = slope + after - now
-    noise = 1e-15 * abs(base)
-    if not (np.any(delta) or delta_b) or not np.isfinite(decrease):
-        return 0.0
-    if decrease > -_ROUNDING * abs(base):
-        # F cannot tell the step from rounding, but the gap, first order in the gradient,
-        # still can: take the unit step of the local model (the caller keeps the best
-        # certified iterate, and stops after newton_loop._STALLS steps without a better gap).
-        return 1.0
-    t, value = _backtrack(
-        problem, y, margins, direction, coef, delta, base, decrease, noise, weights, after
-    )
-    if t == 1.0 and extrapolates(problem):
-        t = extrapolate(problem, y, margins, direction, coef, delta, weights, at_one=value)
+    trials = trial_values(problem, y, margins, direction, model.coef, delta, weights, at_one=after)
+    t, value = armijo(base, slope + after - now, np.any(delta) or delta_b, trials)
+    if t == 1.0 and value is not None and extrapolates(problem):
+        t = extrapolate(problem, y, margins, direction, model.coef, delta, weights, at_one=value)
     return t
 
 
-def backtrack(
-    problem, y, margins, direction, coef, delta, base, decrease, noise, weights=None
-) -> float:
-    """The first t ∈ {1, ½, ¼, ...} with F(θ + tΔ) − ``base`` ≤ ARMIJO·t·``decrease`` +
-    ``noise`` (0 if none): F from the loss along ``margins + t·direction`` (O(n), no pass
-    over X) and the penalty at θ + tΔ."""
-    t, _ = _backtrack(problem, y, margins, direction, coef, delta, base, decrease, noise, weights)
-    return t
-
-
-def _backtrack(
-    problem, y, margins, direction, coef, delta, base, decrease, noise, weights, at_one=None
-):
-    """(t, F(θ + tΔ)) of :func:`backtrack`; (0, inf) if no step passes. ``at_one``: the
-    penalty at θ + Δ where known."""
-    t = 1.0
-    for _ in range(MAX_BACKTRACK):
+def trial_values(problem, y, margins, direction, coef, delta, weights=None, at_one=None):
+    """(t, F(θ + tΔ)) for t = 1, ½, ¼, ..., computed as they are read (O(n) each, no pass
+    over X); ``at_one``: the penalty at θ + Δ where known."""
+    for t in TRIALS:
         penalty = at_one if t == 1.0 else None
-        trial = _along(problem, y, margins, direction, coef, delta, t, weights, penalty)
-        if trial - base <= ARMIJO * t * decrease + noise:
-            return t, trial
-        t *= BACKTRACK
-    return 0.0, np.inf
+        yield t, _along(problem, y, margins, direction, coef, delta, t, weights, penalty)
 
 
 def _along(problem, y, margins, direction, coef, delta, t, weights, penalty=None) -> float:

@@ -1,11 +1,6 @@
-"""The quadratic model of a proximal Newton step, and its L2 inner solvers.
-
-Both Newton engines, :mod:`dask_scd.engines.newton.newton` (the smooth losses) and
-:mod:`dask_scd.engines.newton.hinge_newton` (the smoothed hinge), solve models
-
-    q(Δ) = gᵀXΔ/n + ½ΔᵀXᵀDXΔ/n + penalty(θ + Δ)        (Δb: the intercept, unpenalized)
-
-on X held by rows (:class:`~dask_scd.engines.newton.design.Design`). For an L2 penalty
+"""The quadratic model q(Δ) of a proximal Newton step (:mod:`dask_scd.engines.newton.newton`;
+the smoothed hinge's in :mod:`~dask_scd.engines.newton.hinge_newton`) on X held by rows
+(:class:`~dask_scd.engines.newton.design.Design`), and its L2 inner solvers
 (``docs/engines/newton.md`` says which runs when): Cholesky of XᵀDX/n + αI when that
 costs less than ~20 conjugate-gradient iterations (sklearn's newton-cholesky), else
 preconditioned conjugate gradients on Hessian-vector products, one pass over X each, XᵀDX
@@ -26,12 +21,13 @@ from dask_scd.engines.coarse_level import block_sums, two_level
 from dask_scd.engines.cost_model import BLAS_SPEEDUP
 from dask_scd.engines.newton.design import GRAM_MAX, Design, row_parts, run_parts
 from dask_scd.engines.newton.kernel_step import kernel_cost, kernel_direction
+from dask_scd.engines.newton.newton_loop import forcing_term, optimality_violation
 from dask_scd.engines.pcg import MAX_ITER, conjugate_gradients
 from dask_scd.kernels import newton as kernels
 from dask_scd.validation import as_generator
 
 # The inner model is solved until its violation is below this fraction of the outer one.
-_INNER = 0.1
+INNER = 0.1
 # Conjugate-gradient iterations the L2 cost model expects per Newton step.
 _CG_EXPECTED = 20
 # Outer steps of inexact (CG) Newton on the squared hinge for each step of an exact solve.
@@ -91,9 +87,6 @@ class HessianSample:
         if m * _SAMPLE_MIN_SAVING > n:
             return None
         return cls(design, np.sort(as_generator(rng).choice(n, size=m, replace=False)))
-
-    def gram(self, weights, intercept) -> np.ndarray:
-        return self.design.gram(np.arange(self.design.rows.n_minor), weights[self.rows], intercept)
 
     def observe(self, relative_gap: float, t: float) -> None:
         """After a sampled step: keep sampling only while it contracts the gap."""
@@ -163,7 +156,7 @@ class Model:
     grad_b: float  # Σ g_i / n
     grad_rows: np.ndarray  # g = ℓ'(z)
     curv: np.ndarray  # d = ℓ''(z)
-    forcing: float = _INNER  # the inner solve stops at this fraction of the violation
+    forcing: float = INNER  # the inner solve stops at this fraction of the violation
     # Xᵀa'/n of the model's dual point when the solve gives it without a pass (Cholesky).
     correlation: np.ndarray | None = None
     # Ridge: (P at Δ = 0, tol): CG stops where its residual certifies tol (not forcing).
@@ -184,35 +177,21 @@ class Model:
         """Largest distance to optimality over the coordinates, at Δ = 0 (computed once:
         the outer step and its inner solve both read it)."""
         if self.violation_at_zero is None:
-            self.violation_at_zero = self._violation()
+            self.violation_at_zero = optimality_violation(
+                self.problem, self.grad, self.coef, self.grad_b
+            )
         return self.violation_at_zero
 
-    def _violation(self) -> float:
-        problem, coef = self.problem, self.coef
-        slope = self.grad + problem.l2 * coef
-        if problem.l1 == 0.0:  # both branches below are |slope|, bit for bit
-            v = np.abs(slope)
-        else:
-            v = np.where(
-                coef != 0.0,
-                np.abs(slope + problem.l1 * np.sign(coef)),
-                np.maximum(np.abs(slope) - problem.l1, 0.0),
-            )
-        worst = float(v.max(initial=0.0))
-        if problem.fit_intercept:
-            worst = max(worst, abs(self.grad_b))
-        return worst
 
-
-def set_inner_targets(model, cert, tol, violation, first_violation) -> None:
-    """The inner solve's stopping targets for the model at the iterate ``cert`` certifies.
-
-    A forcing term η = min(0.1, √(v/v₀)) on the outer violation v (superlinear inexact
-    Newton), and the accuracy at which the model's dual point a' certifies ``tol``
-    (:meth:`~dask_scd.engines.certificates.DualMemory.offer_linearized`).
+def set_inner_targets(model, cert, tol, first_violation) -> float:
+    """The inner solve's stopping targets for the model at the iterate ``cert`` certifies:
+    a forcing term η = min(0.1, √(v/v₀)) on the outer violation v (v₀ ``first_violation``,
+    :func:`~dask_scd.engines.newton.newton_loop.forcing_term`), and the accuracy at which
+    the model's dual point a' certifies ``tol``
+    (:meth:`~dask_scd.engines.certificates.DualMemory.offer_linearized`). Returns v₀.
     """
     problem = model.problem
-    model.forcing = min(_INNER, np.sqrt(violation / first_violation))
+    model.forcing, first_violation = forcing_term(model.violation(), first_violation, INNER)
     primal = max(cert.primal, 0.0)
     if problem.loss == "squared" and problem.l1 == 0.0:
         # Ridge: the model is the objective and its gap is ‖∇P‖²/(2·l2), so one CG solve
@@ -230,6 +209,7 @@ def set_inner_targets(model, cert, tol, violation, first_violation) -> None:
         # first order, so the model is solved to v ≤ 0.1·tol·α (a Gram CD epoch is
         # cheap, and the exact models also take fewer outer steps).
         model.dual_target = 0.1 * tol * problem.l1
+    return first_violation
 
 
 # ----------------------------------------------------------------------- L2 penalty
@@ -246,8 +226,7 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
     if fit_b:
         rhs = np.append(rhs, -model.grad_b)
     if sample is not None:
-        hessian = sample.gram(model.curv, fit_b)
-        hessian[np.arange(p), np.arange(p)] += problem.l2
+        hessian = ridge_hessian(sample.design, model.curv[sample.rows], fit_b, problem.l2)
         solution = cholesky_solve(hessian, rhs)
         delta = solution[:p]
         if model_decrease(model, delta, solution[p] if fit_b else 0.0) > model.final_decrease:
@@ -273,8 +252,7 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
     ):
         return *found, 2.0, "kernel"
     elif solver == "cholesky":
-        hessian = design.gram(np.arange(p), model.curv, fit_b)
-        hessian[np.arange(p), np.arange(p)] += problem.l2
+        hessian = ridge_hessian(design, model.curv, fit_b, problem.l2)
         solution = cholesky_solve(hessian, rhs)
         passes, inner = 1.0, "cholesky"
         # Xᵀa'/n = −(Xᵀg/n + XᵀD(XΔ + Δb)/n) from the Hessian itself: no pass.
@@ -301,9 +279,12 @@ def l2_direction(design: Design, model: Model, sample: HessianSample | None = No
     return delta, delta_b, image + delta_b, passes, inner  # XΔ from CG's own products
 
 
-def solves_by_cg(design: Design, problem: obj.Problem) -> bool:
-    """Whether an L2 step is solved by conjugate gradients (:func:`l2_solver`)."""
-    return problem.l1 == 0.0 and l2_solver(design, problem) == "cg"
+def ridge_hessian(design: Design, weights, fit_b: bool, l2: float) -> np.ndarray:
+    """XᵀDX/n + l2·I on every column (+ the intercept's row and column, unpenalized)."""
+    p = design.rows.n_minor
+    hessian = design.gram(np.arange(p), weights, fit_b)
+    hessian[np.arange(p), np.arange(p)] += l2
+    return hessian
 
 
 def l2_solver(design: Design, problem: obj.Problem) -> str:
@@ -450,8 +431,7 @@ def _hessian_product(design: Design, curv, l2: float, s, total: float, xv=None):
     rows = design.rows
     n, p = rows.n_major, rows.n_minor
     ranges = row_parts(rows)
-    out = np.empty(p)
-    outs = [out] + [np.empty(p) for _ in ranges[1:]]
+    outs = [(np.empty(p),) for _ in ranges]
     sides = np.zeros(len(ranges))
 
     def apply_part(k, v):
@@ -468,15 +448,13 @@ def _hessian_product(design: Design, curv, l2: float, s, total: float, xv=None):
             curv[lo:hi],
             v,
             0.0,
-            outs[k],
+            outs[k][0],
             image,
         )
 
     def apply(v):
         v = np.ascontiguousarray(v, dtype=np.float64)
-        run_parts(rows, lambda k: apply_part(k, v), len(ranges))
-        for more in outs[1:]:
-            np.add(outs[0], more, out=outs[0])  # outs[0] is ``out``
+        (out,) = run_parts(rows, lambda k: apply_part(k, v), outs)
         side = float(sum(sides))  # out = XᵀDXv, side = 1ᵀDXv, summed over the parts in order
         product = out / n + l2 * v
         if s is not None:
