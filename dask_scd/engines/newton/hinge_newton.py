@@ -33,6 +33,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import DualMemory, dual_certificate
 from dask_scd.engines.newton.design import GRAM_MAX, Design
+from dask_scd.engines.newton.newton import _start
 from dask_scd.engines.newton.newton_loop import REFRESH, STOP, Meter, Stopping, fresh_margins
 from dask_scd.engines.newton.quadratic import Model, cholesky_solve, hessian_cg, ridge_hessian
 from dask_scd.engines.pcg import MAX_ITER
@@ -64,15 +65,12 @@ def fit_hinge_newton(data: InMemory, problem: obj.Problem, options: Options) -> 
     ``data.y``: ndarray of shape (n_samples,), ±1. ``options.max_iter`` counts Newton
     steps over all smoothing levels.
     """
-    X, y = data.X, data.y
-    n, p = X.shape
+    y = data.y
     meter = Meter()
     trace = Trace(options.progress, options.callback)
-    design = Design.from_array(X)
+    design = Design.from_array(data.X)
     meter.add("setup", 0.0, trace.start)
-    coef = np.zeros(p)
-    intercept = obj.optimal_intercept("hinge", y, np.zeros(n)) if problem.fit_intercept else 0.0
-    margins = np.full(n, intercept)
+    coef, intercept, margins = _start(problem, design, y, None)
     duals = DualMemory(problem, y)
     stopping = Stopping(options.tol, options.max_iter, _STALLS)
     mu, step, levels = _MU_START, 0, 1

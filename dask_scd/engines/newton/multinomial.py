@@ -29,6 +29,7 @@ derivatives and the line search; the certificate is that of the weighted dual
 from __future__ import annotations
 
 import time
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -102,13 +103,12 @@ class Softmax:
             curvature.sum(axis=0) / self.n,
         )
 
+    @cached_property
     def csc(self):
         """X as CSC triples for the coordinate-descent kernel (built once)."""
-        if not hasattr(self, "_csc"):
-            csc = sp.csc_matrix(self.X, dtype=np.float64)
-            csc.sort_indices()
-            self._csc = (csc.indptr, csc.indices, csc.data)
-        return self._csc
+        csc = sp.csc_matrix(self.X, dtype=np.float64)
+        csc.sort_indices()
+        return csc.indptr, csc.indices, csc.data
 
 
 def column_sums(X, weights):
@@ -225,9 +225,12 @@ class _Steps:
 
     def certify(self, point: Point) -> obj.Certificate:
         """The certificate of (W, b) at ``point`` (:func:`dask_scd.objectives.multinomial.certify`)."""
-        s = self.softmax
-        sums = (point.loss_total, point.xt_prob, s.xt_onehot, s.column_sums, s.counts, s.weights)
-        return mn.certify(self.problem, point.W, s.codes, point.P, *sums)[0]
+        softmax = self.softmax
+        fixed = (softmax.xt_onehot, softmax.column_sums, softmax.counts, softmax.weights)
+        cert, _ = mn.certify(
+            self.problem, point.W, softmax.codes, point.P, point.loss_total, point.xt_prob, *fixed
+        )
+        return cert
 
     def recertify(self, W, b) -> obj.Certificate:
         return self.certify(Point(self.softmax, self.problem, W, b))
@@ -350,7 +353,7 @@ def _l1_direction(softmax: Softmax, problem, point: Point, violation: float, for
     # near the threshold (the others stay at zero in the model unless their neighbours
     # move far; the next outer step's gradient, and the gap, would tell).
     active = (point.W != 0.0) | (np.abs(point.grad_loss) > _WORKING_SHARE * problem.l1)
-    indptr, indices, values = softmax.csc()
+    indptr, indices, values = softmax.csc
     sweeps = model_cd(
         indptr,
         indices,
