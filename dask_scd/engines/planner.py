@@ -277,9 +277,7 @@ def _why(solver, problem, data) -> tuple[str, dict | None]:
         return registry.dask_choice(data, problem)[1], None
     if problem.unpenalized or problem.loss == MULTINOMIAL:
         return "the one engine of penalty=None and of the softmax loss", None
-    among = registry.weighted_engines(problem.loss) if data.weighted else None
-    if problem.bounds is not None:
-        among = [n for n in registry.bounded_engines(problem.loss) if among is None or n in among]
+    among = registry.auto_among(problem, data.weighted)
     return "the fewest predicted passes over X", _passes(problem, data, among)
 
 

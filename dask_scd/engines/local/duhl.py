@@ -36,8 +36,8 @@ from dask_scd.engines.certificates import (
     margins_dual_point,
     primal_certificate,
 )
-from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
-from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
+from dask_scd.engines.local.epochs import check_cpu_weights, scd_epoch, sdca_epoch, zero_intercept
+from dask_scd.engines.local.sdca import PENALTY_SCALE, cold_start, weighted_dual
 from dask_scd.kernels import device
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
@@ -62,7 +62,7 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     steps on u = a/v (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`), and every gap
     is the weighted problem's; on the CPU.
     """
-    _check_weighted_device(data.weights, options)
+    check_cpu_weights(data.weights, options.device, "duhl")
     axis = _axis(problem)
     n_lines = data.X.shape[1] if axis == "columns" else data.X.shape[0]
     chunk_size = options.engine.chunk_size or max(1, -(-n_lines // _DEFAULT_CHUNKS))
@@ -79,7 +79,7 @@ def fit_grid(source, problem: obj.Problem, options: Options) -> Run:
     ``extras["slow_bytes_read"]``. The source's sample weights (the fit's, else the ones
     the grid stores) weigh the losses, as in :func:`fit_duhl`."""
     grid, weights = source.grid, source.unit_weights()
-    _check_weighted_device(weights, options)
+    check_cpu_weights(weights, options.device, "duhl")
     axis = _axis(problem)
     store = GridStore(grid, axis)
     y = store.labels()
@@ -93,13 +93,6 @@ def fit_grid(source, problem: obj.Problem, options: Options) -> Run:
     run = _run(store, y, problem, options, weights)
     run.coef = grid.to_original_order(run.coef)
     return run
-
-
-def _check_weighted_device(weights, options: Options):
-    if weights is not None and options.device == "gpu":
-        raise ValueError(
-            "sample weights are solved by the CPU epochs of solver='duhl': pass device='cpu'"
-        )
 
 
 def _axis(problem) -> str:
@@ -136,14 +129,8 @@ class _Rounds:
     def __init__(self, tier: Tier, solver, policy, options: Options):
         self.tier, self.solver, self.policy = tier, solver, policy
         self.options, self.settings = options, options.engine
-        self.rounds = {
-            "round": [],
-            "relative_gap": [],
-            "swaps": [],
-            "bytes_moved": [],
-            "resident_lines": [],
-            "seconds": [],
-        }
+        fields = ("round", "relative_gap", "swaps", "bytes_moved", "resident_lines", "seconds")
+        self.rounds = {name: [] for name in fields}
 
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
@@ -215,14 +202,9 @@ class _Primal:
     def __init__(self, store: SlowStore, y, problem, weights=None):
         self.store, self.y, self.problem = store, np.asarray(y, dtype=np.float64), problem
         self.weights = weights
-        n = len(y)
         self.coef = np.zeros(store.n_lines)
-        self.intercept = np.array([0.0])
-        if problem.fit_intercept:
-            self.intercept[0] = obj.optimal_intercept(
-                problem.loss, self.y, np.zeros(n), weights=weights
-            )
-        self.margins = np.full(n, self.intercept[0])
+        self.intercept = np.array([zero_intercept(problem, self.y, weights)])
+        self.margins = np.full(len(y), self.intercept[0])
 
     def certificate(self):
         return primal_certificate(
@@ -319,12 +301,7 @@ class _Dual:
             if problem.fit_intercept
             else 0.0
         )
-        self.intercept = 0.0
-        if problem.fit_intercept:
-            self.intercept = obj.optimal_intercept(
-                problem.loss, self.y, np.zeros(n), weights=weights
-            )
-        self.dual_coef = dual_start(problem, self.y, self.intercept, weights)
+        self.intercept, self.dual_coef = cold_start(problem, self.y, weights)
         self.coef = store.scatter(self.dual()) / self.alpha_n
 
     def dual(self, dual_coef=None):

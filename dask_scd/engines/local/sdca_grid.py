@@ -47,7 +47,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.spill import Spill
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.local.epochs import sdca_epoch
-from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, dual_start
+from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, cold_start
 from dask_scd.grid.read import CellBuffers, read_cell, read_dense_row_chunk, read_labels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
@@ -227,10 +227,7 @@ def _cold_start(source, problem: obj.Problem) -> tuple:
     y = _labels(source.grid, source.classes)
     if problem.loss == "squared":
         check_label_values(y)
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(source.n_samples))
-    return y, intercept, dual_start(problem, y, intercept)
+    return (y, *cold_start(problem, y))
 
 
 def _check_on_grid(engine, device_name: str, grid) -> None:
