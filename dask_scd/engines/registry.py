@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from dask_scd.engines import cost_model
 from dask_scd.engines.block.block_newton import newton_forms_curvature
 from dask_scd.engines.options import (
-    IN_MEMORY_LIMIT,
     BlockNewtonOptions,
     BlockSCDOptions,
     CoCoAOptions,
@@ -346,19 +345,6 @@ def get(solver: str) -> Engine:
     return ENGINES[solver]
 
 
-def runs_in_memory(
-    solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT, on_disk: bool = False
-) -> bool:
-    """Whether a fit of dask input runs in memory: with ``"auto"`` below ``in_memory_limit``
-    bytes (the local kernels beat any cluster's task overhead there), and whenever an
-    in-memory engine is asked for by name, unless it runs a grid (``on_disk``) out of core
-    (:meth:`Engine.out_of_core`)."""
-    if solver == "auto":
-        return nbytes <= in_memory_limit
-    engine = get(solver)
-    return engine.data == "memory" and not (on_disk and engine.out_of_core("grid"))
-
-
 def data_kind(data) -> str:
     """ "memory" (:class:`~dask_scd.data.memory.InMemory`), "grid" (a grid source) or
     "dask" (a dask array's source)."""
@@ -373,7 +359,7 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
     ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
-    the dask engine: :func:`runs_in_memory` has already said it stays distributed).
+    the dask engine: :func:`dask_scd.engines.planner.runs_in_memory` has already said it stays distributed).
     ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
     ``given``: the kind of the caller's X (:func:`data_kind`), where dask input was read
     into memory: what a refusal is about, and which engines it names.

@@ -52,9 +52,8 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     budget's worth of its chunks, in RAM or, with ``options.device == "gpu"``, in device
     memory, where the CUDA epoch kernels (TPA-SCD) solve on it.
 
-    Engine options: :class:`~dask_scd.engines.options.DuHLOptions` (``memory_budget``,
-    ``local_epochs`` (θ of the paper), ``residency``, ``chunk_size``, ``gap_refresh``,
-    ``certify_every``).
+    Engine options: :class:`~dask_scd.engines.options.DuHLOptions` (``local_epochs`` is θ
+    of the paper).
 
     With sample weights v (``data.weights``, mean 1) the example i's loss is v_i·ℓ_i: the
     primal epochs are the weighted coordinate steps

@@ -173,11 +173,7 @@ class GramSystem:
 
 
 def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
-    """Squared loss, any penalty: coordinate descent on the Gram matrix of a working set.
-
-    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
-    ``data.y``: ndarray of shape (n_samples,).
-    """
+    """Squared loss, any penalty: coordinate descent on the Gram matrix of a working set."""
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     # Building H is part of the solve: it is timed.

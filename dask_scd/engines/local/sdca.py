@@ -41,9 +41,6 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     the epochs move u = a/v in the unweighted box with curvature v_i·‖x_i‖²/(αn)
     (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`, and the shrinking epochs of the
     box duals with the same scaling), on the CPU.
-
-    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
-    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
     """
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
@@ -79,15 +76,9 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             exact = epochs.resync(epoch, certify, dual_coef, coef, alpha_n)
             if not certify:
                 continue
-            cert, _, _ = dual_certificate(
-                problem,
-                matrix,
-                y,
-                weighted_dual(dual_coef, weights),
-                coef if exact is None else exact,
-                intercept,
-                weights,
-            )
+            dual = weighted_dual(dual_coef, weights)
+            w = coef if exact is None else exact
+            cert, _, _ = dual_certificate(problem, matrix, y, dual, w, intercept, weights)
             if trace.certified(epoch, cert, tol):
                 break
     finally:

@@ -209,16 +209,8 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         stream.close()
     cert, cert_intercept, point = settled
     extras = {"chunk_orders": orders[: point.epoch], "read_passes": passes, "row_chunks": n_chunks}
-    return trace.ended(
-        Run(
-            grid.to_original_order(point.coef),
-            float(cert_intercept),
-            cert,
-            point.epoch,
-            trace.history,
-            extras,
-        )
-    )
+    coef = grid.to_original_order(point.coef)
+    return trace.ended(Run(coef, float(cert_intercept), cert, point.epoch, trace.history, extras))
 
 
 def _cold_start(source, problem: obj.Problem) -> tuple:
