@@ -359,10 +359,10 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
     ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
-    the dask engine: :func:`dask_scd.engines.planner.runs_in_memory` has already said it stays distributed).
-    ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
-    ``given``: the kind of the caller's X (:func:`data_kind`), where dask input was read
-    into memory: what a refusal is about, and which engines it names.
+    the dask engine: :func:`dask_scd.engines.planner.runs_in_memory` has already said it
+    stays distributed). ``among`` restricts the engines ``"auto"`` may pick (those with
+    GPU kernels, say). ``given``: the kind of the caller's X (:func:`data_kind`), where
+    dask input was read into memory: what a refusal is about, and which engines it names.
     """
     kind = data_kind(data)
     weighted = getattr(data, "weighted", False)

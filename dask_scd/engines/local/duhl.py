@@ -213,24 +213,22 @@ class _Primal:
     def certified_gaps(self, cert) -> np.ndarray:
         # The Lipschitzed gaps, not the rescaled lasso certificate's: at θ = 0 those are
         # all zero, blind to the columns that will enter the support.
-        _, bound = self._dual(self.margins, self.coef)
-        return self._column_gaps(self.coef, cert.correlation, bound)
+        return self._gaps(self.margins, self.coef, self.coef, lambda a: cert.correlation)
 
     def snapshot(self):
         return self.margins.copy(), self.coef.copy()
 
-    def _dual(self, margins, coef):
-        """(a/n, Lipschitzing bound) at these margins: what a column's gap needs."""
-        problem, y, weights = self.problem, self.y, self.weights
-        sums, a = margins_dual_point(problem, y, margins, weights)
+    def _gaps(self, margins, coef, coef_lines, correlation_of):
+        """gap_j of the columns whose θ_j are ``coef_lines``, at these margins, given
+        ``correlation_of(a/n)``: their x_jᵀa/n for the dual point a of the margins."""
+        problem, y = self.problem, self.y
+        sums, a = margins_dual_point(problem, y, margins, self.weights)
         primal = sums["loss"] / len(y) + obj.penalty_value(problem, coef)
-        return a / len(y), obj.lipschitz_bound(problem, primal)
-
-    def _column_gaps(self, coef_lines, correlation, bound):
-        p = self.problem
+        bound = obj.lipschitz_bound(problem, primal)
+        correlation = correlation_of(a / len(y))
         gaps = (
-            obj.penalty_terms(p, coef_lines)
-            + obj.penalty_conjugate(p, correlation, bound)
+            obj.penalty_terms(problem, coef_lines)
+            + obj.penalty_conjugate(problem, correlation, bound)
             - correlation * coef_lines
         )
         return np.maximum(gaps, 0.0)
@@ -238,13 +236,11 @@ class _Primal:
     def gaps(self, snapshot, lines, store) -> np.ndarray:
         """The slow side: gap_j for the sampled columns at the snapshot's margins."""
         margins, coef = snapshot
-        a, bound = self._dual(margins, coef)
-        return self._column_gaps(coef[lines], store.line_dots(lines, a), bound)
+        return self._gaps(margins, coef, coef[lines], lambda a: store.line_dots(lines, a))
 
     def resident_gaps(self, matrix, lines) -> np.ndarray:
         """The fast side after its solve: gap_j of its own columns, at the new margins."""
-        a, bound = self._dual(self.margins, self.coef)
-        return self._column_gaps(self.coef[lines], matrix.dot(a), bound)
+        return self._gaps(self.margins, self.coef, self.coef[lines], matrix.dot)
 
     def solve(self, matrix, epoch_matrix, lines, epochs, rng):
         """``epochs`` epochs of primal SCD on the resident columns (and the intercept),
