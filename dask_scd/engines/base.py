@@ -141,6 +141,12 @@ class Trace:
                 self.stopped = True
         return seconds
 
+    def certified(self, step: int, cert: obj.Certificate, tol: float) -> bool:
+        """Record ``cert``, the certificate of ``step``; whether the fit stops there (``tol``
+        reached, or the callback asked)."""
+        self.record(step, cert.relative_gap, cert.primal)
+        return cert.relative_gap <= tol or self.stopped
+
     def ended(self, run: Run) -> Run:
         """``run``, marked as stopped by the callback when it was."""
         run.stopped_by_callback = run.stopped_by_callback or self.stopped

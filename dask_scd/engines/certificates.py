@@ -35,22 +35,11 @@ def primal_certificate(problem, transpose_dot, y, coef, margins, weights=None) -
 
 
 def fused_certificate(problem, y, coef, margins, grad, loss_sum, correlation_of):
-    """The certificate of (θ, b) at unweighted margins z, given g = ℓ'(z) and Σ ℓ(z).
-
-    Parameters
-    ----------
-    problem : the problem.
-    y, coef, margins : the labels, θ and z.
-    grad : ℓ'(z), as :func:`dask_scd.kernels.newton.derivatives` gives it.
-    loss_sum : Σ_i ℓ(y_i, z_i).
-    correlation_of : ``(scales, a) -> Xᵀa/n`` of the dual point a = −g made feasible,
-        its positive entries scaled by ``scales[0]``, its negative ones by ``scales[1]``.
-
-    Returns
-    -------
-    Certificate
-        Rescaled for a pure L1 penalty.
-    """
+    """The certificate of (θ, b) at unweighted ``margins`` z, given ``grad`` g = ℓ'(z) (as
+    :func:`dask_scd.kernels.newton.derivatives` gives it) and ``loss_sum`` Σ ℓ(y_i, z_i);
+    ``correlation_of(scales, a)`` is Xᵀa/n of the dual point a = −g made feasible, its
+    positive entries scaled by ``scales[0]``, its negative ones by ``scales[1]``. Rescaled
+    for a pure L1 penalty."""
     n = len(y)
     a = np.empty(n)
     # The projection, the dual loss and Σ a_i z_i in one kernel.
@@ -169,20 +158,9 @@ def _dual_loss_sum(loss, y, a, weights=None, kappa=1.0) -> float:
 
 
 def with_values(cert: obj.Certificate, primal: float, dual: float) -> obj.Certificate:
-    """``cert`` with another P and D (a fresher P, a higher dual value).
-
-    Parameters
-    ----------
-    cert : the certificate whose coordinate gaps and correlation are kept.
-    primal : the primal objective P(θ, b).
-    dual : a dual value, a lower bound of P*.
-
-    Returns
-    -------
-    Certificate
-        The same coordinate gaps and correlation; the intercept's share is the rest of
-        P − D.
-    """
+    """``cert`` with another ``primal`` P(θ, b) and ``dual`` value D, a lower bound of P* (a
+    fresher P, a higher D): the same coordinate gaps and correlation, the intercept's share
+    the rest of P − D."""
     rest = primal - dual - float(cert.coordinate_gaps.sum())
     return obj.Certificate(primal, dual, cert.coordinate_gaps, rest, cert.correlation)
 
@@ -208,34 +186,27 @@ class DualMemory:
         and positive entries; returns it and the passes over X it took."""
         problem, y = self.problem, self.y
         n = len(y)
-        if obj.gradient_certifies(problem):  # a = −g as it is: Xᵀa/n = −(Xᵀg₋ + Xᵀg₊)/n
-            correlation = -(parts[0] + parts[1]) / n
-            return self.tighten(
-                obj.gradient_certificate(problem, n, coef, loss_sum, correlation)
-            ), 0.0
+
+        def correlation_of(scales=(1.0, 1.0), a=None):
+            # Xᵀa/n of a = −g with its positive entries (g < 0) scaled by scales[0], the
+            # others by scales[1]: −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊)/n, no pass over X.
+            return -(scales[0] * parts[0] + scales[1] * parts[1]) / n
+
+        if obj.gradient_certifies(problem):  # a = −g as it is
+            cert = obj.gradient_certificate(problem, n, coef, loss_sum, correlation_of())
+            return self.tighten(cert), 0.0
         passes = 0.0
-        if self.weights is None:  # Xᵀa from the parts: no pass
-            cert = fused_certificate(
-                problem,
-                y,
-                coef,
-                margins,
-                grad_rows,
-                loss_sum,
-                lambda scales, a: -(scales[0] * parts[0] + scales[1] * parts[1]) / n,
-            )
+        if self.weights is None:
+            cert = fused_certificate(problem, y, coef, margins, grad_rows, loss_sum, correlation_of)
         else:
-            a = -grad_rows
-            if problem.fit_intercept:
+            a, scales = -grad_rows, (1.0, 1.0)  # no constraint on Σa: a = −g as it is
+            if problem.fit_intercept:  # a = −g projected
                 sums = {"pos": float(a[a > 0].sum()), "neg": float(a[a < 0].sum())}
                 scales = obj.dual_scales(problem, sums)
-                # a = −g projected: its positive entries (g < 0) scaled by scales[0], the
-                # others by scales[1], so Xᵀa = −(scales[0]·Xᵀg₋ + scales[1]·Xᵀg₊), no pass.
-                correlation = -(scales[0] * parts[0] + scales[1] * parts[1]) / n
                 a = np.where(a > 0, a * scales[0], a * scales[1])
-            else:  # no constraint on Σa: a = −g as it is
-                correlation = -(parts[0] + parts[1]) / n
-            cert = certificate_at(problem, y, coef, loss_sum, a, correlation, margins, self.weights)
+            cert = certificate_at(
+                problem, y, coef, loss_sum, a, correlation_of(scales), margins, self.weights
+            )
         if problem.l1 > 0.0:
             self.points.append(-grad_rows)
             if len(self.points) == self.points.maxlen:

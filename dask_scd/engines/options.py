@@ -35,19 +35,19 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def positive_int(name: str, value) -> None:
-    if not _is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _integer(least: int, what: str, none: bool = False):
+    """The check of an integer of at least ``least`` (or None, when ``none``)."""
+
+    def check(name: str, value) -> None:
+        if not (none and value is None) and (not _is_int(value) or value < least):
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+
+    return check
 
 
-def non_negative_int(name: str, value) -> None:
-    if not _is_int(value) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-
-
-def positive_int_or_none(name: str, value) -> None:
-    if value is not None and (not _is_int(value) or value < 1):
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+positive_int = _integer(1, "a positive integer")
+non_negative_int = _integer(0, "a non-negative integer")
+positive_int_or_none = _integer(1, "a positive integer or None", none=True)
 
 
 def one_of(choices: tuple):

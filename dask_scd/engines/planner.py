@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dask_scd.engines import cost_model, registry
+from dask_scd.engines.options import IN_MEMORY_LIMIT
 from dask_scd.objectives import MULTINOMIAL, Problem
 from dask_scd.validation import TaskOverheadWarning, warn
 
@@ -41,17 +42,10 @@ _NEWTON_PASSES = 4
 
 @dataclass(frozen=True)
 class Plan:
-    """What runs, where, and why.
-
-    Attributes
-    ----------
-    engine : registry.Engine
-    device : {"cpu", "gpu"}
-    rule : str
-        The rule that chose the engine ("named" when the caller did).
-    passes : dict or None
-        The cost model's predicted passes over X of the engines it weighed.
-    """
+    """What runs, where, and why: the :class:`~dask_scd.engines.registry.Engine`, the
+    ``device`` ("cpu" or "gpu"), the ``rule`` that chose the engine ("named" when the caller
+    did) and the cost model's predicted ``passes`` over X of the engines it weighed (or
+    None)."""
 
     engine: registry.Engine
     device: str
@@ -70,14 +64,17 @@ class Plan:
 
 def runs_in_memory(solver: str, source, problem: Problem, limit: int) -> bool:
     """Whether a fit of dask input (``source``, a dask array's or a grid's) runs in memory:
-    under ``"auto"`` below ``limit`` stored bytes, or a weighted fit whose Dask engine
-    would not solve the weights (said in a warning); a named in-memory engine always,
-    unless it runs a grid out of core."""
-    fits = registry.runs_in_memory(solver, source.nbytes, limit, source.on_disk)
+    under ``"auto"`` below ``limit`` stored bytes (the local kernels beat any cluster's task
+    overhead there), or a weighted fit whose Dask engine would not solve the weights (said
+    in a warning); a named in-memory engine always, unless it runs a grid out of core
+    (:meth:`~dask_scd.engines.registry.Engine.out_of_core`)."""
+    if solver != "auto":
+        engine = registry.get(solver)
+        return engine.data == "memory" and not (source.on_disk and engine.out_of_core("grid"))
+    if auto_in_memory(source.nbytes, limit):
+        return True
     if (
         source.weighted
-        and solver == "auto"
-        and not fits
         and problem.loss not in registry.get(registry.dask_auto(source, problem)).weighted
     ):
         warn(
@@ -85,13 +82,13 @@ def runs_in_memory(solver: str, source, problem: Problem, limit: int) -> bool:
             f"fit brings X ({source.nbytes / 2**20:.0f} MiB stored) into memory"
         )
         return True
-    return fits
+    return False
 
 
-def auto_in_memory(nbytes: int, limit: int = registry.IN_MEMORY_LIMIT) -> bool:
+def auto_in_memory(nbytes: int, limit: int = IN_MEMORY_LIMIT) -> bool:
     """Whether ``solver="auto"`` fits dask input of ``nbytes`` stored bytes in memory
     (the estimators ask before they choose one softmax model or one-vs-rest)."""
-    return registry.runs_in_memory("auto", nbytes, limit)
+    return nbytes <= limit
 
 
 def plan(
@@ -277,9 +274,7 @@ def _why(solver, problem, data) -> tuple[str, dict | None]:
         return registry.dask_choice(data, problem)[1], None
     if problem.unpenalized or problem.loss == MULTINOMIAL:
         return "the one engine of penalty=None and of the softmax loss", None
-    among = registry.weighted_engines(problem.loss) if data.weighted else None
-    if problem.bounds is not None:
-        among = [n for n in registry.bounded_engines(problem.loss) if among is None or n in among]
+    among = registry.auto_among(problem, data.weighted)
     return "the fewest predicted passes over X", _passes(problem, data, among)
 
 

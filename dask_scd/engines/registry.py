@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from dask_scd.engines import cost_model
 from dask_scd.engines.block.block_newton import newton_forms_curvature
 from dask_scd.engines.options import (
-    IN_MEMORY_LIMIT,
     BlockNewtonOptions,
     BlockSCDOptions,
     CoCoAOptions,
@@ -26,7 +25,7 @@ from dask_scd.engines.options import (
     NoOptions,
     SDCAOptions,
 )
-from dask_scd.objectives import LOSSES, MULTINOMIAL, Problem
+from dask_scd.objectives import LOSSES, MULTINOMIAL, Bounds, Problem
 
 ANY_LOSS = LOSSES
 SMOOTH = ("squared", "logistic", "squared_hinge")
@@ -216,6 +215,16 @@ def bounded_engines(loss: str) -> list[str]:
     return [name for name, engine in ENGINES.items() if loss in engine.bounds]
 
 
+def auto_among(problem: Problem, weighted: bool, among=None) -> list | None:
+    """The engines of ``among`` (None: all) that ``solver="auto"`` may pick in memory: only
+    those that take the sample weights and the coefficient bounds, where there are."""
+    if weighted:
+        among = [name for name in weighted_engines(problem.loss) if among is None or name in among]
+    if problem.bounds is not None:
+        among = [name for name in bounded_engines(problem.loss) if among is None or name in among]
+    return among
+
+
 def _function(entry: str):
     module, function = entry.split(":")
     return getattr(importlib.import_module(module), function)
@@ -336,19 +345,6 @@ def get(solver: str) -> Engine:
     return ENGINES[solver]
 
 
-def runs_in_memory(
-    solver: str, nbytes: int, in_memory_limit: int = IN_MEMORY_LIMIT, on_disk: bool = False
-) -> bool:
-    """Whether a fit of dask input runs in memory: with ``"auto"`` below ``in_memory_limit``
-    bytes (the local kernels beat any cluster's task overhead there), and whenever an
-    in-memory engine is asked for by name, unless it runs a grid (``on_disk``) out of core
-    (:meth:`Engine.out_of_core`)."""
-    if solver == "auto":
-        return nbytes <= in_memory_limit
-    engine = get(solver)
-    return engine.data == "memory" and not (on_disk and engine.out_of_core("grid"))
-
-
 def data_kind(data) -> str:
     """ "memory" (:class:`~dask_scd.data.memory.InMemory`), "grid" (a grid source) or
     "dask" (a dask array's source)."""
@@ -363,24 +359,16 @@ def resolve(solver: str, problem: Problem, data, among=None, given: str | None =
     """The engine that runs: ``solver`` checked against the problem, or ``"auto"`` decided.
 
     ``data`` is :class:`~dask_scd.data.memory.InMemory`, or a dask source (which goes to
-    the dask engine: :func:`runs_in_memory` has already said it stays distributed).
-    ``among`` restricts the engines ``"auto"`` may pick (those with GPU kernels, say).
-    ``given``: the kind of the caller's X (:func:`data_kind`), where dask input was read
-    into memory: what a refusal is about, and which engines it names.
+    the dask engine: :func:`dask_scd.engines.planner.runs_in_memory` has already said it
+    stays distributed). ``among`` restricts the engines ``"auto"`` may pick (those with
+    GPU kernels, say). ``given``: the kind of the caller's X (:func:`data_kind`), where
+    dask input was read into memory: what a refusal is about, and which engines it names.
     """
     kind = data_kind(data)
     weighted = getattr(data, "weighted", False)
     on_cluster = solver == "auto" and kind != "memory"
     if solver == "auto" and kind == "memory":
-        if weighted:  # only the engines that take sample weights
-            among = [
-                name for name in weighted_engines(problem.loss) if among is None or name in among
-            ]
-        if problem.bounds is not None:  # only the engines that take coefficient bounds
-            among = [
-                name for name in bounded_engines(problem.loss) if among is None or name in among
-            ]
-        solver = _auto_in_memory(problem, data, among)
+        solver = _auto_in_memory(problem, data, auto_among(problem, weighted, among))
     elif on_cluster:
         solver = "block_newton" if problem.loss == MULTINOMIAL else dask_auto(data, problem)
     engine = get(solver)
@@ -453,7 +441,6 @@ def capability_table() -> str:
     """The capability matrix of every engine, as a markdown page (docs/capabilities.md,
     which a test keeps equal to this): the data kinds it takes, the problems it solves on
     each, with and without sample weights, read from the declarations alone."""
-    problems = [("l2", 0.0), ("l1 / elasticnet", 1.0)]
     losses = (*ANY_LOSS, MULTINOMIAL)
     lines = [
         "# Capability matrix",
@@ -471,10 +458,9 @@ def capability_table() -> str:
         "it solves with coefficient bounds (`lower_bounds` / `upper_bounds`, `positive=True`),",
         "with every penalty and, where it takes them, sample weights.",
         "",
-        "| engine | data kind | "
-        + " | ".join(name for name, _ in problems)
-        + ' | penalty=None | GPU (`device="gpu"`) | bounds |',
-        "|---|---|" + "---|" * (len(problems) + 3),
+        "| engine | data kind | l2 | l1 / elasticnet | penalty=None "
+        '| GPU (`device="gpu"`) | bounds |',
+        "|---|---|---|---|---|---|---|",
     ]
     short = {
         "squared": "sq",
@@ -483,52 +469,42 @@ def capability_table() -> str:
         "squared_hinge": "sqh",
         MULTINOMIAL: "mn",
     }
+    box = Bounds([0.0], [1.0])
     for name, engine in ENGINES.items():
         for kind in engine.kinds():
+
+            def solved(penalty, weighted=False, bounds=None):
+                return [
+                    short[loss]
+                    for loss in losses
+                    if _solves(engine, kind, loss, penalty, weighted, bounds)
+                ]
+
             cells = []
-            for _, l1_ratio in problems:
-                cells.append(_cell(engine, kind, losses, short, l1_ratio, False))
-            cells.append(_cell(engine, kind, losses, short, 0.0, True))
+            for penalty in ("l2", "l1", None):
+                plain, weighted = solved(penalty), solved(penalty, weighted=True)
+                cells.append(
+                    ", ".join(plain) + f"; w: {', '.join(weighted) or '—'}" if plain else "—"
+                )
             gpu = [short[loss] for loss in losses if loss in engine.gpu]
             cells.append(
                 ", ".join(gpu) + " (unweighted)" if gpu and not engine.out_of_core(kind) else "—"
             )
-            cells.append(", ".join(_bounded_cell(engine, kind, losses, short)) or "—")
+            cells.append(", ".join(solved("l2", bounds=box)) or "—")
             where = kind + (" (out of core)" if engine.out_of_core(kind) else "")
             lines.append(f"| `{name}` | {where} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _bounded_cell(engine: Engine, kind: str, losses, short) -> list:
-    """The short names of the losses ``engine`` solves with bounds on ``kind``."""
-    from dask_scd.objectives import Bounds
+def _solves(engine: Engine, kind: str, loss: str, penalty, weighted: bool, bounds) -> bool:
+    """Whether ``engine`` solves ``loss`` with ``penalty`` (and ``bounds``) on ``kind``, as
+    declared."""
     from dask_scd.validation import check_problem
 
-    box = Bounds([0.0], [1.0])
-    names = []
-    for loss in losses:
-        try:
-            problem = dataclasses.replace(check_problem(loss, "l2", 1.0, 0.5, True), bounds=box)
-        except ValueError:
-            continue
-        if engine._lacks(problem, False, kind) is None:
-            names.append(short[loss])
-    return names
-
-
-def _cell(engine: Engine, kind: str, losses, short, l1_ratio: float, unpenalized: bool):
-    from dask_scd.validation import check_problem
-
-    def solves(loss, weighted):
-        penalty = None if unpenalized else "l1" if l1_ratio else "l2"
-        try:  # what no engine solves (the hinge with L1) is refused before any engine
-            problem = check_problem(loss, penalty, 1.0, 0.5, True)
-        except ValueError:
-            return False
-        return engine._lacks(problem, weighted, kind) is None
-
-    plain = [short[loss] for loss in losses if solves(loss, False)]
-    weighted = [short[loss] for loss in losses if solves(loss, True)]
-    if not plain:
-        return "—"
-    return ", ".join(plain) + (f"; w: {', '.join(weighted)}" if weighted else "; w: —")
+    try:  # what no engine solves (the hinge with L1) is refused before any engine
+        problem = check_problem(loss, penalty, 1.0, 0.5, True)
+    except ValueError:
+        return False
+    if bounds is not None:
+        problem = dataclasses.replace(problem, bounds=bounds)
+    return engine._lacks(problem, weighted, kind) is None

@@ -36,8 +36,8 @@ from dask_scd.engines.certificates import (
     margins_dual_point,
     primal_certificate,
 )
-from dask_scd.engines.local.epochs import scd_epoch, sdca_epoch
-from dask_scd.engines.local.sdca import PENALTY_SCALE, dual_start, weighted_dual
+from dask_scd.engines.local.epochs import check_cpu_weights, scd_epoch, sdca_epoch, zero_intercept
+from dask_scd.engines.local.sdca import PENALTY_SCALE, cold_start, weighted_dual
 from dask_scd.kernels import device
 from dask_scd.runtime import strategies
 from dask_scd.runtime.tiers import DeviceMemory, GridStore, HostMemory, MatrixStore, SlowStore, Tier
@@ -52,9 +52,8 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     budget's worth of its chunks, in RAM or, with ``options.device == "gpu"``, in device
     memory, where the CUDA epoch kernels (TPA-SCD) solve on it.
 
-    Engine options: :class:`~dask_scd.engines.options.DuHLOptions` (``memory_budget``,
-    ``local_epochs`` (θ of the paper), ``residency``, ``chunk_size``, ``gap_refresh``,
-    ``certify_every``).
+    Engine options: :class:`~dask_scd.engines.options.DuHLOptions` (``local_epochs`` is θ
+    of the paper).
 
     With sample weights v (``data.weights``, mean 1) the example i's loss is v_i·ℓ_i: the
     primal epochs are the weighted coordinate steps
@@ -62,7 +61,7 @@ def fit_duhl(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     steps on u = a/v (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`), and every gap
     is the weighted problem's; on the CPU.
     """
-    _check_weighted_device(data.weights, options)
+    check_cpu_weights(data.weights, options.device, "duhl")
     axis = _axis(problem)
     n_lines = data.X.shape[1] if axis == "columns" else data.X.shape[0]
     chunk_size = options.engine.chunk_size or max(1, -(-n_lines // _DEFAULT_CHUNKS))
@@ -79,7 +78,7 @@ def fit_grid(source, problem: obj.Problem, options: Options) -> Run:
     ``extras["slow_bytes_read"]``. The source's sample weights (the fit's, else the ones
     the grid stores) weigh the losses, as in :func:`fit_duhl`."""
     grid, weights = source.grid, source.unit_weights()
-    _check_weighted_device(weights, options)
+    check_cpu_weights(weights, options.device, "duhl")
     axis = _axis(problem)
     store = GridStore(grid, axis)
     y = store.labels()
@@ -93,13 +92,6 @@ def fit_grid(source, problem: obj.Problem, options: Options) -> Run:
     run = _run(store, y, problem, options, weights)
     run.coef = grid.to_original_order(run.coef)
     return run
-
-
-def _check_weighted_device(weights, options: Options):
-    if weights is not None and options.device == "gpu":
-        raise ValueError(
-            "sample weights are solved by the CPU epochs of solver='duhl': pass device='cpu'"
-        )
 
 
 def _axis(problem) -> str:
@@ -136,14 +128,8 @@ class _Rounds:
     def __init__(self, tier: Tier, solver, policy, options: Options):
         self.tier, self.solver, self.policy = tier, solver, policy
         self.options, self.settings = options, options.engine
-        self.rounds = {
-            "round": [],
-            "relative_gap": [],
-            "swaps": [],
-            "bytes_moved": [],
-            "resident_lines": [],
-            "seconds": [],
-        }
+        fields = ("round", "relative_gap", "swaps", "bytes_moved", "resident_lines", "seconds")
+        self.rounds = {name: [] for name in fields}
 
     def run(self) -> Run:
         tier, solver, rng = self.tier, self.solver, self.options.rng
@@ -215,14 +201,9 @@ class _Primal:
     def __init__(self, store: SlowStore, y, problem, weights=None):
         self.store, self.y, self.problem = store, np.asarray(y, dtype=np.float64), problem
         self.weights = weights
-        n = len(y)
         self.coef = np.zeros(store.n_lines)
-        self.intercept = np.array([0.0])
-        if problem.fit_intercept:
-            self.intercept[0] = obj.optimal_intercept(
-                problem.loss, self.y, np.zeros(n), weights=weights
-            )
-        self.margins = np.full(n, self.intercept[0])
+        self.intercept = np.array([zero_intercept(problem, self.y, weights)])
+        self.margins = np.full(len(y), self.intercept[0])
 
     def certificate(self):
         return primal_certificate(
@@ -232,24 +213,22 @@ class _Primal:
     def certified_gaps(self, cert) -> np.ndarray:
         # The Lipschitzed gaps, not the rescaled lasso certificate's: at θ = 0 those are
         # all zero, blind to the columns that will enter the support.
-        _, bound = self._dual(self.margins, self.coef)
-        return self._column_gaps(self.coef, cert.correlation, bound)
+        return self._gaps(self.margins, self.coef, self.coef, lambda a: cert.correlation)
 
     def snapshot(self):
         return self.margins.copy(), self.coef.copy()
 
-    def _dual(self, margins, coef):
-        """(a/n, Lipschitzing bound) at these margins: what a column's gap needs."""
-        problem, y, weights = self.problem, self.y, self.weights
-        sums, a = margins_dual_point(problem, y, margins, weights)
+    def _gaps(self, margins, coef, coef_lines, correlation_of):
+        """gap_j of the columns whose θ_j are ``coef_lines``, at these margins, given
+        ``correlation_of(a/n)``: their x_jᵀa/n for the dual point a of the margins."""
+        problem, y = self.problem, self.y
+        sums, a = margins_dual_point(problem, y, margins, self.weights)
         primal = sums["loss"] / len(y) + obj.penalty_value(problem, coef)
-        return a / len(y), obj.lipschitz_bound(problem, primal)
-
-    def _column_gaps(self, coef_lines, correlation, bound):
-        p = self.problem
+        bound = obj.lipschitz_bound(problem, primal)
+        correlation = correlation_of(a / len(y))
         gaps = (
-            obj.penalty_terms(p, coef_lines)
-            + obj.penalty_conjugate(p, correlation, bound)
+            obj.penalty_terms(problem, coef_lines)
+            + obj.penalty_conjugate(problem, correlation, bound)
             - correlation * coef_lines
         )
         return np.maximum(gaps, 0.0)
@@ -257,13 +236,11 @@ class _Primal:
     def gaps(self, snapshot, lines, store) -> np.ndarray:
         """The slow side: gap_j for the sampled columns at the snapshot's margins."""
         margins, coef = snapshot
-        a, bound = self._dual(margins, coef)
-        return self._column_gaps(coef[lines], store.line_dots(lines, a), bound)
+        return self._gaps(margins, coef, coef[lines], lambda a: store.line_dots(lines, a))
 
     def resident_gaps(self, matrix, lines) -> np.ndarray:
         """The fast side after its solve: gap_j of its own columns, at the new margins."""
-        a, bound = self._dual(self.margins, self.coef)
-        return self._column_gaps(self.coef[lines], matrix.dot(a), bound)
+        return self._gaps(self.margins, self.coef, self.coef[lines], matrix.dot)
 
     def solve(self, matrix, epoch_matrix, lines, epochs, rng):
         """``epochs`` epochs of primal SCD on the resident columns (and the intercept),
@@ -319,12 +296,7 @@ class _Dual:
             if problem.fit_intercept
             else 0.0
         )
-        self.intercept = 0.0
-        if problem.fit_intercept:
-            self.intercept = obj.optimal_intercept(
-                problem.loss, self.y, np.zeros(n), weights=weights
-            )
-        self.dual_coef = dual_start(problem, self.y, self.intercept, weights)
+        self.intercept, self.dual_coef = cold_start(problem, self.y, weights)
         self.coef = store.scatter(self.dual()) / self.alpha_n
 
     def dual(self, dual_coef=None):

@@ -1,10 +1,12 @@
-"""The epoch kernels as the engines call them: a MajorMatrix and the iterate in, and the
-weighted CPU kernel in place of the plain one when there are sample weights."""
+"""What the local engines share: the epoch kernels as they call them (a MajorMatrix and
+the iterate in, the weighted CPU kernel in place of the plain one when there are sample
+weights), the check that weights run on the CPU, and the intercept of θ = 0."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from dask_scd import objectives as obj
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -32,12 +34,17 @@ def scd_epoch(
     args += (problem.loss_code, problem.l1, l2, sq_norms, cubes)
     if weights is None and bounds is None:
         return kernel(*args)
-    weights = _EMPTY if weights is None else weights
-    box = (_EMPTY, _EMPTY) if bounds is None else (bounds.lower, bounds.upper)
-    return cpu.scd_weighted_epoch(*args, weights, *box)
+    weights = EMPTY if weights is None else weights
+    return cpu.scd_weighted_epoch(*args, weights, *box_arrays(bounds))
 
 
-_EMPTY = np.zeros(0)  # no weights, no bounds
+EMPTY = np.zeros(0)  # the kernels' "no weights", "no bounds"
+
+
+def box_arrays(bounds) -> tuple:
+    """(lower, upper) of ``bounds`` (a :class:`~dask_scd.objectives.Bounds`), empty arrays
+    for None."""
+    return (EMPTY, EMPTY) if bounds is None else (bounds.lower, bounds.upper)
 
 
 def sdca_epoch(
@@ -52,3 +59,18 @@ def sdca_epoch(
     if weights is None:
         return kernel(*args, *shift)
     return cpu.sdca_weighted_epoch(*args, weights, *shift)
+
+
+def check_cpu_weights(weights, device: str, solver: str) -> None:
+    """Sample weights are solved by the CPU epochs of the local engines only."""
+    if weights is not None and device == "gpu":
+        raise ValueError(
+            f"sample weights are solved by the CPU epochs of solver={solver!r}: pass device='cpu'"
+        )
+
+
+def zero_intercept(problem, y, weights=None) -> float:
+    """b₀, the best intercept at θ = 0 (0 without an intercept)."""
+    if not problem.fit_intercept:
+        return 0.0
+    return obj.optimal_intercept(problem.loss, y, np.zeros(len(y)), weights=weights)

@@ -34,6 +34,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines import cholesky
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import primal_certificate
+from dask_scd.engines.local.epochs import zero_intercept
 from dask_scd.kernels import newton as newton_kernels
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.kernels.layout import MajorMatrix
@@ -172,11 +173,7 @@ class GramSystem:
 
 
 def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
-    """Squared loss, any penalty: coordinate descent on the Gram matrix of a working set.
-
-    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
-    ``data.y``: ndarray of shape (n_samples,).
-    """
+    """Squared loss, any penalty: coordinate descent on the Gram matrix of a working set."""
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
     # Building H is part of the solve: it is timed.
@@ -185,11 +182,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     exact = _ExactCertificate(X, y, problem, weights)
     coef = np.zeros(n_features)
     epoch = 0
-    intercept = (
-        obj.optimal_intercept("squared", y, np.zeros(len(y)), weights=weights)
-        if problem.fit_intercept
-        else 0.0
-    )
+    intercept = zero_intercept(problem, y, weights)
     if options.start is not None:  # a warm start: its support enters the working set
         coef[:], intercept = options.start
     if problem.l1 > 0.0:
@@ -217,8 +210,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
         coef[working] = sub
         previous = cert
         cert, intercept = exact(coef, system.intercept(sub))
-        trace.record(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol or epoch >= max_iter or trace.stopped:
+        if trace.certified(epoch, cert, tol) or epoch >= max_iter:
             break
         grown = _admit(problem, cert, working, coef)
         if len(grown) == len(working):  # W holds every violator: solve W more exactly

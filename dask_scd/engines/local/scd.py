@@ -17,7 +17,7 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.certificates import best_certificate
 from dask_scd.engines.coarse import LocalCoarse
-from dask_scd.engines.local.epochs import scd_epoch
+from dask_scd.engines.local.epochs import EMPTY, box_arrays, check_cpu_weights, scd_epoch
 from dask_scd.kernels import cpu, device
 from dask_scd.kernels.layout import MajorMatrix
 from dask_scd.objectives import bounds as box
@@ -27,30 +27,21 @@ def fit_scd(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     """Primal stochastic coordinate descent with prox-Newton coordinate steps.
 
     L2 problems run plain epochs over all coordinates; problems with an L1 part run the
-    working-set solver (:func:`_working_set_scd`). ``data.X``: ndarray or scipy.sparse
-    matrix of shape (n_samples, n_features); ``data.y``: ndarray of shape (n_samples,),
-    ±1 for classification losses; ``data.weights``: the sample weights v (mean 1) or
-    None. With weights every coordinate's gradient and curvature are weighted sums
-    (:func:`dask_scd.kernels.cpu.scd_weighted_epoch`, and the squared loss's
-    :func:`~dask_scd.kernels.cpu.scd_epoch_squared`), on the CPU.
+    working-set solver (:func:`_working_set_scd`). With sample weights every coordinate's
+    gradient and curvature are weighted sums (:func:`dask_scd.kernels.cpu.scd_weighted_epoch`,
+    and the squared loss's :func:`~dask_scd.kernels.cpu.scd_epoch_squared`), on the CPU.
     """
-    if data.weights is not None and options.device == "gpu":
-        raise ValueError(
-            "sample weights are solved by the CPU epochs of solver='scd': pass device='cpu'"
-        )
+    check_cpu_weights(data.weights, options.device, "scd")
     primal = _Primal.start(data.X, data.y, problem, options.device, options.start, data.weights)
-    if problem.bounds is not None:  # the coarse step's whole-field shifts ignore the box
-        run = _working_set_scd if problem.l1 > 0 else _plain_scd
-        return run(primal, problem, options, None)
-    if problem.l1 > 0:
-        # The flat whole-field shifts of the coarse step are against the intercept; on
-        # centered columns the intercept is exact at every step and they gain nothing
-        # (one-hot 1M × 100k lasso: the same epochs without them, and 1.5 s less).
-        centered = primal.col_means is not None and len(primal.col_means) > 0
-        coarse = None if centered else LocalCoarse.build(data.X, problem, data.weights)
-        return _working_set_scd(primal, problem, options, coarse)
-    coarse = LocalCoarse.build(data.X, problem, data.weights)
-    return _plain_scd(primal, problem, options, coarse)
+    # No coarse step with a box (its whole-field shifts ignore it), nor with an L1 part on
+    # centered columns: its flat shifts are against the intercept, which is then exact at
+    # every step (one-hot 1M × 100k lasso: the same epochs without them, and 1.5 s less).
+    centered = primal.col_means is not None and len(primal.col_means) > 0
+    coarse = None
+    if problem.bounds is None and not (problem.l1 > 0 and centered):
+        coarse = LocalCoarse.build(data.X, problem, data.weights)
+    run = _working_set_scd if problem.l1 > 0 else _plain_scd
+    return run(primal, problem, options, coarse)
 
 
 def _plain_scd(primal, problem, options, coarse) -> Run:
@@ -68,9 +59,7 @@ def _plain_scd(primal, problem, options, coarse) -> Run:
             )
         if not schedule.due(epoch, max_delta, max_coef, epoch == max_iter):
             continue
-        cert = primal.certify(problem)
-        trace.record(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol or trace.stopped:
+        if trace.certified(epoch, primal.certify(problem), tol):
             break
     return trace.ended(primal.finish(problem, epoch, trace.history))
 
@@ -119,8 +108,7 @@ def _working_set_scd(primal, problem, options, coarse) -> Run:
         inner_work = (epoch - first) * primal.epoch_work
         extrapolated = memory.extrapolate(primal)
         cert = primal.certify(problem, extrapolated)
-        trace.record(epoch, cert.relative_gap, cert.primal)
-        if cert.relative_gap <= tol or trace.stopped:
+        if trace.certified(epoch, cert, tol):
             break
     return trace.ended(primal.finish(problem, epoch, trace.history, extrapolated))
 
@@ -338,8 +326,8 @@ class _Primal:
                 self.col_sq_norms,
                 self.col_xty,
                 self.col_means,
-                _UNWEIGHTED if self.weights is None else self.weights,
-                *_box_arrays(problem),
+                EMPTY if self.weights is None else self.weights,
+                *box_arrays(problem.bounds),
             )
         kernel = cpu.scd_epoch_violation if self.kernels is cpu else self.kernels.scd_epoch
         result = scd_epoch(
@@ -404,27 +392,17 @@ class _Primal:
         return Run(self.coef, float(self.intercept[0]), cert, epoch, history)
 
 
-_UNWEIGHTED = np.zeros(0)  # the kernels' empty weights (and empty bounds)
-
-
-def _box_arrays(problem) -> tuple:
-    """(lower, upper) of the problem's bounds, empty arrays without."""
-    if problem.bounds is None:
-        return _UNWEIGHTED, _UNWEIGHTED
-    return problem.bounds.lower, problem.bounds.upper
-
-
 def _squared_constants(matrix, y, fit_intercept, weights):
     """(Xᵀ(v∘y), the columns' means weighted by v, or empty without an intercept) for
     :func:`dask_scd.kernels.cpu.scd_epoch_squared` (v = 1 without ``weights``)."""
+    weighted_y = y if weights is None else weights * y
+    if not fit_intercept:
+        return matrix.dot(weighted_y), np.zeros(0)
     n_samples = len(y)
-    if weights is None:
-        if fit_intercept:
-            return matrix.dot_pair(y, np.full(n_samples, 1.0 / n_samples))
-        return matrix.dot(y), np.zeros(0)
-    if fit_intercept:
-        return matrix.dot_pair(weights * y, weights / float(weights.sum()))
-    return matrix.dot(weights * y), np.zeros(0)
+    means = (
+        np.full(n_samples, 1.0 / n_samples) if weights is None else weights / float(weights.sum())
+    )
+    return matrix.dot_pair(weighted_y, means)
 
 
 def _column_sq_norms(X, matrix, weights) -> np.ndarray:

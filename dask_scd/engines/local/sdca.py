@@ -17,7 +17,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.certificates import dual_certificate, exact_dual_certificate
-from dask_scd.engines.local.epochs import sdca_epoch
+from dask_scd.engines.local.epochs import check_cpu_weights, sdca_epoch, zero_intercept
 from dask_scd.kernels import cpu, device, lines, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -41,16 +41,10 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     the epochs move u = a/v in the unweighted box with curvature v_i·‖x_i‖²/(αn)
     (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`, and the shrinking epochs of the
     box duals with the same scaling), on the CPU.
-
-    ``data.X``: ndarray or scipy.sparse matrix of shape (n_samples, n_features);
-    ``data.y``: ndarray of shape (n_samples,), ±1 for classification losses.
     """
     X, y, weights = data.X, data.y, data.weights
     tol, max_iter, rng = options.tol, options.max_iter, options.rng
-    if weights is not None and options.device == "gpu":
-        raise ValueError(
-            "sample weights are solved by the CPU epochs of solver='sdca': pass device='cpu'"
-        )
+    check_cpu_weights(weights, options.device, "sdca")
     _check_in_memory(options.engine, options.device)
     matrix = MajorMatrix.from_array(X, "rows")
     epoch_matrix = device.place(matrix, options.device)  # what the epochs read: host or GPU
@@ -61,10 +55,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     rho = PENALTY_SCALE * float(row_sq_norms.mean()) / alpha_n if problem.fit_intercept else 0.0
     rho /= device.dual_concurrency(epoch_matrix, n_samples)  # B rows at once on a GPU
     schedule = CertificateSchedule()
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(n_samples), weights=weights)
-    dual_coef = dual_start(problem, y, intercept, weights)  # u = a/v with weights
+    intercept, dual_coef = cold_start(problem, y, weights)  # u = a/v with weights
     coef = matrix.scatter(weighted_dual(dual_coef, weights)) / alpha_n
 
     trace = Trace(options.progress, options.callback)
@@ -85,17 +76,10 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
             exact = epochs.resync(epoch, certify, dual_coef, coef, alpha_n)
             if not certify:
                 continue
-            cert, _, _ = dual_certificate(
-                problem,
-                matrix,
-                y,
-                weighted_dual(dual_coef, weights),
-                coef if exact is None else exact,
-                intercept,
-                weights,
-            )
-            trace.record(epoch, cert.relative_gap, cert.primal)
-            if cert.relative_gap <= tol or trace.stopped:
+            dual = weighted_dual(dual_coef, weights)
+            w = coef if exact is None else exact
+            cert, _, _ = dual_certificate(problem, matrix, y, dual, w, intercept, weights)
+            if trace.certified(epoch, cert, tol):
                 break
     finally:
         epochs.close()
@@ -107,6 +91,12 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     return trace.ended(
         Run(coef, intercept, cert, epoch, trace.history, {"epoch_seconds": in_epochs})
     )
+
+
+def cold_start(problem, y, weights=None) -> tuple[float, np.ndarray]:
+    """(b₀, the dual point of θ = 0 at b₀ (:func:`dual_start`))."""
+    intercept = zero_intercept(problem, y, weights)
+    return intercept, dual_start(problem, y, intercept, weights)
 
 
 def dual_start(problem, y, intercept, weights=None) -> np.ndarray:
@@ -292,7 +282,7 @@ class _Epochs:
         settled, and Σ a_i after it."""
         dual_sum = np.array([weighted_dual(dual_coef, self.weights).sum()])
         if self.pool is None:
-            max_delta, settled = self._epochs(
+            max_delta, settled = self._epoch(
                 dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, dual_sum
             )
             return max_delta, settled, dual_sum[0]
@@ -336,40 +326,14 @@ class _Epochs:
         # exact: each a_i has one writer
         return max_delta, False, weighted_dual(dual_coef, self.weights).sum()
 
-    def _epochs(self, dual_coef, coef, alpha_n, row_sq_norms, intercept, rho, dual_sum):
-        """(max |Δa_i|, settled) of the epoch on this thread."""
+    def _epoch(self, dual_coef, coef, alpha_n, row_sq_norms, *shift):
+        """(max |Δa_i|, settled) of the epoch on this thread; ``shift`` = (b, ρ, Σa)."""
         if self.shrinking is not None:
-            return self.shrinking.epoch(
-                self.matrix,
-                self.rng,
-                self.weights,
-                self.y,
-                dual_coef,
-                coef,
-                self.loss_code,
-                alpha_n,
-                row_sq_norms,
-                intercept,
-                rho,
-                dual_sum,
-            )
+            args = (self.y, dual_coef, coef, self.loss_code, alpha_n, row_sq_norms, *shift)
+            return self.shrinking.epoch(self.matrix, self.rng, self.weights, *args)
         order = _order_by_shares(self.all_rows, self.rng)(0, len(self.all_rows))
-        max_delta = sdca_epoch(
-            self.kernels.sdca_epoch,
-            self.epoch_matrix,
-            self.y,
-            dual_coef,
-            coef,
-            order,
-            self.loss_code,
-            alpha_n,
-            row_sq_norms,
-            self.weights,
-            intercept,
-            rho,
-            dual_sum,
-        )
-        return max_delta, False
+        args = (self.y, dual_coef, coef, order, self.loss_code, alpha_n, row_sq_norms, self.weights)
+        return sdca_epoch(self.kernels.sdca_epoch, self.epoch_matrix, *args, *shift), False
 
     def resync(self, epoch, certify, dual_coef, coef, alpha_n):
         """With several threads: w = Xᵀa/(αn) when a certificate or a sync is due (then

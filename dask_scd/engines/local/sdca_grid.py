@@ -47,7 +47,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.spill import Spill
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.local.epochs import sdca_epoch
-from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, dual_start
+from dask_scd.engines.local.sdca import PENALTY_SCALE, _block_order, cold_start
 from dask_scd.grid.read import CellBuffers, read_cell, read_dense_row_chunk, read_labels
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
@@ -209,16 +209,8 @@ def fit_sdca_grid(source, problem: obj.Problem, options: Options) -> Run:
         stream.close()
     cert, cert_intercept, point = settled
     extras = {"chunk_orders": orders[: point.epoch], "read_passes": passes, "row_chunks": n_chunks}
-    return trace.ended(
-        Run(
-            grid.to_original_order(point.coef),
-            float(cert_intercept),
-            cert,
-            point.epoch,
-            trace.history,
-            extras,
-        )
-    )
+    coef = grid.to_original_order(point.coef)
+    return trace.ended(Run(coef, float(cert_intercept), cert, point.epoch, trace.history, extras))
 
 
 def _cold_start(source, problem: obj.Problem) -> tuple:
@@ -227,10 +219,7 @@ def _cold_start(source, problem: obj.Problem) -> tuple:
     y = _labels(source.grid, source.classes)
     if problem.loss == "squared":
         check_label_values(y)
-    intercept = 0.0
-    if problem.fit_intercept:
-        intercept = obj.optimal_intercept(problem.loss, y, np.zeros(source.n_samples))
-    return y, intercept, dual_start(problem, y, intercept)
+    return (y, *cold_start(problem, y))
 
 
 def _check_on_grid(engine, device_name: str, grid) -> None:
