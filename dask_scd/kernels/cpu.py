@@ -246,7 +246,7 @@ def scd_epoch_squared(
         if bounded:
             violation = scalar.box_violation(old, g, l1, l2, lower[j], upper[j])
         else:
-            violation = coordinate_violation(old, g, l1, l2)
+            violation = scalar.coordinate_violation(old, g, l1, l2)
         max_violation = max(max_violation, violation)
         if h > 1e-12 * col_sq_norms[j] * inv_n:
             delta = scalar.prox_newton(old, g, h, l1, l2) - old
@@ -268,16 +268,6 @@ def scd_epoch_squared(
             margins[i] += shift
         intercept[0] += shift
     return max_delta, max_coef, max_violation
-
-
-@njit(inline="always")
-def coordinate_violation(old, g, l1, l2):
-    """dist(−g, ∂(l1|t| + l2 t²/2) at t = old): zero exactly at a coordinate's optimum."""
-    if old > 0.0:
-        return abs(g + l2 * old + l1)
-    if old < 0.0:
-        return abs(g + l2 * old - l1)
-    return max(abs(g) - l1, 0.0)
 
 
 @njit(inline="always")
@@ -338,7 +328,7 @@ def _column_step(
         violation = scalar.box_violation(old, g, l1, l2, lower[j], upper[j])
         delta = scalar.clip(scalar.prox_newton(old, g, h, l1, l2), lower[j], upper[j]) - old
     else:
-        violation = coordinate_violation(old, g, l1, l2)
+        violation = scalar.coordinate_violation(old, g, l1, l2)
         delta = scalar.prox_newton(old, g, h, l1, l2) - old
     if delta == 0.0:
         return 0.0, violation

@@ -30,7 +30,7 @@ if not hasattr(np, "row_stack"):
 
 from numba import cuda, float64  # noqa: E402
 
-from dask_scd.kernels import scalar  # noqa: E402
+from dask_scd.kernels import lines, scalar  # noqa: E402
 
 # Threads of a block's tree reduction in shared memory: the most a launch may use.
 _SHARED = 256
@@ -76,13 +76,9 @@ def _block_sums(cache, a, b):
     return total_a, total_b
 
 
-# kernels.lines.line's twin: under the simulator a device function cannot pass arrays to a
-# CPU-compiled one.
-@cuda.jit(device=True)
-def _line(dense, indptr, major, n_minor):
-    if dense:
-        return major * n_minor, (major + 1) * n_minor
-    return indptr[major], indptr[major + 1]
+# kernels.lines.line compiled as a device function: under the simulator a device function
+# cannot pass arrays to a CPU-compiled one.
+_line = cuda.jit(device=True)(lines.line.py_func)
 
 
 @cuda.jit(device=True)
@@ -257,7 +253,7 @@ def scd_epoch(
     if n_coordinates == 0:
         return 0.0, 0.0
     cubic = loss == scalar.LOGISTIC and col_cube_sums.shape[0] == coef.shape[0]
-    threads = threads_per_block(_mean_line(data, dense, n_samples, coef.shape[0]))
+    threads = threads_per_block(mean_line_length(data, dense, n_samples, coef.shape[0]))
     written = margins, coef, intercept
     d_margins, d_coef, d_intercept = map(_device, written)
     stats = cuda.to_device(np.zeros(2))
@@ -393,14 +389,15 @@ def sdca_epoch(
       even if dense.
 
     The intercept's multiplier term, which every row shares, is scaled by B; the caller's
-    ``rho`` is the method of multipliers' ρ (see :func:`dual_concurrency`). ``dual_coef``,
+    ``rho`` is the method of multipliers' ρ (see
+    :func:`dask_scd.kernels.device.dual_concurrency`). ``dual_coef``,
     ``coef`` and ``dual_sum`` are updated in place. Returns max |Δa_i|.
     """
     n_rows = len(order)
     if n_rows == 0:
         return 0.0
     n_lines = len(dual_coef)
-    mean_line = _mean_line(data, dense, n_features, n_lines)
+    mean_line = mean_line_length(data, dense, n_features, n_lines)
     threads = threads_per_block(mean_line)
     blocks = dual_blocks(n_rows, mean_line)
     omega, lam = _eso_constants(data, indices, indptr, dense, n_features, n_lines)
@@ -452,13 +449,6 @@ def dual_blocks(n_rows: int, mean_line: float) -> int:
     except AttributeError:  # the simulator has no device to ask
         capacity = SIMULATOR_BLOCKS
     return max(1, min(int(n_rows), capacity))
-
-
-def dual_concurrency(data, dense, n_features, n_rows) -> int:
-    """How many rows of a dual epoch over this device matrix step at once
-    (:func:`dual_blocks`). The engines divide their multiplier ρ by it: the B rows' steps
-    on the shared Σa then add up to one step of ρ, as one row's does on the CPU."""
-    return dual_blocks(n_rows, _mean_line(data, dense, n_features, n_rows))
 
 
 # The ESO constants (ω, λ) of the matrices seen lately, by the identity of their indices
@@ -536,7 +526,7 @@ def _spectral_norm(data, indices, indptr, dense, n_features, n_rows) -> float:
 # ------------------------------------------------------------------------ transfers
 
 
-def _mean_line(data, dense, n_minor, n_major):
+def mean_line_length(data, dense, n_minor, n_major):
     return n_minor if dense else data.shape[0] / max(n_major, 1)
 
 

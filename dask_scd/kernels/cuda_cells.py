@@ -30,9 +30,7 @@ from numba import cuda, float64
 
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import cuda as tpa
-from dask_scd.kernels import scalar
 from dask_scd.kernels.cuda import _SHARED, _block_sums
-from dask_scd.kernels.scalar import LOGISTIC
 
 # Step sizes a trial kernel holds per thread (in registers): the engines try 4.
 MAX_STEPS = 8
@@ -96,7 +94,9 @@ def _to_device(vector):
 
 def _threads(cols: Columns) -> int:
     """Threads per block for the stored entries of a mean column."""
-    return tpa.threads_per_block(tpa._mean_line(cols.data, cols.dense, cols.n_rows, cols.n_columns))
+    return tpa.threads_per_block(
+        tpa.mean_line_length(cols.data, cols.dense, cols.n_rows, cols.n_columns)
+    )
 
 
 # ------------------------------------------------------------------ device helpers
@@ -152,29 +152,9 @@ def _power(x, p):
     return abs(x) * x * x
 
 
-@cuda.jit(device=True)
-def _add_changes(loss, yi, z, v, steps, quarters, changes):
-    """changes[k] += ℓ(z + steps[k]·v) − ℓ(z) for every step size k.
-
-    :func:`dask_scd.kernels.block._add_changes` line for line (the logistic's product form
-    with the doubling of expm1 when the steps are quarters), on scalars and this thread's
-    own ``changes``: the CPU function takes arrays, which a device function may not pass
-    to a CPU-compiled one.
-    """
-    K = steps.shape[0]
-    w = -yi * v
-    if loss == LOGISTIC and quarters and abs(w) <= block_kernels._PRODUCT_FORM_MAX:
-        p = scalar.sigmoid(-yi * z)
-        e = math.expm1(w * steps[K - 1])
-        for k in range(K - 1, -1, -1):
-            changes[k] += math.log1p(p * e)
-            if k > 0:
-                e = e * (e + 2.0)
-                e = e * (e + 2.0)
-        return
-    base = scalar.loss(loss, yi, z)
-    for k in range(K):
-        changes[k] += scalar.loss(loss, yi, z + steps[k] * v) - base
+# kernels.block's CPU function compiled as a device function, on this thread's own
+# ``changes`` (K, 1): a device function may not pass arrays to a CPU-compiled one.
+_add_changes = cuda.jit(device=True)(block_kernels._add_changes.py_func)
 
 
 # --------------------------------------------------------------------- kernels
@@ -269,21 +249,21 @@ def _trials_kernel(
     """Block j: out[k, j] = Σ_i ℓ(ŷ_i + steps[k]·d_j·x_ij) − ℓ(ŷ_i) over column j's
     non-zeros (:func:`dask_scd.kernels.block.coordinate_trials`, one column per block)."""
     cache = cuda.shared.array((2, _SHARED), float64)
-    changes = cuda.local.array(MAX_STEPS, float64)
+    changes = cuda.local.array((MAX_STEPS, 1), float64)
     j = cuda.blockIdx.x
     dj = direction[j]
     if dj == 0.0:
         return  # out is zero there; the whole block returns
     n_steps = steps.shape[0]
     for k in range(n_steps):
-        changes[k] = 0.0
+        changes[k, 0] = 0.0
     for idx in range(*_stride(dense, indptr, j, n_rows)):
         i, x = _entry(X, data, indices, dense, j, idx)
         if x != 0.0:
-            _add_changes(loss, y[i], margins[i], dj * x, steps, quarters, changes)
+            _add_changes(loss, y[i], margins[i], dj * x, steps, quarters, changes, 0)
     for k in range(0, n_steps, 2):
-        second = changes[k + 1] if k + 1 < n_steps else 0.0
-        first_sum, second_sum = _block_sums(cache, changes[k], second)
+        second = changes[k + 1, 0] if k + 1 < n_steps else 0.0
+        first_sum, second_sum = _block_sums(cache, changes[k, 0], second)
         if cuda.threadIdx.x == 0:
             out[k, j] = first_sum
             if k + 1 < n_steps:

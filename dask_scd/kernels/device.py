@@ -155,10 +155,13 @@ def kernels_for(array):
 def dual_concurrency(matrix, n_rows: int) -> int:
     """How many rows a dual (SDCA) epoch over ``matrix`` steps at once where it lives: 1
     on the CPU (one thread's rows, one at a time), the grid's blocks on the GPU
-    (:func:`dask_scd.kernels.cuda.dual_concurrency`). The engines divide the method of
-    multipliers' ρ by it."""
+    (:func:`dask_scd.kernels.cuda.dual_blocks`). The engines divide the method of
+    multipliers' ρ by it: the B rows' steps on the shared Σa then add up to one step of ρ,
+    as one row's does on the CPU."""
     if not is_device_array(matrix.data):
         return 1
     from dask_scd.kernels import cuda
 
-    return cuda.dual_concurrency(matrix.data, matrix.dense, matrix.n_minor, n_rows)
+    return cuda.dual_blocks(
+        n_rows, cuda.mean_line_length(matrix.data, matrix.dense, matrix.n_minor, n_rows)
+    )

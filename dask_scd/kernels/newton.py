@@ -24,16 +24,14 @@ import numpy as np
 from numba import njit
 
 from dask_scd.kernels import dense_rows
+from dask_scd.kernels.lines import FAST as _FAST
 from dask_scd.kernels.lines import line as _line
 from dask_scd.kernels.lines import minor_at
+from dask_scd.kernels.scalar import coordinate_violation as _violation
 from dask_scd.kernels.scalar import logistic_conjugate as _logistic_conjugate
 from dask_scd.kernels.scalar import loss as _loss
 from dask_scd.kernels.scalar import loss_and_d1_d2 as _loss_and_d1_d2
 from dask_scd.kernels.scalar import prox_newton as _prox_newton
-
-# Reassociation lets LLVM vectorize the reductions (as in kernels.cpu).
-_FAST = {"reassoc", "contract"}
-
 
 # Sample weights are None or an array, two types: numba compiles each kernel below that
 # takes them once without its weighted branch, once with it.
@@ -234,17 +232,6 @@ def gram_of_new_columns(
 
 
 @njit(inline="always")
-def _violation(q, w, l1, l2):
-    """Distance from 0 to the subdifferential of the model in one coordinate at w."""
-    slope = q + l2 * w
-    if w > 0.0:
-        return abs(slope + l1)
-    if w < 0.0:
-        return abs(slope - l1)
-    return max(abs(slope) - l1, 0.0)
-
-
-@njit(inline="always")
 def _intercept_step(s, h, n, delta_b):
     """(violation, step) of the intercept given the model's slope sum s = Σ_i r_i and its
     curvature h = Σ_i d_i; Δb moved by the step (none where h ≤ 0)."""
@@ -260,7 +247,7 @@ def _column_step(q, j, coef, delta, h, l1, l2):
     """(violation, step) of coordinate j of the model at θ_j + Δ_j, given its slope q and
     curvature h; Δ_j moved by the step."""
     old = coef[j] + delta[j]
-    violation = _violation(q, old, l1, l2)
+    violation = _violation(old, q, l1, l2)
     if h + l2 <= 0.0:
         return violation, 0.0
     step = _prox_newton(old, q, h, l1, l2) - old
@@ -300,7 +287,7 @@ def gram_cd_epoch(hessian, q, coef, delta, order, l1, l2, intercept):
             worst = max(worst, abs(q[j]))
             step = -q[j] / h
         else:
-            worst = max(worst, _violation(q[j], old, l1, l2))
+            worst = max(worst, _violation(old, q[j], l1, l2))
             step = _prox_newton(old, q[j], h, l1, l2) - old
         if step == 0.0:
             continue

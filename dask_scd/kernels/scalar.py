@@ -156,6 +156,16 @@ def prox_newton(old, g, h, l1, l2):
 
 
 @njit(inline="always")
+def coordinate_violation(old, g, l1, l2):
+    """dist(−g, ∂(l1|t| + l2 t²/2) at t = old): zero exactly at a coordinate's optimum."""
+    if old > 0.0:
+        return abs(g + l2 * old + l1)
+    if old < 0.0:
+        return abs(g + l2 * old - l1)
+    return max(abs(g) - l1, 0.0)
+
+
+@njit(inline="always")
 def clip(t, lo, hi):
     """t clipped into [lo, hi]: the minimizer over an interval of a convex function of one
     variable whose minimizer is t (the bounded coordinate step). By comparisons:
@@ -278,11 +288,7 @@ def dual_step(loss, y, a, m, q):
         t = lo
     else:
         t = 0.0
-    # Clipped by comparisons: numba.cuda does not compile min/max of floats.
-    if t < lo:
-        t = lo
-    elif t > hi:
-        t = hi
+    t = clip(t, lo, hi)
     if not math.isfinite(t):
         return 0.0
     return t

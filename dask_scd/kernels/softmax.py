@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from dask_scd.kernels.cpu import coordinate_violation
-from dask_scd.kernels.scalar import prox_newton
+from dask_scd.kernels.scalar import coordinate_violation, prox_newton
 
 
 @njit(nogil=True, cache=True)
