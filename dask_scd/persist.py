@@ -256,14 +256,15 @@ def _document(model) -> tuple[dict, dict]:
             for key, value in vars(model).items()
             if key.endswith("_") and not key.startswith("_") and key not in params
         }
-    try:
-        encoded_params = (
-            None
-            if params is None
-            else {key: encoder.encode(value, f"params.{key}") for key, value in params.items()}
-        )
-    except TypeError:
-        raise _unsaveable(name, params) from None
+    encoded_params = None if params is None else {}
+    for key, value in (params or {}).items():
+        try:
+            encoded_params[key] = encoder.encode(value, f"params.{key}")
+        except TypeError:
+            raise ValueError(
+                f"cannot save {name}: its parameter {key}={value!r} is not {_PLAIN} "
+                f"(set it to one, e.g. cv=5, or use pickle or joblib)"
+            ) from None
     attributes = {
         key: encoder.encode(value, key, lenient=key == "extras_") for key, value in fields.items()
     }
@@ -281,19 +282,6 @@ def _document(model) -> tuple[dict, dict]:
         "attributes": attributes,
     }
     return metadata, encoder.arrays
-
-
-def _unsaveable(name: str, params: dict) -> ValueError:
-    """The error for the first parameter that cannot be stored."""
-    for key, value in params.items():
-        try:
-            _Encoder().encode(value, key)
-        except TypeError:
-            return ValueError(
-                f"cannot save {name}: its parameter {key}={value!r} is not {_PLAIN} "
-                f"(set it to one, e.g. cv=5, or use pickle or joblib)"
-            )
-    return ValueError(f"cannot save {name}: a parameter is not {_PLAIN}")
 
 
 def _plain(value):
