@@ -399,13 +399,10 @@ def _read_archive(path: str) -> tuple[dict, dict]:
                 raise _not_a_model(path, f"its {METADATA!r} entry is not one string")
             metadata = json.loads(str(entry[()]))
             arrays = {key: archive[key] for key in archive.files if key != METADATA}
-    except (zipfile.BadZipFile, OSError, EOFError, UnicodeDecodeError) as error:
-        if isinstance(error, FileNotFoundError):
-            raise
-        raise _not_a_model(path, error) from None
-    except NotAModelError:
+    except (FileNotFoundError, NotAModelError):
         raise
-    except ValueError as error:  # not an npz, a pickled entry, or JSON that does not parse
+    # ValueError: not an npz, a pickled entry, JSON that does not parse, or not UTF-8
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
         raise _not_a_model(path, error) from None
     return metadata, arrays
 

@@ -251,13 +251,8 @@ def check_matrix(X, *, bounded: bool = True):
     arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
     with NaN for its missing values (xarray objects are read by
     :func:`dask_scd.data.read_input` first). The caller's object is never modified.
-
-    Parameters
-    ----------
-    X : array-like or sparse matrix of shape (n_samples, n_features)
-    bounded : bool
-        Also refuse values beyond ``MAX_VALUE``: a fit's sums overflow there, a
-        prediction's product does not (False at prediction time).
+    ``bounded``: also refuse values beyond ``MAX_VALUE``, where a fit's sums overflow (a
+    prediction's product does not: False at prediction time).
     """
     check_structure(X)  # before any format change reads the indices
     X = _engine_matrix(X)
