@@ -10,6 +10,8 @@ glmnet's ρ = 1e-3 stands in, where no alpha zeroes θ).
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from dask_scd import objectives as obj
@@ -28,11 +30,17 @@ def check_grid(alphas, n_alphas, eps):
     if alphas is not None:
         values = positive_values(alphas, f"alphas must be finite numbers > 0, got {alphas!r}")
         return ("given", np.sort(values)[::-1])
-    if not isinstance(n_alphas, (int, np.integer)) or isinstance(n_alphas, bool) or n_alphas < 1:
-        raise ValueError(f"n_alphas={n_alphas!r} must be an integer ≥ 1")
+    n_alphas = check_grid_size(n_alphas, "n_alphas")
     if not (isinstance(eps, (int, float, np.floating)) and 0.0 < eps < 1.0):
         raise ValueError(f"eps={eps!r} must be a number in (0, 1)")
-    return ("log", int(n_alphas), float(eps))
+    return ("log", n_alphas, float(eps))
+
+
+def check_grid_size(value, name: str) -> int:
+    """``value`` (the size of a grid) as an int, else a ValueError naming ``name``."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an integer ≥ 1")
+    return int(value)
 
 
 def positive_values(values, message: str) -> np.ndarray:

@@ -186,9 +186,7 @@ def fit(
     prepared = prepare(X, y, problem, solver, device, engine_options, sample_weight)
     problem = bounded(problem, lower_bounds, upper_bounds, prepared.data.n_features)
     plan, settings = plan_fit(prepared, problem, solver, device)
-    start = check_start(coef_init, intercept_init, prepared.data.n_features, problem.fit_intercept)
-    if start is not None and problem.bounds is not None:  # a warm start inside the box
-        start = (problem.bounds.clip(start[0]), start[1])
+    start = warm_start(problem, coef_init, intercept_init, prepared.data.n_features)
     options = Options(tol, max_iter, rng, engine=settings, device=plan.device, start=start)
     engine, run = _run(prepared, plan, problem, options, solver, verbose)
     return _result(run, engine.name, problem, penalty, tol, prepared.classes, plan)
@@ -201,38 +199,30 @@ def bounded(problem, lower_bounds, upper_bounds, n_features: int):
     return problem if bounds is None else dataclasses.replace(problem, bounds=bounds)
 
 
+def warm_start(problem, coef_init, intercept_init, n_features: int):
+    """The warm start (θ, b) of :func:`~dask_scd.validation.check_start` (None: a cold
+    start), θ clipped into the problem's box when it has one."""
+    start = check_start(coef_init, intercept_init, n_features, problem.fit_intercept)
+    if start is None or problem.bounds is None:
+        return start
+    return problem.bounds.clip(start[0]), start[1]
+
+
 @dataclass
 class Prepared:
-    """The caller's data as the engines receive it, and what the plan needs to know of it.
+    """The caller's data as the engines receive it, and what the plan needs to know of it."""
 
-    Attributes
-    ----------
-    X, y : the input as read (a dask array or a Grid stays one; y None for a Grid)
-    data : InMemory or Source
-        What the engine receives: dask input below ``in_memory_limit`` (or for a named
-        in-memory engine) is read into memory.
-    classes : ndarray or None
-        The labels mapped to −1 and +1 (or the classes of the softmax loss).
-    kind : {"memory", "dask", "grid"}
-        The caller's kind of X.
-    on_device : bool
-        A dask array of cupy chunks.
-    available : {"cpu", "gpu"}
-        Where this machine runs epochs for the caller's ``device``.
-    options : dict
-        The engine's keyword options (fit's own for dask input taken out).
-    performance_report : path or None
-    """
-
-    X: object
-    y: object
+    X: object  # the input as read: a dask array or a Grid stays one
+    y: object  # None for a Grid
+    # InMemory or Source, what the engine receives: dask input below in_memory_limit (or
+    # for a named in-memory engine) is read into memory
     data: object
-    classes: object
-    kind: str
-    on_device: bool
-    available: str
-    options: dict
-    performance_report: object = None
+    classes: object  # None, or the labels mapped to −1 and +1 (the softmax loss: its classes)
+    kind: str  # the caller's kind of X: "memory", "dask" or "grid"
+    on_device: bool  # a dask array of cupy chunks
+    available: str  # "cpu" or "gpu": where this machine runs epochs for the caller's device
+    options: dict  # the engine's keyword options (fit's own for dask input taken out)
+    performance_report: object = None  # a path, or None
 
 
 def prepare(X, y, problem, solver: str, device: str, options: dict, sample_weight=None):

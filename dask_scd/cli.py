@@ -1,14 +1,5 @@
-"""The ``dask-scd`` command: convert a libsvm file to a grid store, describe a grid, fit one.
-
-    dask-scd convert INPUT.svm OUT.zarr [--row-chunk N] [--column-block M] [--n-features P]
-                                        [--overwrite]
-    dask-scd info GRID
-    dask-scd fit GRID [--loss L] [--penalty P] [--alpha A] [--l1-ratio R] [--tol T]
-                      [--solver S] [--max-iter K] [--scheduler-address ADDR] [--out model.json]
-                      [--slurm PARTITION | --pbs QUEUE] [--jobs N] [--cores C] [--processes P]
-                      [--memory M] [--walltime T] [--account A] [--dry-run]
-                      [--checkpoint PATH] [--resume] [--performance-report report.html]
-    dask-scd predict MODEL.json DATA [--out predictions.txt]
+"""The ``dask-scd`` command: convert a libsvm file to a grid store, describe a grid, fit one,
+predict with a fitted model (usage: ``dask-scd COMMAND --help`` and docs/cli.md).
 
 Every error is one line on stderr and a non-zero exit status, never a traceback.
 """

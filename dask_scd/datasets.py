@@ -48,12 +48,10 @@ def make_onehot(
         ranks = np.arange(1, size + 1)
         weights = 1.0 / ranks if zipf == 1.0 else ranks.astype(np.float64) ** -zipf
         values = rng.choice(size, size=(n_samples, per_row), p=weights / weights.sum())
+        keep = np.ones_like(values, dtype=bool)
         if per_row > 1:  # a set: drop repeats within a row
             values = np.sort(values, axis=1)
-            keep = np.ones_like(values, dtype=bool)
             keep[:, 1:] = values[:, 1:] != values[:, :-1]
-        else:
-            keep = np.ones_like(values, dtype=bool)
         r = np.broadcast_to(np.arange(n_samples)[:, None], values.shape)[keep]
         rows.append(r)
         cols.append(values[keep] + offsets[field])

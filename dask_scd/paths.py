@@ -61,7 +61,7 @@ from dask_scd.alpha_max import (
     memory_correlation_at_zero,
     zero_gap,
 )
-from dask_scd.api import bounded, fit, prepare
+from dask_scd.api import bounded, fit, prepare, warm_start
 from dask_scd.data.memory import InMemory
 from dask_scd.engines import planner, registry
 from dask_scd.engines.base import Options, Run
@@ -72,7 +72,6 @@ from dask_scd.validation import (
     check_fit_args,
     check_problem,
     check_random_state,
-    check_start,
     warn,
 )
 
@@ -410,20 +409,10 @@ def _run(
             progress,
             own,
             device,
-            _inside(
-                problem, check_start(start[0], start[1], data.n_features, problem.fit_intercept)
-            ),
+            warm_start(problem, start[0], start[1], data.n_features),
             memo,
         )
         return engine.load()(data, problem, options)
-
-
-def _inside(problem: obj.Problem, start: tuple) -> tuple:
-    """A start (θ, b) with θ clipped into the problem's box (the first point's θ = 0 may
-    lie outside it)."""
-    if problem.bounds is None:
-        return start
-    return problem.bounds.clip(start[0]), start[1]
 
 
 class _Layouts:

@@ -256,14 +256,15 @@ def _document(model) -> tuple[dict, dict]:
             for key, value in vars(model).items()
             if key.endswith("_") and not key.startswith("_") and key not in params
         }
-    try:
-        encoded_params = (
-            None
-            if params is None
-            else {key: encoder.encode(value, f"params.{key}") for key, value in params.items()}
-        )
-    except TypeError:
-        raise _unsaveable(name, params) from None
+    encoded_params = None if params is None else {}
+    for key, value in (params or {}).items():
+        try:
+            encoded_params[key] = encoder.encode(value, f"params.{key}")
+        except TypeError:
+            raise ValueError(
+                f"cannot save {name}: its parameter {key}={value!r} is not {_PLAIN} "
+                f"(set it to one, e.g. cv=5, or use pickle or joblib)"
+            ) from None
     attributes = {
         key: encoder.encode(value, key, lenient=key == "extras_") for key, value in fields.items()
     }
@@ -281,19 +282,6 @@ def _document(model) -> tuple[dict, dict]:
         "attributes": attributes,
     }
     return metadata, encoder.arrays
-
-
-def _unsaveable(name: str, params: dict) -> ValueError:
-    """The error for the first parameter that cannot be stored."""
-    for key, value in params.items():
-        try:
-            _Encoder().encode(value, key)
-        except TypeError:
-            return ValueError(
-                f"cannot save {name}: its parameter {key}={value!r} is not {_PLAIN} "
-                f"(set it to one, e.g. cv=5, or use pickle or joblib)"
-            )
-    return ValueError(f"cannot save {name}: a parameter is not {_PLAIN}")
 
 
 def _plain(value):
@@ -411,13 +399,10 @@ def _read_archive(path: str) -> tuple[dict, dict]:
                 raise _not_a_model(path, f"its {METADATA!r} entry is not one string")
             metadata = json.loads(str(entry[()]))
             arrays = {key: archive[key] for key in archive.files if key != METADATA}
-    except (zipfile.BadZipFile, OSError, EOFError, UnicodeDecodeError) as error:
-        if isinstance(error, FileNotFoundError):
-            raise
-        raise _not_a_model(path, error) from None
-    except NotAModelError:
+    except (FileNotFoundError, NotAModelError):
         raise
-    except ValueError as error:  # not an npz, a pickled entry, or JSON that does not parse
+    # ValueError: not an npz, a pickled entry, JSON that does not parse, or not UTF-8
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
         raise _not_a_model(path, error) from None
     return metadata, arrays
 

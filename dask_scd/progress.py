@@ -133,28 +133,11 @@ class Progress:
 
 
 def epoch_info(epoch: int, relative_gap: float, primal: float, seconds: float, **more) -> dict:
-    """What a fit's ``callback`` receives after a certified epoch, whatever the engine.
-
-    Parameters
-    ----------
-    epoch : int
-        The epoch (or Newton step, or round) just certified.
-    relative_gap : float
-        Its relative duality gap ``(P − D)/|P|`` (for ``penalty=None`` the relative
-        gradient norm, as the history records it).
-    primal : float
-        Its primal objective P.
-    seconds : float
-        Wall time since the fit started.
-    **more
-        What the engine adds (the block engines: ``coef`` in the original feature
-        order and ``intercept``).
-
-    Returns
-    -------
-    dict
-        ``{"epoch", "relative_gap", "primal", "seconds", **more}``.
-    """
+    """``{"epoch", "relative_gap", "primal", "seconds", **more}``, what a fit's
+    ``callback`` receives after a certified epoch (or Newton step, or round), whatever the
+    engine: ``relative_gap`` is the relative gradient norm for ``penalty=None``, as the
+    history records it; ``more`` what the engine adds (the block engines: ``coef`` in the
+    original feature order and ``intercept``)."""
     info = {
         "epoch": int(epoch),
         "relative_gap": float(relative_gap),

@@ -157,25 +157,28 @@ class History:
         numpy.ndarray of matplotlib Axes
             The panels drawn on.
         """
-        panels = self._panels()
-        axes = _panel_axes(ax, len(panels), "History.plot")
-        self._draw(axes, panels)
-        return axes[: len(panels)]
+        return _plot(ax, "History.plot", [(self, None)])
 
-    def _panels(self) -> list:
-        """The x quantities drawn: seconds, epochs and, when recorded, bytes moved."""
-        panels = [("seconds", "seconds"), ("epoch", "iteration")]
-        if self._has_bytes():
-            panels.append(("bytes moved", "bytes_moved"))
-        return panels
 
-    def _draw(self, axes, panels, label=None) -> None:
-        """One line of the gap per panel (``label``: its legend entry)."""
+def _plot(ax, who: str, lines: list, legend: bool = False):
+    """Draw the relative gap of each (History, its legend label or None) of ``lines``
+    against seconds, epochs and, when every one recorded them, bytes moved; the panels
+    drawn on."""
+    panels = [("seconds", "seconds"), ("epoch", "iteration")]
+    if lines and all(history._has_bytes() for history, _ in lines):
+        panels.append(("bytes moved", "bytes_moved"))
+    axes = _panel_axes(ax, len(panels), who)[: len(panels)]
+    for history, label in lines:
         for axis, (name, field_name) in zip(axes, panels):
-            axis.semilogy(getattr(self, field_name), self.relative_gap, marker=".", label=label)
+            axis.semilogy(
+                getattr(history, field_name), history.relative_gap, marker=".", label=label
+            )
             axis.set_xlabel(name)
             axis.set_ylabel("relative duality gap")
             axis.grid(True, which="major", alpha=0.3)
+    for axis in axes if legend else ():
+        axis.legend(fontsize="small")
+    return axes
 
 
 def _panel_axes(ax, n_panels: int, who: str):
@@ -239,15 +242,8 @@ class Histories(list):
         numpy.ndarray of matplotlib Axes
             The panels drawn on, each with a legend.
         """
-        panels = [("seconds", "seconds"), ("epoch", "iteration")]
-        if self and all(history._has_bytes() for history in self):
-            panels.append(("bytes moved", "bytes_moved"))
-        axes = _panel_axes(ax, len(panels), "Histories.plot")
-        for label, history in zip(self.labels, self):
-            history._draw(axes, panels, label=f"{self.name} {label}")
-        for axis in axes[: len(panels)]:
-            axis.legend(fontsize="small")
-        return axes[: len(panels)]
+        lines = [(history, f"{self.name} {label}") for label, history in zip(self.labels, self)]
+        return _plot(ax, "Histories.plot", lines, legend=True)
 
     def to_pandas(self):
         """Every model's record as one :class:`pandas.DataFrame`: :meth:`History.to_pandas`

@@ -251,13 +251,8 @@ def check_matrix(X, *, bounded: bool = True):
     arrays become CSR, a pandas DataFrame of nullable numeric columns a float64 array
     with NaN for its missing values (xarray objects are read by
     :func:`dask_scd.data.read_input` first). The caller's object is never modified.
-
-    Parameters
-    ----------
-    X : array-like or sparse matrix of shape (n_samples, n_features)
-    bounded : bool
-        Also refuse values beyond ``MAX_VALUE``: a fit's sums overflow there, a
-        prediction's product does not (False at prediction time).
+    ``bounded``: also refuse values beyond ``MAX_VALUE``, where a fit's sums overflow (a
+    prediction's product does not: False at prediction time).
     """
     check_structure(X)  # before any format change reads the indices
     X = _engine_matrix(X)
@@ -281,25 +276,10 @@ def check_matrix(X, *, bounded: bool = True):
 
 
 def check_finite(X, origin: tuple = (0, 0), where: str = "") -> None:
-    """Refuse NaN and infinity in X, naming which and where the first one is.
-
-    For a chunk of a dask array, checked when it is computed (the matrix as a whole may
-    never be in memory).
-
-    Parameters
-    ----------
-    X : ndarray, scipy.sparse matrix or pydata sparse array, 2-D
-    origin : tuple of int
-        Row and column of X's first entry in the array it is a chunk of: the place
-        reported is the array's.
-    where : str
-        Appended to the place (" of row chunk 3"), when the origin is not known.
-
-    Raises
-    ------
-    ValueError
-        If X holds a NaN or an infinity.
-    """
+    """Refuse NaN and infinity in a 2-D X (numpy, scipy.sparse or pydata sparse), with a
+    ValueError naming which and where the first one is. A dask array's chunk is checked
+    when it is computed: ``origin`` is its first entry's (row, column) in the array, the
+    place reported; ``where`` is added to it (" of row chunk 3") when that is unknown."""
     values = X.data if sp.issparse(X) or is_pydata_sparse(X) else X
     values = np.asarray(values)
     # Integers cannot be NaN; max/min find a non-finite value without a boolean temporary.
@@ -308,17 +288,8 @@ def check_finite(X, origin: tuple = (0, 0), where: str = "") -> None:
 
 
 def first_nonfinite(X) -> tuple[int, int, str]:
-    """(row, column, "NaN", "inf" or "-inf") of X's first NaN or infinity, row by row
-    (the error path only: X holds one).
-
-    Parameters
-    ----------
-    X : ndarray, scipy.sparse matrix or pydata sparse array, 2-D
-
-    Returns
-    -------
-    tuple of (int, int, str)
-    """
+    """(row, column, "NaN", "inf" or "-inf") of the first NaN or infinity of a 2-D X
+    (numpy, scipy.sparse or pydata sparse), row by row (the error path only: X holds one)."""
     if sp.issparse(X) or is_pydata_sparse(X):
         X = to_scipy(X)  # CSR: its stored values in row order
         first = int(np.argmax(~np.isfinite(X.data)))
@@ -347,20 +318,8 @@ def check_2d(X) -> None:
 
 
 def check_n_features(X, n_features: int) -> None:
-    """Refuse an X whose width is not the fitted model's (from the shape alone: a dask
-    array is not computed).
-
-    Parameters
-    ----------
-    X : ndarray, scipy.sparse matrix or dask array
-    n_features : int
-        The number of features the model was fitted on.
-
-    Raises
-    ------
-    ValueError
-        If X is not 2-D or has another number of columns.
-    """
+    """Refuse an X that is not 2-D or not ``n_features`` wide, the fitted model's (from
+    the shape alone: a dask array is not computed)."""
     check_2d(X)
     if X.shape[1] != n_features:
         raise ValueError(f"X has {X.shape[1]} features, but this model was fitted on {n_features}")

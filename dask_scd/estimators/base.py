@@ -93,20 +93,23 @@ class _LinearModel(BaseEstimator):
         given = {"lower_bounds": lower, "upper_bounds": upper}
         return {name: value for name, value in given.items() if value is not None}
 
-    def _fit_options(self, data: ModelInput, sample_weight=None, **change) -> dict:
-        """The options of :func:`dask_scd.fit` for ``data`` weighted by ``sample_weight``
-        (numpy or dask, or None), ``change`` replacing some; the problem checked."""
-        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
-        options = {
-            **self._problem_arguments(total),
+    def _run_arguments(self) -> dict:
+        """What every fit of the estimator takes beside its problem: the engine's options
+        and the coefficient bounds."""
+        return {
             "tol": self.tol,
             "max_iter": self.max_iter,
             "solver": self.solver,
             "random_state": self.random_state,
             "verbose": self.verbose,
             **self._bound_arguments(),
-            **change,
         }
+
+    def _fit_options(self, data: ModelInput, sample_weight=None, **change) -> dict:
+        """The options of :func:`dask_scd.fit` for ``data`` weighted by ``sample_weight``
+        (numpy or dask, or None), ``change`` replacing some; the problem checked."""
+        total = int(data.X.shape[0]) if sample_weight is None else _total(sample_weight)
+        options = {**self._problem_arguments(total), **self._run_arguments(), **change}
         if sample_weight is not None:
             options["sample_weight"] = sample_weight
         checked_problem(options)
@@ -438,12 +441,20 @@ def _score_arguments(X, y):
     """(X, y) for a score: a grid's or a libsvm file's own labels when y is omitted."""
     if y is not None:
         return X, y
-    data = read_input(X)
-    labels = data.X.y if data.kind == "grid" else data.y
+    labels = _labels(read_input(X))
     if labels is None:
         raise ValueError("score needs y (only a grid or a libsvm file carry their labels)")
-    labels = np.asarray(labels.compute() if is_dask(labels) else labels)
-    return X, labels.astype(data.X.label_dtype) if data.kind == "grid" else labels
+    return X, labels
+
+
+def _labels(data: ModelInput):
+    """The labels of the input in memory (a grid's in the dtype they were written in, to
+    compare with ``classes_``), or None."""
+    y = data.X.y if data.kind == "grid" else data.y
+    if y is None:
+        return None
+    labels = np.asarray(y.compute() if is_dask(y) else y)
+    return labels.astype(data.X.label_dtype) if data.kind == "grid" else labels
 
 
 def _base_weights(data: ModelInput, sample_weight):
@@ -468,10 +479,7 @@ def _class_weighted(data: ModelInput, sample_weight, class_weight, classes):
         return sample_weight
     from sklearn.utils.class_weight import compute_class_weight
 
-    y = data.X.y if data.kind == "grid" else data.y
-    labels = np.asarray(y.compute()) if is_dask(y) else np.asarray(y)
-    if data.kind == "grid":
-        labels = labels.astype(data.X.label_dtype)  # compared with classes_ in their dtype
+    labels = _labels(data)
     given = sample_weight
     if given is not None and is_dask(given):
         given = given.compute()

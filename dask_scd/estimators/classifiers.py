@@ -270,12 +270,8 @@ class LinearSVC(_Classifier):
 def _stored_bytes(data: ModelInput) -> int:
     """Bytes of dask or grid X as :func:`dask_scd.fit` counts them against its
     ``in_memory_limit`` (the non-zeros of sparse chunks)."""
-    from dask_scd.data.sources import _stored_size
+    from dask_scd.data.sources import _grid_source, _stored_size
 
-    if data.kind == "grid":
-        grid = data.X
-        itemsize = np.dtype(grid.dtype).itemsize
-        if grid.is_sparse:
-            return int(grid.nnz * (itemsize + 4))
-        return int(grid.shape[0] * grid.shape[1] * itemsize)
+    if data.kind == "grid":  # a grid's own count (no labels read for the squared loss)
+        return _grid_source(data.X, None, "squared", None).nbytes
     return _stored_size(data.X)[0]

@@ -16,7 +16,7 @@ from sklearn.base import is_classifier
 
 from dask_scd.alpha_max import alphas_of, check_grid, max_alpha, positive_values
 from dask_scd.estimators.base import _Classifier, _Regressor, _set_parameters
-from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
+from dask_scd.estimators.docstrings import _docstring, _fill_doc
 from dask_scd.estimators.path_cv import (
     ModelScores,
     check_fold_weights,
@@ -57,13 +57,8 @@ class _CrossValidated:
                 "path_options": {
                     "alphas": alphas(train) if callable(alphas) else alphas,
                     **problem,
-                    **self._bound_arguments(),
                     "fit_intercept": self.fit_intercept,
-                    "tol": self.tol,
-                    "max_iter": self.max_iter,
-                    "solver": self.solver,
-                    "random_state": self.random_state,
-                    "verbose": self.verbose,
+                    **self._run_arguments(),
                 },
             }
             for train, test in splits
@@ -108,7 +103,7 @@ class _LinearModelCV(_CrossValidated, _Regressor):
     def _ratios(self) -> np.ndarray:
         return np.array([1.0])
 
-    @cv_fit_doc
+    @_fill_doc
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the path, then refit the best point on all of X.
 
@@ -205,7 +200,7 @@ class LassoCV(_LinearModelCV):
     ):
         _set_parameters(self, locals())
 
-    __doc__ = cv_doc("""Lasso with alpha chosen by cross-validation on a certified path.
+    __doc__ = _docstring("""Lasso with alpha chosen by cross-validation on a certified path.
 
     Minimizes ``(1/(2n))‖y − Xθ − b‖² + alpha‖θ‖₁`` (scikit-learn's ``Lasso``) for every
     alpha of the grid on each fold's training rows, keeps the alpha of the smallest mean
@@ -277,7 +272,7 @@ class ElasticNetCV(_LinearModelCV):
             )
         return ratios
 
-    __doc__ = cv_doc("""Elastic net with alpha and l1_ratio chosen by cross-validation on
+    __doc__ = _docstring("""Elastic net with alpha and l1_ratio chosen by cross-validation on
     certified paths.
 
     Minimizes ``(1/(2n))‖y − Xθ − b‖² + alpha·(l1_ratio‖θ‖₁ + (1 − l1_ratio)/2‖θ‖²)``
@@ -338,7 +333,7 @@ class RidgeCV(_CrossValidated, _Regressor):
     ):
         _set_parameters(self, locals())
 
-    @cv_fit_doc
+    @_fill_doc
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate the alphas, then refit the best one on all of X.
 
@@ -374,7 +369,7 @@ class RidgeCV(_CrossValidated, _Regressor):
         self._set_fitted(models, single_output=True)
         return self
 
-    __doc__ = cv_doc("""Ridge with alpha chosen by cross-validation on a certified path.
+    __doc__ = _docstring("""Ridge with alpha chosen by cross-validation on a certified path.
 
     Minimizes ``(1/(2n))‖y − Xθ − b‖² + (alpha/2)‖θ‖²`` (:class:`dask_scd.Ridge`) for each
     alpha on each fold's training rows, warm-started from the largest alpha down, keeps

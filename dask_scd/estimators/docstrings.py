@@ -1,6 +1,8 @@
 """The docstring sections that the five estimators share: common parameters, attributes
 and accepted inputs, filled into each class's template by :func:`_docstring`."""
 
+import re
+
 _COMMON_PARAMETERS = """
     fit_intercept : bool, default=True
         Fit an unpenalized intercept b (X is never centred).
@@ -96,18 +98,6 @@ _CLASSIFIER_ATTRIBUTES = _COMMON_ATTRIBUTES.format(
 )
 
 
-def _docstring(template: str) -> str:
-    return (
-        template.replace("{common_parameters}", _COMMON_PARAMETERS.strip("\n"))
-        .replace("{regressor_attributes}", _REGRESSOR_ATTRIBUTES.strip("\n"))
-        .replace("{classifier_attributes}", _CLASSIFIER_ATTRIBUTES.strip("\n"))
-        .replace("{class_weight}", _CLASS_WEIGHT.strip("\n"))
-        .replace("{inputs}", _INPUTS.strip("\n"))
-        .replace("{bound_parameters}", _BOUND_PARAMETERS.strip("\n"))
-        .replace("{box_parameters}", _BOX_PARAMETERS.strip("\n"))
-    )
-
-
 # The cross-validated estimators' shared sections.
 _CV_PARAMETERS = """
     cv : int, cross-validation splitter or iterable, default=None
@@ -153,15 +143,28 @@ _SAMPLE_WEIGHT = """
 """
 
 
-def cv_doc(template: str) -> str:
-    return (
-        template.replace("{cv_parameters}", _CV_PARAMETERS.strip("\n"))
-        .replace("{cv_notes}", _CV_NOTES.strip("\n"))
-        .replace("{bound_parameters}", _BOUND_PARAMETERS.strip("\n"))
-    )
+_PLACEHOLDER = re.compile(r"^ *\{(\w+)\}$", re.MULTILINE)
+_SECTIONS = {
+    "common_parameters": _COMMON_PARAMETERS,
+    "regressor_attributes": _REGRESSOR_ATTRIBUTES,
+    "classifier_attributes": _CLASSIFIER_ATTRIBUTES,
+    "class_weight": _CLASS_WEIGHT,
+    "inputs": _INPUTS,
+    "bound_parameters": _BOUND_PARAMETERS,
+    "box_parameters": _BOX_PARAMETERS,
+    "cv_parameters": _CV_PARAMETERS,
+    "cv_notes": _CV_NOTES,
+    "sample_weight": _SAMPLE_WEIGHT,
+}
 
 
-def cv_fit_doc(method):
-    """``{sample_weight}`` in a ``fit`` docstring."""
-    method.__doc__ = method.__doc__.replace("{sample_weight}", _SAMPLE_WEIGHT.strip())
+def _docstring(template: str) -> str:
+    """``template`` with each line that is a ``{section}`` replaced by that section (in
+    its own indentation)."""
+    return _PLACEHOLDER.sub(lambda found: _SECTIONS[found[1]].strip("\n"), template)
+
+
+def _fill_doc(method):
+    """A method whose docstring :func:`_docstring` fills in."""
+    method.__doc__ = _docstring(method.__doc__)
     return method

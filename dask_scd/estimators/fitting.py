@@ -49,10 +49,8 @@ def _keep_previous(X, y, options: dict, coef, intercept):
     (engines with a primal iterate)."""
     if options["penalty"] is None:
         return None  # no certificate to keep a previous solution by
-    problem = checked_problem(options)
-    if "lower_bounds" in options or "upper_bounds" in options:  # certified in the box
-        lower, upper = options.get("lower_bounds"), options.get("upper_bounds")
-        problem = bounded(problem, lower, upper, X.shape[1])
+    lower, upper = options.get("lower_bounds"), options.get("upper_bounds")
+    problem = bounded(checked_problem(options), lower, upper, X.shape[1])  # certified in the box
     y = np.asarray(y, dtype=np.float64)
     weights = options.get("sample_weight")
     if weights is not None:

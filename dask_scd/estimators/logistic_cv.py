@@ -8,18 +8,13 @@ import numbers
 
 import numpy as np
 
-from dask_scd.alpha_max import positive_values
+from dask_scd.alpha_max import check_grid_size, positive_values
 from dask_scd.estimators.base import _class_weighted, _Classifier, _set_parameters
 from dask_scd.estimators.classifiers import LogisticRegression, _Probabilities
 from dask_scd.estimators.cv import _CrossValidated, _total
-from dask_scd.estimators.docstrings import cv_doc, cv_fit_doc
+from dask_scd.estimators.docstrings import _docstring, _fill_doc
 from dask_scd.estimators.multiclass import _binary_targets, model_classes
-from dask_scd.estimators.path_cv import (
-    accuracies,
-    check_fold_weights,
-    check_grid_size,
-    run_paths,
-)
+from dask_scd.estimators.path_cv import accuracies, check_fold_weights, run_paths
 
 
 class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
@@ -48,7 +43,7 @@ class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
     def _loss_name(self) -> str:
         return "logistic"
 
-    @cv_fit_doc
+    @_fill_doc
     def fit(self, X, y=None, sample_weight=None):
         """Cross-validate C (and l1_ratio), then refit the best on all of X.
 
@@ -125,25 +120,13 @@ class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
         C_, ratio_, coefs, intercepts = [], [], [], []
         for k, label in enumerate(model_classes(self.classes_)):
             block = results[k * n_ratios * n_folds : (k + 1) * n_ratios * n_folds]
+            # the jobs ran l1_ratio outer, fold inner: taken here fold outer
+            runs = [block[r * n_folds + f] for f in range(n_folds) for r in range(n_ratios)]
             # scores[f, c, r] and coefficients (+ intercept) [f, c, r, :]
-            scores = np.array(
-                [
-                    [block[r * n_folds + f]["scores"] for r in range(n_ratios)]
-                    for f in range(n_folds)
-                ]
-            ).transpose(0, 2, 1)
-            paths = np.array(
-                [
-                    [
-                        np.column_stack(
-                            [block[r * n_folds + f]["coefs"], block[r * n_folds + f]["intercepts"]]
-                        )
-                        for r in range(n_ratios)
-                    ]
-                    for f in range(n_folds)
-                ]
-            )
-            paths = paths.transpose(0, 2, 1, 3)  # [f, c, r, features + intercept]
+            scores = np.array([run["scores"] for run in runs]).reshape(n_folds, n_ratios, -1)
+            scores = scores.transpose(0, 2, 1)
+            paths = np.array([np.column_stack([run["coefs"], run["intercepts"]]) for run in runs])
+            paths = paths.reshape(n_folds, n_ratios, n_cs, -1).transpose(0, 2, 1, 3)
             kept = paths if self.fit_intercept else paths[..., :-1]
             self.scores_[label] = scores if elastic else scores[:, :, 0]
             self.coefs_paths_[label] = kept if elastic else kept[:, :, 0]
@@ -181,7 +164,7 @@ class LogisticRegressionCV(_CrossValidated, _Probabilities, _Classifier):
             raise ValueError(f"l1_ratios={self.l1_ratios!r} must be numbers in [0, 1]")
         return ratios
 
-    __doc__ = cv_doc("""Logistic regression with C chosen by cross-validation on certified paths.
+    __doc__ = _docstring("""Logistic regression with C chosen by cross-validation on certified paths.
 
     Each binary model minimizes ``(1/n) Σ log(1 + exp(−y_i(x_iᵀθ + b))) +
     alpha·(l1_ratio‖θ‖₁ + (1 − l1_ratio)/2‖θ‖²)`` with ``alpha = 1/(C·n)`` (``1/(C·Σw)``

@@ -38,21 +38,16 @@ def _classes(data: ModelInput) -> np.ndarray:
 def _binary_targets(classes, y, grid: bool) -> list:
     """The ±1 targets of the binary models of labels ``y`` (numpy or dask): ``classes[1]``
     against ``classes[0]`` for two classes (None for a ``grid``'s own labels, which its
-    fit maps to ±1), else each class against the rest."""
+    fit maps to ±1), else each class against the rest (``np.where`` dispatches to
+    ``da.where`` for dask labels)."""
     if grid and len(classes) == 2:
         return [None]
-    return [_targets(y, label) for label in model_classes(classes)]
+    return [np.where(y == label, 1.0, -1.0) for label in model_classes(classes)]
 
 
 def model_classes(classes) -> np.ndarray:
     """The class of each binary model: ``classes[1]`` for two classes, else every class."""
     return classes[1:] if len(classes) == 2 else classes
-
-
-def _targets(y, label):
-    """±1 targets of labels ``y`` (numpy, or dask: ``np.where`` dispatches to
-    ``da.where``): ``label`` against the rest."""
-    return np.where(y == label, 1.0, -1.0)
 
 
 def _softmax(scores):

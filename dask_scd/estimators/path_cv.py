@@ -18,7 +18,6 @@ integer weights, the folds of the rows repeated w_i times.
 
 from __future__ import annotations
 
-import numbers
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -82,12 +81,6 @@ def folds(cv, X, y, classifier: bool) -> list:
     cells as their dask array: the splitter reads only its length)."""
     splitter = check_cv(5 if cv is None else cv, y, classifier=classifier)
     return list(splitter.split(X.X if is_grid(X) else X, y))
-
-
-def check_grid_size(value, name: str) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} must be an integer ≥ 1")
-    return int(value)
 
 
 # Fold paths of a dask array or a grid run at once from this process's threads. Each
