@@ -285,9 +285,7 @@ def _resolved(arg):
             value = _memo.pop(token)
             _memo[token] = value  # most recently used last
             return value
-    value = func(
-        *[_resolved(a) for a in fixed], *picked([v for group in groups for v in group], pick)
-    )
+    value = _call_on_rows(func, len(fixed), pick, *fixed, *groups)
     with _memo_lock:
         _memo[token] = value
         total = sum(_nbytes(v) for v in _memo.values())

@@ -140,9 +140,7 @@ def signed_dual_point(problem: obj.Problem, y, margins) -> tuple:
     negative parts of the dual point a = −v∘ℓ'(ŷ) of one row chunk."""
     v = row_weights(y)
     y = labels(y)
-    a = -obj.loss_derivative(problem.loss, y, margins)
-    if v is not None:
-        a = a * v  # the dual point of the weighted losses v_i·ℓ_i
+    a = obj.dual_direction(problem, y, margins, v)
     return v, y, np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
 
 
