@@ -21,12 +21,7 @@ from dask_scd.data.findings import cell_values, value_finding
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.device import on_device
 from dask_scd.kernels.layout import MajorMatrix, check_structure, structure_error
-from dask_scd.validation import (
-    check_label_values,
-    is_pydata_sparse,
-    largest_magnitude,
-    to_scipy,
-)
+from dask_scd.validation import check_label_values, is_pydata_sparse, largest_magnitude, to_scipy
 
 
 @dataclass(frozen=True)

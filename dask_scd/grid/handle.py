@@ -9,14 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .layout import _check_header, reading
-from .read import (
-    _build_arrays,
-    _reader,
-    _store_version,
-    read_cell,
-    read_labels,
-    read_weights,
-)
+from .read import _build_arrays, _reader, _store_version, read_cell, read_labels, read_weights
 
 __all__ = ["Grid", "open_grid"]
 

@@ -139,9 +139,6 @@ class _Reader:
         if sums is not None and checksum(values) != int(sums[expected_at[0]][expected_at[1:]]):
             raise GridCorruptionError(f"{where}: {_MISMATCH}")
 
-    def where(self, r: int, b: int) -> str:
-        return f"cell (row chunk {r}, block {b}) of grid {self.path}"
-
     def read_cell(
         self, r: int, b: int, buffers: CellBuffers | None = None, into=None, parts: bool = False
     ):
@@ -154,7 +151,7 @@ class _Reader:
         n_rc = len(self.bounds) - 1
         if not (0 <= r < n_rc and 0 <= b < len(self.sizes)):
             raise IndexError(f"no cell ({r}, {b}) in a {n_rc} x {len(self.sizes)} grid")
-        where = self.where(r, b)
+        where = f"cell (row chunk {r}, block {b}) of grid {self.path}"
         with reading(where):
             if self.is_sparse:
                 found = self._read_sparse(r, b, where, buffers)

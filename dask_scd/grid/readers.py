@@ -104,15 +104,12 @@ def _as_labels(y, n: int):
         from dask_scd.validation import pandas_labels
 
         y = pandas_labels(y)
-    if is_dask(y):
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D, got shape {y.shape}")
-        if any(math.isnan(c) for c in y.chunks[0]):
-            raise ValueError("y has unknown chunk sizes; call y.compute_chunk_sizes() first")
-    else:
+    if not is_dask(y):
         y = np.asarray(y)
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    if is_dask(y) and any(math.isnan(c) for c in y.chunks[0]):
+        raise ValueError("y has unknown chunk sizes; call y.compute_chunk_sizes() first")
     if not _is_float_or_int(y.dtype):
         raise ValueError(f"y must have a real numeric dtype, got {y.dtype}")
     if y.shape[0] != n:

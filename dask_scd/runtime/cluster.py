@@ -294,11 +294,6 @@ def _resolved(arg):
     return value
 
 
-def _evaluate(spec):
-    """(task) the value of an inline reduction."""
-    return _resolved(spec)
-
-
 def _sum_picked(index, pick, *groups) -> dict:
     """(task) :func:`passes.sum_partials` of the row-chunk results at ``index`` (pairs of
     group, position in it), in that order."""
@@ -462,7 +457,7 @@ class ClusterRuntime:
         usually in the memo of the worker that runs it), or ``value`` if it is a future."""
         if not (isinstance(value, tuple) and value and value[0] == _INLINE):
             return value
-        return self.submit(_evaluate, value, name=value[2].__name__, priority=-10)
+        return self.submit(_resolved, value, name=value[2].__name__, priority=-10)
 
     def _placement(self, home) -> dict:
         return {} if home is None else {"workers": [home], "allow_other_workers": True}
