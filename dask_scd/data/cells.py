@@ -507,10 +507,8 @@ def inspect_cell(cell, where: str, raises: bool = True) -> dict:
         m = view.matrix
         if m.dense:
             held = np.any(m.data.reshape(view.n_rows, view.n_columns) != 0, axis=0)
-        elif view.by_columns:
+        else:  # a sparse cell is held by columns
             held = np.diff(m.indptr) > 0
-        else:
-            held = np.bincount(m.indices, minlength=view.n_columns) > 0
         columns = np.packbits(held)
     return {
         "max_per_row": int(counts.max()) if counts.size else 0,
