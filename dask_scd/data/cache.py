@@ -359,20 +359,15 @@ class CellCache:
     @property
     def counts(self) -> dict:
         """Bytes loaded into the cache, loads and evictions since the process started."""
-        lru = self._lru
-        spill = self._second
-        spilled = {
+        lru, spill = self._lru, self._second
+        return {
+            **{
+                k: 0 if lru is None else getattr(lru, k)
+                for k in ("bytes_moved", "loads", "evictions")
+            },
+            "reads": self.reads,
             "spill_hits": 0 if spill is None else spill.hits,
             "spill_bytes": 0 if spill is None else spill.nbytes,
-        }
-        if lru is None:
-            return {"bytes_moved": 0, "loads": 0, "evictions": 0, "reads": self.reads, **spilled}
-        return {
-            "bytes_moved": lru.bytes_moved,
-            "loads": lru.loads,
-            "evictions": lru.evictions,
-            "reads": self.reads,
-            **spilled,
         }
 
     def clear(self):

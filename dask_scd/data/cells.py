@@ -21,12 +21,7 @@ from dask_scd.data.findings import cell_values, value_finding
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels.device import on_device
 from dask_scd.kernels.layout import MajorMatrix, check_structure, structure_error
-from dask_scd.validation import (
-    check_label_values,
-    is_pydata_sparse,
-    largest_magnitude,
-    to_scipy,
-)
+from dask_scd.validation import check_label_values, is_pydata_sparse, largest_magnitude, to_scipy
 
 
 @dataclass(frozen=True)
@@ -71,25 +66,23 @@ class CellView:
         if is_pydata_sparse(cell):
             cell = to_scipy(cell)
         check_structure(cell, "a chunk of X")  # before the kernels or scipy read it
-        self.n_rows, self.n_columns = cell.shape
-        self.by_columns = sp.issparse(cell)
-        self.matrix = MajorMatrix.from_array(cell, "columns" if self.by_columns else "rows")
-        self._squared_sums = None
-        self._cube_sums = None
-        self._stored = None  # see stored_columns
+        by_columns = sp.issparse(cell)
+        matrix = MajorMatrix.from_array(cell, "columns" if by_columns else "rows")
+        self._wrap(cell.shape, by_columns, matrix)
+
+    def _wrap(self, shape, by_columns: bool, matrix: MajorMatrix) -> CellView:
+        self.n_rows, self.n_columns = shape
+        self.by_columns, self.matrix = by_columns, matrix
+        self._squared_sums = self._cube_sums = self._stored = None  # (_stored: see stored_columns)
+        return self
 
     @classmethod
     def of_parts(cls, parts) -> CellView:
         """A sparse grid cell's :class:`~dask_scd.grid.read.SparseParts` wrapped as they
         are: column-major, nothing copied or checked again (its read checked it)."""
-        view = cls.__new__(cls)
-        view.n_rows, view.n_columns = parts.shape
-        view.by_columns = True
-        view.matrix = MajorMatrix(
-            parts.data, parts.indices, parts.indptr, False, view.n_columns, view.n_rows
-        )
-        view._squared_sums = view._cube_sums = view._stored = None
-        return view
+        n_rows, n_columns = parts.shape
+        matrix = MajorMatrix(parts.data, parts.indices, parts.indptr, False, n_columns, n_rows)
+        return cls.__new__(cls)._wrap(parts.shape, True, matrix)
 
     def to_spill(self) -> tuple:
         """(arrays, meta) for the cell cache's spill file (:mod:`dask_scd.data.spill`)."""
@@ -101,11 +94,9 @@ class CellView:
 
     @classmethod
     def from_spill(cls, meta, arrays) -> CellView:
-        view = cls.__new__(cls)
-        view.n_rows, view.n_columns, view.by_columns, dense, n_major, n_minor = meta
-        view.matrix = MajorMatrix(*arrays, dense, n_major, n_minor)
-        view._squared_sums = view._cube_sums = view._stored = None
-        return view
+        n_rows, n_columns, by_columns, dense, n_major, n_minor = meta
+        matrix = MajorMatrix(*arrays, dense, n_major, n_minor)
+        return cls.__new__(cls)._wrap((n_rows, n_columns), by_columns, matrix)
 
     @property
     def nbytes(self) -> int:
@@ -516,10 +507,8 @@ def inspect_cell(cell, where: str, raises: bool = True) -> dict:
         m = view.matrix
         if m.dense:
             held = np.any(m.data.reshape(view.n_rows, view.n_columns) != 0, axis=0)
-        elif view.by_columns:
+        else:  # a sparse cell is held by columns
             held = np.diff(m.indptr) > 0
-        else:
-            held = np.bincount(m.indices, minlength=view.n_columns) > 0
         columns = np.packbits(held)
     return {
         "max_per_row": int(counts.max()) if counts.size else 0,

@@ -271,8 +271,9 @@ def _grid_source(grid, y, loss, blocks) -> GridSource:
         raise ValueError("a Grid carries its own blocks; write it again with to_grid(blocks=...)")
     classes = None
     if loss in obj.CLASSIFICATION_LOSSES:
-        # stored as float64: the labels' own dtype back (int, bool), as numpy labels give
-        classes = _classes(_grid_classes(grid), loss).astype(grid.label_dtype)
+        # checked as numpy labels are; stored as float64: the labels' own dtype back (int, bool)
+        seen = _grid_classes(grid)
+        classes = check_labels(seen, len(seen), loss)[1].astype(grid.label_dtype)
     itemsize = np.dtype(grid.dtype).itemsize
     nbytes = (
         grid.nnz * (itemsize + 4) if grid.is_sparse else grid.shape[0] * grid.shape[1] * itemsize
@@ -377,15 +378,3 @@ def _dask_source(X, y, loss, blocks) -> DaskSource:
         y_chunks=y_chunks,
         y_given=values,
     )
-
-
-def _classes(values, loss):
-    if len(values) > 2:
-        raise ValueError(
-            f"loss={loss!r} is a binary loss but y has {len(values)} classes; for more than two "
-            "classes use loss='multinomial' (one softmax model), or fit one binary model per "
-            "class (one-vs-rest: y == k against the rest)"
-        )
-    if len(values) < 2:
-        raise ValueError(f"y has a single class {list(values)}: a classifier needs two")
-    return values

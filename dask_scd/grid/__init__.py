@@ -1,8 +1,6 @@
 """Grid store: a design matrix stored as zarr v3 cells (row chunk x column block).
 
-See ``docs/grid.md`` for the layout.  ``Grid.X`` has its columns reordered so
-that every block is contiguous: ``Grid.X[:, k]`` is original feature
-``Grid.feature_order[k]``.
+See ``docs/grid.md`` for the layout, and :class:`Grid` for its column order.
 """
 
 from .handle import Grid, open_grid

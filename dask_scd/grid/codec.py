@@ -85,14 +85,3 @@ def _extract_cell(Xc, cols: np.ndarray, dtype, is_sparse: bool):
         cell.sort_indices()
         return cell
     return np.take(Xc, cols, axis=1).astype(dtype, copy=False)
-
-
-def _cell_stats(cell, is_sparse: bool) -> tuple[int, int]:
-    """(nnz, max non-zeros in one row) of a cell."""
-    if cell.shape[0] == 0 or cell.shape[1] == 0:
-        return 0, 0
-    if is_sparse:
-        per_row = np.bincount(cell.indices, minlength=cell.shape[0])
-    else:
-        per_row = np.count_nonzero(cell, axis=1)
-    return int(per_row.sum()), int(per_row.max())

@@ -1,13 +1,5 @@
-"""The Grid handle: a grid store opened for reading, and ``open_grid``, which opens one.
-
-Column order
-------------
-:attr:`Grid.X` has its columns **reordered** so that each block is
-contiguous: ``Grid.X[:, k]`` is original feature ``Grid.feature_order[k]``,
-where ``feature_order = np.concatenate(blocks)`` and ``blocks[b]`` holds the
-original indices of block ``b``.  ``Grid.block_slices[b]`` is the slice of
-``Grid.X``'s columns holding block ``b``.
-"""
+"""The Grid handle: a grid store opened for reading (its columns in block order: see
+:class:`Grid`), and ``open_grid``, which opens one."""
 
 from __future__ import annotations
 
@@ -16,15 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .layout import GridCorruptionError, _check_header
-from .read import (
-    _build_arrays,
-    _reader,
-    _store_version,
-    read_cell,
-    read_labels,
-    read_weights,
-)
+from .layout import _check_header, reading
+from .read import _build_arrays, _reader, _store_version, read_cell, read_labels, read_weights
 
 __all__ = ["Grid", "open_grid"]
 
@@ -229,9 +214,7 @@ def open_grid(path) -> Grid:
     Returns
     -------
     Grid
-        With lazy dask arrays ``X`` (one chunk per cell, columns reordered by
-        block: ``X[:, k]`` is original feature ``feature_order[k]``) and
-        ``y``.
+        With lazy dask arrays ``X`` (one chunk per cell, columns in block order) and ``y``.
 
     Raises
     ------
@@ -256,14 +239,10 @@ def open_grid(path) -> Grid:
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     row_chunks = tuple(int(v) for v in np.diff(bounds))
     X, y = _build_arrays(path, attrs, row_chunks, sizes)
-    try:
+    with reading(f"the tables of grid {path}"):
         reader = _reader(path, attrs["grid_id"])
         cell_nnz = reader.cell_nnz()
         reader.checksums()
-    except GridCorruptionError:
-        raise
-    except Exception as exc:
-        raise GridCorruptionError(f"cannot read the tables of grid {path}: {exc}") from exc
     return Grid(
         path=path,
         X=X,

@@ -155,35 +155,11 @@ def guess_kind(X) -> Kind:
 
 # Dim names that say "one example per index" or "one feature per index".
 SAMPLE_DIM_NAMES = frozenset(
-    {
-        "sample",
-        "samples",
-        "n_samples",
-        "example",
-        "examples",
-        "obs",
-        "observation",
-        "observations",
-        "instance",
-        "instances",
-        "record",
-        "records",
-        "row",
-        "rows",
-    }
+    "sample samples n_samples example examples obs observation observations instance "
+    "instances record records row rows".split()
 )
 FEATURE_DIM_NAMES = frozenset(
-    {
-        "feature",
-        "features",
-        "n_features",
-        "variable",
-        "variables",
-        "predictor",
-        "predictors",
-        "column",
-        "columns",
-    }
+    "feature features n_features variable variables predictor predictors column columns".split()
 )
 
 

@@ -20,6 +20,7 @@ On-disk layout (zarr v3 group at ``path``)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -37,6 +38,18 @@ READABLE_VERSIONS = (1, 2)
 
 class GridCorruptionError(ValueError):
     """A cell of a grid store is missing, unreadable or inconsistent."""
+
+
+@contextlib.contextmanager
+def reading(what: str):
+    """Any error but a GridCorruptionError raised while reading ``what`` (decompression, a
+    missing node, bad metadata...) becomes one that names it."""
+    try:
+        yield
+    except GridCorruptionError:
+        raise
+    except Exception as exc:
+        raise GridCorruptionError(f"cannot read {what}: {exc}") from exc
 
 
 def _row_bounds(n: int, row_chunk: int) -> np.ndarray:
@@ -80,7 +93,11 @@ def _check_header(path: str):
     return attrs
 
 
-_REWRITE = "removed or never written: write the grid again with to_grid or dask-scd convert"
+def _missing(path: str, name: str) -> GridCorruptionError:
+    return GridCorruptionError(
+        f"grid store {path} has no {name!r} array (removed or never written: write the grid "
+        "again with to_grid or dask-scd convert)"
+    )
 
 
 def _check_arrays(path: str, attrs: dict) -> None:
@@ -93,7 +110,7 @@ def _check_arrays(path: str, attrs: dict) -> None:
         names += ["weight", "weight_checksum"]
     for name in names:
         if not os.path.isfile(os.path.join(path, name, "zarr.json")):
-            raise GridCorruptionError(f"grid store {path} has no {name!r} array ({_REWRITE})")
+            raise _missing(path, name)
 
 
 def _is_int(value, low=0) -> bool:

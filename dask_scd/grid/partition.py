@@ -281,10 +281,15 @@ def _fields_by_rank(X) -> list[np.ndarray] | None:
     first_visit = np.full(int(rank.max()) + 1, len(order), dtype=np.int64)
     np.minimum.at(first_visit, rank[order], np.arange(len(order)))
     creation = np.argsort(first_visit, kind="stable")  # the ranks in order of creation
-    block_rank = np.where(used, rank, creation[0])
-    members = np.argsort(block_rank, kind="stable")  # columns ascending within a rank
-    bounds = np.searchsorted(block_rank[members], np.arange(len(first_visit) + 1))
-    return [members[bounds[r] : bounds[r + 1]].astype(np.int64) for r in creation]
+    fields = _members(np.where(used, rank, creation[0]), len(first_visit))
+    return [fields[r] for r in creation]
+
+
+def _members(label: np.ndarray, n_labels: int) -> list[np.ndarray]:
+    """The indices holding each label 0, ..., n_labels − 1, ascending."""
+    members = np.argsort(label, kind="stable")
+    bounds = np.searchsorted(label[members], np.arange(n_labels + 1))
+    return [members[bounds[k] : bounds[k + 1]].astype(np.int64) for k in range(n_labels)]
 
 
 def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]:
@@ -331,17 +336,8 @@ def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]
     limit = 0 if max_block_size is None else int(max_block_size)
     if max_block_size is not None and limit < 1:
         raise ValueError(f"max_block_size must be a positive int, got {max_block_size}")
-    assign, n_blocks = _greedy_colour(
-        indptr,
-        indices,
-        order,
-        n_rows,
-        limit,
-        singleton,
-    )
-    members = np.argsort(assign, kind="stable")
-    bounds = np.searchsorted(assign[members], np.arange(n_blocks + 1))
-    return [members[bounds[k] : bounds[k + 1]].astype(np.int64) for k in range(n_blocks)]
+    assign, n_blocks = _greedy_colour(indptr, indices, order, n_rows, limit, singleton)
+    return _members(assign, n_blocks)
 
 
 def contiguous_pure_blocks(X) -> list[np.ndarray]:
@@ -404,14 +400,16 @@ def _range_starts(indptr, indices, data, n_rows, n_cols):
     return starts
 
 
-def row_nnz_max(cell) -> int:
-    """Maximum number of non-zeros in one row of ``cell`` (dense or sparse)."""
+def cell_stats(cell) -> tuple[int, int]:
+    """(nnz, max non-zeros in one row) of a cell: an array, or a CSC matrix without
+    explicit zeros."""
     if cell.shape[0] == 0 or cell.shape[1] == 0:
-        return 0
+        return 0, 0
     if sp.issparse(cell):
-        csr = sp.csr_matrix(cell != 0)
-        return int(np.diff(csr.indptr).max())
-    return int(np.count_nonzero(np.asarray(cell), axis=1).max())
+        per_row = np.bincount(cell.indices, minlength=cell.shape[0])
+    else:
+        per_row = np.count_nonzero(cell, axis=1)
+    return int(per_row.sum()), int(per_row.max())
 
 
 def block_purity(X, blocks) -> tuple[list[bool], list[int]]:
@@ -433,7 +431,7 @@ def block_purity(X, blocks) -> tuple[list[bool], list[int]]:
     """
     indptr, indices, shape = _nonzero_pattern_csc(X)
     csc = sp.csc_matrix((np.ones(len(indices), dtype=np.bool_), indices, indptr), shape=shape)
-    max_nnz = [row_nnz_max(csc[:, np.asarray(block, dtype=np.int64)]) for block in blocks]
+    max_nnz = [cell_stats(csc[:, np.asarray(block, dtype=np.int64)])[1] for block in blocks]
     return [m <= 1 for m in max_nnz], max_nnz
 
 

@@ -15,7 +15,7 @@ import zarr
 from zarr.codecs import BytesCodec, ZstdCodec
 
 from .codec import checksum, packed_size, unpack_csc
-from .layout import _REWRITE, GridCorruptionError, _check_attrs
+from .layout import GridCorruptionError, _check_attrs, _missing, reading
 
 __all__ = ["CellBuffers", "read_cell", "read_dense_row_chunk", "read_labels"]
 
@@ -101,9 +101,7 @@ class _Reader:
         try:
             return self._array(name)
         except (KeyError, FileNotFoundError):
-            raise GridCorruptionError(
-                f"grid store {self.path} has no {name!r} array ({_REWRITE})"
-            ) from None
+            raise _missing(self.path, name) from None
 
     def _table(self, name: str, shape: tuple) -> np.ndarray:
         """A small int64 table of the store (cell_nnz, checksums), its shape checked."""
@@ -139,13 +137,7 @@ class _Reader:
     def _verify(self, values, expected_at, where: str) -> None:
         sums = self.checksums()
         if sums is not None and checksum(values) != int(sums[expected_at[0]][expected_at[1:]]):
-            raise GridCorruptionError(
-                f"{where}: checksum mismatch (the bytes on disk are not the ones written "
-                "there: a chunk file moved, swapped or modified)"
-            )
-
-    def where(self, r: int, b: int) -> str:
-        return f"cell (row chunk {r}, block {b}) of grid {self.path}"
+            raise GridCorruptionError(f"{where}: {_MISMATCH}")
 
     def read_cell(
         self, r: int, b: int, buffers: CellBuffers | None = None, into=None, parts: bool = False
@@ -159,16 +151,12 @@ class _Reader:
         n_rc = len(self.bounds) - 1
         if not (0 <= r < n_rc and 0 <= b < len(self.sizes)):
             raise IndexError(f"no cell ({r}, {b}) in a {n_rc} x {len(self.sizes)} grid")
-        where = self.where(r, b)
-        try:
+        where = f"cell (row chunk {r}, block {b}) of grid {self.path}"
+        with reading(where):
             if self.is_sparse:
                 found = self._read_sparse(r, b, where, buffers)
                 return found if parts else sp.csc_matrix(found[:3], shape=found.shape)
             return self._read_dense(r, b, where, buffers, into)
-        except GridCorruptionError:
-            raise
-        except Exception as exc:  # decompression, missing node, bad metadata...
-            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
 
     def _read_dense(self, r: int, b: int, where: str, buffers=None, into=None) -> np.ndarray:
         """The dense cell, checked: finite values and the CRC of the table.
@@ -317,37 +305,29 @@ class _Reader:
                 raise GridCorruptionError(f"{where}: chunk file changed while read")
             return frame
 
+    def _vector(self, name: str, r: int, where: str) -> np.ndarray:
+        """Row chunk r of the per-row array ``name`` (the labels or the weights), unchecked."""
+        with reading(where):
+            self._require_chunk_file(name, f"c/{r}", where)
+            return np.asarray(self._array(name)[self.bounds[r] : self.bounds[r + 1]])
+
     def read_weights(self, r: int) -> np.ndarray:
         """Sample weights of row chunk r (stores written with ``sample_weight``)."""
-        where = f"sample weights of row chunk {r} of grid {self.path}"
         if not self.attrs.get("has_weights", False):
             raise ValueError(f"grid {self.path} stores no sample weights")
-        try:
-            self._require_chunk_file("weight", f"c/{r}", where)
-            w = np.asarray(self._array("weight")[self.bounds[r] : self.bounds[r + 1]])
+        where = f"sample weights of row chunk {r} of grid {self.path}"
+        w = self._vector("weight", r, where)
+        with reading(where):
             expected = self._table("weight_checksum", (len(self.bounds) - 1,))
-        except GridCorruptionError:
-            raise
-        except Exception as exc:
-            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
         if not np.isfinite(w).all() or (w < 0).any():
             raise GridCorruptionError(f"{where}: missing, negative or non-finite values")
         if checksum(w) != int(expected[r]):
-            raise GridCorruptionError(
-                f"{where}: checksum mismatch (the bytes on disk are not the ones written "
-                "there: a chunk file moved, swapped or modified)"
-            )
+            raise GridCorruptionError(f"{where}: {_MISMATCH}")
         return w
 
     def read_labels(self, r: int) -> np.ndarray:
         where = f"labels of row chunk {r} of grid {self.path}"
-        try:
-            self._require_chunk_file("y", f"c/{r}", where)
-            y = np.asarray(self._array("y")[self.bounds[r] : self.bounds[r + 1]])
-        except GridCorruptionError:
-            raise
-        except Exception as exc:
-            raise GridCorruptionError(f"cannot read {where}: {exc}") from exc
+        y = self._vector("y", r, where)
         if not np.isfinite(y).all():
             raise GridCorruptionError(f"{where}: missing or non-finite values")
         self._verify(y, (1, r), where)
@@ -355,6 +335,10 @@ class _Reader:
 
 
 _ZSTD = numcodecs.Zstd()  # zarr's own zstd decoder (numcodecs is zarr's dependency)
+_MISMATCH = (
+    "checksum mismatch (the bytes on disk are not the ones written there: a chunk file "
+    "moved, swapped or modified)"
+)
 
 
 def _frame_has_checksum(frame: np.ndarray) -> bool:

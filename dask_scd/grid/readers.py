@@ -25,7 +25,7 @@ from dask_scd.validation import is_dask, is_pydata_sparse, to_scipy
 
 from .kinds import DATASET, GRID, GRID_STORE, LIBSVM_FILE, PANDAS_FRAME, XARRAY, guess_kind
 
-__all__ = ["RowReader", "iter_libsvm_batches", "malformed_line", "row_reader", "scan_libsvm"]
+__all__ = ["RowReader", "malformed_line", "row_reader", "scan_libsvm"]
 
 
 @dataclass
@@ -104,15 +104,12 @@ def _as_labels(y, n: int):
         from dask_scd.validation import pandas_labels
 
         y = pandas_labels(y)
-    if is_dask(y):
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D, got shape {y.shape}")
-        if any(math.isnan(c) for c in y.chunks[0]):
-            raise ValueError("y has unknown chunk sizes; call y.compute_chunk_sizes() first")
-    else:
+    if not is_dask(y):
         y = np.asarray(y)
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D, got shape {y.shape}")
+    if is_dask(y) and any(math.isnan(c) for c in y.chunks[0]):
+        raise ValueError("y has unknown chunk sizes; call y.compute_chunk_sizes() first")
     if not _is_float_or_int(y.dtype):
         raise ValueError(f"y must have a real numeric dtype, got {y.dtype}")
     if y.shape[0] != n:
@@ -120,7 +117,8 @@ def _as_labels(y, n: int):
     return y
 
 
-def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
+def _memory_chunks(X, y) -> tuple:
+    """(X, y, dtype, is_sparse, chunk_fn) of an in-memory X."""
     if is_pydata_sparse(X):
         X = to_scipy(X)
     is_sparse = sp.issparse(X)
@@ -141,19 +139,11 @@ def _memory_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
             yc = yc.compute()
         return Xc, np.asarray(yc, dtype=np.float64)
 
-    return RowReader(
-        shape=tuple(int(s) for s in X.shape),
-        dtype=dtype,
-        is_sparse=is_sparse,
-        in_memory=not is_dask(y),
-        chunk_fn=chunk_fn,
-        feature_names=feature_names,
-        default_blocks=default_blocks,
-        label_dtype=np.dtype(y.dtype),
-    )
+    return X, y, dtype, is_sparse, chunk_fn
 
 
-def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
+def _dask_chunks(X, y) -> tuple:
+    """(X, y, dtype, is_sparse, chunk_fn) of a dask array X."""
     import dask
 
     if X.ndim != 2:
@@ -182,22 +172,22 @@ def _dask_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
             Xc = np.asarray(Xc).astype(dtype, copy=False)
         return Xc, np.asarray(yc, dtype=np.float64)
 
+    return X, y, dtype, is_sparse, chunk_fn
+
+
+def _array_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
+    in_memory = not is_dask(X)
+    X, y, dtype, is_sparse, chunk_fn = (_memory_chunks if in_memory else _dask_chunks)(X, y)
     return RowReader(
         shape=tuple(int(s) for s in X.shape),
         dtype=dtype,
         is_sparse=is_sparse,
-        in_memory=False,
+        in_memory=in_memory and not is_dask(y),
         chunk_fn=chunk_fn,
         feature_names=feature_names,
         default_blocks=default_blocks,
         label_dtype=np.dtype(y.dtype),
     )
-
-
-def _array_source(X, y, feature_names=None, default_blocks=None) -> RowReader:
-    if is_dask(X):
-        return _dask_source(X, y, feature_names, default_blocks)
-    return _memory_source(X, y, feature_names, default_blocks)
 
 
 # --------------------------------------------------------------------- libsvm
@@ -208,18 +198,10 @@ def _is_data_line(line: bytes) -> bool:
     return bool(stripped)
 
 
-def iter_libsvm_batches(path, batch_lines: int) -> Iterator[bytes]:
-    """Yield buffers of up to ``batch_lines`` data lines of a libsvm file.
-
-    Blank and comment-only lines are skipped so that every yielded line is
-    one example.
-    """
-    for _, buffer in _numbered_batches(path, batch_lines):
-        yield buffer
-
-
 def _numbered_batches(path, batch_lines: int) -> Iterator[tuple[list, bytes]]:
-    """Like :func:`iter_libsvm_batches`, with the line number in the file of each line."""
+    """(the line number in the file of each line, a buffer of up to ``batch_lines`` data
+    lines) of a libsvm file: blank and comment-only lines are skipped, so that every
+    line of a buffer is one example."""
     buf: list[bytes] = []
     numbers: list[int] = []
     with open(path, "rb") as fh:
@@ -316,7 +298,7 @@ def _libsvm_source(path, y, zero_based="auto", n_features=None) -> RowReader:
         )
 
     def stream_fn(row_chunk):
-        for buffer in iter_libsvm_batches(path, row_chunk):
+        for _, buffer in _numbered_batches(path, row_chunk):
             X, yc = _parse_libsvm(buffer, n_features, np.float64, zero_based)
             yield sp.csr_matrix(X), np.asarray(yc, dtype=np.float64)
 
@@ -362,5 +344,5 @@ def row_reader(X, y, *, sample_dim=None, zero_based="auto", n_features=None) -> 
         from dask_scd.validation import numeric_frame
 
         values = np.asarray(numeric_frame(X))
-        return _memory_source(values, y, feature_names=[str(c) for c in X.columns])
+        return _array_source(values, y, feature_names=[str(c) for c in X.columns])
     return _array_source(X, y)

@@ -12,11 +12,12 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from .codec import _cell_stats, _compressors, _extract_cell, checksum, pack_csc
+from .codec import _compressors, _extract_cell, checksum, pack_csc
 from .handle import Grid, open_grid
 from .layout import FORMAT, FORMAT_VERSION, _row_bounds
 from .partition import (
     blocks_from_names,
+    cell_stats,
     contiguous_blocks,
     detect_pure_blocks,
     validate_blocks,
@@ -38,12 +39,14 @@ def _check_row_chunk(row_chunk) -> int:
     return int(row_chunk)
 
 
-def _check_finite(values, name: str, r: int, start: int, stop: int) -> None:
-    data = values.data if sp.issparse(values) else np.asarray(values)
-    if not np.isfinite(data).all():
-        raise ValueError(
-            f"{name} contains NaN or infinite values in row chunk {r} (rows {start}:{stop})"
-        )
+def _check_finite(Xc, yc, r: int, start: int, stop: int) -> None:
+    """Row chunk r's X and labels hold no NaN or infinity (the error names which)."""
+    for name, values in (("X", Xc), ("y", yc)):
+        data = values.data if sp.issparse(values) else np.asarray(values)
+        if not np.isfinite(data).all():
+            raise ValueError(
+                f"{name} contains NaN or infinite values in row chunk {r} (rows {start}:{stop})"
+            )
 
 
 def _detection_sample(source: RowReader, row_chunk: int):
@@ -165,15 +168,12 @@ class _GridWriter:
             arr[:] = values
         self.cell_checksum[r, b] = checksum(values)
 
-    def write_labels(self, r: int, y_chunk: np.ndarray) -> None:
-        values = np.ascontiguousarray(y_chunk, dtype=np.float64)
-        self.y[self.bounds[r] : self.bounds[r + 1]] = values
-        self.label_checksum[r] = checksum(values)
-
-    def write_weights(self, r: int, w_chunk: np.ndarray) -> None:
-        values = np.ascontiguousarray(w_chunk, dtype=np.float64)
-        self.weight[self.bounds[r] : self.bounds[r + 1]] = values
-        self.weight_checksum[r] = checksum(values)
+    def write_rows(self, r: int, array, sums: np.ndarray, chunk: np.ndarray) -> None:
+        """Row chunk r of a per-row float64 ``array`` (labels or weights), its CRC-32 in
+        ``sums``."""
+        values = np.ascontiguousarray(chunk, dtype=np.float64)
+        array[self.bounds[r] : self.bounds[r + 1]] = values
+        sums[r] = checksum(values)
 
     def write_attrs(self, attrs: dict, cell_nnz: np.ndarray) -> None:
         tables = [
@@ -205,18 +205,17 @@ def _write_grid(root: str, source: RowReader, blocks, row_chunk: int, names, wei
         start, stop = int(bounds[r]), int(bounds[r + 1])
         if Xc.shape != (stop - start, p) or yc.shape != (stop - start,):
             raise ValueError(f"input changed while writing: row chunk {r} has the wrong shape")
-        _check_finite(Xc, "X", r, start, stop)
-        _check_finite(yc, "y", r, start, stop)
+        _check_finite(Xc, yc, r, start, stop)
         if source.is_sparse:
             Xc = sp.csc_matrix(Xc)  # column slicing per block is cheap on CSC
         for b, cols in enumerate(blocks):
             cell = _extract_cell(Xc, cols, source.dtype, source.is_sparse)
-            cell_nnz[r, b], row_max = _cell_stats(cell, source.is_sparse)
+            cell_nnz[r, b], row_max = cell_stats(cell)
             max_nnz[b] = max(max_nnz[b], row_max)
             writer.write_cell(r, b, cell)
-        writer.write_labels(r, yc)
+        writer.write_rows(r, writer.y, writer.label_checksum, yc)
         if weights is not None:
-            writer.write_weights(r, weights[start:stop])
+            writer.write_rows(r, writer.weight, writer.weight_checksum, weights[start:stop])
     if r != n_rc - 1:
         raise ValueError(f"input changed while writing: got {r + 1} of {n_rc} row chunks")
     attrs = {
@@ -244,8 +243,7 @@ def _validate_in_memory(source: RowReader, row_chunk: int) -> None:
     """Check finiteness before anything is written (in-memory inputs only)."""
     bounds = _row_bounds(source.shape[0], row_chunk)
     for r, (Xc, yc) in enumerate(source.iter_chunks(row_chunk)):
-        _check_finite(Xc, "X", r, int(bounds[r]), int(bounds[r + 1]))
-        _check_finite(yc, "y", r, int(bounds[r]), int(bounds[r + 1]))
+        _check_finite(Xc, yc, r, int(bounds[r]), int(bounds[r + 1]))
 
 
 def _remove(path: str) -> None:

@@ -248,9 +248,7 @@ def margin_sums(problem: Problem, y, margins, weights=None) -> dict:
     Associative: partial dicts from row chunks are added key by key. With sample
     ``weights`` v: Σ v_i ℓ(y_i, ŷ_i) and a = −v∘ℓ'(ŷ).
     """
-    a = -loss_derivative(problem.loss, y, margins)
-    if weights is not None:
-        a = a * weights
+    a = dual_direction(problem, y, margins, weights)
     return {
         "loss": weighted_sum(loss_value(problem.loss, y, margins), weights),
         "pos": float(a[a > 0].sum()),
@@ -288,10 +286,15 @@ def project_sum_zero(a):
 def dual_point(problem: Problem, y, margins, scales: tuple[float, float], weights=None):
     """The feasible dual vector ``a`` built from the margins (a = −ℓ'(ŷ), projected;
     a = −v∘ℓ'(ŷ) with sample weights v)."""
-    a = -loss_derivative(problem.loss, y, margins)
-    if weights is not None:
-        a = a * weights
+    a = dual_direction(problem, y, margins, weights)
     return np.where(a > 0, a * scales[0], a * scales[1])
+
+
+def dual_direction(problem: Problem, y, margins, weights=None):
+    """a = −ℓ'(ŷ), or −v∘ℓ'(ŷ) with sample ``weights`` v: the dual point before its
+    projection onto Σ a_i = 0."""
+    a = -loss_derivative(problem.loss, y, margins)
+    return a if weights is None else a * weights
 
 
 # ---------------------------------------------------------------------- certificate

@@ -285,20 +285,13 @@ def _resolved(arg):
             value = _memo.pop(token)
             _memo[token] = value  # most recently used last
             return value
-    value = func(
-        *[_resolved(a) for a in fixed], *picked([v for group in groups for v in group], pick)
-    )
+    value = _call_on_rows(func, len(fixed), pick, *fixed, *groups)
     with _memo_lock:
         _memo[token] = value
         total = sum(_nbytes(v) for v in _memo.values())
         while total > MEMO_BYTES and len(_memo) > 1:
             total -= _nbytes(_memo.pop(next(iter(_memo))))
     return value
-
-
-def _evaluate(spec):
-    """(task) the value of an inline reduction."""
-    return _resolved(spec)
 
 
 def _sum_picked(index, pick, *groups) -> dict:
@@ -464,7 +457,7 @@ class ClusterRuntime:
         usually in the memo of the worker that runs it), or ``value`` if it is a future."""
         if not (isinstance(value, tuple) and value and value[0] == _INLINE):
             return value
-        return self.submit(_evaluate, value, name=value[2].__name__, priority=-10)
+        return self.submit(_resolved, value, name=value[2].__name__, priority=-10)
 
     def _placement(self, home) -> dict:
         return {} if home is None else {"workers": [home], "allow_other_workers": True}

@@ -146,13 +146,8 @@ class Member:
         """Send ``part`` to every other member and return every member's part, in member
         order (``part`` itself at this member's place)."""
         key = self._next_key(self.index)
-        for i in range(len(self.addresses)):
-            if i != self.index:
-                self._send(i, key, part)
-        return [
-            part if i == self.index else self._receive((key[0], key[1], i))
-            for i in range(len(self.addresses))
-        ]
+        self._send_others(key, part)
+        return self._collect(key, part)
 
     def gather(self, part, root: int = 0):
         """Every member's part at member ``root`` (a list in member order); None at the
@@ -161,20 +156,27 @@ class Member:
         if self.index != root:
             self._send(root, key, part)
             return None
-        return [
-            part if i == root else self._receive((key[0], key[1], i))
-            for i in range(len(self.addresses))
-        ]
+        return self._collect(key, part)
 
     def broadcast(self, value=None, root: int = 0):
         """Member ``root``'s ``value`` at every member."""
         key = self._next_key(root)
         if self.index != root:
             return self._receive(key)
-        for i in range(len(self.addresses)):
-            if i != root:
-                self._send(i, key, value)
+        self._send_others(key, value)
         return value
+
+    def _send_others(self, key: tuple, part):
+        for i in range(len(self.addresses)):
+            if i != self.index:
+                self._send(i, key, part)
+
+    def _collect(self, key: tuple, part) -> list:
+        """Every member's part of ``key``'s stage, in member order (``part``: this one's)."""
+        return [
+            part if i == self.index else self._receive((key[0], key[1], i))
+            for i in range(len(self.addresses))
+        ]
 
     def _next_key(self, sender: int) -> tuple:
         self.stage += 1

@@ -46,25 +46,11 @@ MAX_DEFAULT_CORES = 8
 CHECKPOINT_EVERY = 5
 # SLURM's pending reasons that no amount of waiting clears (the job must be changed).
 NEVER_RUNS = frozenset(
-    {
-        "BadConstraints",
-        "PartitionConfig",
-        "PartitionNodeLimit",
-        "PartitionTimeLimit",
-        "InvalidAccount",
-        "InvalidQOS",
-        "AccountNotAllowed",
-        "QOSNotAllowed",
-        "PartitionDown",
-        "PartitionInactive",
-        "AssocMaxCpuPerJobLimit",
-        "AssocMaxWallDurationPerJobLimit",
-        "QOSMaxCpuPerJobLimit",
-        "QOSMaxWallDurationPerJobLimit",
-        "QOSMaxMemoryPerJob",
-        "DependencyNeverSatisfied",
-        "JobHeldAdmin",
-    }
+    """BadConstraints PartitionConfig PartitionNodeLimit PartitionTimeLimit InvalidAccount
+    InvalidQOS AccountNotAllowed QOSNotAllowed PartitionDown PartitionInactive
+    AssocMaxCpuPerJobLimit AssocMaxWallDurationPerJobLimit QOSMaxCpuPerJobLimit
+    QOSMaxWallDurationPerJobLimit QOSMaxMemoryPerJob DependencyNeverSatisfied JobHeldAdmin
+    """.split()
 )
 
 

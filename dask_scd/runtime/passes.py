@@ -140,9 +140,7 @@ def signed_dual_point(problem: obj.Problem, y, margins) -> tuple:
     negative parts of the dual point a = −v∘ℓ'(ŷ) of one row chunk."""
     v = row_weights(y)
     y = labels(y)
-    a = -obj.loss_derivative(problem.loss, y, margins)
-    if v is not None:
-        a = a * v  # the dual point of the weighted losses v_i·ℓ_i
+    a = obj.dual_direction(problem, y, margins, v)
     return v, y, np.where(a > 0, a, 0.0), np.where(a < 0, a, 0.0)
 
 
@@ -308,7 +306,7 @@ def tree_sum(partials: list, split_every: int = 4, combine=None, first=None) -> 
     :func:`sum_partials`, here. ``first``: the combine of a first level made whatever the
     number of partials (row-chunk results held in groups), default none.
     """
-    combine = combine or _sum_run
+    combine = combine or (lambda start, run: sum_partials(*run))
     starts = list(range(len(partials)))
     if first is not None:
         partials, starts = _tree_level(partials, starts, first, split_every)
@@ -323,10 +321,6 @@ def _tree_level(partials: list, starts: list, combine, split_every: int) -> tupl
     runs = range(0, len(partials), split_every)
     summed = [combine(starts[i], partials[i : i + split_every]) for i in runs]
     return summed, [starts[i] for i in runs]
-
-
-def _sum_run(start, run):
-    return sum_partials(*run)
 
 
 def scattered_sum(partials, key, width: int | None = None) -> np.ndarray:
