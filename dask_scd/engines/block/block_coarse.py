@@ -28,12 +28,9 @@ from dask_scd.runtime.passes import sum_partials
 def block_row_sums(cells, with_intercept: bool) -> RowSums:
     """S_r = [X_cell(b) 1 for every block b] (+ a column of ones), compactly; ``cells``
     a row chunk's cells in block order (a list, or a generator: each is read as its
-    column is made).
-
-    The directions "shift a whole block" (and the intercept) span the slow subspace of
-    coordinate descent on one-hot-like data: a complete one-hot block sums to the ones
-    vector, a set-valued block nearly so. On such data S_r takes 1 byte per row and
-    set-valued block instead of 8 per row and block.
+    column is made). A complete one-hot block sums to the ones vector, which is not
+    stored: on one-hot data S_r takes 1 byte per row and set-valued block instead of 8 per
+    row and block.
     """
     columns = (_cell_matvec(cell, np.ones) for cell in cells)
     return RowSums.from_columns(columns, with_intercept)
@@ -192,13 +189,10 @@ def _moved(coef, offsets, problem) -> list:
 @dataclass(frozen=True)
 class CoarseSpace:
     """The blocks' bounds ``offsets`` (grid column order) and ``live``: which columns hold
-    a value somewhere in X. A block shift moves the live columns only. A column without a
-    value (a grid's blocks may hold some: to_grid's colouring puts the columns that never
-    occur into its first block) takes no part in any margin, so shifting it would only
-    add to the penalty: with its α/2·θ² counted, the shifts of a block of 10 values and
-    231,793 empty columns came out ~10⁴ times too small, and block SCD stalled at a
-    relative gap of 4e-8 on a logistic L2 problem the in-memory engine certified to 1e-10
-    in 24 epochs."""
+    a value somewhere in X. A block shift moves the live columns only: shifting a column
+    without a value (to_grid puts those in its first block) only adds to the penalty, and
+    made the shifts ~10⁴ times too small (measured in "The coarse step" of
+    ``docs/engines/block_scd.md``)."""
 
     offsets: np.ndarray
     live: np.ndarray | None = None

@@ -350,13 +350,9 @@ def provable_steps(out: dict, g, h, cube) -> dict:
 
 
 def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
-    """Per coordinate: does the Armijo test surely pass at the full step?
-
-    Taylor with remainder, per coordinate of a pure block (its coordinates touch disjoint
-    examples): f(θ + Δ) − f(θ) ≤ :func:`scalar.logistic_taylor_bound`, so a bound
-    below the Armijo line proves what the trials would find; those coordinates are left
-    out of the trials (the same test as the in-memory engine's).
-    """
+    """Per coordinate of a pure block: does the Armijo test surely pass at the full step
+    (the bound of :func:`provable_steps`, the in-memory engine's test)? Those coordinates
+    are left out of the trials."""
     bound = scalar.logistic_taylor_bound(model, h, delta, cube_mean)
     return (bound <= _ARMIJO * model) & (delta != 0.0)
 

@@ -408,13 +408,10 @@ class _BlockSCD(ClusterBlocks):
             rows, self.problem, self.source.n_samples, self.coarse_space, state, row_sums
         )
 
-    # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
-    # each at up to min(width, rows) columns per row chunk) would weigh more than this in
-    # the one task that sums them is summed in a tree of tasks instead, each holding a few
-    # row chunks' parts: a worker of a few hundred MiB survives a 200k-column block over
-    # millions of rows. The choice depends on the grid alone (its row chunks and the
-    # block's width), never on the workers, so the model stays the same bits for any
-    # cluster; grids of at most INLINE_GROUPS row chunks keep the flat sum.
+    # A block whose statistics (_stats_bytes) would weigh more than this in the one task
+    # that sums them is summed in a tree of tasks, on a grid of more than INLINE_GROUPS row
+    # chunks: a choice of the grid alone, never of the workers (the same bits on any
+    # cluster). See "Wide blocks over many row chunks" in docs/engines/block_scd.md.
     TREE_BYTES = 32 * 2**20
 
     def _tree(self, block) -> bool:
