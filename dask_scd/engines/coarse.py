@@ -1,25 +1,15 @@
 """The coarse step: a Newton step on the subspace of whole-block shifts.
 
-Coordinate descent is slow along directions that its coordinates only see together. On
-one-hot data the sum of a field's columns is the all-ones vector (a set-valued field's
-nearly so), so shifting a whole field against the intercept or against another field
-barely changes the margins: along such directions only the small penalty curvature pulls
-and coordinate descent can crawl for thousands of epochs. With S = [X_B 1 for every block
-B] (+ the ones column of the intercept), the k-dimensional problem
-
-    min_c  gᵀc + ½ cᵀHc + Σ_B Σ_{j∈B} pen(θ_j + c_B),   g = Sᵀℓ'(ŷ)/n,  H = Sᵀdiag(ℓ''(ŷ))S/n
-
-is cheap (k = number of blocks + 1), is solved exactly by cyclic 1-D steps
-(:func:`dask_scd.objectives.best_shift` handles the L1 kinks), and a line search keeps it
-a descent step for non-quadratic losses. One such step per epoch takes the one-hot
-problems of the tests from ~150 epochs to ~6 (L2 penalties). With an L1 part the kinks
-at zero make whole-block shifts of every coefficient counterproductive; the dask engine
-shifts each block's non-zero coefficients only (S over them, read afresh every epoch:
-one-hot 40k-row logistic L1, 22 epochs to gap 5e-9 where 200 epochs without left gap
-5.4), the in-memory SCD engine keeps its coarse step to L2 (its L1 problems go to the
-Newton engine, whose inner solver shifts blocks the same way). The dask engine reduces
-g and H over row chunks, the in-memory engine computes them directly, as often as its
-cost model allows (:class:`CoarseCost`).
+On one-hot data shifting a whole field against the intercept or another field barely
+changes the margins, and coordinate descent can crawl along such directions for
+thousands of epochs. With S = [X_B 1 for every block B] (+ the intercept's ones), the
+k-dimensional problem min_c gᵀc + ½ cᵀHc + Σ_B Σ_{j∈B} pen(θ_j + c_B) (g = Sᵀℓ'(ŷ)/n,
+H = Sᵀdiag(ℓ''(ŷ))S/n) is cheap, solved exactly by cyclic 1-D steps (the L1 kinks by
+:func:`dask_scd.objectives.best_shift`) and kept a descent step by a line search. The
+dask engine reduces g and H over row chunks (with an L1 part it shifts each block's
+non-zero coefficients only); the in-memory SCD engine computes them directly, as often
+as its cost model allows (:class:`CoarseCost`), L2 only. See "Flat directions of
+one-hot data" in ``docs/objectives.md``.
 """
 
 from __future__ import annotations
@@ -237,7 +227,7 @@ class LocalCoarse:
         cost = CoarseCost.plan(
             n_samples,
             np.diff(row_sums.indptr),
-            _stored(X),
+            int(X.nnz),
             row_sums.shape[1],
             LOSS_COST[problem.loss],
             fit_intercept,
@@ -254,7 +244,7 @@ class LocalCoarse:
         return CoarseCost.plan(
             n_samples,
             touches,
-            _stored(X),
+            int(X.nnz),
             int(touches.max(initial=0)),
             LOSS_COST[problem.loss],
             problem.fit_intercept,
@@ -344,10 +334,6 @@ class LocalCoarse:
             coef[block] -= c
             coef[anchor] += c
         return intercept
-
-
-def _stored(X) -> int:
-    return int(X.nnz)
 
 
 def _row_counts(X) -> np.ndarray:

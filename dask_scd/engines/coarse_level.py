@@ -1,22 +1,14 @@
 """The coarse level of the Newton engines' conjugate gradients: whole-block shifts.
 
-On one-hot data the columns of a field sum to the ones vector, so shifting a whole field
-against the intercept or another field barely changes the margins: H is nearly flat
-along those k directions, and conjugate gradients with a diagonal preconditioner find
-them one at a time (a Criteo-like problem took 113 products for one Newton step). With
-Z the block indicator vectors, the additive two-level preconditioner
-
-    M⁻¹ r = D⁻¹ r + Z (Zᵀ A Z)⁻¹ Zᵀ r
-
-adds an exact solve on those k directions to the diagonal D of the system A (the
-curvature with the intercept eliminated). ZᵀAZ comes from S = X Z, the block sums of
-every row (SᵀDS, k × k), in the same read as the rest of a Newton step; S is stored
-compactly (:class:`RowSums`): a complete one-hot block's column is the ones vector
-and takes no storage.
-
-Used by the in-memory engine (built by :mod:`dask_scd.engines.newton.design`, applied by
-:mod:`dask_scd.engines.newton.quadratic`) and the dask engine's curvature-product path
-(:mod:`dask_scd.engines.block.wide_newton`).
+On one-hot data H is nearly flat along the shift of a whole field against the intercept
+or another field, and conjugate gradients with a diagonal preconditioner find those k
+directions one at a time (a Criteo-like problem took 113 products for one Newton step).
+The additive two-level preconditioner M⁻¹ r = D⁻¹ r + Z (Zᵀ A Z)⁻¹ Zᵀ r (Z: the block
+indicators, A: the curvature with the intercept eliminated) adds an exact solve on them;
+ZᵀAZ = SᵀDS comes from S = X Z, the block sums of every row, stored compactly
+(:class:`RowSums`). Used by the in-memory engine (:mod:`dask_scd.engines.newton.design`,
+:mod:`dask_scd.engines.newton.quadratic`) and the dask engine's curvature products
+(:mod:`dask_scd.engines.block.wide_newton`); see ``docs/engines/newton.md``.
 """
 
 from __future__ import annotations

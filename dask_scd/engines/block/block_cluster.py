@@ -97,10 +97,7 @@ class ClusterBlocks(BlockLoop):
         )
         block_coarse.raise_finding(reports, self.source.row_bounds, self.source.blocks)
         n_blocks = len(self.slices)
-        self.source.purity = self.purity = [
-            max(reports[r][b]["max_per_row"] for r in range(len(reports))) <= 1
-            for b in range(n_blocks)
-        ]
+        self.source.purity = self.purity = block_coarse.purity(reports, n_blocks)
         self.block_bytes = np.array(
             [
                 sum(reports[r][b].get("nbytes", 0) for r in range(len(reports)))
@@ -153,6 +150,13 @@ class ClusterBlocks(BlockLoop):
                 for r in range(self.source.n_row_chunks)
             ]
         )
+
+    def _reduce(self, func, fixed: tuple, partials=None):
+        """``func(*fixed, *partials)`` in a task, the partials (where there are: a
+        :class:`~dask_scd.runtime.cluster.Rows`) in row order."""
+        if partials is None:
+            return self.runtime.submit(func, *fixed)
+        return self.runtime.reduce(func, fixed, partials)
 
     def _certify(self, state):
         """Fresh margins from the state (θ, b) and the certificate on them (see

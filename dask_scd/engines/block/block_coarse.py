@@ -28,19 +28,12 @@ from dask_scd.runtime.passes import sum_partials
 def block_row_sums(cells, with_intercept: bool) -> RowSums:
     """S_r = [X_cell(b) 1 for every block b] (+ a column of ones), compactly; ``cells``
     a row chunk's cells in block order (a list, or a generator: each is read as its
-    column is made).
-
-    The directions "shift a whole block" (and the intercept) span the slow subspace of
-    coordinate descent on one-hot-like data: a complete one-hot block sums to the ones
-    vector, a set-valued block nearly so. On such data S_r takes 1 byte per row and
-    set-valued block instead of 8 per row and block.
+    column is made). A complete one-hot block sums to the ones vector, which is not
+    stored: on one-hot data S_r takes 1 byte per row and set-valued block instead of 8 per
+    row and block.
     """
-
-    def columns():
-        for cell in cells:
-            yield _cell_matvec(cell, lambda n_columns: np.ones(n_columns))
-
-    return RowSums.from_columns(columns(), with_intercept)
+    columns = (_cell_matvec(cell, np.ones) for cell in cells)
+    return RowSums.from_columns(columns, with_intercept)
 
 
 def inspect_row_chunk(cells: list, where: str, row_sums: bool, with_intercept: bool) -> tuple:
@@ -78,6 +71,12 @@ def raise_finding(reports: list, row_bounds, blocks) -> None:
         for b, report in enumerate(row):
             if "finding" in report:
                 raise finding_error(report["finding"], r, b, row_bounds, blocks)
+
+
+def purity(reports: list, n_blocks: int) -> list:
+    """Per block, whether no row holds two of its entries, from every row chunk's
+    :func:`~dask_scd.data.cells.inspect_cell` reports (one per block)."""
+    return [max(row[b]["max_per_row"] for row in reports) <= 1 for b in range(n_blocks)]
 
 
 def _cell_matvec(cell, vector_of) -> np.ndarray:
@@ -132,10 +131,14 @@ def coarse_trials(row_sums: RowSums, y, margins, direction: dict, loss: str) -> 
     v = row_weights(y)
     y = labels(y)
     u = block_kernels.coarse_matvec(row_sums.counts, row_sums.column_of, shift)
-    # One pass, the changes summed directly (no difference of two losses; the logistic
-    # loss's by the product form: one exp and expm1 per row for all steps).
+    return line_trials(y, margins, u, obj.LOSS_CODES[loss], v)
+
+
+def line_trials(y, margins, u, code: int, v) -> dict:
+    """{"trials": Σ v_i (ℓ(ŷ_i + t·u_i) − ℓ(ŷ_i)) for each t of LINE_SEARCH_STEPS}: one
+    pass, the changes summed directly (no difference of two losses; the logistic loss's by
+    the product form: one exp and expm1 per row for all steps)."""
     quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
-    code = obj.LOSS_CODES[loss]
     return {
         "trials": block_kernels.line_trials(y, margins, u, LINE_SEARCH_STEPS, quarters, code, v)
     }
@@ -172,7 +175,9 @@ def _moved(coef, offsets, problem) -> list:
     """Per block, (its columns, which of them a block shift moves): those that hold a
     value in X (all of them but where a :class:`CoarseSpace` says otherwise), or with an
     L1 term its non-zero ones (:func:`active_row_sums`)."""
-    offsets, live = _space(offsets)
+    live = None
+    if isinstance(offsets, CoarseSpace):
+        offsets, live = offsets.offsets, offsets.live
     spans = [slice(offsets[b], offsets[b + 1]) for b in range(len(offsets) - 1)]
     if problem.l1 > 0.0:
         return [(span, coef[span] != 0.0) for span in spans]
@@ -184,20 +189,10 @@ def _moved(coef, offsets, problem) -> list:
 @dataclass(frozen=True)
 class CoarseSpace:
     """The blocks' bounds ``offsets`` (grid column order) and ``live``: which columns hold
-    a value somewhere in X. A block shift moves the live columns only. A column without a
-    value (a grid's blocks may hold some: to_grid's colouring puts the columns that never
-    occur into its first block) takes no part in any margin, so shifting it would only
-    add to the penalty: with its α/2·θ² counted, the shifts of a block of 10 values and
-    231,793 empty columns came out ~10⁴ times too small, and block SCD stalled at a
-    relative gap of 4e-8 on a logistic L2 problem the in-memory engine certified to 1e-10
-    in 24 epochs."""
+    a value somewhere in X. A block shift moves the live columns only: shifting a column
+    without a value (to_grid puts those in its first block) only adds to the penalty, and
+    made the shifts ~10⁴ times too small (measured in "The coarse step" of
+    ``docs/engines/block_scd.md``)."""
 
     offsets: np.ndarray
     live: np.ndarray | None = None
-
-
-def _space(offsets) -> tuple:
-    """(offsets, live mask or None) of ``offsets`` or a :class:`CoarseSpace`."""
-    if isinstance(offsets, CoarseSpace):
-        return offsets.offsets, offsets.live
-    return offsets, None

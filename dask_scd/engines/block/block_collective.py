@@ -1,31 +1,16 @@
-"""A block-SCD iteration run collectively: one long task per worker instead of a stage
-of tasks per block.
+"""A block-SCD iteration run collectively: one long task per worker (a *member*) over all
+of its groups of row chunks, instead of a stage of tasks per block that waits for the
+scheduler (:meth:`_BlockSCD._graph_epoch`).
 
-The task graph of an epoch (:meth:`_BlockSCD._graph_epoch`) spends most of a block's time
-waiting for the scheduler: the next block's tasks start only once the scheduler has
-heard that the last ones ended, and the row chunks' statistics reach the other workers
-through it. Here each worker runs one task (a *member*) over all of its groups of row
-chunks for the whole epoch, and the members swap each block's statistics directly
-(:mod:`dask_scd.runtime.collective`). Every member then calls the very functions the task
-graph calls — :func:`block_ops.apply_then_stats`, :func:`block_ops.block_direction_from`,
-:func:`block_ops.block_trials`, :func:`block_ops.block_choose`, then the coarse step's
-:func:`block_coarse.coarse_stats`, :func:`block_coarse.coarse_direction`,
-:func:`block_coarse.coarse_trials`, :func:`block_coarse.coarse_apply` — on the same values in
-the same row-chunk order, so the iteration gives the same bits either way, and the model
-stays independent of the workers.
-
-The members then compute the certificate of the new state (:func:`_certify`: fresh
-margins from (θ, b), the statistics summed at member 0) and keep those margins in their
-worker process for the next iteration's members. A member returns the state and the
-certificate to the client and nothing any task reads, so no task's lineage ever holds a
-member (a member could not run again on its own): a lost worker's results are recomputed
-by ordinary tasks, and margins that are not where a member expects them (its worker was
-replaced) make the engine recompute them from the state by ordinary tasks, the same bits.
-
-Where the task graph sums a block's statistics in a tree of tasks (a Gram block, a very
-wide one over many row chunks), each member sums them in the same tree, locally
-(:func:`passes.tree_sum`). An epoch whose statistics would be too large to send to every member
-runs as a task graph, as does one whose member was lost (:class:`collective.Aborted`).
+The members swap each block's statistics directly (:mod:`dask_scd.runtime.collective`)
+and call the very functions the task graph calls on the same values in the same row-chunk
+order (its trees of sums summed locally, :func:`passes.tree_sum`), so the epoch, the
+coarse step and the certificate (:func:`_certify`) give the same bits either way. A member
+keeps its fresh margins in its worker process for the next iteration and returns nothing
+a task reads, so no lineage holds a member: a lost member, or margins not where a member
+expects them, make the engine run the iteration as a task graph from (θ, b), as it does
+where a block's statistics are too large to send to every member. See "One iteration as
+one task per worker" in ``docs/engines/block_scd.md``.
 """
 
 from __future__ import annotations
@@ -89,9 +74,15 @@ def epoch_member(
     try:
         member = Member(token, index, addresses, timeout)
         if margins is None:
-            margins, pick = _kept_margins(certify[0], groups, certify[3]), None
+            pick = None
+            margins = [
+                list(_kept_value(certify, g, f"the margins of group {g} are not kept here"))
+                for g in groups
+            ]
         if start is None:
-            start = _kept_state(certify[0], certify[3])
+            start = _kept_value(
+                certify, "state", "the state of the last iteration is not kept here"
+            )
         began = time.perf_counter()
         static = (
             None
@@ -243,23 +234,14 @@ def _keep_margins(fit_key, groups, token, margins, state):
         _kept[(fit_key, "state")] = (token, (state["coef"], float(state["intercept"])))
 
 
-def _kept_state(fit_key, token) -> tuple:
+def _kept_value(certify: tuple, what, missing: str):
+    """What :func:`_keep_margins` kept under ``what`` (a group, or "state") for the fit
+    ``certify[0]`` in the iteration ``certify[3]``; else :class:`Aborted` (``missing``)."""
     with _kept_lock:
-        kept = _kept.get((fit_key, "state"))
-        if kept is None or kept[0] != token:
-            raise Aborted("the state of the last iteration is not kept here")
-        return kept[1]
-
-
-def _kept_margins(fit_key, groups, token) -> list:
-    with _kept_lock:
-        out = []
-        for g in groups:
-            kept = _kept.get((fit_key, g))
-            if kept is None or kept[0] != token:
-                raise Aborted(f"the margins of group {g} are not kept here")
-            out.append(list(kept[1]))
-        return out
+        kept = _kept.get((certify[0], what))
+    if kept is None or kept[0] != certify[3]:
+        raise Aborted(missing)
+    return kept[1]
 
 
 class _MemberRows(RowChunks):
@@ -272,8 +254,7 @@ class _MemberRows(RowChunks):
         self.member, self.each, self.groups, self.rows = member, each, groups, rows
         self.cells, self.labels, self.problem, self.static = cells, labels, problem, static
 
-    def column(self, p) -> list:
-        """Block ``p``'s cells, per group and row chunk (None for the intercept)."""
+    def column(self, p) -> list:  # per group and row chunk
         return [
             [None if p.block is None else row_cells[p.b] for row_cells in group]
             for group in self.cells
@@ -297,17 +278,6 @@ class _MemberRows(RowChunks):
             return per_row
 
         return self.everyone(self.each(stats_of), column)
-
-    def trials(self, p, direction):
-        rows, column, problem = self.rows, self.column(p), self.problem
-        return self.everyone(
-            self.each(
-                lambda k: [
-                    ops.block_trials(column[k][i], y, rows[k][i], direction, problem, p.pure)
-                    for i, y in enumerate(self.labels[k])
-                ]
-            )
-        )
 
     def reduce(self, func, fixed: tuple, partials, tree: bool):
         return func(*fixed, *(passes.tree_sum(partials) if tree else partials))

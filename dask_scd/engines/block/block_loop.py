@@ -1,19 +1,12 @@
 """The loop of the block engines: select → reduce → update → certify, one epoch at a time.
 
-Block SCD on the cluster (:mod:`dask_scd.engines.block.block_scd`, an epoch as a task
-graph or collectively), block SCD in memory (:mod:`dask_scd.engines.block.block_memory`)
-and block Newton (:mod:`dask_scd.engines.block.block_newton`) run the same loop,
-:meth:`BlockLoop.run`: the start (a checkpoint to resume, a warm start, or θ = 0 with
-the best intercept for it), the certificate of the start, then epochs until the relative
-duality gap is at most ``tol`` or ``max_iter`` epochs ran, each recorded in the history,
-reported to the progress bar and handed to the :class:`~dask_scd.runtime.checkpoint.
-EpochHooks` (checkpoint, callback). A variant fills in how an epoch is computed
-(:meth:`BlockLoop._first`, :meth:`BlockLoop._next`).
-
-The epoch of block SCD is :func:`block_steps` over the blocks of a plan
-(:meth:`BlockLoop._plan`), then :func:`coarse_step`: each variant says how a row chunk's
-statistics are made and how they are reduced (:class:`RowChunks`), the plan and the
-order of the steps are the same, so every variant takes the same steps, the same bits.
+Block SCD on the cluster (:mod:`block_scd`), block SCD in memory (:mod:`block_memory`)
+and block Newton (:mod:`block_newton`) run the same loop, :meth:`BlockLoop.run`, and fill
+in how an epoch is computed (:meth:`BlockLoop._first`, :meth:`BlockLoop._next`). The
+epoch of block SCD is :func:`block_steps` over the blocks of a plan
+(:meth:`BlockLoop._plan`), then :func:`coarse_step`; a variant says only how its row
+chunks compute and reduce (:class:`RowChunks`), so every variant takes the same steps,
+the same bits.
 """
 
 from __future__ import annotations
@@ -226,16 +219,18 @@ class BlockLoop:
 
 class RowChunks:
     """How a variant of block SCD computes over its row chunks, for :func:`block_steps`:
-    the statistics of a block after the last block's step, the trials of a direction,
-    the reduction of their partial results, and the last step on the margins."""
+    the statistics of a block after the last block's step, a function of every row
+    chunk's margins, the reduction of their partial results, and the last step on the
+    margins."""
 
     def stats(self, p, pending):
         """Every row chunk's statistics of block ``p`` (a :class:`BlockPlan`), after the
         step ``pending`` = (plan, step) of the block before (None: the first)."""
         raise NotImplementedError
 
-    def trials(self, p, direction):
-        """Every row chunk's trials of ``direction`` of block ``p``."""
+    def column(self, p) -> list:
+        """Block ``p``'s cells per row chunk, as :meth:`with_margins` reads ``per_row``
+        (None for the intercept)."""
         raise NotImplementedError
 
     def reduce(self, func, fixed: tuple, partials, tree: bool):
@@ -245,7 +240,8 @@ class RowChunks:
 
     def with_margins(self, func, per_row, *shared):
         """Every row chunk's ``func(per_row[r], labels[r], margins[r], *shared)`` in row
-        order (the coarse step's statistics and trials, ``per_row`` its S)."""
+        order (a direction's trials, ``per_row`` its cells; the coarse step's statistics
+        and trials, ``per_row`` its S)."""
         raise NotImplementedError
 
     def reduce_in_task(self, func, fixed: tuple, partials=None):
@@ -281,7 +277,7 @@ def block_steps(plan, start, slack, problem, n_samples, rows: RowChunks, first=N
             p.tree,
         )
         if p.trials:
-            trials = rows.trials(p, direction)
+            trials = rows.with_margins(ops.block_trials, rows.column(p), direction, problem, p.pure)
             step = rows.reduce(ops.block_choose, (direction, n_samples, slack), trials, p.tree)
         pending = (p, step)
         steps.append(rows.kept(step))

@@ -1,25 +1,17 @@
 """Block SCD in memory: the block engine's exact block steps on numpy / scipy.sparse X.
 
-On one-hot data (pure blocks: no example has two non-zeros in a field) the block step of
-:mod:`dask_scd.engines.block.block_scd` is sequential coordinate descent over the whole field
-from one reduction, and with the coarse step (whole-field shifts against the intercept)
-an epoch moves along the directions column-by-column descent crawls along: a
-Criteo-like problem reaches 1e-6 in 11–30 epochs. This engine runs those very steps in
-this process, without Dask: X is cut once into cells (a few row chunks × the blocks, each
-cell a column-major copy of its part of X in block order, a pure one also by rows), and
-every epoch takes the plan, directions, line searches and coarse step of the Dask engine
-(:func:`block_loop.plan_blocks`, :func:`block_loop.block_steps`, :mod:`block_ops`,
-:mod:`block_coarse`, :mod:`dask_scd.runtime.passes`).
-On a pure cell the margins are updated in place and a block's statistics come from one
-pass over the row chunk's rows (:func:`~dask_scd.kernels.block.pure_stats`, which also
-applies the last block's step). The row chunks run on this process's threads (the
-kernels release the GIL); every sum runs over them in row order, and their number
-depends on the size of X alone, so a fit gives the same bits on any number of cores.
-
-The blocks are X's pure blocks where :attr:`InMemory.pure_blocks` finds 2 to 256 of them
-(one-hot fields), else consecutive blocks of :data:`BLOCK_COLUMNS` columns, which take
-the exact Newton step of their Gram matrix with a line search (the engine's impure
-step). Columns without a stored value keep θ_j = 0, their optimum.
+X is cut once into cells (row chunks × blocks, each a column-major copy, a pure one also
+by rows), and every epoch takes the plan, directions, line searches and coarse step of
+the Dask engine (:mod:`block_loop`, :mod:`block_ops`, :mod:`block_coarse`,
+:mod:`dask_scd.runtime.passes`) in this process, without Dask. On a pure cell the margins
+are updated in place and a block's statistics come from one pass over the row chunk's
+rows (:func:`~dask_scd.kernels.block.pure_stats`, which also applies the last block's
+step). The row chunks run on this process's threads; their number depends on the size
+of X alone and every sum runs over them in row order: the same bits on any number of
+cores. The blocks are X's pure blocks (one-hot fields) where there are 2 to 256, else runs
+of :data:`BLOCK_COLUMNS` columns taking the exact Newton step of their Gram matrix;
+columns without a stored value keep θ_j = 0, their optimum. See "In memory" in
+``docs/engines/block_scd.md``.
 """
 
 from __future__ import annotations
@@ -235,11 +227,7 @@ class _Engine(BlockLoop):
                 ],
                 threads.usable(data.nnz),
             )
-            purity = [
-                max(report[b]["max_per_row"] for report in reports) <= 1
-                for b in range(len(self.slices))
-            ]
-            return cells, labels, None, purity
+            return cells, labels, None, block_coarse.purity(reports, len(self.slices))
         X = sp.csr_matrix(X)  # not a copy when X is CSR
         width = len(self.columns)
         position = np.full(X.shape[1], -1, dtype=np.int32)
@@ -396,14 +384,19 @@ class _Engine(BlockLoop):
         chunk, (coef, intercept, certificate)), the calls of the Dask engine's certificate
         in the same order."""
         problem, n, offsets = self.problem, self.n, self.offsets
-        if self.by_rows is not None:
-            fresh = self.each(lambda k: self._certificate_pass(k, state))
-        else:
-            fresh = self.each(
-                lambda k: passes.certificate_pass(
-                    self.cells[k], int(self.rows[k]), self.labels[k], state, offsets, problem, True
-                )
+
+        def cells(k) -> list:  # a pure cell by rows (by_rows), as the fused passes read it
+            if self.by_rows is None:
+                return self.cells[k]
+            return [
+                view if rows is None else rows for rows, view in zip(self.by_rows[k], self.cells[k])
+            ]
+
+        fresh = self.each(
+            lambda k: passes.certificate_pass(
+                cells(k), int(self.rows[k]), self.labels[k], state, offsets, problem, True
             )
+        )
         margins = [f[0] for f in fresh]
         level = passes.tree_sum([f[1] for f in fresh])
         del fresh
@@ -414,38 +407,6 @@ class _Engine(BlockLoop):
         )
         result = passes.certificate(problem, n, state, total, *duals)
         return margins, (result["coef"], float(result["intercept"]), result["certificate"])
-
-    def _certificate_pass(self, k, state) -> tuple:
-        """:func:`passes.certificate_pass` of row chunk k, its pure cells read by rows:
-        (fresh margins, the statistics of :func:`passes.certificate_stats`, every block
-        at full width). Unweighted (the by-rows form exists only then)."""
-        problem, y = self.problem, self.labels[k]
-        margins = np.full(int(self.rows[k]), float(state["intercept"]))
-        coef = state["coef"]
-        for b, s in enumerate(self.slices):
-            theta = coef[s]
-            if not np.any(theta):
-                continue
-            rows = self.by_rows[k][b]
-            if rows is not None:
-                block_kernels.pure_apply(
-                    rows.column, rows.value, np.ascontiguousarray(theta), margins
-                )
-            else:
-                margins += self.cells[k][b].matvec(theta)
-        v, y, pos, neg = passes.signed_dual_point(problem, y, margins)
-        xt_pos, xt_neg = [], []
-        for b, view in enumerate(self.cells[k]):
-            rows = self.by_rows[k][b]
-            if rows is not None:
-                x_pos, x_neg = block_kernels.pure_rmatvec_pair(
-                    rows.column, rows.value, pos, neg, view.n_columns
-                )
-            else:
-                x_pos, x_neg = view.matrix.dot_pair(pos, neg)
-            xt_pos.append(x_pos)
-            xt_neg.append(x_neg)
-        return margins, passes.certificate_sums(problem, y, v, margins, pos, neg, xt_pos, xt_neg)
 
 
 class _Rows(RowChunks):
@@ -461,13 +422,8 @@ class _Rows(RowChunks):
         engine, margins = self.engine, self.margins
         return engine.each(lambda k: engine._stats(k, p, margins, pending))
 
-    def trials(self, p, direction):
-        engine, margins, problem = self.engine, self.margins, self.engine.problem
-        return engine.each(
-            lambda k: ops.block_trials(
-                engine._cell(k, p.b), engine.labels[k], margins[k], direction, problem, p.pure
-            )
-        )
+    def column(self, p) -> list:
+        return [self.engine._cell(k, p.b) for k in range(len(self.engine.cells))]
 
     def with_margins(self, func, per_row, *shared):
         engine, margins = self.engine, self.margins

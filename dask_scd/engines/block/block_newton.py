@@ -1,28 +1,15 @@
 """Proximal Newton over dask: the block engine's outer loop when the features are few.
 
-Coordinate descent converges at a rate set by the conditioning of the problem: on real
-data at the regularization users choose (scikit-learn's C = 1 and weaker) that is hundreds
-of passes over the grid. A Newton step needs the whole curvature, but when p is small it
-is a reduction of the same shape as block SCD's sufficient statistics: every row chunk
-sums its share of
-
-    g = Xᵀℓ'(ŷ)/n,   H = Xᵀ diag(ℓ''(ŷ)) X / n    (with the intercept's ones column),
-
-the client sums them in a fixed order and solves the local quadratic model
-
-    min_Δ gᵀΔ + ½ ΔᵀHΔ + penalty(θ + Δ)
-
-(the intercept eliminated exactly by its Schur complement; ridge by Cholesky, an L1 term
-by coordinate descent on H — newGLMNET's inner solver), then one line search on the true
-objective along XΔ, reduced over row chunks too. Each Newton iteration reads the grid
-twice — once for fresh margins, the curvature and the certificate of the current model
-together, once for the line search — and waits once; logistic regression converges in
-5–20 iterations at any regularization. The squared loss's model is exact: one
-step solves ridge, no line search.
-
-It runs on the block engine's runtime (row-chunk homes, keyed submits, fixed-order sums,
-checkpoints): the model does not depend on the number of workers, a lost worker is
-recomputed, and a checkpointed fit resumes to the same model.
+Every row chunk gives, in one read of its cells, its share of the gradient, of the
+curvature Xᵀ diag(ℓ''(ŷ)) X / n (with the intercept's) and of the certificate of the
+current model (margins made afresh from (θ, b)); one task solves the local quadratic
+model (the intercept by its Schur complement; ridge by Cholesky, an L1 term by coordinate
+descent on H and an exact solve on its support), and a second read line-searches along
+XΔ (not for the squared loss, whose model is exact). One wait per iteration: logistic
+regression converges in 5–20 iterations at any regularization, where coordinate descent
+takes hundreds of passes at the regularization users choose. It runs on the block
+engine's runtime (homes, keyed submits, fixed-order sums, checkpoints): the same model on
+any workers, a lost worker recomputed. See ``docs/engines/block_newton.md``.
 """
 
 from __future__ import annotations
@@ -189,39 +176,18 @@ def newton_trials(cells: list, y, margins, direction: dict, problem: obj.Problem
 
 def newton_direction(problem: obj.Problem, n_samples: int, state: dict, total: dict) -> dict:
     """The prox-Newton direction (Δθ, δb) of the summed model at ``state``."""
-    gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples  # Xᵀℓ'(ŷ)/n
-    g, hessian = gradient, total["h"] / n_samples
+    terms = wide_newton.model_terms(problem, n_samples, total)
+    g, g0, h0, hx, eliminate = terms
+    hessian = total["h"] / n_samples
     theta = np.asarray(state["coef"], dtype=np.float64)
-    g0 = -(total["pos"][0] + total["neg"][0]) / n_samples
-    h0, hx = total["h0"][0] / n_samples, total["hx"] / n_samples
-    eliminate = problem.fit_intercept and h0 > 0.0
     if eliminate:
         # min over δ of the model: δ = −(g0 + hxᵀΔ)/h0; what is left is a model in Δ alone
         # with H − hx hxᵀ/h0 and g − hx g0/h0 (the Schur complement of the intercept).
         hessian = hessian - np.outer(hx, hx) / h0
         g = g - hx * (g0 / h0)
     target = _solve_model(hessian, g, theta, problem.l1, problem.l2)
-    d_coef = target - theta
-    if eliminate:
-        d_b = -(g0 + float(hx @ d_coef)) / h0
-    else:
-        d_b = -g0 if problem.fit_intercept else 0.0  # a flat intercept direction: a gradient step
-    model = (
-        float(gradient @ d_coef)
-        + g0 * d_b
-        + float(
-            np.sum(
-                _penalty(problem.l1, problem.l2, target) - _penalty(problem.l1, problem.l2, theta)
-            )
-        )
-    )
-    return {
-        "coef": theta,
-        "intercept": float(state["intercept"]),
-        "d_coef": d_coef,
-        "d_b": float(d_b),
-        "model": model,
-    }
+    pen = _penalty(problem.l1, problem.l2, target) - _penalty(problem.l1, problem.l2, theta)
+    return wide_newton.newton_step(problem, state, theta, target - theta, terms, float(np.sum(pen)))
 
 
 def _solve_model(hessian, g, theta, l1: float, l2: float) -> np.ndarray:
@@ -324,13 +290,12 @@ def model_dual_value(
     """
     if problem.loss == "squared" or not partials:
         return -np.inf  # ridge/lasso: a' is the next residual, the next certificate's own
-    h0 = total["h0"][0] / n_samples
-    if problem.fit_intercept and not h0 > 0.0:
+    gradient, _, _, _, eliminate = wide_newton.model_terms(problem, n_samples, total)
+    if problem.fit_intercept and not eliminate:
         return -np.inf  # δ is a gradient step: Σa' ≠ 0
     psi = float(passes.sum_partials(*partials)["model_dual"][0])
     if not np.isfinite(psi):
         return -np.inf
-    gradient = -(total["xt_pos"] + total["xt_neg"]) / n_samples
     d_coef, d_b = direction["d_coef"], direction["d_b"]
     correlation = -(gradient + (total["h"] @ d_coef) / n_samples + (total["hx"] / n_samples) * d_b)
     bound = obj.lipschitz_bound(problem, cert["certificate"].primal)
@@ -419,12 +384,6 @@ class _BlockNewton(ClusterBlocks):
         model_dual = self._reduce(model_dual_value, (problem, n, total, direction, cert), trials)
         cert, chosen, model_dual = self.client.gather([cert, chosen, model_dual])
         return _tightened(cert["certificate"], model_dual), chosen
-
-    def _reduce(self, func, fixed: tuple, trials):
-        """``func(*fixed, *trials)`` in a task, the trials (where there are) in row order."""
-        if trials is None:
-            return self.runtime.submit(func, *fixed)
-        return self.runtime.reduce(func, fixed, trials)
 
     def _wide_iteration(self, state: dict, final: bool):
         """Above :data:`MAX_FEATURES`: the certificate of ``state`` (one read), then unless

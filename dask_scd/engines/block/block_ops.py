@@ -18,6 +18,7 @@ import numpy as np
 
 from dask_scd import objectives as obj
 from dask_scd.data.cells import cell_view, labels, pure_rows, row_weights
+from dask_scd.engines.block.block_coarse import line_trials
 from dask_scd.engines.coarse import LINE_SEARCH_STEPS
 from dask_scd.kernels import block as block_kernels
 from dask_scd.kernels import scalar
@@ -349,13 +350,9 @@ def provable_steps(out: dict, g, h, cube) -> dict:
 
 
 def _cubic_accepts(model, h, delta, cube_mean) -> np.ndarray:
-    """Per coordinate: does the Armijo test surely pass at the full step?
-
-    Taylor with remainder, per coordinate of a pure block (its coordinates touch disjoint
-    examples): f(θ + Δ) − f(θ) ≤ :func:`scalar.logistic_taylor_bound`, so a bound
-    below the Armijo line proves what the trials would find; those coordinates are left
-    out of the trials (the same test as the in-memory engine's).
-    """
+    """Per coordinate of a pure block: does the Armijo test surely pass at the full step
+    (the bound of :func:`provable_steps`, the in-memory engine's test)? Those coordinates
+    are left out of the trials."""
     bound = scalar.logistic_taylor_bound(model, h, delta, cube_mean)
     return (bound <= _ARMIJO * model) & (delta != 0.0)
 
@@ -371,17 +368,12 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
     if pure and "proven" in direction:  # coordinates proven to pass at the full step: not tried
         d = np.where(direction["proven"], 0.0, d)
         if not np.any(d):
-            return {
-                "cols": np.zeros(0, dtype=np.int64),
-                "width": len(d),
-                "sparse": ("trials",),
-                "trials": np.zeros((len(LINE_SEARCH_STEPS), 0)),
-            }
+            empty = np.zeros((len(LINE_SEARCH_STEPS), 0))
+            return _trials_at(np.zeros(0, dtype=np.int64), len(d), empty)
     v = row_weights(y)
     y = labels(y)
     rows = pure_rows(cell) if pure and v is None else None
     if rows is not None:  # read by rows, as its statistics were
-        quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
         trials = block_kernels.pure_trials(
             rows.column,
             rows.value,
@@ -389,24 +381,16 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
             margins,
             rows.compact(d),
             LINE_SEARCH_STEPS,
-            quarters,
+            block_kernels.are_quarters(LINE_SEARCH_STEPS),
             problem.loss_code,
             rows.width,
         )
-        if rows.stored is None:
-            return {"trials": trials}
-        return {"cols": rows.stored, "width": len(d), "sparse": ("trials",), "trials": trials}
+        return _trials_at(rows.stored, len(d), trials)
     view = cell_view(cell)
     stored = getattr(view, "stored_columns", None) if pure else None
     if stored is not None:
-        return {
-            "cols": stored,
-            "width": len(d),
-            "sparse": ("trials",),
-            "trials": view.stored_trials(
-                problem.loss_code, y, margins, d[stored], LINE_SEARCH_STEPS, v
-            ),
-        }
+        trials = view.stored_trials(problem.loss_code, y, margins, d[stored], LINE_SEARCH_STEPS, v)
+        return _trials_at(stored, len(d), trials)
     if view is None or not pure:
         u = np.full(len(margins), d[0]) if view is None else view.matvec(d)
         if problem.loss == "squared":
@@ -415,13 +399,16 @@ def block_trials(cell, y, margins, direction: dict, problem: obj.Problem, pure: 
                 "linear": np.array([obj.vdot(vu, margins - y)]),
                 "quadratic": np.array([obj.vdot(vu, u)]),
             }
-        quarters = block_kernels.are_quarters(LINE_SEARCH_STEPS)
-        return {
-            "trials": block_kernels.line_trials(
-                y, margins, u, LINE_SEARCH_STEPS, quarters, problem.loss_code, v
-            )
-        }
+        return line_trials(y, margins, u, problem.loss_code, v)
     return {"trials": view.trials(problem.loss_code, y, margins, d, LINE_SEARCH_STEPS, v)}
+
+
+def _trials_at(cols, width: int, trials) -> dict:
+    """Trials at the columns ``cols`` of a block of ``width`` only (summed by
+    :func:`passes.scattered_sum`), or at all of them where ``cols`` is None."""
+    if cols is None:
+        return {"trials": trials}
+    return {"cols": cols, "width": width, "sparse": ("trials",), "trials": trials}
 
 
 def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> dict:
@@ -446,10 +433,16 @@ def block_choose(direction: dict, n_samples: int, slack: float, *partials) -> di
         + _penalty(l1, l2, theta + steps[:, None] * d).sum(axis=1)
         - _penalty(l1, l2, theta).sum()
     )
-    accept = change <= _ARMIJO * steps * direction["model"].sum() + slack
-    first = np.argmax(accept, axis=0)  # the largest accepted step size
-    chosen = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
+    chosen = _largest_accepted(change, steps, direction["model"].sum(), slack)
     return landed(direction, theta, chosen * d)
+
+
+def _largest_accepted(change, steps, model, slack: float):
+    """Per column of ``change`` (a row per step size of :data:`LINE_SEARCH_STEPS`), the
+    largest step size whose change passes Armijo against ``model``, or 0."""
+    accept = change <= _ARMIJO * steps * model + slack
+    first = np.argmax(accept, axis=0)
+    return np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
 
 
 def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
@@ -468,9 +461,7 @@ def _choose_per_coordinate(direction: dict, trials, slack: float) -> dict:
         t, dj, mj = theta[index], d[index], model[index]
         steps = LINE_SEARCH_STEPS[:, None]
         change = trials[:, index] + _penalty(l1, l2, t + steps * dj) - _penalty(l1, l2, t)
-        accept = change <= _ARMIJO * steps * mj + slack
-        first = np.argmax(accept, axis=0)  # the largest accepted step size
-        chosen[index] = np.where(accept.any(axis=0), LINE_SEARCH_STEPS[first], 0.0)
+        chosen[index] = _largest_accepted(change, steps, mj, slack)
     return {**landed(direction, theta, chosen * d), "unsure": unsure}
 
 

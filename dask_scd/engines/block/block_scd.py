@@ -1,26 +1,13 @@
 """Block SCD over dask: the engine of the SCD paper ("robust large-scale ML in the cloud").
 
-The design matrix is a grid of cells (row chunks × column blocks). One iteration updates
-one block B:
-
-    select B → one task per row chunk: partial (g_B, h_B) from its cell, labels, margins
-             → one task sums them in row-chunk order and takes the coordinate step
-             → [line search: one task per row chunk tries step sizes, one task chooses]
-             → one task per row chunk applies Δθ_B to its margins (the same task as the
-               next block's partial sums)
-
-Margins ŷ live on the workers as futures next to their row chunk; only block-sized
-vectors travel. The block update runs inside a task, so a whole epoch (one pass over all
-blocks and the intercept) is submitted without waiting; the client waits for the
-epoch's steps, then once for the coarse step and the duality-gap certificate, chained.
-Every task of a row chunk runs on that row chunk's home worker. On a *pure* block (≤ 1
-non-zero per example) the block step equals sequential coordinate descent; impure blocks
-take a line-searched step.
-
-Each epoch starts from margins recomputed exactly from (θ, b), and every sum runs in a
-fixed order, so the model is independent of the number of workers, a worker lost
-mid-epoch is recomputed from its lineage (at most one epoch long), and a checkpoint of
-(θ, b, epoch, RNG state) resumes to the same model bit for bit.
+An iteration updates one column block from one reduction over the row chunks
+(statistics → direction → [line search] → step); the margins stay on the workers next to
+their row chunk and only block-sized vectors travel. An epoch runs as one task graph
+(:class:`_Graph`, submitted whole: the client waits once for its steps, then once for the
+coarse step and the certificate, chained) or collectively (:mod:`block_collective`), the
+same bits either way. Margins recomputed from (θ, b) every epoch and sums in row-chunk
+order keep the model independent of the workers, a lost worker's cost within one epoch,
+and a resumed checkpoint bit for bit: see ``docs/engines/block_scd.md``.
 """
 
 from __future__ import annotations
@@ -109,18 +96,22 @@ def collective_on_pure_blocks(source) -> bool:
 
 def _fits_collectively(source, blocks) -> bool:
     """Whether an epoch over ``blocks`` (pairs of a block's columns and whether it takes a
-    Gram step) may run collectively: on a grid, every block's statistics over all row
-    chunks (a row chunk's at most one column per row; a Gram block's width² products),
-    which every member receives, within :attr:`_BlockSCD.COLLECTIVE_BYTES`."""
-    if not (_BlockSCD.collective and source.on_disk):
-        return False
-    most_rows = int(np.diff(source.row_bounds).max())
-    for block, gram in blocks:
-        width = min(block.stop - block.start, most_rows)
-        per_row_chunk = width * width * 8 if gram else width * 32
-        if source.n_row_chunks * per_row_chunk > _BlockSCD.COLLECTIVE_BYTES:
-            return False
-    return True
+    Gram step) may run collectively: on a grid, every block's statistics, which every
+    member receives, within :attr:`_BlockSCD.COLLECTIVE_BYTES`."""
+    limit = _BlockSCD.COLLECTIVE_BYTES
+    return (
+        _BlockSCD.collective
+        and source.on_disk
+        and all(_stats_bytes(source, block, gram) <= limit for block, gram in blocks)
+    )
+
+
+def _stats_bytes(source, block, gram: bool = False) -> int:
+    """Bytes of ``block``'s statistics over all row chunks of ``source``: a row chunk's
+    g, h, Σ|x|³ and column indices (8 bytes each) at most at one column per row, or a
+    Gram block's width² products."""
+    width = min(block.stop - block.start, int(np.diff(source.row_bounds).max()))
+    return source.n_row_chunks * (width * width * 8 if gram else width * 32)
 
 
 class _BlockSCD(ClusterBlocks):
@@ -417,24 +408,16 @@ class _BlockSCD(ClusterBlocks):
             rows, self.problem, self.source.n_samples, self.coarse_space, state, row_sums
         )
 
-    # A block whose row chunks' statistics (g, h, Σ|x|³ and the column indices, 8 bytes
-    # each at up to min(width, rows) columns per row chunk) would weigh more than this in
-    # the one task that sums them is summed in a tree of tasks instead, each holding a few
-    # row chunks' parts: a worker of a few hundred MiB survives a 200k-column block over
-    # millions of rows. The choice depends on the grid alone (its row chunks and the
-    # block's width), never on the workers, so the model stays the same bits for any
-    # cluster; grids of at most INLINE_GROUPS row chunks keep the flat sum.
+    # A block whose statistics (_stats_bytes) would weigh more than this in the one task
+    # that sums them is summed in a tree of tasks, on a grid of more than INLINE_GROUPS row
+    # chunks: a choice of the grid alone, never of the workers (the same bits on any
+    # cluster). See "Wide blocks over many row chunks" in docs/engines/block_scd.md.
     TREE_BYTES = 32 * 2**20
 
     def _tree(self, block) -> bool:
-        R = self.source.n_row_chunks
-        if block is None or R <= ClusterRuntime.INLINE_GROUPS:
+        if block is None or self.source.n_row_chunks <= ClusterRuntime.INLINE_GROUPS:
             return False
-        return R * self._stats_width(block) * 32 > self.TREE_BYTES
-
-    def _stats_width(self, block) -> int:
-        """Columns a row chunk's statistics of ``block`` may hold: at most one per row."""
-        return min(block.stop - block.start, int(self.rows.max()))
+        return _stats_bytes(self.source, block) > self.TREE_BYTES
 
     _support = _active = None  # the support S was last read for, and that S (Rows)
 
@@ -467,7 +450,6 @@ class _Graph(RowChunks):
         self.engine, self.runtime, self.margins = engine, engine.runtime, margins
 
     def column(self, p) -> list:
-        """Block ``p``'s cells per row chunk (None for the intercept)."""
         cells = self.engine.cells
         return [
             None if p.block is None else cells[r][p.b]
@@ -493,16 +475,6 @@ class _Graph(RowChunks):
         self.margins = fused.item(0)
         return fused.item(1)
 
-    def trials(self, p, direction):
-        engine = self.engine
-        return self.runtime.map_rows(
-            ops.block_trials,
-            (self.column(p), engine.labels, self.margins),
-            direction,
-            engine.problem,
-            p.pure,
-        )
-
     def reduce(self, func, fixed: tuple, partials, tree: bool):
         if tree:
             return self.runtime.submit(func, *fixed, *self.runtime.tree_sum(partials))
@@ -512,9 +484,7 @@ class _Graph(RowChunks):
         return self.runtime.map_rows(func, (per_row, self.engine.labels, self.margins), *shared)
 
     def reduce_in_task(self, func, fixed: tuple, partials=None):
-        if partials is None:
-            return self.runtime.submit(func, *fixed)
-        return self.runtime.reduce(func, fixed, partials)
+        return self.engine._reduce(func, fixed, partials)
 
     def kept(self, step):
         return self.runtime.evaluate(step)

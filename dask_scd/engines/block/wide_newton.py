@@ -1,23 +1,13 @@
 """Newton over dask for any number of features: the curvature as products, never a matrix.
 
-Above :data:`dask_scd.engines.block.block_newton.MAX_FEATURES` the p × p curvature of
-:mod:`dask_scd.engines.block.block_newton` no longer fits (a Criteo-like problem has 611k
-features). Newton's step is then found by conjugate gradients, whose only use of the
-curvature is the product
-
-    H v = Xᵀ diag(ℓ''(ŷ)) X v / n + l2·v,
-
-one reduction over row chunks (X v and Xᵀ(ℓ''∘X v) in one read of each row chunk's
-cells), with the intercept eliminated exactly by its Schur complement, as in the dense
-solve: H_s v = H v − h_x (h_xᵀ v)/h₀, h_x = Xᵀℓ''/n, h₀ = Σℓ''/n, preconditioned by the
-diagonal of H_s and an exact solve on the whole-block shifts
-(:mod:`dask_scd.engines.coarse_level`). The step then takes the same line search and certificate as the dense
-engine. Each Newton iteration reads the grid 2 + (conjugate-gradient iterations) times,
-with one reduction and one wait per read, whatever p: on a cluster whose round trips are
-slow, far fewer waits than one reduction per block.
-
-L2 penalties only (an L1 term needs coordinate descent on the model, that is, columns of
-the curvature; block SCD solves those).
+Above :data:`~dask_scd.engines.block.block_newton.MAX_FEATURES` the Newton step is found
+by conjugate gradients on the products H v = Xᵀ diag(ℓ''(ŷ)) X v / n + l2·v (one
+reduction, one read of each row chunk's cells), the intercept eliminated by its Schur
+complement as in the dense solve, preconditioned by the diagonal and an exact solve on
+whole-block shifts (:mod:`dask_scd.engines.coarse_level`); the line search and the
+certificate are the dense engine's. An iteration reads the grid 2 + (CG iterations)
+times, one wait each, whatever p. L2 penalties only (an L1 term needs columns of the
+curvature: block SCD solves those). See "Any width" in ``docs/engines/block_newton.md``.
 """
 
 from __future__ import annotations
@@ -111,11 +101,9 @@ def newton_cg_direction(
     """
     n = n_samples
     theta = np.asarray(state["coef"], dtype=np.float64)
-    gradient = -(total["xt_pos"] + total["xt_neg"]) / n  # Xᵀℓ'(ŷ)/n
-    g0 = -(total["pos"][0] + total["neg"][0]) / n
-    h0, hx = total["h0"][0] / n, total["hx"] / n
+    terms = model_terms(problem, n, total)
+    gradient, g0, h0, hx, eliminate = terms
     l2 = problem.l2
-    eliminate = problem.fit_intercept and h0 > 0.0
     # min over δ of the model: δ = −(g0 + hxᵀΔ)/h0 leaves the Schur complement in Δ.
     rhs = -(gradient + l2 * theta - (hx * (g0 / h0) if eliminate else 0.0))
 
@@ -139,19 +127,38 @@ def newton_cg_direction(
         norm = float(np.linalg.norm(rhs))
         forcing = min(1.0, np.sqrt(l2 * tol_primal) / norm) if norm > 0.0 else 0.0
     d_coef, products = conjugate_gradients(schur, rhs, precondition, forcing, MAX_CG)
+    target = theta + d_coef
+    pen = 0.5 * l2 * float(target @ target - theta @ theta)
+    return newton_step(problem, state, theta, d_coef, terms, pen), products
+
+
+def model_terms(problem: obj.Problem, n_samples: int, total: dict) -> tuple:
+    """Of the model summed over the row chunks (``total``): (∇f = Xᵀℓ'(ŷ)/n, g₀, h₀, h_x,
+    whether the intercept is eliminated: fitted, with curvature h₀ > 0)."""
+    n = n_samples
+    h0 = total["h0"][0] / n
+    return (
+        -(total["xt_pos"] + total["xt_neg"]) / n,
+        -(total["pos"][0] + total["neg"][0]) / n,
+        h0,
+        total["hx"] / n,
+        problem.fit_intercept and h0 > 0.0,
+    )
+
+
+def newton_step(problem: obj.Problem, state: dict, theta, d_coef, terms: tuple, pen: float):
+    """The direction (Δθ = ``d_coef``, δb) from ``state``: δb minimizes the model
+    (:func:`model_terms`) given Δθ, a gradient step where the intercept is flat; and the
+    model's change, ``pen`` that of the penalty."""
+    gradient, g0, h0, hx, eliminate = terms
     if eliminate:
         d_b = -(g0 + float(hx @ d_coef)) / h0
     else:
         d_b = -g0 if problem.fit_intercept else 0.0
-    target = theta + d_coef
-    model = float(gradient @ d_coef) + g0 * d_b + 0.5 * l2 * float(target @ target - theta @ theta)
-    return (
-        {
-            "coef": theta,
-            "intercept": float(state["intercept"]),
-            "d_coef": d_coef,
-            "d_b": float(d_b),
-            "model": model,
-        },
-        products,
-    )
+    return {
+        "coef": theta,
+        "intercept": float(state["intercept"]),
+        "d_coef": d_coef,
+        "d_b": float(d_b),
+        "model": float(gradient @ d_coef) + g0 * d_b + pen,
+    }

@@ -1,27 +1,15 @@
 """CoCoA: distributed coordinate descent with adaptive aggregation (``solver="cocoa"``).
 
-The TPA-SCD paper's §IV (Algorithms 3 and 4). X is split into K parts, by feature for
-the primal (ridge, lasso, elastic net, logistic, squared hinge: each part owns some
-columns and their coefficients, the margins ŷ = Xθ + b are shared) or by example for
-the dual (ridge, hinge, squared hinge, logistic: each part owns some rows and their
-dual values, w = Xᵀa/(αn) is shared). Every round:
-
-    every part runs ``local_epochs`` epochs of its local solver (primal coordinate
-    descent, dual SDCA) from the shared vector, the other parts held fixed
-      → the updates are summed (in part order)
-      → γ: exact line minimization along the sum ("adaptive"), 1/K ("average") or 1
-        ("add", with CoCoA+'s safe local problems σ' = K)
-      → the iterate moves by γ times the sum; certificate; stop at ``tol``.
-
-For a dask array or a Grid the parts are groups of its column blocks (primal) or row
-chunks (dual), assembled once on a worker each from the cells (no X reaches the client);
-every later task of a part runs where the part is, and only the shared vector, the
-updates and a few scalars move. For numpy / scipy.sparse X the parts are slices solved
-here, by the same functions: the same model, bit for bit.
-
-Sample weights v (mean 1) travel with the labels: every part by example keeps its rows'
-v, the labels that every part by feature reads carry all of them (a grid's stored
-weights, or a dask vector's chunks, reach the workers that way, never through X).
+The TPA-SCD paper's §IV (Algorithms 3 and 4). X is split into K parts by feature (the
+primal: each part owns some columns, the margins ŷ = Xθ + b are shared) or by example
+(the dual: each part owns some rows and their dual values, w = Xᵀa/(αn) is shared).
+Every round each part runs ``local_epochs`` epochs of its local solver from the shared
+vector, the updates are summed in part order, and the iterate moves by γ times the sum
+(γ: the exact line minimum, "adaptive"; 1/K, "average"; or 1, "add", with CoCoA+'s safe
+local problems σ' = K); then the certificate. Parts of a dask array or a Grid are
+assembled once on a worker each from the cells and only the shared vector, the updates
+and a few scalars move; in-memory parts are solved here by the same functions: the same
+model, bit for bit. Sample weights v travel with the labels. See ``docs/engines/cocoa.md``.
 """
 
 from __future__ import annotations
@@ -107,11 +95,16 @@ class _Here:
     def submit(self, func, *args, part=None):
         return func(*args)
 
+    def each(self, func, per_part: tuple, *shared) -> list:
+        """Part k's task ``func(*(values[k] for values in per_part), *shared)``, for
+        every part k."""
+        return [self.submit(func, *own, *shared, part=k) for k, own in enumerate(zip(*per_part))]
+
     def gather(self, values):
         return values
 
 
-class _Cluster:
+class _Cluster(_Here):
     """Parts on a dask cluster: part k's tasks ask for worker k mod W (any worker may
     take them, e.g. after a loss), keyed cheaply by the runtime."""
 
@@ -141,7 +134,9 @@ def _memory_parts(data: InMemory, problem, settings) -> dict:
     by_features = settings.split == "features"
     n_lines = X.shape[1] if by_features else X.shape[0]
     K = settings.n_partitions or min(IN_MEMORY_PARTITIONS, n_lines)
-    _check_parts(K, n_lines, "features" if by_features else "examples")
+    if K > n_lines:
+        what = "features" if by_features else "examples"
+        raise ValueError(f"n_partitions={K} is more than the {n_lines} {what} to split")
     bounds = np.linspace(0, n_lines, K + 1).astype(int)
     logistic = problem.loss == "logistic"
     if by_features:
@@ -167,19 +162,10 @@ def _memory_parts(data: InMemory, problem, settings) -> dict:
         "y": y,
         "n_samples": X.shape[0],
         "n_features": X.shape[1],
-        "n_row_sq": _row_sq_sum(parts),
+        # Σ_i ‖x_i‖² (= Σ_j ‖x_j‖²) from the parts' line norms (Σ_i v_i ‖x_i‖² by feature
+        # with weights; only the dual reads it)
+        "n_row_sq": float(sum(float(p.sq_norms.sum()) for p in parts)),
     }
-
-
-def _row_sq_sum(parts) -> float:
-    """Σ_i ‖x_i‖² (= Σ_j ‖x_j‖²) from the parts' line norms (Σ_i v_i ‖x_i‖² by feature
-    with weights; only the dual reads it)."""
-    return float(sum(float(p.sq_norms.sum()) for p in parts))
-
-
-def _check_parts(K, n_lines, what):
-    if K > n_lines:
-        raise ValueError(f"n_partitions={K} is more than the {n_lines} {what} to split")
 
 
 def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
@@ -210,9 +196,7 @@ def _dask_parts(here: _Cluster, source, problem, settings) -> dict:
             part_cells = [list(cells[r]) for r in group]
             args = ("rows", where, [labels[r] for r in group], False)
         parts.append(here.submit(cocoa_parts.assemble_part, part_cells, *args, part=k))
-    summaries = here.gather(
-        [here.submit(cocoa_parts.part_summary, p, part=k) for k, p in enumerate(parts)]
-    )
+    summaries = here.gather(here.each(cocoa_parts.part_summary, (parts,)))
     for group, summary in zip(groups, summaries):
         if "finding" in summary:  # (i, j) in the part's cells: its row chunk and block
             i, j = summary["cell"]
@@ -259,37 +243,39 @@ def _run(here, parts: dict, problem, options: Options, settings) -> Run:
     return trace.ended(Run(coef, intercept, cert, epoch, trace.history, extras))
 
 
-class _Primal:
-    """By feature: part k owns the coefficients θ_k of its columns (part 0 also the
-    intercept); the client holds θ and b, the margins live where they were computed."""
+class _Loop:
+    """What both splits hold: the parts, K, the intercept (the best one for θ = 0) and σ
+    (CoCoA+'s safe local problems under ``aggregation="add"``)."""
 
     def __init__(self, here, parts: dict, problem, settings):
         self.here, self.problem, self.settings = here, problem, settings
         self.parts, self.y = parts["parts"], parts["y"]
         self.K = len(self.parts)
-        bounds = np.concatenate([[0], np.cumsum(parts["sizes"])]).astype(int)
-        self.slices = [slice(bounds[k], bounds[k + 1]) for k in range(self.K)]
-        self.coef = np.zeros(parts["n_features"])
         self.intercept = 0.0
         if problem.fit_intercept:
             self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss, self.y))
         self.sigma = float(self.K) if settings.aggregation == "add" else 1.0
+
+
+class _Primal(_Loop):
+    """By feature: part k owns the coefficients θ_k of its columns (part 0 also the
+    intercept); the client holds θ and b, the margins live where they were computed."""
+
+    def __init__(self, here, parts: dict, problem, settings):
+        super().__init__(here, parts, problem, settings)
+        bounds = np.concatenate([[0], np.cumsum(parts["sizes"])]).astype(int)
+        self.slices = [slice(bounds[k], bounds[k + 1]) for k in range(self.K)]
+        self.coef = np.zeros(parts["n_features"])
         self.margins = None
 
     def certify(self) -> obj.Certificate:
         """Fresh margins from (θ, b), then the certificate: one pass over each part for
         X_kθ_k and one for X_kᵀa."""
         here, problem = self.here, self.problem
-        shares = [
-            here.submit(ops.part_matvec, p, self.coef[s], part=k)
-            for k, (p, s) in enumerate(zip(self.parts, self.slices))
-        ]
+        shares = here.each(ops.part_matvec, (self.parts, [self.coef[s] for s in self.slices]))
         point = here.submit(ops.primal_point, problem, self.y, self.intercept, *shares)
         dual_point = here.submit(operator.getitem, point, "a")
-        correlations = [
-            here.submit(ops.part_correlation, p, dual_point, part=k)
-            for k, p in enumerate(self.parts)
-        ]
+        correlations = here.each(ops.part_correlation, (self.parts,), dual_point)
         self.margins = here.submit(operator.getitem, point, "margins")
         return here.gather(
             here.submit(ops.primal_certificate, problem, self.y, self.coef, point, *correlations)
@@ -337,18 +323,15 @@ class _Primal:
         return self.coef, float(self.intercept)
 
 
-class _Dual:
+class _Dual(_Loop):
     """By example: part k owns the dual values a_k of its rows (they stay on its worker;
     u_k = a_k/v with sample weights); the client holds w and the intercept's multiplier b."""
 
     def __init__(self, here, parts: dict, problem, settings):
-        self.here, self.problem, self.settings = here, problem, settings
-        self.parts = parts["parts"]
-        self.K = len(self.parts)
+        super().__init__(here, parts, problem, settings)
         n = parts["n_samples"]
         self.n_samples, self.alpha_n = n, problem.alpha * n
         self.rho = 0.0
-        self.intercept = 0.0
         # The intercept: each round solves the dual with b fixed at the best intercept of
         # the last certificate's w (b is a primal coordinate minimized exactly; then Σa → 0
         # at the optimum). The hinge's best b jumps between the kinks of a piecewise linear
@@ -359,25 +342,11 @@ class _Dual:
         self.multiplier = problem.fit_intercept and problem.loss == "hinge"
         if self.multiplier:
             self.rho = PENALTY_SCALE * parts["n_row_sq"] / n / self.alpha_n
-        if problem.fit_intercept:
-            self.intercept = here.gather(
-                here.submit(ops.initial_intercept, problem.loss, parts["y"])
-            )
-        self.sigma = float(self.K) if settings.aggregation == "add" else 1.0
-        self.duals = [
-            here.submit(ops.dual_start, p, problem, self.intercept, part=k)
-            for k, p in enumerate(self.parts)
-        ]
-        self.labels = [here.submit(ops.part_labels, p, part=k) for k, p in enumerate(self.parts)]
-        scatters = [
-            here.submit(ops.part_scatter, p, a, 1.0 / self.alpha_n, part=k)
-            for k, (p, a) in enumerate(zip(self.parts, self.duals))
-        ]
+        self.duals = here.each(ops.dual_start, (self.parts,), problem, self.intercept)
+        self.labels = here.each(ops.part_labels, (self.parts,))
+        scatters = here.each(ops.part_scatter, (self.parts, self.duals), 1.0 / self.alpha_n)
         self.coef = here.gather(here.submit(sum_partials, *scatters))
-        sums = [
-            here.submit(ops.part_dual_sum, p, a, part=k)
-            for k, (p, a) in enumerate(zip(self.parts, self.duals))
-        ]
+        sums = here.each(ops.part_dual_sum, (self.parts, self.duals))
         self.total = here.gather(here.submit(ops.dual_total, *sums))
         self.certified = None
 
@@ -385,17 +354,11 @@ class _Dual:
         """The SDCA certificate of a projected onto Σa = 0, with w and b recomputed for it
         (two passes over each part)."""
         here, problem, K = self.here, self.problem, self.K
-        sums = [
-            here.submit(ops.dual_sign_sums, p, a, part=k)
-            for k, (p, a) in enumerate(zip(self.parts, self.duals))
-        ]
-        scales = here.submit(ops.dual_projection, problem, *sums)
-        scatters = [
-            here.submit(ops.part_projected_scatter, p, a, scales, self.alpha_n, part=k)
-            for k, (p, a) in enumerate(zip(self.parts, self.duals))
-        ]
+        per_part = (self.parts, self.duals)
+        scales = here.submit(ops.dual_projection, problem, *here.each(ops.dual_sign_sums, per_part))
+        scatters = here.each(ops.part_projected_scatter, per_part, scales, self.alpha_n)
         coef = here.submit(sum_partials, *scatters)
-        margins = [here.submit(ops.part_margins, p, coef, part=k) for k, p in enumerate(self.parts)]
+        margins = here.each(ops.part_margins, (self.parts,), coef)
         result = here.gather(
             here.submit(
                 ops.dual_certificate,
@@ -435,8 +398,7 @@ class _Dual:
             )
             for k, (p, a, seed) in enumerate(zip(self.parts, self.duals, seeds))
         ]
-        summaries = [here.submit(ops.dual_summary, u, part=k) for k, u in enumerate(updates)]
-        direction = here.submit(ops.dual_direction, *summaries)
+        direction = here.submit(ops.dual_direction, *here.each(ops.dual_summary, (updates,)))
         step = here.submit(
             ops.dual_step,
             problem,
@@ -448,10 +410,7 @@ class _Dual:
             settings.aggregation,
             self.K,
         )
-        self.duals = [
-            here.submit(ops.dual_apply, a, u, step, part=k)
-            for k, (a, u) in enumerate(zip(self.duals, updates))
-        ]
+        self.duals = here.each(ops.dual_apply, (self.duals, updates), step)
         step = here.gather(step)
         gamma = step["gamma"]
         self.coef = self.coef + gamma * step["coef"]

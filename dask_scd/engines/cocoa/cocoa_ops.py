@@ -1,33 +1,15 @@
 """The task math of the CoCoA engine (:mod:`dask_scd.engines.cocoa.cocoa`).
 
-Pure functions of a *part* (:class:`~dask_scd.engines.cocoa.cocoa_parts.Part`: the
-columns of X for the primal, its rows for the dual) and of the shared vector, run
-in-process for in-memory X or as dask tasks on the worker that holds the part. Every sum
-over parts runs in part order (:func:`~dask_scd.runtime.passes.sum_partials`), so the
-model does not depend on where a part ran.
-
-The aggregation step is the TPA-SCD paper's §IV (Algorithm 4): the K local updates are
-summed, and the iterate moves by γ times the sum. ``"adaptive"`` takes the γ that
-minimizes the primal objective (maximizes the dual) along that direction exactly, from
-sums over the parts (by line minimization; the paper's printed formulas drop the −y and
-misprint the denominator):
-
-- primal ridge, P(θ + γΔθ, b + γΔb) with Δŷ = XΔθ + Δb:
-  γ* = −(⟨ŷ − y, Δŷ⟩ + nα⟨θ, Δθ⟩) / (‖Δŷ‖² + nα‖Δθ‖²);
-- dual ridge, D(a + γΔa) with w = Xᵀa/(αn):
-  γ* = (⟨Δa, y⟩ − ⟨a, Δa⟩ − b ΣΔa − nα⟨w, Δw⟩) / (‖Δa‖² + nα‖Δw‖²), b the intercept
-  held fixed in the round;
-
-for other losses (and an L1 term, and the intercept's multiplier term in the dual) the
-same one-dimensional problem is convex but not quadratic, and a Newton iteration
-safeguarded by bisection on its bracket solves it (:func:`line_minimum`).
-
-Sample weights v (scaled to mean 1) travel with the labels
-(:class:`~dask_scd.data.cells.WeightedLabels`; a dual part keeps its rows' v). The primal
-weighs each example's loss, derivatives and line terms (the SCD epochs of
-:func:`dask_scd.kernels.cpu.scd_weighted_epoch` on weighted column norms); the dual moves
-u = a/v in the unweighted box, as SDCA does (:func:`dask_scd.kernels.cpu.sdca_weighted_epoch`),
-and its line and certificate read a = v∘u. Without weights every sum is the one it was.
+Pure functions of a part (:class:`~dask_scd.engines.cocoa.cocoa_parts.Part`) and of the
+shared vector, run in-process for in-memory X or as dask tasks on the worker that holds
+the part; every sum over parts runs in part order (:func:`sum_partials`), so the model
+does not depend on where a part ran. ``"adaptive"`` aggregation takes the γ that
+minimizes the primal objective (maximizes the dual) along the summed direction exactly:
+in closed form for ridge (the paper's printed formulas drop the −y and misprint the
+denominator; ours are in ``docs/engines/cocoa.md``), else by a Newton iteration
+safeguarded by bisection (:func:`line_minimum`). With sample weights v (mean 1) the
+primal weighs each example's loss, derivatives and line terms; the dual moves u = a/v in
+the unweighted box, as SDCA does, and its line and certificate read a = v∘u.
 """
 
 from __future__ import annotations
