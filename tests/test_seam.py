@@ -222,7 +222,6 @@ def test_auto_is_decided_by_the_planner_alone():
     engine or decides where a fit runs; fit and path ask the planner."""
     deciding = (
         "registry.resolve(",
-        "registry.runs_in_memory(",
         "registry.dask_auto(",
         "cost_model.predicted_passes(",
         "engines_solving(",
