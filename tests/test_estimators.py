@@ -61,7 +61,13 @@ _CV_WEIGHT_EQUIVALENCE = {
 # LinearSVC's dense one too since its toy data (15 and 27 rows, 30 columns) take the
 # kernel Newton step (dask_scd.engines.newton.kernel_step): the two fits stop at different points within
 # the certified tol, their predictions 3e-6 apart.
-_FAILS_WEIGHT_EQUIVALENCE = {"LinearSVC": (_DENSE, _SPARSE), "ElasticNetCV": (_DENSE,)}
+# LogisticRegression's toy data (3 classes, multinomial) reach a relative gap of 1e-6,
+# their predict_proba 1.2e-7 apart on an AVX2 Zen 3 (within rtol=1e-7 on other CPUs).
+_FAILS_WEIGHT_EQUIVALENCE = {
+    "LinearSVC": (_DENSE, _SPARSE),
+    "LogisticRegression": (_DENSE, _SPARSE),
+    "ElasticNetCV": (_DENSE,),
+}
 
 
 def _expected_failures(estimator) -> dict:

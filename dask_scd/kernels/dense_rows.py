@@ -7,13 +7,15 @@ read side by side keep four streams of X in flight and touch the output once per
 rows (dense 100k × 400, one thread: Xv 27 → 20 ms, XᵀD(Xv) 37 → 27 ms, the speed of
 BLAS's gemv).
 
-Every row's result is the same bits as one row at a time (``tests/test_dense_rows.py``
-holds them to it, widths 1 to 400, float64 and float32): each of the four sums runs
-over k in the same order, as its own vectorized reduction, and an axpy adds the four
-rows' terms to an entry one after the other, in row order, as the row-at-a-time loop
-does. The rows left over (fewer than four) run through the same four-row loop, the row
-repeated, so every row is computed by one compiled loop whatever range it falls in (the
-same bits on any number of threads). A zero scale adds ±0·x to an entry, which leaves it
+Every row's result is the same bits whatever range of rows it falls in, so on any
+number of threads (``tests/test_dense_rows.py``, widths 1 to 400, float64 and float32):
+the rows left over (fewer than four) run through the same four-row loop body, the row
+repeated (:func:`_block`), never through a loop of their own, which LLVM would compile
+and vectorize apart (a separate one-row loop gave other bits on an AVX2 Zen 3). Each of
+the four sums runs over k in order, and an axpy adds the four rows' terms to an entry one
+after the other, in row order, as a row-at-a-time loop does; whether LLVM rounds four
+sums side by side as it rounds one sum alone depends on the CPU, so the bits of a
+row-at-a-time loop are not promised. A zero scale adds ±0·x to an entry, which leaves it
 as it is (X is finite), so rows of zero weight or of the other sign need no branch.
 
 The four-row axpy pays only on wide rows: its four additions to an entry are a chain,
@@ -114,14 +116,15 @@ def _squares4(a, b, c, d, s0, s1, s2, s3, m, out_side, out_sq):
 def dot(data, lo, hi, m, v, out):
     """out[r] = x_r·v for the rows lo ≤ r < hi."""
     r = lo
-    while r + 4 <= hi:
-        a, b, c, d = _rows(data, r, m)
-        out[r], out[r + 1], out[r + 2], out[r + 3] = _dot4(a, b, c, d, m, v, 0.0)
-        r += 4
     while r < hi:
-        a = data[r * m : (r + 1) * m]
-        out[r] = _dot4(a, a, a, a, m, v, 0.0)[0]
-        r += 1
+        a, b, c, d, _, _, _, _, count = _block(data, r, hi, m, out)  # (no values here)
+        t0, t1, t2, t3 = _dot4(a, b, c, d, m, v, 0.0)
+        out[r] = t0
+        if count == 4:
+            out[r + 1] = t1
+            out[r + 2] = t2
+            out[r + 3] = t3
+        r += count
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
@@ -131,16 +134,11 @@ def scatter(data, n, m, u, out):
         major_scatter(data, _NO_INDEX, _NO_INDEX, True, n, m, u, out, False)
         return
     r = 0
-    while r + 4 <= n:
-        a, b, c, d = _rows(data, r, m)
-        if u[r] != 0.0 or u[r + 1] != 0.0 or u[r + 2] != 0.0 or u[r + 3] != 0.0:
-            _add4(a, b, c, d, u[r], u[r + 1], u[r + 2], u[r + 3], m, out)
-        r += 4
     while r < n:
-        if u[r] != 0.0:
-            a = data[r * m : (r + 1) * m]
-            _add4(a, a, a, a, u[r], 0.0, 0.0, 0.0, m, out)
-        r += 1
+        a, b, c, d, u0, u1, u2, u3, count = _block(data, r, n, m, u)
+        if u0 != 0.0 or u1 != 0.0 or u2 != 0.0 or u3 != 0.0:
+            _add4(a, b, c, d, u0, u1, u2, u3, m, out)
+        r += count
 
 
 @njit(nogil=True, cache=True, fastmath=FAST)
