@@ -64,14 +64,6 @@ def alphas_of(grid, alpha_max: float) -> np.ndarray:
     return grid[1] if grid[0] == "given" else alpha_grid(alpha_max, grid[1], grid[2])
 
 
-def zero_intercept(loss: str, y, fit_intercept: bool, weights=None) -> float:
-    """b₀, the best intercept at θ = 0 (0 without an intercept); ``weights`` v scaled to
-    mean 1, or None."""
-    if not fit_intercept:
-        return 0.0
-    return obj.optimal_intercept(loss, y, np.zeros(len(y)), weights=weights)
-
-
 def zero_dual(loss: str, y, intercept: float, weights=None) -> np.ndarray:
     """a = −v∘ℓ'(y, b₀), the dual point of θ = 0 (v = 1 without ``weights``)."""
     a = -obj.loss_derivative(loss, y, np.full(len(y), intercept))
@@ -102,7 +94,7 @@ def alpha_max_of(correlation, l1_ratio: float) -> float:
 
 def memory_correlation_at_zero(data: InMemory, problem: obj.Problem):
     """(Xᵀa/n, b₀) at θ = 0 of in-memory data, a = −v∘ℓ'(y, b₀)."""
-    intercept = zero_intercept(problem.loss, data.y, problem.fit_intercept, data.weights)
+    intercept = obj.zero_intercept(problem, data.y, data.weights)
     a = zero_dual(problem.loss, data.y, intercept, data.weights)
     return np.asarray(data.X.T @ a).ravel() / data.n_samples, intercept
 
@@ -120,7 +112,7 @@ def correlation_at_zero(source, problem: obj.Problem):
 
     chunks = _row_chunk_labels(source)
     weights = source.unit_weights()
-    intercept = zero_intercept(problem.loss, np.concatenate(chunks), problem.fit_intercept, weights)
+    intercept = obj.zero_intercept(problem, np.concatenate(chunks), weights)
     bounds = source.row_bounds
     duals = [
         zero_dual(

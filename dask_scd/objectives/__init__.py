@@ -31,6 +31,7 @@ from scipy.special import entr, expit
 
 from dask_scd.objectives import bounds as box
 from dask_scd.objectives.bounds import Bounds
+from dask_scd.objectives.intercept import hinge_intercept, weighted_hinge_intercept
 from dask_scd.objectives.shift import best_shift as best_shift
 from dask_scd.objectives.weights import check_sample_weight as check_sample_weight
 
@@ -529,8 +530,8 @@ def optimal_intercept(loss: str, y, margins, start: float = 0.0, weights=None) -
         return float(np.mean(y - margins))
     if loss == "hinge":
         if weights is not None:
-            return _weighted_hinge_intercept(y, margins, weights)
-        return _hinge_intercept(y, margins)
+            return weighted_hinge_intercept(y, margins, weights)
+        return hinge_intercept(y, margins)
     # Newton on the derivative, safeguarded by a bracket (the derivative is monotone).
     # Newton converges quadratically down to the rounding of the sum of the derivatives;
     # there it stops, instead of bisecting the noise for tens of passes over n examples.
@@ -559,37 +560,9 @@ def optimal_intercept(loss: str, y, margins, start: float = 0.0, weights=None) -
     return b
 
 
-def _hinge_intercept(y, margins) -> float:
-    """Exact minimizer of the piecewise-linear (1/n) Σ max(0, 1 − y_i(m_i + b))."""
-    pos = np.sort(1.0 - margins[y > 0])  # a positive example is active for b < 1 − m_i
-    neg = np.sort(-1.0 - margins[y < 0])  # a negative example is active for b > −1 − m_i
-    candidates = np.concatenate([pos, neg])
-    if candidates.size == 0:
+def zero_intercept(problem: Problem, y, weights=None) -> float:
+    """b₀, the best intercept at θ = 0 (0 without an intercept): where an engine, a path's
+    alpha_max and the Newton engines start."""
+    if not problem.fit_intercept:
         return 0.0
-    candidates.sort()
-    # Right derivative at c: (#neg with −1−m ≤ c) − (#pos with 1−m > c); nondecreasing.
-    slope = np.searchsorted(neg, candidates, side="right") - (
-        len(pos) - np.searchsorted(pos, candidates, side="right")
-    )
-    first = int(np.searchsorted(slope, 0, side="left"))
-    return float(candidates[min(first, len(candidates) - 1)])
-
-
-def _weighted_hinge_intercept(y, margins, weights) -> float:
-    """Exact minimizer of Σ v_i max(0, 1 − y_i(m_i + b)) (:func:`_hinge_intercept` with
-    each example counted v_i times)."""
-    pos_order = np.argsort(1.0 - margins[y > 0], kind="stable")
-    neg_order = np.argsort(-1.0 - margins[y < 0], kind="stable")
-    pos = (1.0 - margins[y > 0])[pos_order]
-    neg = (-1.0 - margins[y < 0])[neg_order]
-    pos_w = np.concatenate([[0.0], np.cumsum(weights[y > 0][pos_order])])
-    neg_w = np.concatenate([[0.0], np.cumsum(weights[y < 0][neg_order])])
-    candidates = np.sort(np.concatenate([pos, neg]))
-    if candidates.size == 0:
-        return 0.0
-    # Right derivative at c: (weight of neg with −1−m ≤ c) − (weight of pos with 1−m > c).
-    slope = neg_w[np.searchsorted(neg, candidates, side="right")] - (
-        pos_w[-1] - pos_w[np.searchsorted(pos, candidates, side="right")]
-    )
-    first = int(np.searchsorted(slope, 0.0, side="left"))
-    return float(candidates[min(first, len(candidates) - 1)])
+    return optimal_intercept(problem.loss, y, np.zeros(len(y)), weights=weights)

@@ -253,7 +253,7 @@ class _Loop:
         self.K = len(self.parts)
         self.intercept = 0.0
         if problem.fit_intercept:
-            self.intercept = here.gather(here.submit(ops.initial_intercept, problem.loss, self.y))
+            self.intercept = here.gather(here.submit(ops.initial_intercept, problem, self.y))
         self.sigma = float(self.K) if settings.aggregation == "add" else 1.0
 
 

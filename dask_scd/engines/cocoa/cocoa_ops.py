@@ -494,7 +494,6 @@ def dual_total(*sums) -> float:
     return float(sum(sums))
 
 
-def initial_intercept(loss: str, y) -> float:
+def initial_intercept(problem: obj.Problem, y) -> float:
     """(task) The best intercept for θ = 0 (weighted when ``y`` carries weights)."""
-    y, weights = labels(y), row_weights(y)
-    return float(obj.optimal_intercept(loss, y, np.zeros(len(y)), weights=weights))
+    return float(obj.zero_intercept(problem, labels(y), row_weights(y)))

@@ -36,7 +36,7 @@ from dask_scd.engines.certificates import (
     margins_dual_point,
     primal_certificate,
 )
-from dask_scd.engines.local.epochs import check_cpu_weights, scd_epoch, sdca_epoch, zero_intercept
+from dask_scd.engines.local.epochs import check_cpu_weights, scd_epoch, sdca_epoch
 from dask_scd.engines.local.sdca import PENALTY_SCALE, cold_start, weighted_dual
 from dask_scd.kernels import device
 from dask_scd.runtime import strategies
@@ -202,7 +202,7 @@ class _Primal:
         self.store, self.y, self.problem = store, np.asarray(y, dtype=np.float64), problem
         self.weights = weights
         self.coef = np.zeros(store.n_lines)
-        self.intercept = np.array([zero_intercept(problem, self.y, weights)])
+        self.intercept = np.array([obj.zero_intercept(problem, self.y, weights)])
         self.margins = np.full(len(y), self.intercept[0])
 
     def certificate(self):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dask_scd import objectives as obj
 from dask_scd.kernels import cpu
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -67,10 +66,3 @@ def check_cpu_weights(weights, device: str, solver: str) -> None:
         raise ValueError(
             f"sample weights are solved by the CPU epochs of solver={solver!r}: pass device='cpu'"
         )
-
-
-def zero_intercept(problem, y, weights=None) -> float:
-    """b₀, the best intercept at θ = 0 (0 without an intercept)."""
-    if not problem.fit_intercept:
-        return 0.0
-    return obj.optimal_intercept(problem.loss, y, np.zeros(len(y)), weights=weights)

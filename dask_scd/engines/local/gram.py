@@ -34,7 +34,6 @@ from dask_scd.data.memory import InMemory
 from dask_scd.engines import cholesky
 from dask_scd.engines.base import Options, Run, Trace
 from dask_scd.engines.certificates import primal_certificate
-from dask_scd.engines.local.epochs import zero_intercept
 from dask_scd.kernels import newton as newton_kernels
 from dask_scd.kernels.gram import gram_epoch
 from dask_scd.kernels.layout import MajorMatrix
@@ -182,7 +181,7 @@ def fit_gram(data: InMemory, problem: obj.Problem, options: Options) -> Run:
     exact = _ExactCertificate(X, y, problem, weights)
     coef = np.zeros(n_features)
     epoch = 0
-    intercept = zero_intercept(problem, y, weights)
+    intercept = obj.zero_intercept(problem, y, weights)
     if options.start is not None:  # a warm start: its support enters the working set
         coef[:], intercept = options.start
     if problem.l1 > 0.0:

@@ -17,7 +17,7 @@ from dask_scd import objectives as obj
 from dask_scd.data.memory import InMemory
 from dask_scd.engines.base import CertificateSchedule, Options, Run, Trace
 from dask_scd.engines.certificates import dual_certificate, exact_dual_certificate
-from dask_scd.engines.local.epochs import check_cpu_weights, sdca_epoch, zero_intercept
+from dask_scd.engines.local.epochs import check_cpu_weights, sdca_epoch
 from dask_scd.kernels import cpu, device, lines, sdca, sdca_threads
 from dask_scd.kernels.layout import MajorMatrix
 
@@ -95,7 +95,7 @@ def fit_sdca(data: InMemory, problem: obj.Problem, options: Options) -> Run:
 
 def cold_start(problem, y, weights=None) -> tuple[float, np.ndarray]:
     """(b₀, the dual point of θ = 0 at b₀ (:func:`dual_start`))."""
-    intercept = zero_intercept(problem, y, weights)
+    intercept = obj.zero_intercept(problem, y, weights)
     return intercept, dual_start(problem, y, intercept, weights)
 
 

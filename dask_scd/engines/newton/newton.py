@@ -286,11 +286,7 @@ def _start(problem: obj.Problem, design: Design, y, start, weights=None, memo=No
         if known is not None and known[1] == intercept and np.array_equal(known[0], coef):
             return coef, intercept, np.array(known[2], dtype=np.float64)
         return coef, intercept, design.rows.dot(coef) + intercept
-    intercept = (
-        obj.optimal_intercept(problem.loss, y, np.zeros(n), weights=weights)
-        if problem.fit_intercept
-        else 0.0
-    )
+    intercept = obj.zero_intercept(problem, y, weights)
     return np.zeros(p), intercept, np.full(n, intercept)
 
 
