@@ -317,6 +317,15 @@ def check_2d(X) -> None:
         raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
 
 
+def check_known_chunks(a, name: str = "X") -> None:
+    """Refuse a dask array whose chunk sizes are unknown (NaN in its chunks)."""
+    if any(np.isnan(c) for axis in a.chunks for c in axis):
+        raise ValueError(
+            f"{name} has unknown chunk sizes (NaN in {name}.chunks); "
+            f"call {name}.compute_chunk_sizes() first"
+        )
+
+
 def check_n_features(X, n_features: int) -> None:
     """Refuse an X that is not 2-D or not ``n_features`` wide, the fitted model's (from
     the shape alone: a dask array is not computed)."""

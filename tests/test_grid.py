@@ -246,8 +246,13 @@ def test_columns_unseen_in_the_detection_rows_get_a_block_of_their_own(tmp_path,
 def test_dask_unknown_chunks(tmp_path):
     X = da.from_array(np.ones((10, 3)), chunks=5)
     X = X[X[:, 0] > 0]  # unknown row chunk sizes
-    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+    with pytest.raises(ValueError, match=r"X has unknown chunk sizes .* X.compute_chunk_sizes"):
         to_grid(X, np.ones(10), tmp_path / "g", row_chunk=4)
+    assert not (tmp_path / "g").exists()
+    y = da.ones(20, chunks=5)
+    y = y[y > 0]  # unknown chunk sizes, 20 values
+    with pytest.raises(ValueError, match=r"y has unknown chunk sizes .* y.compute_chunk_sizes"):
+        to_grid(np.ones((20, 3)), y, tmp_path / "g", row_chunk=4)
     assert not (tmp_path / "g").exists()
 
 

@@ -27,6 +27,8 @@ from dask_scd.data.cells import CellRef, LabelRef, WeightedLabels, labels, weigh
 from dask_scd.grid import Grid, validate_blocks
 from dask_scd.validation import (
     as_engine_dtype,
+    check_2d,
+    check_known_chunks,
     check_labels,
     check_sample_weight,
     is_dask,
@@ -338,12 +340,8 @@ def _merged_row_chunks(X, nbytes: int):
 
 def _dask_source(X, y, loss, blocks) -> DaskSource:
 
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}")
-    if any(np.isnan(c) for chunks in X.chunks for c in chunks):
-        raise ValueError(
-            "X has unknown chunk sizes (NaN in X.chunks); call X.compute_chunk_sizes() first"
-        )
+    check_2d(X)
+    check_known_chunks(X)
     if y is None:
         raise ValueError("y is required for a dask array X (only a Grid carries its labels)")
     n, p = X.shape

@@ -16,6 +16,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from dask_scd.validation import check_2d
+
 __all__ = [
     "detect_pure_blocks",
     "contiguous_pure_blocks",
@@ -322,8 +324,7 @@ def detect_pure_blocks(X, max_block_size: int | None = None) -> list[np.ndarray]
     streamed inputs :func:`dask_scd.grid.to_grid` detects on the first rows
     and re-measures purity on all rows while writing.
     """
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    check_2d(X)
     if max_block_size is None:
         fields = _fields_by_rank(X)
         if fields is not None:

@@ -11,7 +11,6 @@ whole matrix in memory for out-of-core inputs.
 from __future__ import annotations
 
 import io
-import math
 import numbers
 import os
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from dask_scd.validation import is_dask, is_pydata_sparse, to_scipy
+from dask_scd.validation import check_2d, check_known_chunks, is_dask, is_pydata_sparse, to_scipy
 
 from .kinds import DATASET, GRID, GRID_STORE, LIBSVM_FILE, PANDAS_FRAME, XARRAY, guess_kind
 
@@ -108,8 +107,8 @@ def _as_labels(y, n: int):
         y = np.asarray(y)
     if y.ndim != 1:
         raise ValueError(f"y must be 1-D, got shape {y.shape}")
-    if is_dask(y) and any(math.isnan(c) for c in y.chunks[0]):
-        raise ValueError("y has unknown chunk sizes; call y.compute_chunk_sizes() first")
+    if is_dask(y):
+        check_known_chunks(y, "y")
     if not _is_float_or_int(y.dtype):
         raise ValueError(f"y must have a real numeric dtype, got {y.dtype}")
     if y.shape[0] != n:
@@ -124,8 +123,7 @@ def _memory_chunks(X, y) -> tuple:
     is_sparse = sp.issparse(X)
     if not is_sparse:
         X = np.asarray(X)
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    check_2d(X)
     dtype = storage_dtype(X.dtype)
     # CSR so that row slices are cheap; csr_matrix() shares the caller's buffers when
     # already CSR, which is fine: nothing here writes to them.
@@ -146,13 +144,8 @@ def _dask_chunks(X, y) -> tuple:
     """(X, y, dtype, is_sparse, chunk_fn) of a dask array X."""
     import dask
 
-    if X.ndim != 2:
-        raise ValueError(f"X must be 2-D, got shape {X.shape}")
-    if any(math.isnan(c) for axis in X.chunks for c in axis):
-        raise ValueError(
-            "X has unknown chunk sizes (nan in X.chunks); call X.compute_chunk_sizes() "
-            "before to_grid"
-        )
+    check_2d(X)
+    check_known_chunks(X)
     dtype = storage_dtype(X.dtype)
     meta = X._meta
     is_sparse = sp.issparse(meta) or is_pydata_sparse(meta)
