@@ -47,8 +47,14 @@ def specs(args) -> None:
         print(f"Adult not found in {peers.SHARED_DATA}: its rows are left out", file=sys.stderr)
         rows = [r for r in rows if r.data != "adult"]
     table = {
-        r.name: [r.loss, r.penalty, float(r.alpha(data[r.data])), r.l1_ratio, r.fit_intercept]
-        + [r.data]
+        r.name: [
+            r.loss,
+            r.penalty,
+            float(r.alpha(data[r.data])),
+            r.l1_ratio,
+            r.fit_intercept,
+            r.data,
+        ]
         for r in rows
     }
     Path(args.out).write_text(json.dumps(table, indent=1))
