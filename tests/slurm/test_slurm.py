@@ -227,7 +227,7 @@ def test_a_cancelled_job_is_replaced_mid_fit(shared, grid, undisturbed):
 
 
 def test_workers_reaching_their_lifetime_are_replaced_mid_fit(shared, grid, undisturbed):
-    lifetime = ["--lifetime", "60s", "--lifetime-stagger", "15s"]
+    lifetime = ["--lifetime", "30s", "--lifetime-stagger", "10s"]
     with slurm_cluster(shared, "dscd-lifetime", lifetime) as (cluster, client):
         first = set(jq.job_ids(cluster))
         before = workers(client)
@@ -241,7 +241,7 @@ def test_workers_reaching_their_lifetime_are_replaced_mid_fit(shared, grid, undi
                 )
 
         result = timed_fit(
-            "workers' lifetime 60 s ± 15 s", "SLURM", client, grid, undisturbed, callback=disturb
+            "workers' lifetime 30 s ± 10 s", "SLURM", client, grid, undisturbed, callback=disturb
         )
         assert set(jq.job_ids(cluster)) - first  # adapt submitted new jobs
     assert_same_model(result, undisturbed)
