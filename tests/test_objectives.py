@@ -86,27 +86,6 @@ def test_optimal_intercept_minimizes(rng, loss):
     assert f(b) <= ref.fun + 1e-12
 
 
-@pytest.mark.parametrize("root", [-37.25, -0.5, 0.0, 3.0, 1e6])
-@pytest.mark.parametrize("start,lo,hi", [(0.0, -np.inf, np.inf), (2.0, -np.inf, np.inf)])
-def test_newton_root_of_a_piecewise_linear_slope(root, start, lo, hi):
-    """φ' piecewise linear and nondecreasing (a kink at the root and one beside it, a flat
-    piece with zero curvature): the root found exactly, from either side of an open
-    bracket, and within its closed bracket."""
-    calls = []
-
-    def slope_curvature(x):
-        calls.append(x)
-        if x < root - 1.0:
-            return -1.0, 0.0  # flat: no Newton step, the bracket widens or halves
-        return (2.0 * (x - root), 2.0) if x >= root else (0.5 * (x - root), 0.5)
-
-    found = obj.newton_root(slope_curvature, start, lo, hi, 100, scale=1.0)
-    assert found == pytest.approx(root, abs=1e-12 * max(1.0, abs(root)))
-    assert len(calls) <= 60
-    closed = obj.newton_root(slope_curvature, root - 5.0, root - 5.0, root + 7.0, 100)
-    assert closed == pytest.approx(root, abs=1e-12 * max(1.0, abs(root)))
-
-
 def test_projection_makes_dual_feasible(rng):
     X, y = _data(rng)
     for loss in obj.LOSSES:

@@ -32,7 +32,6 @@ from scipy.special import entr, expit
 from dask_scd.objectives import bounds as box
 from dask_scd.objectives.bounds import Bounds
 from dask_scd.objectives.intercept import hinge_intercept, weighted_hinge_intercept
-from dask_scd.objectives.root import newton_root as newton_root
 from dask_scd.objectives.shift import best_shift as best_shift
 from dask_scd.objectives.weights import check_sample_weight as check_sample_weight
 
@@ -533,19 +532,32 @@ def optimal_intercept(loss: str, y, margins, start: float = 0.0, weights=None) -
         if weights is not None:
             return weighted_hinge_intercept(y, margins, weights)
         return hinge_intercept(y, margins)
-    # Newton on the derivative (monotone). Newton converges quadratically down to the
-    # rounding of the sum of the derivatives; there it stops, instead of bisecting the
-    # noise for tens of passes over n examples.
-
-    def slope_curvature(b):
+    # Newton on the derivative, safeguarded by a bracket (the derivative is monotone).
+    # Newton converges quadratically down to the rounding of the sum of the derivatives;
+    # there it stops, instead of bisecting the noise for tens of passes over n examples.
+    b, lo, hi = float(start), -np.inf, np.inf
+    for _ in range(100):
         z = margins + b
         d1 = loss_derivative(loss, y, z)
         grad = weighted_sum(d1, weights)
-        if abs(grad) <= 16 * np.finfo(float).eps * weighted_sum(np.abs(d1), weights):
-            return 0.0, 0.0
-        return grad, weighted_sum(loss_second_derivative(loss, y, z), weights)
-
-    return newton_root(slope_curvature, float(start), -np.inf, np.inf, 100, scale=1.0)
+        floor = 16 * np.finfo(float).eps * weighted_sum(np.abs(d1), weights)
+        if abs(grad) <= floor:
+            return b
+        hess = weighted_sum(loss_second_derivative(loss, y, z), weights)
+        if grad > 0:
+            hi = b
+        else:
+            lo = b
+        step = b - grad / hess if hess > 0 else np.nan
+        if not (lo < step < hi):
+            if np.isfinite(lo) and np.isfinite(hi):
+                step = 0.5 * (lo + hi)
+            else:
+                step = b - np.sign(grad) * max(1.0, abs(b))
+        if abs(step - b) <= 1e-15 * max(1.0, abs(b)):
+            return step
+        b = step
+    return b
 
 
 def zero_intercept(problem: Problem, y, weights=None) -> float:

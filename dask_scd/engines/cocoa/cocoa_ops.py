@@ -30,9 +30,8 @@ from dask_scd.runtime.passes import sum_partials
 
 def line_minimum(slope_curvature, hi: float = np.inf) -> float:
     """argmin over γ ∈ [0, hi] of a convex φ given ``slope_curvature(γ) = (φ'(γ), φ''(γ))``
-    (a right derivative at kinks): a bracket of the sign change of φ' (doubled from
-    [0, 1] where ``hi`` is infinite), then :func:`~dask_scd.objectives.newton_root`
-    from its lower end; 0 when φ'(0) ≥ 0 (no descent along the direction)."""
+    (a right derivative at kinks). Newton steps safeguarded by bisection on a bracket of
+    the sign change of φ'; 0 when φ'(0) ≥ 0 (no descent along the direction)."""
     slope, _ = slope_curvature(0.0)
     if not slope < 0.0:
         return 0.0
@@ -47,7 +46,22 @@ def line_minimum(slope_curvature, hi: float = np.inf) -> float:
             return hi
     elif slope_curvature(hi)[0] <= 0.0:
         return hi
-    return obj.newton_root(slope_curvature, lo, lo, hi, 200)
+    gamma = lo
+    for _ in range(200):
+        slope, curvature = slope_curvature(gamma)
+        if slope == 0.0:
+            return gamma
+        if slope < 0.0:
+            lo = gamma
+        else:
+            hi = gamma
+        step = gamma - slope / curvature if curvature > 0.0 else np.nan
+        if not lo < step < hi:
+            step = 0.5 * (lo + hi)
+        if abs(step - gamma) <= 1e-15 * max(abs(gamma), 1e-300) or hi - lo <= 1e-15 * hi:
+            return step
+        gamma = step
+    return gamma
 
 
 def _penalty_slope_curvature(problem, coef, direction, gamma) -> tuple[float, float]:

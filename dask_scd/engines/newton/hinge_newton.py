@@ -219,9 +219,8 @@ def _band_rows(design, band):
 def _exact_step(problem, y, margins, direction, mu, coef, delta) -> float:
     """argmin_t≥0 P_μ(θ + tΔ, b + tΔb), given u = XΔ + Δb (0 if there is no descent).
 
-    :func:`~dask_scd.objectives.newton_root` from t = 1, not CoCoA's
-    :func:`~dask_scd.engines.cocoa.cocoa_ops.line_minimum`: Newton from the step of a
-    right band lands in one trial where a bracket first costs several.
+    Not CoCoA's :func:`~dask_scd.engines.cocoa.cocoa_ops.line_minimum`: Newton from t = 1,
+    the step of a right band, lands in one trial where a bracket first costs several.
 
     φ'(t) = −Σ β_i(t) s_i / n + α(θᵀΔ + t‖Δ‖²), s = y·u, is piecewise linear and
     increasing; Newton on it lands on the root as soon as it is on the root's piece,
@@ -232,14 +231,25 @@ def _exact_step(problem, y, margins, direction, mu, coef, delta) -> float:
     m = y * margins
     linear = problem.l2 * obj.vdot(coef, delta)
     quadratic = problem.l2 * obj.vdot(delta, delta)
-
-    def slope_curvature(t):
+    lo, hi, t = 0.0, np.inf, 1.0
+    for _ in range(_LINE_MAX):
         beta = np.clip((1.0 - m - t * s) / mu, 0.0, 1.0)
+        slope = -obj.vdot(beta, s) / n + linear + t * quadratic
         band = (beta > 0.0) & (beta < 1.0)
         curvature = float(np.sum(s[band] ** 2)) / (n * mu) + quadratic
-        return -obj.vdot(beta, s) / n + linear + t * quadratic, curvature
-
-    return obj.newton_root(slope_curvature, 1.0, 0.0, np.inf, _LINE_MAX)
+        if slope == 0.0:
+            return t
+        if slope < 0.0:
+            lo = t
+        else:
+            hi = t
+        nxt = t - slope / curvature if curvature > 0.0 else np.inf
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi) if np.isfinite(hi) else 2.0 * t
+        if abs(nxt - t) <= 1e-15 * t:
+            return nxt
+        t = nxt
+    return lo
 
 
 def _finish(design, problem, y, coef, intercept, mu, duals):
