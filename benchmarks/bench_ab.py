@@ -32,12 +32,7 @@ REPEATS = {"sdca": 3, "lbfgs": 3}  # the slow engines; 7 fits of the others
 
 
 def _datasets(keys) -> dict:
-    made = {
-        "adult": lambda: peers.load_adult()[0],
-        "dense": lambda: peers.make_dense(peers.QUICK.n),
-        "onehot": lambda: peers.make_sparse(peers.QUICK.n, peers.QUICK.cardinality),
-    }
-    return {key: made[key]() for key in set(keys)}
+    return {key: peers.build_data(key, peers.QUICK)[0] for key in set(keys)}
 
 
 def specs(args) -> None:
